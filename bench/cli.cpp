@@ -1,0 +1,169 @@
+#include "cli.h"
+
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+
+namespace attnlab {
+namespace {
+
+constexpr long kMaxBatchOrHeads = 65535;   // grid-dimension limits of the kernels
+constexpr long kMaxSeqLen = 1L << 30;
+constexpr long kMaxHeadDim = 1024;
+
+// Strict integer parse: the whole string, in range. Returns an error or "".
+std::string parse_int(const std::string& flag, const std::string& text, long lo, long hi, int* out) {
+  errno = 0;
+  char* end = nullptr;
+  const long v = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || end == text.c_str() || *end != '\0' || errno == ERANGE)
+    return flag + " expects an integer, got '" + text + "'";
+  if (v < lo || v > hi)
+    return flag + " must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " + text;
+  *out = int(v);
+  return "";
+}
+
+}  // namespace
+
+std::string usage() {
+  return R"(flash_attn_mma — time and check every attention variant on one shape
+
+usage: flash_attn_mma [options]
+  --B N             batch size (default 1)
+  --H N             heads (default 8)
+  --N N             sequence length of queries and keys (default 4096)
+  --Nq N, --Nk N    query / key lengths when they differ (override --N)
+  --D N             head dim of Q and K (default 64)
+  --Dv N            head dim of V and O (default: --D)
+  --dtype T         fp16 | bf16 (default fp16)
+  --causal          causal mask, bottom-right aligned when Nq != Nk
+  --warmup N        untimed runs per variant (default 2)
+  --iters N         timed runs per variant; the median is reported (default 10)
+  --seed N          input seed (default: from the clock, printed in the banner)
+  --check           check every row against the fp32 reference; exit 1 on any FAIL
+  --show-all        show every row (default: only rows that beat the best so far,
+                    plus failures and unsupported rows)
+  --variant GLOB    run only variants whose name matches, e.g. 'split-q*'
+  --torch           include the unfused baseline row (cuBLAS + softmax + cuBLAS)
+  --csv FILE        append every row to FILE (with GPU, driver, CUDA, commit, date)
+  --list            list the variants and their tile configurations
+  --help            this text
+)";
+}
+
+ParseResult parse_args(const std::vector<std::string>& args) {
+  ParseResult r;
+  Options& o = r.options;
+  int n = -1, nq = -1, nk = -1, dv = -1;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string flag = args[i], value;
+    bool has_inline_value = false;
+    if (flag.rfind("--", 0) == 0) {
+      const size_t eq = flag.find('=');
+      if (eq != std::string::npos) {
+        value = flag.substr(eq + 1);
+        flag = flag.substr(0, eq);
+        has_inline_value = true;
+      }
+    }
+    auto take_value = [&]() -> bool {
+      if (has_inline_value) return true;
+      if (i + 1 >= args.size()) {
+        r.error = flag + " needs a value";
+        return false;
+      }
+      value = args[++i];
+      return true;
+    };
+    auto int_flag = [&](long lo, long hi, int* out) {
+      if (take_value()) r.error = parse_int(flag, value, lo, hi, out);
+    };
+    auto bool_flag = [&](bool* out) {
+      if (has_inline_value) r.error = flag + " takes no value";
+      else *out = true;
+    };
+
+    if (flag == "--B") int_flag(1, kMaxBatchOrHeads, &o.B);
+    else if (flag == "--H") int_flag(1, kMaxBatchOrHeads, &o.H);
+    else if (flag == "--N") int_flag(1, kMaxSeqLen, &n);
+    else if (flag == "--Nq") int_flag(1, kMaxSeqLen, &nq);
+    else if (flag == "--Nk") int_flag(1, kMaxSeqLen, &nk);
+    else if (flag == "--D") int_flag(1, kMaxHeadDim, &o.D);
+    else if (flag == "--Dv") int_flag(1, kMaxHeadDim, &dv);
+    else if (flag == "--warmup") int_flag(0, 100000, &o.warmup);
+    else if (flag == "--iters") int_flag(1, 100000, &o.iters);
+    else if (flag == "--seed") {
+      if (take_value()) {
+        errno = 0;
+        char* end = nullptr;
+        const unsigned long long s = std::strtoull(value.c_str(), &end, 10);
+        if (value.empty() || value[0] == '-' || *end != '\0' || errno == ERANGE)
+          r.error = "--seed expects a non-negative integer, got '" + value + "'";
+        o.seed = s;
+        o.seed_given = true;
+      }
+    } else if (flag == "--dtype") {
+      if (take_value()) {
+        if (value == "fp16" || value == "float16" || value == "half") o.dtype = DType::kFloat16;
+        else if (value == "bf16" || value == "bfloat16") o.dtype = DType::kBFloat16;
+        else r.error = "--dtype must be fp16 or bf16, got '" + value + "'";
+      }
+    } else if (flag == "--variant") {
+      if (take_value()) o.variant_glob = value;
+    } else if (flag == "--csv") {
+      if (take_value()) {
+        if (value.empty()) r.error = "--csv needs a file name";
+        o.csv = value;
+      }
+    } else if (flag == "--causal") bool_flag(&o.causal);
+    else if (flag == "--check") bool_flag(&o.check);
+    else if (flag == "--show-all" || flag == "--show") bool_flag(&o.show_all);
+    else if (flag == "--torch") bool_flag(&o.torch);
+    else if (flag == "--list") bool_flag(&o.list);
+    else if (flag == "--help" || flag == "-h") bool_flag(&o.help);
+    else r.error = "unknown option '" + args[i] + "' (see --help)";
+    if (!r.error.empty()) return r;
+  }
+  if (n > 0) o.Nq = o.Nk = n;
+  if (nq > 0) o.Nq = nq;
+  if (nk > 0) o.Nk = nk;
+  o.Dv = dv > 0 ? dv : o.D;
+  return r;
+}
+
+AttnProblem to_problem(const Options& o) {
+  AttnProblem p;
+  p.B = o.B;
+  p.H = o.H;
+  p.Nq = o.Nq;
+  p.Nk = o.Nk;
+  p.D = o.D;
+  p.Dv = o.Dv;
+  p.dtype = o.dtype;
+  p.causal = o.causal;
+  p.scale = default_scale(o.D);
+  return p;
+}
+
+bool glob_match(const std::string& pattern, const std::string& text) {
+  size_t p = 0, t = 0, star = std::string::npos, mark = 0;
+  while (t < text.size()) {
+    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == text[t])) {
+      ++p;
+      ++t;
+    } else if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      mark = t;
+    } else if (star != std::string::npos) {
+      p = star + 1;
+      t = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+}  // namespace attnlab

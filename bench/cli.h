@@ -1,0 +1,44 @@
+// attnlab: command-line options of flash_attn_mma (host-only, unit-tested).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "../kernels/common/attn_problem.h"
+
+namespace attnlab {
+
+struct Options {
+  int B = 1, H = 8;
+  int Nq = 4096, Nk = 4096;
+  int D = 64, Dv = 64;
+  DType dtype = DType::kFloat16;
+  bool causal = false;
+  int warmup = 2, iters = 10;
+  uint64_t seed = 0;
+  bool seed_given = false;
+  bool check = false;
+  bool show_all = false;
+  bool torch = false;  // include the unfused baseline row
+  bool list = false;
+  bool help = false;
+  std::string variant_glob = "*";
+  std::string csv;  // append rows here when non-empty
+};
+
+struct ParseResult {
+  Options options;
+  std::string error;  // one line, empty on success
+  bool ok() const { return error.empty(); }
+};
+
+// Parses argv[1..]; accepts "--flag value" and "--flag=value".
+ParseResult parse_args(const std::vector<std::string>& args);
+std::string usage();
+AttnProblem to_problem(const Options& o);
+
+// Shell-style glob match ('*', '?'), used by --variant.
+bool glob_match(const std::string& pattern, const std::string& text);
+
+}  // namespace attnlab

@@ -1,0 +1,189 @@
+#include "runner.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+namespace attnlab {
+
+std::string cuda_error_text(const char* what, cudaError_t err) {
+  return std::string(what) + ": " + cudaGetErrorString(err);
+}
+
+ProblemBuffers::~ProblemBuffers() {
+  for (void* p : owned_) cudaFree(p);
+}
+
+static std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / double(1ull << 30));
+  return buf;
+}
+
+std::string ProblemBuffers::allocate(const AttnProblem& p, bool with_reference, size_t wanted_workspace,
+                                     size_t min_workspace, size_t workspace_granule) {
+  int device = 0;
+  cudaDeviceProp prop{};
+  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return cuda_error_text("cudaGetDevice", e);
+  if (cudaError_t e = cudaGetDeviceProperties(&prop, device); e != cudaSuccess)
+    return cuda_error_text("cudaGetDeviceProperties", e);
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaError_t e = cudaMemGetInfo(&free_bytes, &total_bytes); e != cudaSuccess)
+    return cuda_error_text("cudaMemGetInfo", e);
+
+  // Sizes in double first: an absurd shape must not overflow into a small number.
+  const double e16 = double(kInputElementBytes);
+  const double need_io = e16 * (double(p.heads()) * p.Nq * p.D + double(p.heads()) * p.Nk * (p.D + p.Dv) +
+                                double(p.heads()) * p.Nq * p.Dv) +
+                         4.0 * double(p.heads()) * p.Nq;
+  const double need_ref = with_reference ? 4.0 * double(p.heads()) * p.Nq * (p.Dv + 1) : 0.0;
+  flush_bytes = size_t(std::max(prop.l2CacheSize, 1 << 20)) * 2;
+  const double margin = 256.0 * (1 << 20);  // cuBLAS and the CUDA context need some too
+  const double need = need_io + need_ref + double(flush_bytes) + double(min_workspace) + margin;
+  if (need > double(free_bytes))
+    return "shape " + p.shape_string() + " needs " + gib(need) + " of GPU memory, " + gib(double(free_bytes)) +
+           " free";
+
+  auto alloc = [&](size_t bytes, void** out) -> std::string {
+    if (bytes == 0) return "";
+    cudaError_t e = cudaMalloc(out, bytes);
+    if (e != cudaSuccess) {
+      cudaGetLastError();  // allocation failures are not sticky
+      return "out of GPU memory allocating " + gib(double(bytes)) + " for " + p.shape_string();
+    }
+    owned_.push_back(*out);
+    return "";
+  };
+  std::string err;
+  if (err.empty()) err = alloc(size_t(p.q_elems()) * kInputElementBytes, &q_);
+  if (err.empty()) err = alloc(size_t(p.k_elems()) * kInputElementBytes, &k_);
+  if (err.empty()) err = alloc(size_t(p.v_elems()) * kInputElementBytes, &v_);
+  if (err.empty()) err = alloc(size_t(p.o_elems()) * kInputElementBytes, &o_);
+  if (err.empty()) err = alloc(size_t(p.lse_elems()) * sizeof(float), reinterpret_cast<void**>(&lse_));
+  if (err.empty() && with_reference) err = alloc(size_t(p.o_elems()) * sizeof(float), reinterpret_cast<void**>(&o_ref));
+  if (err.empty() && with_reference)
+    err = alloc(size_t(p.lse_elems()) * sizeof(float), reinterpret_cast<void**>(&lse_ref));
+  if (err.empty()) err = alloc(flush_bytes, &flush);
+  if (!err.empty()) return err;
+
+  if (wanted_workspace > 0) {
+    // As much of the wanted workspace as fits, keeping the margin free.
+    cudaMemGetInfo(&free_bytes, &total_bytes);
+    size_t budget = free_bytes > size_t(margin) ? free_bytes - size_t(margin) : 0;
+    size_t bytes = std::min(wanted_workspace, budget);
+    if (workspace_granule > 0) bytes -= bytes % workspace_granule;
+    if (bytes < min_workspace) bytes = min_workspace;
+    err = alloc(bytes, &workspace_);
+    if (!err.empty()) return err;
+    workspace_bytes_ = bytes;
+  }
+  return "";
+}
+
+AttnBuffers ProblemBuffers::attn() const {
+  AttnBuffers b;
+  b.q = q_;
+  b.k = k_;
+  b.v = v_;
+  b.o = o_;
+  b.lse = lse_;
+  b.workspace = workspace_;
+  b.workspace_bytes = workspace_bytes_;
+  return b;
+}
+
+std::string prepare_inputs(const AttnProblem& p, ProblemBuffers& bufs, uint64_t seed, bool with_reference,
+                           cudaStream_t stream, ReferenceData* ref) {
+  const AttnBuffers b = bufs.attn();
+  // Three independent streams of numbers from one seed.
+  cudaError_t e = fill_random_normal(const_cast<void*>(b.q), p.q_elems(), p.dtype, seed * 3 + 0, stream);
+  if (e == cudaSuccess) e = fill_random_normal(const_cast<void*>(b.k), p.k_elems(), p.dtype, seed * 3 + 1, stream);
+  if (e == cudaSuccess) e = fill_random_normal(const_cast<void*>(b.v), p.v_elems(), p.dtype, seed * 3 + 2, stream);
+  if (e != cudaSuccess) return cuda_error_text("filling inputs", e);
+  if (!with_reference) return "";
+
+  e = reference_attention_fp32(p, b.q, b.k, b.v, bufs.o_ref, bufs.lse_ref, stream);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+  if (e != cudaSuccess) return cuda_error_text("fp32 reference", e);
+  ref->o_ref = bufs.o_ref;
+  ref->lse_ref = bufs.lse_ref;
+  ref->rounding_err = output_rounding_error(bufs.o_ref, p.o_elems(), p.dtype, stream);
+  ref->baseline_err = -1;
+
+  static const Variant unfused = make_unfused_baseline();
+  if (unfused.unsupported_reason(p).empty() && b.workspace_bytes >= size_t(p.Nq) * p.Nk * kInputElementBytes) {
+    e = poison_outputs(p, b, stream);
+    if (e == cudaSuccess) e = unfused.launch(p, b, stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+    if (e != cudaSuccess) return cuda_error_text("unfused baseline", e);
+    const ErrorStats s = compare_output(b.o, p.dtype, bufs.o_ref, p.o_elems(), stream);
+    if (s.nonfinite == 0) ref->baseline_err = s.max_abs_err;
+  }
+  return "";
+}
+
+RunOutcome run_and_check(const Variant& v, const AttnProblem& p, const ProblemBuffers& bufs, const ReferenceData* ref,
+                         cudaStream_t stream) {
+  RunOutcome out;
+  const AttnBuffers b = bufs.attn();
+  cudaError_t e = poison_outputs(p, b, stream);
+  if (e == cudaSuccess) e = v.launch(p, b, stream);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+  if (e != cudaSuccess) {
+    out.error = cuda_error_text(v.name.c_str(), e);
+    return out;
+  }
+  if (ref) {
+    out.check = check_outputs(p, b.o, b.lse, *ref, stream);
+    out.checked = true;
+  }
+  // First two and last output values, as the seed's table shows them.
+  const int64_t n = p.o_elems();
+  uint16_t raw[3] = {0, 0, 0};
+  cudaMemcpy(&raw[0], b.o, sizeof(uint16_t) * (n >= 2 ? 2 : 1), cudaMemcpyDeviceToHost);
+  cudaMemcpy(&raw[2], static_cast<const uint16_t*>(b.o) + (n - 1), sizeof(uint16_t), cudaMemcpyDeviceToHost);
+  for (int i = 0; i < 3; ++i) {
+    if (p.dtype == DType::kBFloat16) {
+      __nv_bfloat16_raw r{raw[i]};
+      out.first_values[i] = __bfloat162float(__nv_bfloat16(r));
+    } else {
+      __half_raw r{raw[i]};
+      out.first_values[i] = __half2float(__half(r));
+    }
+  }
+  return out;
+}
+
+std::string time_variant(const Variant& v, const AttnProblem& p, const ProblemBuffers& bufs, int warmup, int iters,
+                         cudaStream_t stream, Timing* out) {
+  const AttnBuffers b = bufs.attn();
+  for (int i = 0; i < warmup; ++i)
+    if (cudaError_t e = v.launch(p, b, stream); e != cudaSuccess) return cuda_error_text(v.name.c_str(), e);
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  std::vector<float> ms(size_t(iters), 0.f);
+  std::string err;
+  for (int i = 0; i < iters && err.empty(); ++i) {
+    cudaMemsetAsync(bufs.flush, i & 0xff, bufs.flush_bytes, stream);  // evict L2 (not timed)
+    cudaEventRecord(start, stream);
+    cudaError_t e = v.launch(p, b, stream);
+    cudaEventRecord(stop, stream);
+    if (e == cudaSuccess) e = cudaEventSynchronize(stop);
+    if (e == cudaSuccess) e = cudaEventElapsedTime(&ms[size_t(i)], start, stop);
+    if (e != cudaSuccess) err = cuda_error_text(v.name.c_str(), e);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  if (!err.empty()) return err;
+  std::sort(ms.begin(), ms.end());
+  const size_t n = ms.size();
+  out->median_ms = n % 2 ? ms[n / 2] : 0.5 * (double(ms[n / 2 - 1]) + ms[n / 2]);
+  out->min_ms = ms.front();
+  return "";
+}
+
+}  // namespace attnlab

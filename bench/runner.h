@@ -1,0 +1,74 @@
+// attnlab: what the harness and the GPU tests share — owning the device
+// buffers of one problem, preparing inputs and the reference, running a variant
+// once and checking it, and timing it.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+#include <vector>
+
+#include "../kernels/common/attn_problem.h"
+#include "../kernels/common/variant.h"
+#include "../kernels/reference/reference.h"
+
+namespace attnlab {
+
+// Device buffers of one problem. Nothing is allocated after construction, so
+// no allocation ever lands in a timed region.
+class ProblemBuffers {
+ public:
+  ProblemBuffers() = default;
+  ProblemBuffers(const ProblemBuffers&) = delete;
+  ProblemBuffers& operator=(const ProblemBuffers&) = delete;
+  ~ProblemBuffers();
+
+  // Allocates q, k, v, o, lse; o_ref and lse_ref when `with_reference`; a
+  // scratch workspace of up to `wanted_workspace` bytes (at least
+  // `min_workspace`, in multiples of `workspace_granule`); and an L2-flush
+  // buffer. Returns "" or a one-line error naming what did not fit.
+  std::string allocate(const AttnProblem& p, bool with_reference, size_t wanted_workspace, size_t min_workspace,
+                       size_t workspace_granule);
+
+  AttnBuffers attn() const;
+  float* o_ref = nullptr;
+  float* lse_ref = nullptr;
+  void* flush = nullptr;  // written before every timed launch to evict L2
+  size_t flush_bytes = 0;
+
+ private:
+  std::vector<void*> owned_;
+  void *q_ = nullptr, *k_ = nullptr, *v_ = nullptr, *o_ = nullptr, *workspace_ = nullptr;
+  float* lse_ = nullptr;
+  size_t workspace_bytes_ = 0;
+};
+
+// Fills Q, K, V with fresh standard-normal values from `seed`; with
+// `with_reference`, computes O_ref/LSE_ref and the unfused baseline's error.
+// Returns "" or a one-line error.
+std::string prepare_inputs(const AttnProblem& p, ProblemBuffers& bufs, uint64_t seed, bool with_reference,
+                           cudaStream_t stream, ReferenceData* ref);
+
+struct RunOutcome {
+  std::string error;     // a CUDA error, one line ("" when it ran)
+  bool checked = false;  // `check` holds a verdict
+  CheckResult check;
+  float first_values[3] = {0, 0, 0};  // O[0], O[1], O[last]
+};
+
+// Poisons the outputs, runs the variant once and, given a reference, checks it.
+RunOutcome run_and_check(const Variant& v, const AttnProblem& p, const ProblemBuffers& bufs, const ReferenceData* ref,
+                         cudaStream_t stream);
+
+struct Timing {
+  double median_ms = 0, min_ms = 0;
+};
+// `warmup` untimed launches, then `iters` launches, each after an L2 flush and
+// between two CUDA events; the median is what gets reported.
+std::string time_variant(const Variant& v, const AttnProblem& p, const ProblemBuffers& bufs, int warmup, int iters,
+                         cudaStream_t stream, Timing* out);
+
+// "error: <what>: <cuda message>" style text for a CUDA error.
+std::string cuda_error_text(const char* what, cudaError_t err);
+
+}  // namespace attnlab

@@ -1,0 +1,80 @@
+// attnlab: the problem every kernel solves, and the buffers it solves it in.
+//
+//   O = softmax(scale · Q·Kᵀ + mask) · V          per (batch, head)
+//   Q: [B, H, Nq, D]   K: [B, H, Nk, D]   V: [B, H, Nk, Dv]   O: [B, H, Nq, Dv]
+//   LSE: [B, H, Nq] fp32, natural log of each row's softmax denominator
+//        (-inf for a row that sees no key: its O row is 0).
+//
+// Causal masking is bottom-right aligned, as in FlashAttention when Nq != Nk:
+// query i sees key j  iff  j <= i + (Nk - Nq).
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#ifdef __CUDACC__
+#define ATTNLAB_HOST_DEVICE __host__ __device__
+#else
+#define ATTNLAB_HOST_DEVICE
+#endif
+
+namespace attnlab {
+
+enum class DType { kFloat16, kBFloat16 };
+
+inline const char* dtype_name(DType t) { return t == DType::kFloat16 ? "fp16" : "bf16"; }
+constexpr size_t kInputElementBytes = 2;  // fp16 and bf16 are both 2 bytes
+
+struct AttnProblem {
+  int B = 1;
+  int H = 1;
+  int Nq = 1;
+  int Nk = 1;
+  int D = 64;   // head dim of Q and K
+  int Dv = 64;  // head dim of V and O
+  DType dtype = DType::kFloat16;
+  bool causal = false;
+  float scale = 0.125f;  // softmax scale, usually 1/sqrt(D)
+
+  int64_t heads() const { return int64_t(B) * H; }
+  int64_t q_elems() const { return heads() * Nq * D; }
+  int64_t k_elems() const { return heads() * Nk * D; }
+  int64_t v_elems() const { return heads() * Nk * Dv; }
+  int64_t o_elems() const { return heads() * Nq * Dv; }
+  int64_t lse_elems() const { return heads() * Nq; }
+  std::string shape_string() const;  // "B=1, H=8, Nq=Nk=8192, D=64, fp16, causal"
+};
+
+inline float default_scale(int D) { return 1.0f / std::sqrt(float(D)); }
+
+// Number of keys query row i may attend to (0 for a fully masked row).
+ATTNLAB_HOST_DEVICE inline int64_t visible_keys(int64_t i, const AttnProblem& p) {
+  if (!p.causal) return p.Nk;
+  const int64_t last = i + (int64_t(p.Nk) - p.Nq);  // last visible key index
+  if (last < 0) return 0;
+  return last + 1 < p.Nk ? last + 1 : p.Nk;
+}
+
+// Exact number of unmasked (query, key) pairs in one head.
+int64_t unmasked_pairs_per_head(const AttnProblem& p);
+
+// The project's one FLOP convention (see README): 2·B·H·(D+Dv)·pairs forward,
+// 2·B·H·(3D+2Dv)·pairs backward.
+double forward_flops(const AttnProblem& p);
+double backward_flops(const AttnProblem& p);
+
+// Device pointers. The harness owns every allocation; a kernel that needs scratch
+// space declares it through Variant::workspace_bytes and gets it here.
+struct AttnBuffers {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* o = nullptr;
+  float* lse = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+
+}  // namespace attnlab

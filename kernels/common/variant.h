@@ -1,0 +1,39 @@
+// attnlab: the registry of attention variants.
+//
+// Every rung of the ladder (kernels/flash_attn/NN_*.cu) exports one function,
+// `std::vector<Variant> make_<rung>_variants()`, and is listed once in
+// kernels/registry.inc. The harness, the tests and the Python bindings all walk
+// the same list, so a new rung is one new .cu file plus one line.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "attn_problem.h"
+
+namespace attnlab {
+
+struct Variant {
+  std::string name;  // row label, e.g. "split-q+stage2"
+  std::string rung;  // source file stem, e.g. "02_split_q"
+  // "" when the variant runs this problem; otherwise a short reason, printed as
+  // "unsupported: <reason>" in the variant's row.
+  std::function<std::string(const AttnProblem&)> unsupported_reason;
+  // Scratch bytes the variant wants in AttnBuffers::workspace (0 for most).
+  std::function<size_t(const AttnProblem&)> workspace_bytes = [](const AttnProblem&) { return size_t(0); };
+  // Enqueues the computation on `stream`; returns the launch error, if any.
+  std::function<cudaError_t(const AttnProblem&, const AttnBuffers&, cudaStream_t)> launch;
+  // One line for `--list`: tile shape, warps, stages, shared memory, head dims.
+  std::function<std::string()> describe;
+};
+
+// Every registered variant, in ladder order.
+const std::vector<Variant>& all_variants();
+
+// Shared-memory opt-in limit of the current device, in bytes (0 when no GPU).
+size_t device_smem_optin_bytes();
+
+}  // namespace attnlab

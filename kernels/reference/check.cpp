@@ -1,0 +1,64 @@
+// attnlab: the correctness rule (see reference.h), and the CPU reference.
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "reference.h"
+
+namespace attnlab {
+
+CheckResult judge(const ErrorStats& out, const ErrorStats& lse, double baseline_err, double rounding_err) {
+  CheckResult r;
+  r.err = out.max_abs_err;
+  r.lse_err = lse.max_abs_err;
+  r.nonfinite = out.nonfinite + lse.nonfinite;
+  // FlashAttention's tests: error <= 2x the same-precision unfused error, plus
+  // twice the rounding error of the reference itself as the absolute floor.
+  r.tol = baseline_err >= 0 ? 2.0 * baseline_err + 2.0 * rounding_err : kNoBaselineFactor * rounding_err;
+  r.pass = out.nonfinite == 0 && lse.nonfinite == 0 && r.err <= r.tol && r.lse_err <= kLseTolerance;
+  return r;
+}
+
+std::string CheckResult::summary() const {
+  char buf[160];
+  if (nonfinite != 0)
+    std::snprintf(buf, sizeof buf, "%s %lld NaN/Inf/unwritten, err %.2e (tol %.2e), lse %.2e", pass ? "PASS" : "FAIL",
+                  static_cast<long long>(nonfinite), err, tol, lse_err);
+  else
+    std::snprintf(buf, sizeof buf, "%s err %.2e %s %.2e, lse %.2e", pass ? "PASS" : "FAIL", err,
+                  err <= tol ? "<=" : ">", tol, lse_err);
+  return buf;
+}
+
+void reference_attention_cpu(const AttnProblem& p, const std::vector<double>& q, const std::vector<double>& k,
+                             const std::vector<double>& v, std::vector<double>& o, std::vector<double>& lse) {
+  o.assign(size_t(p.o_elems()), 0.0);
+  lse.assign(size_t(p.lse_elems()), -std::numeric_limits<double>::infinity());
+  std::vector<double> s(size_t(p.Nk));
+  for (int64_t head = 0; head < p.heads(); ++head) {
+    const double* Q = q.data() + head * p.Nq * p.D;
+    const double* K = k.data() + head * p.Nk * p.D;
+    const double* V = v.data() + head * p.Nk * p.Dv;
+    for (int64_t i = 0; i < p.Nq; ++i) {
+      const int64_t n = visible_keys(i, p);
+      if (n == 0) continue;  // O row stays 0, LSE -inf
+      double m = -std::numeric_limits<double>::infinity();
+      for (int64_t j = 0; j < n; ++j) {
+        double dot = 0;
+        for (int d = 0; d < p.D; ++d) dot += Q[i * p.D + d] * K[j * p.D + d];
+        s[size_t(j)] = dot * double(p.scale);
+        m = std::max(m, s[size_t(j)]);
+      }
+      double l = 0;
+      for (int64_t j = 0; j < n; ++j) l += std::exp(s[size_t(j)] - m);
+      double* O = o.data() + (head * p.Nq + i) * p.Dv;
+      for (int64_t j = 0; j < n; ++j) {
+        const double pj = std::exp(s[size_t(j)] - m) / l;
+        for (int d = 0; d < p.Dv; ++d) O[d] += pj * V[j * p.Dv + d];
+      }
+      lse[size_t(head * p.Nq + i)] = m + std::log(l);
+    }
+  }
+}
+
+}  // namespace attnlab

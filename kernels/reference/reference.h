@@ -1,0 +1,91 @@
+// attnlab: references and the correctness rule every variant is held to.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "../common/attn_problem.h"
+#include "../common/variant.h"
+
+namespace attnlab {
+
+// Largest head dim the references handle (D and Dv).
+constexpr int kMaxReferenceHeadDim = 1024;
+
+// ---- fp32 GPU reference --------------------------------------------------
+// Deliberately simple: one block per query row, scores in fp32 from the 16-bit
+// inputs, accurate expf, two passes per chunk of keys. O_ref: [B, H, Nq, Dv]
+// fp32; lse_ref: [B, H, Nq] (-inf for a row that sees no key, whose O row is 0).
+cudaError_t reference_attention_fp32(const AttnProblem& p, const void* q, const void* k, const void* v, float* o_ref,
+                                     float* lse_ref, cudaStream_t stream);
+
+// ---- the unfused baseline ------------------------------------------------
+// cuBLAS S = scale·Q·Kᵀ, a softmax kernel, cuBLAS O = P·V, all in the input
+// precision with fp32 accumulation. S is materialised in the workspace, as
+// many heads at a time as the workspace holds. Shown as the `unfused` row.
+Variant make_unfused_baseline();
+
+// ---- inputs --------------------------------------------------------------
+// Standard-normal 16-bit values from a counter-based hash of (seed, index):
+// reproducible for a seed, different for every seed, never zeros or ones.
+cudaError_t fill_random_normal(void* x, int64_t n, DType dtype, uint64_t seed, cudaStream_t stream);
+
+// ---- comparison ----------------------------------------------------------
+struct ErrorStats {
+  double max_abs_err = 0;  // over finite elements
+  int64_t nonfinite = 0;   // elements that are NaN/Inf where the reference is finite
+                           // (or finite where the reference is -inf, for LSE)
+};
+
+// |out - ref| for a 16-bit output against the fp32 reference.
+ErrorStats compare_output(const void* out, DType dtype, const float* ref, int64_t n, cudaStream_t stream);
+// |lse - ref| for fp32 LSE; -inf must match -inf exactly.
+ErrorStats compare_lse(const float* lse, const float* lse_ref, int64_t n, cudaStream_t stream);
+// The rounding error of the reference itself in the output dtype, as
+// FlashAttention's tests measure it: max |rnd(ref + 0.3) - 0.3 - ref|.
+double output_rounding_error(const float* ref, int64_t n, DType dtype, cudaStream_t stream);
+
+// ---- the correctness rule (one function, used everywhere) ----------------
+// A variant passes when
+//   max|O - O_ref| <= 2 · max|O_unfused - O_ref| + 2 · rounding error   (FlashAttention's rule)
+//   max|LSE - LSE_ref| <= kLseTolerance
+//   and no element is NaN, Inf or unwritten (outputs are poisoned with NaN first).
+constexpr double kLseTolerance = 1e-3;
+
+struct CheckResult {
+  bool pass = false;
+  double err = 0;      // max |O - O_ref|
+  double tol = 0;      // the bound err is held to
+  double lse_err = 0;  // max |LSE - LSE_ref|
+  int64_t nonfinite = 0;
+  std::string summary() const;  // "PASS err 9.8e-04 <= 2.4e-03, lse 2.1e-06"
+};
+
+// Judges already-measured errors; `baseline_err` is the unfused error (or < 0
+// when no baseline could run, in which case the tolerance is the rounding error
+// times kNoBaselineFactor).
+constexpr double kNoBaselineFactor = 8.0;
+CheckResult judge(const ErrorStats& out, const ErrorStats& lse, double baseline_err, double rounding_err);
+
+// Everything needed to check a variant's outputs on one problem.
+struct ReferenceData {
+  const float* o_ref = nullptr;    // [B, H, Nq, Dv] fp32
+  const float* lse_ref = nullptr;  // [B, H, Nq]
+  double baseline_err = -1;        // max |O_unfused - O_ref|, < 0 if unavailable
+  double rounding_err = 0;         // output_rounding_error(o_ref)
+};
+CheckResult check_outputs(const AttnProblem& p, const void* o, const float* lse, const ReferenceData& ref,
+                          cudaStream_t stream);
+
+// Poisons O and LSE with NaN (0xFF bytes) so unwritten elements are caught.
+cudaError_t poison_outputs(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stream);
+
+// ---- CPU double-precision reference (tests) ------------------------------
+// Inputs as double, [B, H, N, D] row-major; same semantics as the GPU reference.
+void reference_attention_cpu(const AttnProblem& p, const std::vector<double>& q, const std::vector<double>& k,
+                             const std::vector<double>& v, std::vector<double>& o, std::vector<double>& lse);
+
+}  // namespace attnlab

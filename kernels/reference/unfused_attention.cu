@@ -1,0 +1,126 @@
+// attnlab: the unfused baseline — what attention costs without fusion.
+//   S = scale · Q·Kᵀ     cuBLAS, stored in the input dtype   [heads, Nq, Nk]
+//   P = softmax(S)       one block per row, in place, LSE on the side
+//   O = P · V            cuBLAS
+// Its error against the fp32 reference is also the yardstick of the check rule.
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+
+#include "reference.h"
+
+namespace attnlab {
+namespace {
+
+constexpr int kSoftmaxThreads = 256;
+
+template <typename T> __device__ __forceinline__ float load_f(const T* p);
+template <> __device__ __forceinline__ float load_f<half>(const half* p) { return __half2float(*p); }
+template <> __device__ __forceinline__ float load_f<__nv_bfloat16>(const __nv_bfloat16* p) { return __bfloat162float(*p); }
+template <typename T> __device__ __forceinline__ T from_f(float x);
+template <> __device__ __forceinline__ half from_f<half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+__device__ float block_allreduce(float x, bool is_max) {
+  __shared__ float scratch[kSoftmaxThreads / 32];
+  for (int off = 16; off > 0; off /= 2) {
+    const float y = __shfl_xor_sync(0xffffffffu, x, off);
+    x = is_max ? fmaxf(x, y) : x + y;
+  }
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = x;
+  __syncthreads();
+  float r = scratch[0];
+  for (int w = 1; w < kSoftmaxThreads / 32; ++w) r = is_max ? fmaxf(r, scratch[w]) : r + scratch[w];
+  __syncthreads();
+  return r;
+}
+
+// S rows of `first_head`.. in place -> P; one block per (head, query row).
+template <typename T>
+__global__ void softmax_rows_kernel(T* S, float* lse, AttnProblem p, int64_t first_head) {
+  const int64_t row = blockIdx.x;  // within this chunk of heads
+  const int64_t i = row % p.Nq;
+  T* s = S + row * p.Nk;
+  const int64_t n = visible_keys(i, p);  // keys >= n are masked
+  float m = -INFINITY;
+  for (int64_t j = threadIdx.x; j < n; j += kSoftmaxThreads) m = fmaxf(m, load_f(s + j));
+  m = block_allreduce(m, true);
+  float sum = 0.f;
+  for (int64_t j = threadIdx.x; j < n; j += kSoftmaxThreads) sum += expf(load_f(s + j) - m);
+  sum = block_allreduce(sum, false);
+  const float inv = sum > 0.f ? 1.f / sum : 0.f;
+  for (int64_t j = threadIdx.x; j < p.Nk; j += kSoftmaxThreads)
+    s[j] = from_f<T>(j < n ? expf(load_f(s + j) - m) * inv : 0.f);
+  if (threadIdx.x == 0) lse[first_head * p.Nq + row] = sum > 0.f ? m + logf(sum) : -INFINITY;
+}
+
+size_t score_bytes_per_head(const AttnProblem& p) { return size_t(p.Nq) * p.Nk * kInputElementBytes; }
+
+cublasHandle_t cublas_handle() {
+  static cublasHandle_t handle = [] {
+    cublasHandle_t h = nullptr;
+    cublasCreate(&h);
+    return h;
+  }();
+  return handle;
+}
+
+cudaError_t launch_unfused(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stream) {
+  const int64_t heads_per_chunk = std::min<int64_t>(p.heads(), int64_t(b.workspace_bytes / score_bytes_per_head(p)));
+  if (heads_per_chunk < 1) return cudaErrorMemoryAllocation;
+  cublasHandle_t h = cublas_handle();
+  if (!h || cublasSetStream(h, stream) != CUBLAS_STATUS_SUCCESS) return cudaErrorUnknown;
+  const cudaDataType_t type = p.dtype == DType::kFloat16 ? CUDA_R_16F : CUDA_R_16BF;
+  const float alpha_qk = p.scale, alpha_pv = 1.f, beta = 0.f;
+  const char* q = static_cast<const char*>(b.q);
+  const char* k = static_cast<const char*>(b.k);
+  const char* v = static_cast<const char*>(b.v);
+  char* o = static_cast<char*>(b.o);
+  void* S = b.workspace;
+  for (int64_t h0 = 0; h0 < p.heads(); h0 += heads_per_chunk) {
+    const int batch = int(std::min<int64_t>(heads_per_chunk, p.heads() - h0));
+    // Row-major S[Nq, Nk] = Q·Kᵀ is column-major Sᵀ[Nk, Nq] = K·Qᵀ (K and Q as D x N column-major).
+    cublasStatus_t st = cublasGemmStridedBatchedEx(
+        h, CUBLAS_OP_T, CUBLAS_OP_N, p.Nk, p.Nq, p.D, &alpha_qk, k + h0 * p.Nk * p.D * 2, type, p.D,
+        int64_t(p.Nk) * p.D, q + h0 * p.Nq * p.D * 2, type, p.D, int64_t(p.Nq) * p.D, &beta, S, type, p.Nk,
+        int64_t(p.Nq) * p.Nk, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (st != CUBLAS_STATUS_SUCCESS) return cudaErrorUnknown;
+    const unsigned rows = unsigned(int64_t(batch) * p.Nq);
+    if (p.dtype == DType::kFloat16)
+      softmax_rows_kernel<half><<<rows, kSoftmaxThreads, 0, stream>>>(static_cast<half*>(S), b.lse, p, h0);
+    else
+      softmax_rows_kernel<__nv_bfloat16><<<rows, kSoftmaxThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(S),
+                                                                                b.lse, p, h0);
+    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+    // Row-major O[Nq, Dv] = P·V is column-major Oᵀ[Dv, Nq] = Vᵀ·Pᵀ.
+    st = cublasGemmStridedBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_N, p.Dv, p.Nq, p.Nk, &alpha_pv,
+                                    v + h0 * p.Nk * p.Dv * 2, type, p.Dv, int64_t(p.Nk) * p.Dv, S, type, p.Nk,
+                                    int64_t(p.Nq) * p.Nk, &beta, o + h0 * p.Nq * p.Dv * 2, type, p.Dv,
+                                    int64_t(p.Nq) * p.Dv, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (st != CUBLAS_STATUS_SUCCESS) return cudaErrorUnknown;
+  }
+  return cudaSuccess;
+}
+
+}  // namespace
+
+Variant make_unfused_baseline() {
+  Variant v;
+  v.name = "unfused";
+  v.rung = "reference/unfused_attention";
+  v.unsupported_reason = [](const AttnProblem& p) -> std::string {
+    size_t free_bytes = 0, total = 0;
+    if (cudaMemGetInfo(&free_bytes, &total) == cudaSuccess && score_bytes_per_head(p) > free_bytes / 2)
+      return "one head's S needs " + std::to_string(score_bytes_per_head(p) >> 20) + " MiB";
+    return "";
+  };
+  // Ideally every head at once; the harness may hand over less (whole heads).
+  v.workspace_bytes = [](const AttnProblem& p) { return score_bytes_per_head(p) * size_t(p.heads()); };
+  v.launch = launch_unfused;
+  v.describe = [] { return std::string("cuBLAS Q·Kᵀ -> softmax kernel -> cuBLAS P·V, S in the input dtype"); };
+  return v;
+}
+
+}  // namespace attnlab

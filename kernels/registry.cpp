@@ -1,0 +1,32 @@
+#include <cuda_runtime.h>
+
+#include "common/variant.h"
+
+namespace attnlab {
+
+#define ATTNLAB_RUNG(x) std::vector<Variant> make_##x##_variants();
+#include "registry.inc"
+#undef ATTNLAB_RUNG
+
+const std::vector<Variant>& all_variants() {
+  static const std::vector<Variant> variants = [] {
+    std::vector<Variant> all;
+    auto append = [&all](std::vector<Variant> rung) {
+      for (auto& v : rung) all.push_back(std::move(v));
+    };
+#define ATTNLAB_RUNG(x) append(make_##x##_variants());
+#include "registry.inc"
+#undef ATTNLAB_RUNG
+    return all;
+  }();
+  return variants;
+}
+
+size_t device_smem_optin_bytes() {
+  int device = 0, bytes = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 0;
+  if (cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) return 0;
+  return size_t(bytes);
+}
+
+}  // namespace attnlab

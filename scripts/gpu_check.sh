@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The one command for the GPU machine: configure, build, run the GPU tests,
+# sanitize, and run the standard benchmark set. Logs, a summary and the CSV go
+# to $OUT when it is set (the device tool's output folder), else results/<gpu>/.
+#
+#   scripts/gpu_check.sh            # everything
+#   QUICK=1 scripts/gpu_check.sh    # skip the sanitizer and the causal benchmarks
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+build=${BUILD_DIR:-build-gpu}
+arch=${CUDA_ARCH:-90a}
+export ATTNLAB_COMMIT=${ATTNLAB_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
+
+slug=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | sed 's/^NVIDIA //; s/[^A-Za-z0-9.]\+/-/g; s/-$//')
+out=${OUT:-results/${slug:-unknown-gpu}}
+mkdir -p "$out"
+summary="$out/summary.md"
+csv="$out/bench.csv"
+rm -f "$csv"
+
+step() { printf '\n=== %s\n' "$*"; }
+
+step "configure + build (sm_$arch)"
+{ cmake -S . -B "$build" -DCMAKE_CUDA_ARCHITECTURES="$arch" -DATTNLAB_PTXAS_VERBOSE=ON &&
+  cmake --build "$build" -j "$(nproc)"; } > "$out/build.log" 2>&1
+build_rc=$?
+grep -E "error|spill|lmem" "$out/build.log" | grep -v "0 bytes spill" | head -20
+[ $build_rc -eq 0 ] || { echo "build failed (see build.log)"; tail -30 "$out/build.log"; exit 1; }
+grep -A2 "split_q_kernel" "$out/build.log" | grep -E "registers|Compiling" | sed 's/_ZN7attnlab[^ ]*SplitQConfigIL//' > "$out/ptxas_split_q.txt"
+
+step "tests (cpu + gpu)"
+ctest --test-dir "$build" --output-on-failure 2>&1 | tee "$out/tests.log" | tail -8
+"$build/test_gpu_variants" > "$out/gpu_variants.log" 2>&1
+tests_line=$(tail -1 "$out/gpu_variants.log")
+echo "gpu variants: $tests_line"
+
+if [ -z "${QUICK:-}" ] && command -v compute-sanitizer >/dev/null; then
+  step "compute-sanitizer (memcheck, racecheck) on ragged shapes"
+  for tool in memcheck racecheck; do
+    for shape in "--Nq 129 --Nk 77 --D 64 --causal" "--Nq 17 --Nk 200 --D 256" "--N 1 --D 32 --dtype bf16"; do
+      compute-sanitizer --tool $tool --error-exitcode 9 "$build/flash_attn_mma" --B 1 --H 2 $shape \
+        --iters 1 --warmup 0 --check --show-all > "$out/sanitizer.log" 2>&1
+      rc=$?
+      echo "$tool $shape: rc=$rc $(grep -E 'ERROR SUMMARY' "$out/sanitizer.log" | tail -1)"
+    done
+  done 2>&1 | tee "$out/sanitizer_summary.txt"
+fi
+
+step "benchmarks"
+: > "$out/bench.txt"
+bench() {
+  "$build/flash_attn_mma" "$@" --check --torch --show-all --iters 20 --warmup 3 --csv "$csv" 2>&1 | tee -a "$out/bench.txt"
+}
+for D in 64 128 256; do
+  bench --B 1 --H 8 --N 8192 --D $D
+  [ -n "${QUICK:-}" ] || bench --B 1 --H 8 --N 8192 --D $D --causal
+done
+[ -n "${QUICK:-}" ] || bench --B 1 --H 8 --N 8192 --D 64 --dtype bf16
+
+step "summary -> $summary"
+{
+  echo "# attnlab GPU check"
+  echo
+  echo "- GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)"
+  echo "- CUDA: $(nvcc --version | tail -1)"
+  echo "- commit: $ATTNLAB_COMMIT"
+  echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "- GPU variant tests: $tests_line"
+  echo "- ctest: $(grep -E 'tests passed' "$out/tests.log")"
+  [ -f "$out/sanitizer_summary.txt" ] && { echo "- compute-sanitizer:"; sed 's/^/  - /' "$out/sanitizer_summary.txt"; }
+  echo
+  echo "## Benchmarks (fp16 unless noted; TFLOPS = 2·B·H·(D+Dv)·unmasked pairs / median time)"
+  echo
+  echo "| variant | B,H,N,D | dtype | causal | ms | TFLOPS | check |"
+  echo "|---|---|---|---|---|---|---|"
+  tail -n +2 "$csv" | awk -F, '{printf "| %s | %s,%s,%s,%s | %s | %s | %s | %s | %s |\n", $6, $7, $8, $9, $11, $13, $14, $15, $16, $17}'
+  echo
+  echo "## Registers (ptxas, sm_$arch)"
+  echo
+  echo '```'
+  cat "$out/ptxas_split_q.txt"
+  echo '```'
+} > "$summary"
+cat "$summary"
+grep -q " 0 failed" <<<"$tests_line"

@@ -1,0 +1,73 @@
+// flash_attn_mma's option parsing and its error messages.
+#include "cli.h"
+#include "testing.h"
+
+using namespace attnlab;
+
+namespace {
+ParseResult parse(std::vector<std::string> args) { return parse_args(args); }
+}  // namespace
+
+TEST_CASE(cli_defaults_and_shape_flags) {
+  const ParseResult r = parse({"--B", "2", "--H", "8", "--N", "8192", "--D", "64"});
+  EXPECT_TRUE(r.ok());
+  EXPECT_EQ(r.options.B, 2);
+  EXPECT_EQ(r.options.Nq, 8192);
+  EXPECT_EQ(r.options.Nk, 8192);
+  EXPECT_EQ(r.options.Dv, 64);
+  EXPECT_TRUE(r.options.dtype == DType::kFloat16);
+  EXPECT_TRUE(!r.options.causal && !r.options.check && !r.options.torch);
+  const AttnProblem p = to_problem(r.options);
+  EXPECT_NEAR(p.scale, 0.125, 1e-7);
+}
+
+TEST_CASE(cli_nq_nk_dv_override) {
+  const ParseResult r = parse({"--N=100", "--Nq", "17", "--Dv", "32", "--D", "128", "--dtype", "bf16", "--causal"});
+  EXPECT_TRUE(r.ok());
+  EXPECT_EQ(r.options.Nq, 17);
+  EXPECT_EQ(r.options.Nk, 100);
+  EXPECT_EQ(r.options.D, 128);
+  EXPECT_EQ(r.options.Dv, 32);
+  EXPECT_TRUE(r.options.dtype == DType::kBFloat16);
+  EXPECT_TRUE(r.options.causal);
+}
+
+TEST_CASE(cli_run_flags) {
+  const ParseResult r = parse({"--iters", "5", "--warmup", "0", "--seed", "42", "--check", "--show-all", "--variant",
+                               "split-q*", "--csv", "out.csv", "--torch"});
+  EXPECT_TRUE(r.ok());
+  EXPECT_EQ(r.options.iters, 5);
+  EXPECT_EQ(r.options.warmup, 0);
+  EXPECT_EQ(r.options.seed, uint64_t(42));
+  EXPECT_TRUE(r.options.seed_given && r.options.check && r.options.show_all && r.options.torch);
+  EXPECT_EQ(r.options.variant_glob, std::string("split-q*"));
+  EXPECT_EQ(r.options.csv, std::string("out.csv"));
+}
+
+TEST_CASE(cli_errors_name_the_problem) {
+  EXPECT_CONTAINS(parse({"--D", "0"}).error, "--D must be between 1 and 1024");
+  EXPECT_CONTAINS(parse({"--D", "2000"}).error, "--D must be between 1 and 1024");
+  EXPECT_CONTAINS(parse({"--N", "-5"}).error, "--N must be between 1");
+  EXPECT_CONTAINS(parse({"--dtype", "fp8"}).error, "--dtype must be fp16 or bf16, got 'fp8'");
+  EXPECT_CONTAINS(parse({"--B", "abc"}).error, "--B expects an integer, got 'abc'");
+  EXPECT_CONTAINS(parse({"--B", "3x"}).error, "--B expects an integer");
+  EXPECT_CONTAINS(parse({"--H", "99999999999999999999"}).error, "--H expects an integer");
+  EXPECT_CONTAINS(parse({"--frobnicate"}).error, "unknown option '--frobnicate'");
+  EXPECT_CONTAINS(parse({"--N"}).error, "--N needs a value");
+  EXPECT_CONTAINS(parse({"--causal=1"}).error, "--causal takes no value");
+  EXPECT_CONTAINS(parse({"--seed", "-1"}).error, "--seed expects a non-negative integer");
+  EXPECT_CONTAINS(parse({"--iters", "0"}).error, "--iters must be between 1");
+  for (const char* bad : {"--D", "--N", "--B", "--dtype", "--frobnicate"}) {
+    const std::string e = parse({bad, "0"}).error;
+    EXPECT_TRUE(!e.empty() && e.find('\n') == std::string::npos);  // one line
+  }
+}
+
+TEST_CASE(glob_matching) {
+  EXPECT_TRUE(glob_match("*", "split-q+stage2"));
+  EXPECT_TRUE(glob_match("split-q*", "split-q+stage1"));
+  EXPECT_TRUE(glob_match("*stage?", "split-q+stage2"));
+  EXPECT_TRUE(!glob_match("split-kv*", "split-q+stage2"));
+  EXPECT_TRUE(glob_match("split-q+stage2", "split-q+stage2"));
+  EXPECT_TRUE(!glob_match("split-q+stage", "split-q+stage2"));
+}

@@ -1,0 +1,160 @@
+// GPU tests (ctest -L gpu): every registered variant, both dtypes, causal and
+// not, odd sizes and Nq != Nk, every head dim a variant claims, against the fp32
+// reference with the project's one check rule. Fresh inputs for every problem.
+// Also: the fp32 GPU reference against the CPU double reference, and negative
+// controls showing the check does fail on unwritten or wrong outputs.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+#include "runner.h"
+
+using namespace attnlab;
+
+namespace {
+
+int passed = 0, failed = 0;
+
+void record(bool ok, const std::string& what) {
+  if (ok) ++passed;
+  else {
+    ++failed;
+    std::printf("FAIL %s\n", what.c_str());
+  }
+}
+
+std::vector<double> to_host_double(const void* dev, int64_t n, DType dtype) {
+  std::vector<uint16_t> raw(static_cast<size_t>(n));
+  cudaMemcpy(raw.data(), dev, size_t(n) * 2, cudaMemcpyDeviceToHost);
+  std::vector<double> out(static_cast<size_t>(n));
+  for (size_t i = 0; i < raw.size(); ++i) {
+    if (dtype == DType::kFloat16) out[i] = __half2float(__half(__half_raw{raw[i]}));
+    else out[i] = __bfloat162float(__nv_bfloat16(__nv_bfloat16_raw{raw[i]}));
+  }
+  return out;
+}
+
+AttnProblem make(int B, int H, int nq, int nk, int d, int dv, DType dtype, bool causal) {
+  AttnProblem p;
+  p.B = B;
+  p.H = H;
+  p.Nq = nq;
+  p.Nk = nk;
+  p.D = d;
+  p.Dv = dv;
+  p.dtype = dtype;
+  p.causal = causal;
+  p.scale = default_scale(d);
+  return p;
+}
+
+bool alloc_and_prepare(const AttnProblem& p, ProblemBuffers& bufs, uint64_t seed, cudaStream_t s, ReferenceData* ref) {
+  const size_t s_head = size_t(p.Nq) * p.Nk * 2;
+  std::string e = bufs.allocate(p, true, s_head * size_t(p.heads()), s_head, s_head);
+  if (e.empty()) e = prepare_inputs(p, bufs, seed, true, s, ref);
+  if (!e.empty()) std::printf("setup error for %s: %s\n", p.shape_string().c_str(), e.c_str());
+  return e.empty();
+}
+
+// The fp32 GPU reference agrees with the CPU double reference.
+void reference_matches_cpu(cudaStream_t s, uint64_t& seed) {
+  for (bool causal : {false, true})
+    for (auto [nq, nk] : {std::pair{37, 53}, std::pair{53, 37}, std::pair{1, 1}, std::pair{70, 1500}}) {
+      const AttnProblem p = make(2, 2, nq, nk, 40, 24, DType::kBFloat16, causal);
+      ProblemBuffers bufs;
+      ReferenceData ref;
+      if (!alloc_and_prepare(p, bufs, ++seed, s, &ref)) { record(false, "reference setup"); continue; }
+      const AttnBuffers b = bufs.attn();
+      std::vector<double> o, lse;
+      reference_attention_cpu(p, to_host_double(b.q, p.q_elems(), p.dtype), to_host_double(b.k, p.k_elems(), p.dtype),
+                              to_host_double(b.v, p.v_elems(), p.dtype), o, lse);
+      std::vector<float> o_gpu(o.size()), lse_gpu(lse.size());
+      cudaMemcpy(o_gpu.data(), bufs.o_ref, o_gpu.size() * 4, cudaMemcpyDeviceToHost);
+      cudaMemcpy(lse_gpu.data(), bufs.lse_ref, lse_gpu.size() * 4, cudaMemcpyDeviceToHost);
+      double err = 0, lse_err = 0;
+      bool inf_ok = true;
+      for (size_t i = 0; i < o.size(); ++i) err = std::max(err, std::fabs(o[i] - o_gpu[i]));
+      for (size_t i = 0; i < lse.size(); ++i) {
+        if (std::isinf(lse[i])) inf_ok = inf_ok && std::isinf(lse_gpu[i]) && lse_gpu[i] < 0;
+        else lse_err = std::max(lse_err, std::fabs(lse[i] - lse_gpu[i]));
+      }
+      char what[160];
+      std::snprintf(what, sizeof what, "fp32 reference vs CPU, %s: O err %.2e, LSE err %.2e", p.shape_string().c_str(),
+                    err, lse_err);
+      record(err < 1e-5 && lse_err < 1e-5 && inf_ok, what);
+    }
+}
+
+// The check must be able to fail: untouched (poisoned) outputs and a wrong
+// answer (another seed's output) are both rejected.
+void check_can_fail(cudaStream_t s, uint64_t& seed) {
+  const AttnProblem p = make(1, 2, 129, 129, 64, 64, DType::kFloat16, false);
+  ProblemBuffers bufs;
+  ReferenceData ref;
+  if (!alloc_and_prepare(p, bufs, ++seed, s, &ref)) { record(false, "negative control setup"); return; }
+  const AttnBuffers b = bufs.attn();
+  poison_outputs(p, b, s);
+  record(!check_outputs(p, b.o, b.lse, ref, s).pass, "poisoned output must FAIL the check");
+  // Correct output for other inputs: finite everywhere, and wrong.
+  ProblemBuffers other;
+  ReferenceData other_ref;
+  if (!alloc_and_prepare(p, other, ++seed, s, &other_ref)) return;
+  static const Variant unfused = make_unfused_baseline();
+  const AttnBuffers ob = other.attn();
+  unfused.launch(p, ob, s);
+  cudaStreamSynchronize(s);
+  record(!check_outputs(p, ob.o, ob.lse, ref, s).pass, "another input's output must FAIL the check");
+}
+
+}  // namespace
+
+int main() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::printf("no CUDA GPU found; GPU tests need one\n0 passed, 1 failed\n");
+    return 1;
+  }
+  cudaStream_t s;
+  cudaStreamCreate(&s);
+  uint64_t seed = 20261129;
+
+  reference_matches_cpu(s, seed);
+  check_can_fail(s, seed);
+
+  const std::pair<int, int> sizes[] = {{1, 1},     {17, 17},   {127, 127}, {129, 129},  {1000, 1000}, {4096, 4096},
+                                       {17, 1000}, {1000, 17}, {129, 4096}, {4096, 129}, {1, 4096}};
+  const int head_dims[] = {32, 64, 96, 128, 256};
+  for (auto [nq, nk] : sizes)
+    for (int d : head_dims)
+      for (DType dtype : {DType::kFloat16, DType::kBFloat16})
+        for (bool causal : {false, true}) {
+          const bool big = nq >= 4096 || nk >= 4096;
+          const AttnProblem p = make(big ? 1 : 2, big ? 2 : 3, nq, nk, d, d, dtype, causal);
+          bool any = false;
+          for (const Variant& v : all_variants()) any = any || v.unsupported_reason(p).empty();
+          if (!any) continue;
+          ProblemBuffers bufs;
+          ReferenceData ref;
+          if (!alloc_and_prepare(p, bufs, ++seed, s, &ref)) { record(false, "setup " + p.shape_string()); continue; }
+          for (const Variant& v : all_variants()) {
+            if (!v.unsupported_reason(p).empty()) continue;
+            const RunOutcome r = run_and_check(v, p, bufs, &ref, s);
+            const std::string what = v.name + " " + p.shape_string() + ": " +
+                                     (r.error.empty() ? r.check.summary() : r.error);
+            record(r.error.empty() && r.checked && r.check.pass, what);
+            if (!r.error.empty() && cudaDeviceSynchronize() != cudaSuccess) {
+              std::printf("fatal GPU error, stopping\n%d passed, %d failed\n", passed, failed + 1);
+              return 1;
+            }
+          }
+        }
+  std::printf("%d passed, %d failed\n", passed, failed);
+  return failed == 0 && passed > 0 ? 0 : 1;
+}
