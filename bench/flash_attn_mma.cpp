@@ -18,7 +18,7 @@ namespace {
 
 struct Row {
   std::string name;
-  std::string status;  // PASS, FAIL, unchecked, unsupported, error
+  std::string status;  // PASS, FAIL, baseline, unchecked, unsupported, error
   std::string note;    // check summary, the unsupported reason or the error
   RunOutcome outcome;
   Timing timing;
@@ -132,9 +132,12 @@ int main(int argc, char** argv) {
   const int width = 140, pad = std::max(0, width - int(std::string(banner).size())) / 2;
   const std::string rule_l(size_t(pad), '-'), rule_r(size_t(std::max(0, width - pad - int(std::string(banner).size()))), '-');
   std::printf("%s%s%s\n", rule_l.c_str(), banner, rule_r.c_str());
-  if (opt.check)
-    std::printf("%32s  fp32 reference; unfused baseline error %s; tolerance = 2 x that + 2 x rounding (%.2e)\n", "check:",
-                ref.baseline_err >= 0 ? (std::to_string(ref.baseline_err).c_str()) : "unavailable", ref.rounding_err);
+  if (opt.check) {
+    char baseline[32] = "unavailable";
+    if (ref.baseline_err >= 0) std::snprintf(baseline, sizeof baseline, "%.2e", ref.baseline_err);
+    std::printf("%32s  vs fp32 reference; pass: err <= 2 x unfused err (%s) + 2 x rounding (%.2e), lse <= %.0e\n",
+                "check", baseline, ref.rounding_err, kLseTolerance);
+  }
 
   std::vector<Row> rows;
   double best = 0;
@@ -161,7 +164,14 @@ int main(int argc, char** argv) {
           r.gain_pct = best > 0 ? (r.tflops / best - 1.0) * 100.0 : 0.0;
           best = r.tflops;
         }
-        if (r.outcome.checked) {
+        if (r.outcome.checked && v == &unfused) {
+          // The yardstick of the check rule is not judged by it: its S is stored
+          // in 16 bits, so its LSE is only as good as those scores.
+          char note[96];
+          std::snprintf(note, sizeof note, "baseline err %.2e, lse %.2e", r.outcome.check.err, r.outcome.check.lse_err);
+          r.status = "baseline";
+          r.note = note;
+        } else if (r.outcome.checked) {
           r.status = r.outcome.check.pass ? "PASS" : "FAIL";
           r.note = r.outcome.check.summary();
           failures += r.outcome.check.pass ? 0 : 1;
