@@ -24,6 +24,23 @@ std::string parse_int(const std::string& flag, const std::string& text, long lo,
   return "";
 }
 
+// Comma-separated integers, each in range.
+std::string parse_int_list(const std::string& flag, const std::string& text, long lo, long hi, std::vector<int>* out) {
+  std::vector<int> values;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = text.find(',', start);
+    const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    int v = 0;
+    if (std::string e = parse_int(flag, item, lo, hi, &v); !e.empty()) return e;
+    values.push_back(v);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  *out = values;
+  return "";
+}
+
 }  // namespace
 
 std::string usage() {
@@ -45,7 +62,15 @@ usage: flash_attn_mma [options]
   --show-all        show every row (default: only rows that beat the best so far,
                     plus failures and unsupported rows)
   --variant GLOB    run only variants whose name matches, e.g. 'split-q*'
-  --torch           include the unfused baseline row (cuBLAS + softmax + cuBLAS)
+  --torch           include the unfused baselines: `unfused` (cuBLAS + softmax +
+                    cuBLAS) and, in a torch build, `torch(unfused)`
+  --sdpa            include torch's SDPA backends: sdpa(flash) (FA2), sdpa(cudnn),
+                    sdpa(efficient) (needs a build that found PyTorch)
+  --reference R     fp32 (attnlab's fp32 GPU reference, default) | torch (torch's
+                    math SDPA on fp32 copies; needs a torch build)
+  --sweep           run a grid of shapes (B, H as given) and print one line per
+                    shape; rows go to --csv. Grid: --sweep-N 1024,...,32768
+                    --sweep-D 32,64,128,256,512,1024 --sweep-causal 0,1
   --csv FILE        append every row to FILE (with GPU, driver, CUDA, commit, date)
   --list            list the variants and their tile configurations
   --help            this text
@@ -120,6 +145,18 @@ ParseResult parse_args(const std::vector<std::string>& args) {
     else if (flag == "--check") bool_flag(&o.check);
     else if (flag == "--show-all" || flag == "--show") bool_flag(&o.show_all);
     else if (flag == "--torch") bool_flag(&o.torch);
+    else if (flag == "--sdpa") bool_flag(&o.sdpa);
+    else if (flag == "--sweep") bool_flag(&o.sweep);
+    else if (flag == "--sweep-N") { if (take_value()) r.error = parse_int_list(flag, value, 1, kMaxSeqLen, &o.sweep_N); }
+    else if (flag == "--sweep-D") { if (take_value()) r.error = parse_int_list(flag, value, 1, kMaxHeadDim, &o.sweep_D); }
+    else if (flag == "--sweep-causal") { if (take_value()) r.error = parse_int_list(flag, value, 0, 1, &o.sweep_causal); }
+    else if (flag == "--reference") {
+      if (take_value()) {
+        if (value == "fp32") o.torch_reference = false;
+        else if (value == "torch") o.torch_reference = true;
+        else r.error = "--reference must be fp32 or torch, got '" + value + "'";
+      }
+    }
     else if (flag == "--list") bool_flag(&o.list);
     else if (flag == "--help" || flag == "-h") bool_flag(&o.help);
     else r.error = "unknown option '" + args[i] + "' (see --help)";

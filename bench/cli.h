@@ -20,7 +20,13 @@ struct Options {
   bool seed_given = false;
   bool check = false;
   bool show_all = false;
-  bool torch = false;  // include the unfused baseline row
+  bool torch = false;  // include the unfused baseline rows
+  bool sdpa = false;   // include torch's SDPA backends (needs a torch build)
+  bool torch_reference = false;  // --reference torch: check against torch's fp32 math SDPA
+  bool sweep = false;  // run the grid below instead of one shape
+  std::vector<int> sweep_N = {1024, 2048, 4096, 8192, 16384, 32768};
+  std::vector<int> sweep_D = {32, 64, 128, 256, 512, 1024};
+  std::vector<int> sweep_causal = {0, 1};
   bool list = false;
   bool help = false;
   std::string variant_glob = "*";

@@ -1,5 +1,7 @@
 #include "runner.h"
 
+#include "torch_peers.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -11,6 +13,14 @@ namespace attnlab {
 
 std::string cuda_error_text(const char* what, cudaError_t err) {
   return std::string(what) + ": " + cudaGetErrorString(err);
+}
+
+std::string launch_error_text(const Variant& v, cudaError_t err) {
+  if (v.last_error) {
+    const std::string detail = v.last_error();
+    if (!detail.empty()) return detail;
+  }
+  return cudaGetErrorString(err);
 }
 
 ProblemBuffers::~ProblemBuffers() {
@@ -96,7 +106,7 @@ AttnBuffers ProblemBuffers::attn() const {
 }
 
 std::string prepare_inputs(const AttnProblem& p, ProblemBuffers& bufs, uint64_t seed, bool with_reference,
-                           cudaStream_t stream, ReferenceData* ref) {
+                           cudaStream_t stream, ReferenceData* ref, bool torch_ref) {
   const AttnBuffers b = bufs.attn();
   // Three independent streams of numbers from one seed.
   cudaError_t e = fill_random_normal(const_cast<void*>(b.q), p.q_elems(), p.dtype, seed * 3 + 0, stream);
@@ -105,8 +115,14 @@ std::string prepare_inputs(const AttnProblem& p, ProblemBuffers& bufs, uint64_t 
   if (e != cudaSuccess) return cuda_error_text("filling inputs", e);
   if (!with_reference) return "";
 
-  e = reference_attention_fp32(p, b.q, b.k, b.v, bufs.o_ref, bufs.lse_ref, stream);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+  if (torch_ref) {
+    if (std::string err = torch_reference(p, b.q, b.k, b.v, bufs.o_ref, bufs.lse_ref, stream); !err.empty())
+      return "torch reference: " + err;
+    e = cudaStreamSynchronize(stream);
+  } else {
+    e = reference_attention_fp32(p, b.q, b.k, b.v, bufs.o_ref, bufs.lse_ref, stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+  }
   if (e != cudaSuccess) return cuda_error_text("fp32 reference", e);
   ref->o_ref = bufs.o_ref;
   ref->lse_ref = bufs.lse_ref;
@@ -133,7 +149,7 @@ RunOutcome run_and_check(const Variant& v, const AttnProblem& p, const ProblemBu
   if (e == cudaSuccess) e = v.launch(p, b, stream);
   if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
   if (e != cudaSuccess) {
-    out.error = cuda_error_text(v.name.c_str(), e);
+    out.error = launch_error_text(v, e);
     return out;
   }
   if (ref) {
@@ -160,8 +176,9 @@ RunOutcome run_and_check(const Variant& v, const AttnProblem& p, const ProblemBu
 std::string time_variant(const Variant& v, const AttnProblem& p, const ProblemBuffers& bufs, int warmup, int iters,
                          cudaStream_t stream, Timing* out) {
   const AttnBuffers b = bufs.attn();
+  const auto& launch = v.launch_timed ? v.launch_timed : v.launch;
   for (int i = 0; i < warmup; ++i)
-    if (cudaError_t e = v.launch(p, b, stream); e != cudaSuccess) return cuda_error_text(v.name.c_str(), e);
+    if (cudaError_t e = launch(p, b, stream); e != cudaSuccess) return launch_error_text(v, e);
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
@@ -170,11 +187,11 @@ std::string time_variant(const Variant& v, const AttnProblem& p, const ProblemBu
   for (int i = 0; i < iters && err.empty(); ++i) {
     cudaMemsetAsync(bufs.flush, i & 0xff, bufs.flush_bytes, stream);  // evict L2 (not timed)
     cudaEventRecord(start, stream);
-    cudaError_t e = v.launch(p, b, stream);
+    cudaError_t e = launch(p, b, stream);
     cudaEventRecord(stop, stream);
     if (e == cudaSuccess) e = cudaEventSynchronize(stop);
     if (e == cudaSuccess) e = cudaEventElapsedTime(&ms[size_t(i)], start, stop);
-    if (e != cudaSuccess) err = cuda_error_text(v.name.c_str(), e);
+    if (e != cudaSuccess) err = launch_error_text(v, e);
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);

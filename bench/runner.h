@@ -44,10 +44,11 @@ class ProblemBuffers {
 };
 
 // Fills Q, K, V with fresh standard-normal values from `seed`; with
-// `with_reference`, computes O_ref/LSE_ref and the unfused baseline's error.
-// Returns "" or a one-line error.
+// `with_reference`, computes O_ref/LSE_ref (attnlab's fp32 GPU reference, or
+// torch's fp32 math SDPA with `torch_reference`) and the unfused baseline's
+// error. Returns "" or a one-line error.
 std::string prepare_inputs(const AttnProblem& p, ProblemBuffers& bufs, uint64_t seed, bool with_reference,
-                           cudaStream_t stream, ReferenceData* ref);
+                           cudaStream_t stream, ReferenceData* ref, bool torch_reference = false);
 
 struct RunOutcome {
   std::string error;     // a CUDA error, one line ("" when it ran)
@@ -68,7 +69,9 @@ struct Timing {
 std::string time_variant(const Variant& v, const AttnProblem& p, const ProblemBuffers& bufs, int warmup, int iters,
                          cudaStream_t stream, Timing* out);
 
-// "error: <what>: <cuda message>" style text for a CUDA error.
+// "<what>: <cuda message>" for a CUDA error.
 std::string cuda_error_text(const char* what, cudaError_t err);
+// The variant's own message for a failed launch if it has one, else CUDA's.
+std::string launch_error_text(const Variant& v, cudaError_t err);
 
 }  // namespace attnlab

@@ -22,15 +22,19 @@ rm -f "$csv"
 step() { printf '\n=== %s\n' "$*"; }
 
 step "configure + build (sm_$arch)"
-{ cmake -S . -B "$build" -DCMAKE_CUDA_ARCHITECTURES="$arch" -DATTNLAB_PTXAS_VERBOSE=ON &&
+# With PyTorch when the python3 on PATH has it; without, if its CMake config fails.
+{ cmake -S . -B "$build" -DCMAKE_CUDA_ARCHITECTURES="$arch" -DATTNLAB_PTXAS_VERBOSE=ON ||
+  { echo "configure with torch failed; retrying without"; rm -rf "$build";
+    cmake -S . -B "$build" -DCMAKE_CUDA_ARCHITECTURES="$arch" -DATTNLAB_PTXAS_VERBOSE=ON -DATTNLAB_WITH_TORCH=OFF; } &&
   cmake --build "$build" -j "$(nproc)"; } > "$out/build.log" 2>&1
 build_rc=$?
-grep -E "error|spill|lmem" "$out/build.log" | grep -v "0 bytes spill" | head -20
+grep -E "attnlab:|error|spill|lmem|retrying" "$out/build.log" | grep -v "0 bytes spill" | head -20
 [ $build_rc -eq 0 ] || { echo "build failed (see build.log)"; tail -30 "$out/build.log"; exit 1; }
 grep -A2 "split_q_kernel" "$out/build.log" | grep -E "registers|Compiling" | sed 's/_ZN7attnlab[^ ]*SplitQConfigIL//' > "$out/ptxas_split_q.txt"
 
 step "tests (cpu + gpu)"
 ctest --test-dir "$build" --output-on-failure 2>&1 | tee "$out/tests.log" | tail -8
+python_line=$(grep -E "[0-9]+ passed" "$out/tests.log" | grep -vE "^[0-9]+ passed, [0-9]+ failed$" | tail -1)
 "$build/test_gpu_variants" > "$out/gpu_variants.log" 2>&1
 tests_line=$(tail -1 "$out/gpu_variants.log")
 echo "gpu variants: $tests_line"
@@ -49,14 +53,27 @@ fi
 
 step "benchmarks"
 : > "$out/bench.txt"
+peers=(--torch)
+"$build/flash_attn_mma" --list --sdpa >/dev/null 2>&1 && peers+=(--sdpa)
 bench() {
-  "$build/flash_attn_mma" "$@" --check --torch --show-all --iters 20 --warmup 3 --csv "$csv" 2>&1 | tee -a "$out/bench.txt"
+  "$build/flash_attn_mma" "$@" "${peers[@]}" --check --show-all --iters 20 --warmup 3 --csv "$csv" 2>&1 | tee -a "$out/bench.txt"
 }
 for D in 64 128 256; do
   bench --B 1 --H 8 --N 8192 --D $D
   [ -n "${QUICK:-}" ] || bench --B 1 --H 8 --N 8192 --D $D --causal
 done
-[ -n "${QUICK:-}" ] || bench --B 1 --H 8 --N 8192 --D 64 --dtype bf16
+if [ -z "${QUICK:-}" ]; then
+  bench --B 1 --H 8 --N 8192 --D 64 --dtype bf16
+  bench --B 1 --H 8 --N 8192 --D 512
+  bench --B 1 --H 8 --N 8192 --D 1024
+  bench --B 4 --H 16 --N 4096 --D 128
+  bench --B 1 --H 8 --Nq 1000 --Nk 8192 --D 128 --causal
+fi
+
+if [ -n "${SWEEP:-}" ]; then
+  step "sweep"
+  SWEEP_OUT="$out" NO_PLOTS=1 BUILD_DIR="$build" scripts/sweep 2>&1 | tee "$out/sweep.txt" | grep -E "^\[|sweep" | tail -80
+fi
 
 step "summary -> $summary"
 {
@@ -68,13 +85,15 @@ step "summary -> $summary"
   echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "- GPU variant tests: $tests_line"
   echo "- ctest: $(grep -E 'tests passed' "$out/tests.log")"
+  echo "- pytest (tests/python): ${python_line:-not run}"
+  echo "- torch: $(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null || echo none)"
   [ -f "$out/sanitizer_summary.txt" ] && { echo "- compute-sanitizer:"; sed 's/^/  - /' "$out/sanitizer_summary.txt"; }
   echo
   echo "## Benchmarks (fp16 unless noted; TFLOPS = 2·B·H·(D+Dv)·unmasked pairs / median time)"
   echo
-  echo "| variant | B,H,N,D | dtype | causal | ms | TFLOPS | check |"
-  echo "|---|---|---|---|---|---|---|"
-  tail -n +2 "$csv" | awk -F, '{printf "| %s | %s,%s,%s,%s | %s | %s | %s | %s | %s |\n", $6, $7, $8, $9, $11, $13, $14, $15, $16, $17}'
+  echo "| variant | B,H,Nq,Nk,D | dtype | causal | ms | TFLOPS | x best peer | status |"
+  echo "|---|---|---|---|---|---|---|---|"
+  tail -n +2 "$csv" | awk -F, '{printf "| %s | %s,%s,%s,%s,%s | %s | %s | %s | %s | %s | %s |\n", $6, $8, $9, $10, $11, $12, $14, $15, $16, $17, $18, $19}'
   echo
   echo "## Registers (ptxas, sm_$arch)"
   echo
@@ -83,4 +102,7 @@ step "summary -> $summary"
   echo '```'
 } > "$summary"
 cat "$summary"
-grep -q " 0 failed" <<<"$tests_line"
+# Everything but the headline files goes into one archive (the device returns 8 files).
+tar -czf "$out/logs.tar.gz" -C "$out" $(cd "$out" && ls | grep -vE '^(summary.md|bench.csv|bench.txt|fwd.csv|sweep.txt|logs.tar.gz)$') 2>/dev/null &&
+  (cd "$out" && ls | grep -vE '^(summary.md|bench.csv|bench.txt|fwd.csv|sweep.txt|logs.tar.gz)$' | xargs rm -f)
+grep -q " 0 failed" <<<"$tests_line" && grep -q "100% tests passed" "$out/tests.log"

@@ -28,6 +28,16 @@ struct Variant {
   std::function<cudaError_t(const AttnProblem&, const AttnBuffers&, cudaStream_t)> launch;
   // One line for `--list`: tile shape, warps, stages, shared memory, head dims.
   std::function<std::string()> describe;
+
+  // --- optional, for peers (library baselines) ---------------------------
+  // Peers are what the rungs are measured against: the unfused baseline and
+  // the torch rows. Rungs get a ratio to the best peer of the same run.
+  bool is_peer = false;
+  // What the timed loop calls, when it differs from `launch` (e.g. a library
+  // call without the copy into AttnBuffers that `launch` does for the check).
+  std::function<cudaError_t(const AttnProblem&, const AttnBuffers&, cudaStream_t)> launch_timed;
+  // A readable message for the last failed launch (e.g. the library's own).
+  std::function<std::string()> last_error;
 };
 
 // Every registered variant, in ladder order.

@@ -119,6 +119,7 @@ Variant make_unfused_baseline() {
   // Ideally every head at once; the harness may hand over less (whole heads).
   v.workspace_bytes = [](const AttnProblem& p) { return score_bytes_per_head(p) * size_t(p.heads()); };
   v.launch = launch_unfused;
+  v.is_peer = true;
   v.describe = [] { return std::string("cuBLAS Q·Kᵀ -> softmax kernel -> cuBLAS P·V, S in the input dtype"); };
   return v;
 }

@@ -63,6 +63,23 @@ TEST_CASE(cli_errors_name_the_problem) {
   }
 }
 
+TEST_CASE(cli_peers_reference_and_sweep) {
+  const ParseResult r = parse({"--sdpa", "--reference", "torch", "--sweep", "--sweep-N", "1024,8192", "--sweep-D",
+                               "64", "--sweep-causal", "1"});
+  EXPECT_TRUE(r.ok());
+  EXPECT_TRUE(r.options.sdpa && r.options.torch_reference && r.options.sweep);
+  EXPECT_TRUE(r.options.sweep_N == std::vector<int>({1024, 8192}));
+  EXPECT_TRUE(r.options.sweep_D == std::vector<int>({64}));
+  EXPECT_TRUE(r.options.sweep_causal == std::vector<int>({1}));
+  const Options defaults = parse({}).options;
+  EXPECT_EQ(defaults.sweep_N.size(), size_t(6));
+  EXPECT_EQ(defaults.sweep_D.back(), 1024);
+  EXPECT_CONTAINS(parse({"--reference", "cpu"}).error, "--reference must be fp32 or torch");
+  EXPECT_CONTAINS(parse({"--sweep-N", "1024,,2048"}).error, "--sweep-N expects an integer");
+  EXPECT_CONTAINS(parse({"--sweep-D", "64,2048"}).error, "--sweep-D must be between 1 and 1024");
+  EXPECT_CONTAINS(parse({"--sweep-causal", "2"}).error, "--sweep-causal must be between 0 and 1");
+}
+
 TEST_CASE(glob_matching) {
   EXPECT_TRUE(glob_match("*", "split-q+stage2"));
   EXPECT_TRUE(glob_match("split-q*", "split-q+stage1"));

@@ -29,6 +29,13 @@ expect_error 2 "--B expects an integer, got 'abc'" --B abc
 expect_error 2 "unknown option" --bogus
 expect_error 2 "no variant matches" --variant 'no-such-variant*'
 
+# Without torch in the build, --sdpa says so; with torch, --list shows the SDPA rows.
+if "$bin" --list --sdpa >/dev/null 2>&1; then
+  if "$bin" --list --sdpa | grep -q "sdpa(flash)"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAILED: --list --sdpa"; fi
+else
+  expect_error 2 "this build has none" --sdpa
+fi
+
 # --help and --list need no GPU.
 if "$bin" --help | grep -q -- "--causal"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAILED: --help"; fi
 if "$bin" --list | grep -q "split-q+stage2"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAILED: --list"; fi

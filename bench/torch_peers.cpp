@@ -1,0 +1,223 @@
+// attnlab: PyTorch peers (see torch_peers.h). Every row wraps the harness's own
+// device buffers with at::from_blob (no copies of the inputs) and runs on the
+// harness's stream, so its CUDA-event timing is the same as for the rungs.
+#include "torch_peers.h"
+
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/version.h>
+
+#include <limits>
+#include <map>
+#include <memory>
+#include <tuple>
+
+namespace attnlab {
+namespace {
+
+at::ScalarType scalar_type(DType t) { return t == DType::kFloat16 ? at::kHalf : at::kBFloat16; }
+
+int current_device() {
+  int device = 0;
+  cudaGetDevice(&device);
+  return device;
+}
+
+at::Tensor wrap(const void* ptr, at::IntArrayRef shape, at::ScalarType type) {
+  return at::from_blob(const_cast<void*>(ptr), shape,
+                       at::TensorOptions().dtype(type).device(at::kCUDA, current_device()));
+}
+
+struct Wrapped {
+  at::Tensor q, k, v, o, lse;  // [B,H,Nq,D] [B,H,Nk,D] [B,H,Nk,Dv] [B,H,Nq,Dv] [B,H,Nq] fp32
+};
+
+Wrapped wrap_buffers(const AttnProblem& p, const AttnBuffers& b) {
+  const auto t = scalar_type(p.dtype);
+  return {wrap(b.q, {p.B, p.H, p.Nq, p.D}, t), wrap(b.k, {p.B, p.H, p.Nk, p.D}, t),
+          wrap(b.v, {p.B, p.H, p.Nk, p.Dv}, t), wrap(b.o, {p.B, p.H, p.Nq, p.Dv}, t),
+          wrap(b.lse, {p.B, p.H, p.Nq}, at::kFloat)};
+}
+
+std::string first_line(const std::string& s) {
+  std::string line = s.substr(0, s.find('\n'));
+  if (line.size() > 160) line = line.substr(0, 157) + "...";
+  return line;
+}
+
+// Runs `fn` with `stream` as torch's current stream; a torch exception becomes
+// `*error` (torch's own words) and a non-success code.
+template <typename Fn>
+cudaError_t on_stream(cudaStream_t stream, std::string* error, Fn fn) {
+  try {
+    c10::cuda::CUDAStreamGuard guard(c10::cuda::getStreamFromExternal(stream, current_device()));
+    fn();
+    error->clear();
+    return cudaSuccess;
+  } catch (const c10::Error& e) {
+    *error = first_line(e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    *error = first_line(e.what());
+  }
+  return cudaErrorNotSupported;
+}
+
+// Keys j > i + (Nk - Nq) are masked (true = masked), built once per shape.
+at::Tensor causal_mask(int64_t nq, int64_t nk) {
+  static std::map<std::pair<int64_t, int64_t>, at::Tensor> cache;
+  auto it = cache.find({nq, nk});
+  if (it != cache.end()) return it->second;
+  const auto opts = at::TensorOptions().device(at::kCUDA, current_device()).dtype(at::kLong);
+  const at::Tensor i = at::arange(nq, opts).unsqueeze(1), j = at::arange(nk, opts).unsqueeze(0);
+  at::Tensor mask = j > i + (nk - nq);
+  cache.emplace(std::make_pair(nq, nk), mask);
+  return mask;
+}
+
+// Writes a peer's output and LSE into the harness's buffers, for the check.
+void store(const Wrapped& w, const at::Tensor& out, const at::Tensor& lse, const AttnProblem& p) {
+  w.o.copy_(out);
+  w.lse.copy_(lse.reshape({p.B, p.H, -1}).narrow(2, 0, p.Nq));
+}
+
+// ---- torch(unfused) ---------------------------------------------------------
+struct UnfusedState {
+  std::string error;
+};
+
+std::tuple<at::Tensor, at::Tensor> torch_unfused(const Wrapped& w, const AttnProblem& p, bool want_lse) {
+  at::Tensor s = at::matmul(w.q, w.k.transpose(-2, -1)).mul_(p.scale);
+  if (p.causal) s.masked_fill_(causal_mask(p.Nq, p.Nk), -std::numeric_limits<float>::infinity());
+  at::Tensor out = at::matmul(at::softmax(s, -1), w.v);
+  return {out, want_lse ? at::logsumexp(s.to(at::kFloat), -1) : at::Tensor()};
+}
+
+// ---- SDPA backends ------------------------------------------------------------
+enum class Backend { kFlash, kCudnn, kEfficient };
+
+std::tuple<at::Tensor, at::Tensor> sdpa(Backend backend, const Wrapped& w, const AttnProblem& p, bool want_lse) {
+  const double scale = p.scale;
+  switch (backend) {
+    case Backend::kFlash: {
+      auto r = at::_scaled_dot_product_flash_attention(w.q, w.k, w.v, 0.0, p.causal, false, scale);
+      return {std::get<0>(r), std::get<1>(r)};
+    }
+    case Backend::kCudnn: {
+      auto r = at::_scaled_dot_product_cudnn_attention(w.q, w.k, w.v, std::nullopt, want_lse, 0.0, p.causal, false,
+                                                       scale);
+      return {std::get<0>(r), std::get<1>(r)};
+    }
+    case Backend::kEfficient: {
+      auto r = at::_scaled_dot_product_efficient_attention(w.q, w.k, w.v, std::nullopt, want_lse, 0.0, p.causal,
+                                                           scale);
+      return {std::get<0>(r), std::get<1>(r)};
+    }
+  }
+  return {};
+}
+
+// Whether a backend runs a problem: torch's is_causal is top-left aligned, and
+// otherwise torch decides — a small trial call per (D, Dv, dtype, causal)
+// returns its own message.
+std::string sdpa_unsupported(Backend backend, const AttnProblem& p) {
+  if (p.causal && p.Nq != p.Nk) return "torch's is_causal is top-left aligned when Nq != Nk (attnlab: bottom-right)";
+  static std::map<std::tuple<int, int, int, int, int>, std::string> cache;
+  const auto key = std::make_tuple(int(backend), p.D, p.Dv, int(p.dtype), int(p.causal));
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  std::string reason;
+  try {
+    AttnProblem small = p;
+    small.B = small.H = 1;
+    small.Nq = small.Nk = 256;
+    const auto opts = at::TensorOptions().dtype(scalar_type(p.dtype)).device(at::kCUDA, current_device());
+    Wrapped w{at::randn({1, 1, 256, p.D}, opts), at::randn({1, 1, 256, p.D}, opts), at::randn({1, 1, 256, p.Dv}, opts),
+              at::Tensor(), at::Tensor()};
+    sdpa(backend, w, small, true);
+    cudaDeviceSynchronize();
+  } catch (const c10::Error& e) {
+    reason = first_line(e.what_without_backtrace());
+  }
+  cache.emplace(key, reason);
+  return reason;
+}
+
+Variant make_sdpa_peer(const std::string& name, Backend backend) {
+  auto error = std::make_shared<std::string>();
+  Variant v;
+  v.name = name;
+  v.rung = "torch " TORCH_VERSION;
+  v.is_peer = true;
+  v.unsupported_reason = [backend](const AttnProblem& p) { return sdpa_unsupported(backend, p); };
+  v.launch = [backend, error](const AttnProblem& p, const AttnBuffers& b, cudaStream_t s) {
+    return on_stream(s, error.get(), [&] {
+      const Wrapped w = wrap_buffers(p, b);
+      auto [out, lse] = sdpa(backend, w, p, true);
+      store(w, out, lse, p);
+    });
+  };
+  v.launch_timed = [backend, error](const AttnProblem& p, const AttnBuffers& b, cudaStream_t s) {
+    return on_stream(s, error.get(), [&] { sdpa(backend, wrap_buffers(p, b), p, false); });
+  };
+  v.last_error = [error] { return *error; };
+  v.describe = [name] { return "torch.nn.functional.scaled_dot_product_attention, " + name + " backend"; };
+  return v;
+}
+
+}  // namespace
+
+bool have_torch() { return true; }
+std::string torch_version() { return TORCH_VERSION; }
+
+std::vector<Variant> make_torch_unfused_peers() {
+  auto error = std::make_shared<std::string>();
+  Variant v;
+  v.name = "torch(unfused)";
+  v.rung = "torch " TORCH_VERSION;
+  v.is_peer = true;
+  v.unsupported_reason = [](const AttnProblem&) { return std::string(); };
+  v.launch = [error](const AttnProblem& p, const AttnBuffers& b, cudaStream_t s) {
+    return on_stream(s, error.get(), [&] {
+      const Wrapped w = wrap_buffers(p, b);
+      auto [out, lse] = torch_unfused(w, p, true);
+      store(w, out, lse, p);
+    });
+  };
+  v.launch_timed = [error](const AttnProblem& p, const AttnBuffers& b, cudaStream_t s) {
+    return on_stream(s, error.get(), [&] { torch_unfused(wrap_buffers(p, b), p, false); });
+  };
+  v.last_error = [error] { return *error; };
+  v.describe = [] { return std::string("eager PyTorch: softmax(q @ k^T * scale) @ v"); };
+  return {v};
+}
+
+std::vector<Variant> make_sdpa_peers() {
+  return {make_sdpa_peer("sdpa(flash)", Backend::kFlash), make_sdpa_peer("sdpa(cudnn)", Backend::kCudnn),
+          make_sdpa_peer("sdpa(efficient)", Backend::kEfficient)};
+}
+
+std::string torch_reference(const AttnProblem& p, const void* q, const void* k, const void* v, float* o_ref,
+                            float* lse_ref, cudaStream_t stream) {
+  std::string error;
+  AttnBuffers b;
+  b.q = q;
+  b.k = k;
+  b.v = v;
+  on_stream(stream, &error, [&] {
+    const Wrapped w = wrap_buffers(p, b);
+    const at::Tensor q32 = w.q.to(at::kFloat), k32 = w.k.to(at::kFloat), v32 = w.v.to(at::kFloat);
+    std::optional<at::Tensor> keep;  // math SDPA's boolean mask: true = attend
+    if (p.causal) keep = causal_mask(p.Nq, p.Nk).logical_not();
+    const at::Tensor out =
+        std::get<0>(at::_scaled_dot_product_attention_math(q32, k32, v32, keep, 0.0, false, std::nullopt, double(p.scale)));
+    at::Tensor s = at::matmul(q32, k32.transpose(-2, -1)).mul_(p.scale);
+    if (p.causal) s.masked_fill_(causal_mask(p.Nq, p.Nk), -std::numeric_limits<float>::infinity());
+    const auto fopts = at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, current_device());
+    at::from_blob(o_ref, {p.B, p.H, p.Nq, p.Dv}, fopts).copy_(out);
+    at::from_blob(lse_ref, {p.B, p.H, p.Nq}, fopts).copy_(at::logsumexp(s, -1));
+  });
+  return error;
+}
+
+}  // namespace attnlab

@@ -1,0 +1,122 @@
+// attnlab's Python module (attnlab._C): the registered variants on torch tensors.
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/extension.h>
+
+#include <cmath>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/variant.h"
+#include "reference/reference.h"
+
+namespace {
+
+using attnlab::AttnBuffers;
+using attnlab::AttnProblem;
+using attnlab::DType;
+using attnlab::Variant;
+
+std::vector<std::string> variant_names() {
+  std::vector<std::string> names;
+  for (const Variant& v : attnlab::all_variants()) names.push_back(v.name);
+  return names;
+}
+
+const Variant& find_variant(const std::string& name) {
+  for (const Variant& v : attnlab::all_variants())
+    if (v.name == name) return v;
+  std::string known;
+  for (const std::string& n : variant_names()) known += (known.empty() ? "" : ", ") + n;
+  TORCH_CHECK_VALUE(false, "attnlab.forward: unknown variant '", name, "'; known: ", known);
+}
+
+void check_tensor(const at::Tensor& t, const char* name, const at::Tensor& q) {
+  TORCH_CHECK_VALUE(t.is_cuda(), "attnlab.forward: ", name, " must be a CUDA tensor, got one on ", t.device());
+  TORCH_CHECK_VALUE(t.device() == q.device(), "attnlab.forward: q, k and v must be on one device (", name, " is on ",
+                    t.device(), ", q on ", q.device(), ")");
+  TORCH_CHECK_TYPE(t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16,
+                   "attnlab.forward: ", name, " must be float16 or bfloat16, got ", t.scalar_type());
+  TORCH_CHECK_TYPE(t.scalar_type() == q.scalar_type(), "attnlab.forward: q, k and v must share a dtype (", name, " is ",
+                   t.scalar_type(), ", q is ", q.scalar_type(), ")");
+  TORCH_CHECK_VALUE(t.dim() == 4, "attnlab.forward: ", name, " must be 4-D [B, H, N, D], got shape ", t.sizes());
+  TORCH_CHECK_VALUE(t.is_contiguous(), "attnlab.forward: ", name,
+                    " must be contiguous in [B, H, N, D] layout (call .contiguous()); got strides ", t.strides());
+}
+
+std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                           const std::string& variant, bool is_causal, std::optional<double> scale) {
+  check_tensor(q, "q", q);
+  check_tensor(k, "k", q);
+  check_tensor(v, "v", q);
+  const int64_t B = q.size(0), H = q.size(1), Nq = q.size(2), D = q.size(3), Nk = k.size(2), Dv = v.size(3);
+  TORCH_CHECK_VALUE(k.size(0) == B && k.size(1) == H && v.size(0) == B && v.size(1) == H,
+                    "attnlab.forward: q, k, v must share B and H; got ", q.sizes(), ", ", k.sizes(), ", ", v.sizes());
+  TORCH_CHECK_VALUE(k.size(3) == D, "attnlab.forward: k's head dim must equal q's (", k.size(3), " vs ", D, ")");
+  TORCH_CHECK_VALUE(v.size(2) == Nk, "attnlab.forward: v must have as many rows as k (", v.size(2), " vs ", Nk, ")");
+  TORCH_CHECK_VALUE(B >= 1 && H >= 1 && Nq >= 1 && Nk >= 1 && D >= 1 && Dv >= 1,
+                    "attnlab.forward: every dimension must be at least 1; got ", q.sizes(), ", ", k.sizes(), ", ",
+                    v.sizes());
+  TORCH_CHECK_VALUE(B <= 65535 && H <= 65535 && Nq < (int64_t(1) << 31) && Nk < (int64_t(1) << 31),
+                    "attnlab.forward: shape too large");
+  TORCH_CHECK_VALUE(!scale || (std::isfinite(*scale) && *scale > 0), "attnlab.forward: scale must be positive");
+
+  AttnProblem p;
+  p.B = int(B);
+  p.H = int(H);
+  p.Nq = int(Nq);
+  p.Nk = int(Nk);
+  p.D = int(D);
+  p.Dv = int(Dv);
+  p.dtype = q.scalar_type() == at::kHalf ? DType::kFloat16 : DType::kBFloat16;
+  p.causal = is_causal;
+  p.scale = scale ? float(*scale) : attnlab::default_scale(p.D);
+
+  const c10::cuda::CUDAGuard guard(q.device());
+  const Variant& var = find_variant(variant);
+  const std::string why = var.unsupported_reason(p);
+  TORCH_CHECK_VALUE(why.empty(), "attnlab.forward: variant '", variant, "' does not support ", p.shape_string(), ": ",
+                    why);
+  at::Tensor o = at::empty({B, H, Nq, Dv}, q.options());
+  at::Tensor lse = at::empty({B, H, Nq}, q.options().dtype(at::kFloat));
+  at::Tensor workspace;
+  AttnBuffers b;
+  b.q = q.data_ptr();
+  b.k = k.data_ptr();
+  b.v = v.data_ptr();
+  b.o = o.data_ptr();
+  b.lse = lse.data_ptr<float>();
+  if (const size_t bytes = var.workspace_bytes(p); bytes > 0) {
+    workspace = at::empty({int64_t(bytes)}, q.options().dtype(at::kByte));
+    b.workspace = workspace.data_ptr();
+    b.workspace_bytes = bytes;
+  }
+  const cudaError_t err = var.launch(p, b, at::cuda::getCurrentCUDAStream());
+  TORCH_CHECK(err == cudaSuccess, "attnlab.forward: ", variant, " failed: ", cudaGetErrorString(err));
+  return {o, lse};
+}
+
+// The project's one check rule (reference/reference.h), for the Python tests.
+std::tuple<bool, double> judge(double err, int64_t nonfinite, double lse_err, int64_t lse_nonfinite,
+                               double baseline_err, double rounding_err) {
+  attnlab::ErrorStats out, lse;
+  out.max_abs_err = err;
+  out.nonfinite = nonfinite;
+  lse.max_abs_err = lse_err;
+  lse.nonfinite = lse_nonfinite;
+  const attnlab::CheckResult r = attnlab::judge(out, lse, baseline_err, rounding_err);
+  return {r.pass, r.tol};
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "attnlab: attention kernels, one technique per rung";
+  m.def("variants", &variant_names, "Names of every registered variant, in ladder order.");
+  m.def("forward", &forward, pybind11::arg("q"), pybind11::arg("k"), pybind11::arg("v"), pybind11::arg("variant"),
+        pybind11::arg("is_causal") = false, pybind11::arg("scale") = pybind11::none(),
+        "Attention of q [B,H,Nq,D], k [B,H,Nk,D], v [B,H,Nk,Dv] (CUDA, fp16/bf16, contiguous); returns (o, lse).");
+  m.def("judge", &judge, "The check rule: (pass, tolerance) from measured errors.");
+  m.attr("lse_tolerance") = attnlab::kLseTolerance;
+}
