@@ -13,6 +13,19 @@
 
 namespace {
 
+namespace py = pybind11;
+
+// Clean Python exceptions (ValueError, TypeError) with one-line messages; torch's
+// own TORCH_CHECK would surface as RuntimeError with a C++ backtrace.
+template <typename... Args>
+void require_value(bool ok, const Args&... msg) {
+  if (!ok) throw py::value_error(c10::str("attnlab.forward: ", msg...));
+}
+template <typename... Args>
+void require_type(bool ok, const Args&... msg) {
+  if (!ok) throw py::type_error(c10::str("attnlab.forward: ", msg...));
+}
+
 using attnlab::AttnBuffers;
 using attnlab::AttnProblem;
 using attnlab::DType;
@@ -29,19 +42,18 @@ const Variant& find_variant(const std::string& name) {
     if (v.name == name) return v;
   std::string known;
   for (const std::string& n : variant_names()) known += (known.empty() ? "" : ", ") + n;
-  TORCH_CHECK_VALUE(false, "attnlab.forward: unknown variant '", name, "'; known: ", known);
+  require_value(false, "unknown variant '", name, "'; known: ", known);
 }
 
 void check_tensor(const at::Tensor& t, const char* name, const at::Tensor& q) {
-  TORCH_CHECK_VALUE(t.is_cuda(), "attnlab.forward: ", name, " must be a CUDA tensor, got one on ", t.device());
-  TORCH_CHECK_VALUE(t.device() == q.device(), "attnlab.forward: q, k and v must be on one device (", name, " is on ",
+  require_value(t.is_cuda(), name, " must be a CUDA tensor, got one on ", t.device());
+  require_value(t.device() == q.device(), "q, k and v must be on one device (", name, " is on ",
                     t.device(), ", q on ", q.device(), ")");
-  TORCH_CHECK_TYPE(t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16,
-                   "attnlab.forward: ", name, " must be float16 or bfloat16, got ", t.scalar_type());
-  TORCH_CHECK_TYPE(t.scalar_type() == q.scalar_type(), "attnlab.forward: q, k and v must share a dtype (", name, " is ",
+  require_type(t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16, name, " must be float16 or bfloat16, got ", t.scalar_type());
+  require_type(t.scalar_type() == q.scalar_type(), "q, k and v must share a dtype (", name, " is ",
                    t.scalar_type(), ", q is ", q.scalar_type(), ")");
-  TORCH_CHECK_VALUE(t.dim() == 4, "attnlab.forward: ", name, " must be 4-D [B, H, N, D], got shape ", t.sizes());
-  TORCH_CHECK_VALUE(t.is_contiguous(), "attnlab.forward: ", name,
+  require_value(t.dim() == 4, name, " must be 4-D [B, H, N, D], got shape ", t.sizes());
+  require_value(t.is_contiguous(), name,
                     " must be contiguous in [B, H, N, D] layout (call .contiguous()); got strides ", t.strides());
 }
 
@@ -51,16 +63,16 @@ std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& q, const at::Tensor
   check_tensor(k, "k", q);
   check_tensor(v, "v", q);
   const int64_t B = q.size(0), H = q.size(1), Nq = q.size(2), D = q.size(3), Nk = k.size(2), Dv = v.size(3);
-  TORCH_CHECK_VALUE(k.size(0) == B && k.size(1) == H && v.size(0) == B && v.size(1) == H,
-                    "attnlab.forward: q, k, v must share B and H; got ", q.sizes(), ", ", k.sizes(), ", ", v.sizes());
-  TORCH_CHECK_VALUE(k.size(3) == D, "attnlab.forward: k's head dim must equal q's (", k.size(3), " vs ", D, ")");
-  TORCH_CHECK_VALUE(v.size(2) == Nk, "attnlab.forward: v must have as many rows as k (", v.size(2), " vs ", Nk, ")");
-  TORCH_CHECK_VALUE(B >= 1 && H >= 1 && Nq >= 1 && Nk >= 1 && D >= 1 && Dv >= 1,
-                    "attnlab.forward: every dimension must be at least 1; got ", q.sizes(), ", ", k.sizes(), ", ",
+  require_value(k.size(0) == B && k.size(1) == H && v.size(0) == B && v.size(1) == H,
+                    "q, k, v must share B and H; got ", q.sizes(), ", ", k.sizes(), ", ", v.sizes());
+  require_value(k.size(3) == D, "k's head dim must equal q's (", k.size(3), " vs ", D, ")");
+  require_value(v.size(2) == Nk, "v must have as many rows as k (", v.size(2), " vs ", Nk, ")");
+  require_value(B >= 1 && H >= 1 && Nq >= 1 && Nk >= 1 && D >= 1 && Dv >= 1,
+                    "every dimension must be at least 1; got ", q.sizes(), ", ", k.sizes(), ", ",
                     v.sizes());
-  TORCH_CHECK_VALUE(B <= 65535 && H <= 65535 && Nq < (int64_t(1) << 31) && Nk < (int64_t(1) << 31),
-                    "attnlab.forward: shape too large");
-  TORCH_CHECK_VALUE(!scale || (std::isfinite(*scale) && *scale > 0), "attnlab.forward: scale must be positive");
+  require_value(B <= 65535 && H <= 65535 && Nq < (int64_t(1) << 31) && Nk < (int64_t(1) << 31),
+                "shape too large: B and H must be <= 65535 and N < 2^31");
+  require_value(!scale || (std::isfinite(*scale) && *scale > 0), "scale must be positive");
 
   AttnProblem p;
   p.B = int(B);
@@ -76,7 +88,7 @@ std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& q, const at::Tensor
   const c10::cuda::CUDAGuard guard(q.device());
   const Variant& var = find_variant(variant);
   const std::string why = var.unsupported_reason(p);
-  TORCH_CHECK_VALUE(why.empty(), "attnlab.forward: variant '", variant, "' does not support ", p.shape_string(), ": ",
+  require_value(why.empty(), "variant '", variant, "' does not support ", p.shape_string(), ": ",
                     why);
   at::Tensor o = at::empty({B, H, Nq, Dv}, q.options());
   at::Tensor lse = at::empty({B, H, Nq}, q.options().dtype(at::kFloat));
@@ -93,7 +105,8 @@ std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& q, const at::Tensor
     b.workspace_bytes = bytes;
   }
   const cudaError_t err = var.launch(p, b, at::cuda::getCurrentCUDAStream());
-  TORCH_CHECK(err == cudaSuccess, "attnlab.forward: ", variant, " failed: ", cudaGetErrorString(err));
+  if (err != cudaSuccess)
+    throw std::runtime_error(c10::str("attnlab.forward: ", variant, " failed: ", cudaGetErrorString(err)));
   return {o, lse};
 }
 

@@ -102,7 +102,9 @@ step "summary -> $summary"
   echo '```'
 } > "$summary"
 cat "$summary"
+ok=0
+grep -q " 0 failed" <<<"$tests_line" && grep -q "100% tests passed" "$out/tests.log" || ok=1
 # Everything but the headline files goes into one archive (the device returns 8 files).
 tar -czf "$out/logs.tar.gz" -C "$out" $(cd "$out" && ls | grep -vE '^(summary.md|bench.csv|bench.txt|fwd.csv|sweep.txt|logs.tar.gz)$') 2>/dev/null &&
   (cd "$out" && ls | grep -vE '^(summary.md|bench.csv|bench.txt|fwd.csv|sweep.txt|logs.tar.gz)$' | xargs rm -f)
-grep -q " 0 failed" <<<"$tests_line" && grep -q "100% tests passed" "$out/tests.log"
+exit $ok

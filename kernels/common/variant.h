@@ -36,6 +36,9 @@ struct Variant {
   // What the timed loop calls, when it differs from `launch` (e.g. a library
   // call without the copy into AttnBuffers that `launch` does for the check).
   std::function<cudaError_t(const AttnProblem&, const AttnBuffers&, cudaStream_t)> launch_timed;
+  // False for a peer that has no LSE output of its own (eager PyTorch): its
+  // check then judges O alone.
+  bool writes_lse = true;
   // A readable message for the last failed launch (e.g. the library's own).
   std::function<std::string()> last_error;
 };

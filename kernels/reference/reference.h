@@ -77,6 +77,7 @@ struct ReferenceData {
   double baseline_err = -1;        // max |O_unfused - O_ref|, < 0 if unavailable
   double rounding_err = 0;         // output_rounding_error(o_ref)
 };
+// `lse` may be null for an output without LSE; then only O is judged.
 CheckResult check_outputs(const AttnProblem& p, const void* o, const float* lse, const ReferenceData& ref,
                           cudaStream_t stream);
 

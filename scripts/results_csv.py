@@ -1,0 +1,162 @@
+"""Read the harness's results CSVs and pick the rows the plots and tables show.
+
+Shared by plot.py and compare_gpus.py; standard library only. A results CSV has
+the header in COLUMNS (docs/results.md says what each column means). Repeated
+measurements of one (variant, shape) are allowed: the last row wins.
+"""
+import csv
+import os
+from collections import Counter
+from dataclasses import dataclass
+
+COLUMNS = ("gpu", "driver", "cuda", "commit", "date", "variant", "kind", "B", "H", "Nq", "Nk", "D", "Dv",
+           "dtype", "causal", "time_ms", "tflops", "ratio_to_best_peer", "status", "max_err", "tol", "lse_err",
+           "seed", "note")
+KEY = ("variant", "B", "H", "Nq", "Nk", "D", "Dv", "dtype", "causal")
+INT_COLUMNS = ("B", "H", "Nq", "Nk", "D", "Dv", "causal")
+FLOAT_COLUMNS = ("time_ms", "tflops")
+PEER, RUNG = "peer", "rung"
+TABLE_N = 8192  # the N the tables show when the CSV has it
+
+
+class CsvError(Exception):
+    """A results CSV that cannot be read: missing file, missing column, bad value."""
+
+
+def load(paths):
+    """All rows of the CSVs in `paths`, in order, keeping only the last row of each KEY."""
+    latest = {}
+    for path in paths:
+        for row in _read(path):
+            latest[tuple(row[k] for k in KEY)] = row
+    return list(latest.values())
+
+
+def _read(path):
+    try:
+        f = open(path, newline="", encoding="utf-8")
+    except OSError as e:
+        raise CsvError(f"cannot read {path}: {e.strerror}") from None
+    with f:
+        reader = csv.DictReader(f)
+        missing = [c for c in COLUMNS if c not in (reader.fieldnames or ())]
+        if missing:
+            raise CsvError(f"{path}: not a results CSV, missing column(s): {' '.join(missing)}")
+        for row in reader:
+            yield _parse(row, f"{path}:{reader.line_num}")
+
+
+def _parse(row, where):
+    if any(row[c] is None for c in COLUMNS):
+        raise CsvError(f"{where}: expected {len(COLUMNS)} fields")
+    for columns, convert in ((INT_COLUMNS, int), (FLOAT_COLUMNS, _optional_float)):
+        for c in columns:
+            try:
+                row[c] = convert(row[c])
+            except ValueError:
+                raise CsvError(f"{where}: {c} is not a number: '{row[c]}'") from None
+    return row
+
+
+def _optional_float(text):
+    return float(text) if text.strip() else None
+
+
+def ran(row):
+    """True when the row has a time and its check did not fail."""
+    return row["tflops"] is not None and row["status"] not in ("FAIL", "error")
+
+
+def most_common(values):
+    """The most frequent value; ties go to the smallest, so the choice is deterministic."""
+    counts = Counter(values)
+    return max(sorted(counts), key=counts.__getitem__)
+
+
+def preferred_n(ns):
+    """TABLE_N when present, else the largest N."""
+    return TABLE_N if TABLE_N in ns else max(ns)
+
+
+def short_date(date):
+    """'2025-06-02T10:15:00Z' -> '2025-06-02'."""
+    return date[:10]
+
+
+def posix_relpath(path, start):
+    """`path` relative to the directory `start`, with forward slashes (for markdown links)."""
+    return os.path.relpath(path, start).replace(os.sep, "/")
+
+
+@dataclass
+class Slice:
+    """The forward rows one plot set shows: Nq = Nk, D = Dv, one (B, H) and one dtype."""
+    B: int
+    H: int
+    dtype: str
+    rows: list
+
+    def values(self, column):
+        return sorted({r[column] for r in self.rows})
+
+    def at(self, **fixed):
+        return [r for r in self.rows if all(r[k] == v for k, v in fixed.items())]
+
+    def describe(self):
+        return f"B={self.B}, H={self.H}, {self.dtype}"
+
+
+def forward_slice(rows):
+    """Square shapes (Nq = Nk, D = Dv) with the most common (B, H); fp16 when present.
+
+    Returns None when no row qualifies.
+    """
+    square = [r for r in rows if r["Nq"] == r["Nk"] and r["D"] == r["Dv"]]
+    if not square:
+        return None
+    B, H = most_common((r["B"], r["H"]) for r in square)
+    same_bh = [r for r in square if (r["B"], r["H"]) == (B, H)]
+    dtypes = {r["dtype"] for r in same_bh}
+    dtype = "fp16" if "fp16" in dtypes else most_common(r["dtype"] for r in same_bh)
+    return Slice(B, H, dtype, [r for r in same_bh if r["dtype"] == dtype])
+
+
+def variants(rows, kind):
+    """Sorted names of the variants of `kind` that appear in `rows` (ran or not)."""
+    return sorted({r["variant"] for r in rows if r["kind"] == kind})
+
+
+def tflops(rows, variant):
+    """TFLOPS of `variant` in `rows` (one shape) when it ran, else None."""
+    return next((r["tflops"] for r in rows if r["variant"] == variant and ran(r)), None)
+
+
+def best(rows, kind):
+    """The fastest row of `kind` that ran, or None."""
+    candidates = [r for r in rows if r["kind"] == kind and ran(r)]
+    return max(candidates, key=lambda r: (r["tflops"], r["variant"]), default=None)
+
+
+def best_ratio(rows):
+    """Best rung TFLOPS / best peer TFLOPS over `rows` (one shape), or None when either is missing."""
+    rung, peer = best(rows, RUNG), best(rows, PEER)
+    if rung is None or peer is None:
+        return None
+    return rung["tflops"] / peer["tflops"]
+
+
+def provenance(rows):
+    """(GPU names, commits, 'first – last' date) of `rows`, each sorted and joined for display."""
+    gpus = ", ".join(sorted({r["gpu"] for r in rows})) or "–"
+    commits = ", ".join(sorted({r["commit"] for r in rows})) or "–"
+    dates = sorted({short_date(r["date"]) for r in rows})
+    span = " – ".join(sorted({dates[0], dates[-1]})) if dates else "–"
+    return gpus, commits, span
+
+
+def fmt_tflops(value):
+    return "–" if value is None else f"{value:.1f}"
+
+
+def fmt_ratio(value):
+    return "–" if value is None else f"{value:.2f}"
