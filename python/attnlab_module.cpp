@@ -42,7 +42,7 @@ const Variant& find_variant(const std::string& name) {
     if (v.name == name) return v;
   std::string known;
   for (const std::string& n : variant_names()) known += (known.empty() ? "" : ", ") + n;
-  require_value(false, "unknown variant '", name, "'; known: ", known);
+  throw py::value_error(c10::str("attnlab.forward: unknown variant '", name, "'; known: ", known));
 }
 
 void check_tensor(const at::Tensor& t, const char* name, const at::Tensor& q) {

@@ -1,0 +1,84 @@
+// attnlab: host-side plumbing shared by the rungs — head-dim and dtype dispatch,
+// the support checks every rung makes, and the `--list` description.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <string>
+#include <type_traits>
+
+#include "attn_problem.h"
+#include "variant.h"
+
+namespace attnlab {
+
+// Calls f(std::integral_constant<int, D>{}) for the D in kHeadDims equal to `d`.
+// Returns false when `d` is not in the list.
+template <int... kHeadDims, typename F>
+bool dispatch_head_dim(int d, F&& f) {
+  return ((d == kHeadDims ? (f(std::integral_constant<int, kHeadDims>{}), true) : false) || ...);
+}
+
+// Calls f(half{}) or f(__nv_bfloat16{}).
+template <typename F>
+cudaError_t dispatch_dtype(DType t, F&& f) {
+  return t == DType::kFloat16 ? f(half{}) : f(__nv_bfloat16{});
+}
+
+template <int... kHeadDims>
+std::string head_dim_list() {
+  std::string s;
+  ((s += (s.empty() ? "" : ", ") + std::to_string(kHeadDims)), ...);
+  return "{" + s + "}";
+}
+
+// The reasons every rung shares for not running a problem ("" = runs).
+inline std::string common_unsupported(const AttnProblem& p, bool head_dim_ok, const std::string& head_dims,
+                                      size_t smem_bytes) {
+  if (p.Dv != p.D) return "needs Dv == D";
+  if (!head_dim_ok) return "head dim " + std::to_string(p.D) + " not in " + head_dims;
+  if (p.H > 65535 || p.B > 65535) return "B and H must be <= 65535 (grid limits)";
+  const size_t limit = device_smem_optin_bytes();
+  if (limit != 0 && smem_bytes > limit)
+    return "needs " + std::to_string(smem_bytes) + " B shared memory, device allows " + std::to_string(limit);
+  return "";
+}
+
+// Sets the kernel's dynamic shared-memory limit and launches it.
+template <typename Kernel, typename... Args>
+cudaError_t launch_with_smem(Kernel kernel, dim3 grid, int threads, int smem_bytes, cudaStream_t stream,
+                             Args... args) {
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  if (err != cudaSuccess) return err;
+  kernel<<<grid, threads, smem_bytes, stream>>>(args...);
+  return cudaGetLastError();
+}
+
+}  // namespace attnlab
+
+namespace attnlab {
+
+// `unsupported_reason` and `describe` of a rung whose configs are
+// Config<kHeadDim, kStages> with kBr, kBc, kWarps and kSmemBytes.
+template <template <int, int> class Config, int kStages, int... kHeadDims>
+std::string rung_unsupported(const AttnProblem& p) {
+  int smem = 0;
+  const bool ok = dispatch_head_dim<kHeadDims...>(
+      p.D, [&](auto d) { smem = Config<decltype(d)::value, kStages>::kSmemBytes; });
+  return common_unsupported(p, ok, head_dim_list<kHeadDims...>(), size_t(smem));
+}
+
+template <template <int, int> class Config, int kStages, int... kHeadDims>
+std::string rung_describe() {
+  std::string s = "stages=" + std::to_string(kStages);
+  for (int D : {kHeadDims...})
+    dispatch_head_dim<kHeadDims...>(D, [&](auto d) {
+      using Cfg = Config<decltype(d)::value, kStages>;
+      s += "; D=" + std::to_string(D) + ": Br=" + std::to_string(Cfg::kBr) + " Bc=" + std::to_string(Cfg::kBc) +
+           " warps=" + std::to_string(Cfg::kWarps) + " smem=" + std::to_string(Cfg::kSmemBytes) + "B";
+    });
+  return s + "; fp16/bf16; causal or not; any Nq, Nk";
+}
+
+}  // namespace attnlab

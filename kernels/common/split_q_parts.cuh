@@ -1,0 +1,145 @@
+// attnlab: the pieces every split-Q rung (02 onwards) shares. A warp owns
+// kMTiles x 16 query rows (kMTiles m16 row tiles); S, P and O live in
+// mma.m16n8k16 fragments (see ptx.cuh):
+//   S: [kMTiles][Bc/8][4] fp32   scores of the warp's rows
+//   O: [kMTiles][Dv/8][4] fp32   output accumulator
+// Functions that work on one row tile (masking, the epilogue) take S[m], O[m].
+// Shared-memory tiles are row-major 16-bit with a row stride of kStride
+// elements (the head dim plus padding, so ldmatrix hits 8 different banks).
+#pragma once
+
+#include "attn_problem.h"
+#include "online_softmax.cuh"
+#include "ptx.cuh"
+
+namespace attnlab {
+
+// How many Bc-wide KV tiles the query tile [q_start, q_start + Br) needs: all of
+// them, or under a causal mask only up to the last key its last row sees.
+__device__ __forceinline__ int kv_tiles_for_query_tile(const AttnProblem& p, int q_start, int Br, int Bc) {
+  int n = (p.Nk + Bc - 1) / Bc;
+  if (p.causal) {
+    const int q_end = min(q_start + Br, p.Nq);
+    n = min(n, max(0, (q_end + (p.Nk - p.Nq) + Bc - 1) / Bc));
+  }
+  return n;
+}
+
+// Sets to -inf the scores of keys past Nk and, if causal, keys after a row's
+// diagonal (query i sees key j iff j <= i + Nk - Nq). Only tiles that are
+// ragged or cross the diagonal pay for it. row0/row1: global query rows of the
+// lane's c0,c1 / c2,c3 entries; t = lane % 4.
+template <int kTilesS>
+__device__ __forceinline__ void mask_scores(float (&S)[kTilesS][4], const AttnProblem& p, int kv_start, int q_start,
+                                            int row0, int row1, int t) {
+  constexpr int Bc = kTilesS * 8;
+  const int causal_offset = p.Nk - p.Nq;
+  const bool ragged = kv_start + Bc > p.Nk;
+  const bool crosses_diagonal = p.causal && kv_start + Bc - 1 > q_start + causal_offset;
+  if (!ragged && !crosses_diagonal) return;
+  const int limit0 = p.causal ? min(p.Nk, row0 + causal_offset + 1) : p.Nk;  // keys < limit are visible
+  const int limit1 = p.causal ? min(p.Nk, row1 + causal_offset + 1) : p.Nk;
+#pragma unroll
+  for (int n = 0; n < kTilesS; ++n) {
+    const int key = kv_start + n * 8 + 2 * t;
+    if (key >= limit0) S[n][0] = -INFINITY;
+    if (key + 1 >= limit0) S[n][1] = -INFINITY;
+    if (key >= limit1) S[n][2] = -INFINITY;
+    if (key + 1 >= limit1) S[n][3] = -INFINITY;
+  }
+}
+
+// S += Q_warp · K_tileᵀ over one 16-wide slice of the head dim, for the warp's
+// kMTiles m16 row tiles: every K fragment loaded from shared memory feeds
+// kMTiles MMAs, so more row tiles per warp means fewer shared-memory reads per
+// MMA. a[m]: the Q fragment of row tile m; sK: the K tile's first row at that
+// slice's column.
+template <typename T, int kMTiles, int kTilesS, int kStride>
+__device__ __forceinline__ void qk_slice(float (&S)[kMTiles][kTilesS][4], const uint32_t (&a)[kMTiles][4],
+                                         const T* sK, int lane) {
+#pragma unroll
+  for (int nn = 0; nn < kTilesS / 2; ++nn) {
+    uint32_t b[4];  // K rows 16nn .. 16nn+15 (two n8 tiles), 16 columns
+    ldmatrix_x4(b, sK + (nn * 16 + (lane / 16) * 8 + lane % 8) * kStride + ((lane / 8) % 2) * 8);
+#pragma unroll
+    for (int m = 0; m < kMTiles; ++m) {
+      mma_m16n8k16<T>(S[m][2 * nn], a[m], b[0], b[1]);
+      mma_m16n8k16<T>(S[m][2 * nn + 1], a[m], b[2], b[3]);
+    }
+  }
+}
+
+// One row tile (kMTiles = 1).
+template <typename T, int kTilesS, int kStride>
+__device__ __forceinline__ void qk_slice(float (&S)[kTilesS][4], const uint32_t (&a)[4], const T* sK, int lane) {
+  qk_slice<T, 1, kTilesS, kStride>(reinterpret_cast<float(&)[1][kTilesS][4]>(S),
+                                   reinterpret_cast<const uint32_t(&)[1][4]>(a), sK, lane);
+}
+
+// The A fragment of rows [16] x columns [16] of a row-major shared tile.
+template <int kStride, typename T>
+__device__ __forceinline__ void load_a_fragment(uint32_t (&a)[4], const T* tile, int lane) {
+  ldmatrix_x4(a, tile + (lane % 16) * kStride + (lane / 16) * 8);
+}
+
+// O += P · V_tile for the warp's kMTiles row tiles and kTilesO n8 tiles of the
+// output: P straight from the S registers (as 16-bit A operands), V through
+// ldmatrix.trans, each V fragment feeding kMTiles MMAs. sV: the V tile's first
+// row at the warp's first output column.
+template <typename T, int kMTiles, int kTilesS, int kTilesO, int kStride>
+__device__ __forceinline__ void pv_tile(float (&O)[kMTiles][kTilesO][4], const float (&P)[kMTiles][kTilesS][4],
+                                        const T* sV, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < kTilesS / 2; ++kk) {
+    uint32_t a[kMTiles][4];  // P[:, 16kk .. 16kk+15]: S tiles 2kk and 2kk+1
+#pragma unroll
+    for (int m = 0; m < kMTiles; ++m) {
+      a[m][0] = pack2<T>(P[m][2 * kk][0], P[m][2 * kk][1]);
+      a[m][1] = pack2<T>(P[m][2 * kk][2], P[m][2 * kk][3]);
+      a[m][2] = pack2<T>(P[m][2 * kk + 1][0], P[m][2 * kk + 1][1]);
+      a[m][3] = pack2<T>(P[m][2 * kk + 1][2], P[m][2 * kk + 1][3]);
+    }
+#pragma unroll
+    for (int nd = 0; nd < kTilesO / 2; ++nd) {
+      uint32_t b[4];  // V rows 16kk .. 16kk+15, columns 16nd .. 16nd+15, transposed
+      ldmatrix_x4_trans(b, sV + (kk * 16 + lane % 16) * kStride + nd * 16 + (lane / 16) * 8);
+#pragma unroll
+      for (int m = 0; m < kMTiles; ++m) {
+        mma_m16n8k16<T>(O[m][2 * nd], a[m], b[0], b[1]);
+        mma_m16n8k16<T>(O[m][2 * nd + 1], a[m], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// One row tile (kMTiles = 1).
+template <typename T, int kTilesS, int kTilesO, int kStride>
+__device__ __forceinline__ void pv_tile(float (&O)[kTilesO][4], const float (&P)[kTilesS][4], const T* sV, int lane) {
+  pv_tile<T, 1, kTilesS, kTilesO, kStride>(reinterpret_cast<float(&)[1][kTilesO][4]>(O),
+                                           reinterpret_cast<const float(&)[1][kTilesS][4]>(P), sV, lane);
+}
+
+// Epilogue: O_i / l_i and LSE_i, written for rows < Nq. `o_row_stride` is the
+// row stride of O in elements (Dv); `col0` the first output column this warp
+// owns (0 unless warps split the head dim); `write_lse` false for all but one
+// of the warps that share rows.
+template <typename T, int kTilesO>
+__device__ __forceinline__ void store_output(float (&O)[kTilesO][4], RowStats& stats, const AttnProblem& p,
+                                             int64_t head, int row0, int col0, int t, bool write_lse, T* o,
+                                             float* lse) {
+  float row_lse[2];
+  online_softmax_finalize(O, stats, p.scale, row_lse);
+  T* Og = o + head * p.Nq * p.Dv;
+  const int rows[2] = {row0, row0 + 8};
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (rows[r] >= p.Nq) continue;
+#pragma unroll
+    for (int n = 0; n < kTilesO; ++n)
+      *reinterpret_cast<uint32_t*>(Og + int64_t(rows[r]) * p.Dv + col0 + n * 8 + 2 * t) =
+          pack2<T>(O[n][2 * r], O[n][2 * r + 1]);
+    if (write_lse && t == 0) lse[head * p.Nq + rows[r]] = row_lse[r];
+  }
+}
+
+}  // namespace attnlab

@@ -1,0 +1,176 @@
+// ============================================================================
+// Rung 03 — split-Q + shared K/V shared memory
+// ============================================================================
+// What changes against rung 02: K and V stop having buffers of their own. They
+// stream through one ring of shared-memory slots in the order the loop uses
+// them — K_0, V_0, K_1, V_1, ... (kernels/common/kv_ring.cuh). With two slots,
+// V_j lands while S_j = Q·K_jᵀ runs and K_{j+1} lands while P_j·V_j runs: the
+// same overlap as rung 02's stage2, in two tiles of memory instead of four,
+// and with two barriers per KV tile instead of three. Less shared memory per
+// block lets more blocks share an SM when registers allow it.
+// Where it is slower: with one slot (stage1) nothing overlaps at all — V_j can
+// only be fetched once every warp is done with K_j.
+//
+// Per block: one Br-row tile of Q, loop over Bc-row tiles of K and V.
+//   sQ:    [Br, D + 8]             halves, loaded once, re-read every tile
+//   sRing: [kStages][Bc, D + 8]    halves, K_j and V_j in turn
+//   S, P:  [16·kMTiles, Bc] per warp in registers; O: [16·kMTiles, D] per warp
+//
+// Tile configurations (constexprs in ShareKVConfig, checked below); rows per
+// warp as in rung 02 (two m16 row tiles where registers allow):
+//   D     Br   Bc  warps x rows  smem stage1  smem stage2
+//   32   128   64    8 x 16        15360        20480
+//   64   128   64    4 x 32        27648        36864
+//   96   128   32    4 x 32        33280        39936
+//  128   128   32    4 x 32        43520        52224
+//  256    64   32    4 x 16        50688        67584
+// Registers: see docs/03_share_kv.md (ptxas, sm_90a).
+//
+// Supports: fp16, bf16; D = Dv ∈ {32, 64, 96, 128, 256}; any Nq, Nk >= 1;
+// causal (bottom-right aligned) or not; writes O and LSE.
+//
+// Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 64 --variant 'share-kv*' --check --show-all
+// ============================================================================
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <string>
+#include <vector>
+
+#include "../common/attn_problem.h"
+#include "../common/kv_ring.cuh"
+#include "../common/online_softmax.cuh"
+#include "../common/rung_host.cuh"
+#include "../common/split_q_parts.cuh"
+#include "../common/tile_copy.cuh"
+#include "../common/variant.h"
+
+namespace attnlab {
+namespace {
+
+template <int kHeadDim>
+struct ShareKVTiles;  // the same tiles as rung 02, so only the buffering differs
+template <> struct ShareKVTiles<32>  { static constexpr int kBr = 128, kBc = 64, kWarps = 8, kMTiles = 1; };
+template <> struct ShareKVTiles<64>  { static constexpr int kBr = 128, kBc = 64, kWarps = 4, kMTiles = 2; };
+template <> struct ShareKVTiles<96>  { static constexpr int kBr = 128, kBc = 32, kWarps = 4, kMTiles = 2; };
+template <> struct ShareKVTiles<128> { static constexpr int kBr = 128, kBc = 32, kWarps = 4, kMTiles = 2; };
+template <> struct ShareKVTiles<256> { static constexpr int kBr = 64,  kBc = 32, kWarps = 4, kMTiles = 1; };
+
+template <int kHeadDim_, int kStages_>
+struct ShareKVConfig {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kStages = kStages_;  // slots in the K/V ring
+  static constexpr int kBr = ShareKVTiles<kHeadDim>::kBr;
+  static constexpr int kBc = ShareKVTiles<kHeadDim>::kBc;
+  static constexpr int kWarps = ShareKVTiles<kHeadDim>::kWarps;
+  static constexpr int kMTiles = ShareKVTiles<kHeadDim>::kMTiles;  // m16 row tiles per warp
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kRowStride = kHeadDim + 8;
+  // NEW: Q plus kStages ring slots (rung 02: Q plus kStages K and kStages V buffers).
+  static constexpr int kSmemBytes = (kBr + kStages * kBc) * kRowStride * 2;
+  static constexpr int kTilesS = kBc / 8;
+  static constexpr int kTilesO = kHeadDim / 8;
+  static constexpr int kRowsPerWarp = 16 * kMTiles;  // kMTiles m16 MMA tiles of query rows
+  static_assert(kBr == kWarps * kRowsPerWarp, "the warps split the Br rows");
+  static_assert(kStages == 1 || kStages == 2, "stage1 and stage2");
+};
+
+static_assert(ShareKVConfig<32, 1>::kSmemBytes == 15360 && ShareKVConfig<32, 2>::kSmemBytes == 20480, "header: D=32");
+static_assert(ShareKVConfig<64, 1>::kSmemBytes == 27648 && ShareKVConfig<64, 2>::kSmemBytes == 36864, "header: D=64");
+static_assert(ShareKVConfig<96, 1>::kSmemBytes == 33280 && ShareKVConfig<96, 2>::kSmemBytes == 39936, "header: D=96");
+static_assert(ShareKVConfig<128, 1>::kSmemBytes == 43520 && ShareKVConfig<128, 2>::kSmemBytes == 52224,
+              "header: D=128");
+static_assert(ShareKVConfig<256, 1>::kSmemBytes == 50688 && ShareKVConfig<256, 2>::kSmemBytes == 67584,
+              "header: D=256");
+
+template <typename Cfg, typename T>
+__global__ void __launch_bounds__(Cfg::kThreads)
+share_kv_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
+                float* __restrict__ lse, const AttnProblem p) {
+  constexpr int D = Cfg::kHeadDim, Br = Cfg::kBr, Bc = Cfg::kBc, kStride = Cfg::kRowStride;
+
+  const int m_block = gridDim.x - 1 - blockIdx.x;  // heaviest query tiles first
+  const int64_t head = int64_t(blockIdx.z) * p.H + blockIdx.y;
+  const int q_start = m_block * Br;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  constexpr int kM = Cfg::kMTiles;
+  const int row0 = q_start + warp * Cfg::kRowsPerWarp + lane / 4;  // row of c0, c1 in row tile 0
+  const int n_kv_tiles = kv_tiles_for_query_tile(p, q_start, Br, Bc);
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sQ = reinterpret_cast<T*>(smem_raw);  // [Br, kStride]
+  // NEW: one ring for K and V.
+  const KVRing<Cfg::kStages, Bc, D, kStride, Cfg::kThreads, T> ring{
+      sQ + Br * kStride, k + head * p.Nk * D, v + head * p.Nk * D, p.Nk, 2 * n_kv_tiles};
+
+  float O[kM][Cfg::kTilesO][4] = {};
+  RowStats stats[kM];
+  const float scale_log2 = p.scale * kLog2e;
+
+  if (n_kv_tiles > 0) {
+    // Q joins the group of the first ring item.
+    load_tile_async<Br, D, kStride, Cfg::kThreads>(sQ, q + (head * p.Nq + q_start) * D, D, p.Nq - q_start);
+    ring.prologue();
+  }
+  for (int j = 0; j < n_kv_tiles; ++j) {
+    // ---- S = Q · K_jᵀ ------------------------------------------------------
+    const T* sK = ring.acquire(2 * j);  // NEW: K_j from the ring (V_j starts landing)
+    float S[kM][Cfg::kTilesS][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t a[kM][4];
+#pragma unroll
+      for (int m = 0; m < kM; ++m)
+        load_a_fragment<kStride>(a[m], sQ + (warp * Cfg::kRowsPerWarp + 16 * m) * kStride + kk * 16, lane);
+      qk_slice<T, kM, Cfg::kTilesS, kStride>(S, a, sK + kk * 16, lane);
+    }
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+      mask_scores(S[m], p, j * Bc, q_start, row0 + 16 * m, row0 + 16 * m + 8, lane % 4);
+      online_softmax_update(S[m], O[m], stats[m], scale_log2);
+    }
+
+    // ---- O += P · V_j -------------------------------------------------------
+    const T* sV = ring.acquire(2 * j + 1);  // NEW: V_j from the ring (K_{j+1} starts landing)
+    pv_tile<T, kM, Cfg::kTilesS, Cfg::kTilesO, kStride>(O, S, sV, lane);
+  }
+#pragma unroll
+  for (int m = 0; m < kM; ++m)
+    store_output<T>(O[m], stats[m], p, head, row0 + 16 * m, /*col0=*/0, lane % 4, /*write_lse=*/true, o, lse);
+}
+
+#define SHARE_KV_HEAD_DIMS 32, 64, 96, 128, 256
+
+template <int kStages>
+cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stream) {
+  cudaError_t err = cudaErrorInvalidValue;
+  dispatch_head_dim<SHARE_KV_HEAD_DIMS>(p.D, [&](auto head_dim) {
+    using Cfg = ShareKVConfig<decltype(head_dim)::value, kStages>;
+    err = dispatch_dtype(p.dtype, [&](auto type) {
+      using T = decltype(type);
+      const dim3 grid((p.Nq + Cfg::kBr - 1) / Cfg::kBr, p.H, p.B);
+      return launch_with_smem(share_kv_kernel<Cfg, T>, grid, Cfg::kThreads, Cfg::kSmemBytes, stream,
+                              static_cast<const T*>(b.q), static_cast<const T*>(b.k), static_cast<const T*>(b.v),
+                              static_cast<T*>(b.o), b.lse, p);
+    });
+  });
+  return err;
+}
+
+template <int kStages>
+Variant make_variant() {
+  Variant v;
+  v.name = "share-kv+stage" + std::to_string(kStages);
+  v.rung = "03_share_kv";
+  v.unsupported_reason = rung_unsupported<ShareKVConfig, kStages, SHARE_KV_HEAD_DIMS>;
+  v.launch = launch<kStages>;
+  v.describe = rung_describe<ShareKVConfig, kStages, SHARE_KV_HEAD_DIMS>;
+  return v;
+}
+
+}  // namespace
+
+std::vector<Variant> make_share_kv_variants() { return {make_variant<1>(), make_variant<2>()}; }
+
+}  // namespace attnlab
