@@ -16,15 +16,12 @@ namespace {
 namespace py = pybind11;
 
 // Clean Python exceptions (ValueError, TypeError) with one-line messages; torch's
-// own TORCH_CHECK would surface as RuntimeError with a C++ backtrace.
-template <typename... Args>
-void require_value(bool ok, const Args&... msg) {
-  if (!ok) throw py::value_error(c10::str("attnlab.forward: ", msg...));
-}
-template <typename... Args>
-void require_type(bool ok, const Args&... msg) {
-  if (!ok) throw py::type_error(c10::str("attnlab.forward: ", msg...));
-}
+// own TORCH_CHECK would surface as RuntimeError with a C++ backtrace. Macros, so
+// the message is only built when the check fails.
+#define ATTNLAB_REQUIRE_VALUE(ok, ...) \
+  if (!(ok)) throw py::value_error(c10::str("attnlab.forward: ", __VA_ARGS__))
+#define ATTNLAB_REQUIRE_TYPE(ok, ...) \
+  if (!(ok)) throw py::type_error(c10::str("attnlab.forward: ", __VA_ARGS__))
 
 using attnlab::AttnBuffers;
 using attnlab::AttnProblem;
@@ -46,14 +43,14 @@ const Variant& find_variant(const std::string& name) {
 }
 
 void check_tensor(const at::Tensor& t, const char* name, const at::Tensor& q) {
-  require_value(t.is_cuda(), name, " must be a CUDA tensor, got one on ", t.device());
-  require_value(t.device() == q.device(), "q, k and v must be on one device (", name, " is on ",
+  ATTNLAB_REQUIRE_VALUE(t.is_cuda(), name, " must be a CUDA tensor, got one on ", t.device());
+  ATTNLAB_REQUIRE_VALUE(t.device() == q.device(), "q, k and v must be on one device (", name, " is on ",
                     t.device(), ", q on ", q.device(), ")");
-  require_type(t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16, name, " must be float16 or bfloat16, got ", t.scalar_type());
-  require_type(t.scalar_type() == q.scalar_type(), "q, k and v must share a dtype (", name, " is ",
+  ATTNLAB_REQUIRE_TYPE(t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16, name, " must be float16 or bfloat16, got ", t.scalar_type());
+  ATTNLAB_REQUIRE_TYPE(t.scalar_type() == q.scalar_type(), "q, k and v must share a dtype (", name, " is ",
                    t.scalar_type(), ", q is ", q.scalar_type(), ")");
-  require_value(t.dim() == 4, name, " must be 4-D [B, H, N, D], got shape ", t.sizes());
-  require_value(t.is_contiguous(), name,
+  ATTNLAB_REQUIRE_VALUE(t.dim() == 4, name, " must be 4-D [B, H, N, D], got shape ", t.sizes());
+  ATTNLAB_REQUIRE_VALUE(t.is_contiguous(), name,
                     " must be contiguous in [B, H, N, D] layout (call .contiguous()); got strides ", t.strides());
 }
 
@@ -63,16 +60,16 @@ std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& q, const at::Tensor
   check_tensor(k, "k", q);
   check_tensor(v, "v", q);
   const int64_t B = q.size(0), H = q.size(1), Nq = q.size(2), D = q.size(3), Nk = k.size(2), Dv = v.size(3);
-  require_value(k.size(0) == B && k.size(1) == H && v.size(0) == B && v.size(1) == H,
+  ATTNLAB_REQUIRE_VALUE(k.size(0) == B && k.size(1) == H && v.size(0) == B && v.size(1) == H,
                     "q, k, v must share B and H; got ", q.sizes(), ", ", k.sizes(), ", ", v.sizes());
-  require_value(k.size(3) == D, "k's head dim must equal q's (", k.size(3), " vs ", D, ")");
-  require_value(v.size(2) == Nk, "v must have as many rows as k (", v.size(2), " vs ", Nk, ")");
-  require_value(B >= 1 && H >= 1 && Nq >= 1 && Nk >= 1 && D >= 1 && Dv >= 1,
+  ATTNLAB_REQUIRE_VALUE(k.size(3) == D, "k's head dim must equal q's (", k.size(3), " vs ", D, ")");
+  ATTNLAB_REQUIRE_VALUE(v.size(2) == Nk, "v must have as many rows as k (", v.size(2), " vs ", Nk, ")");
+  ATTNLAB_REQUIRE_VALUE(B >= 1 && H >= 1 && Nq >= 1 && Nk >= 1 && D >= 1 && Dv >= 1,
                     "every dimension must be at least 1; got ", q.sizes(), ", ", k.sizes(), ", ",
                     v.sizes());
-  require_value(B <= 65535 && H <= 65535 && Nq < (int64_t(1) << 31) && Nk < (int64_t(1) << 31),
+  ATTNLAB_REQUIRE_VALUE(B <= 65535 && H <= 65535 && Nq < (int64_t(1) << 31) && Nk < (int64_t(1) << 31),
                 "shape too large: B and H must be <= 65535 and N < 2^31");
-  require_value(!scale || (std::isfinite(*scale) && *scale > 0), "scale must be positive");
+  ATTNLAB_REQUIRE_VALUE(!scale || (std::isfinite(*scale) && *scale > 0), "scale must be positive");
 
   AttnProblem p;
   p.B = int(B);
@@ -88,7 +85,7 @@ std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& q, const at::Tensor
   const c10::cuda::CUDAGuard guard(q.device());
   const Variant& var = find_variant(variant);
   const std::string why = var.unsupported_reason(p);
-  require_value(why.empty(), "variant '", variant, "' does not support ", p.shape_string(), ": ",
+  ATTNLAB_REQUIRE_VALUE(why.empty(), "variant '", variant, "' does not support ", p.shape_string(), ": ",
                     why);
   at::Tensor o = at::empty({B, H, Nq, Dv}, q.options());
   at::Tensor lse = at::empty({B, H, Nq}, q.options().dtype(at::kFloat));

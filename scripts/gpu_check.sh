@@ -51,6 +51,12 @@ if [ -z "${QUICK:-}" ] && command -v compute-sanitizer >/dev/null; then
   done 2>&1 | tee "$out/sanitizer_summary.txt"
 fi
 
+if [ -z "${QUICK:-}" ] && command -v ncu >/dev/null; then
+  step "ncu: shared-memory bank conflicts, padded vs swizzled (split-q, D=64 and 128)"
+  { scripts/ncu_bank_conflicts.sh "$build/flash_attn_mma" 64; scripts/ncu_bank_conflicts.sh "$build/flash_attn_mma" 128; } \
+    2>&1 | tee "$out/ncu_bank_conflicts.txt"
+fi
+
 step "benchmarks"
 : > "$out/bench.txt"
 peers=(--torch)
@@ -95,6 +101,14 @@ step "summary -> $summary"
   echo "|---|---|---|---|---|---|---|---|"
   tail -n +2 "$csv" | awk -F, '{printf "| %s | %s,%s,%s,%s,%s | %s | %s | %s | %s | %s | %s |\n", $6, $8, $9, $10, $11, $12, $14, $15, $16, $17, $18, $19}'
   echo
+  if [ -f "$out/ncu_bank_conflicts.txt" ]; then
+    echo "## Shared-memory bank conflicts (ncu), split-q padded vs swizzled"
+    echo
+    echo '```'
+    cat "$out/ncu_bank_conflicts.txt"
+    echo '```'
+    echo
+  fi
   echo "## Registers (ptxas, sm_$arch)"
   echo
   echo '```'
@@ -105,6 +119,6 @@ cat "$summary"
 ok=0
 grep -q " 0 failed" <<<"$tests_line" && grep -q "100% tests passed" "$out/tests.log" || ok=1
 # Everything but the headline files goes into one archive (the device returns 8 files).
-tar -czf "$out/logs.tar.gz" -C "$out" $(cd "$out" && ls | grep -vE '^(summary.md|bench.csv|bench.txt|fwd.csv|sweep.txt|logs.tar.gz)$') 2>/dev/null &&
-  (cd "$out" && ls | grep -vE '^(summary.md|bench.csv|bench.txt|fwd.csv|sweep.txt|logs.tar.gz)$' | xargs rm -f)
+tar -czf "$out/logs.tar.gz" -C "$out" $(cd "$out" && ls | grep -vE '^(summary.md|bench.csv|bench.txt|fwd.csv|sweep.txt|ncu_bank_conflicts.txt|logs.tar.gz)$') 2>/dev/null &&
+  (cd "$out" && ls | grep -vE '^(summary.md|bench.csv|bench.txt|fwd.csv|sweep.txt|ncu_bank_conflicts.txt|logs.tar.gz)$' | xargs rm -f)
 exit $ok

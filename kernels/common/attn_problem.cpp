@@ -1,18 +1,14 @@
 #include "attn_problem.h"
 
-#include <sstream>
 
 namespace attnlab {
 
 std::string AttnProblem::shape_string() const {
-  std::ostringstream s;
-  s << "B=" << B << ", H=" << H << ", ";
-  if (Nq == Nk) s << "N=" << Nq;
-  else s << "Nq=" << Nq << ", Nk=" << Nk;
-  s << ", D=" << D;
-  if (Dv != D) s << ", Dv=" << Dv;
-  s << ", " << dtype_name(dtype) << (causal ? ", causal" : "");
-  return s.str();
+  std::string s = "B=" + std::to_string(B) + ", H=" + std::to_string(H) + ", ";
+  s += Nq == Nk ? "N=" + std::to_string(Nq) : "Nq=" + std::to_string(Nq) + ", Nk=" + std::to_string(Nk);
+  s += ", D=" + std::to_string(D);
+  if (Dv != D) s += ", Dv=" + std::to_string(Dv);
+  return s + ", " + dtype_name(dtype) + (causal ? ", causal" : "");
 }
 
 int64_t unmasked_pairs_per_head(const AttnProblem& p) {

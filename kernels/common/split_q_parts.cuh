@@ -11,6 +11,7 @@
 #include "attn_problem.h"
 #include "online_softmax.cuh"
 #include "ptx.cuh"
+#include "smem_layout.cuh"
 
 namespace attnlab {
 
@@ -49,24 +50,31 @@ __device__ __forceinline__ void mask_scores(float (&S)[kTilesS][4], const AttnPr
   }
 }
 
-// S += Q_warp · K_tileᵀ over one 16-wide slice of the head dim, for the warp's
-// kMTiles m16 row tiles: every K fragment loaded from shared memory feeds
-// kMTiles MMAs, so more row tiles per warp means fewer shared-memory reads per
-// MMA. a[m]: the Q fragment of row tile m; sK: the K tile's first row at that
-// slice's column.
-template <typename T, int kMTiles, int kTilesS, int kStride>
+// S += Q_warp · K_tileᵀ over one 16-wide slice of the head dim (columns col0 ..
+// col0 + 15), for the warp's kMTiles m16 row tiles: every K fragment loaded
+// from shared memory feeds kMTiles MMAs, so more row tiles per warp means fewer
+// shared-memory reads per MMA. a[m]: the Q fragment of row tile m; sK: the K
+// tile, laid out by Layout (smem_layout.cuh).
+template <typename T, int kMTiles, int kTilesS, typename Layout>
 __device__ __forceinline__ void qk_slice(float (&S)[kMTiles][kTilesS][4], const uint32_t (&a)[kMTiles][4],
-                                         const T* sK, int lane) {
+                                         const T* sK, int col0, int lane) {
 #pragma unroll
   for (int nn = 0; nn < kTilesS / 2; ++nn) {
     uint32_t b[4];  // K rows 16nn .. 16nn+15 (two n8 tiles), 16 columns
-    ldmatrix_x4(b, sK + (nn * 16 + (lane / 16) * 8 + lane % 8) * kStride + ((lane / 8) % 2) * 8);
+    ldmatrix_x4(b, sK + Layout::offset(nn * 16 + (lane / 16) * 8 + lane % 8, col0 + ((lane / 8) % 2) * 8));
 #pragma unroll
     for (int m = 0; m < kMTiles; ++m) {
       mma_m16n8k16<T>(S[m][2 * nn], a[m], b[0], b[1]);
       mma_m16n8k16<T>(S[m][2 * nn + 1], a[m], b[2], b[3]);
     }
   }
+}
+
+// Padded rows of kStride elements, sK already pointing at the slice's column.
+template <typename T, int kMTiles, int kTilesS, int kStride>
+__device__ __forceinline__ void qk_slice(float (&S)[kMTiles][kTilesS][4], const uint32_t (&a)[kMTiles][4],
+                                         const T* sK, int lane) {
+  qk_slice<T, kMTiles, kTilesS, StridedRows<kStride>>(S, a, sK, 0, lane);
 }
 
 // One row tile (kMTiles = 1).
@@ -76,19 +84,24 @@ __device__ __forceinline__ void qk_slice(float (&S)[kTilesS][4], const uint32_t 
                                    reinterpret_cast<const uint32_t(&)[1][4]>(a), sK, lane);
 }
 
-// The A fragment of rows [16] x columns [16] of a row-major shared tile.
+// The A fragment of rows row0 .. row0+15 x columns col0 .. col0+15 of a shared tile.
+template <typename Layout, typename T>
+__device__ __forceinline__ void load_a_fragment(uint32_t (&a)[4], const T* tile, int row0, int col0, int lane) {
+  ldmatrix_x4(a, tile + Layout::offset(row0 + lane % 16, col0 + (lane / 16) * 8));
+}
+// Padded rows of kStride elements, `tile` pointing at the fragment's first element.
 template <int kStride, typename T>
 __device__ __forceinline__ void load_a_fragment(uint32_t (&a)[4], const T* tile, int lane) {
-  ldmatrix_x4(a, tile + (lane % 16) * kStride + (lane / 16) * 8);
+  load_a_fragment<StridedRows<kStride>>(a, tile, 0, 0, lane);
 }
 
 // O += P · V_tile for the warp's kMTiles row tiles and kTilesO n8 tiles of the
-// output: P straight from the S registers (as 16-bit A operands), V through
-// ldmatrix.trans, each V fragment feeding kMTiles MMAs. sV: the V tile's first
-// row at the warp's first output column.
-template <typename T, int kMTiles, int kTilesS, int kTilesO, int kStride>
+// output (columns col0 ..): P straight from the S registers (as 16-bit A
+// operands), V through ldmatrix.trans, each V fragment feeding kMTiles MMAs.
+// sV: the V tile, laid out by Layout.
+template <typename T, int kMTiles, int kTilesS, int kTilesO, typename Layout>
 __device__ __forceinline__ void pv_tile(float (&O)[kMTiles][kTilesO][4], const float (&P)[kMTiles][kTilesS][4],
-                                        const T* sV, int lane) {
+                                        const T* sV, int col0, int lane) {
 #pragma unroll
   for (int kk = 0; kk < kTilesS / 2; ++kk) {
     uint32_t a[kMTiles][4];  // P[:, 16kk .. 16kk+15]: S tiles 2kk and 2kk+1
@@ -102,7 +115,7 @@ __device__ __forceinline__ void pv_tile(float (&O)[kMTiles][kTilesO][4], const f
 #pragma unroll
     for (int nd = 0; nd < kTilesO / 2; ++nd) {
       uint32_t b[4];  // V rows 16kk .. 16kk+15, columns 16nd .. 16nd+15, transposed
-      ldmatrix_x4_trans(b, sV + (kk * 16 + lane % 16) * kStride + nd * 16 + (lane / 16) * 8);
+      ldmatrix_x4_trans(b, sV + Layout::offset(kk * 16 + lane % 16, col0 + nd * 16 + (lane / 16) * 8));
 #pragma unroll
       for (int m = 0; m < kMTiles; ++m) {
         mma_m16n8k16<T>(O[m][2 * nd], a[m], b[0], b[1]);
@@ -110,6 +123,13 @@ __device__ __forceinline__ void pv_tile(float (&O)[kMTiles][kTilesO][4], const f
       }
     }
   }
+}
+
+// Padded rows of kStride elements, sV already pointing at the first column.
+template <typename T, int kMTiles, int kTilesS, int kTilesO, int kStride>
+__device__ __forceinline__ void pv_tile(float (&O)[kMTiles][kTilesO][4], const float (&P)[kMTiles][kTilesS][4],
+                                        const T* sV, int lane) {
+  pv_tile<T, kMTiles, kTilesS, kTilesO, StridedRows<kStride>>(O, P, sV, 0, lane);
 }
 
 // One row tile (kMTiles = 1).

@@ -32,8 +32,12 @@
 //  256    64   32    4 x 16        67584       101376
 // (Bc = 32 at D=128 and one row tile at D=256 keep S and O within 255
 //  registers without spilling.)
-// Registers per thread: see `flash_attn_mma --list` (read from the compiled
-// kernel) and the ptxas report of the build.
+// split-q+swizzle+stage2: the same kernel with dense shared rows whose 16-byte
+// chunks are XOR-swizzled (chunk c of row r stored at c ^ (r % 8)) instead of
+// padded: D ∈ {64, 128, 256}, smem 49152 / 65536 / 98304 bytes. Its bank
+// conflicts against the padded layout, measured with ncu, are in
+// docs/02_split_q.md.
+// Registers per thread: docs/02_split_q.md (ptxas, via scripts/ptxas_table.py).
 //
 // Supports: fp16, bf16; D = Dv ∈ {32, 64, 96, 128, 256}; any Nq, Nk >= 1
 // (ragged last tiles are zero-filled and masked); causal (bottom-right aligned)
@@ -46,6 +50,7 @@
 #include <cuda_fp16.h>
 
 #include <cmath>
+#include <type_traits>
 #include <string>
 #include <vector>
 
@@ -53,6 +58,7 @@
 #include "../common/online_softmax.cuh"
 #include "../common/ptx.cuh"
 #include "../common/rung_host.cuh"
+#include "../common/smem_layout.cuh"
 #include "../common/split_q_parts.cuh"
 #include "../common/tile_copy.cuh"
 #include "../common/variant.h"
@@ -68,18 +74,21 @@ template <> struct SplitQTiles<96>  { static constexpr int kBr = 128, kBc = 64, 
 template <> struct SplitQTiles<128> { static constexpr int kBr = 128, kBc = 32, kWarps = 4, kMTiles = 2; };
 template <> struct SplitQTiles<256> { static constexpr int kBr = 64,  kBc = 32, kWarps = 4, kMTiles = 1; };
 
-template <int kHeadDim_, int kStages_>
+template <int kHeadDim_, int kStages_, bool kSwizzle_ = false>
 struct SplitQConfig {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kStages = kStages_;
+  static constexpr bool kSwizzle = kSwizzle_;
   static constexpr int kBr = SplitQTiles<kHeadDim>::kBr;
   static constexpr int kBc = SplitQTiles<kHeadDim>::kBc;
   static constexpr int kWarps = SplitQTiles<kHeadDim>::kWarps;
   static constexpr int kMTiles = SplitQTiles<kHeadDim>::kMTiles;  // m16 row tiles per warp
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kRowsPerWarp = 16 * kMTiles;  // kMTiles m16 MMA tiles of query rows
-  static constexpr int kPad = 8;                   // halves appended to every shared row
-  static constexpr int kRowStride = kHeadDim + kPad;
+  // Shared rows padded by 8 halves, or dense with XOR-swizzled 16-byte chunks
+  // (kernels/common/smem_layout.cuh): both keep ldmatrix free of bank conflicts.
+  using Layout = std::conditional_t<kSwizzle, SwizzledRows<kHeadDim>, PaddedRows<kHeadDim>>;
+  static constexpr int kRowStride = Layout::kStride;
   static constexpr int kSmemBytes = (kBr + 2 * kStages * kBc) * kRowStride * 2;
   // MMA tile counts per warp.
   static constexpr int kTilesS = kBc / 8;         // n8 tiles of S across Bc keys
@@ -95,6 +104,8 @@ static_assert(SplitQConfig<64, 1>::kSmemBytes == 36864 && SplitQConfig<64, 2>::k
 static_assert(SplitQConfig<96, 1>::kSmemBytes == 53248 && SplitQConfig<96, 2>::kSmemBytes == 79872, "header: D=96");
 static_assert(SplitQConfig<128, 1>::kSmemBytes == 52224 && SplitQConfig<128, 2>::kSmemBytes == 69632, "header: D=128");
 static_assert(SplitQConfig<256, 1>::kSmemBytes == 67584 && SplitQConfig<256, 2>::kSmemBytes == 101376, "header: D=256");
+static_assert(SplitQConfig<64, 2, true>::kSmemBytes == 49152 && SplitQConfig<128, 2, true>::kSmemBytes == 65536 &&
+                  SplitQConfig<256, 2, true>::kSmemBytes == 98304, "header: swizzled stage2");
 
 template <typename Cfg, typename T>
 __global__ void __launch_bounds__(Cfg::kThreads)
@@ -102,6 +113,7 @@ split_q_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
                float* __restrict__ lse, const AttnProblem p) {
   constexpr int D = Cfg::kHeadDim, Br = Cfg::kBr, Bc = Cfg::kBc, kStages = Cfg::kStages;
   constexpr int kStride = Cfg::kRowStride;
+  using Layout = typename Cfg::Layout;
 
   // Heaviest query tiles first: under a causal mask the last tiles see the most keys.
   const int m_block = gridDim.x - 1 - blockIdx.x;
@@ -132,15 +144,15 @@ split_q_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
   auto load_kv = [&](int tile) {  // K then V of `tile`, as two commit groups
     const int slot = tile % kStages;
     const int rows = p.Nk - tile * Bc;
-    load_tile_async<Bc, D, kStride, Cfg::kThreads>(sK + slot * Bc * kStride, Kg + int64_t(tile) * Bc * D, D, rows);
+    load_tile_async<Bc, D, Layout, Cfg::kThreads>(sK + slot * Bc * kStride, Kg + int64_t(tile) * Bc * D, D, rows);
     cp_async_commit();
-    load_tile_async<Bc, D, kStride, Cfg::kThreads>(sV + slot * Bc * kStride, Vg + int64_t(tile) * Bc * D, D, rows);
+    load_tile_async<Bc, D, Layout, Cfg::kThreads>(sV + slot * Bc * kStride, Vg + int64_t(tile) * Bc * D, D, rows);
     cp_async_commit();
   };
 
   if (n_kv_tiles > 0) {
     // Q joins the first K group: one wait covers both.
-    load_tile_async<Br, D, kStride, Cfg::kThreads>(sQ, Qg, D, p.Nq - q_start);
+    load_tile_async<Br, D, Layout, Cfg::kThreads>(sQ, Qg, D, p.Nq - q_start);
     for (int s = 0; s < kStages - 1; ++s) {
       if (s < n_kv_tiles) load_kv(s);
       else { cp_async_commit(); cp_async_commit(); }
@@ -164,8 +176,8 @@ split_q_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
       uint32_t a[kM][4];  // Q[warp rows, 16kk .. 16kk+15], re-read from shared memory every tile
 #pragma unroll
       for (int m = 0; m < kM; ++m)
-        load_a_fragment<kStride>(a[m], sQ + (warp * Cfg::kRowsPerWarp + 16 * m) * kStride + kk * 16, lane);
-      qk_slice<T, kM, Cfg::kTilesS, kStride>(S, a, sKj + kk * 16, lane);
+        load_a_fragment<Layout>(a[m], sQ, warp * Cfg::kRowsPerWarp + 16 * m, kk * 16, lane);
+      qk_slice<T, kM, Cfg::kTilesS, Layout>(S, a, sKj, kk * 16, lane);
     }
 #pragma unroll
     for (int m = 0; m < kM; ++m) {
@@ -179,7 +191,7 @@ split_q_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
     __syncthreads();
 
     // ---- O += P · V_j  (P straight from registers as the A operand) ---------
-    pv_tile<T, kM, Cfg::kTilesS, Cfg::kTilesO, kStride>(O, S, sV + (j % kStages) * Bc * kStride, lane);
+    pv_tile<T, kM, Cfg::kTilesS, Cfg::kTilesO, Layout>(O, S, sV + (j % kStages) * Bc * kStride, 0, lane);
     __syncthreads();  // every warp is done with slot j % kStages before it is refilled
   }
 
@@ -190,12 +202,16 @@ split_q_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
 }
 
 #define SPLIT_Q_HEAD_DIMS 32, 64, 96, 128, 256
+#define SPLIT_Q_SWIZZLE_HEAD_DIMS 64, 128, 256  // the swizzle needs rows of 64k halves
 
-template <int kStages>
+template <int kHeadDim, int kStages>
+using SplitQSwizzledConfig = SplitQConfig<kHeadDim, kStages, true>;
+
+template <int kStages, bool kSwizzle = false>
 cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stream) {
   cudaError_t err = cudaErrorInvalidValue;  // unsupported_reason() rejects other head dims first
-  dispatch_head_dim<SPLIT_Q_HEAD_DIMS>(p.D, [&](auto head_dim) {
-    using Cfg = SplitQConfig<decltype(head_dim)::value, kStages>;
+  auto run = [&](auto head_dim) {
+    using Cfg = SplitQConfig<decltype(head_dim)::value, kStages, kSwizzle>;
     err = dispatch_dtype(p.dtype, [&](auto type) {
       using T = decltype(type);
       const dim3 grid((p.Nq + Cfg::kBr - 1) / Cfg::kBr, p.H, p.B);
@@ -203,7 +219,9 @@ cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stre
                               static_cast<const T*>(b.q), static_cast<const T*>(b.k), static_cast<const T*>(b.v),
                               static_cast<T*>(b.o), b.lse, p);
     });
-  });
+  };
+  if constexpr (kSwizzle) dispatch_head_dim<SPLIT_Q_SWIZZLE_HEAD_DIMS>(p.D, run);
+  else dispatch_head_dim<SPLIT_Q_HEAD_DIMS>(p.D, run);
   return err;
 }
 
@@ -218,8 +236,20 @@ Variant make_variant() {
   return v;
 }
 
+// The same kernel with dense, XOR-swizzled shared rows instead of padded ones
+// (the bank-conflict comparison of docs/02_split_q.md).
+Variant make_swizzled_variant() {
+  Variant v;
+  v.name = "split-q+swizzle+stage2";
+  v.rung = "02_split_q";
+  v.unsupported_reason = rung_unsupported<SplitQSwizzledConfig, 2, SPLIT_Q_SWIZZLE_HEAD_DIMS>;
+  v.launch = launch<2, true>;
+  v.describe = rung_describe<SplitQSwizzledConfig, 2, SPLIT_Q_SWIZZLE_HEAD_DIMS>;
+  return v;
+}
+
 }  // namespace
 
-std::vector<Variant> make_split_q_variants() { return {make_variant<1>(), make_variant<2>()}; }
+std::vector<Variant> make_split_q_variants() { return {make_variant<1>(), make_variant<2>(), make_swizzled_variant()}; }
 
 }  // namespace attnlab

@@ -18,12 +18,13 @@
 //
 // Tile configurations (constexprs in ShareKVConfig, checked below); rows per
 // warp as in rung 02 (two m16 row tiles where registers allow):
-//   D     Br   Bc  warps x rows  smem stage1  smem stage2
-//   32   128   64    8 x 16        15360        20480
-//   64   128   64    4 x 32        27648        36864
-//   96   128   32    4 x 32        33280        39936
-//  128   128   32    4 x 32        43520        52224
-//  256    64   32    4 x 16        50688        67584
+// stageN = N ring slots; with three, two K/V tiles are in flight at a time.
+//   D     Br   Bc  warps x rows  smem stage1  stage2  stage3
+//   32   128   64    8 x 16        15360    20480   25600
+//   64   128   64    4 x 32        27648    36864   46080
+//   96   128   32    4 x 32        33280    39936   46592
+//  128   128   32    4 x 32        43520    52224   60928
+//  256    64   32    4 x 16        50688    67584   84480
 // Registers: see docs/03_share_kv.md (ptxas, sm_90a).
 //
 // Supports: fp16, bf16; D = Dv ∈ {32, 64, 96, 128, 256}; any Nq, Nk >= 1;
@@ -73,16 +74,19 @@ struct ShareKVConfig {
   static constexpr int kTilesO = kHeadDim / 8;
   static constexpr int kRowsPerWarp = 16 * kMTiles;  // kMTiles m16 MMA tiles of query rows
   static_assert(kBr == kWarps * kRowsPerWarp, "the warps split the Br rows");
-  static_assert(kStages == 1 || kStages == 2, "stage1 and stage2");
+  static_assert(kStages >= 1 && kStages <= 3, "stage1 to stage3");
 };
 
-static_assert(ShareKVConfig<32, 1>::kSmemBytes == 15360 && ShareKVConfig<32, 2>::kSmemBytes == 20480, "header: D=32");
-static_assert(ShareKVConfig<64, 1>::kSmemBytes == 27648 && ShareKVConfig<64, 2>::kSmemBytes == 36864, "header: D=64");
-static_assert(ShareKVConfig<96, 1>::kSmemBytes == 33280 && ShareKVConfig<96, 2>::kSmemBytes == 39936, "header: D=96");
-static_assert(ShareKVConfig<128, 1>::kSmemBytes == 43520 && ShareKVConfig<128, 2>::kSmemBytes == 52224,
-              "header: D=128");
-static_assert(ShareKVConfig<256, 1>::kSmemBytes == 50688 && ShareKVConfig<256, 2>::kSmemBytes == 67584,
-              "header: D=256");
+static_assert(ShareKVConfig<32, 1>::kSmemBytes == 15360 && ShareKVConfig<32, 2>::kSmemBytes == 20480 &&
+                  ShareKVConfig<32, 3>::kSmemBytes == 25600, "header: D=32");
+static_assert(ShareKVConfig<64, 1>::kSmemBytes == 27648 && ShareKVConfig<64, 2>::kSmemBytes == 36864 &&
+                  ShareKVConfig<64, 3>::kSmemBytes == 46080, "header: D=64");
+static_assert(ShareKVConfig<96, 1>::kSmemBytes == 33280 && ShareKVConfig<96, 2>::kSmemBytes == 39936 &&
+                  ShareKVConfig<96, 3>::kSmemBytes == 46592, "header: D=96");
+static_assert(ShareKVConfig<128, 1>::kSmemBytes == 43520 && ShareKVConfig<128, 2>::kSmemBytes == 52224 &&
+                  ShareKVConfig<128, 3>::kSmemBytes == 60928, "header: D=128");
+static_assert(ShareKVConfig<256, 1>::kSmemBytes == 50688 && ShareKVConfig<256, 2>::kSmemBytes == 67584 &&
+                  ShareKVConfig<256, 3>::kSmemBytes == 84480, "header: D=256");
 
 template <typename Cfg, typename T>
 __global__ void __launch_bounds__(Cfg::kThreads)
@@ -171,6 +175,6 @@ Variant make_variant() {
 
 }  // namespace
 
-std::vector<Variant> make_share_kv_variants() { return {make_variant<1>(), make_variant<2>()}; }
+std::vector<Variant> make_share_kv_variants() { return {make_variant<1>(), make_variant<2>(), make_variant<3>()}; }
 
 }  // namespace attnlab

@@ -11,15 +11,17 @@
 //
 // Per block: one Br-row tile of Q, loop over Bc-row tiles of K and V.
 //   smem:  first [Br, D + 8] Q, then reused as [kStages][Bc, D + 8] K/V ring
-//   Q:     [D/16][4] 32-bit registers per lane: the warp's 16 rows, as A fragments
-//   S, P:  [16, Bc] per warp in registers; O: [16, D] per warp in registers
+//   Q:     [D/16][kMTiles][4] 32-bit registers per lane: the warp's rows, as A fragments
+//   S, P:  [16·kMTiles, Bc] per warp in registers; O: [16·kMTiles, D] per warp
 //
-// Tile configurations (constexprs in ShareQKVConfig, checked below):
-//   D     Br   Bc  warps  smem stage1  smem stage2
-//   32   128   64    8      10240        10240
-//   64   128   64    8      18432        18432
-//   96   128   64    8      26624        26624
-//  128   128   64    8      34816        34816
+// Tile configurations (constexprs in ShareQKVConfig, checked below). stageN =
+// N ring slots; with three, two K/V tiles are in flight while one is used.
+//   D     Br   Bc  warps x rows  smem stage1  stage2  stage3
+//   32   128   64    8 x 16        10240    10240   15360
+//   64   128   64    4 x 32        18432    18432   27648
+//   96   128   64    8 x 16        26624    26624   39936
+//  128   128   64    8 x 16        34816    34816   52224
+// (Two row tiles per warp need twice Q's registers; only D=64 has room.)
 // (D=256 is not offered: Q would need 64 more registers per thread on top of
 //  rung 02's 245, and the kernel would spill.)
 //
@@ -48,11 +50,11 @@ namespace attnlab {
 namespace {
 
 template <int kHeadDim>
-struct ShareQKVTiles;  // rung 02's tiles
-template <> struct ShareQKVTiles<32>  { static constexpr int kBr = 128, kBc = 64, kWarps = 8; };
-template <> struct ShareQKVTiles<64>  { static constexpr int kBr = 128, kBc = 64, kWarps = 8; };
-template <> struct ShareQKVTiles<96>  { static constexpr int kBr = 128, kBc = 64, kWarps = 8; };
-template <> struct ShareQKVTiles<128> { static constexpr int kBr = 128, kBc = 64, kWarps = 8; };
+struct ShareQKVTiles;  // two row tiles per warp only where Q's registers still fit
+template <> struct ShareQKVTiles<32>  { static constexpr int kBr = 128, kBc = 64, kWarps = 8, kMTiles = 1; };
+template <> struct ShareQKVTiles<64>  { static constexpr int kBr = 128, kBc = 64, kWarps = 4, kMTiles = 2; };
+template <> struct ShareQKVTiles<96>  { static constexpr int kBr = 128, kBc = 64, kWarps = 8, kMTiles = 1; };
+template <> struct ShareQKVTiles<128> { static constexpr int kBr = 128, kBc = 64, kWarps = 8, kMTiles = 1; };
 
 template <int kHeadDim_, int kStages_>
 struct ShareQKVConfig {
@@ -61,6 +63,8 @@ struct ShareQKVConfig {
   static constexpr int kBr = ShareQKVTiles<kHeadDim>::kBr;
   static constexpr int kBc = ShareQKVTiles<kHeadDim>::kBc;
   static constexpr int kWarps = ShareQKVTiles<kHeadDim>::kWarps;
+  static constexpr int kMTiles = ShareQKVTiles<kHeadDim>::kMTiles;  // m16 row tiles per warp
+  static constexpr int kRowsPerWarp = 16 * kMTiles;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kRowStride = kHeadDim + 8;
   // NEW: Q and the ring take turns in the same bytes.
@@ -68,15 +72,18 @@ struct ShareQKVConfig {
   static constexpr int kTilesS = kBc / 8;
   static constexpr int kTilesO = kHeadDim / 8;
   static constexpr int kQSlices = kHeadDim / 16;  // A fragments of Q held in registers
-  static_assert(kBr == kWarps * 16, "each warp owns 16 query rows");
-  static_assert(kStages == 1 || kStages == 2, "stage1 and stage2");
+  static_assert(kBr == kWarps * kRowsPerWarp, "the warps split the Br rows");
+  static_assert(kStages >= 1 && kStages <= 3, "stage1 to stage3");
 };
 
-static_assert(ShareQKVConfig<32, 1>::kSmemBytes == 10240 && ShareQKVConfig<32, 2>::kSmemBytes == 10240, "header: D=32");
-static_assert(ShareQKVConfig<64, 1>::kSmemBytes == 18432 && ShareQKVConfig<64, 2>::kSmemBytes == 18432, "header: D=64");
-static_assert(ShareQKVConfig<96, 1>::kSmemBytes == 26624 && ShareQKVConfig<96, 2>::kSmemBytes == 26624, "header: D=96");
-static_assert(ShareQKVConfig<128, 1>::kSmemBytes == 34816 && ShareQKVConfig<128, 2>::kSmemBytes == 34816,
-              "header: D=128");
+static_assert(ShareQKVConfig<32, 1>::kSmemBytes == 10240 && ShareQKVConfig<32, 2>::kSmemBytes == 10240 &&
+                  ShareQKVConfig<32, 3>::kSmemBytes == 15360, "header: D=32");
+static_assert(ShareQKVConfig<64, 1>::kSmemBytes == 18432 && ShareQKVConfig<64, 2>::kSmemBytes == 18432 &&
+                  ShareQKVConfig<64, 3>::kSmemBytes == 27648, "header: D=64");
+static_assert(ShareQKVConfig<96, 1>::kSmemBytes == 26624 && ShareQKVConfig<96, 2>::kSmemBytes == 26624 &&
+                  ShareQKVConfig<96, 3>::kSmemBytes == 39936, "header: D=96");
+static_assert(ShareQKVConfig<128, 1>::kSmemBytes == 34816 && ShareQKVConfig<128, 2>::kSmemBytes == 34816 &&
+                  ShareQKVConfig<128, 3>::kSmemBytes == 52224, "header: D=128");
 
 template <typename Cfg, typename T>
 __global__ void __launch_bounds__(Cfg::kThreads)
@@ -88,25 +95,29 @@ share_qkv_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __re
   const int64_t head = int64_t(blockIdx.z) * p.H + blockIdx.y;
   const int q_start = m_block * Br;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int row0 = q_start + warp * 16 + lane / 4;  // global query row of c0, c1 (c2, c3: +8)
+  constexpr int kM = Cfg::kMTiles;
+  const int row0 = q_start + warp * Cfg::kRowsPerWarp + lane / 4;  // row of c0, c1 in row tile 0
   const int n_kv_tiles = kv_tiles_for_query_tile(p, q_start, Br, Bc);
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* smem = reinterpret_cast<T*>(smem_raw);  // first sQ [Br, kStride], then the ring
 
-  float O[Cfg::kTilesO][4] = {};
-  RowStats stats;
+  float O[kM][Cfg::kTilesO][4] = {};
+  RowStats stats[kM];
   const float scale_log2 = p.scale * kLog2e;
 
   // NEW: Q -> shared -> registers, once. Then its shared memory is free.
-  uint32_t Q[Cfg::kQSlices][4];  // A fragments: the warp's 16 rows, 16 columns each
+  uint32_t Q[Cfg::kQSlices][kM][4];  // A fragments: row tile m of the warp, 16 columns each
   if (n_kv_tiles > 0) {
     load_tile_async<Br, D, kStride, Cfg::kThreads>(smem, q + (head * p.Nq + q_start) * D, D, p.Nq - q_start);
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
 #pragma unroll
-    for (int kk = 0; kk < Cfg::kQSlices; ++kk) load_a_fragment<kStride>(Q[kk], smem + warp * 16 * kStride + kk * 16, lane);
+    for (int kk = 0; kk < Cfg::kQSlices; ++kk)
+#pragma unroll
+      for (int m = 0; m < kM; ++m)
+        load_a_fragment<kStride>(Q[kk][m], smem + (warp * Cfg::kRowsPerWarp + 16 * m) * kStride + kk * 16, lane);
     __syncthreads();  // every warp holds its Q before the ring overwrites it
   }
   // NEW: the ring lives where Q was.
@@ -117,17 +128,22 @@ share_qkv_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __re
   for (int j = 0; j < n_kv_tiles; ++j) {
     // ---- S = Q · K_jᵀ, Q from registers ---------------------------------------
     const T* sK = ring.acquire(2 * j);
-    float S[Cfg::kTilesS][4] = {};
+    float S[kM][Cfg::kTilesS][4] = {};
 #pragma unroll
-    for (int kk = 0; kk < Cfg::kQSlices; ++kk) qk_slice<T, Cfg::kTilesS, kStride>(S, Q[kk], sK + kk * 16, lane);
-    mask_scores(S, p, j * Bc, q_start, row0, row0 + 8, lane % 4);
-    online_softmax_update(S, O, stats, scale_log2);
+    for (int kk = 0; kk < Cfg::kQSlices; ++kk) qk_slice<T, kM, Cfg::kTilesS, kStride>(S, Q[kk], sK + kk * 16, lane);
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+      mask_scores(S[m], p, j * Bc, q_start, row0 + 16 * m, row0 + 16 * m + 8, lane % 4);
+      online_softmax_update(S[m], O[m], stats[m], scale_log2);
+    }
 
     // ---- O += P · V_j -----------------------------------------------------------
     const T* sV = ring.acquire(2 * j + 1);
-    pv_tile<T, Cfg::kTilesS, Cfg::kTilesO, kStride>(O, S, sV, lane);
+    pv_tile<T, kM, Cfg::kTilesS, Cfg::kTilesO, kStride>(O, S, sV, lane);
   }
-  store_output<T>(O, stats, p, head, row0, /*col0=*/0, lane % 4, /*write_lse=*/true, o, lse);
+#pragma unroll
+  for (int m = 0; m < kM; ++m)
+    store_output<T>(O[m], stats[m], p, head, row0 + 16 * m, /*col0=*/0, lane % 4, /*write_lse=*/true, o, lse);
 }
 
 #define SHARE_QKV_HEAD_DIMS 32, 64, 96, 128
@@ -161,6 +177,6 @@ Variant make_variant() {
 
 }  // namespace
 
-std::vector<Variant> make_share_qkv_variants() { return {make_variant<1>(), make_variant<2>()}; }
+std::vector<Variant> make_share_qkv_variants() { return {make_variant<1>(), make_variant<2>(), make_variant<3>()}; }
 
 }  // namespace attnlab
