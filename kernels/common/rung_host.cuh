@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <string>
 #include <type_traits>
 
@@ -18,6 +19,13 @@ namespace attnlab {
 template <int... kHeadDims, typename F>
 bool dispatch_head_dim(int d, F&& f) {
   return ((d == kHeadDims ? (f(std::integral_constant<int, kHeadDims>{}), true) : false) || ...);
+}
+
+// Calls f(std::integral_constant<int, B>{}) for the smallest bucket B in
+// kBuckets (ascending) with d <= B. Returns false when d exceeds every bucket.
+template <int... kBuckets, typename F>
+bool dispatch_bucket(int d, F&& f) {
+  return ((d <= kBuckets ? (f(std::integral_constant<int, kBuckets>{}), true) : false) || ...);
 }
 
 // Calls f(half{}) or f(__nv_bfloat16{}).
@@ -55,6 +63,21 @@ cudaError_t launch_with_smem(Kernel kernel, dim3 grid, int threads, int smem_byt
   return cudaGetLastError();
 }
 
+// Launches the kernel of one config on the problem's dtype: a grid of
+// (ceil(Nq / Br), H, B) blocks of Cfg::kThreads threads with Cfg::kSmemBytes of
+// dynamic shared memory, the kernel taking (q, k, v, o, lse, problem).
+// kernel_for(Cfg{}, T{}) names the kernel instantiation.
+template <typename Cfg, typename KernelFor>
+cudaError_t launch_config(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stream, KernelFor kernel_for) {
+  return dispatch_dtype(p.dtype, [&](auto type) {
+    using T = decltype(type);
+    const dim3 grid((p.Nq + Cfg::kBr - 1) / Cfg::kBr, p.H, p.B);
+    return launch_with_smem(kernel_for(Cfg{}, type), grid, Cfg::kThreads, Cfg::kSmemBytes, stream,
+                            static_cast<const T*>(b.q), static_cast<const T*>(b.k), static_cast<const T*>(b.v),
+                            static_cast<T*>(b.o), b.lse, p);
+  });
+}
+
 }  // namespace attnlab
 
 namespace attnlab {
@@ -77,6 +100,36 @@ std::string rung_describe() {
       using Cfg = Config<decltype(d)::value, kStages>;
       s += "; D=" + std::to_string(D) + ": Br=" + std::to_string(Cfg::kBr) + " Bc=" + std::to_string(Cfg::kBc) +
            " warps=" + std::to_string(Cfg::kWarps) + " smem=" + std::to_string(Cfg::kSmemBytes) + "B";
+    });
+  return s + "; fp16/bf16; causal or not; any Nq, Nk";
+}
+
+}  // namespace attnlab
+
+namespace attnlab {
+
+// The same for a rung whose configs come in head-dim buckets (Config<kBucket,
+// kStages>, a problem running in the smallest bucket >= D), for every D that is
+// a multiple of 8 up to the largest bucket.
+template <template <int, int> class Config, int kStages, int... kBuckets>
+std::string bucket_unsupported(const AttnProblem& p) {
+  int smem = 0;
+  const bool ok = p.D % 8 == 0 && dispatch_bucket<kBuckets...>(p.D, [&](auto d) {
+                    smem = Config<decltype(d)::value, kStages>::kSmemBytes;
+                  });
+  return common_unsupported(p, ok, "multiples of 8 up to " + std::to_string(std::max({kBuckets...})),
+                            size_t(smem));
+}
+
+template <template <int, int> class Config, int kStages, int... kBuckets>
+std::string bucket_describe() {
+  std::string s = "stages=" + std::to_string(kStages);
+  for (int D : {kBuckets...})
+    dispatch_bucket<kBuckets...>(D, [&](auto d) {
+      using Cfg = Config<decltype(d)::value, kStages>;
+      s += "; D<=" + std::to_string(D) + ": Br=" + std::to_string(Cfg::kBr) + " Bc=" + std::to_string(Cfg::kBc) +
+           " warps=" + std::to_string(Cfg::kWarpsM) + "x" + std::to_string(Cfg::kWarpsD) +
+           " slice=" + std::to_string(Cfg::kSliceCols) + " smem=" + std::to_string(Cfg::kSmemBytes) + "B";
     });
   return s + "; fp16/bf16; causal or not; any Nq, Nk";
 }

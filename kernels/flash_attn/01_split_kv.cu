@@ -305,12 +305,8 @@ cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stre
   cudaError_t err = cudaErrorInvalidValue;  // unsupported_reason() rejects other head dims first
   dispatch_head_dim<SPLIT_KV_HEAD_DIMS>(p.D, [&](auto head_dim) {
     using Cfg = SplitKvConfig<decltype(head_dim)::value, kStages>;
-    err = dispatch_dtype(p.dtype, [&](auto type) {
-      using T = decltype(type);
-      const dim3 grid((p.Nq + Cfg::kBr - 1) / Cfg::kBr, p.H, p.B);
-      return launch_with_smem(split_kv_kernel<Cfg, T>, grid, Cfg::kThreads, Cfg::kSmemBytes, stream,
-                              static_cast<const T*>(b.q), static_cast<const T*>(b.k), static_cast<const T*>(b.v),
-                              static_cast<T*>(b.o), b.lse, p);
+    err = launch_config<Cfg>(p, b, stream, [](auto cfg, auto type) {
+      return split_kv_kernel<decltype(cfg), decltype(type)>;
     });
   });
   return err;

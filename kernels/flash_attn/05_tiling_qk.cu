@@ -1,0 +1,434 @@
+// ============================================================================
+// Rung 05 — split-Q + Q·Kᵀ tiled along the head dim (LeetCUDA tiling-qk)
+// ============================================================================
+// What changes against rung 02 (split-Q): rung 02 keeps all of Q [Br, D] and
+// K_j, V_j [Bc, D] in shared memory, so its shared memory grows as D·(Br + 2Bc)
+// and its O accumulator as D/2 registers per thread; it stops at D = 256.
+// Here Q·Kᵀ is tiled along D: Q and K_j go through a small cp.async ring as
+// [Br, Ks] and [Bc, Ks] column slices, S accumulates over the slices, and the
+// Q/K buffers are O(Ks·(Br + Bc)) whatever D is. V_j is still loaded whole,
+// [Bc, D] in one buffer: its columns ride along with the Q/K slices (one
+// column block per slice) so they land during Q·Kᵀ, and P·V then runs over
+// the whole head dim with no barrier inside. Rung 06 slices V too.
+//
+// Per KV tile j (Bc keys), with n = ceil(D / Ks) slices of Ks head-dim columns:
+//   steps 0 .. n-1: slot <- Q[:, s·Ks ..] [Br, Ks] and K_j[:, s·Ks ..] [Bc, Ks];
+//                   sV[:, s·Ks ..] <- V_j[:, s·Ks ..]
+//                   S += Q_s · K_j,sᵀ            (each warp: its columns only)
+//   (S partials summed, masked, online softmax: P in registers, O rescaled)
+//   O += P · V_j over sV                        (each warp: its columns only)
+// stage1: one slot; each step waits for its own slice (2 barriers per step);
+//         the V columns of step s land during step s.
+// stage2: two slots; slice s+1 is copied while slice s computes (1 barrier).
+//
+// The O accumulator is what limits D. A warp that owns 16 query rows × D
+// columns holds 16·D/32 = D/2 fp32 registers per thread: 256 at D = 512, 512 at
+// D = 1024, over the 255 a thread can address. So the warps of a block are
+// kWarpsM × kWarpsD: a row group of kWarpsD warps shares 16 rows, and each
+// keeps O for D/kWarpsD of the columns (128 registers at D = 512 and 1024).
+// Block-wide that is Br·D fp32 = 128 KB of the SM's 256 KB register file, so
+// Br·D <= 32768: Br = 64 at D = 512, Br = 32 at D = 1024 (one block per SM).
+// Layout for D <= 512 (Br = 64, 4 × 2 warps, Ks = 128):
+//
+//                  columns of every slice s:
+//                  s·Ks + [0, 64)    s·Ks + [64, 128)
+//   rows  0..15    warp 0            warp 4      ─ row group 0: S partials of
+//   rows 16..31    warp 1            warp 5        warps 0 and 4 are summed in
+//   rows 32..47    warp 2            warp 6        sRed, so both hold the same S
+//   rows 48..63    warp 3            warp 7        and run the same softmax
+//
+// S = Q·Kᵀ needs every column of D, so each warp computes a *partial* S over
+// its share of the head dim ([16, Bc] fp32 in registers), stores it to shared
+// memory in fragment order, meets the other warps of its row group at a named
+// barrier, and adds the kWarpsD partials in a fixed order (wd = 0, 1, ...).
+// Every warp of the group then holds bit-identical S, hence identical m_i, l_i
+// and P, and no statistics need exchanging; only wd = 0 writes LSE. The
+// alternative, S recomputed in every warp over the full D, would waste
+// (kWarpsD - 1)/kWarpsD of the Q·Kᵀ MMAs. Strided column ownership (a share of
+// every slice rather than one contiguous block of D) keeps all warps busy in
+// every step and when D is smaller than its bucket.
+//
+// Head dims come in buckets (the smallest that holds D); Q/K/V columns past D
+// are zero-filled by cp.async, so they add zeros, a warp whose share of a slice
+// lies wholly past D skips it, and O columns past D are not written.
+//
+// Slice width Ks: LeetCUDA slices at the MMA K (16). Here a step ends with a
+// __syncthreads and each slice is one cp.async group, so a step must carry
+// enough MMAs and enough bytes in flight; measured during development at
+// D = 512, stage2 (H200): Ks = 64: 112 TFLOPS, Ks = 128: 167. (Ks = 256 does
+// not fit next to the whole V tile at stage2.)
+//
+// Where it is slower: against rung 02 at D <= 256 (D = 128: 193 vs 327
+// TFLOPS), since Q is re-copied from L2 for every KV tile and every slice ends
+// with a barrier; it exists for the head dims 02 cannot run. The whole V tile
+// makes shared memory grow with D again (Bc·(D + 8)·2 B): D = 1024 needs 212 KB
+// at stage2, which fits an H100/H200 (227 KB) but not an A100 (163 KB; there
+// the variant reports itself unsupported for D > 256 at stage2, D > 512 at
+// stage1). Rung 06 removes that.
+//
+// Tile configurations (every number is a constexpr of TilingQkConfig, checked
+// by the static_asserts after it; registers from ptxas, CUDA 13.0, 0 spills on
+// sm_90a and sm_80 for every instantiation, stage1 / stage2):
+//   bucket  Br   Bc  warps  Ks   smem stage1  smem stage2  regs sm_90a   regs sm_80
+//     64   128   64   8x1   64      36864        64512      142 / 150    139 / 146
+//    128   128   64   8x1  128      69632       121856      176 / 184    160 / 182
+//    256   128   64   8x1  128      86016       138240      240 / 246    224 / 242
+//    512    64   64   4x2  128     134144       168960      226 / 246    224 / 242
+//   1024    32   64   2x4  128     190976       217088      245 / 252    243 / 250
+// smem = kStages · (Br + Bc) · (Ks + 8) · 2 B + Bc · (bucket + 8) · 2 B, plus
+// 16 · Bc · 4 B per warp for the S partials when kWarpsD > 1. One block
+// (8 warps) per SM everywhere.
+//
+// Measured (H200, fp16, B=1 H=8 N=8192, not causal, TFLOPS; 2026-11-29):
+//   D          64    128    256    320    512    768   1024
+//   stage1    124    165    178    114    127     79     82
+//   stage2    157    193    208    148    164     99    102
+// Causal, stage2: D=512 166, D=1024 107. Earlier runs on this machine: torch's
+// SDPA efficient path ~134 at D=512, cuBLAS unfused 450. The D = 512 target
+// (270) is not reached: with Br = 64 every K/V byte feeds half the MMAs it
+// does at Br = 128, each of the four row groups re-reads the same K/V
+// fragments from shared memory, and all 8 warps meet at a barrier every step.
+//
+// Supports: fp16, bf16; D = Dv, any multiple of 8 up to 1024; any Nq, Nk >= 1
+// (ragged tiles zero-filled, keys >= Nk masked); causal (bottom-right aligned)
+// or not; writes O and LSE (fully masked rows: O = 0, LSE = -inf). Heads of
+// D < bucket waste the zero columns of their last slice (D = 96: 25%).
+//
+// Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 512 --variant 'tiling-q*' --check --sdpa --torch
+// ============================================================================
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "../common/attn_problem.h"
+#include "../common/online_softmax.cuh"
+#include "../common/ptx.cuh"
+#include "../common/rung_host.cuh"
+#include "../common/split_q_parts.cuh"
+#include "../common/variant.h"
+
+namespace attnlab {
+namespace {
+
+// Tile shape per head-dim bucket: a problem runs in the smallest bucket >= D.
+// kWarpsM x kWarpsD warps; each row group of kWarpsD warps owns 16 query rows.
+template <int kHeadDimMax>
+struct TilingQkTiles;
+template <> struct TilingQkTiles<64>   { static constexpr int kBr = 128, kBc = 64, kWarpsM = 8, kWarpsD = 1, kSliceCols = 64; };
+template <> struct TilingQkTiles<128>  { static constexpr int kBr = 128, kBc = 64, kWarpsM = 8, kWarpsD = 1, kSliceCols = 128; };
+template <> struct TilingQkTiles<256>  { static constexpr int kBr = 128, kBc = 64, kWarpsM = 8, kWarpsD = 1, kSliceCols = 128; };
+template <> struct TilingQkTiles<512>  { static constexpr int kBr = 64,  kBc = 64, kWarpsM = 4, kWarpsD = 2, kSliceCols = 128; };
+template <> struct TilingQkTiles<1024> { static constexpr int kBr = 32,  kBc = 64, kWarpsM = 2, kWarpsD = 4, kSliceCols = 128; };
+
+// Tiles defaults to the bucket's row above; passing another shape is how the
+// slice widths and stage counts in the header were compared.
+template <int kHeadDimMax_, int kStages_, typename Tiles = TilingQkTiles<kHeadDimMax_>>
+struct TilingQkConfig {
+  static constexpr int kHeadDimMax = kHeadDimMax_;
+  static constexpr int kStages = kStages_;
+  static constexpr int kBr = Tiles::kBr;
+  static constexpr int kBc = Tiles::kBc;
+  static constexpr int kWarpsM = Tiles::kWarpsM;         // row groups of 16 query rows
+  static constexpr int kWarpsD = Tiles::kWarpsD;         // warps sharing a row group, splitting D
+  static constexpr int kWarps = kWarpsM * kWarpsD;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kSliceCols = Tiles::kSliceCols;   // head-dim columns per pipeline slice
+  static constexpr int kPad = 8;                          // halves appended to every shared row
+  static constexpr int kSliceStride = kSliceCols + kPad;
+  static constexpr int kMaxSlices = kHeadDimMax / kSliceCols;
+  static constexpr int kColsPerWarp = kSliceCols / kWarpsD;  // of every slice, per warp
+  // One pipeline slot holds a Q·Kᵀ slice: Q [Br, Ks] + K [Bc, Ks].
+  static constexpr int kSlotElems = (kBr + kBc) * kSliceStride;
+  static constexpr int kSlotBytes = kSlotElems * 2;
+  // V_j, whole: [Bc, kHeadDimMax + 8], one buffer.
+  static constexpr int kVStride = kHeadDimMax + kPad;
+  static constexpr int kVBytes = kBc * kVStride * 2;
+  // Partial S of every warp, fp32, in fragment order (only when kWarpsD > 1).
+  static constexpr int kRedBytes = kWarpsD > 1 ? kWarps * 16 * kBc * 4 : 0;
+  static constexpr int kSmemBytes = kRedBytes + kStages * kSlotBytes + kVBytes;
+  // Register tiles per warp.
+  static constexpr int kTilesS = kBc / 8;                       // n8 tiles of S over Bc keys
+  static constexpr int kTilesOPerSlice = kColsPerWarp / 8;      // n8 tiles of O per slice
+  static constexpr int kTilesO = kMaxSlices * kTilesOPerSlice;  // = kHeadDimMax / kWarpsD / 8
+  static constexpr int kORegs = 4 * kTilesO;                    // fp32 O registers per thread
+
+  static_assert(kBr == 16 * kWarpsM, "a row group owns one m16 tile of query rows");
+  static_assert(kHeadDimMax % kSliceCols == 0, "the bucket is a whole number of slices");
+  static_assert(kColsPerWarp % 16 == 0, "a warp takes whole k16 steps of Q·Kᵀ and n16 pairs of P·V per slice");
+  static_assert(kBc % 16 == 0, "Bc must be a multiple of the MMA K (16)");
+  static_assert(kORegs <= 128, "the O accumulator must leave room for S, P and addresses (no spills)");
+  static_assert(kStages == 1 || kStages == 2, "stage1 and stage2 only (the cp.async group counts assume it)");
+};
+
+// The header table, checked against the code.
+static_assert(TilingQkConfig<64, 1>::kSmemBytes == 36864 && TilingQkConfig<64, 2>::kSmemBytes == 64512, "header: D<=64");
+static_assert(TilingQkConfig<128, 1>::kSmemBytes == 69632 && TilingQkConfig<128, 2>::kSmemBytes == 121856, "header: D<=128");
+static_assert(TilingQkConfig<256, 1>::kSmemBytes == 86016 && TilingQkConfig<256, 2>::kSmemBytes == 138240, "header: D<=256");
+static_assert(TilingQkConfig<512, 1>::kSmemBytes == 134144 && TilingQkConfig<512, 2>::kSmemBytes == 168960, "header: D<=512");
+static_assert(TilingQkConfig<1024, 1>::kSmemBytes == 190976 && TilingQkConfig<1024, 2>::kSmemBytes == 217088, "header: D<=1024");
+static_assert(TilingQkConfig<512, 2>::kORegs == 128 && TilingQkConfig<1024, 2>::kORegs == 128, "header: O registers");
+
+// ---- small device helpers ----------------------------------------------------
+
+// Copies a [kRows, kCols] window of a row-major global matrix (row stride `ld`
+// elements) into shared memory (row stride kStride). Rows >= rows_valid and
+// columns >= cols_valid are zero-filled, never read: ragged KV tiles and the
+// columns of a head-dim bucket past the real D contribute zeros to every MMA.
+template <int kRows, int kCols, int kStride, int kThreads, typename T>
+__device__ __forceinline__ void load_slice_async(T* smem, const T* gmem, int64_t ld, int rows_valid, int cols_valid) {
+  static_assert(sizeof(T) == 2 && kCols % 8 == 0 && kStride % 8 == 0, "16-byte chunks of 16-bit elements");
+  constexpr int kChunksPerRow = kCols / 8;
+  constexpr int kRowStep = kThreads / kChunksPerRow;  // rows covered by one pass of the block
+  static_assert(kThreads % kChunksPerRow == 0 && kRows % kRowStep == 0, "whole rows per pass, whole passes");
+  // A thread keeps one column and walks down the rows: one running pointer
+  // each side instead of a precomputed address per chunk (registers are short).
+  const int col = (int(threadIdx.x) % kChunksPerRow) * 8;
+  int row = int(threadIdx.x) / kChunksPerRow;
+  const bool col_ok = col < cols_valid;
+  T* dst = smem + row * kStride + col;
+  const T* src = gmem + row * ld + col;
+#pragma unroll
+  for (int i = 0; i < kRows / kRowStep; ++i) {
+    const bool valid = col_ok && row < rows_valid;
+    cp_async_16(dst, valid ? src : gmem, valid);
+    row += kRowStep;
+    dst += kRowStep * kStride;
+    src += kRowStep * ld;
+  }
+}
+
+// Barrier over the `threads` threads (whole warps) that use barrier `id`
+// (1..15; __syncthreads is barrier 0). Orders their shared-memory accesses.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+template <typename Cfg, typename T>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+tiling_qk_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
+                 float* __restrict__ lse, const AttnProblem p) {
+  constexpr int Br = Cfg::kBr, Bc = Cfg::kBc, Ks = Cfg::kSliceCols, kStages = Cfg::kStages;
+  constexpr int kStride = Cfg::kSliceStride, kThreads = Cfg::kThreads;
+  constexpr int kWarpsM = Cfg::kWarpsM, kWarpsD = Cfg::kWarpsD, kColsPerWarp = Cfg::kColsPerWarp;
+  const int D = p.D;  // <= kHeadDimMax; columns past D are zero-filled and never stored
+
+  // Heaviest query tiles first: under a causal mask the last tiles see the most keys.
+  const int m_block = gridDim.x - 1 - blockIdx.x;
+  const int64_t head = int64_t(blockIdx.z) * p.H + blockIdx.y;
+  const int q_start = m_block * Br;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;                       // fragment row group and column pair
+  const int wm = warp % kWarpsM, wd = warp / kWarpsM;         // NEW: row group, head-dim share
+  const int col0 = wd * kColsPerWarp;                         // NEW: this warp's first column of every slice
+
+  const T* Qg = q + (head * p.Nq + q_start) * D;  // [Br, D] tile of this block
+  const T* Kg = k + head * p.Nk * D;              // [Nk, D]
+  const T* Vg = v + head * p.Nk * D;              // [Nk, D]
+
+  const int n_kv_tiles = kv_tiles_for_query_tile(p, q_start, Br, Bc);
+  const int n_slices = (D + Ks - 1) / Ks;  // NEW: Q·Kᵀ slices per KV tile, <= kMaxSlices
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  float* sRed = reinterpret_cast<float*>(smem_raw);                 // [kWarps][16 x Bc] fp32, fragment order
+  T* sSlots = reinterpret_cast<T*>(smem_raw + Cfg::kRedBytes);      // [kStages][kSlotElems]
+  T* sV = sSlots + kStages * Cfg::kSlotElems;                        // [Bc, kVStride]
+
+  // Rows of this warp's fragments, as global query indices.
+  const int row0 = q_start + wm * 16 + g;  // c0, c1
+  const int row1 = row0 + 8;               // c2, c3
+
+  float O[Cfg::kTilesO][4] = {};  // O_i: [16, D / kWarpsD] per warp, fp32 (strided columns, see header)
+  RowStats stats;
+  const float scale_log2 = p.scale * kLog2e;
+
+  // ---- NEW: a cp.async pipeline over the Q·Kᵀ slices of every KV tile ------
+  // Step s of tile j copies Q[:, s·Ks..] and K_j[:, s·Ks..]; steps use the
+  // slots round-robin. Columns s·Ks.. of V_j ride along (see begin_step).
+  int pf_tile = 0, pf_step = 0;  // the next step to copy
+  auto issue_next = [&](T* slot) {
+    if (pf_tile < n_kv_tiles) {
+      const int kv_start = pf_tile * Bc, col = pf_step * Ks;
+      load_slice_async<Br, Ks, kStride, kThreads>(slot, Qg + col, D, p.Nq - q_start, D - col);
+      load_slice_async<Bc, Ks, kStride, kThreads>(slot + Br * kStride, Kg + int64_t(kv_start) * D + col, D,
+                                                  p.Nk - kv_start, D - col);
+    }
+    if (++pf_step == n_slices) { pf_step = 0; ++pf_tile; }
+  };
+  auto issue_v = [&](int tile, int s) {  // V_tile[:, s·Ks .. s·Ks + Ks) into sV
+    const int kv_start = tile * Bc, col = s * Ks;
+    load_slice_async<Bc, Ks, Cfg::kVStride, kThreads>(sV + col, Vg + int64_t(kv_start) * D + col, D,
+                                                      p.Nk - kv_start, D - col);
+  };
+  int step = 0;  // steps consumed so far
+  // Waits until this step's slot has landed for every thread and every warp is
+  // done with the slot about to be refilled (and, at s = 0, with sV), then
+  // starts the copy of V_j's columns of this slice. Returns this step's slot.
+  auto begin_step = [&](int j, int s) -> const T* {
+    T* slot = sSlots + (step % kStages) * Cfg::kSlotElems;
+    if constexpr (kStages == 1) {
+      __syncthreads();  // every warp is done with the previous step (same slot)
+      issue_next(slot);
+      cp_async_commit();
+      cp_async_wait<0>();  // also V_j's previous columns
+      __syncthreads();
+      issue_v(j, s);       // lands while this slice is computed
+      cp_async_commit();
+    } else {
+      cp_async_wait<0>();  // this step's slice (and V_j's previous columns) landed
+      __syncthreads();     // ... for every thread; step-1's slot is free again
+      issue_v(j, s);       // V first: the P·V wait below may then leave the prefetch in flight
+      cp_async_commit();
+      issue_next(sSlots + ((step + 1) % kStages) * Cfg::kSlotElems);
+      cp_async_commit();   // possibly empty: keeps the group count uniform
+    }
+    ++step;
+    return slot;
+  };
+  if (kStages > 1 && n_kv_tiles > 0) {
+    issue_next(sSlots);
+    cp_async_commit();
+  }
+
+  for (int j = 0; j < n_kv_tiles; ++j) {
+    // ---- S = Q · K_jᵀ, one Ks-wide slice at a time  [16, Bc] per warp ------
+    // NEW: warp (wm, wd) takes columns [wd·Ks/kWarpsD, (wd+1)·Ks/kWarpsD) of
+    // every slice, so with kWarpsD > 1 it holds a partial S over its share of D.
+    float S[Cfg::kTilesS][4] = {};
+#pragma unroll 1
+    for (int s = 0; s < n_slices; ++s) {
+      const T* slot = begin_step(j, s);
+      const T* sQ = slot + wm * 16 * kStride;  // Q slice rows of this row group: [16, Ks]
+      const T* sK = slot + Br * kStride;       // K slice: [Bc, Ks]
+      if (s * Ks + col0 < D) {  // a share wholly past D is zeros: skip it (one uniform branch)
+#pragma unroll
+        for (int i = 0; i < kColsPerWarp / 16; ++i) {
+          uint32_t a[4];
+          load_a_fragment<kStride>(a, sQ + col0 + i * 16, lane);
+          qk_slice<T, Cfg::kTilesS, kStride>(S, a, sK + col0 + i * 16, lane);
+        }
+      }
+    }
+
+    // ---- NEW: S = sum of the kWarpsD partials, through shared memory --------
+    // Every warp of the row group adds the partials in the same order
+    // (wd = 0, 1, ...), so all of them hold bit-identical S, and therefore
+    // identical m_i, l_i and P: no statistics need exchanging afterwards.
+    if constexpr (kWarpsD > 1) {
+      float* mine = sRed + (warp * Cfg::kTilesS * 32 + lane) * 4;
+#pragma unroll
+      for (int n = 0; n < Cfg::kTilesS; ++n)
+        *reinterpret_cast<float4*>(mine + n * 32 * 4) = make_float4(S[n][0], S[n][1], S[n][2], S[n][3]);
+      named_barrier_sync(1 + wm, kWarpsD * 32);  // the row group's partials are written
+#pragma unroll
+      for (int n = 0; n < Cfg::kTilesS; ++n) {
+        float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int i = 0; i < kWarpsD; ++i) {
+          float4 part;
+          if (i == wd) part = make_float4(S[n][0], S[n][1], S[n][2], S[n][3]);
+          else part = *reinterpret_cast<const float4*>(sRed + (((wm + i * kWarpsM) * Cfg::kTilesS + n) * 32 + lane) * 4);
+          if (i == 0) sum = part;
+          else sum = make_float4(sum.x + part.x, sum.y + part.y, sum.z + part.z, sum.w + part.w);
+        }
+        S[n][0] = sum.x, S[n][1] = sum.y, S[n][2] = sum.z, S[n][3] = sum.w;
+      }
+      // sRed is rewritten only after the next tile's Q·Kᵀ, i.e. after the
+      // __syncthreads before P·V below: no second barrier needed.
+    }
+    // Keys past Nk (ragged last tile) and, if causal, after the diagonal: -inf.
+    mask_scores(S, p, j * Bc, q_start, row0, row1, t);
+
+    // ---- online softmax: S -> P in place, rescale O ------------------------
+    online_softmax_update(S, O, stats, scale_log2);
+    uint32_t P[Bc / 16][4];  // P as 16-bit A fragments: [16, Bc], k16 step kk in P[kk]
+#pragma unroll
+    for (int kk = 0; kk < Bc / 16; ++kk) {
+      P[kk][0] = pack2<T>(S[2 * kk][0], S[2 * kk][1]);
+      P[kk][1] = pack2<T>(S[2 * kk][2], S[2 * kk][3]);
+      P[kk][2] = pack2<T>(S[2 * kk + 1][0], S[2 * kk + 1][1]);
+      P[kk][3] = pack2<T>(S[2 * kk + 1][2], S[2 * kk + 1][3]);
+    }
+
+    // ---- O += P · V_j over the whole head dim ------------------------------
+    // Every column of V_j has landed once the newest group (stage2: the
+    // prefetch of the next tile's first slice) is the only one in flight.
+    cp_async_wait<kStages == 1 ? 0 : 1>();
+    __syncthreads();
+    // Unrolled: columns s·Ks.. update the fixed registers O[s·kTilesOPerSlice ..].
+#pragma unroll
+    for (int s = 0; s < Cfg::kMaxSlices; ++s) {
+      if (s * Ks + col0 < D) {
+#pragma unroll
+        for (int kk = 0; kk < Bc / 16; ++kk)
+#pragma unroll
+          for (int nd = 0; nd < kColsPerWarp / 16; ++nd) {
+            uint32_t b[4];  // V rows 16kk .. 16kk+15, columns s·Ks + col0 + 16nd .. +15, transposed
+            ldmatrix_x4_trans(b, sV + (kk * 16 + lane % 16) * Cfg::kVStride + s * Ks + col0 + nd * 16 + (lane / 16) * 8);
+            mma_m16n8k16<T>(O[s * Cfg::kTilesOPerSlice + 2 * nd], P[kk], b[0], b[1]);
+            mma_m16n8k16<T>(O[s * Cfg::kTilesOPerSlice + 2 * nd + 1], P[kk], b[2], b[3]);
+          }
+      }
+    }
+    // No barrier here: the next tile's first step has one before sV is refilled.
+  }
+
+  // ---- epilogue: O_i / l_i, LSE; rows past Nq and columns past D not written
+  float row_lse[2];
+  online_softmax_finalize(O, stats, p.scale, row_lse);
+  T* Og = o + head * p.Nq * D;
+  const int rows[2] = {row0, row1};
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (rows[r] >= p.Nq) continue;
+#pragma unroll
+    for (int s = 0; s < Cfg::kMaxSlices; ++s)
+#pragma unroll
+      for (int n = 0; n < Cfg::kTilesOPerSlice; ++n) {
+        const int col = s * Ks + col0 + n * 8;
+        if (col < D)
+          *reinterpret_cast<uint32_t*>(Og + int64_t(rows[r]) * D + col + 2 * t) =
+              pack2<T>(O[s * Cfg::kTilesOPerSlice + n][2 * r], O[s * Cfg::kTilesOPerSlice + n][2 * r + 1]);
+      }
+    if (wd == 0 && t == 0) lse[head * p.Nq + rows[r]] = row_lse[r];  // one warp per row group
+  }
+}
+
+#define TILING_QK_BUCKETS 64, 128, 256, 512, 1024
+
+
+template <int kStages>
+cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stream) {
+  cudaError_t err = cudaErrorInvalidValue;  // unsupported_reason() rejects other head dims first
+  if (p.D % 8 != 0) return err;
+  dispatch_bucket<TILING_QK_BUCKETS>(p.D, [&](auto bucket) {
+    using Cfg = TilingQkConfig<decltype(bucket)::value, kStages>;
+    err = launch_config<Cfg>(p, b, stream, [](auto cfg, auto type) {
+      return tiling_qk_kernel<decltype(cfg), decltype(type)>;
+    });
+  });
+  return err;
+}
+
+// The config of a bucket with its default tiles (for the host helpers).
+template <int kBucket, int kStages>
+using TilingQkBucketConfig = TilingQkConfig<kBucket, kStages>;
+
+template <int kStages>
+Variant make_variant() {
+  Variant v;
+  v.name = "tiling-qk+stage" + std::to_string(kStages);
+  v.rung = "05_tiling_qk";
+  v.unsupported_reason = bucket_unsupported<TilingQkBucketConfig, kStages, TILING_QK_BUCKETS>;
+  v.launch = launch<kStages>;
+  v.describe = bucket_describe<TilingQkBucketConfig, kStages, TILING_QK_BUCKETS>;
+  return v;
+}
+
+}  // namespace
+
+std::vector<Variant> make_tiling_qk_variants() { return {make_variant<1>(), make_variant<2>()}; }
+
+}  // namespace attnlab
