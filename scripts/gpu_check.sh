@@ -32,18 +32,11 @@ grep -E "attnlab:|error|spill|lmem|retrying" "$out/build.log" | grep -v "0 bytes
 [ $build_rc -eq 0 ] || { echo "build failed (see build.log)"; tail -30 "$out/build.log"; exit 1; }
 grep -A2 "split_q_kernel" "$out/build.log" | grep -E "registers|Compiling" | sed 's/_ZN7attnlab[^ ]*SplitQConfigIL//' > "$out/ptxas_split_q.txt"
 
-step "tests (cpu + gpu)"
-ctest --test-dir "$build" --output-on-failure 2>&1 | tee "$out/tests.log" | tail -8
-python_line=$(grep -E "[0-9]+ passed" "$out/tests.log" | grep -vE "^[0-9]+ passed, [0-9]+ failed$" | tail -1)
-"$build/test_gpu_variants" > "$out/gpu_variants.log" 2>&1
-tests_line=$(tail -1 "$out/gpu_variants.log")
-echo "gpu variants: $tests_line"
-
-if [ -z "${QUICK:-}" ] && command -v compute-sanitizer >/dev/null; then
+if [ -z "${QUICK:-}" ] && [ "${SANITIZER:-1}" != 0 ] && command -v compute-sanitizer >/dev/null; then
   step "compute-sanitizer (memcheck, racecheck) on ragged shapes"
   for tool in memcheck racecheck; do
-    for shape in "--Nq 129 --Nk 77 --D 64 --causal" "--Nq 17 --Nk 200 --D 256" "--N 1 --D 32 --dtype bf16"; do
-      compute-sanitizer --tool $tool --error-exitcode 9 "$build/flash_attn_mma" --B 1 --H 2 $shape \
+    for shape in "--Nq 129 --Nk 77 --D 64 --causal" "--Nq 17 --Nk 200 --D 256 --dtype bf16"; do
+      timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 "$build/flash_attn_mma" --B 1 --H 2 $shape \
         --iters 1 --warmup 0 --check --show-all > "$out/sanitizer.log" 2>&1
       rc=$?
       echo "$tool $shape: rc=$rc $(grep -E 'ERROR SUMMARY' "$out/sanitizer.log" | tail -1)"
@@ -51,7 +44,7 @@ if [ -z "${QUICK:-}" ] && command -v compute-sanitizer >/dev/null; then
   done 2>&1 | tee "$out/sanitizer_summary.txt"
 fi
 
-if [ -z "${QUICK:-}" ] && command -v ncu >/dev/null; then
+if [ "${NCU:-1}" != 0 ] && command -v ncu >/dev/null; then
   step "ncu: shared-memory bank conflicts, padded vs swizzled (split-q, D=64 and 128)"
   { scripts/ncu_bank_conflicts.sh "$build/flash_attn_mma" 64; scripts/ncu_bank_conflicts.sh "$build/flash_attn_mma" 128; } \
     2>&1 | tee "$out/ncu_bank_conflicts.txt"
@@ -64,6 +57,10 @@ peers=(--torch)
 bench() {
   "$build/flash_attn_mma" "$@" "${peers[@]}" --check --show-all --iters 20 --warmup 3 --csv "$csv" 2>&1 | tee -a "$out/bench.txt"
 }
+# Large shapes: timed only (the fp32 reference alone would take minutes).
+bench_timing_only() {
+  "$build/flash_attn_mma" "$@" "${peers[@]}" --show-all --iters 5 --warmup 1 --csv "$csv" 2>&1 | tee -a "$out/bench.txt"
+}
 for D in 64 128 256; do
   bench --B 1 --H 8 --N 8192 --D $D
   [ -n "${QUICK:-}" ] || bench --B 1 --H 8 --N 8192 --D $D --causal
@@ -74,7 +71,16 @@ if [ -z "${QUICK:-}" ]; then
   bench --B 1 --H 8 --N 8192 --D 1024
   bench --B 4 --H 16 --N 4096 --D 128
   bench --B 1 --H 8 --Nq 1000 --Nk 8192 --D 128 --causal
+
+  bench_timing_only --B 1 --H 48 --N 16384 --D 512
 fi
+
+step "tests (cpu + gpu)"
+timeout 300 ctest --test-dir "$build" -E gpu_variants --output-on-failure 2>&1 | tee "$out/tests.log" | tail -8
+python_line=$(grep -E "[0-9]+ passed" "$out/tests.log" | grep -vE "^[0-9]+ passed, [0-9]+ failed$" | tail -1)
+timeout 300 "$build/test_gpu_variants" > "$out/gpu_variants.log" 2>&1 || echo "test_gpu_variants: exit $? (124 = timed out)" >> "$out/gpu_variants.log"
+tests_line=$(tail -1 "$out/gpu_variants.log")
+echo "gpu variants: $tests_line"
 
 if [ -n "${SWEEP:-}" ]; then
   step "sweep"
