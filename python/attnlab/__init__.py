@@ -12,9 +12,10 @@ import torch  # noqa: F401  (loads libtorch before the extension)
 
 from . import _C
 
-__all__ = ["variants", "forward", "judge"]
+__all__ = ["variants", "forward", "judge", "unsupported_reason"]
 
 judge = _C.judge
+unsupported_reason = _C.unsupported_reason
 
 
 def variants():

@@ -87,6 +87,9 @@ def run_case(variant, nq, nk, d, dtype, causal):
 @pytest.mark.parametrize("causal", [False, True], ids=["dense", "causal"])
 @pytest.mark.parametrize("d", HEAD_DIMS)
 def test_variant_matches_sdpa_reference(variant, dtype, causal, d):
+    why = attnlab.unsupported_reason(variant, 2, 3, 129, 129, d, d, dtype == torch.bfloat16, causal)
+    if why:
+        pytest.skip(f"{variant}: {why}")
     for nq, nk in SIZES:
         run_case(variant, nq, nk, d, dtype, causal)
 
@@ -105,6 +108,8 @@ def test_fully_masked_rows_are_zero():
     q = torch.randn(1, 1, 5, 64, device="cuda", dtype=torch.float16)
     k = torch.randn(1, 1, 2, 64, device="cuda", dtype=torch.float16)
     for variant in attnlab.variants():
+        if attnlab.unsupported_reason(variant, 1, 1, 5, 2, 64, 64, False, True):
+            continue
         o, lse = attnlab.forward(q, k, k, variant=variant, is_causal=True)
         assert torch.all(o[:, :, :3] == 0) and torch.all(torch.isneginf(lse[:, :, :3]))
         assert torch.isfinite(o).all()
@@ -146,3 +151,5 @@ def test_bad_inputs_raise_clear_errors():
     with pytest.raises(ValueError, match="does not support"):
         x = torch.randn(1, 1, 16, 48, device="cuda", dtype=torch.float16)
         attnlab.forward(x, x, x, variant="split-q+stage2")
+    assert "not in" in attnlab.unsupported_reason("split-q+stage2", 1, 1, 16, 16, 48, 48, False, False)
+    assert attnlab.unsupported_reason("split-q+stage2", 1, 1, 16, 16, 64, 64, False, False) == ""
