@@ -142,7 +142,7 @@ def test_bad_inputs_raise_clear_errors():
     with pytest.raises(ValueError, match="4-D"):
         attnlab.forward(q[0], q[0], q[0])
     with pytest.raises(ValueError, match="contiguous"):
-        t = q.transpose(1, 2)
+        t = torch.randn(1, 2, 16, 64, device="cuda", dtype=torch.float16).transpose(1, 2)  # [1, 16, 2, 64]
         attnlab.forward(t, t, t)
     with pytest.raises(ValueError, match="head dim"):
         attnlab.forward(q, torch.randn(1, 1, 16, 32, device="cuda", dtype=torch.float16), q)
