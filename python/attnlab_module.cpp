@@ -54,6 +54,21 @@ const Variant& find_variant(const std::string& name) {
   throw py::value_error("attnlab.forward: unknown variant '" + name + "'; known: " + known);
 }
 
+AttnProblem make_problem(int64_t B, int64_t H, int64_t Nq, int64_t Nk, int64_t D, int64_t Dv, bool bf16,
+                         bool is_causal, std::optional<double> scale) {
+  AttnProblem p;
+  p.B = int(B);
+  p.H = int(H);
+  p.Nq = int(Nq);
+  p.Nk = int(Nk);
+  p.D = int(D);
+  p.Dv = int(Dv);
+  p.dtype = bf16 ? DType::kBFloat16 : DType::kFloat16;
+  p.causal = is_causal;
+  p.scale = scale ? float(*scale) : attnlab::default_scale(p.D);
+  return p;
+}
+
 void check_tensor(const at::Tensor& t, const std::string& name, const at::Tensor& q) {
   ATTNLAB_REQUIRE_VALUE(t.is_cuda(), name + " must be a CUDA tensor, got one on " + str(t.device()));
   ATTNLAB_REQUIRE_VALUE(t.device() == q.device(),
@@ -88,16 +103,7 @@ std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& q, const at::Tensor
                         "shape too large: B and H must be <= 65535 and N < 2^31");
   ATTNLAB_REQUIRE_VALUE(!scale || (std::isfinite(*scale) && *scale > 0), "scale must be positive");
 
-  AttnProblem p;
-  p.B = int(B);
-  p.H = int(H);
-  p.Nq = int(Nq);
-  p.Nk = int(Nk);
-  p.D = int(D);
-  p.Dv = int(Dv);
-  p.dtype = q.scalar_type() == at::kHalf ? DType::kFloat16 : DType::kBFloat16;
-  p.causal = is_causal;
-  p.scale = scale ? float(*scale) : attnlab::default_scale(p.D);
+  const AttnProblem p = make_problem(B, H, Nq, Nk, D, Dv, q.scalar_type() == at::kBFloat16, is_causal, scale);
 
   const c10::cuda::CUDAGuard guard(q.device());
   const Variant& var = find_variant(variant);
@@ -126,17 +132,7 @@ std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& q, const at::Tensor
 // Why `variant` cannot run this problem ("" when it can), for tests to skip.
 std::string unsupported_reason(const std::string& variant, int64_t B, int64_t H, int64_t Nq, int64_t Nk, int64_t D,
                                int64_t Dv, bool bf16, bool is_causal) {
-  AttnProblem p;
-  p.B = int(B);
-  p.H = int(H);
-  p.Nq = int(Nq);
-  p.Nk = int(Nk);
-  p.D = int(D);
-  p.Dv = int(Dv);
-  p.dtype = bf16 ? DType::kBFloat16 : DType::kFloat16;
-  p.causal = is_causal;
-  p.scale = attnlab::default_scale(p.D);
-  return find_variant(variant).unsupported_reason(p);
+  return find_variant(variant).unsupported_reason(make_problem(B, H, Nq, Nk, D, Dv, bf16, is_causal, std::nullopt));
 }
 
 // The project's one check rule (reference/reference.h), for the Python tests.

@@ -35,4 +35,31 @@ __device__ __forceinline__ void load_tile_async(T* smem, const T* gmem, int64_t 
   load_tile_async<kRows, kCols, StridedRows<kSmemStride>, kThreads>(smem, gmem, gmem_stride, rows_valid);
 }
 
+// Copies a [kRows, kCols] window of a row-major global matrix (row stride `ld`
+// elements) into shared memory (row stride kStride). Rows >= rows_valid and
+// columns >= cols_valid are zero-filled, never read: ragged KV tiles and the
+// columns of a head-dim bucket past the real D contribute zeros to every MMA.
+template <int kRows, int kCols, int kStride, int kThreads, typename T>
+__device__ __forceinline__ void load_slice_async(T* smem, const T* gmem, int64_t ld, int rows_valid, int cols_valid) {
+  static_assert(sizeof(T) == 2 && kCols % 8 == 0 && kStride % 8 == 0, "16-byte chunks of 16-bit elements");
+  constexpr int kChunksPerRow = kCols / 8;
+  constexpr int kRowStep = kThreads / kChunksPerRow;  // rows covered by one pass of the block
+  static_assert(kThreads % kChunksPerRow == 0 && kRows % kRowStep == 0, "whole rows per pass, whole passes");
+  // A thread keeps one column and walks down the rows: one running pointer
+  // each side instead of a precomputed address per chunk (registers are short).
+  const int col = (int(threadIdx.x) % kChunksPerRow) * 8;
+  int row = int(threadIdx.x) / kChunksPerRow;
+  const bool col_ok = col < cols_valid;
+  T* dst = smem + row * kStride + col;
+  const T* src = gmem + row * ld + col;
+#pragma unroll
+  for (int i = 0; i < kRows / kRowStep; ++i) {
+    const bool valid = col_ok && row < rows_valid;
+    cp_async_16(dst, valid ? src : gmem, valid);
+    row += kRowStep;
+    dst += kRowStep * kStride;
+    src += kRowStep * ld;
+  }
+}
+
 }  // namespace attnlab

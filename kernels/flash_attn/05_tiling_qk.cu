@@ -108,6 +108,7 @@
 #include "../common/ptx.cuh"
 #include "../common/rung_host.cuh"
 #include "../common/split_q_parts.cuh"
+#include "../common/tile_copy.cuh"
 #include "../common/variant.h"
 
 namespace attnlab {
@@ -170,41 +171,6 @@ static_assert(TilingQkConfig<256, 1>::kSmemBytes == 86016 && TilingQkConfig<256,
 static_assert(TilingQkConfig<512, 1>::kSmemBytes == 134144 && TilingQkConfig<512, 2>::kSmemBytes == 168960, "header: D<=512");
 static_assert(TilingQkConfig<1024, 1>::kSmemBytes == 190976 && TilingQkConfig<1024, 2>::kSmemBytes == 217088, "header: D<=1024");
 static_assert(TilingQkConfig<512, 2>::kORegs == 128 && TilingQkConfig<1024, 2>::kORegs == 128, "header: O registers");
-
-// ---- small device helpers ----------------------------------------------------
-
-// Copies a [kRows, kCols] window of a row-major global matrix (row stride `ld`
-// elements) into shared memory (row stride kStride). Rows >= rows_valid and
-// columns >= cols_valid are zero-filled, never read: ragged KV tiles and the
-// columns of a head-dim bucket past the real D contribute zeros to every MMA.
-template <int kRows, int kCols, int kStride, int kThreads, typename T>
-__device__ __forceinline__ void load_slice_async(T* smem, const T* gmem, int64_t ld, int rows_valid, int cols_valid) {
-  static_assert(sizeof(T) == 2 && kCols % 8 == 0 && kStride % 8 == 0, "16-byte chunks of 16-bit elements");
-  constexpr int kChunksPerRow = kCols / 8;
-  constexpr int kRowStep = kThreads / kChunksPerRow;  // rows covered by one pass of the block
-  static_assert(kThreads % kChunksPerRow == 0 && kRows % kRowStep == 0, "whole rows per pass, whole passes");
-  // A thread keeps one column and walks down the rows: one running pointer
-  // each side instead of a precomputed address per chunk (registers are short).
-  const int col = (int(threadIdx.x) % kChunksPerRow) * 8;
-  int row = int(threadIdx.x) / kChunksPerRow;
-  const bool col_ok = col < cols_valid;
-  T* dst = smem + row * kStride + col;
-  const T* src = gmem + row * ld + col;
-#pragma unroll
-  for (int i = 0; i < kRows / kRowStep; ++i) {
-    const bool valid = col_ok && row < rows_valid;
-    cp_async_16(dst, valid ? src : gmem, valid);
-    row += kRowStep;
-    dst += kRowStep * kStride;
-    src += kRowStep * ld;
-  }
-}
-
-// Barrier over the `threads` threads (whole warps) that use barrier `id`
-// (1..15; __syncthreads is barrier 0). Orders their shared-memory accesses.
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
 
 template <typename Cfg, typename T>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
