@@ -7,6 +7,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
 
 #include "reference.h"
@@ -68,7 +70,10 @@ cublasHandle_t cublas_handle() {
 }
 
 cudaError_t launch_unfused(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stream) {
-  const int64_t heads_per_chunk = std::min<int64_t>(p.heads(), int64_t(b.workspace_bytes / score_bytes_per_head(p)));
+  // As many heads as the workspace holds, and few enough that the softmax grid
+  // (one block per row) stays under 2^31 blocks.
+  const int64_t heads_per_chunk = std::min<int64_t>({p.heads(), int64_t(b.workspace_bytes / score_bytes_per_head(p)),
+                                                     int64_t(INT32_MAX) / p.Nq});
   if (heads_per_chunk < 1) return cudaErrorMemoryAllocation;
   cublasHandle_t h = cublas_handle();
   if (!h || cublasSetStream(h, stream) != CUBLAS_STATUS_SUCCESS) return cudaErrorUnknown;
