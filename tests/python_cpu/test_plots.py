@@ -15,6 +15,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PLOT = os.path.join(ROOT, "scripts", "plot.py")
 COMPARE = os.path.join(ROOT, "scripts", "compare_gpus.py")
+DOC_TABLES = os.path.join(ROOT, "scripts", "doc_tables.py")
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "results")
 CSV_A = os.path.join(FIXTURES, "FakeGPU-A", "fwd.csv")
 PNGS = ("fwd_tflops_vs_N.png", "fwd_tflops_vs_D.png", "fwd_ratio_heatmap.png")
@@ -148,6 +149,23 @@ def compare_gpus_works_with_one_gpu(tmp):
     expect_ok(result)
     assert "empty-folder" in result.stdout, "folder without fwd.csv not reported"
     assert "FakeGPU-B" in read(os.path.join(results, "compare_gpus.md"))
+
+
+@test
+def doc_tables_fills_a_rung_page(tmp):
+    page = os.path.join(tmp, "02_split_q.md")
+    other = os.path.join(tmp, "other.md")
+    write(page, "# Rung\n\n<!-- numbers: split-q prev=split-kv -->\nstale\n<!-- numbers:end -->\n\nAfter.\n")
+    write(other, "no markers here\n")
+    expect_ok(run(DOC_TABLES, CSV_A, page, other))
+    text = read(page)
+    assert "stale" not in text and "After." in text, text
+    assert "| stage1 | stage2 |" in text, "no stage columns"
+    assert "| 1,8,8192,8192,64 | fp16 | no |" in text, "no D=64 dense row"
+    assert "sdpa(cudnn)" in text and "best stage / sdpa(flash)" in text, text
+    assert read(other) == "no markers here\n", "a page without markers was changed"
+    expect_ok(run(DOC_TABLES, CSV_A, page))
+    assert read(page) == text, "rerun changed the page"
 
 
 def main():
