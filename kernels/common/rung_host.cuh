@@ -111,6 +111,16 @@ namespace attnlab {
 // The same for a rung whose configs come in head-dim buckets (Config<kBucket,
 // kStages>, a problem running in the smallest bucket >= D), for every D that is
 // a multiple of 8 up to the largest bucket.
+template <template <int, int> class Config, int kStages, int... kBuckets, typename KernelFor>
+cudaError_t bucket_launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stream, KernelFor kernel_for) {
+  cudaError_t err = cudaErrorInvalidValue;  // bucket_unsupported() rejects these first
+  if (p.D % 8 != 0) return err;
+  dispatch_bucket<kBuckets...>(p.D, [&](auto bucket) {
+    err = launch_config<Config<decltype(bucket)::value, kStages>>(p, b, stream, kernel_for);
+  });
+  return err;
+}
+
 template <template <int, int> class Config, int kStages, int... kBuckets>
 std::string bucket_unsupported(const AttnProblem& p) {
   int smem = 0;

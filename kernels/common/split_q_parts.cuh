@@ -162,4 +162,33 @@ __device__ __forceinline__ void store_output(float (&O)[kTilesO][4], RowStats& s
   }
 }
 
+// Epilogue for warps that own a strided share of the head dim (rungs 05, 06):
+// in each of kSlices slices of kSliceCols columns, the warp holds the
+// kTilesPerSlice n8 tiles starting at column col0. O[s·kTilesPerSlice + n] is
+// tile n of slice s. Rows past Nq and columns at or past D are not written;
+// `write_lse` for one warp of the row group only.
+template <typename T, int kSlices, int kTilesPerSlice, int kSliceCols>
+__device__ __forceinline__ void store_output_sliced(float (&O)[kSlices * kTilesPerSlice][4], RowStats& stats,
+                                                    const AttnProblem& p, int D, int64_t head, int row0, int col0,
+                                                    int t, bool write_lse, T* o, float* lse) {
+  float row_lse[2];
+  online_softmax_finalize(O, stats, p.scale, row_lse);
+  T* Og = o + head * p.Nq * D;
+  const int rows[2] = {row0, row0 + 8};
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (rows[r] >= p.Nq) continue;
+#pragma unroll
+    for (int s = 0; s < kSlices; ++s)
+#pragma unroll
+      for (int n = 0; n < kTilesPerSlice; ++n) {
+        const int col = s * kSliceCols + col0 + n * 8;
+        if (col < D)
+          *reinterpret_cast<uint32_t*>(Og + int64_t(rows[r]) * D + col + 2 * t) =
+              pack2<T>(O[s * kTilesPerSlice + n][2 * r], O[s * kTilesPerSlice + n][2 * r + 1]);
+      }
+    if (write_lse && t == 0) lse[head * p.Nq + rows[r]] = row_lse[r];
+  }
+}
+
 }  // namespace attnlab

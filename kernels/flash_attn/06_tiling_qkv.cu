@@ -333,41 +333,12 @@ tiling_qkv_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __r
   }
 
   // ---- epilogue: O_i / l_i, LSE; rows past Nq and columns past D not written
-  float row_lse[2];
-  online_softmax_finalize(O, stats, p.scale, row_lse);
-  T* Og = o + head * p.Nq * D;
-  const int rows[2] = {row0, row1};
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (rows[r] >= p.Nq) continue;
-#pragma unroll
-    for (int s = 0; s < Cfg::kMaxSlices; ++s)
-#pragma unroll
-      for (int n = 0; n < Cfg::kTilesOPerSlice; ++n) {
-        const int col = s * Ks + col0 + n * 8;
-        if (col < D)
-          *reinterpret_cast<uint32_t*>(Og + int64_t(rows[r]) * D + col + 2 * t) =
-              pack2<T>(O[s * Cfg::kTilesOPerSlice + n][2 * r], O[s * Cfg::kTilesOPerSlice + n][2 * r + 1]);
-      }
-    if (wd == 0 && t == 0) lse[head * p.Nq + rows[r]] = row_lse[r];  // one warp per row group
-  }
+  store_output_sliced<T, Cfg::kMaxSlices, Cfg::kTilesOPerSlice, Ks>(O, stats, p, D, head, row0, col0, t,
+                                                                    /*write_lse=*/wd == 0, o, lse);
 }
 
 #define TILING_QKV_BUCKETS 64, 128, 256, 512, 1024
 
-
-template <int kStages>
-cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stream) {
-  cudaError_t err = cudaErrorInvalidValue;  // unsupported_reason() rejects other head dims first
-  if (p.D % 8 != 0) return err;
-  dispatch_bucket<TILING_QKV_BUCKETS>(p.D, [&](auto bucket) {
-    using Cfg = TilingQkvConfig<decltype(bucket)::value, kStages>;
-    err = launch_config<Cfg>(p, b, stream, [](auto cfg, auto type) {
-      return tiling_qkv_kernel<decltype(cfg), decltype(type)>;
-    });
-  });
-  return err;
-}
 
 // The config of a bucket with its default tiles (for the host helpers).
 template <int kBucket, int kStages>
@@ -379,7 +350,10 @@ Variant make_variant() {
   v.name = "tiling-qkv+stage" + std::to_string(kStages);
   v.rung = "06_tiling_qkv";
   v.unsupported_reason = bucket_unsupported<TilingQkvBucketConfig, kStages, TILING_QKV_BUCKETS>;
-  v.launch = launch<kStages>;
+  v.launch = [](const AttnProblem& p, const AttnBuffers& b, cudaStream_t stream) {
+    return bucket_launch<TilingQkvBucketConfig, kStages, TILING_QKV_BUCKETS>(
+        p, b, stream, [](auto cfg, auto type) { return tiling_qkv_kernel<decltype(cfg), decltype(type)>; });
+  };
   v.describe = bucket_describe<TilingQkvBucketConfig, kStages, TILING_QKV_BUCKETS>;
   return v;
 }
