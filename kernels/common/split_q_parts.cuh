@@ -162,6 +162,49 @@ __device__ __forceinline__ void store_output(float (&O)[kTilesO][4], RowStats& s
   }
 }
 
+// S = the sum of the kWarpsD partial S of a row group (rungs 05, 06: warps that
+// split the head dim each hold S over their share of D). Each warp stores its
+// partial to sRed ([kWarps][kTilesS · 32 lanes] float4, fragment order), meets
+// the row group at named barrier 1 + wm, and adds the partials in the same order
+// (wd = 0, 1, ...): every warp of the group ends with bit-identical S, hence
+// identical m_i, l_i and P, and no statistics need exchanging afterwards. The
+// caller must not rewrite sRed before a later block-wide barrier.
+template <int kTilesS, int kWarpsM, int kWarpsD>
+__device__ __forceinline__ void sum_partial_scores(float (&S)[kTilesS][4], float* sRed, int warp, int wm, int wd,
+                                                   int lane) {
+  float* mine = sRed + (warp * kTilesS * 32 + lane) * 4;
+#pragma unroll
+  for (int n = 0; n < kTilesS; ++n)
+    *reinterpret_cast<float4*>(mine + n * 32 * 4) = make_float4(S[n][0], S[n][1], S[n][2], S[n][3]);
+  named_barrier_sync(1 + wm, kWarpsD * 32);  // the row group's partials are written
+#pragma unroll
+  for (int n = 0; n < kTilesS; ++n) {
+    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int i = 0; i < kWarpsD; ++i) {
+      float4 part;
+      if (i == wd) part = make_float4(S[n][0], S[n][1], S[n][2], S[n][3]);
+      else part = *reinterpret_cast<const float4*>(sRed + (((wm + i * kWarpsM) * kTilesS + n) * 32 + lane) * 4);
+      if (i == 0) sum = part;
+      else sum = make_float4(sum.x + part.x, sum.y + part.y, sum.z + part.z, sum.w + part.w);
+    }
+    S[n][0] = sum.x, S[n][1] = sum.y, S[n][2] = sum.z, S[n][3] = sum.w;
+  }
+}
+
+// P (the S registers after the softmax) as 16-bit A fragments: k16 step kk of
+// the Bc keys in P[kk] (S tiles 2kk and 2kk+1).
+template <typename T, int kTilesS>
+__device__ __forceinline__ void pack_p_fragments(uint32_t (&P)[kTilesS / 2][4], const float (&S)[kTilesS][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kTilesS / 2; ++kk) {
+    P[kk][0] = pack2<T>(S[2 * kk][0], S[2 * kk][1]);
+    P[kk][1] = pack2<T>(S[2 * kk][2], S[2 * kk][3]);
+    P[kk][2] = pack2<T>(S[2 * kk + 1][0], S[2 * kk + 1][1]);
+    P[kk][3] = pack2<T>(S[2 * kk + 1][2], S[2 * kk + 1][3]);
+  }
+}
+
 // Epilogue for warps that own a strided share of the head dim (rungs 05, 06):
 // in each of kSlices slices of kSliceCols columns, the warp holds the
 // kTilesPerSlice n8 tiles starting at column col0. O[s·kTilesPerSlice + n] is

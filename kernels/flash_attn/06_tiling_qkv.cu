@@ -272,44 +272,16 @@ tiling_qkv_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __r
     }
 
     // ---- NEW: S = sum of the kWarpsD partials, through shared memory --------
-    // Every warp of the row group adds the partials in the same order
-    // (wd = 0, 1, ...), so all of them hold bit-identical S, and therefore
-    // identical m_i, l_i and P: no statistics need exchanging afterwards.
-    if constexpr (kWarpsD > 1) {
-      float* mine = sRed + (warp * Cfg::kTilesS * 32 + lane) * 4;
-#pragma unroll
-      for (int n = 0; n < Cfg::kTilesS; ++n)
-        *reinterpret_cast<float4*>(mine + n * 32 * 4) = make_float4(S[n][0], S[n][1], S[n][2], S[n][3]);
-      named_barrier_sync(1 + wm, kWarpsD * 32);  // the row group's partials are written
-#pragma unroll
-      for (int n = 0; n < Cfg::kTilesS; ++n) {
-        float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-        for (int i = 0; i < kWarpsD; ++i) {
-          float4 part;
-          if (i == wd) part = make_float4(S[n][0], S[n][1], S[n][2], S[n][3]);
-          else part = *reinterpret_cast<const float4*>(sRed + (((wm + i * kWarpsM) * Cfg::kTilesS + n) * 32 + lane) * 4);
-          if (i == 0) sum = part;
-          else sum = make_float4(sum.x + part.x, sum.y + part.y, sum.z + part.z, sum.w + part.w);
-        }
-        S[n][0] = sum.x, S[n][1] = sum.y, S[n][2] = sum.z, S[n][3] = sum.w;
-      }
-      // sRed is rewritten only after the next tile's Q·Kᵀ, i.e. after at least
-      // one __syncthreads of the P·V steps below: no second barrier needed.
-    }
+    // sRed is rewritten only after the next tile's Q·Kᵀ, i.e. after the
+    // __syncthreads before P·V below: no second barrier needed.
+    if constexpr (kWarpsD > 1) sum_partial_scores<Cfg::kTilesS, kWarpsM, kWarpsD>(S, sRed, warp, wm, wd, lane);
     // Keys past Nk (ragged last tile) and, if causal, after the diagonal: -inf.
     mask_scores(S, p, j * Bc, q_start, row0, row1, t);
 
     // ---- online softmax: S -> P in place, rescale O ------------------------
     online_softmax_update(S, O, stats, scale_log2);
     uint32_t P[Bc / 16][4];  // P as 16-bit A fragments: [16, Bc], k16 step kk in P[kk]
-#pragma unroll
-    for (int kk = 0; kk < Bc / 16; ++kk) {
-      P[kk][0] = pack2<T>(S[2 * kk][0], S[2 * kk][1]);
-      P[kk][1] = pack2<T>(S[2 * kk][2], S[2 * kk][3]);
-      P[kk][2] = pack2<T>(S[2 * kk + 1][0], S[2 * kk + 1][1]);
-      P[kk][3] = pack2<T>(S[2 * kk + 1][2], S[2 * kk + 1][3]);
-    }
+    pack_p_fragments<T>(P, S);
 
     // ---- NEW: O += P · V_j, one Ks-wide slice of V at a time ----------------
     // Unrolled: slice s updates the fixed registers O[s·kTilesOPerSlice ..].
