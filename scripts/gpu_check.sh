@@ -5,6 +5,8 @@
 #
 #   scripts/gpu_check.sh            # everything
 #   QUICK=1 scripts/gpu_check.sh    # skip the sanitizer and the causal benchmarks
+# Switches (environment): SANITIZER=0, NCU=0, SKIP_BENCH=1, SKIP_TESTS=1,
+# SKIP_TORCH_REF=1, SWEEP=1 (SWEEP_ARGS="--iters 5", SWEEP_TIMEOUT=400 seconds).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -61,11 +63,12 @@ bench() {
 bench_timing_only() {
   "$build/flash_attn_mma" "$@" "${peers[@]}" --show-all --iters 5 --warmup 1 --csv "$csv" 2>&1 | tee -a "$out/bench.txt"
 }
-for D in 64 128 256; do
+[ -n "${SKIP_BENCH:-}" ] && echo "skipped (SKIP_BENCH)"
+for D in $([ -n "${SKIP_BENCH:-}" ] || echo 64 128 256); do
   bench --B 1 --H 8 --N 8192 --D $D
   [ -n "${QUICK:-}" ] || bench --B 1 --H 8 --N 8192 --D $D --causal
 done
-if [ -z "${QUICK:-}" ]; then
+if [ -z "${QUICK:-}" ] && [ -z "${SKIP_BENCH:-}" ]; then
   bench --B 1 --H 8 --N 8192 --D 64 --dtype bf16
   bench --B 1 --H 8 --N 8192 --D 512
   bench --B 1 --H 8 --N 8192 --D 1024
@@ -75,16 +78,26 @@ if [ -z "${QUICK:-}" ]; then
   bench_timing_only --B 1 --H 48 --N 16384 --D 512
 fi
 
+if [ -z "${SKIP_TORCH_REF:-}" ] && [[ " ${peers[*]} " == *" --sdpa "* ]]; then
+  step "checks against torch's fp32 math SDPA (--reference torch)"
+  for shape in "--N 1000 --D 64 --causal" "--Nq 1000 --Nk 4096 --D 128 --causal" "--Nq 129 --Nk 17 --D 256 --dtype bf16" "--N 127 --D 512"; do
+    "$build/flash_attn_mma" --B 1 --H 8 $shape --check --reference torch --iters 3 --warmup 1 --show-all 2>&1 |
+      tee -a "$out/reference_torch.txt" | tail -3
+  done
+fi
+
 step "tests (cpu + gpu)"
+if [ -n "${SKIP_TESTS:-}" ]; then echo "skipped (SKIP_TESTS)" > "$out/tests.log"; echo "skipped" > "$out/gpu_variants.log"; tests_line=skipped; python_line=; else
 timeout 300 ctest --test-dir "$build" -E gpu_variants --output-on-failure 2>&1 | tee "$out/tests.log" | tail -8
 python_line=$(grep -E "[0-9]+ passed" "$out/tests.log" | grep -vE "^[0-9]+ passed, [0-9]+ failed$" | tail -1)
 timeout 300 "$build/test_gpu_variants" > "$out/gpu_variants.log" 2>&1 || echo "test_gpu_variants: exit $? (124 = timed out)" >> "$out/gpu_variants.log"
 tests_line=$(tail -1 "$out/gpu_variants.log")
 echo "gpu variants: $tests_line"
+fi
 
 if [ -n "${SWEEP:-}" ]; then
   step "sweep"
-  SWEEP_OUT="$out" NO_PLOTS=1 BUILD_DIR="$build" scripts/sweep 2>&1 | tee "$out/sweep.txt" | grep -E "^\[|sweep" | tail -80
+  SWEEP_OUT="$out" NO_PLOTS=1 BUILD_DIR="$build" timeout "${SWEEP_TIMEOUT:-400}" scripts/sweep ${SWEEP_ARGS:-} 2>&1 | tee "$out/sweep.txt" | grep -E "^\[|sweep" | tail -80
 fi
 
 step "summary -> $summary"
@@ -125,6 +138,6 @@ cat "$summary"
 ok=0
 grep -q " 0 failed" <<<"$tests_line" && grep -q "100% tests passed" "$out/tests.log" || ok=1
 # Everything but the headline files goes into one archive (the device returns 8 files).
-tar -czf "$out/logs.tar.gz" -C "$out" $(cd "$out" && ls | grep -vE '^(summary.md|bench.csv|bench.txt|fwd.csv|sweep.txt|ncu_bank_conflicts.txt|logs.tar.gz)$') 2>/dev/null &&
-  (cd "$out" && ls | grep -vE '^(summary.md|bench.csv|bench.txt|fwd.csv|sweep.txt|ncu_bank_conflicts.txt|logs.tar.gz)$' | xargs rm -f)
+tar -czf "$out/logs.tar.gz" -C "$out" $(cd "$out" && ls | grep -vE '^(summary.md|bench.csv|bench.txt|fwd.csv|sweep.txt|ncu_bank_conflicts.txt|reference_torch.txt|logs.tar.gz)$') 2>/dev/null &&
+  (cd "$out" && ls | grep -vE '^(summary.md|bench.csv|bench.txt|fwd.csv|sweep.txt|ncu_bank_conflicts.txt|reference_torch.txt|logs.tar.gz)$' | xargs rm -f)
 exit $ok
