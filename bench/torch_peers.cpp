@@ -195,13 +195,13 @@ std::vector<Variant> make_sdpa_peers() {
 std::string torch_reference(const AttnProblem& p, const void* q, const void* k, const void* v, float* o_ref,
                             float* lse_ref, cudaStream_t stream) {
   std::string error;
-  AttnBuffers b;
-  b.q = q;
-  b.k = k;
-  b.v = v;
   on_stream(stream, &error, [&] {
-    const Wrapped w = wrap_buffers(p, b);
-    const at::Tensor q32 = w.q.to(at::kFloat), k32 = w.k.to(at::kFloat), v32 = w.v.to(at::kFloat);
+    // Only the inputs are wrapped: the output buffers are not allocated yet, and
+    // from_blob on a null pointer fails ("resides on host memory").
+    const auto t = scalar_type(p.dtype);
+    const at::Tensor q32 = wrap(q, {p.B, p.H, p.Nq, p.D}, t).to(at::kFloat);
+    const at::Tensor k32 = wrap(k, {p.B, p.H, p.Nk, p.D}, t).to(at::kFloat);
+    const at::Tensor v32 = wrap(v, {p.B, p.H, p.Nk, p.Dv}, t).to(at::kFloat);
     std::optional<at::Tensor> keep;  // math SDPA's boolean mask: true = attend
     if (p.causal) keep = causal_mask(p.Nq, p.Nk).logical_not();
     const at::Tensor out =
