@@ -6,7 +6,7 @@
 #   scripts/gpu_check.sh            # everything
 #   QUICK=1 scripts/gpu_check.sh    # skip the sanitizer and the causal benchmarks
 # Switches (environment): SANITIZER=0, NCU=0, SKIP_BENCH=1, SKIP_TESTS=1,
-# SKIP_TORCH_REF=1, SWEEP=1 (SWEEP_ARGS="--iters 5", SWEEP_TIMEOUT=400 seconds).
+# SKIP_TORCH_REF=1, ONLY='wgmma*' (GPU variant tests of matching variants only), SWEEP=1 (SWEEP_ARGS="--iters 5", SWEEP_TIMEOUT=400 seconds).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -52,16 +52,22 @@ if [ "${NCU:-1}" != 0 ] && command -v ncu >/dev/null; then
     2>&1 | tee "$out/ncu_bank_conflicts.txt"
 fi
 
+step "SASS: tensor-core instructions per rung (HGMMA = wgmma, HMMA = mma.sync)"
+for obj in $(find "$build" -name '0*_*.cu.o' | sort); do
+  printf '%-24s HGMMA %5s  HMMA %5s\n' "$(basename "$obj" .cu.o)" \
+    "$(cuobjdump -sass "$obj" 2>/dev/null | grep -c HGMMA)" "$(cuobjdump -sass "$obj" 2>/dev/null | grep -c ' HMMA')"
+done 2>&1 | tee "$out/sass_mma.txt"
+
 step "benchmarks"
 : > "$out/bench.txt"
 peers=(--torch)
 "$build/flash_attn_mma" --list --sdpa >/dev/null 2>&1 && peers+=(--sdpa)
 bench() {
-  "$build/flash_attn_mma" "$@" "${peers[@]}" --check --show-all --iters 20 --warmup 3 --csv "$csv" 2>&1 | tee -a "$out/bench.txt"
+  timeout 180 "$build/flash_attn_mma" "$@" "${peers[@]}" --check --show-all --iters 20 --warmup 3 --csv "$csv" 2>&1 | tee -a "$out/bench.txt"
 }
 # Large shapes: timed only (the fp32 reference alone would take minutes).
 bench_timing_only() {
-  "$build/flash_attn_mma" "$@" "${peers[@]}" --show-all --iters 5 --warmup 1 --csv "$csv" 2>&1 | tee -a "$out/bench.txt"
+  timeout 180 "$build/flash_attn_mma" "$@" "${peers[@]}" --show-all --iters 5 --warmup 1 --csv "$csv" 2>&1 | tee -a "$out/bench.txt"
 }
 [ -n "${SKIP_BENCH:-}" ] && echo "skipped (SKIP_BENCH)"
 for D in $([ -n "${SKIP_BENCH:-}" ] || echo 64 128 256); do
@@ -81,7 +87,7 @@ fi
 if [ -z "${SKIP_TORCH_REF:-}" ] && [[ " ${peers[*]} " == *" --sdpa "* ]]; then
   step "checks against torch's fp32 math SDPA (--reference torch)"
   for shape in "--N 1000 --D 64 --causal" "--Nq 1000 --Nk 4096 --D 128 --causal" "--Nq 129 --Nk 17 --D 256 --dtype bf16" "--N 127 --D 512"; do
-    "$build/flash_attn_mma" --B 1 --H 8 $shape --check --reference torch --iters 3 --warmup 1 --show-all 2>&1 |
+    timeout 60 "$build/flash_attn_mma" --B 1 --H 8 $shape --check --reference torch --iters 3 --warmup 1 --show-all 2>&1 |
       tee -a "$out/reference_torch.txt" | tail -3
   done
 fi
@@ -90,7 +96,7 @@ step "tests (cpu + gpu)"
 if [ -n "${SKIP_TESTS:-}" ]; then echo "skipped (SKIP_TESTS)" > "$out/tests.log"; echo "skipped" > "$out/gpu_variants.log"; tests_line=skipped; python_line=; else
 timeout 300 ctest --test-dir "$build" -E gpu_variants --output-on-failure 2>&1 | tee "$out/tests.log" | tail -8
 python_line=$(grep -E "[0-9]+ passed" "$out/tests.log" | grep -vE "^[0-9]+ passed, [0-9]+ failed$" | tail -1)
-timeout 300 "$build/test_gpu_variants" > "$out/gpu_variants.log" 2>&1 || echo "test_gpu_variants: exit $? (124 = timed out)" >> "$out/gpu_variants.log"
+timeout 300 "$build/test_gpu_variants" "${ONLY:-*}" > "$out/gpu_variants.log" 2>&1 || echo "test_gpu_variants: exit $? (124 = timed out)" >> "$out/gpu_variants.log"
 tests_line=$(tail -1 "$out/gpu_variants.log")
 echo "gpu variants: $tests_line"
 fi

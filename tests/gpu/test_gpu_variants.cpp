@@ -115,7 +115,11 @@ void check_can_fail(cudaStream_t s, uint64_t& seed) {
 
 }  // namespace
 
-int main() {
+// Usage: test_gpu_variants [GLOB]  — only variants whose name matches GLOB
+// (e.g. 'wgmma*'); all of them by default.
+int main(int argc, char** argv) {
+  const std::string only = argc > 1 ? argv[1] : "*";
+  auto selected = [&](const Variant& v) { return glob_match(only, v.name); };
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
     std::printf("no CUDA GPU found; GPU tests need one\n0 passed, 1 failed\n");
@@ -141,13 +145,13 @@ int main() {
           if (big && d >= 512) continue;
           const AttnProblem p = make(big ? 1 : 2, big ? 2 : 3, nq, nk, d, d, dtype, causal);
           bool any = false;
-          for (const Variant& v : all_variants()) any = any || v.unsupported_reason(p).empty();
+          for (const Variant& v : all_variants()) any = any || (selected(v) && v.unsupported_reason(p).empty());
           if (!any) continue;
           ProblemBuffers bufs;
           ReferenceData ref;
           if (!alloc_and_prepare(p, bufs, ++seed, s, &ref)) { record(false, "setup " + p.shape_string()); continue; }
           for (const Variant& v : all_variants()) {
-            if (!v.unsupported_reason(p).empty()) continue;
+            if (!selected(v) || !v.unsupported_reason(p).empty()) continue;
             const RunOutcome r = run_and_check(v, p, bufs, &ref, s);
             const std::string what = v.name + " " + p.shape_string() + ": " +
                                      (r.error.empty() ? r.check.summary() : r.error);

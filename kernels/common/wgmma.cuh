@@ -1,0 +1,101 @@
+// attnlab: Hopper warpgroup MMA (wgmma, sm_90a) and the shared-memory layout
+// it reads. Used by rung 07.
+//
+// A warpgroup is 4 consecutive warps (128 threads, first warp index divisible
+// by 4). One wgmma.mma_async m64nNk16 multiplies a 64x16 A by a 16xN B into a
+// 64xN fp32 accumulator spread over the warpgroup: warp w holds rows 16w..16w+15
+// in exactly the mma.m16n8k16 C layout, repeated over N/8 column tiles (so
+// d[j][0..3] here is C tile j of ptx.cuh, and the split-Q softmax and epilogue
+// work unchanged). B always comes from shared memory, described by a 64-bit
+// matrix descriptor; A from shared memory (SS) or from registers in the
+// mma.m16n8k16 A layout (RS).
+//
+// The instruction is asynchronous: issue (wgmma_fence first, if registers it
+// reads were just written), commit the group, and wait before reading the
+// accumulators. PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-
+// Accumulate Instructions"; the descriptor layouts follow CUTLASS's
+// make_gmma_desc comments (cute/arch/mma_sm90_desc.hpp).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace attnlab {
+
+// ---- the 128-byte-swizzled layout ------------------------------------------
+// Tiles of kRows x kCols 16-bit elements (kCols a multiple of 64) are stored as
+// kCols/64 column blocks of [kRows][64]: each row of a block is 128 bytes (8
+// chunks of 16 bytes), and chunk c of row r sits at chunk c ^ (r % 8). Eight
+// rows (1024 bytes) form one swizzle atom; blocks must start 1024-byte aligned.
+// This is the layout wgmma calls SWIZZLE_128B, for K-major operands (Q, K: the
+// reduction dim, D, contiguous) and N-major ones (V: the output dim contiguous)
+// alike. The same XOR as SwizzledRows (smem_layout.cuh), per 64-column block.
+template <int kRows>
+struct Sw128Blocks {
+  static constexpr int kStride = 64;        // elements per stored row (for tile_copy's alignment check)
+  static constexpr int kBlockElems = kRows * 64;
+  __device__ __forceinline__ static int offset(int row, int col) {
+    return (col >> 6) * kBlockElems + row * 64 + ((((col >> 3) & 7) ^ (row & 7)) << 3) + (col & 7);
+  }
+};
+
+// Matrix descriptor (PTX ISA, "Matrix Descriptor Format"):
+//   bits  0-13  start address >> 4      bits 16-29  leading-dim byte offset >> 4
+//   bits 32-45  stride-dim byte offset >> 4      bits 62-63  swizzle (1 = 128B)
+// K-major SW128 (Q, K): SBO = 1024 (from one 8-row group to the next); LBO is
+// unused. Stepping 16 elements along K inside a 64-wide block adds 32 bytes to
+// the start address (the hardware applies the XOR on the final address).
+// N-major SW128 (V, trans-b): LBO = bytes between 64-column blocks, SBO = 1024
+// (from one group of 8 K-rows to the next).
+__device__ __forceinline__ uint64_t make_sw128_desc(const void* smem, uint32_t lbo_bytes, uint32_t sbo_bytes) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  uint64_t desc = (addr & 0x3FFFFu) >> 4;
+  desc |= uint64_t((lbo_bytes >> 4) & 0x3FFFu) << 16;
+  desc |= uint64_t((sbo_bytes >> 4) & 0x3FFFu) << 32;
+  desc |= uint64_t(1) << 62;
+  return desc;
+}
+
+// ---- ordering ----------------------------------------------------------------
+// Makes this thread's prior generic-proxy shared-memory writes (cp.async,
+// st.shared) visible to the async proxy that wgmma reads through. Each writing
+// thread issues it, then the block meets at a barrier.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+// Orders register writes before the wgmma that reads them (accumulators, A).
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+// Waits until at most kPending committed wgmma groups are in flight.
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+// Pins the accumulator registers at this point of the program: the compiler may
+// not move their reads or writes across it (CUTLASS's warpgroup_fence_operand).
+// Used right after wgmma_wait, so nothing reads an accumulator too early.
+template <int kTiles>
+__device__ __forceinline__ void fence_accumulators(float (&d)[kTiles][4]) {
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[j][e])::"memory");
+}
+
+// ---- the MMAs ----------------------------------------------------------------
+// d (+)= A·Bᵀ, A [64 x 16] and B [N x 16] both K-major in shared memory.
+// accumulate = 0 overwrites d (the first k-step).
+template <typename T, int N>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b, int accumulate);
+// d += A·B, A [64 x 16] from registers (mma.m16n8k16 A fragments, the warp's 16
+// rows), B [16 x N] N-major in shared memory (rows of V, head dim contiguous).
+template <typename T, int N>
+__device__ __forceinline__ void wgmma_rs_vt(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t desc_b);
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#include "wgmma_ops.inc"
+#endif
+
+}  // namespace attnlab

@@ -1,0 +1,248 @@
+// ============================================================================
+// Rung 07 — split-Q on Hopper warpgroup MMA (wgmma, sm_90a)
+// ============================================================================
+// What changes against rung 02 (split-Q with mma.sync): the unit of work is a
+// warpgroup (4 warps, 64 query rows) and the tensor-core instruction is
+// wgmma.mma_async m64nNk16, which reads its B operand — and for S = Q·Kᵀ also
+// its A operand — straight from shared memory through a descriptor. Gone are
+// the ldmatrix loads that fed every mma.sync (rung 02 spends about one
+// ldmatrix.x4 per two MMAs); one wgmma does the work of 4·N/8 mma.sync
+// instructions and runs asynchronously. Hopper's mma.sync path tops out near
+// 2/3 of the chip's dense fp16 rate; wgmma is the only way to the rest.
+//   S = Q·K_jᵀ:  wgmma SS, A = Q tile (shared), B = K tile (shared, K-major)
+//   O += P·V_j:  wgmma RS, A = P in registers (the S accumulators after the
+//                softmax, packed to 16 bit, exactly as in rung 02), B = V tile
+//                (shared, N-major: trans-b)
+// Shared tiles are stored in wgmma's 128-byte swizzle (Sw128Blocks,
+// common/wgmma.cuh), which is also what keeps cp.async stores conflict-free.
+// The accumulator layout of a warp is the mma.m16n8k16 one, so masking, the
+// online softmax and the epilogue are rung 02's code.
+//
+// Per block: kWarpgroups warpgroups x 64 rows = Br query rows; loop over Bc-row
+// tiles of K and V.
+//   sQ: [Br, D]                 loaded once
+//   sK: [kStages][Bc, D]        sV: [kStages][Bc, D]   (all Sw128Blocks)
+//   S, P: [64, Bc] per warpgroup in registers;  O: [64, D] per warpgroup
+//
+// stage1: one K/V buffer: tile j+1 is copied after tile j is done.
+// stage2: two K/V buffers: tile j+1 is copied while tile j is computed.
+//
+// Tile configurations (constexprs in WgmmaConfig, checked by static_asserts):
+//   D     Br   Bc  warpgroups  smem stage1  smem stage2   (+1024 alignment slack)
+//   64   128  128      2          49152        81920
+//  128   128  128      2          98304       163840
+//  256   128   64      2         131072       196608
+//
+// Supports: fp16, bf16; D = Dv ∈ {64, 128, 256}; any Nq, Nk >= 1 (ragged tiles
+// are zero-filled and masked); causal (bottom-right aligned) or not; writes O
+// and LSE. Needs an sm_90 GPU and a build with sm_90a code (the default
+// CMAKE_CUDA_ARCHITECTURES); elsewhere its rows say unsupported.
+//
+// Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 128 --variant 'wgmma*' --check --show-all
+// ============================================================================
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <string>
+#include <vector>
+
+#include "../common/attn_problem.h"
+#include "../common/online_softmax.cuh"
+#include "../common/ptx.cuh"
+#include "../common/rung_host.cuh"
+#include "../common/split_q_parts.cuh"
+#include "../common/tile_copy.cuh"
+#include "../common/variant.h"
+#include "../common/wgmma.cuh"
+
+namespace attnlab {
+namespace {
+
+template <int kHeadDim>
+struct WgmmaTiles;
+template <> struct WgmmaTiles<64>  { static constexpr int kBc = 128, kWarpgroups = 2; };
+template <> struct WgmmaTiles<128> { static constexpr int kBc = 128, kWarpgroups = 2; };
+template <> struct WgmmaTiles<256> { static constexpr int kBc = 64, kWarpgroups = 2; };  // O takes 128 registers
+
+template <int kHeadDim_, int kStages_>
+struct WgmmaConfig {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kStages = kStages_;
+  static constexpr int kWarpgroups = WgmmaTiles<kHeadDim>::kWarpgroups;
+  static constexpr int kBr = 64 * kWarpgroups;  // one m64 row block per warpgroup
+  static constexpr int kBc = WgmmaTiles<kHeadDim>::kBc;
+  static constexpr int kWarps = 4 * kWarpgroups;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kQElems = kBr * kHeadDim;
+  static constexpr int kKVElems = kBc * kHeadDim;  // one K or one V tile
+  static constexpr int kTileBytes = 2 * (kQElems + 2 * kStages * kKVElems);
+  static constexpr int kSmemBytes = kTileBytes + 1024;  // + slack to align the tiles to 1024 bytes
+  static constexpr int kTilesS = kBc / 8;
+  static constexpr int kTilesO = kHeadDim / 8;
+  static_assert(kHeadDim % 64 == 0, "Sw128Blocks stores 64-column blocks");
+  static_assert(kBc % 16 == 0 && kBc <= 256, "Bc is wgmma's N for Q·Kᵀ and its K for P·V");
+  static_assert(kStages == 1 || kStages == 2, "stage1 or stage2");
+};
+
+static_assert(WgmmaConfig<64, 1>::kTileBytes == 49152 && WgmmaConfig<64, 2>::kTileBytes == 81920, "header: D=64");
+static_assert(WgmmaConfig<128, 1>::kTileBytes == 98304 && WgmmaConfig<128, 2>::kTileBytes == 163840,
+              "header: D=128");
+static_assert(WgmmaConfig<256, 1>::kTileBytes == 131072 && WgmmaConfig<256, 2>::kTileBytes == 196608,
+              "header: D=256");
+
+// Copies K_j and V_j (rows kv_start ..) into ring slot `slot`.
+template <typename Cfg, typename T>
+__device__ __forceinline__ void load_kv_tile(T* sK, T* sV, const T* k, const T* v, int kv_start, int Nk) {
+  constexpr int D = Cfg::kHeadDim, Bc = Cfg::kBc;
+  load_tile_async<Bc, D, Sw128Blocks<Bc>, Cfg::kThreads>(sK, k + int64_t(kv_start) * D, D, Nk - kv_start);
+  load_tile_async<Bc, D, Sw128Blocks<Bc>, Cfg::kThreads>(sV, v + int64_t(kv_start) * D, D, Nk - kv_start);
+}
+
+template <typename Cfg, typename T>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+wgmma_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
+             float* __restrict__ lse, const AttnProblem p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int D = Cfg::kHeadDim, Br = Cfg::kBr, Bc = Cfg::kBc;
+
+  const int m_block = gridDim.x - 1 - blockIdx.x;  // heaviest query tiles first
+  const int64_t head = int64_t(blockIdx.z) * p.H + blockIdx.y;
+  const int q_start = m_block * Br;
+  const int warpgroup = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  const int row0 = q_start + warpgroup * 64 + warp * 16 + lane / 4;  // row of c0, c1
+  const int n_kv_tiles = kv_tiles_for_query_tile(p, q_start, Br, Bc);
+
+  // NEW: tiles aligned to 1024 bytes, the period of the 128-byte swizzle.
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  T* sQ = reinterpret_cast<T*>(smem_raw + (((raw + 1023) & ~1023u) - raw));
+  T* sK = sQ + Cfg::kQElems;                   // kStages K tiles
+  T* sV = sK + Cfg::kStages * Cfg::kKVElems;  // kStages V tiles
+
+  float O[Cfg::kTilesO][4] = {};
+  RowStats stats;
+  const float scale_log2 = p.scale * kLog2e;
+  const T* k_head = k + head * p.Nk * D;
+  const T* v_head = v + head * p.Nk * D;
+
+  if (n_kv_tiles > 0) {
+    load_tile_async<Br, D, Sw128Blocks<Br>, Cfg::kThreads>(sQ, q + (head * p.Nq + q_start) * D, D, p.Nq - q_start);
+    load_kv_tile<Cfg>(sK, sV, k_head, v_head, 0, p.Nk);
+    cp_async_commit();
+  }
+  // This warpgroup's 64 rows of Q: K-major, 8-row groups 1024 bytes apart.
+  const T* sQ_wg = sQ + warpgroup * 64 * 64;  // rows 64·wg.. of every 64-column block
+
+  for (int j = 0; j < n_kv_tiles; ++j) {
+    const int slot = Cfg::kStages == 2 ? j % 2 : 0;
+    if (Cfg::kStages == 2 && j + 1 < n_kv_tiles) {
+      // Slot (j+1) % 2 was last read in iteration j-1, which every thread has left.
+      load_kv_tile<Cfg>(sK + (1 - slot) * Cfg::kKVElems, sV + (1 - slot) * Cfg::kKVElems, k_head, v_head,
+                        (j + 1) * Bc, p.Nk);
+      cp_async_commit();
+      cp_async_wait<1>();  // tile j has landed, tile j+1 may still be in flight
+    } else {
+      cp_async_wait<0>();
+    }
+    fence_proxy_async_shared();  // cp.async wrote through the generic proxy; wgmma reads through the async one
+    __syncthreads();
+
+    // ---- S = Q · K_jᵀ: D/16 wgmma k-steps, operands from shared memory -------
+    const T* sKj = sK + slot * Cfg::kKVElems;
+    float S[Cfg::kTilesS][4];
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      // k-step kk: 64-column block kk/4, 32 bytes further per step inside it.
+      const uint64_t desc_q = make_sw128_desc(sQ_wg + (kk / 4) * Br * 64 + (kk % 4) * 16, 0, 1024);
+      const uint64_t desc_k = make_sw128_desc(sKj + (kk / 4) * Bc * 64 + (kk % 4) * 16, 0, 1024);
+      wgmma_ss<T, Bc>(S, desc_q, desc_k, kk > 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_accumulators(S);
+
+    mask_scores(S, p, j * Bc, q_start, row0, row0 + 8, lane % 4);
+    online_softmax_update(S, O, stats, scale_log2);
+    uint32_t P[Cfg::kTilesS / 2][4];
+    pack_p_fragments<T>(P, S);
+
+    // ---- O += P · V_j: Bc/16 wgmma k-steps, P from registers ------------------
+    const T* sVj = sV + slot * Cfg::kKVElems;
+    wgmma_fence();  // O was just rescaled by the softmax
+#pragma unroll
+    for (int kk = 0; kk < Bc / 16; ++kk) {
+      // 16 rows of V: two 8-row groups, 16·128 bytes further per step; the
+      // 64-column blocks of V are Bc·128 bytes apart.
+      const uint64_t desc_v = make_sw128_desc(sVj + kk * 16 * 64, Bc * 128, 1024);
+      wgmma_rs_vt<T, D>(O, P[kk], desc_v);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_accumulators(O);
+
+    __syncthreads();  // every warpgroup is done with this slot before it is refilled
+    if (Cfg::kStages == 1 && j + 1 < n_kv_tiles) {
+      load_kv_tile<Cfg>(sK, sV, k_head, v_head, (j + 1) * Bc, p.Nk);
+      cp_async_commit();
+    }
+  }
+  store_output<T>(O, stats, p, head, row0, /*col0=*/0, lane % 4, /*write_lse=*/true, o, lse);
+#endif
+}
+
+#define WGMMA_HEAD_DIMS 64, 128, 256
+
+// Whether this process can run rung 07: an sm_90 device, and a binary whose
+// kernel was built from sm_90a PTX (an sm_80-only build JIT-compiled for the
+// H200 would run the empty #else body).
+std::string hopper_unsupported() {
+  int device = 0, major = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess)
+    return "no CUDA device";
+  if (major != 9) return "needs an sm_90 (Hopper) GPU for wgmma; this one is sm_" + std::to_string(major) + "x";
+  cudaFuncAttributes attr{};
+  if (cudaFuncGetAttributes(&attr, wgmma_kernel<WgmmaConfig<64, 1>, half>) != cudaSuccess || attr.ptxVersion < 90)
+    return "this build has no sm_90a code (configure with CMAKE_CUDA_ARCHITECTURES including 90a)";
+  return "";
+}
+
+template <int kStages>
+std::string unsupported(const AttnProblem& p) {
+  static const std::string hopper = hopper_unsupported();
+  if (!hopper.empty()) return hopper;
+  return rung_unsupported<WgmmaConfig, kStages, WGMMA_HEAD_DIMS>(p);
+}
+
+template <int kStages>
+cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stream) {
+  cudaError_t err = cudaErrorInvalidValue;
+  dispatch_head_dim<WGMMA_HEAD_DIMS>(p.D, [&](auto head_dim) {
+    using Cfg = WgmmaConfig<decltype(head_dim)::value, kStages>;
+    err = launch_config<Cfg>(p, b, stream, [](auto cfg, auto type) {
+      return wgmma_kernel<decltype(cfg), decltype(type)>;
+    });
+  });
+  return err;
+}
+
+template <int kStages>
+Variant make_variant() {
+  Variant v;
+  v.name = "wgmma+stage" + std::to_string(kStages);
+  v.rung = "07_wgmma";
+  v.unsupported_reason = unsupported<kStages>;
+  v.launch = launch<kStages>;
+  v.describe = [] {
+    return "sm_90a wgmma, warpgroups of 64 rows; " + rung_describe<WgmmaConfig, kStages, WGMMA_HEAD_DIMS>();
+  };
+  return v;
+}
+
+}  // namespace
+
+std::vector<Variant> make_wgmma_variants() { return {make_variant<1>(), make_variant<2>()}; }
+
+}  // namespace attnlab
