@@ -39,10 +39,13 @@ struct RowStats {
 };
 
 // S: [kTilesS][4] raw scores of one KV tile (masked entries = -inf), turned into
-// P = exp(scale·(S - m_new)) in place. O: [kTilesO][4] accumulator, rescaled.
-template <int kTilesS, int kTilesO>
-__device__ __forceinline__ void online_softmax_update(float (&S)[kTilesS][4], float (&O)[kTilesO][4],
-                                                      RowStats& st, float scale_log2) {
+// P = exp(scale·(S - m_new)) in place; the running statistics are updated and
+// alpha[r] = exp(m_old - m_new) is returned for the caller to rescale O with.
+// Split from the rescale so that a kernel can do this while the tensor cores
+// still accumulate into O (rung 07's overlap).
+template <int kTilesS>
+__device__ __forceinline__ void online_softmax_scores(float (&S)[kTilesS][4], RowStats& st, float scale_log2,
+                                                      float (&alpha)[2]) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {  // r = 0: row g (c0, c1); r = 1: row g+8 (c2, c3)
     float tile_max = -INFINITY;
@@ -52,7 +55,7 @@ __device__ __forceinline__ void online_softmax_update(float (&S)[kTilesS][4], fl
     // A row that has seen only masked keys keeps m = -inf; subtract 0 instead so
     // that exp2(-inf - (-inf)) never produces NaN.
     const float base = (m_new == -INFINITY) ? 0.f : m_new * scale_log2;
-    const float alpha = exp2_approx(st.m[r] * scale_log2 - base);  // exp(m_i - m_new)
+    alpha[r] = exp2_approx(st.m[r] * scale_log2 - base);  // exp(m_i - m_new)
     st.m[r] = m_new;
     float row_sum = 0.f;
 #pragma unroll
@@ -61,13 +64,29 @@ __device__ __forceinline__ void online_softmax_update(float (&S)[kTilesS][4], fl
       S[n][2 * r + 1] = exp2_approx(fmaf(S[n][2 * r + 1], scale_log2, -base));
       row_sum += S[n][2 * r] + S[n][2 * r + 1];
     }
-    st.l[r] = st.l[r] * alpha + row_sum;
-#pragma unroll
-    for (int n = 0; n < kTilesO; ++n) {
-      O[n][2 * r] *= alpha;
-      O[n][2 * r + 1] *= alpha;
-    }
+    st.l[r] = st.l[r] * alpha[r] + row_sum;
   }
+}
+
+// O *= alpha, row by row (c0, c1: row g; c2, c3: row g+8).
+template <int kTilesO>
+__device__ __forceinline__ void rescale_output(float (&O)[kTilesO][4], const float (&alpha)[2]) {
+#pragma unroll
+  for (int n = 0; n < kTilesO; ++n) {
+    O[n][0] *= alpha[0];
+    O[n][1] *= alpha[0];
+    O[n][2] *= alpha[1];
+    O[n][3] *= alpha[1];
+  }
+}
+
+// Both: P from S, statistics updated, O rescaled.
+template <int kTilesS, int kTilesO>
+__device__ __forceinline__ void online_softmax_update(float (&S)[kTilesS][4], float (&O)[kTilesO][4],
+                                                      RowStats& st, float scale_log2) {
+  float alpha[2];
+  online_softmax_scores(S, st, scale_log2, alpha);
+  rescale_output(O, alpha);
 }
 
 // O_i /= l_i, and the natural-log LSE of each row: scale·m + log(l).

@@ -192,6 +192,127 @@ wgmma_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restri
 #endif
 }
 
+// ---- wgmma+overlap: the softmax of tile j runs while the tensor cores do P·V of j-1
+// Same config as stage2 (two K and two V slots). Per iteration j, per warpgroup:
+//   issue S_j = Q·K_jᵀ; issue O += P_{j-1}·V_{j-1}     (both async, in order)
+//   wait for S_j; mask; P_j = exp(S_j - m_new), row sums   <- overlaps the P·V
+//   wait for the P·V; O *= exp(m_old - m_new)
+// The O rescale has to wait: the tensor cores are still accumulating into O.
+// Loads: K_{j+1} and V_j are issued at the top of iteration j (into the slots
+// of K_{j-1} and V_{j-2}, which every warpgroup has finished with, as the
+// barrier just passed proves) and waited for one iteration later. One barrier
+// per iteration. FlashAttention-3 (Shah et al., 2024, §3.2) calls this
+// intra-warpgroup overlapping; this is our own, barrier-based, version of it.
+template <typename Cfg, typename T>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+wgmma_overlap_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                     T* __restrict__ o, float* __restrict__ lse, const AttnProblem p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int D = Cfg::kHeadDim, Br = Cfg::kBr, Bc = Cfg::kBc;
+  static_assert(Cfg::kStages == 2, "two K and two V slots");
+
+  const int m_block = gridDim.x - 1 - blockIdx.x;
+  const int64_t head = int64_t(blockIdx.z) * p.H + blockIdx.y;
+  const int q_start = m_block * Br;
+  const int warpgroup = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  const int row0 = q_start + warpgroup * 64 + warp * 16 + lane / 4;
+  const int n_kv_tiles = kv_tiles_for_query_tile(p, q_start, Br, Bc);
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  T* sQ = reinterpret_cast<T*>(smem_raw + (((raw + 1023) & ~1023u) - raw));
+  T* sK = sQ + Cfg::kQElems;
+  T* sV = sK + 2 * Cfg::kKVElems;
+  const T* sQ_wg = sQ + warpgroup * 64 * 64;
+
+  float O[Cfg::kTilesO][4] = {};
+  RowStats stats;
+  const float scale_log2 = p.scale * kLog2e;
+  const T* k_head = k + head * p.Nk * D;
+  const T* v_head = v + head * p.Nk * D;
+  auto load_k = [&](int tile) {
+    load_tile_async<Bc, D, Sw128Blocks<Bc>, Cfg::kThreads>(sK + (tile % 2) * Cfg::kKVElems,
+                                                           k_head + int64_t(tile) * Bc * D, D, p.Nk - tile * Bc);
+  };
+  auto load_v = [&](int tile) {
+    load_tile_async<Bc, D, Sw128Blocks<Bc>, Cfg::kThreads>(sV + (tile % 2) * Cfg::kKVElems,
+                                                           v_head + int64_t(tile) * Bc * D, D, p.Nk - tile * Bc);
+  };
+  auto issue_qk = [&](float (&S)[Cfg::kTilesS][4], int tile) {
+    const T* sKj = sK + (tile % 2) * Cfg::kKVElems;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      wgmma_ss<T, Bc>(S, make_sw128_desc(sQ_wg + (kk / 4) * Br * 64 + (kk % 4) * 16, 0, 1024),
+                      make_sw128_desc(sKj + (kk / 4) * Bc * 64 + (kk % 4) * 16, 0, 1024), kk > 0);
+    wgmma_commit();
+  };
+  auto issue_pv = [&](const uint32_t (&P)[Cfg::kTilesS / 2][4], int tile) {
+    const T* sVj = sV + (tile % 2) * Cfg::kKVElems;
+#pragma unroll
+    for (int kk = 0; kk < Bc / 16; ++kk)
+      wgmma_rs_vt<T, D>(O, P[kk], make_sw128_desc(sVj + kk * 16 * 64, Bc * 128, 1024));
+    wgmma_commit();
+  };
+
+  uint32_t P[Cfg::kTilesS / 2][4];  // P_{j-1}, the A operand of the next P·V
+  if (n_kv_tiles > 0) {
+    load_tile_async<Br, D, Sw128Blocks<Br>, Cfg::kThreads>(sQ, q + (head * p.Nq + q_start) * D, D, p.Nq - q_start);
+    load_k(0);
+    cp_async_commit();
+    if (n_kv_tiles > 1) load_k(1);
+    load_v(0);
+    cp_async_commit();
+    cp_async_wait<1>();  // Q and K_0
+    fence_proxy_async_shared();
+    __syncthreads();
+
+    float S[Cfg::kTilesS][4];
+    wgmma_fence();
+    issue_qk(S, 0);
+    wgmma_wait<0>();
+    fence_accumulators(S);
+    mask_scores(S, p, 0, q_start, row0, row0 + 8, lane % 4);
+    float alpha[2];
+    online_softmax_scores(S, stats, scale_log2, alpha);  // O is still zero: no rescale
+    pack_p_fragments<T>(P, S);
+  }
+
+  for (int j = 1; j < n_kv_tiles; ++j) {
+    cp_async_wait<0>();  // K_j and V_{j-1}, issued one iteration ago
+    fence_proxy_async_shared();
+    __syncthreads();  // ...have landed for every thread; K_{j-1} and V_{j-2} are free
+    if (j + 1 < n_kv_tiles) load_k(j + 1);
+    load_v(j);
+    cp_async_commit();
+
+    float S[Cfg::kTilesS][4];
+    wgmma_fence();
+    issue_qk(S, j);
+    issue_pv(P, j - 1);
+    wgmma_wait<1>();  // S_j is done; the P·V may still run
+    fence_accumulators(S);
+    mask_scores(S, p, j * Bc, q_start, row0, row0 + 8, lane % 4);
+    float alpha[2];
+    online_softmax_scores(S, stats, scale_log2, alpha);
+    wgmma_wait<0>();
+    fence_accumulators(O);
+    rescale_output(O, alpha);
+    pack_p_fragments<T>(P, S);
+  }
+
+  if (n_kv_tiles > 0) {  // the last P·V
+    cp_async_wait<0>();
+    fence_proxy_async_shared();
+    __syncthreads();
+    wgmma_fence();
+    issue_pv(P, n_kv_tiles - 1);
+    wgmma_wait<0>();
+    fence_accumulators(O);
+  }
+  store_output<T>(O, stats, p, head, row0, /*col0=*/0, lane % 4, /*write_lse=*/true, o, lse);
+#endif
+}
+
 #define WGMMA_HEAD_DIMS 64, 128, 256
 
 // Whether this process can run rung 07: an sm_90 device, and a binary whose
@@ -216,33 +337,37 @@ std::string unsupported(const AttnProblem& p) {
   return rung_unsupported<WgmmaConfig, kStages, WGMMA_HEAD_DIMS>(p);
 }
 
-template <int kStages>
+template <int kStages, bool kOverlap>
 cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stream) {
   cudaError_t err = cudaErrorInvalidValue;
   dispatch_head_dim<WGMMA_HEAD_DIMS>(p.D, [&](auto head_dim) {
     using Cfg = WgmmaConfig<decltype(head_dim)::value, kStages>;
     err = launch_config<Cfg>(p, b, stream, [](auto cfg, auto type) {
-      return wgmma_kernel<decltype(cfg), decltype(type)>;
+      if constexpr (kOverlap) return wgmma_overlap_kernel<decltype(cfg), decltype(type)>;
+      else return wgmma_kernel<decltype(cfg), decltype(type)>;
     });
   });
   return err;
 }
 
-template <int kStages>
+template <int kStages, bool kOverlap = false>
 Variant make_variant() {
   Variant v;
-  v.name = "wgmma+stage" + std::to_string(kStages);
+  v.name = "wgmma+stage" + std::to_string(kStages) + (kOverlap ? "+overlap" : "");
   v.rung = "07_wgmma";
   v.unsupported_reason = unsupported<kStages>;
-  v.launch = launch<kStages>;
+  v.launch = launch<kStages, kOverlap>;
   v.describe = [] {
-    return "sm_90a wgmma, warpgroups of 64 rows; " + rung_describe<WgmmaConfig, kStages, WGMMA_HEAD_DIMS>();
+    return std::string(kOverlap ? "softmax overlapped with P·V; " : "") + "sm_90a wgmma, warpgroups of 64 rows; " +
+           rung_describe<WgmmaConfig, kStages, WGMMA_HEAD_DIMS>();
   };
   return v;
 }
 
 }  // namespace
 
-std::vector<Variant> make_wgmma_variants() { return {make_variant<1>(), make_variant<2>()}; }
+std::vector<Variant> make_wgmma_variants() {
+  return {make_variant<1>(), make_variant<2>(), make_variant<2, /*kOverlap=*/true>()};
+}
 
 }  // namespace attnlab
