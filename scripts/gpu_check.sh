@@ -37,7 +37,7 @@ grep -A2 "split_q_kernel" "$out/build.log" | grep -E "registers|Compiling" | sed
 if [ -z "${QUICK:-}" ] && [ "${SANITIZER:-1}" != 0 ] && command -v compute-sanitizer >/dev/null; then
   step "compute-sanitizer (memcheck, racecheck) on ragged shapes"
   for tool in memcheck racecheck; do
-    for shape in "--Nq 129 --Nk 77 --D 64 --causal" "--Nq 17 --Nk 200 --D 256 --dtype bf16"; do
+    for shape in "--Nq 129 --Nk 77 --D 64 --causal" "--Nq 17 --Nk 200 --D 256 --dtype bf16" "--Nq 70 --Nk 130 --D 512 --causal"; do
       timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 "$build/flash_attn_mma" --B 1 --H 2 $shape \
         --iters 1 --warmup 0 --check --show-all > "$out/sanitizer.log" 2>&1
       rc=$?

@@ -29,6 +29,23 @@ __device__ __forceinline__ void load_tile_async(T* smem, const T* gmem, int64_t 
   }
 }
 
+// The same as a rolled loop: for kernels whose accumulators already fill the
+// register file (rung 08), where the unrolled copy's precomputed addresses —
+// loop-invariant, so hoisted out of the KV loop — would spill.
+template <int kRows, int kCols, typename Layout, int kThreads, typename T>
+__device__ __forceinline__ void load_tile_async_rolled(T* smem, const T* gmem, int64_t gmem_stride, int rows_valid) {
+  constexpr int kChunksPerRow = kCols * int(sizeof(T)) / 16;
+  constexpr int kChunks = kRows * kChunksPerRow;
+  static_assert(kChunks % kThreads == 0, "every thread copies the same number of chunks");
+#pragma unroll 1
+  for (int c = int(threadIdx.x); c < kChunks; c += kThreads) {
+    const int row = c / kChunksPerRow;
+    const int col = (c % kChunksPerRow) * (16 / int(sizeof(T)));
+    const bool valid = row < rows_valid;
+    cp_async_16(smem + Layout::offset(row, col), valid ? gmem + row * gmem_stride + col : gmem, valid);
+  }
+}
+
 // The same, for padded rows of kSmemStride elements.
 template <int kRows, int kCols, int kSmemStride, int kThreads, typename T>
 __device__ __forceinline__ void load_tile_async(T* smem, const T* gmem, int64_t gmem_stride, int rows_valid) {

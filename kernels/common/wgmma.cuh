@@ -58,6 +58,20 @@ __device__ __forceinline__ uint64_t make_sw128_desc(const void* smem, uint32_t l
   return desc;
 }
 
+// The descriptor `desc` with its start address moved `byte_offset` bytes on
+// (the start field counts 16-byte units and cannot overflow inside shared memory).
+__device__ __forceinline__ uint64_t advance_desc(uint64_t desc, uint32_t byte_offset) {
+  return desc + (byte_offset >> 4);
+}
+// Hides a value from the optimiser at this point. Descriptors of fixed tiles
+// are loop-invariant, and the compiler would otherwise precompute every k-step's
+// descriptor before the loop — two registers each, dozens at D = 512 — and
+// spill; taking the base through here inside the loop keeps one live.
+__device__ __forceinline__ uint64_t opaque(uint64_t x) {
+  asm volatile("" : "+l"(x));
+  return x;
+}
+
 // ---- ordering ----------------------------------------------------------------
 // Makes this thread's prior generic-proxy shared-memory writes (cp.async,
 // st.shared) visible to the async proxy that wgmma reads through. Each writing

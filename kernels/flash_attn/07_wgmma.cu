@@ -57,6 +57,9 @@
 #include "../common/wgmma.cuh"
 
 namespace attnlab {
+
+std::string hopper_wgmma_unsupported();  // below; also used by rung 08
+
 namespace {
 
 template <int kHeadDim>
@@ -315,24 +318,9 @@ wgmma_overlap_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* 
 
 #define WGMMA_HEAD_DIMS 64, 128, 256
 
-// Whether this process can run rung 07: an sm_90 device, and a binary whose
-// kernel was built from sm_90a PTX (an sm_80-only build JIT-compiled for the
-// H200 would run the empty #else body).
-std::string hopper_unsupported() {
-  int device = 0, major = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess)
-    return "no CUDA device";
-  if (major != 9) return "needs an sm_90 (Hopper) GPU for wgmma; this one is sm_" + std::to_string(major) + "x";
-  cudaFuncAttributes attr{};
-  if (cudaFuncGetAttributes(&attr, wgmma_kernel<WgmmaConfig<64, 1>, half>) != cudaSuccess || attr.ptxVersion < 90)
-    return "this build has no sm_90a code (configure with CMAKE_CUDA_ARCHITECTURES including 90a)";
-  return "";
-}
-
 template <int kStages>
 std::string unsupported(const AttnProblem& p) {
-  static const std::string hopper = hopper_unsupported();
+  static const std::string hopper = hopper_wgmma_unsupported();
   if (!hopper.empty()) return hopper;
   return rung_unsupported<WgmmaConfig, kStages, WGMMA_HEAD_DIMS>(p);
 }
@@ -365,6 +353,21 @@ Variant make_variant() {
 }
 
 }  // namespace
+
+// Whether this process can run the wgmma rungs (07, 08): an sm_90 device, and a binary whose
+// kernel was built from sm_90a PTX (an sm_80-only build JIT-compiled for the
+// H200 would run the empty #else body).
+std::string hopper_wgmma_unsupported() {
+  int device = 0, major = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess)
+    return "no CUDA device";
+  if (major != 9) return "needs an sm_90 (Hopper) GPU for wgmma; this one is sm_" + std::to_string(major) + "x";
+  cudaFuncAttributes attr{};
+  if (cudaFuncGetAttributes(&attr, wgmma_kernel<WgmmaConfig<64, 1>, half>) != cudaSuccess || attr.ptxVersion < 90)
+    return "this build has no sm_90a code (configure with CMAKE_CUDA_ARCHITECTURES including 90a)";
+  return "";
+}
 
 std::vector<Variant> make_wgmma_variants() {
   return {make_variant<1>(), make_variant<2>(), make_variant<2, /*kOverlap=*/true>()};
