@@ -12,7 +12,7 @@ import torch  # noqa: F401  (loads libtorch before the extension)
 
 from . import _C
 
-__all__ = ["variants", "forward", "judge", "unsupported_reason"]
+__all__ = ["variants", "forward", "default_variant", "judge", "unsupported_reason"]
 
 judge = _C.judge
 unsupported_reason = _C.unsupported_reason
@@ -26,11 +26,26 @@ def variants():
 def forward(q, k, v, variant=None, is_causal=False, scale=None):
     """Attention with one attnlab variant; returns (o [B,H,Nq,Dv], lse [B,H,Nq] fp32).
 
-    variant: a name from variants(); by default the last (highest) rung.
+    variant: a name from variants(); by default the highest rung that runs
+             this shape on this GPU (e.g. rung 07 for D <= 256 on an H200).
     scale: softmax scale, by default 1/sqrt(D).
     LSE is the natural log of each row's softmax denominator (-inf, with o = 0,
     for a row that sees no key).
     """
     if variant is None:
-        variant = variants()[-1]
+        variant = default_variant(q, k, v, is_causal)
     return _C.forward(q, k, v, variant, bool(is_causal), scale)
+
+
+def default_variant(q, k, v, is_causal=False):
+    """The highest rung that supports these tensors' shape and dtype; the last
+    rung's name when none does (forward then raises with its reason)."""
+    names = variants()
+    if q.dim() == 4 and k.dim() == 4 and v.dim() == 4:
+        B, H, Nq, D = q.shape
+        Nk, Dv = k.shape[2], v.shape[3]
+        bf16 = q.dtype == torch.bfloat16
+        for name in reversed(names):
+            if not _C.unsupported_reason(name, B, H, Nq, Nk, D, Dv, bf16, bool(is_causal)):
+                return name
+    return names[-1]

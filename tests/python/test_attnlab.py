@@ -121,6 +121,12 @@ def test_variants_listed_and_default():
     q = torch.randn(1, 1, 16, 64, device="cuda", dtype=torch.float16)
     o, lse = attnlab.forward(q, q, q)
     assert o.shape == (1, 1, 16, 64) and lse.shape == (1, 1, 16) and lse.dtype == torch.float32
+    # The default is the highest rung that runs the shape, at every head dim.
+    for d in (64, 512, 1024):
+        x = torch.randn(1, 1, 16, d, device="cuda", dtype=torch.float16)
+        name = attnlab.default_variant(x, x, x)
+        assert attnlab.unsupported_reason(name, 1, 1, 16, 16, d, d, False, False) == ""
+        attnlab.forward(x, x, x)
 
 
 def test_scale_argument():
