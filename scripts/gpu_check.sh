@@ -116,7 +116,7 @@ step "summary -> $summary"
   echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "- GPU variant tests${ONLY:+ (only $ONLY)}: $tests_line"
   echo "- ctest: $(grep -E 'tests passed' "$out/tests.log")"
-  echo "- pytest (tests/python): ${python_line:-not run}"
+  echo "- pytest (tests/python): ${python_line:-see ctest (label gpu); ctest shows pytest's output only on failure}"
   echo "- torch: $(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null || echo none)"
   [ -f "$out/sanitizer_summary.txt" ] && { echo "- compute-sanitizer:"; sed 's/^/  - /' "$out/sanitizer_summary.txt"; }
   echo
