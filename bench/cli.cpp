@@ -72,6 +72,18 @@ usage: flash_attn_mma [options]
                     shape; rows go to --csv. Grid: --sweep-N 1024,...,32768
                     --sweep-D 32,64,128,256,512,1024 --sweep-causal 0,1
   --csv FILE        append every row to FILE (with GPU, driver, CUDA, commit, date)
+
+dynamic-mask attention (flash-dmattn semantics; any of these selects it):
+  --Hkv N           KV heads, H a multiple of N (GQA/MQA; default: --H)
+  --mask M          none | causal | ones (an all-ones mask) | topk (per query,
+                    the --window keys of largest bias, smoothed per --block keys)
+  --window W        keys kept per query by --mask topk (default 1024)
+  --block N         majority-vote block of --mask topk (default 64, 0 = off)
+  --bias            add a random per-key bias of shape (B, Hkv, 1, Nk)
+  --softcap C       S = C·tanh(S / C) after the bias (default off)
+  Rows: dmattn (ours; effective TFLOPS count unmasked pairs only; the share of
+  64x64 tiles skipped), the dense split-q+stage2 rung on the same shape, and
+  with --sdpa/--torch torch given the same mask as an additive float mask.
   --list            list the variants and their tile configurations
   --help            this text
 )";
@@ -157,6 +169,23 @@ ParseResult parse_args(const std::vector<std::string>& args) {
         else r.error = "--reference must be fp32 or torch, got '" + value + "'";
       }
     }
+    else if (flag == "--Hkv") int_flag(1, kMaxBatchOrHeads, &o.Hkv);
+    else if (flag == "--mask") {
+      if (take_value()) {
+        if (value == "none" || value == "causal" || value == "topk" || value == "ones") o.mask = value;
+        else r.error = "--mask must be none, causal, ones or topk, got '" + value + "'";
+      }
+    } else if (flag == "--window") int_flag(0, kMaxSeqLen, &o.window);
+    else if (flag == "--block") int_flag(0, 65536, &o.block);
+    else if (flag == "--bias") bool_flag(&o.bias);
+    else if (flag == "--softcap") {
+      if (take_value()) {
+        char* end = nullptr;
+        const float c = std::strtof(value.c_str(), &end);
+        if (value.empty() || *end != '\0' || !(c >= 0.f) || c > 1e6f) r.error = "--softcap expects a number >= 0, got '" + value + "'";
+        else o.softcap = c;
+      }
+    }
     else if (flag == "--list") bool_flag(&o.list);
     else if (flag == "--help" || flag == "-h") bool_flag(&o.help);
     else r.error = "unknown option '" + args[i] + "' (see --help)";
@@ -166,6 +195,11 @@ ParseResult parse_args(const std::vector<std::string>& args) {
   if (nq > 0) o.Nq = nq;
   if (nk > 0) o.Nk = nk;
   o.Dv = dv > 0 ? dv : o.D;
+  if (o.mask == "causal") o.causal = true;
+  if (o.Hkv > 0 && o.H % o.Hkv != 0) r.error = "--H must be a multiple of --Hkv";
+  if (o.mask == "topk" && !o.bias) r.error = "--mask topk selects keys by the bias: add --bias";
+  if (o.dynamic_mask() && o.sweep) r.error = "--sweep does not apply to dynamic-mask runs";
+  if (o.dynamic_mask() && o.Dv != o.D) r.error = "dynamic-mask attention needs Dv == D";
   return r;
 }
 

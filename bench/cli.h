@@ -27,6 +27,14 @@ struct Options {
   std::vector<int> sweep_N = {1024, 2048, 4096, 8192, 16384, 32768};
   std::vector<int> sweep_D = {32, 64, 128, 256, 512, 1024};
   std::vector<int> sweep_causal = {0, 1};
+  // Dynamic-mask attention (issue 5); any of these switches the harness to it.
+  int Hkv = 0;                // KV heads (0: = H)
+  std::string mask;           // "" (dense harness) | none | causal | topk | ones
+  int window = 1024;          // --mask topk: keys kept per query
+  int block = 64;             // --mask topk: majority-vote smoothing per key block (0: off)
+  bool bias = false;          // a random per-key bias, shape (B, Hkv, 1, Nk) as in flash-dmattn
+  float softcap = 0.f;
+  bool dynamic_mask() const { return !mask.empty() || Hkv > 0 || bias || softcap > 0.f; }
   bool list = false;
   bool help = false;
   std::string variant_glob = "*";

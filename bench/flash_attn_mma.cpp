@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "dmattn_mode.h"
 #include "runner.h"
 #include "system_info.h"
 #include "torch_peers.h"
@@ -256,6 +257,8 @@ int main(int argc, char** argv) {
   const uint64_t seed =
       opt.seed_given ? opt.seed
                      : uint64_t(std::chrono::system_clock::now().time_since_epoch().count()) % 1000000007ull;
+
+  if (opt.dynamic_mask()) return run_dynamic_mask_mode(opt, sys, seed, stream);
 
   // One shape, or the sweep's grid.
   std::vector<AttnProblem> problems;

@@ -223,4 +223,69 @@ std::string torch_reference(const AttnProblem& p, const void* q, const void* k, 
   return error;
 }
 
+namespace {
+
+// A broadcast operand as a torch tensor of H query heads, expanded (stride 0)
+// to [B, H, Nq, Nk].
+at::Tensor operand_tensor(const BroadcastOperand& x, at::ScalarType type, const DynamicMaskProblem& p) {
+  const auto opts = at::TensorOptions().dtype(type).device(at::kCUDA, current_device());
+  at::Tensor t = at::from_blob(const_cast<void*>(x.data), {x.b, x.h, x.q, p.Nk}, opts);
+  if (x.h > 1 && x.h != p.H) t = t.repeat_interleave(p.H / x.h, 1);  // operand of Hkv heads
+  return t.expand({p.B, p.H, p.Nq, p.Nk});
+}
+
+}  // namespace
+
+std::vector<MaskedTorchPeer> make_masked_torch_peers(const DynamicMaskProblem& p, const void* q, const void* k,
+                                                     const void* v, std::string* setup_error) {
+  setup_error->clear();
+  struct State {
+    at::Tensor q, k, v, additive;
+  };
+  auto st = std::make_shared<State>();
+  try {
+    const auto t = scalar_type(p.dtype);
+    st->q = wrap(q, {p.B, p.H, p.Nq, p.D}, t);
+    st->k = wrap(k, {p.B, p.Hkv, p.Nk, p.D}, t);
+    st->v = wrap(v, {p.B, p.Hkv, p.Nk, p.D}, t);
+    if (p.Hkv != p.H) {
+      st->k = st->k.repeat_interleave(p.H / p.Hkv, 1);
+      st->v = st->v.repeat_interleave(p.H / p.Hkv, 1);
+    }
+    const auto opts = at::TensorOptions().dtype(t).device(at::kCUDA, current_device());
+    at::Tensor add = at::zeros({p.B, p.H, p.Nq, p.Nk}, opts);
+    if (p.bias.data) add.add_(operand_tensor(p.bias, t, p));
+    const float neg_inf = -std::numeric_limits<float>::infinity();
+    if (p.mask.data) add.masked_fill_(operand_tensor(p.mask, at::kByte, p) == 0, neg_inf);
+    if (p.causal) add.masked_fill_(causal_mask(p.Nq, p.Nk), neg_inf);
+    st->additive = add;
+    cudaDeviceSynchronize();
+  } catch (const c10::Error& e) {
+    *setup_error = first_line(e.what_without_backtrace());
+    return {};
+  }
+  const double scale = p.scale;
+  const bool softcap = p.softcap > 0.f;
+  auto make = [&](const std::string& name, int which) {
+    MaskedTorchPeer peer;
+    peer.name = name;
+    peer.run = [st, scale, which, softcap, p](cudaStream_t stream) {
+      if (softcap) return std::string("torch SDPA has no softcap");
+      std::string err;
+      on_stream(stream, &err, [&] {
+        if (which == 0)
+          at::_scaled_dot_product_efficient_attention(st->q, st->k, st->v, st->additive, false, 0.0, false, scale);
+        else if (which == 1)
+          at::_scaled_dot_product_cudnn_attention(st->q, st->k, st->v, st->additive, false, 0.0, false, false, scale);
+        else
+          at::matmul(at::softmax(at::matmul(st->q, st->k.transpose(-2, -1)).mul_(scale).add_(st->additive), -1),
+                     st->v);
+      });
+      return err;
+    };
+    return peer;
+  };
+  return {make("sdpa(efficient)+mask", 0), make("sdpa(cudnn)+mask", 1), make("torch(unfused)+mask", 2)};
+}
+
 }  // namespace attnlab

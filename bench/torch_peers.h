@@ -6,10 +6,12 @@
 
 #include <cuda_runtime.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "../kernels/common/variant.h"
+#include "../kernels/dmattn/dmattn.h"
 
 namespace attnlab {
 
@@ -28,5 +30,19 @@ std::vector<Variant> make_sdpa_peers();
 // explicit bottom-right causal mask (for `--reference torch`).
 std::string torch_reference(const AttnProblem& p, const void* q, const void* k, const void* v, float* o_ref,
                             float* lse_ref, cudaStream_t stream);
+
+// Torch on a dynamic-mask problem (issue 5): the mask, the bias and the causal
+// rule become one additive float mask [B, H, Nq, Nk] in the input dtype, and
+// K, V are repeated to H heads (GQA) — both built once, before timing, as
+// flash-dmattn's benchmark does. Each peer's `run` makes one call on `stream`
+// and returns "" or torch's reason. Rows: sdpa(efficient)+mask,
+// sdpa(cudnn)+mask, torch(unfused)+mask. `setup_error` is set when the
+// additive mask itself cannot be built (e.g. out of memory).
+struct MaskedTorchPeer {
+  std::string name;
+  std::function<std::string(cudaStream_t)> run;
+};
+std::vector<MaskedTorchPeer> make_masked_torch_peers(const DynamicMaskProblem& p, const void* q, const void* k,
+                                                     const void* v, std::string* setup_error);
 
 }  // namespace attnlab

@@ -11,4 +11,10 @@ std::string torch_reference(const AttnProblem&, const void*, const void*, const 
   return "this build has no torch";
 }
 
+std::vector<MaskedTorchPeer> make_masked_torch_peers(const DynamicMaskProblem&, const void*, const void*,
+                                                     const void*, std::string* setup_error) {
+  *setup_error = "this build has no torch";
+  return {};
+}
+
 }  // namespace attnlab

@@ -6,7 +6,7 @@
 #   scripts/gpu_check.sh            # everything
 #   QUICK=1 scripts/gpu_check.sh    # skip the sanitizer and the causal benchmarks
 # Switches (environment): SANITIZER=0, NCU=0, SKIP_BENCH=1, SKIP_TESTS=1,
-# SKIP_TORCH_REF=1, ONLY='wgmma*' (GPU variant tests of matching variants only), SWEEP=1 (SWEEP_ARGS="--iters 5", SWEEP_TIMEOUT=400 seconds).
+# SKIP_TORCH_REF=1, DMATTN=0 (skip issue 5's tests and benchmarks; DMATTN_L="1024 8192"), ONLY='wgmma*' (GPU variant tests of matching variants only), SWEEP=1 (SWEEP_ARGS="--iters 5", SWEEP_TIMEOUT=400 seconds).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -101,6 +101,22 @@ tests_line=$(tail -1 "$out/gpu_variants.log")
 echo "gpu variants: $tests_line"
 fi
 
+if [ "${DMATTN:-1}" != 0 ]; then
+  step "dynamic-mask attention (issue 5): tests and benchmarks"
+  timeout 240 "$build/test_dmattn_reference" > "$out/dmattn_reference_tests.log" 2>&1; echo "test_dmattn_reference: rc=$? $(tail -1 "$out/dmattn_reference_tests.log")"
+  timeout 300 "$build/test_dmattn" > "$out/dmattn_tests.log" 2>&1; echo "test_dmattn: rc=$? $(tail -1 "$out/dmattn_tests.log")"
+  grep -m 20 FAIL "$out/dmattn_tests.log" "$out/dmattn_reference_tests.log" | cut -c1-220
+  : > "$out/dmattn_bench.txt"
+  dbench() { timeout 180 "$build/flash_attn_mma" "$@" "${peers[@]}" --iters 10 --warmup 2 --csv "$out/dmattn.csv" 2>&1 | tee -a "$out/dmattn_bench.txt" | grep -vE "^-+$"; }
+  # flash-dmattn's training shape: B=1 H=2 Hkv=1 D=128 causal, top-1024 keys of the bias per query
+  for L in ${DMATTN_L:-1024 8192 32768}; do
+    dbench --B 1 --H 2 --Hkv 1 --N $L --D 128 --causal --mask topk --window 1024 --bias $([ $L -le 8192 ] && echo --check)
+  done
+  # the skipping machinery on an all-ones mask with a bias, against the dense split-q rung
+  dbench --B 1 --H 8 --N 8192 --D 128 --mask ones --bias --check
+  dbench --B 1 --H 8 --N 8192 --D 64 --mask ones --bias
+fi
+
 if [ -n "${SWEEP:-}" ]; then
   step "sweep"
   SWEEP_OUT="$out" NO_PLOTS=1 BUILD_DIR="$build" timeout "${SWEEP_TIMEOUT:-400}" scripts/sweep ${SWEEP_ARGS:-} 2>&1 | tee "$out/sweep.txt" | grep -E "^\[|sweep" | tail -80
@@ -116,7 +132,7 @@ step "summary -> $summary"
   echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "- GPU variant tests${ONLY:+ (only $ONLY)}: $tests_line"
   echo "- ctest: $(grep -E 'tests passed' "$out/tests.log")"
-  echo "- pytest (tests/python): ${python_line:-see ctest (label gpu); ctest shows pytest's output only on failure}"
+  echo "- pytest (tests/python): ${python_line:-see ctest (label gpu); ctest prints the pytest output only on failure}"
   echo "- torch: $(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null || echo none)"
   [ -f "$out/sanitizer_summary.txt" ] && { echo "- compute-sanitizer:"; sed 's/^/  - /' "$out/sanitizer_summary.txt"; }
   echo
@@ -126,6 +142,16 @@ step "summary -> $summary"
   echo "|---|---|---|---|---|---|---|---|"
   tail -n +2 "$csv" | awk -F, '{printf "| %s | %s,%s,%s,%s,%s | %s | %s | %s | %s | %s | %s |\n", $6, $8, $9, $10, $11, $12, $14, $15, $16, $17, $18, $19}'
   echo
+  if [ -f "$out/dmattn_bench.txt" ]; then
+    echo "## Dynamic-mask attention (issue 5)"
+    echo
+    echo "- test_dmattn: $(tail -1 "$out/dmattn_tests.log" 2>/dev/null); test_dmattn_reference: $(tail -1 "$out/dmattn_reference_tests.log" 2>/dev/null)"
+    echo
+    echo '```'
+    grep -vE "^-+$" "$out/dmattn_bench.txt"
+    echo '```'
+    echo
+  fi
   if [ -f "$out/ncu_bank_conflicts.txt" ]; then
     echo "## Shared-memory bank conflicts (ncu), split-q padded vs swizzled"
     echo
@@ -144,6 +170,6 @@ cat "$summary"
 ok=0
 grep -q " 0 failed" <<<"$tests_line" && grep -q "100% tests passed" "$out/tests.log" || ok=1
 # Everything but the headline files goes into one archive (the device returns 8 files).
-tar -czf "$out/logs.tar.gz" -C "$out" $(cd "$out" && ls | grep -vE '^(summary.md|bench.csv|bench.txt|fwd.csv|sweep.txt|ncu_bank_conflicts.txt|reference_torch.txt|logs.tar.gz)$') 2>/dev/null &&
-  (cd "$out" && ls | grep -vE '^(summary.md|bench.csv|bench.txt|fwd.csv|sweep.txt|ncu_bank_conflicts.txt|reference_torch.txt|logs.tar.gz)$' | xargs rm -f)
+tar -czf "$out/logs.tar.gz" -C "$out" $(cd "$out" && ls | grep -vE '^(summary.md|bench.csv|bench.txt|fwd.csv|sweep.txt|ncu_bank_conflicts.txt|reference_torch.txt|dmattn.csv|dmattn_bench.txt|logs.tar.gz)$') 2>/dev/null &&
+  (cd "$out" && ls | grep -vE '^(summary.md|bench.csv|bench.txt|fwd.csv|sweep.txt|ncu_bank_conflicts.txt|reference_torch.txt|dmattn.csv|dmattn_bench.txt|logs.tar.gz)$' | xargs rm -f)
 exit $ok

@@ -42,6 +42,8 @@ struct ErrorStats {
 
 // |out - ref| for a 16-bit output against the fp32 reference.
 ErrorStats compare_output(const void* out, DType dtype, const float* ref, int64_t n, cudaStream_t stream);
+// The same for an fp32 output (e.g. a reference computed another way).
+ErrorStats compare_output_fp32(const float* out, const float* ref, int64_t n, cudaStream_t stream);
 // |lse - ref| for fp32 LSE; -inf must match -inf exactly.
 ErrorStats compare_lse(const float* lse, const float* lse_ref, int64_t n, cudaStream_t stream);
 // The rounding error of the reference itself in the output dtype, as

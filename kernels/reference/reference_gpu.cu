@@ -116,6 +116,8 @@ struct CompareAccum {
   unsigned long long nonfinite;
 };
 
+template <> __device__ __forceinline__ float to_float<float>(float x) { return x; }
+
 template <typename T>
 __global__ void compare_output_kernel(const T* out, const float* ref, int64_t n, CompareAccum* acc) {
   float local_max = 0.f;
@@ -220,6 +222,12 @@ ErrorStats compare_output(const void* out, DType dtype, const float* ref, int64_
     else
       compare_output_kernel<<<kReduceBlocks, kReduceThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(out),
                                                                             ref, n, acc);
+  });
+}
+
+ErrorStats compare_output_fp32(const float* out, const float* ref, int64_t n, cudaStream_t stream) {
+  return run_compare(stream, [&](CompareAccum* acc) {
+    compare_output_kernel<<<kReduceBlocks, kReduceThreads, 0, stream>>>(out, ref, n, acc);
   });
 }
 

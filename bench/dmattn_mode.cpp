@@ -1,0 +1,366 @@
+// flash_attn_mma's dynamic-mask mode (issue 5): --Hkv, --mask, --window,
+// --block, --bias, --softcap. One shape; rows:
+//   dmattn                  ours (kernels/dmattn/dmattn_fwd.cu)
+//   split-q+stage2 (dense)  rung 02 on the same Q, K, V without mask or bias
+//                           (only when Hkv == H): what skipping costs or saves
+//   sdpa(...)+mask, torch(unfused)+mask   with --sdpa / --torch: torch given
+//                           the same mask as one additive float mask
+// TFLOPS are effective: 4·D·(unmasked pairs) / time for every row, the pairs
+// counted on the GPU from the mask and the causal rule (the FLOP convention
+// of the README, with pairs = the pairs this mask leaves), so a row's TFLOPS
+// ratio is its speed ratio. The dense rung's row also shows its own TFLOPS
+// (dense pairs) in the note.
+#include "dmattn_mode.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <vector>
+
+#include "../kernels/common/variant.h"
+#include "../kernels/dmattn/dmattn.h"
+#include "../kernels/reference/reference.h"
+#include "runner.h"
+#include "torch_peers.h"
+
+namespace attnlab {
+namespace {
+
+struct DmaRow {
+  std::string name, kind = "rung", status, note;
+  double ms = 0, tflops = 0;
+  double err = -1, tol = -1, lse_err = -1;
+};
+
+// Device allocations freed on scope exit.
+struct DeviceArena {
+  std::vector<void*> ptrs;
+  ~DeviceArena() {
+    for (void* p : ptrs) cudaFree(p);
+  }
+  template <typename T>
+  std::string alloc(size_t count, T** out, const char* what) {
+    void* p = nullptr;
+    if (cudaMalloc(&p, std::max<size_t>(count * sizeof(T), 16)) != cudaSuccess) {
+      cudaGetLastError();
+      char buf[128];
+      std::snprintf(buf, sizeof buf, "out of GPU memory allocating %.2f GiB for %s", double(count * sizeof(T)) / (1 << 30),
+                    what);
+      return buf;
+    }
+    ptrs.push_back(p);
+    *out = static_cast<T*>(p);
+    return "";
+  }
+};
+
+// Median of `iters` timed calls of `fn`, each after an L2 flush.
+std::string time_calls(const std::function<std::string()>& fn, int warmup, int iters, void* flush, size_t flush_bytes,
+                       cudaStream_t stream, double* median_ms) {
+  for (int i = 0; i < warmup; ++i)
+    if (std::string e = fn(); !e.empty()) return e;
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  std::vector<float> ms(size_t(iters), 0.f);
+  std::string err;
+  for (int i = 0; i < iters && err.empty(); ++i) {
+    cudaMemsetAsync(flush, i & 0xff, flush_bytes, stream);
+    cudaEventRecord(start, stream);
+    err = fn();
+    cudaEventRecord(stop, stream);
+    if (err.empty()) {
+      if (cudaError_t e = cudaEventSynchronize(stop); e != cudaSuccess) err = cuda_error_text("timing", e);
+      else cudaEventElapsedTime(&ms[size_t(i)], start, stop);
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  if (!err.empty()) return err;
+  std::sort(ms.begin(), ms.end());
+  const size_t n = ms.size();
+  *median_ms = n % 2 ? ms[n / 2] : 0.5 * (double(ms[n / 2 - 1]) + ms[n / 2]);
+  return "";
+}
+
+void append_csv(const std::string& path, const SystemInfo& sys, const DynamicMaskProblem& p, const Options& opt,
+                uint64_t seed, const std::vector<DmaRow>& rows) {
+  std::ifstream probe(path);
+  const bool need_header = !probe.good() || probe.peek() == std::ifstream::traits_type::eof();
+  probe.close();
+  std::ofstream f(path, std::ios::app);
+  if (need_header)
+    f << "gpu,driver,cuda,commit,date,variant,kind,B,H,Nq,Nk,D,Dv,dtype,causal,time_ms,tflops,ratio_to_best_peer,"
+         "status,max_err,tol,lse_err,seed,note\n";
+  double best_peer = 0;
+  for (const DmaRow& r : rows)
+    if (r.kind == "peer" && r.ms > 0) best_peer = std::max(best_peer, r.tflops);
+  const std::string shape_note = "Hkv=" + std::to_string(p.Hkv) + "; mask=" + (opt.mask.empty() ? "none" : opt.mask) +
+                                 (opt.mask == "topk" ? " W=" + std::to_string(opt.window) + " block=" +
+                                                           std::to_string(opt.block)
+                                                     : "") +
+                                 (opt.bias ? "; bias (B;Hkv;1;Nk)" : "") +
+                                 (p.softcap > 0 ? "; softcap " + std::to_string(p.softcap) : "");
+  for (const DmaRow& r : rows) {
+    char nums[96] = ",,";
+    if (r.ms > 0) {
+      if (r.kind == "rung" && best_peer > 0)
+        std::snprintf(nums, sizeof nums, "%.6f,%.2f,%.3f", r.ms, r.tflops, r.tflops / best_peer);
+      else std::snprintf(nums, sizeof nums, "%.6f,%.2f,", r.ms, r.tflops);
+    }
+    char errs[96] = ",,";
+    if (r.err >= 0) std::snprintf(errs, sizeof errs, "%.3e,%.3e,%.3e", r.err, r.tol, r.lse_err);
+    std::string note = shape_note + "; " + r.note;
+    for (char& c : note)
+      if (c == ',' || c == '\n') c = ';';
+    f << sys.gpu << ',' << sys.driver << ',' << sys.cuda << ',' << sys.commit << ',' << sys.date << ',' << r.name
+      << ',' << r.kind << ',' << p.B << ',' << p.H << ',' << p.Nq << ',' << p.Nk << ',' << p.D << ',' << p.D << ','
+      << dtype_name(p.dtype) << ',' << (p.causal ? 1 : 0) << ',' << nums << ',' << r.status << ',' << errs << ','
+      << seed << ',' << note << '\n';
+  }
+}
+
+}  // namespace
+
+int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t seed, cudaStream_t stream) {
+  auto fail = [](const std::string& m, int code) {
+    std::fprintf(stderr, "flash_attn_mma: error: %s\n", m.c_str());
+    return code;
+  };
+  DynamicMaskProblem p;
+  p.B = opt.B;
+  p.H = opt.H;
+  p.Hkv = opt.Hkv > 0 ? opt.Hkv : opt.H;
+  p.Nq = opt.Nq;
+  p.Nk = opt.Nk;
+  p.D = opt.D;
+  p.dtype = opt.dtype;
+  p.causal = opt.causal;
+  p.scale = default_scale(opt.D);
+  p.softcap = opt.softcap;
+
+  DeviceArena arena;
+  void *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr, *bias = nullptr, *flush = nullptr;
+  float *lse = nullptr, *o_ref = nullptr, *lse_ref = nullptr;
+  uint8_t* mask = nullptr;
+  unsigned long long* counters = nullptr;
+  const int64_t q_elems = int64_t(p.B) * p.H * p.Nq * p.D, kv_elems = int64_t(p.B) * p.Hkv * p.Nk * p.D;
+  const int64_t rows = int64_t(p.B) * p.H * p.Nq;
+  const size_t flush_bytes = 256u << 20;
+  std::string err;
+  if (err.empty()) err = arena.alloc(size_t(q_elems) * 2, reinterpret_cast<uint8_t**>(&q), "Q");
+  if (err.empty()) err = arena.alloc(size_t(kv_elems) * 2, reinterpret_cast<uint8_t**>(&k), "K");
+  if (err.empty()) err = arena.alloc(size_t(kv_elems) * 2, reinterpret_cast<uint8_t**>(&v), "V");
+  if (err.empty()) err = arena.alloc(size_t(q_elems) * 2, reinterpret_cast<uint8_t**>(&o), "O");
+  if (err.empty()) err = arena.alloc(size_t(rows), &lse, "LSE");
+  if (err.empty()) err = arena.alloc(size_t(3), &counters, "counters");
+  if (err.empty()) err = arena.alloc(flush_bytes, reinterpret_cast<uint8_t**>(&flush), "the L2 flush");
+  if (err.empty() && opt.bias) err = arena.alloc(size_t(p.B) * p.Hkv * p.Nk * 2, reinterpret_cast<uint8_t**>(&bias), "the bias");
+  if (err.empty() && (opt.mask == "topk" || opt.mask == "ones"))
+    err = arena.alloc(size_t(p.B) * p.Hkv * p.Nq * p.Nk, &mask, "the mask");
+  if (!err.empty()) return fail(err, 1);
+
+  cudaError_t e = fill_random_normal(q, q_elems, p.dtype, seed * 5 + 0, stream);
+  if (e == cudaSuccess) e = fill_random_normal(k, kv_elems, p.dtype, seed * 5 + 1, stream);
+  if (e == cudaSuccess) e = fill_random_normal(v, kv_elems, p.dtype, seed * 5 + 2, stream);
+  if (e == cudaSuccess && bias) {
+    e = fill_random_normal(bias, int64_t(p.B) * p.Hkv * p.Nk, p.dtype, seed * 5 + 3, stream);
+    p.bias.data = bias;
+    p.bias.set_shape(p.B, p.Hkv, 1, p.Nk, p.H);  // flash-dmattn's (B, Hkv, 1, Nk)
+  }
+  if (e == cudaSuccess && mask) {
+    if (opt.mask == "ones") {
+      e = cudaMemsetAsync(mask, 1, size_t(p.B) * p.Hkv * p.Nq * p.Nk, stream);
+    } else {
+      e = dma_build_topk_mask(p, opt.window, opt.block, mask, stream);
+      if (e == cudaErrorInvalidValue)
+        return fail("the top-W mask builder cannot take Nk=" + std::to_string(p.Nk) + " on this GPU", 2);
+    }
+    p.mask.data = mask;
+    p.mask.set_shape(p.B, p.Hkv, p.Nq, p.Nk, p.H);
+  }
+  if (e == cudaSuccess) e = cudaMemsetAsync(counters, 0, 3 * sizeof(unsigned long long), stream);
+  if (e == cudaSuccess) e = dma_count_visible_pairs(p, counters + 2, stream);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+  if (e != cudaSuccess) return fail(cuda_error_text("preparing inputs", e), 1);
+  unsigned long long pairs = 0;
+  cudaMemcpy(&pairs, counters + 2, sizeof pairs, cudaMemcpyDeviceToHost);
+  const double flops = 2.0 * (p.D + p.D) * double(pairs);  // 2·(D+Dv)·pairs; pairs summed over B·H
+
+  std::printf("%s\n", std::string(150, '-').c_str());
+  std::printf("dynamic-mask attention: %s; mask %s%s; unmasked pairs %llu (%.2f%% of Nq·Nk·B·H); seed %llu\n",
+              p.shape_string().c_str(), opt.mask.empty() ? "none" : opt.mask.c_str(),
+              opt.mask == "topk" ? (" W=" + std::to_string(opt.window) + " block=" + std::to_string(opt.block)).c_str()
+                                 : "",
+              pairs, 100.0 * double(pairs) / (double(p.B) * p.H * p.Nq * p.Nk), (unsigned long long)seed);
+
+  std::vector<DmaRow> out_rows;
+  int failures = 0;
+
+  // ---- ours ------------------------------------------------------------------------
+  DmaRow ours;
+  ours.name = "dmattn";
+  if (std::string why = dma_forward_unsupported(p); !why.empty()) {
+    ours.status = "unsupported";
+    ours.note = why;
+  } else {
+    DmaForwardArgs a;
+    a.q = q;
+    a.k = k;
+    a.v = v;
+    a.o = o;
+    a.lse = lse;
+    a.tile_counters = counters;
+    cudaMemsetAsync(o, 0xFF, size_t(q_elems) * 2, stream);
+    cudaMemsetAsync(lse, 0xFF, size_t(rows) * 4, stream);
+    e = dma_forward(p, a, stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+    if (e != cudaSuccess) return fail(cuda_error_text("dmattn", e), 1);
+    unsigned long long tiles[2] = {0, 0};
+    cudaMemcpy(tiles, counters, sizeof tiles, cudaMemcpyDeviceToHost);
+    const double grid_tiles = double(p.B) * p.H * ((p.Nq + kDmaBr - 1) / kDmaBr) * ((p.Nk + kDmaBc - 1) / kDmaBc);
+    char note[160];
+    std::snprintf(note, sizeof note, "tiles skipped %.1f%% (%llu of %.0f 64x64 tiles run; causal range %llu)",
+                  100.0 * (1.0 - double(tiles[0]) / grid_tiles), tiles[0], grid_tiles, tiles[1]);
+    ours.note = note;
+    ours.status = "unchecked";
+    if (opt.check) {
+      if (p.Nk > dma_reference_max_nk()) {
+        ours.note += "; not checked: the reference takes Nk <= " + std::to_string(dma_reference_max_nk());
+      } else {
+        if (err.empty()) err = arena.alloc(size_t(q_elems), &o_ref, "the reference");
+        if (err.empty()) err = arena.alloc(size_t(rows), &lse_ref, "the reference LSE");
+        if (!err.empty()) return fail(err, 1);
+        float* o_lp = nullptr;
+        float* lse_lp = nullptr;
+        if (std::string e2 = arena.alloc(size_t(q_elems), &o_lp, "the low-precision reference"); !e2.empty())
+          return fail(e2, 1);
+        if (std::string e2 = arena.alloc(size_t(rows), &lse_lp, "the low-precision LSE"); !e2.empty()) return fail(e2, 1);
+        e = dma_reference_fp32(p, q, k, v, o_ref, lse_ref, false, stream);
+        if (e == cudaSuccess) e = dma_reference_fp32(p, q, k, v, o_lp, lse_lp, true, stream);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+        if (e != cudaSuccess) return fail(cuda_error_text("dmattn reference", e), 1);
+        // Baseline: the error of the same-precision unfused path (S and P
+        // rounded to the input dtype) against the fp32 reference.
+        const ErrorStats base = compare_output_fp32(o_lp, o_ref, q_elems, stream);
+        const ErrorStats mine = compare_output(o, p.dtype, o_ref, q_elems, stream);
+        const ErrorStats lse_stats = compare_lse(lse, lse_ref, rows, stream);
+        const double rounding = output_rounding_error(o_ref, q_elems, p.dtype, stream);
+        const CheckResult c = judge(mine, lse_stats, base.max_abs_err, rounding);
+        ours.err = c.err;
+        ours.tol = c.tol;
+        ours.lse_err = c.lse_err;
+        ours.status = c.pass ? "PASS" : "FAIL";
+        ours.note = c.summary() + "; " + ours.note;
+        if (!c.pass) ++failures;
+      }
+    }
+    double ms = 0;
+    if (std::string t = time_calls(
+            [&] {
+              const cudaError_t r = dma_forward(p, a, stream);
+              return r == cudaSuccess ? std::string() : cuda_error_text("dmattn", r);
+            },
+            opt.warmup, opt.iters, flush, flush_bytes, stream, &ms);
+        !t.empty())
+      return fail(t, 1);
+    ours.ms = ms;
+    ours.tflops = flops / (ms * 1e-3) / 1e12;
+  }
+  out_rows.push_back(ours);
+
+  // ---- the dense rung on the same Q, K, V ----------------------------------------------
+  if (p.Hkv == p.H) {
+    DmaRow dense;
+    dense.name = "split-q+stage2 (dense)";
+    const Variant* rung = nullptr;
+    for (const Variant& var : all_variants())
+      if (var.name == "split-q+stage2") rung = &var;
+    AttnProblem dp = p.dense();
+    if (rung == nullptr || !rung->unsupported_reason(dp).empty()) {
+      dense.status = "unsupported";
+      dense.note = rung ? rung->unsupported_reason(dp) : "split-q+stage2 is not registered";
+    } else {
+      AttnBuffers b;
+      b.q = q;
+      b.k = k;
+      b.v = v;
+      b.o = o;
+      b.lse = lse;
+      double ms = 0;
+      if (std::string t = time_calls(
+              [&] {
+                const cudaError_t r = rung->launch(dp, b, stream);
+                return r == cudaSuccess ? std::string() : cuda_error_text("split-q+stage2", r);
+              },
+              opt.warmup, opt.iters, flush, flush_bytes, stream, &ms);
+          !t.empty())
+        return fail(t, 1);
+      dense.ms = ms;
+      dense.tflops = flops / (ms * 1e-3) / 1e12;
+      dense.status = "unchecked";
+      char note[160];
+      std::snprintf(note, sizeof note, "no mask or bias; its own dense TFLOPS %.1f; dmattn / dense speed %.2fx",
+                    forward_flops(dp) / (ms * 1e-3) / 1e12, ours.ms > 0 ? ms / ours.ms : 0.0);
+      dense.note = note;
+    }
+    out_rows.push_back(dense);
+  }
+
+  // ---- torch with the same mask -------------------------------------------------------------
+  if (opt.sdpa || opt.torch) {
+    std::string setup;
+    const std::vector<MaskedTorchPeer> peers = make_masked_torch_peers(p, q, k, v, &setup);
+    if (!setup.empty()) {
+      DmaRow r;
+      r.name = "torch+mask";
+      r.kind = "peer";
+      r.status = "unsupported";
+      r.note = setup;
+      out_rows.push_back(r);
+    }
+    for (const MaskedTorchPeer& peer : peers) {
+      DmaRow r;
+      r.name = peer.name;
+      r.kind = "peer";
+      double ms = 0;
+      std::string t = peer.run(stream);
+      if (t.empty()) t = time_calls([&] { return peer.run(stream); }, opt.warmup, opt.iters, flush, flush_bytes, stream, &ms);
+      if (!t.empty()) {
+        r.status = "unsupported";
+        r.note = t;
+        cudaGetLastError();
+      } else {
+        r.ms = ms;
+        r.tflops = flops / (ms * 1e-3) / 1e12;
+        r.status = "unchecked";
+        char note[96];
+        std::snprintf(note, sizeof note, "dmattn is %.2fx faster", ours.ms > 0 ? ms / ours.ms : 0.0);
+        r.note = note;
+      }
+      out_rows.push_back(r);
+    }
+  }
+
+  for (const DmaRow& r : out_rows) {
+    if (r.ms > 0)
+      std::printf("%32s: time:%.6fms, effective TFLOPS:%-8.2f %-10s %s\n", r.name.c_str(), r.ms, r.tflops,
+                  r.status.c_str(), r.note.c_str());
+    else
+      std::printf("%32s: %s: %s\n", r.name.c_str(), r.status.c_str(), r.note.c_str());
+  }
+  std::printf("%s | driver %s | CUDA %s | torch %s | attnlab %s | %s\n", sys.gpu.c_str(), sys.driver.c_str(),
+              sys.cuda.c_str(), torch_version().c_str(), sys.commit.c_str(), sys.date.c_str());
+  if (!opt.csv.empty()) append_csv(opt.csv, sys, p, opt, seed, out_rows);
+  if (failures > 0) {
+    std::fprintf(stderr, "flash_attn_mma: %d row%s failed\n", failures, failures > 1 ? "s" : "");
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace attnlab

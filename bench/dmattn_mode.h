@@ -1,0 +1,18 @@
+// attnlab: flash_attn_mma's dynamic-mask mode (issue 5), selected by --Hkv,
+// --mask, --bias or --softcap. See dmattn_mode.cpp for the rows.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cli.h"
+#include "system_info.h"
+
+namespace attnlab {
+
+// Runs, checks (with --check) and times one dynamic-mask shape; returns the
+// process exit code (0, 1 on a failed check or a GPU error, 2 on bad input).
+int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t seed, cudaStream_t stream);
+
+}  // namespace attnlab

@@ -1,0 +1,96 @@
+// attnlab: dynamic-mask attention (flash-dmattn semantics, issue 5) — the
+// problem description shared by the forward kernel, the GPU references and the
+// harness.
+//
+//   Q [B, H, Nq, D];  K, V [B, Hkv, Nk, D]  (H % Hkv == 0: query head h reads
+//   KV head h / (H / Hkv));  optional mask (uint8, 0 = masked) and bias (the
+//   input dtype), each broadcastable as ({B|1}, {H|Hkv|1}, {Nq|1}, Nk) and read
+//   through strides — a size-1 dimension has stride 0, nothing is expanded.
+//   S = scale·Q·Kᵀ + bias;  softcap c > 0: S = c·tanh(S / c);  S = -inf where
+//   mask == 0 or the causal rule (bottom-right aligned) excludes the pair;
+//   O = softmax(S)·V; LSE (natural log). A row that sees no key: O = 0,
+//   LSE = -inf. The CPU double reference is kernels/reference/masked_reference_cpu.h.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "../common/attn_problem.h"
+
+namespace attnlab {
+
+// A broadcast operand (mask or bias): its sizes ({B|1}, {H|Hkv|1}, {Nq|1}, Nk)
+// and the element strides that follow from storing it densely in that shape.
+struct BroadcastOperand {
+  const void* data = nullptr;  // nullptr: the operand is absent
+  int b = 1, h = 1, q = 1;     // sizes of the first three dims (each full or 1)
+  int64_t stride_b = 0, stride_h = 0, stride_q = 0;  // elements; 0 where the size is 1
+  int head_group = 1;          // query head h reads operand head h / head_group
+
+  // Sets sizes and dense strides; `h` must be H, Hkv or 1.
+  void set_shape(int b_, int h_, int q_, int Nk, int H);
+  int64_t elems(int Nk) const { return int64_t(b) * h * q * Nk; }
+  std::string shape_string(int Nk) const;  // "(1, 2, 1, 4096)"
+};
+
+struct DynamicMaskProblem {
+  int B = 1, H = 1, Hkv = 1, Nq = 1, Nk = 1, D = 64;  // Dv = D
+  DType dtype = DType::kFloat16;
+  bool causal = false;
+  float scale = 0.125f;
+  float softcap = 0.f;  // 0: off
+  BroadcastOperand mask;  // uint8_t
+  BroadcastOperand bias;  // the input dtype
+
+  // The same problem as a dense AttnProblem (H query heads), for the shared
+  // masking helpers and the FLOP count's causal part.
+  AttnProblem dense() const;
+  std::string shape_string() const;
+};
+
+// Tiles of the forward kernel: the skip test works on Br x Bc blocks.
+constexpr int kDmaBr = 64, kDmaBc = 64;
+
+struct DmaForwardArgs {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* o = nullptr;
+  float* lse = nullptr;
+  // Optional: two counters (active tiles, tiles in the causal range), added to
+  // by every block; for the harness's "tiles skipped" column.
+  unsigned long long* tile_counters = nullptr;
+};
+
+// "" when the forward kernel runs this problem on the current device, else why not.
+std::string dma_forward_unsupported(const DynamicMaskProblem& p);
+cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cudaStream_t stream);
+
+// Adds to *d_count (device memory) the number of (query, key) pairs over all
+// B·H heads that neither the mask nor the causal rule excludes: the `pairs` of
+// the FLOP convention (effective TFLOPS count only these).
+cudaError_t dma_count_visible_pairs(const DynamicMaskProblem& p, unsigned long long* d_count, cudaStream_t stream);
+
+// ---- GPU references and the mask builder (dmattn_reference.cu) --------------
+// fp32 reference: o_ref [B,H,Nq,D] fp32, lse_ref [B,H,Nq]. With
+// `low_precision`, S (after bias and softcap) and P are rounded to the input
+// dtype before use, as an unfused fp16/bf16 implementation would: the baseline
+// error the check rule compares against.
+cudaError_t dma_reference_fp32(const DynamicMaskProblem& p, const void* q, const void* k, const void* v,
+                               float* o_ref, float* lse_ref, bool low_precision, cudaStream_t stream);
+// Largest Nk the reference handles (its scores of one row live in shared memory).
+int dma_reference_max_nk();
+
+// flash-dmattn's dynamic mask on the GPU: for every (b, mask head, query) row,
+// keep the `window` keys with the largest bias among those the causal rule
+// allows (ties: the lower key index); with block_size > 0, then keep a key
+// block whole (its causally allowed keys) when more than half of its keys were
+// kept, else drop it. The bias is read through p.bias (its broadcast shape);
+// the mask written is dense in shape (bias.b, bias.h, Nq, Nk), uint8.
+// Matches build_topk_mask_cpu (masked_reference_cpu.h).
+cudaError_t dma_build_topk_mask(const DynamicMaskProblem& p, int window, int block_size, uint8_t* mask_out,
+                                cudaStream_t stream);
+
+}  // namespace attnlab

@@ -1,0 +1,330 @@
+// ============================================================================
+// Dynamic-mask attention, forward (flash-dmattn semantics) with tile skipping
+// ============================================================================
+// What it adds to rung 02 (split-Q, mma.sync): a per-key bias, a data-dependent
+// sparse mask, grouped KV heads, softcap — and the reason a sparse mask pays:
+// a 64 x 64 tile whose mask is all zero is never loaded nor multiplied.
+//
+// Per block (64 query rows of one head; 4 warps x 16 rows):
+//  1. Skip test, before any K/V/bias traffic. Each warp takes every 4th KV tile
+//     of the causal range and ORs the tile's mask bytes (16-byte loads where
+//     aligned; one row when the mask is broadcast over queries); a tile with
+//     any 1 gets its bit in a shared bitmap. Warp 0 then compacts the bitmap
+//     into an ascending list of active tiles. (flash-dmattn decides per tile
+//     inside the loop with __syncthreads_or; a list first lets the loop below
+//     prefetch the *next active* tile, so skipped tiles cost no pipeline bubble.)
+//  2. Rung 02's stage2 loop over the list only: K, V of tile list[i+1] are
+//     copied while tile list[i] is computed.
+//  3. Per tile, after S = Q·Kᵀ: S = scale·S + bias; softcap c: c·tanh(S/c);
+//     -inf where mask = 0, past Nk, or after the causal diagonal; then the
+//     online softmax (now with unit scale: S is already the logit).
+//
+// Tiles: Br = Bc = 64 (the seed's finding for masked kernels), 4 warps,
+// stage2 (two K/V slots), rows padded by 8 halves. At D >= 192 a tile's S is
+// computed in two 32-key slices, so that S and O fit in registers.
+//   shared memory = (64 + 4·64)·(D + 8)·2 + list/bitmap (2 bytes + 1 bit per KV tile)
+//   D:  32 → 25600   64 → 46080   96 → 66560   128 → 87040   192 → 128000   256 → 168960
+//
+// Supports: fp16, bf16; D = Dv ∈ {32, 64, 96, 128, 192, 256}; any Nq, Nk;
+// H % Hkv == 0; mask (uint8) and bias (input dtype) each ({B|1}, {H|Hkv|1},
+// {Nq|1}, Nk) through strides; softcap; causal (bottom-right). Writes O and LSE.
+//
+// Run: build/flash_attn_mma --B 1 --H 2 --Hkv 1 --N 8192 --D 128 --mask topk --window 1024 --bias --causal --check
+// ============================================================================
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <string>
+
+#include "../common/online_softmax.cuh"
+#include "../common/ptx.cuh"
+#include "../common/rung_host.cuh"
+#include "../common/split_q_parts.cuh"
+#include "../common/tile_copy.cuh"
+#include "dmattn.h"
+
+namespace attnlab {
+namespace {
+
+template <int kHeadDim_>
+struct DmaConfig {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBr = kDmaBr, kBc = kDmaBc;
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kStages = 2;
+  static constexpr int kRowStride = kHeadDim + 8;
+  static constexpr int kTileBytes = (kBr + 2 * kStages * kBc) * kRowStride * 2;
+  static constexpr int kSubCols = kHeadDim >= 192 ? 32 : 64;  // keys per S slice: S + O fit in registers
+  static constexpr int kSubTiles = kBc / kSubCols;
+  static constexpr int kTilesS = kSubCols / 8;
+  static constexpr int kTilesO = kHeadDim / 8;
+  static_assert(kBr == 16 * kWarps, "one m16 row tile per warp");
+};
+static_assert(DmaConfig<32>::kTileBytes == 25600 && DmaConfig<64>::kTileBytes == 46080 &&
+                  DmaConfig<96>::kTileBytes == 66560 && DmaConfig<128>::kTileBytes == 87040 &&
+                  DmaConfig<192>::kTileBytes == 128000 && DmaConfig<256>::kTileBytes == 168960,
+              "header: shared memory per head dim");
+
+// Bytes after the tiles: the active-tile list (uint16) and the bitmap.
+__host__ __device__ inline int dma_list_bytes(int n_tiles) { return ((n_tiles * 2 + 15) / 16) * 16; }
+__host__ __device__ inline int dma_bitmap_words(int n_tiles) { return (n_tiles + 31) / 32; }
+
+// Offset of (b, h, i, j=0) in a broadcast operand, h a query head.
+__device__ __forceinline__ int64_t operand_row(const BroadcastOperand& x, int b, int h, int i) {
+  return int64_t(b) * x.stride_b + int64_t(h / x.head_group) * x.stride_h + int64_t(i) * x.stride_q;
+}
+
+// Whether any mask byte of rows [q0, q0+64) x keys [k0, k0+64) (clipped to Nq,
+// Nk) is nonzero; the whole warp calls it and gets the same answer.
+__device__ __forceinline__ bool warp_tile_any(const DynamicMaskProblem& p, int b, int h, int q0, int k0, int lane) {
+  const uint8_t* m = static_cast<const uint8_t*>(p.mask.data);
+  const int rows = p.mask.stride_q == 0 ? 1 : min(kDmaBr, p.Nq - q0);  // broadcast over queries: one row
+  const int keys = min(kDmaBc, p.Nk - k0);
+  bool any = false;
+  for (int r = lane; r < rows; r += 32) {
+    const uint8_t* row = m + operand_row(p.mask, b, h, q0 + r) + k0;
+    if (keys == kDmaBc && (reinterpret_cast<uintptr_t>(row) & 15) == 0) {
+      const uint4* v4 = reinterpret_cast<const uint4*>(row);
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const uint4 x = __ldg(v4 + c);
+        any = any || ((x.x | x.y | x.z | x.w) != 0);
+      }
+    } else {
+      for (int c = 0; c < keys; ++c) any = any || (__ldg(row + c) != 0);
+    }
+  }
+  return __any_sync(0xffffffffu, any);
+}
+
+template <typename T>
+__device__ __forceinline__ float load_as_float(const T* p);
+template <>
+__device__ __forceinline__ float load_as_float<half>(const half* p) { return __half2float(__ldg(p)); }
+template <>
+__device__ __forceinline__ float load_as_float<__nv_bfloat16>(const __nv_bfloat16* p) {
+  return __bfloat162float(__ldg(p));
+}
+
+template <typename Cfg, typename T>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
+                   float* __restrict__ lse, const DynamicMaskProblem p, unsigned long long* counters) {
+  constexpr int D = Cfg::kHeadDim, Br = Cfg::kBr, Bc = Cfg::kBc, kStride = Cfg::kRowStride;
+
+  const int m_block = gridDim.x - 1 - blockIdx.x;  // heaviest query tiles first
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int q_start = m_block * Br;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
+  const int row0 = q_start + warp * 16 + lane / 4;  // rows row0 (c0, c1) and row0 + 8 (c2, c3)
+
+  AttnProblem dp;  // the dense view: sizes, causal rule; unit scale (S becomes the logit)
+  dp.B = p.B;
+  dp.H = p.H;
+  dp.Nq = p.Nq;
+  dp.Nk = p.Nk;
+  dp.D = dp.Dv = D;
+  dp.causal = p.causal;
+  dp.scale = 1.f;
+
+  const int64_t q_head = int64_t(b) * p.H + h;
+  const int64_t kv_head = int64_t(b) * p.Hkv + h / (p.H / p.Hkv);
+  const T* Kg = k + kv_head * p.Nk * D;
+  const T* Vg = v + kv_head * p.Nk * D;
+  const int n_range = kv_tiles_for_query_tile(dp, q_start, Br, Bc);  // causal pruning
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sQ = reinterpret_cast<T*>(smem_raw);
+  T* sK = sQ + Br * kStride;
+  T* sV = sK + 2 * Bc * kStride;
+  uint16_t* active = reinterpret_cast<uint16_t*>(smem_raw + Cfg::kTileBytes);
+  const int max_tiles = (p.Nk + Bc - 1) / Bc;
+  uint32_t* bitmap = reinterpret_cast<uint32_t*>(smem_raw + Cfg::kTileBytes + dma_list_bytes(max_tiles));
+  __shared__ int n_active_shared;
+
+  // ---- 1. which KV tiles does any row of this block see? ----------------------
+  int n_active = n_range;
+  if (p.mask.data != nullptr) {
+    for (int w = threadIdx.x; w < dma_bitmap_words(n_range); w += Cfg::kThreads) bitmap[w] = 0;
+    __syncthreads();
+    for (int tile = warp; tile < n_range; tile += Cfg::kWarps)
+      if (warp_tile_any(p, b, h, q_start, tile * Bc, lane) && lane == 0)
+        atomicOr(&bitmap[tile / 32], 1u << (tile % 32));
+    __syncthreads();
+    if (warp == 0) {  // compaction in tile order: deterministic, ascending
+      int base = 0;
+      for (int w = 0; w < dma_bitmap_words(n_range); ++w) {
+        const uint32_t bits = bitmap[w];
+        if (bits >> lane & 1u) active[base + __popc(bits & ((1u << lane) - 1u))] = uint16_t(w * 32 + lane);
+        base += __popc(bits);
+      }
+      if (lane == 0) n_active_shared = base;
+    }
+    __syncthreads();
+    n_active = n_active_shared;
+  }
+  if (counters != nullptr && threadIdx.x == 0) {
+    atomicAdd(counters, (unsigned long long)n_active);
+    atomicAdd(counters + 1, (unsigned long long)n_range);
+  }
+  auto tile_at = [&](int i) { return p.mask.data != nullptr ? int(active[i]) : i; };
+
+  // ---- 2. rung 02's stage2 loop over the active tiles --------------------------
+  auto load_kv = [&](int i) {
+    const int tile = tile_at(i), slot = i % 2, rows = p.Nk - tile * Bc;
+    // Rolled copies: unrolled, their loop-invariant addresses would be hoisted
+    // out of the tile loop into registers that O needs at D = 256.
+    load_tile_async_rolled<Bc, D, StridedRows<kStride>, Cfg::kThreads>(sK + slot * Bc * kStride,
+                                                                      Kg + int64_t(tile) * Bc * D, D, rows);
+    cp_async_commit();
+    load_tile_async_rolled<Bc, D, StridedRows<kStride>, Cfg::kThreads>(sV + slot * Bc * kStride,
+                                                                      Vg + int64_t(tile) * Bc * D, D, rows);
+    cp_async_commit();
+  };
+
+  float O[Cfg::kTilesO][4] = {};
+  RowStats stats;
+  const float softcap = p.softcap, inv_softcap = p.softcap > 0.f ? 1.f / p.softcap : 0.f;
+  const T* bias_rows[2] = {nullptr, nullptr};
+  const uint8_t* mask_rows[2] = {nullptr, nullptr};
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = min(row0 + 8 * r, p.Nq - 1);  // rows past Nq compute garbage that is never stored
+    if (p.bias.data) bias_rows[r] = static_cast<const T*>(p.bias.data) + operand_row(p.bias, b, h, row);
+    if (p.mask.data) mask_rows[r] = static_cast<const uint8_t*>(p.mask.data) + operand_row(p.mask, b, h, row);
+  }
+
+  if (n_active > 0) {
+    load_tile_async<Br, D, kStride, Cfg::kThreads>(sQ, q + (q_head * p.Nq + q_start) * D, D, p.Nq - q_start);
+    load_kv(0);
+  }
+  const float inv_scale = 1.f / p.scale;
+  for (int i = 0; i < n_active; ++i) {
+    if (i + 1 < n_active) load_kv(i + 1);
+    else { cp_async_commit(); cp_async_commit(); }
+    cp_async_wait<2>();  // K and V of tile i (and Q) have landed
+    __syncthreads();
+
+    // The 64-key tile in kSubTiles column slices of kSubCols keys (one slice
+    // below D = 192; two of 32 at D >= 192, where O takes D/2 registers).
+#pragma unroll 1
+    for (int sub = 0; sub < Cfg::kSubTiles; ++sub) {
+      const int kv_start = tile_at(i) * Bc + sub * Cfg::kSubCols;
+      // S starts as bias / scale, so that after Q·Kᵀ accumulates onto it,
+      // scale·S = scale·Q·Kᵀ + bias (flash-dmattn initialises its score
+      // accumulator with the bias tile the same way): no extra registers.
+      float S[Cfg::kTilesS][4];
+#pragma unroll
+      for (int n = 0; n < Cfg::kTilesS; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = kv_start + n * 8 + 2 * t + (e & 1);
+          S[n][e] = (bias_rows[0] != nullptr && key < p.Nk) ? load_as_float(bias_rows[e / 2] + key) * inv_scale : 0.f;
+        }
+      const T* sKj = sK + ((i % 2) * Bc + sub * Cfg::kSubCols) * kStride;
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t a[4];
+        load_a_fragment<kStride>(a, sQ + (warp * 16) * kStride + kk * 16, lane);
+        qk_slice<T, Cfg::kTilesS, kStride>(S, a, sKj + kk * 16, lane);
+      }
+
+      // ---- 3. logits: scale, bias, softcap, mask ---------------------------------
+#pragma unroll
+      for (int n = 0; n < Cfg::kTilesS; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float s = S[n][e] * p.scale;
+          if (softcap > 0.f) s = softcap * tanhf(s * inv_softcap);
+          const int key = kv_start + n * 8 + 2 * t + (e & 1);
+          if (mask_rows[0] != nullptr && key < p.Nk && __ldg(mask_rows[e / 2] + key) == 0) s = -INFINITY;
+          S[n][e] = s;
+        }
+      mask_scores(S, dp, kv_start, q_start, row0, row0 + 8, t);  // past Nk; causal
+      online_softmax_update(S, O, stats, kLog2e);
+      pv_tile<T, Cfg::kTilesS, Cfg::kTilesO, kStride>(O, S, sV + ((i % 2) * Bc + sub * Cfg::kSubCols) * kStride,
+                                                     lane);
+    }
+    __syncthreads();  // slot i % 2 is refilled next iteration
+  }
+  store_output<T>(O, stats, dp, q_head, row0, /*col0=*/0, t, /*write_lse=*/true, o, lse);
+}
+
+#define DMA_HEAD_DIMS 32, 64, 96, 128, 192, 256
+
+size_t dma_smem_bytes(int tile_bytes, int Nk) {
+  const int n_tiles = (Nk + kDmaBc - 1) / kDmaBc;
+  return size_t(tile_bytes) + dma_list_bytes(n_tiles) + 4 * size_t(dma_bitmap_words(n_tiles));
+}
+
+std::string operand_unsupported(const char* what, const BroadcastOperand& x, const DynamicMaskProblem& p) {
+  if (x.data == nullptr) return "";
+  const std::string w = what;
+  if (x.b != 1 && x.b != p.B) return w + " batch dim must be 1 or B";
+  if (x.h != 1 && x.h != p.H && x.h != p.Hkv) return w + " head dim must be 1, H or Hkv";
+  if (x.q != 1 && x.q != p.Nq) return w + " query dim must be 1 or Nq";
+  return "";
+}
+
+// One block per (query row, head, batch): counts the row's visible keys.
+__global__ void count_visible_pairs_kernel(const DynamicMaskProblem p, unsigned long long* count) {
+  const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  int limit = p.Nk;  // keys < limit pass the causal rule
+  if (p.causal) limit = int(max(int64_t(0), min(int64_t(p.Nk), int64_t(i) + (p.Nk - p.Nq) + 1)));
+  int n = 0;
+  if (p.mask.data == nullptr) {
+    n = threadIdx.x == 0 ? limit : 0;
+  } else {
+    const uint8_t* row = static_cast<const uint8_t*>(p.mask.data) + operand_row(p.mask, b, h, i);
+    for (int j = threadIdx.x; j < limit; j += blockDim.x) n += row[j] != 0;
+  }
+  for (int off = 16; off > 0; off /= 2) n += __shfl_xor_sync(0xffffffffu, n, off);
+  if (threadIdx.x % 32 == 0 && n > 0) atomicAdd(count, (unsigned long long)n);
+}
+
+}  // namespace
+
+cudaError_t dma_count_visible_pairs(const DynamicMaskProblem& p, unsigned long long* d_count, cudaStream_t stream) {
+  if (p.Nq > 2147483647 || p.H > 65535 || p.B > 65535) return cudaErrorInvalidValue;
+  count_visible_pairs_kernel<<<dim3(p.Nq, p.H, p.B), 256, 0, stream>>>(p, d_count);
+  return cudaGetLastError();
+}
+
+std::string dma_forward_unsupported(const DynamicMaskProblem& p) {
+  if (p.B < 1 || p.H < 1 || p.Hkv < 1 || p.Nq < 1 || p.Nk < 1) return "sizes must be >= 1";
+  if (p.H % p.Hkv != 0) return "H must be a multiple of Hkv";
+  if (p.H > 65535 || p.B > 65535) return "B and H must be <= 65535 (grid limits)";
+  if (!(p.softcap >= 0.f)) return "softcap must be >= 0";
+  if ((p.Nk + kDmaBc - 1) / kDmaBc > 65535) return "Nk too large for the 16-bit tile list";
+  if (std::string e = operand_unsupported("mask", p.mask, p); !e.empty()) return e;
+  if (std::string e = operand_unsupported("bias", p.bias, p); !e.empty()) return e;
+  int tile_bytes = 0;
+  if (!dispatch_head_dim<DMA_HEAD_DIMS>(p.D, [&](auto d) { tile_bytes = DmaConfig<decltype(d)::value>::kTileBytes; }))
+    return "head dim " + std::to_string(p.D) + " not in " + head_dim_list<DMA_HEAD_DIMS>();
+  const size_t limit = device_smem_optin_bytes();
+  const size_t need = dma_smem_bytes(tile_bytes, p.Nk);
+  if (limit != 0 && need > limit)
+    return "needs " + std::to_string(need) + " B shared memory, device allows " + std::to_string(limit);
+  return "";
+}
+
+cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cudaStream_t stream) {
+  if (!dma_forward_unsupported(p).empty()) return cudaErrorInvalidValue;
+  cudaError_t err = cudaErrorInvalidValue;
+  dispatch_head_dim<DMA_HEAD_DIMS>(p.D, [&](auto head_dim) {
+    using Cfg = DmaConfig<decltype(head_dim)::value>;
+    err = dispatch_dtype(p.dtype, [&](auto type) {
+      using T = decltype(type);
+      const dim3 grid((p.Nq + Cfg::kBr - 1) / Cfg::kBr, p.H, p.B);
+      return launch_with_smem(dma_forward_kernel<Cfg, T>, grid, Cfg::kThreads,
+                              int(dma_smem_bytes(Cfg::kTileBytes, p.Nk)), stream, static_cast<const T*>(a.q),
+                              static_cast<const T*>(a.k), static_cast<const T*>(a.v), static_cast<T*>(a.o), a.lse, p,
+                              a.tile_counters);
+    });
+  });
+  return err;
+}
+
+}  // namespace attnlab

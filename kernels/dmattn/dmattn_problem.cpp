@@ -1,0 +1,56 @@
+// attnlab: dynamic-mask attention (issue 5) — the host side of the problem
+// description: broadcast operand shapes and strides, the dense view, names.
+#include <cstdio>
+
+#include "dmattn.h"
+
+namespace attnlab {
+
+// Dense strides of a ({B|1}, {H|Hkv|1}, {Nq|1}, Nk) operand: a size-1 dimension
+// gets stride 0, so indexing with the full (b, h / head_group, i) reads the
+// broadcast element. Nothing is validated here (the launchers do).
+void BroadcastOperand::set_shape(int b_, int h_, int q_, int Nk, int H) {
+  b = b_;
+  h = h_;
+  q = q_;
+  stride_q = q > 1 ? int64_t(Nk) : 0;
+  stride_h = h > 1 ? int64_t(q) * Nk : 0;
+  stride_b = b > 1 ? int64_t(h) * q * Nk : 0;
+  head_group = h > 1 ? H / h : 1;  // h == H: 1; h == Hkv: H / Hkv
+}
+
+std::string BroadcastOperand::shape_string(int Nk) const {
+  return "(" + std::to_string(b) + ", " + std::to_string(h) + ", " + std::to_string(q) + ", " + std::to_string(Nk) +
+         ")";
+}
+
+AttnProblem DynamicMaskProblem::dense() const {
+  AttnProblem p;
+  p.B = B;
+  p.H = H;
+  p.Nq = Nq;
+  p.Nk = Nk;
+  p.D = D;
+  p.Dv = D;
+  p.dtype = dtype;
+  p.causal = causal;
+  p.scale = scale;
+  return p;
+}
+
+// "B=1, H=8, N=8192, D=64, fp16, causal, Hkv=2, mask (1, 8, 1, 8192), bias (1, 2, 8192, 8192), softcap 30":
+// the dense problem's string, then what is present (Hkv only when it differs from H).
+std::string DynamicMaskProblem::shape_string() const {
+  std::string s = dense().shape_string();
+  if (Hkv != H) s += ", Hkv=" + std::to_string(Hkv);
+  if (mask.data) s += ", mask " + mask.shape_string(Nk);
+  if (bias.data) s += ", bias " + bias.shape_string(Nk);
+  if (softcap > 0.f) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), ", softcap %g", double(softcap));
+    s += buf;
+  }
+  return s;
+}
+
+}  // namespace attnlab

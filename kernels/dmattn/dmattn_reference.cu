@@ -1,0 +1,314 @@
+// attnlab: dynamic-mask attention (issue 5) — the fp32 GPU reference and the
+// top-W dynamic mask builder. Both are deliberately simple (one block per query
+// row) and follow kernels/reference/masked_reference_cpu.cpp exactly.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "../reference/reference.h"
+#include "dmattn.h"
+
+namespace attnlab {
+namespace {
+
+template <typename T> __device__ __forceinline__ float to_float(T x);
+template <> __device__ __forceinline__ float to_float<half>(half x) { return __half2float(x); }
+template <> __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+// x rounded to T (round to nearest even) and back.
+template <typename T> __device__ __forceinline__ float round_to(float x);
+template <> __device__ __forceinline__ float round_to<half>(float x) { return __half2float(__float2half_rn(x)); }
+template <> __device__ __forceinline__ float round_to<__nv_bfloat16>(float x) {
+  return __bfloat162float(__float2bfloat16_rn(x));
+}
+
+// Element offset of row (b, query head h, query i) in a broadcast operand: a
+// size-1 dimension has stride 0, so the full indices read the broadcast element.
+__device__ __forceinline__ int64_t operand_row(const BroadcastOperand& op, int b, int h, int i) {
+  return int64_t(b) * op.stride_b + int64_t(h / op.head_group) * op.stride_h + int64_t(i) * op.stride_q;
+}
+
+// An operand the kernels can index: sizes full or 1, its head count H, Hkv or 1.
+bool operand_ok(const BroadcastOperand& op, const DynamicMaskProblem& p) {
+  if (!op.data) return true;
+  return (op.b == 1 || op.b == p.B) && (op.h == 1 || op.h == p.H || op.h == p.Hkv) && (op.q == 1 || op.q == p.Nq) &&
+         op.head_group >= 1 && (op.h == 1 || op.h * op.head_group == p.H);
+}
+
+// Largest dynamic shared memory one block of `kernel` may use on the current
+// device, or 0 (with the error cleared) when it cannot be asked.
+template <typename Kernel>
+size_t max_dynamic_smem(Kernel kernel) {
+  int dev = 0, optin = 0;
+  cudaFuncAttributes fa{};
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+      cudaFuncGetAttributes(&fa, kernel) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return size_t(optin) > fa.sharedSizeBytes ? size_t(optin) - fa.sharedSizeBytes : 0;
+}
+
+// ---- the fp32 reference ---------------------------------------------------------
+
+constexpr int kRefThreads = 256;
+constexpr int kRefWarps = kRefThreads / 32;
+constexpr int kRefColsPerThread = kMaxReferenceHeadDim / kRefThreads;  // O columns a thread owns
+
+__device__ float block_reduce(float x, float* scratch, bool is_max) {
+  for (int off = 16; off > 0; off /= 2) {
+    const float y = __shfl_xor_sync(0xffffffffu, x, off);
+    x = is_max ? fmaxf(x, y) : x + y;
+  }
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = x;
+  __syncthreads();
+  float r = scratch[0];
+  for (int w = 1; w < kRefWarps; ++w) r = is_max ? fmaxf(r, scratch[w]) : r + scratch[w];
+  __syncthreads();
+  return r;
+}
+
+// One block per query row (grid: Nq, H, B); the row's scores live in dynamic
+// shared memory, so one max and one sum cover the row. s_j = scale·q·k_j + bias,
+// softcapped, -inf where the mask or the causal rule hides key j (keys past the
+// causal limit are never computed). With `low_precision`, s and p are rounded to
+// T before use, as an unfused 16-bit implementation would.
+template <typename T>
+__global__ void __launch_bounds__(kRefThreads)
+dma_reference_kernel(const T* q, const T* k, const T* v, float* o, float* lse, DynamicMaskProblem p,
+                     AttnProblem dense, bool low_precision) {
+  extern __shared__ float s[];  // Nk scores, then probabilities
+  __shared__ float q_row[kMaxReferenceHeadDim];
+  __shared__ float scratch[kRefWarps];
+  const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int hk = h / (p.H / p.Hkv);
+  const int64_t row = (int64_t(b) * p.H + h) * p.Nq + i;
+  const T* Q = q + row * p.D;
+  const T* K = k + (int64_t(b) * p.Hkv + hk) * p.Nk * p.D;
+  const T* V = v + (int64_t(b) * p.Hkv + hk) * p.Nk * p.D;
+  const uint8_t* mask = p.mask.data ? static_cast<const uint8_t*>(p.mask.data) + operand_row(p.mask, b, h, i) : nullptr;
+  const T* bias = p.bias.data ? static_cast<const T*>(p.bias.data) + operand_row(p.bias, b, h, i) : nullptr;
+  for (int d = threadIdx.x; d < p.D; d += kRefThreads) q_row[d] = to_float(Q[d]);
+  const int n_keys = int(visible_keys(i, dense));  // the causal rule hides keys >= n_keys
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();
+
+  for (int j = warp; j < n_keys; j += kRefWarps) {  // one warp per key: lanes split D
+    float x = -INFINITY;
+    if (!mask || mask[j] != 0) {
+      const T* Kj = K + int64_t(j) * p.D;
+      float dot = 0.f;
+      for (int d = lane; d < p.D; d += 32) dot += q_row[d] * to_float(Kj[d]);
+      for (int off = 16; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+      x = p.scale * dot;
+      if (bias) x += to_float(bias[j]);
+      if (p.softcap > 0.f) x = p.softcap * tanhf(x / p.softcap);
+      if (low_precision) x = round_to<T>(x);
+    }
+    if (lane == 0) s[j] = x;
+  }
+  __syncthreads();
+
+  float local_max = -INFINITY;
+  for (int j = threadIdx.x; j < n_keys; j += kRefThreads) local_max = fmaxf(local_max, s[j]);
+  const float m = block_reduce(local_max, scratch, true);
+  float* O = o + row * p.D;
+  if (m == -INFINITY) {  // no visible key (or every score is -inf): O = 0, LSE = -inf
+    for (int d = threadIdx.x; d < p.D; d += kRefThreads) O[d] = 0.f;
+    if (threadIdx.x == 0) lse[row] = -INFINITY;
+    return;
+  }
+  float local_sum = 0.f;
+  for (int j = threadIdx.x; j < n_keys; j += kRefThreads) {
+    float pj = expf(s[j] - m);  // 0 for a hidden key
+    if (low_precision) pj = round_to<T>(pj);
+    s[j] = pj;
+    local_sum += pj;
+  }
+  const float l = block_reduce(local_sum, scratch, false);  // also orders the s[] writes
+
+  float acc[kRefColsPerThread] = {};
+  for (int j = 0; j < n_keys; ++j) {
+    const float pj = s[j];
+    if (pj == 0.f) continue;  // hidden (or underflowed) key: adds nothing
+    const T* Vj = V + int64_t(j) * p.D;
+#pragma unroll
+    for (int c = 0; c < kRefColsPerThread; ++c) {
+      const int d = threadIdx.x + c * kRefThreads;
+      if (d < p.D) acc[c] += pj * to_float(Vj[d]);
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < kRefColsPerThread; ++c) {
+    const int d = threadIdx.x + c * kRefThreads;
+    if (d < p.D) O[d] = acc[c] / l;
+  }
+  if (threadIdx.x == 0) lse[row] = m + logf(l);
+}
+
+template <typename T>
+cudaError_t launch_reference(const DynamicMaskProblem& p, const void* q, const void* k, const void* v, float* o_ref,
+                             float* lse_ref, bool low_precision, cudaStream_t stream) {
+  const size_t smem = size_t(p.Nk) * sizeof(float);
+  cudaError_t err =
+      cudaFuncSetAttribute(dma_reference_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  if (err != cudaSuccess) return err;
+  const dim3 grid(unsigned(p.Nq), unsigned(p.H), unsigned(p.B));
+  dma_reference_kernel<T><<<grid, kRefThreads, smem, stream>>>(static_cast<const T*>(q), static_cast<const T*>(k),
+                                                                 static_cast<const T*>(v), o_ref, lse_ref, p,
+                                                                 p.dense(), low_precision);
+  return cudaGetLastError();
+}
+
+// ---- the top-W mask builder -----------------------------------------------------
+
+constexpr int kTopkThreads = 256;
+constexpr int kTopkWarps = kTopkThreads / 32;
+
+// Order-preserving key of a fp16 or bf16 bit pattern (both sign-magnitude):
+// a larger value has a larger key; -0 and +0 share one key, as they compare equal.
+__device__ __forceinline__ unsigned order_key(uint16_t bits) {
+  if ((bits & 0x7FFFu) == 0) bits = 0;
+  return (bits & 0x8000u) ? unsigned(uint16_t(~bits)) : unsigned(bits | 0x8000u);
+}
+
+__device__ int block_sum(int x, int* scratch) {
+  for (int off = 16; off > 0; off /= 2) x += __shfl_xor_sync(0xffffffffu, x, off);
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = x;
+  __syncthreads();
+  int r = 0;
+  for (int w = 0; w < kTopkWarps; ++w) r += scratch[w];
+  __syncthreads();
+  return r;
+}
+
+// How many threads below this one (in thread order) have `flag` set; *total: how
+// many in the whole block.
+__device__ int block_exclusive_count(bool flag, int* scratch, int* total) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const unsigned ballot = __ballot_sync(0xffffffffu, flag);
+  if (lane == 0) scratch[warp] = __popc(ballot);
+  __syncthreads();
+  int before = __popc(ballot & ((1u << lane) - 1u)), sum = 0;
+  for (int w = 0; w < kTopkWarps; ++w) {
+    before += w < warp ? scratch[w] : 0;
+    sum += scratch[w];
+  }
+  __syncthreads();
+  *total = sum;
+  return before;
+}
+
+// One block per (query i, bias head hb, batch b) row (grid: Nq, bias.h, bias.b).
+// Keeps the `keep` largest bias values among the causally allowed keys (a prefix
+// [0, n_allowed)), ties to the lower index, i.e. the first `keep` of a stable
+// descending sort: t = the keep-th largest key, found bit by bit from the top
+// (16 counting passes over the row), then every key > t and the lowest-index keys
+// == t until `keep` are kept. Then, with block_size > 0, each key block is kept
+// whole (its allowed keys) when more than half of its keys were kept, else dropped.
+__global__ void __launch_bounds__(kTopkThreads)
+topk_mask_kernel(const uint16_t* bias, BroadcastOperand bs, AttnProblem dense, int window, int block_size,
+                 uint8_t* out) {
+  extern __shared__ uint16_t keys[];  // Nk: order keys, then 0/1 kept flags
+  __shared__ int scratch[kTopkWarps];
+  const int i = blockIdx.x, hb = blockIdx.y, b = blockIdx.z, Nk = dense.Nk;
+  const uint16_t* brow = bias + int64_t(b) * bs.stride_b + int64_t(hb) * bs.stride_h + int64_t(i) * bs.stride_q;
+  uint8_t* orow = out + ((int64_t(b) * bs.h + hb) * dense.Nq + i) * Nk;
+  const int n_allowed = int(visible_keys(i, dense));
+  const int keep = min(n_allowed, max(window, 0));
+  if (keep == 0) {  // nothing kept, so no block has a majority either
+    for (int j = threadIdx.x; j < Nk; j += kTopkThreads) orow[j] = 0;
+    return;
+  }
+  for (int j = threadIdx.x; j < n_allowed; j += kTopkThreads) keys[j] = uint16_t(order_key(brow[j]));
+  __syncthreads();
+
+  // t: the largest key with #(keys >= t) >= keep, i.e. the keep-th largest key.
+  unsigned t = 0;
+  for (int bit = 15; bit >= 0; --bit) {
+    const unsigned cand = t | (1u << bit);
+    int n = 0;
+    for (int j = threadIdx.x; j < n_allowed; j += kTopkThreads) n += keys[j] >= cand ? 1 : 0;
+    if (block_sum(n, scratch) >= keep) t = cand;
+  }
+  int n_greater = 0;
+  for (int j = threadIdx.x; j < n_allowed; j += kTopkThreads) n_greater += keys[j] > t ? 1 : 0;
+  const int keep_equal = keep - block_sum(n_greater, scratch);  // >= 1: keys == t kept, lowest index first
+
+  // Chunks of kTopkThreads keys in index order; each thread reads and writes only its own key.
+  int equal_before = 0;
+  for (int j0 = 0; j0 < Nk; j0 += kTopkThreads) {
+    const int j = j0 + threadIdx.x;
+    const unsigned key = j < n_allowed ? keys[j] : 0u;
+    const bool equal = j < n_allowed && key == t;
+    int equal_in_chunk;
+    const int rank = equal_before + block_exclusive_count(equal, scratch, &equal_in_chunk);
+    const bool kept = (j < n_allowed && key > t) || (equal && rank < keep_equal);
+    if (j < Nk) {
+      if (block_size > 0) keys[j] = kept ? 1 : 0;
+      else orow[j] = kept ? 1 : 0;
+    }
+    equal_before += equal_in_chunk;
+  }
+  if (block_size <= 0) return;
+  __syncthreads();
+
+  // Block smoothing (block_size <= Nk, clamped by the launcher). Small blocks: a
+  // thread per key block; larger ones: a warp per key block.
+  if (block_size < 32) {
+    for (int j0 = threadIdx.x * block_size; j0 < Nk; j0 += kTopkThreads * block_size) {
+      const int j1 = min(Nk, j0 + block_size);
+      int n = 0;
+      for (int j = j0; j < j1; ++j) n += keys[j];
+      const bool majority = 2 * n > j1 - j0;
+      for (int j = j0; j < j1; ++j) orow[j] = majority && j < n_allowed ? 1 : 0;
+    }
+  } else {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int64_t j0 = int64_t(warp) * block_size; j0 < Nk; j0 += int64_t(kTopkWarps) * block_size) {
+      const int j1 = int(min(int64_t(Nk), j0 + block_size));
+      int n = 0;
+      for (int j = int(j0) + lane; j < j1; j += 32) n += keys[j];
+      for (int off = 16; off > 0; off /= 2) n += __shfl_xor_sync(0xffffffffu, n, off);
+      const bool majority = 2 * n > j1 - int(j0);
+      for (int j = int(j0) + lane; j < j1; j += 32) orow[j] = majority && j < n_allowed ? 1 : 0;
+    }
+  }
+}
+
+}  // namespace
+
+int dma_reference_max_nk() {
+  return int(max_dynamic_smem(dma_reference_kernel<half>) / sizeof(float));  // both dtypes: the same static smem
+}
+
+cudaError_t dma_reference_fp32(const DynamicMaskProblem& p, const void* q, const void* k, const void* v, float* o_ref,
+                               float* lse_ref, bool low_precision, cudaStream_t stream) {
+  if (p.B < 1 || p.H < 1 || p.Hkv < 1 || p.Nq < 1 || p.Nk < 1 || p.D < 1 || p.H % p.Hkv != 0 ||
+      p.D > kMaxReferenceHeadDim || p.H > 65535 || p.B > 65535 || !operand_ok(p.mask, p) || !operand_ok(p.bias, p))
+    return cudaErrorInvalidValue;
+  if (p.Nk > dma_reference_max_nk()) return cudaErrorInvalidValue;
+  if (p.dtype == DType::kFloat16) return launch_reference<half>(p, q, k, v, o_ref, lse_ref, low_precision, stream);
+  return launch_reference<__nv_bfloat16>(p, q, k, v, o_ref, lse_ref, low_precision, stream);
+}
+
+cudaError_t dma_build_topk_mask(const DynamicMaskProblem& p, int window, int block_size, uint8_t* mask_out,
+                                cudaStream_t stream) {
+  const BroadcastOperand& bs = p.bias;
+  if (!bs.data || !mask_out || p.Nq < 1 || p.Nk < 1 || bs.b < 1 || bs.h < 1 || bs.b > 65535 || bs.h > 65535 ||
+      (bs.q != 1 && bs.q != p.Nq))
+    return cudaErrorInvalidValue;
+  const size_t smem = size_t(p.Nk) * sizeof(uint16_t);
+  if (smem > max_dynamic_smem(topk_mask_kernel)) return cudaErrorInvalidValue;
+  cudaError_t err = cudaFuncSetAttribute(topk_mask_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  if (err != cudaSuccess) return err;
+  const dim3 grid(unsigned(p.Nq), unsigned(bs.h), unsigned(bs.b));
+  topk_mask_kernel<<<grid, kTopkThreads, smem, stream>>>(static_cast<const uint16_t*>(bs.data), bs, p.dense(), window,
+                                                         std::min(block_size, p.Nk), mask_out);
+  return cudaGetLastError();
+}
+
+}  // namespace attnlab
