@@ -17,12 +17,16 @@
 //     copied while tile list[i] is computed.
 //  3. Per tile, after S = Q·Kᵀ: S = scale·S + bias; softcap c: c·tanh(S/c);
 //     -inf where mask = 0, past Nk, or after the causal diagonal; then the
-//     online softmax (now with unit scale: S is already the logit).
+//     online softmax (now with unit scale: S is already the logit). The bias
+//     and mask of a lane's scores are loaded as 2-element pairs before the
+//     MMAs (their latency hides behind them); a tile whose mask the scan found
+//     all ones skips the mask reads; a bias or mask broadcast over queries is
+//     read once per lane, not per row.
 //
 // Tiles: Br = Bc = 64 (the seed's finding for masked kernels), 4 warps,
 // stage2 (two K/V slots), rows padded by 8 halves. At D >= 192 a tile's S is
 // computed in two 32-key slices, so that S and O fit in registers.
-//   shared memory = (64 + 4·64)·(D + 8)·2 + list/bitmap (2 bytes + 1 bit per KV tile)
+//   shared memory = (64 + 4·64)·(D + 8)·2 + list and bitmaps (2 bytes + 2 bits per KV tile)
 //   D:  32 → 25600   64 → 46080   96 → 66560   128 → 87040   192 → 128000   256 → 168960
 //
 // Supports: fp16, bf16; D = Dv ∈ {32, 64, 96, 128, 192, 256}; any Nq, Nk;
@@ -76,36 +80,69 @@ __device__ __forceinline__ int64_t operand_row(const BroadcastOperand& x, int b,
   return int64_t(b) * x.stride_b + int64_t(h / x.head_group) * x.stride_h + int64_t(i) * x.stride_q;
 }
 
-// Whether any mask byte of rows [q0, q0+64) x keys [k0, k0+64) (clipped to Nq,
-// Nk) is nonzero; the whole warp calls it and gets the same answer.
-__device__ __forceinline__ bool warp_tile_any(const DynamicMaskProblem& p, int b, int h, int q0, int k0, int lane) {
+// True when no byte of the 4-byte word is zero (the classic has-zero-byte test).
+__device__ __forceinline__ bool no_zero_byte(uint32_t x) { return ((x - 0x01010101u) & ~x & 0x80808080u) == 0; }
+
+// The mask of rows [q0, q0+64) x keys [k0, k0+64), clipped to Nq and Nk: does
+// any byte say "attend" (*any), and do all of them (*all: then the kernel skips
+// the per-element mask reads of this tile)? The whole warp calls it and gets
+// the same answers. One row when the mask is broadcast over queries.
+__device__ __forceinline__ void warp_scan_tile(const DynamicMaskProblem& p, int b, int h, int q0, int k0, int lane,
+                                               bool* any_out, bool* all_out) {
   const uint8_t* m = static_cast<const uint8_t*>(p.mask.data);
-  const int rows = p.mask.stride_q == 0 ? 1 : min(kDmaBr, p.Nq - q0);  // broadcast over queries: one row
+  const int rows = p.mask.stride_q == 0 ? 1 : min(kDmaBr, p.Nq - q0);
   const int keys = min(kDmaBc, p.Nk - k0);
-  bool any = false;
+  bool any = false, all = true;
   for (int r = lane; r < rows; r += 32) {
     const uint8_t* row = m + operand_row(p.mask, b, h, q0 + r) + k0;
     if (keys == kDmaBc && (reinterpret_cast<uintptr_t>(row) & 15) == 0) {
       const uint4* v4 = reinterpret_cast<const uint4*>(row);
+      uint4 x[4];
+#pragma unroll
+      for (int c = 0; c < 4; ++c) x[c] = __ldg(v4 + c);  // four 16-byte loads in flight
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
-        const uint4 x = __ldg(v4 + c);
-        any = any || ((x.x | x.y | x.z | x.w) != 0);
+        any = any || ((x[c].x | x[c].y | x[c].z | x[c].w) != 0);
+        all = all && no_zero_byte(x[c].x) && no_zero_byte(x[c].y) && no_zero_byte(x[c].z) && no_zero_byte(x[c].w);
       }
     } else {
-      for (int c = 0; c < keys; ++c) any = any || (__ldg(row + c) != 0);
+      for (int c = 0; c < keys; ++c) {
+        const bool on = __ldg(row + c) != 0;
+        any = any || on;
+        all = all && on;
+      }
     }
   }
-  return __any_sync(0xffffffffu, any);
+  *any_out = __any_sync(0xffffffffu, any);
+  *all_out = __all_sync(0xffffffffu, all);
 }
 
+// Two adjacent 16-bit elements (keys key, key+1) of a bias row, as raw bits;
+// 0 past Nk. `pairs` (uniform): Nk even and the base 4-byte aligned, so the
+// pair is one aligned 32-bit load.
 template <typename T>
-__device__ __forceinline__ float load_as_float(const T* p);
+__device__ __forceinline__ uint32_t load_bias_pair(const T* row, int key, int Nk, bool pairs) {
+  if (pairs) return key < Nk ? __ldg(reinterpret_cast<const uint32_t*>(row + key)) : 0u;
+  const uint16_t* r16 = reinterpret_cast<const uint16_t*>(row);
+  const uint32_t lo = key < Nk ? __ldg(r16 + key) : 0u, hi = key + 1 < Nk ? __ldg(r16 + key + 1) : 0u;
+  return lo | (hi << 16);
+}
+// Two adjacent mask bytes in bits 0-7 and 8-15; "attend" (1) past Nk (the
+// causal/ragged masking handles those keys).
+__device__ __forceinline__ uint32_t load_mask_pair(const uint8_t* row, int key, int Nk, bool pairs) {
+  if (pairs) return key < Nk ? __ldg(reinterpret_cast<const uint16_t*>(row + key)) : 0x0101u;
+  const uint32_t lo = key < Nk ? __ldg(row + key) : 1u, hi = key + 1 < Nk ? __ldg(row + key + 1) : 1u;
+  return lo | (hi << 8);
+}
+template <typename T>
+__device__ __forceinline__ float2 unpack_pair(uint32_t bits);
 template <>
-__device__ __forceinline__ float load_as_float<half>(const half* p) { return __half2float(__ldg(p)); }
+__device__ __forceinline__ float2 unpack_pair<half>(uint32_t bits) {
+  return __half22float2(*reinterpret_cast<const __half2*>(&bits));
+}
 template <>
-__device__ __forceinline__ float load_as_float<__nv_bfloat16>(const __nv_bfloat16* p) {
-  return __bfloat162float(__ldg(p));
+__device__ __forceinline__ float2 unpack_pair<__nv_bfloat16>(uint32_t bits) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&bits));
 }
 
 template <typename Cfg, typename T>
@@ -114,8 +151,11 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
                    float* __restrict__ lse, const DynamicMaskProblem p, unsigned long long* counters) {
   constexpr int D = Cfg::kHeadDim, Br = Cfg::kBr, Bc = Cfg::kBc, kStride = Cfg::kRowStride;
 
-  const int m_block = gridDim.x - 1 - blockIdx.x;  // heaviest query tiles first
-  const int h = blockIdx.y, b = blockIdx.z;
+  // Blocks of the same query rows and all H heads run next to each other (head
+  // fastest), so heads that share a mask or bias (GQA, broadcast) read it from
+  // L2, not DRAM. Heaviest query tiles first.
+  const int m_block = (gridDim.x / p.H) - 1 - int(blockIdx.x / p.H);
+  const int h = blockIdx.x % p.H, b = blockIdx.y;
   const int q_start = m_block * Br;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
   const int row0 = q_start + warp * 16 + lane / 4;  // rows row0 (c0, c1) and row0 + 8 (c2, c3)
@@ -142,16 +182,20 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
   uint16_t* active = reinterpret_cast<uint16_t*>(smem_raw + Cfg::kTileBytes);
   const int max_tiles = (p.Nk + Bc - 1) / Bc;
   uint32_t* bitmap = reinterpret_cast<uint32_t*>(smem_raw + Cfg::kTileBytes + dma_list_bytes(max_tiles));
+  uint32_t* full_bitmap = bitmap + dma_bitmap_words(max_tiles);  // tiles whose mask is all ones
   __shared__ int n_active_shared;
 
   // ---- 1. which KV tiles does any row of this block see? ----------------------
   int n_active = n_range;
   if (p.mask.data != nullptr) {
-    for (int w = threadIdx.x; w < dma_bitmap_words(n_range); w += Cfg::kThreads) bitmap[w] = 0;
+    for (int w = threadIdx.x; w < dma_bitmap_words(n_range); w += Cfg::kThreads) bitmap[w] = full_bitmap[w] = 0;
     __syncthreads();
-    for (int tile = warp; tile < n_range; tile += Cfg::kWarps)
-      if (warp_tile_any(p, b, h, q_start, tile * Bc, lane) && lane == 0)
-        atomicOr(&bitmap[tile / 32], 1u << (tile % 32));
+    for (int tile = warp; tile < n_range; tile += Cfg::kWarps) {
+      bool any, all;
+      warp_scan_tile(p, b, h, q_start, tile * Bc, lane, &any, &all);
+      if (lane == 0 && any) atomicOr(&bitmap[tile / 32], 1u << (tile % 32));
+      if (lane == 0 && all) atomicOr(&full_bitmap[tile / 32], 1u << (tile % 32));
+    }
     __syncthreads();
     if (warp == 0) {  // compaction in tile order: deterministic, ascending
       int base = 0;
@@ -195,12 +239,17 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
     if (p.bias.data) bias_rows[r] = static_cast<const T*>(p.bias.data) + operand_row(p.bias, b, h, row);
     if (p.mask.data) mask_rows[r] = static_cast<const uint8_t*>(p.mask.data) + operand_row(p.mask, b, h, row);
   }
+  // Uniform facts about the operands: one row for all queries (broadcast), and
+  // whether key pairs are aligned single loads (Nk even, aligned bases).
+  const bool has_bias = p.bias.data != nullptr, has_mask = p.mask.data != nullptr;
+  const bool bias_one_row = p.bias.stride_q == 0, mask_one_row = p.mask.stride_q == 0;
+  const bool bias_pairs = p.Nk % 2 == 0 && (reinterpret_cast<uintptr_t>(p.bias.data) & 3) == 0;
+  const bool mask_pairs = p.Nk % 2 == 0 && (reinterpret_cast<uintptr_t>(p.mask.data) & 1) == 0;
 
   if (n_active > 0) {
     load_tile_async<Br, D, kStride, Cfg::kThreads>(sQ, q + (q_head * p.Nq + q_start) * D, D, p.Nq - q_start);
     load_kv(0);
   }
-  const float inv_scale = 1.f / p.scale;
   for (int i = 0; i < n_active; ++i) {
     if (i + 1 < n_active) load_kv(i + 1);
     else { cp_async_commit(); cp_async_commit(); }
@@ -212,17 +261,22 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
 #pragma unroll 1
     for (int sub = 0; sub < Cfg::kSubTiles; ++sub) {
       const int kv_start = tile_at(i) * Bc + sub * Cfg::kSubCols;
-      // S starts as bias / scale, so that after Q·Kᵀ accumulates onto it,
-      // scale·S = scale·Q·Kᵀ + bias (flash-dmattn initialises its score
-      // accumulator with the bias tile the same way): no extra registers.
-      float S[Cfg::kTilesS][4];
+      const int tile = tile_at(i);
+      const bool mask_full = !has_mask || (full_bitmap[tile / 32] >> (tile % 32) & 1u);
+      // Bias and mask of this lane's scores, issued before the MMAs so that
+      // their latency hides behind them; kept as packed 16-bit pairs.
+      uint32_t bias_bits[2][Cfg::kTilesS], mask_bits[2][Cfg::kTilesS];
 #pragma unroll
-      for (int n = 0; n < Cfg::kTilesS; ++n)
+      for (int r = 0; r < 2; ++r)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = kv_start + n * 8 + 2 * t + (e & 1);
-          S[n][e] = (bias_rows[0] != nullptr && key < p.Nk) ? load_as_float(bias_rows[e / 2] + key) * inv_scale : 0.f;
+        for (int n = 0; n < Cfg::kTilesS; ++n) {
+          const int key = kv_start + n * 8 + 2 * t;
+          bias_bits[r][n] = has_bias && (r == 0 || !bias_one_row) ? load_bias_pair(bias_rows[r], key, p.Nk, bias_pairs)
+                                                                  : 0u;
+          mask_bits[r][n] = !mask_full && (r == 0 || !mask_one_row) ? load_mask_pair(mask_rows[r], key, p.Nk, mask_pairs)
+                                                                    : 0x0101u;
         }
+      float S[Cfg::kTilesS][4] = {};
       const T* sKj = sK + ((i % 2) * Bc + sub * Cfg::kSubCols) * kStride;
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
@@ -235,12 +289,16 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
 #pragma unroll
       for (int n = 0; n < Cfg::kTilesS; ++n)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float s = S[n][e] * p.scale;
-          if (softcap > 0.f) s = softcap * tanhf(s * inv_softcap);
-          const int key = kv_start + n * 8 + 2 * t + (e & 1);
-          if (mask_rows[0] != nullptr && key < p.Nk && __ldg(mask_rows[e / 2] + key) == 0) s = -INFINITY;
-          S[n][e] = s;
+        for (int r = 0; r < 2; ++r) {
+          const float2 bv = unpack_pair<T>(bias_bits[bias_one_row ? 0 : r][n]);
+          const uint32_t mv = mask_bits[mask_one_row ? 0 : r][n];
+          float s0 = fmaf(S[n][2 * r], p.scale, bv.x), s1 = fmaf(S[n][2 * r + 1], p.scale, bv.y);
+          if (softcap > 0.f) {
+            s0 = softcap * tanhf(s0 * inv_softcap);
+            s1 = softcap * tanhf(s1 * inv_softcap);
+          }
+          S[n][2 * r] = (mv & 0xffu) ? s0 : -INFINITY;
+          S[n][2 * r + 1] = (mv & 0xff00u) ? s1 : -INFINITY;
         }
       mask_scores(S, dp, kv_start, q_start, row0, row0 + 8, t);  // past Nk; causal
       online_softmax_update(S, O, stats, kLog2e);
@@ -256,7 +314,7 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
 
 size_t dma_smem_bytes(int tile_bytes, int Nk) {
   const int n_tiles = (Nk + kDmaBc - 1) / kDmaBc;
-  return size_t(tile_bytes) + dma_list_bytes(n_tiles) + 4 * size_t(dma_bitmap_words(n_tiles));
+  return size_t(tile_bytes) + dma_list_bytes(n_tiles) + 2 * 4 * size_t(dma_bitmap_words(n_tiles));
 }
 
 std::string operand_unsupported(const char* what, const BroadcastOperand& x, const DynamicMaskProblem& p) {
@@ -296,6 +354,7 @@ std::string dma_forward_unsupported(const DynamicMaskProblem& p) {
   if (p.B < 1 || p.H < 1 || p.Hkv < 1 || p.Nq < 1 || p.Nk < 1) return "sizes must be >= 1";
   if (p.H % p.Hkv != 0) return "H must be a multiple of Hkv";
   if (p.H > 65535 || p.B > 65535) return "B and H must be <= 65535 (grid limits)";
+  if (int64_t((p.Nq + kDmaBr - 1) / kDmaBr) * p.H > 2147483647) return "Nq / 64 x H exceeds the grid limit";
   if (!(p.softcap >= 0.f)) return "softcap must be >= 0";
   if ((p.Nk + kDmaBc - 1) / kDmaBc > 65535) return "Nk too large for the 16-bit tile list";
   if (std::string e = operand_unsupported("mask", p.mask, p); !e.empty()) return e;
@@ -317,7 +376,7 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
     using Cfg = DmaConfig<decltype(head_dim)::value>;
     err = dispatch_dtype(p.dtype, [&](auto type) {
       using T = decltype(type);
-      const dim3 grid((p.Nq + Cfg::kBr - 1) / Cfg::kBr, p.H, p.B);
+      const dim3 grid(unsigned((p.Nq + Cfg::kBr - 1) / Cfg::kBr) * unsigned(p.H), p.B);
       return launch_with_smem(dma_forward_kernel<Cfg, T>, grid, Cfg::kThreads,
                               int(dma_smem_bytes(Cfg::kTileBytes, p.Nk)), stream, static_cast<const T*>(a.q),
                               static_cast<const T*>(a.k), static_cast<const T*>(a.v), static_cast<T*>(a.o), a.lse, p,
