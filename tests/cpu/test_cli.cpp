@@ -88,3 +88,25 @@ TEST_CASE(glob_matching) {
   EXPECT_TRUE(glob_match("split-q+stage2", "split-q+stage2"));
   EXPECT_TRUE(!glob_match("split-q+stage", "split-q+stage2"));
 }
+
+TEST_CASE(cli_dynamic_mask_flags) {
+  const ParseResult r = parse({"--H", "2", "--Hkv", "1", "--N", "32768", "--D", "128", "--mask", "topk", "--window",
+                               "1024", "--block", "0", "--bias", "--softcap", "30"});
+  EXPECT_TRUE(r.ok());
+  EXPECT_TRUE(r.options.dynamic_mask());
+  EXPECT_EQ(r.options.Hkv, 1);
+  EXPECT_EQ(r.options.mask, std::string("topk"));
+  EXPECT_EQ(r.options.window, 1024);
+  EXPECT_EQ(r.options.block, 0);
+  EXPECT_TRUE(r.options.bias);
+  EXPECT_NEAR(r.options.softcap, 30.0, 1e-6);
+  EXPECT_TRUE(!parse({"--N", "64"}).options.dynamic_mask());  // the dense harness by default
+  EXPECT_TRUE(parse({"--mask", "causal"}).options.causal);    // --mask causal implies --causal
+  EXPECT_CONTAINS(parse({"--mask", "random"}).error, "--mask must be none, causal, ones or topk, got 'random'");
+  EXPECT_CONTAINS(parse({"--H", "8", "--Hkv", "3"}).error, "--H must be a multiple of --Hkv");
+  EXPECT_CONTAINS(parse({"--mask", "topk"}).error, "--mask topk selects keys by the bias: add --bias");
+  EXPECT_CONTAINS(parse({"--softcap", "-1"}).error, "--softcap expects a number >= 0");
+  EXPECT_CONTAINS(parse({"--softcap", "x"}).error, "--softcap expects a number >= 0");
+  EXPECT_CONTAINS(parse({"--bias", "--sweep"}).error, "--sweep does not apply to dynamic-mask runs");
+  EXPECT_CONTAINS(parse({"--bias", "--Dv", "32"}).error, "dynamic-mask attention needs Dv == D");
+}

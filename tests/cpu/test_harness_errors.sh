@@ -28,6 +28,9 @@ expect_error 2 "--dtype must be fp16 or bf16, got 'fp8'" --dtype fp8
 expect_error 2 "--B expects an integer, got 'abc'" --B abc
 expect_error 2 "unknown option" --bogus
 expect_error 2 "no variant matches" --variant 'no-such-variant*'
+expect_error 2 "--mask must be none, causal, ones or topk" --mask random
+expect_error 2 "--H must be a multiple of --Hkv" --H 8 --Hkv 3
+expect_error 2 "add --bias" --mask topk
 
 # Without torch in the build, --sdpa says so; with torch, --list shows the SDPA rows.
 if "$bin" --list --sdpa >/dev/null 2>&1; then

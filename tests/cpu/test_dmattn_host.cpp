@@ -1,0 +1,44 @@
+// Host-side parts of dynamic-mask attention: broadcast strides, the problem's
+// description, and the support checks the harness prints.
+#include "../../kernels/dmattn/dmattn.h"
+#include "testing.h"
+
+using namespace attnlab;
+
+TEST_CASE(dmattn_broadcast_strides) {
+  BroadcastOperand x;
+  x.set_shape(2, 4, 100, 300, /*H=*/8);  // 4 = Hkv heads of an H=8 problem
+  EXPECT_EQ(x.stride_q, int64_t(300));
+  EXPECT_EQ(x.stride_h, int64_t(100 * 300));
+  EXPECT_EQ(x.stride_b, int64_t(4 * 100 * 300));
+  EXPECT_EQ(x.head_group, 2);  // query head h reads operand head h / 2
+  EXPECT_EQ(x.elems(300), int64_t(2) * 4 * 100 * 300);
+  BroadcastOperand y;
+  y.set_shape(1, 1, 1, 300, 8);  // one row for everything: all strides 0
+  EXPECT_EQ(y.stride_b + y.stride_h + y.stride_q, int64_t(0));
+  EXPECT_EQ(y.shape_string(300), std::string("(1, 1, 1, 300)"));
+}
+
+TEST_CASE(dmattn_unsupported_reasons) {
+  DynamicMaskProblem p;
+  p.H = 8;
+  p.Hkv = 2;
+  p.Nq = p.Nk = 128;
+  p.D = 128;
+  EXPECT_EQ(dma_forward_unsupported(p), std::string(""));
+  p.D = 512;
+  EXPECT_CONTAINS(dma_forward_unsupported(p), "head dim 512 not in {32, 64, 96, 128, 192, 256}");
+  p.D = 64;
+  p.Hkv = 3;
+  EXPECT_CONTAINS(dma_forward_unsupported(p), "H must be a multiple of Hkv");
+  p.Hkv = 2;
+  static const uint8_t dummy[1] = {1};
+  p.mask.data = dummy;
+  p.mask.set_shape(1, 3, 1, p.Nk, p.H);
+  EXPECT_CONTAINS(dma_forward_unsupported(p), "mask head dim must be 1, H or Hkv");
+  p.mask.set_shape(1, 2, 5, p.Nk, p.H);
+  EXPECT_CONTAINS(dma_forward_unsupported(p), "mask query dim must be 1 or Nq");
+  p.mask.set_shape(1, 2, p.Nq, p.Nk, p.H);
+  p.softcap = -1.f;
+  EXPECT_CONTAINS(dma_forward_unsupported(p), "softcap must be >= 0");
+}
