@@ -105,7 +105,8 @@ def variant_styles(sl):
     for kind in (rc.PEER, rc.RUNG):
         for name in (v for v in rc.variants(sl.rows, kind) if v in ran):
             i = len(styles)
-            styles[name] = dict(color=f"C{i % 10}", marker=MARKERS[i // 10 % len(MARKERS)],
+            # tab20: 20 distinct colors before a marker change tells lines apart
+            styles[name] = dict(color=plt.cm.tab20(i % 20), marker=MARKERS[i // 20 % len(MARKERS)],
                                 linestyle="--" if kind == rc.PEER else "-")
     return styles
 
@@ -139,14 +140,25 @@ def draw_lines(ax, rows, column, keys, xs, styles):
     return drawn
 
 
+def legend_columns(n_entries):
+    return 1 if n_entries <= 14 else 2
+
+
+def legend_height(n_entries):
+    """Inches a legend of n entries needs (so a short figure does not clip it)."""
+    return 0.2 * -(-n_entries // legend_columns(n_entries)) + 0.8
+
+
 def add_legend(fig, styles, drawn):
     handles = [Line2D([], [], label=v, markersize=5, **s) for v, s in styles.items() if v in drawn]
-    fig.legend(handles=handles, loc="outside right center", fontsize=9, title="dashed: peer")
+    fig.legend(handles=handles, loc="outside right center", fontsize=8, title="dashed: peer",
+               ncol=legend_columns(len(handles)))
 
 
 def plot_vs_n(sl, styles):
     causals, ds, ns = sl.values("causal"), sl.values("D"), sl.values("Nq")
-    fig, axes = plt.subplots(len(causals), len(ds), figsize=(3.4 * len(ds) + 2.2, 2.9 * len(causals) + 0.6),
+    fig, axes = plt.subplots(len(causals), len(ds),
+                             figsize=(3.4 * len(ds) + 2.2, max(2.9 * len(causals) + 0.6, legend_height(len(styles)))),
                              sharex=True, sharey=True, squeeze=False, layout="constrained")
     ticks = [2**k for k in range(31) if ns[0] <= 2**k <= ns[-1]] or ns
     drawn = set()
@@ -171,7 +183,7 @@ def plot_vs_n(sl, styles):
 def plot_vs_d(sl, styles):
     n = rc.preferred_n(sl.values("Nq"))
     causals, ds = sl.values("causal"), sl.values("D")
-    fig, axes = plt.subplots(1, len(causals), figsize=(4.2 * len(causals) + 2.2, 3.6),
+    fig, axes = plt.subplots(1, len(causals), figsize=(4.2 * len(causals) + 2.2, max(3.6, legend_height(len(styles)))),
                              sharey=True, squeeze=False, layout="constrained")
     drawn = set()
     for ax, causal in zip(axes[0], causals):
