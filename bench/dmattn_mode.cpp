@@ -87,6 +87,12 @@ std::string time_calls(const std::function<std::string()>& fn, int warmup, int i
   return "";
 }
 
+std::string csv_field(std::string s) {
+  for (char& c : s)
+    if (c == ',' || c == '\n' || c == '"') c = ';';
+  return s;
+}
+
 void append_csv(const std::string& path, const SystemInfo& sys, const DynamicMaskProblem& p, const Options& opt,
                 uint64_t seed, const std::vector<DmaRow>& rows) {
   std::ifstream probe(path);
@@ -114,10 +120,9 @@ void append_csv(const std::string& path, const SystemInfo& sys, const DynamicMas
     }
     char errs[96] = ",,";
     if (r.err >= 0) std::snprintf(errs, sizeof errs, "%.3e,%.3e,%.3e", r.err, r.tol, r.lse_err);
-    std::string note = shape_note + "; " + r.note;
-    for (char& c : note)
-      if (c == ',' || c == '\n') c = ';';
-    f << sys.gpu << ',' << sys.driver << ',' << sys.cuda << ',' << sys.commit << ',' << sys.date << ',' << r.name
+    const std::string note = csv_field(shape_note + "; " + r.note);
+    f << csv_field(sys.gpu) << ',' << csv_field(sys.driver) << ',' << csv_field(sys.cuda) << ',' << sys.commit << ','
+      << sys.date << ',' << csv_field(r.name)
       << ',' << r.kind << ',' << p.B << ',' << p.H << ',' << p.Nq << ',' << p.Nk << ',' << p.D << ',' << p.D << ','
       << dtype_name(p.dtype) << ',' << (p.causal ? 1 : 0) << ',' << nums << ',' << r.status << ',' << errs << ','
       << seed << ',' << note << '\n';
