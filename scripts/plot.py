@@ -105,8 +105,9 @@ def variant_styles(sl):
     for kind in (rc.PEER, rc.RUNG):
         for name in (v for v in rc.variants(sl.rows, kind) if v in ran):
             i = len(styles)
-            # tab20: 20 distinct colors before a marker change tells lines apart
-            styles[name] = dict(color=plt.cm.tab20(i % 20), marker=MARKERS[i // 20 % len(MARKERS)],
+            # tab20, then tab20b: 40 distinct colors, and a marker change on top
+            palette = plt.cm.tab20 if i % 40 < 20 else plt.cm.tab20b
+            styles[name] = dict(color=palette(i % 20), marker=MARKERS[i // 20 % len(MARKERS)],
                                 linestyle="--" if kind == rc.PEER else "-")
     return styles
 
