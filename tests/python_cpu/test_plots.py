@@ -16,6 +16,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 PLOT = os.path.join(ROOT, "scripts", "plot.py")
 COMPARE = os.path.join(ROOT, "scripts", "compare_gpus.py")
 DOC_TABLES = os.path.join(ROOT, "scripts", "doc_tables.py")
+PLOT_DMATTN = os.path.join(ROOT, "scripts", "plot_dmattn.py")
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "results")
 CSV_A = os.path.join(FIXTURES, "FakeGPU-A", "fwd.csv")
 PNGS = ("fwd_tflops_vs_N.png", "fwd_tflops_vs_D.png", "fwd_ratio_heatmap.png")
@@ -166,6 +167,26 @@ def doc_tables_fills_a_rung_page(tmp):
     assert read(other) == "no markers here\n", "a page without markers was changed"
     expect_ok(run(DOC_TABLES, CSV_A, page))
     assert read(page) == text, "rerun changed the page"
+
+
+@test
+def plot_dmattn_writes_pngs_and_summary(tmp):
+    folder = os.path.join(tmp, "dmattn")
+    shutil.copytree(os.path.join(FIXTURES, "FakeGPU-A", "dmattn"), folder)
+    expect_ok(run(PLOT_DMATTN, folder))
+    for png in ("dmattn_train.png", "dmattn_ones.png"):
+        with open(os.path.join(folder, png), "rb") as f:
+            assert f.read(8) == PNG_SIGNATURE, png
+    summary = read(os.path.join(folder, "summary.md"))
+    # The speed-up column is peer time / dmattn time from the same CSV row pair.
+    assert "| 32768 | 0.20% | 99.8% | 0.5781 | 8.6327 (14.93x)" in summary, summary
+    assert "split-q+stage2 (dense) ms (speed-up)" in summary
+
+
+@test
+def plot_dmattn_without_csvs_exits_2(tmp):
+    result = run(PLOT_DMATTN, tmp)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
 
 
 def main():

@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""Plots and a markdown summary of issue 5's tables (scripts/dmattn_tables).
+
+    python3 scripts/plot_dmattn.py results/H200/dmattn
+
+Reads train.csv, window.csv, decode.csv and ones.csv where present (the
+harness's CSV schema; the mask window W and the share of tiles skipped come from
+the note column) and writes, into the same folder:
+  dmattn_<table>.png   time against the table's variable (L, W or Nk), dmattn
+                       and every torch row given the same mask, and the speed-up
+                       of dmattn over each peer
+  summary.md           one table per CSV: the variable, unmasked pairs, tiles
+                       skipped, each row's time and dmattn's speed-up over it
+Exits 2, with one line on stderr, when the folder has none of the CSVs.
+"""
+import argparse
+import csv
+import os
+import re
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+TABLES = {  # name: (x column label, how to read x from a row)
+    "train": ("L (Nq = Nk)", lambda r: int(r["Nk"])),
+    "window": ("window W (keys kept per query)", lambda r: window_of(r)),
+    "decode": ("Nk (Nq = 1)", lambda r: int(r["Nk"])),
+    "ones": ("D", lambda r: int(r["D"])),
+}
+OURS = "dmattn"
+
+
+def window_of(row):
+    m = re.search(r"W=(\d+)", row["note"])
+    return int(m.group(1)) if m else 0
+
+
+def skipped_of(row):
+    m = re.search(r"tiles skipped ([\d.]+)%", row["note"])
+    return float(m.group(1)) if m else None
+
+
+def read(path):
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def ran(row):
+    return row["time_ms"] not in ("", None)
+
+
+def series(rows, x_of):
+    """{variant: {x: row}} — the last row wins for a repeated (variant, x)."""
+    out = {}
+    for r in rows:
+        out.setdefault(r["variant"], {})[x_of(r)] = r
+    return out
+
+
+def unmasked_share(row):
+    """Unmasked pairs / all pairs, from the effective TFLOPS (4·D·pairs / time)."""
+    if not ran(row) or not row["tflops"]:
+        return None
+    pairs = float(row["tflops"]) * 1e12 * float(row["time_ms"]) * 1e-3 / (4 * int(row["D"]))
+    return pairs / (int(row["B"]) * int(row["H"]) * int(row["Nq"]) * int(row["Nk"]))
+
+
+def plot(name, rows, out_dir):
+    label, x_of = TABLES[name]
+    by = series(rows, x_of)
+    if OURS not in by:
+        return None
+    fig, (ax_t, ax_s) = plt.subplots(1, 2, figsize=(11, 4), layout="constrained")
+    ours = by[OURS]
+    for variant, pts in by.items():
+        xs = sorted(x for x, r in pts.items() if ran(r))
+        if not xs:
+            continue
+        style = "-o" if variant == OURS else "--s"
+        ax_t.plot(xs, [float(pts[x]["time_ms"]) for x in xs], style, label=variant, markersize=4)
+        if variant != OURS:
+            both = [x for x in xs if x in ours and ran(ours[x])]
+            if both:
+                ax_s.plot(both, [float(pts[x]["time_ms"]) / float(ours[x]["time_ms"]) for x in both], "-o",
+                          label=f"vs {variant}", markersize=4)
+    for ax in (ax_t, ax_s):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel(label)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    ax_t.set_yscale("log")
+    ax_t.set_ylabel("time (ms, median)")
+    ax_s.set_ylabel("dmattn speed-up (peer time / dmattn time)")
+    ax_s.axhline(1.0, color="0.5", linewidth=0.8)
+    any_row = next(iter(ours.values()))
+    fig.suptitle(f"dynamic-mask forward, {name}: {any_row['gpu']}, B={any_row['B']} H={any_row['H']} "
+                 f"D={any_row['D']} {any_row['dtype']}{' causal' if any_row['causal'] == '1' else ''}")
+    path = os.path.join(out_dir, f"dmattn_{name}.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def table(name, rows):
+    label, x_of = TABLES[name]
+    by = series(rows, x_of)
+    if OURS not in by:
+        return ""
+    peers = [v for v in by if v != OURS]
+    head = [label, "unmasked pairs", "tiles skipped", "dmattn ms"] + [f"{p} ms (speed-up)" for p in peers]
+    lines = [f"### {name}", "", "| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
+    for x in sorted(by[OURS]):
+        r = by[OURS][x]
+        share = unmasked_share(r)
+        skipped = skipped_of(r)
+        cells = [str(x), f"{100 * share:.2f}%" if share is not None else "–",
+                 f"{skipped:.1f}%" if skipped is not None else "–",
+                 f"{float(r['time_ms']):.4f}" if ran(r) else r["status"]]
+        for p in peers:
+            pr = by[p].get(x)
+            if pr is not None and ran(pr) and ran(r):
+                cells.append(f"{float(pr['time_ms']):.4f} ({float(pr['time_ms']) / float(r['time_ms']):.2f}x)")
+            else:
+                cells.append("–")
+        lines.append("| " + " | ".join(cells) + " |")
+    commits = sorted({r["commit"] for r in rows})
+    lines += ["", f"Commit {', '.join(commits)}; {rows[0]['gpu']}; peers in the same process.", ""]
+    return "\n".join(lines)
+
+
+def main(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("folder", help="results/<gpu>/dmattn")
+    args = p.parse_args(argv)
+    found = [n for n in TABLES if os.path.exists(os.path.join(args.folder, f"{n}.csv"))]
+    if not found:
+        print(f"plot_dmattn.py: error: no {', '.join(f'{n}.csv' for n in TABLES)} in {args.folder}",
+              file=sys.stderr)
+        return 2
+    md = ["# Dynamic-mask attention tables", "",
+          "Generated by `scripts/plot_dmattn.py` from the CSVs of `scripts/dmattn_tables`.", ""]
+    for name in found:
+        rows = read(os.path.join(args.folder, f"{name}.csv"))
+        path = plot(name, rows, args.folder)
+        if path:
+            print(f"wrote {path}")
+            md += [table(name, rows), f"![{name}](dmattn_{name}.png)", ""]
+    with open(os.path.join(args.folder, "summary.md"), "w", encoding="utf-8") as f:
+        f.write("\n".join(md))
+    print(f"wrote {os.path.join(args.folder, 'summary.md')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
