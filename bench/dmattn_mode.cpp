@@ -58,40 +58,7 @@ struct DeviceArena {
   }
 };
 
-// Median of `iters` timed calls of `fn`, each after an L2 flush.
-std::string time_calls(const std::function<std::string()>& fn, int warmup, int iters, void* flush, size_t flush_bytes,
-                       cudaStream_t stream, double* median_ms) {
-  for (int i = 0; i < warmup; ++i)
-    if (std::string e = fn(); !e.empty()) return e;
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  std::vector<float> ms(size_t(iters), 0.f);
-  std::string err;
-  for (int i = 0; i < iters && err.empty(); ++i) {
-    cudaMemsetAsync(flush, i & 0xff, flush_bytes, stream);
-    cudaEventRecord(start, stream);
-    err = fn();
-    cudaEventRecord(stop, stream);
-    if (err.empty()) {
-      if (cudaError_t e = cudaEventSynchronize(stop); e != cudaSuccess) err = cuda_error_text("timing", e);
-      else cudaEventElapsedTime(&ms[size_t(i)], start, stop);
-    }
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  if (!err.empty()) return err;
-  std::sort(ms.begin(), ms.end());
-  const size_t n = ms.size();
-  *median_ms = n % 2 ? ms[n / 2] : 0.5 * (double(ms[n / 2 - 1]) + ms[n / 2]);
-  return "";
-}
 
-std::string csv_field(std::string s) {
-  for (char& c : s)
-    if (c == ',' || c == '\n' || c == '"') c = ';';
-  return s;
-}
 
 void append_csv(const std::string& path, const SystemInfo& sys, const DynamicMaskProblem& p, const Options& opt,
                 uint64_t seed, const std::vector<DmaRow>& rows) {
@@ -264,17 +231,17 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
         if (!c.pass) ++failures;
       }
     }
-    double ms = 0;
+    Timing timing;
     if (std::string t = time_calls(
             [&] {
               const cudaError_t r = dma_forward(p, a, stream);
               return r == cudaSuccess ? std::string() : cuda_error_text("dmattn", r);
             },
-            opt.warmup, opt.iters, flush, flush_bytes, stream, &ms);
+            opt.warmup, opt.iters, flush, flush_bytes, stream, &timing);
         !t.empty())
       return fail(t, 1);
-    ours.ms = ms;
-    ours.tflops = flops / (ms * 1e-3) / 1e12;
+    ours.ms = timing.median_ms;
+    ours.tflops = flops / (ours.ms * 1e-3) / 1e12;
   }
   out_rows.push_back(ours);
 
@@ -296,21 +263,21 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
       b.v = v;
       b.o = o;
       b.lse = lse;
-      double ms = 0;
+      Timing timing;
       if (std::string t = time_calls(
               [&] {
                 const cudaError_t r = rung->launch(dp, b, stream);
                 return r == cudaSuccess ? std::string() : cuda_error_text("split-q+stage2", r);
               },
-              opt.warmup, opt.iters, flush, flush_bytes, stream, &ms);
+              opt.warmup, opt.iters, flush, flush_bytes, stream, &timing);
           !t.empty())
         return fail(t, 1);
-      dense.ms = ms;
-      dense.tflops = flops / (ms * 1e-3) / 1e12;
+      dense.ms = timing.median_ms;
+      dense.tflops = flops / (dense.ms * 1e-3) / 1e12;
       dense.status = "unchecked";
       char note[160];
       std::snprintf(note, sizeof note, "no mask or bias; its own dense TFLOPS %.1f; dmattn / dense speed %.2fx",
-                    forward_flops(dp) / (ms * 1e-3) / 1e12, ours.ms > 0 ? ms / ours.ms : 0.0);
+                    forward_flops(dp) / (dense.ms * 1e-3) / 1e12, ours.ms > 0 ? dense.ms / ours.ms : 0.0);
       dense.note = note;
     }
     out_rows.push_back(dense);
@@ -332,19 +299,19 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
       DmaRow r;
       r.name = peer.name;
       r.kind = "peer";
-      double ms = 0;
+      Timing timing;
       std::string t = peer.run(stream);
-      if (t.empty()) t = time_calls([&] { return peer.run(stream); }, opt.warmup, opt.iters, flush, flush_bytes, stream, &ms);
+      if (t.empty()) t = time_calls([&] { return peer.run(stream); }, opt.warmup, opt.iters, flush, flush_bytes, stream, &timing);
       if (!t.empty()) {
         r.status = "unsupported";
         r.note = t;
         cudaGetLastError();
       } else {
-        r.ms = ms;
-        r.tflops = flops / (ms * 1e-3) / 1e12;
+        r.ms = timing.median_ms;
+        r.tflops = flops / (r.ms * 1e-3) / 1e12;
         r.status = "unchecked";
         char note[96];
-        std::snprintf(note, sizeof note, "dmattn is %.2fx faster", ours.ms > 0 ? ms / ours.ms : 0.0);
+        std::snprintf(note, sizeof note, "dmattn is %.2fx faster", ours.ms > 0 ? r.ms / ours.ms : 0.0);
         r.note = note;
       }
       out_rows.push_back(r);

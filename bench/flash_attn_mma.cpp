@@ -48,12 +48,6 @@ int fail(const std::string& message, int code) {
   return code;
 }
 
-std::string csv_field(std::string s) {
-  for (char& c : s)
-    if (c == ',' || c == '\n' || c == '"') c = ';';
-  return s;
-}
-
 void append_csv(const std::string& path, const SystemInfo& sys, const AttnProblem& p, uint64_t seed,
                 const std::vector<Row>& rows) {
   std::ifstream probe(path);

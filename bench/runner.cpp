@@ -173,25 +173,25 @@ RunOutcome run_and_check(const Variant& v, const AttnProblem& p, const ProblemBu
   return out;
 }
 
-std::string time_variant(const Variant& v, const AttnProblem& p, const ProblemBuffers& bufs, int warmup, int iters,
-                         cudaStream_t stream, Timing* out) {
-  const AttnBuffers b = bufs.attn();
-  const auto& launch = v.launch_timed ? v.launch_timed : v.launch;
+std::string time_calls(const std::function<std::string()>& call, int warmup, int iters, void* flush,
+                       size_t flush_bytes, cudaStream_t stream, Timing* out) {
   for (int i = 0; i < warmup; ++i)
-    if (cudaError_t e = launch(p, b, stream); e != cudaSuccess) return launch_error_text(v, e);
+    if (std::string e = call(); !e.empty()) return e;
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
   std::vector<float> ms(size_t(iters), 0.f);
   std::string err;
   for (int i = 0; i < iters && err.empty(); ++i) {
-    cudaMemsetAsync(bufs.flush, i & 0xff, bufs.flush_bytes, stream);  // evict L2 (not timed)
+    cudaMemsetAsync(flush, i & 0xff, flush_bytes, stream);  // evict L2 (not timed)
     cudaEventRecord(start, stream);
-    cudaError_t e = launch(p, b, stream);
+    err = call();
     cudaEventRecord(stop, stream);
-    if (e == cudaSuccess) e = cudaEventSynchronize(stop);
-    if (e == cudaSuccess) e = cudaEventElapsedTime(&ms[size_t(i)], start, stop);
-    if (e != cudaSuccess) err = launch_error_text(v, e);
+    if (err.empty()) {
+      cudaError_t e = cudaEventSynchronize(stop);
+      if (e == cudaSuccess) e = cudaEventElapsedTime(&ms[size_t(i)], start, stop);
+      if (e != cudaSuccess) err = cuda_error_text("timing", e);
+    }
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
@@ -201,6 +201,25 @@ std::string time_variant(const Variant& v, const AttnProblem& p, const ProblemBu
   out->median_ms = n % 2 ? ms[n / 2] : 0.5 * (double(ms[n / 2 - 1]) + ms[n / 2]);
   out->min_ms = ms.front();
   return "";
+}
+
+std::string time_variant(const Variant& v, const AttnProblem& p, const ProblemBuffers& bufs, int warmup, int iters,
+                         cudaStream_t stream, Timing* out) {
+  const AttnBuffers b = bufs.attn();
+  const auto& launch = v.launch_timed ? v.launch_timed : v.launch;
+  return time_calls(
+      [&]() -> std::string {
+        const cudaError_t e = launch(p, b, stream);
+        if (e == cudaSuccess) return "";
+        return launch_error_text(v, e);
+      },
+      warmup, iters, bufs.flush, bufs.flush_bytes, stream, out);
+}
+
+std::string csv_field(std::string s) {
+  for (char& c : s)
+    if (c == ',' || c == '\n' || c == '"') c = ';';
+  return s;
 }
 
 }  // namespace attnlab

@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -64,10 +65,18 @@ RunOutcome run_and_check(const Variant& v, const AttnProblem& p, const ProblemBu
 struct Timing {
   double median_ms = 0, min_ms = 0;
 };
-// `warmup` untimed launches, then `iters` launches, each after an L2 flush and
-// between two CUDA events; the median is what gets reported.
+// `warmup` untimed calls of `call` (which enqueues work on `stream` and returns
+// "" or a one-line error), then `iters` calls, each after an L2 flush (a write
+// of `flush_bytes` to `flush`) and between two CUDA events; the median is what
+// gets reported.
+std::string time_calls(const std::function<std::string()>& call, int warmup, int iters, void* flush,
+                       size_t flush_bytes, cudaStream_t stream, Timing* out);
+// time_calls of one variant's launch on the problem's buffers.
 std::string time_variant(const Variant& v, const AttnProblem& p, const ProblemBuffers& bufs, int warmup, int iters,
                          cudaStream_t stream, Timing* out);
+
+// A CSV field: commas, quotes and newlines become ';'.
+std::string csv_field(std::string s);
 
 // "<what>: <cuda message>" for a CUDA error.
 std::string cuda_error_text(const char* what, cudaError_t err);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "../common/block_reduce.cuh"
 #include "../reference/reference.h"
 #include "dmattn.h"
 
@@ -58,18 +59,6 @@ constexpr int kRefThreads = 256;
 constexpr int kRefWarps = kRefThreads / 32;
 constexpr int kRefColsPerThread = kMaxReferenceHeadDim / kRefThreads;  // O columns a thread owns
 
-__device__ float block_reduce(float x, float* scratch, bool is_max) {
-  for (int off = 16; off > 0; off /= 2) {
-    const float y = __shfl_xor_sync(0xffffffffu, x, off);
-    x = is_max ? fmaxf(x, y) : x + y;
-  }
-  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = x;
-  __syncthreads();
-  float r = scratch[0];
-  for (int w = 1; w < kRefWarps; ++w) r = is_max ? fmaxf(r, scratch[w]) : r + scratch[w];
-  __syncthreads();
-  return r;
-}
 
 // One block per query row (grid: Nq, H, B); the row's scores live in dynamic
 // shared memory, so one max and one sum cover the row. s_j = scale·q·k_j + bias,
@@ -114,7 +103,7 @@ dma_reference_kernel(const T* q, const T* k, const T* v, float* o, float* lse, D
 
   float local_max = -INFINITY;
   for (int j = threadIdx.x; j < n_keys; j += kRefThreads) local_max = fmaxf(local_max, s[j]);
-  const float m = block_reduce(local_max, scratch, true);
+  const float m = block_allreduce<kRefWarps>(local_max, scratch, true);
   float* O = o + row * p.D;
   if (m == -INFINITY) {  // no visible key (or every score is -inf): O = 0, LSE = -inf
     for (int d = threadIdx.x; d < p.D; d += kRefThreads) O[d] = 0.f;
@@ -128,7 +117,7 @@ dma_reference_kernel(const T* q, const T* k, const T* v, float* o, float* lse, D
     s[j] = pj;
     local_sum += pj;
   }
-  const float l = block_reduce(local_sum, scratch, false);  // also orders the s[] writes
+  const float l = block_allreduce<kRefWarps>(local_sum, scratch, false);  // also orders the s[] writes
 
   float acc[kRefColsPerThread] = {};
   for (int j = 0; j < n_keys; ++j) {

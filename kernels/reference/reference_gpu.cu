@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <algorithm>
 
+#include "../common/block_reduce.cuh"
 #include "reference.h"
 
 namespace attnlab {
@@ -21,18 +22,6 @@ constexpr int kRefWarps = kRefThreads / 32;
 constexpr int kRefChunk = 1024;                                        // keys per pass
 constexpr int kRefColsPerThread = kMaxReferenceHeadDim / kRefThreads;  // O columns a thread owns
 
-__device__ float block_reduce(float x, float* scratch, bool is_max) {
-  for (int off = 16; off > 0; off /= 2) {
-    const float y = __shfl_xor_sync(0xffffffffu, x, off);
-    x = is_max ? fmaxf(x, y) : x + y;
-  }
-  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = x;
-  __syncthreads();
-  float r = scratch[0];
-  for (int w = 1; w < kRefWarps; ++w) r = is_max ? fmaxf(r, scratch[w]) : r + scratch[w];
-  __syncthreads();
-  return r;
-}
 
 // One block per query row (grid: Nq, H, B).
 template <typename T>
@@ -64,14 +53,14 @@ reference_kernel(const T* q, const T* k, const T* v, float* o, float* lse, AttnP
     __syncthreads();
     float chunk_max = -INFINITY;
     for (int jj = threadIdx.x; jj < n; jj += kRefThreads) chunk_max = fmaxf(chunk_max, s[jj]);
-    const float m_new = fmaxf(m, block_reduce(chunk_max, scratch, true));
+    const float m_new = fmaxf(m, block_allreduce<kRefWarps>(chunk_max, scratch, true));
     const float alpha = expf(m - m_new);  // 0 on the first chunk (m = -inf)
     float chunk_sum = 0.f;
     for (int jj = threadIdx.x; jj < n; jj += kRefThreads) {
       s[jj] = expf(s[jj] - m_new);
       chunk_sum += s[jj];
     }
-    l = l * alpha + block_reduce(chunk_sum, scratch, false);  // also orders the s[] writes
+    l = l * alpha + block_allreduce<kRefWarps>(chunk_sum, scratch, false);  // also orders the s[] writes
     for (int c = 0; c < kRefColsPerThread; ++c) {
       const int d = threadIdx.x + c * kRefThreads;
       if (d >= p.Dv) break;

@@ -11,6 +11,7 @@
 #include <climits>
 #include <cmath>
 
+#include "../common/block_reduce.cuh"
 #include "reference.h"
 
 namespace attnlab {
@@ -25,18 +26,9 @@ template <typename T> __device__ __forceinline__ T from_f(float x);
 template <> __device__ __forceinline__ half from_f<half>(float x) { return __float2half_rn(x); }
 template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
-__device__ float block_allreduce(float x, bool is_max) {
+__device__ __forceinline__ float row_allreduce(float x, bool is_max) {
   __shared__ float scratch[kSoftmaxThreads / 32];
-  for (int off = 16; off > 0; off /= 2) {
-    const float y = __shfl_xor_sync(0xffffffffu, x, off);
-    x = is_max ? fmaxf(x, y) : x + y;
-  }
-  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = x;
-  __syncthreads();
-  float r = scratch[0];
-  for (int w = 1; w < kSoftmaxThreads / 32; ++w) r = is_max ? fmaxf(r, scratch[w]) : r + scratch[w];
-  __syncthreads();
-  return r;
+  return block_allreduce<kSoftmaxThreads / 32>(x, scratch, is_max);
 }
 
 // S rows of `first_head`.. in place -> P; one block per (head, query row).
@@ -48,10 +40,10 @@ __global__ void softmax_rows_kernel(T* S, float* lse, AttnProblem p, int64_t fir
   const int64_t n = visible_keys(i, p);  // keys >= n are masked
   float m = -INFINITY;
   for (int64_t j = threadIdx.x; j < n; j += kSoftmaxThreads) m = fmaxf(m, load_f(s + j));
-  m = block_allreduce(m, true);
+  m = row_allreduce(m, true);
   float sum = 0.f;
   for (int64_t j = threadIdx.x; j < n; j += kSoftmaxThreads) sum += expf(load_f(s + j) - m);
-  sum = block_allreduce(sum, false);
+  sum = row_allreduce(sum, false);
   const float inv = sum > 0.f ? 1.f / sum : 0.f;
   for (int64_t j = threadIdx.x; j < p.Nk; j += kSoftmaxThreads)
     s[j] = from_f<T>(j < n ? expf(load_f(s + j) - m) * inv : 0.f);
