@@ -81,6 +81,9 @@ dynamic-mask attention (flash-dmattn semantics; any of these selects it):
   --block N         majority-vote block of --mask topk (default 64, 0 = off)
   --bias            add a random per-key bias of shape (B, Hkv, 1, Nk)
   --softcap C       S = C·tanh(S / C) after the bias (default off)
+  --splits N        split-KV parts per query block, merged by LSE (default 0 =
+                    automatic: more than one only when the query blocks alone
+                    would leave SMs idle, e.g. decoding with --Nq 1)
   Rows: dmattn (ours; effective TFLOPS count unmasked pairs only; the share of
   64x64 tiles skipped), the dense split-q+stage2 rung on the same shape, and
   with --sdpa/--torch torch given the same mask as an additive float mask.
@@ -178,6 +181,7 @@ ParseResult parse_args(const std::vector<std::string>& args) {
     } else if (flag == "--window") int_flag(0, kMaxSeqLen, &o.window);
     else if (flag == "--block") int_flag(0, 65536, &o.block);
     else if (flag == "--bias") bool_flag(&o.bias);
+    else if (flag == "--splits") int_flag(0, 1024, &o.splits);
     else if (flag == "--softcap") {
       if (take_value()) {
         char* end = nullptr;

@@ -34,6 +34,7 @@ struct Options {
   int block = 64;             // --mask topk: majority-vote smoothing per key block (0: off)
   bool bias = false;          // a random per-key bias, shape (B, Hkv, 1, Nk) as in flash-dmattn
   float softcap = 0.f;
+  int splits = 0;             // split-KV parts (0: automatic)
   bool dynamic_mask() const { return !mask.empty() || Hkv > 0 || bias || softcap > 0.f; }
   bool list = false;
   bool help = false;

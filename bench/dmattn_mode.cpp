@@ -187,6 +187,13 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
     a.o = o;
     a.lse = lse;
     a.tile_counters = counters;
+    a.splits = dma_resolve_splits(p, opt.splits);
+    if (a.splits > 1) {
+      a.workspace_bytes = dma_forward_workspace_bytes(p, a.splits);
+      if (std::string e2 = arena.alloc(a.workspace_bytes / sizeof(float), &a.workspace, "the split-KV partials");
+          !e2.empty())
+        return fail(e2, 1);
+    }
     cudaMemsetAsync(o, 0xFF, size_t(q_elems) * 2, stream);
     cudaMemsetAsync(lse, 0xFF, size_t(rows) * 4, stream);
     e = dma_forward(p, a, stream);
@@ -195,9 +202,9 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
     unsigned long long tiles[2] = {0, 0};
     cudaMemcpy(tiles, counters, sizeof tiles, cudaMemcpyDeviceToHost);
     const double grid_tiles = double(p.B) * p.H * ((p.Nq + kDmaBr - 1) / kDmaBr) * ((p.Nk + kDmaBc - 1) / kDmaBc);
-    char note[160];
-    std::snprintf(note, sizeof note, "tiles skipped %.1f%% (%llu of %.0f 64x64 tiles run; causal range %llu)",
-                  100.0 * (1.0 - double(tiles[0]) / grid_tiles), tiles[0], grid_tiles, tiles[1]);
+    char note[200];
+    std::snprintf(note, sizeof note, "tiles skipped %.1f%% (%llu of %.0f 64x64 tiles run; causal range %llu); splits %d",
+                  100.0 * (1.0 - double(tiles[0]) / grid_tiles), tiles[0], grid_tiles, tiles[1], a.splits);
     ours.note = note;
     ours.status = "unchecked";
     if (opt.check) {

@@ -112,6 +112,10 @@ if [ "${DMATTN:-1}" != 0 ]; then
   for L in ${DMATTN_L:-1024 8192 32768}; do
     dbench --B 1 --H 2 --Hkv 1 --N $L --D 128 --causal --mask topk --window 1024 --bias $([ $L -le 8192 ] && echo --check)
   done
+  # decoding (Nq = 1): split-KV with the automatic split count, and forced counts
+  dbench --B 1 --H 2 --Hkv 1 --Nq 1 --Nk 32768 --D 128 --causal --mask topk --window 1024 --bias --check
+  dbench --B 1 --H 2 --Hkv 1 --Nq 1 --Nk 32768 --D 128 --causal --mask topk --window 1024 --bias --check --splits 1
+  dbench --B 1 --H 2 --Hkv 1 --Nq 1 --Nk 65536 --D 128 --causal --mask topk --window 1024 --bias
   # the skipping machinery on an all-ones mask with a bias, against the dense split-q rung
   dbench --B 1 --H 8 --N 8192 --D 128 --mask ones --bias --check
   dbench --B 1 --H 8 --N 8192 --D 64 --mask ones --bias

@@ -62,7 +62,22 @@ struct DmaForwardArgs {
   // Optional: two counters (active tiles, tiles in the causal range), added to
   // by every block; for the harness's "tiles skipped" column.
   unsigned long long* tile_counters = nullptr;
+  // Split-KV (decoding): the KV range of every query block is cut into
+  // `splits` parts run by separate blocks, their partial results merged by LSE
+  // in a second kernel. 0 = automatic (dma_auto_splits), 1 = no split. With
+  // more than one split the partials need `workspace` of
+  // dma_forward_workspace_bytes(p, splits) bytes.
+  int splits = 1;
+  float* workspace = nullptr;
+  size_t workspace_bytes = 0;
 };
+
+// The split count `0 = automatic` resolves to: 1 when the query blocks already
+// fill the GPU, else enough splits for two blocks per SM (at most 128, at
+// least 4 KV tiles each).
+int dma_auto_splits(const DynamicMaskProblem& p);
+int dma_resolve_splits(const DynamicMaskProblem& p, int requested);
+size_t dma_forward_workspace_bytes(const DynamicMaskProblem& p, int splits);
 
 // "" when the forward kernel runs this problem on the current device, else why not.
 std::string dma_forward_unsupported(const DynamicMaskProblem& p);

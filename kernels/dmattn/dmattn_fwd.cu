@@ -23,6 +23,11 @@
 //     all ones skips the mask reads; a bias or mask broadcast over queries is
 //     read once per lane, not per row.
 //
+// Split-KV (decoding, few query blocks): the causal range of each query block
+// is cut into `splits` equal parts run by separate blocks (grid.y = B·splits);
+// each writes its normalised O and LSE in fp32, and dma_combine_kernel merges
+// them by LSE. The split count is automatic (dma_auto_splits) unless given.
+//
 // Tiles: Br = Bc = 64 (the seed's finding for masked kernels), 4 warps,
 // stage2 (two K/V slots), rows padded by 8 halves. At D >= 192 a tile's S is
 // computed in two 32-key slices, so that S and O fit in registers.
@@ -39,6 +44,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <string>
 
 #include "../common/online_softmax.cuh"
@@ -148,14 +154,15 @@ __device__ __forceinline__ float2 unpack_pair<__nv_bfloat16>(uint32_t bits) {
 template <typename Cfg, typename T>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
 dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
-                   float* __restrict__ lse, const DynamicMaskProblem p, unsigned long long* counters) {
+                   float* __restrict__ lse, const DynamicMaskProblem p, unsigned long long* counters,
+                   float* __restrict__ partials, int splits) {
   constexpr int D = Cfg::kHeadDim, Br = Cfg::kBr, Bc = Cfg::kBc, kStride = Cfg::kRowStride;
 
   // Blocks of the same query rows and all H heads run next to each other (head
   // fastest), so heads that share a mask or bias (GQA, broadcast) read it from
   // L2, not DRAM. Heaviest query tiles first.
   const int m_block = (gridDim.x / p.H) - 1 - int(blockIdx.x / p.H);
-  const int h = blockIdx.x % p.H, b = blockIdx.y;
+  const int h = blockIdx.x % p.H, b = blockIdx.y / splits, split = blockIdx.y % splits;
   const int q_start = m_block * Br;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
   const int row0 = q_start + warp * 16 + lane / 4;  // rows row0 (c0, c1) and row0 + 8 (c2, c3)
@@ -174,6 +181,9 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
   const T* Kg = k + kv_head * p.Nk * D;
   const T* Vg = v + kv_head * p.Nk * D;
   const int n_range = kv_tiles_for_query_tile(dp, q_start, Br, Bc);  // causal pruning
+  // Split-KV (decoding): this block takes tiles [tile_begin, tile_end) of the range.
+  const int per_split = (n_range + splits - 1) / splits;
+  const int tile_begin = min(n_range, split * per_split), tile_end = min(n_range, tile_begin + per_split);
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);
@@ -186,11 +196,11 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
   __shared__ int n_active_shared;
 
   // ---- 1. which KV tiles does any row of this block see? ----------------------
-  int n_active = n_range;
+  int n_active = tile_end - tile_begin;
   if (p.mask.data != nullptr) {
-    for (int w = threadIdx.x; w < dma_bitmap_words(n_range); w += Cfg::kThreads) bitmap[w] = full_bitmap[w] = 0;
+    for (int w = threadIdx.x; w < dma_bitmap_words(tile_end); w += Cfg::kThreads) bitmap[w] = full_bitmap[w] = 0;
     __syncthreads();
-    for (int tile = warp; tile < n_range; tile += Cfg::kWarps) {
+    for (int tile = tile_begin + warp; tile < tile_end; tile += Cfg::kWarps) {
       bool any, all;
       warp_scan_tile(p, b, h, q_start, tile * Bc, lane, &any, &all);
       if (lane == 0 && any) atomicOr(&bitmap[tile / 32], 1u << (tile % 32));
@@ -199,7 +209,7 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
     __syncthreads();
     if (warp == 0) {  // compaction in tile order: deterministic, ascending
       int base = 0;
-      for (int w = 0; w < dma_bitmap_words(n_range); ++w) {
+      for (int w = tile_begin / 32; w < dma_bitmap_words(tile_end); ++w) {
         const uint32_t bits = bitmap[w];
         if (bits >> lane & 1u) active[base + __popc(bits & ((1u << lane) - 1u))] = uint16_t(w * 32 + lane);
         base += __popc(bits);
@@ -211,9 +221,9 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
   }
   if (counters != nullptr && threadIdx.x == 0) {
     atomicAdd(counters, (unsigned long long)n_active);
-    atomicAdd(counters + 1, (unsigned long long)n_range);
+    atomicAdd(counters + 1, (unsigned long long)(tile_end - tile_begin));
   }
-  auto tile_at = [&](int i) { return p.mask.data != nullptr ? int(active[i]) : i; };
+  auto tile_at = [&](int i) { return p.mask.data != nullptr ? int(active[i]) : tile_begin + i; };
 
   // ---- 2. rung 02's stage2 loop over the active tiles --------------------------
   auto load_kv = [&](int i) {
@@ -307,7 +317,54 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
     }
     __syncthreads();  // slot i % 2 is refilled next iteration
   }
-  store_output<T>(O, stats, dp, q_head, row0, /*col0=*/0, t, /*write_lse=*/true, o, lse);
+  if (splits == 1) {
+    store_output<T>(O, stats, dp, q_head, row0, /*col0=*/0, t, /*write_lse=*/true, o, lse);
+    return;
+  }
+  // Split-KV: this split's normalised O and its LSE, in fp32, for the combine
+  // kernel (partials: [splits][B·H][Nq][D] then [splits][B·H][Nq]). A split
+  // that saw no key writes O = 0, LSE = -inf, and the combine ignores it.
+  float row_lse[2];
+  online_softmax_finalize(O, stats, 1.f, row_lse);
+  const int64_t rows_total = int64_t(p.B) * p.H * p.Nq;
+  float* part_o = partials + (int64_t(split) * p.B * p.H + q_head) * p.Nq * D;
+  float* part_lse = partials + int64_t(splits) * rows_total * D + (int64_t(split) * p.B * p.H + q_head) * p.Nq;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row0 + 8 * r;
+    if (row >= p.Nq) continue;
+#pragma unroll
+    for (int n = 0; n < Cfg::kTilesO; ++n)
+      *reinterpret_cast<float2*>(part_o + int64_t(row) * D + n * 8 + 2 * t) = make_float2(O[n][2 * r], O[n][2 * r + 1]);
+    if (t == 0) part_lse[row] = row_lse[r];
+  }
+}
+
+// Split-KV merge, one block per output row: O = Σ_s w_s·O_s / Σ_s w_s with
+// w_s = exp(LSE_s - max LSE), LSE = max + log Σ w_s (FlashAttention's
+// combine_attn_seqk_parallel does the same). All-(-inf) rows: O = 0, LSE = -inf.
+template <typename T>
+__global__ void dma_combine_kernel(const float* __restrict__ partials, T* __restrict__ o, float* __restrict__ lse,
+                                   int splits, int64_t rows, int D) {
+  const int64_t row = blockIdx.x;
+  const float* part_lse = partials + int64_t(splits) * rows * D;
+  float m = -INFINITY;
+  for (int s = 0; s < splits; ++s) m = fmaxf(m, part_lse[int64_t(s) * rows + row]);
+  float total = 0.f;
+  for (int s = 0; s < splits; ++s) {
+    const float l = part_lse[int64_t(s) * rows + row];
+    total += l == -INFINITY ? 0.f : expf(l - m);
+  }
+  const float inv = total > 0.f ? 1.f / total : 0.f;
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float acc = 0.f;
+    for (int s = 0; s < splits; ++s) {
+      const float l = part_lse[int64_t(s) * rows + row];
+      if (l != -INFINITY) acc += expf(l - m) * partials[(int64_t(s) * rows + row) * D + d];
+    }
+    o[row * D + d] = T(acc * inv);
+  }
+  if (threadIdx.x == 0) lse[row] = total > 0.f ? m + logf(total) : -INFINITY;
 }
 
 #define DMA_HEAD_DIMS 32, 64, 96, 128, 192, 256
@@ -369,18 +426,49 @@ std::string dma_forward_unsupported(const DynamicMaskProblem& p) {
   return "";
 }
 
+int dma_auto_splits(const DynamicMaskProblem& p) {
+  int device = 0, sms = 132;
+  if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  const int64_t blocks = int64_t((p.Nq + kDmaBr - 1) / kDmaBr) * p.H * p.B;
+  if (blocks >= sms) return 1;  // the grid already fills the GPU
+  const int64_t tiles = (p.Nk + kDmaBc - 1) / kDmaBc;
+  // Two blocks per SM, at most 128 splits, and at least 4 KV tiles per split.
+  const int64_t want = (2 * int64_t(sms) + blocks - 1) / blocks;
+  return int(std::max<int64_t>(1, std::min<int64_t>({want, 128, tiles / 4})));
+}
+
+int dma_resolve_splits(const DynamicMaskProblem& p, int requested) {
+  return requested > 0 ? requested : dma_auto_splits(p);
+}
+
+size_t dma_forward_workspace_bytes(const DynamicMaskProblem& p, int splits) {
+  if (splits <= 1) return 0;
+  return size_t(splits) * size_t(p.B) * p.H * p.Nq * size_t(p.D + 1) * sizeof(float);
+}
+
 cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cudaStream_t stream) {
   if (!dma_forward_unsupported(p).empty()) return cudaErrorInvalidValue;
+  const int splits = dma_resolve_splits(p, a.splits);
+  if (splits > 65535 / p.B) return cudaErrorInvalidValue;
+  if (splits > 1 && (a.workspace == nullptr || a.workspace_bytes < dma_forward_workspace_bytes(p, splits)))
+    return cudaErrorInvalidValue;
   cudaError_t err = cudaErrorInvalidValue;
   dispatch_head_dim<DMA_HEAD_DIMS>(p.D, [&](auto head_dim) {
     using Cfg = DmaConfig<decltype(head_dim)::value>;
     err = dispatch_dtype(p.dtype, [&](auto type) {
       using T = decltype(type);
-      const dim3 grid(unsigned((p.Nq + Cfg::kBr - 1) / Cfg::kBr) * unsigned(p.H), p.B);
-      return launch_with_smem(dma_forward_kernel<Cfg, T>, grid, Cfg::kThreads,
-                              int(dma_smem_bytes(Cfg::kTileBytes, p.Nk)), stream, static_cast<const T*>(a.q),
-                              static_cast<const T*>(a.k), static_cast<const T*>(a.v), static_cast<T*>(a.o), a.lse, p,
-                              a.tile_counters);
+      const dim3 grid(unsigned((p.Nq + Cfg::kBr - 1) / Cfg::kBr) * unsigned(p.H), unsigned(p.B * splits));
+      cudaError_t e = launch_with_smem(dma_forward_kernel<Cfg, T>, grid, Cfg::kThreads,
+                                       int(dma_smem_bytes(Cfg::kTileBytes, p.Nk)), stream, static_cast<const T*>(a.q),
+                                       static_cast<const T*>(a.k), static_cast<const T*>(a.v), static_cast<T*>(a.o),
+                                       a.lse, p, a.tile_counters, a.workspace, splits);
+      if (e == cudaSuccess && splits > 1) {
+        const int64_t rows = int64_t(p.B) * p.H * p.Nq;
+        dma_combine_kernel<T><<<unsigned(rows), 128, 0, stream>>>(a.workspace, static_cast<T*>(a.o), a.lse, splits,
+                                                                  rows, p.D);
+        e = cudaGetLastError();
+      }
+      return e;
     });
   });
   return err;

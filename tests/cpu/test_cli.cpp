@@ -101,6 +101,9 @@ TEST_CASE(cli_dynamic_mask_flags) {
   EXPECT_TRUE(r.options.bias);
   EXPECT_NEAR(r.options.softcap, 30.0, 1e-6);
   EXPECT_TRUE(!parse({"--N", "64"}).options.dynamic_mask());  // the dense harness by default
+  EXPECT_EQ(parse({"--bias"}).options.splits, 0);            // split-KV: automatic by default
+  EXPECT_EQ(parse({"--bias", "--splits", "16"}).options.splits, 16);
+  EXPECT_CONTAINS(parse({"--splits", "-1"}).error, "--splits must be between 0 and 1024");
   EXPECT_TRUE(parse({"--mask", "causal"}).options.causal);    // --mask causal implies --causal
   EXPECT_CONTAINS(parse({"--mask", "random"}).error, "--mask must be none, causal, ones or topk, got 'random'");
   EXPECT_CONTAINS(parse({"--H", "8", "--Hkv", "3"}).error, "--H must be a multiple of --Hkv");

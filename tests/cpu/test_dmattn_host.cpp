@@ -42,3 +42,20 @@ TEST_CASE(dmattn_unsupported_reasons) {
   p.softcap = -1.f;
   EXPECT_CONTAINS(dma_forward_unsupported(p), "softcap must be >= 0");
 }
+
+TEST_CASE(dmattn_split_kv_sizes) {
+  DynamicMaskProblem p;
+  p.B = 1;
+  p.H = 2;
+  p.Hkv = 1;
+  p.Nq = 1;
+  p.Nk = 512 * 1024;
+  p.D = 128;
+  EXPECT_EQ(dma_forward_workspace_bytes(p, 1), size_t(0));
+  EXPECT_EQ(dma_forward_workspace_bytes(p, 8), size_t(8) * 2 * 1 * 129 * 4);  // O and LSE per split and row
+  EXPECT_EQ(dma_resolve_splits(p, 5), 5);                                   // an explicit count is kept
+  const int automatic = dma_resolve_splits(p, 0);                            // decoding: split
+  EXPECT_TRUE(automatic > 1 && automatic <= 128);
+  p.Nq = p.Nk = 32768;  // 512 query blocks per head already fill any GPU
+  EXPECT_EQ(dma_resolve_splits(p, 0), 1);
+}

@@ -79,6 +79,7 @@ struct Case {
   double keep = 0.4;        // random mask density
   bool zero_rows = false;   // some fully masked rows
   int topk_window = 0;      // > 0: mask = top-W of the bias (CPU builder), block-smoothed by 64
+  int splits = 1;           // split-KV parts (0: automatic)
   std::string name() const {
     char buf[256];
     std::snprintf(buf, sizeof buf, "B=%d H=%d Hkv=%d Nq=%d Nk=%d D=%d %s%s%s mask=%s bias=%s%s%s", B, H, Hkv, Nq,
@@ -87,6 +88,7 @@ struct Case {
                   mask ? (std::to_string(mb) + "," + std::to_string(mh) + "," + std::to_string(mq)).c_str() : "none",
                   bias ? (std::to_string(bb) + "," + std::to_string(bh) + "," + std::to_string(mq)).c_str() : "none",
                   zero_rows ? " zero-rows" : "", topk_window > 0 ? (" topk " + std::to_string(topk_window)).c_str() : "");
+    if (splits != 1) return std::string(buf) + " splits=" + std::to_string(splits);
     return buf;
   }
 };
@@ -187,6 +189,14 @@ void run_case(const Case& c, uint64_t seed, bool corrupt = false) {
   DmaForwardArgs a;
   a.q = d_q; a.k = d_k; a.v = d_v; a.o = d_o; a.lse = d_lse;
   a.tile_counters = d_counters;
+  a.splits = dma_resolve_splits(p, c.splits);
+  float* d_ws = nullptr;
+  if (a.splits > 1) {
+    a.workspace_bytes = dma_forward_workspace_bytes(p, a.splits);
+    cudaMalloc(&d_ws, a.workspace_bytes);
+    cudaMemset(d_ws, 0xFF, a.workspace_bytes);  // NaN: a partial the combine reads unwritten shows up
+    a.workspace = d_ws;
+  }
   cudaError_t e = dma_forward(p, a, 0);
   if (e == cudaSuccess) e = dma_reference_fp32(p, d_q, d_k, d_v, d_olp, d_lselp, /*low_precision=*/true, 0);
   if (e == cudaSuccess) e = dma_count_visible_pairs(p, d_counters + 2, 0);
@@ -244,7 +254,7 @@ void run_case(const Case& c, uint64_t seed, bool corrupt = false) {
   }
   for (void* ptr : {d_q, d_k, d_v, d_o, static_cast<void*>(d_lse), static_cast<void*>(d_olp),
                     static_cast<void*>(d_lselp), static_cast<void*>(d_counters), static_cast<void*>(d_mask),
-                    d_bias})
+                    d_bias, static_cast<void*>(d_ws)})
     if (ptr) cudaFree(ptr);
 }
 
@@ -289,6 +299,18 @@ int main() {
       tk.topk_window = 96;  // mask from the bias: top-96 keys per query, block-smoothed by 64
       cases.push_back(tk);
     }
+  // Split-KV (decoding): every split count, including more splits than KV
+  // tiles (empty splits), automatic, with and without a mask, causal, GQA.
+  for (DType dt : {DType::kFloat16, DType::kBFloat16})
+    for (int splits : {0, 1, 2, 4, 8, 16, 64})
+      for (auto [nq, nk] : {std::pair{1, 5000}, std::pair{17, 1000}, std::pair{129, 300}}) {
+        Case c{1, 4, 2, nq, nk, 128, dt, true, 0.f, true, true, 1, -1, nq, 1, -1, 1};
+        c.splits = splits;
+        cases.push_back(c);
+        Case d{2, 2, 1, nq, nk, 64, dt, false, 0.f, false, true, 1, -1, 1, 2, -1, 1};  // bias only
+        d.splits = splits;
+        cases.push_back(d);
+      }
   for (const Case& c : cases) run_case(c, ++seed);
   // The check can fail: the same rule on a corrupted output.
   run_case(Case{1, 2, 1, 129, 200, 64, DType::kFloat16, true, 0.f, true, true, 1, 0, 129, 1, 0, 1}, 77, true);
