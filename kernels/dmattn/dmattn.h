@@ -98,6 +98,17 @@ cudaError_t dma_reference_fp32(const DynamicMaskProblem& p, const void* q, const
 // Largest Nk the reference handles (its scores of one row live in shared memory).
 int dma_reference_max_nk();
 
+// fp32 reference backward of L = Σ O ⊙ dout: dq [B,H,Nq,D], dk and dv
+// [B,Hkv,Nk,D], and, when the problem has a bias and `dbias` is not null, dbias
+// in the bias's own (broadcast) shape, summed over the dimensions it is
+// broadcast along. All fp32, zeroed here first; dout [B,H,Nq,D] in the input
+// dtype. A row that sees no key contributes nothing. For tests (atomics: the
+// last bits depend on the order; Nk <= dma_reference_backward_max_nk()).
+cudaError_t dma_reference_backward_fp32(const DynamicMaskProblem& p, const void* q, const void* k, const void* v,
+                                        const void* dout, float* dq, float* dk, float* dv, float* dbias,
+                                        cudaStream_t stream);
+int dma_reference_backward_max_nk();
+
 // flash-dmattn's dynamic mask on the GPU: for every (b, mask head, query) row,
 // keep the `window` keys with the largest bias among those the causal rule
 // allows (ties: the lower key index); with block_size > 0, then keep a key

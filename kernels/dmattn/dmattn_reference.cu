@@ -152,6 +152,126 @@ cudaError_t launch_reference(const DynamicMaskProblem& p, const void* q, const v
   return cudaGetLastError();
 }
 
+// ---- the fp32 reference backward ---------------------------------------------------
+
+// One block per query row (grid: Nq, H, B), shared memory 3·Nk floats (the
+// pre-softcap logits, P, dP). With L = Σ O ⊙ dO:
+//   dP_j = dO·v_j;  D_i = Σ_j P_j dP_j;  dS_j = P_j (dP_j - D_i) · (1 - tanh²(x_j/c) with softcap)
+//   dq_i = scale Σ_j dS_j k_j  (this block);  dk_j += scale dS_j q_i;  dv_j += P_j dO_i;
+//   dbias(b, h, i, j) += dS_j   (atomics; a broadcast dimension sums by itself)
+// Deliberately simple; the fp32 atomics make the last bits order-dependent.
+template <typename T>
+__global__ void __launch_bounds__(kRefThreads, 1)
+dma_reference_backward_kernel(const T* q, const T* k, const T* v, const T* dout, float* dq, float* dk, float* dv,
+                              float* dbias, DynamicMaskProblem p, AttnProblem dense) {
+  extern __shared__ float smem[];
+  float* pre = smem;           // [Nk] x_j = scale·q·k_j + bias (before softcap)
+  float* P = smem + p.Nk;      // [Nk] logits, then probabilities
+  float* dP = P + p.Nk;        // [Nk]
+  __shared__ float q_row[kMaxReferenceHeadDim], do_row[kMaxReferenceHeadDim], dq_acc[kMaxReferenceHeadDim];
+  __shared__ float scratch[kRefWarps];
+  const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int hk = h / (p.H / p.Hkv);
+  const int64_t row = (int64_t(b) * p.H + h) * p.Nq + i;
+  const int64_t kv_base = (int64_t(b) * p.Hkv + hk) * p.Nk;
+  const uint8_t* mask = p.mask.data ? static_cast<const uint8_t*>(p.mask.data) + operand_row(p.mask, b, h, i) : nullptr;
+  const T* bias = p.bias.data ? static_cast<const T*>(p.bias.data) + operand_row(p.bias, b, h, i) : nullptr;
+  float* dbias_row = (dbias && p.bias.data) ? dbias + operand_row(p.bias, b, h, i) : nullptr;
+  for (int d = threadIdx.x; d < p.D; d += kRefThreads) {
+    q_row[d] = to_float(q[row * p.D + d]);
+    do_row[d] = to_float(dout[row * p.D + d]);
+    dq_acc[d] = 0.f;
+  }
+  const int n_keys = int(visible_keys(i, dense));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();
+
+  for (int j = warp; j < n_keys; j += kRefWarps) {
+    float x = -INFINITY, sj = -INFINITY;
+    if (!mask || mask[j] != 0) {
+      const T* Kj = k + (kv_base + j) * p.D;
+      float dot = 0.f;
+      for (int d = lane; d < p.D; d += 32) dot += q_row[d] * to_float(Kj[d]);
+      for (int off = 16; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+      x = p.scale * dot + (bias ? to_float(bias[j]) : 0.f);
+      sj = p.softcap > 0.f ? p.softcap * tanhf(x / p.softcap) : x;
+    }
+    if (lane == 0) {
+      pre[j] = x;
+      P[j] = sj;
+    }
+  }
+  __syncthreads();
+  float local_max = -INFINITY;
+  for (int j = threadIdx.x; j < n_keys; j += kRefThreads) local_max = fmaxf(local_max, P[j]);
+  const float m = block_allreduce<kRefWarps>(local_max, scratch, true);
+  if (m == -INFINITY) {  // the row sees no key: it contributes nothing, dq_i = 0
+    for (int d = threadIdx.x; d < p.D; d += kRefThreads) dq[row * p.D + d] = 0.f;
+    return;
+  }
+  float local_sum = 0.f;
+  for (int j = threadIdx.x; j < n_keys; j += kRefThreads) {
+    P[j] = expf(P[j] - m);
+    local_sum += P[j];
+  }
+  const float l = block_allreduce<kRefWarps>(local_sum, scratch, false);
+  for (int j = threadIdx.x; j < n_keys; j += kRefThreads) P[j] /= l;
+  __syncthreads();
+
+  // dP_j and dv_j += P_j dO_i (one warp per key, lanes over D).
+  for (int j = warp; j < n_keys; j += kRefWarps) {
+    const float pj = P[j];
+    float dot = 0.f;
+    if (pj != 0.f) {
+      const T* Vj = v + (kv_base + j) * p.D;
+      for (int d = lane; d < p.D; d += 32) {
+        dot += do_row[d] * to_float(Vj[d]);
+        atomicAdd(&dv[(kv_base + j) * p.D + d], pj * do_row[d]);
+      }
+    }
+    for (int off = 16; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+    if (lane == 0) dP[j] = dot;
+  }
+  __syncthreads();
+  float local_pdp = 0.f;
+  for (int j = threadIdx.x; j < n_keys; j += kRefThreads) local_pdp += P[j] * dP[j];
+  const float Di = block_allreduce<kRefWarps>(local_pdp, scratch, false);
+
+  // dS_j, then dk_j, dbias_j (atomics) and this row's dq (shared accumulator).
+  for (int j = warp; j < n_keys; j += kRefWarps) {
+    const float pj = P[j];
+    if (pj == 0.f) continue;
+    float ds = pj * (dP[j] - Di);
+    if (p.softcap > 0.f) {
+      const float th = tanhf(pre[j] / p.softcap);
+      ds *= 1.f - th * th;
+    }
+    const T* Kj = k + (kv_base + j) * p.D;
+    for (int d = lane; d < p.D; d += 32) {
+      atomicAdd(&dk[(kv_base + j) * p.D + d], p.scale * ds * q_row[d]);
+      atomicAdd(&dq_acc[d], p.scale * ds * to_float(Kj[d]));
+    }
+    if (lane == 0 && dbias_row) atomicAdd(&dbias_row[j], ds);
+  }
+  __syncthreads();
+  for (int d = threadIdx.x; d < p.D; d += kRefThreads) dq[row * p.D + d] = dq_acc[d];
+}
+
+template <typename T>
+cudaError_t launch_reference_backward(const DynamicMaskProblem& p, const void* q, const void* k, const void* v,
+                                      const void* dout, float* dq, float* dk, float* dv, float* dbias,
+                                      cudaStream_t stream) {
+  const size_t smem = 3 * size_t(p.Nk) * sizeof(float);
+  cudaError_t err = cudaFuncSetAttribute(dma_reference_backward_kernel<T>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  if (err != cudaSuccess) return err;
+  const dim3 grid(unsigned(p.Nq), unsigned(p.H), unsigned(p.B));
+  dma_reference_backward_kernel<T><<<grid, kRefThreads, smem, stream>>>(
+      static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), static_cast<const T*>(dout), dq,
+      dk, dv, dbias, p, p.dense());
+  return cudaGetLastError();
+}
+
 // ---- the top-W mask builder -----------------------------------------------------
 
 constexpr int kTopkThreads = 256;
@@ -282,6 +402,29 @@ cudaError_t dma_reference_fp32(const DynamicMaskProblem& p, const void* q, const
   if (p.Nk > dma_reference_max_nk()) return cudaErrorInvalidValue;
   if (p.dtype == DType::kFloat16) return launch_reference<half>(p, q, k, v, o_ref, lse_ref, low_precision, stream);
   return launch_reference<__nv_bfloat16>(p, q, k, v, o_ref, lse_ref, low_precision, stream);
+}
+
+int dma_reference_backward_max_nk() {
+  return int(max_dynamic_smem(dma_reference_backward_kernel<half>) / (3 * sizeof(float)));
+}
+
+cudaError_t dma_reference_backward_fp32(const DynamicMaskProblem& p, const void* q, const void* k, const void* v,
+                                        const void* dout, float* dq, float* dk, float* dv, float* dbias,
+                                        cudaStream_t stream) {
+  if (p.B < 1 || p.H < 1 || p.Hkv < 1 || p.Nq < 1 || p.Nk < 1 || p.D < 1 || p.H % p.Hkv != 0 ||
+      p.D > kMaxReferenceHeadDim || p.H > 65535 || p.B > 65535 || !operand_ok(p.mask, p) || !operand_ok(p.bias, p))
+    return cudaErrorInvalidValue;
+  if (p.Nk > dma_reference_backward_max_nk()) return cudaErrorInvalidValue;
+  const size_t q_bytes = size_t(p.B) * p.H * p.Nq * p.D * sizeof(float);
+  const size_t kv_bytes = size_t(p.B) * p.Hkv * p.Nk * p.D * sizeof(float);
+  cudaError_t err = cudaMemsetAsync(dq, 0, q_bytes, stream);
+  if (err == cudaSuccess) err = cudaMemsetAsync(dk, 0, kv_bytes, stream);
+  if (err == cudaSuccess) err = cudaMemsetAsync(dv, 0, kv_bytes, stream);
+  if (err == cudaSuccess && dbias && p.bias.data)
+    err = cudaMemsetAsync(dbias, 0, size_t(p.bias.elems(p.Nk)) * sizeof(float), stream);
+  if (err != cudaSuccess) return err;
+  if (p.dtype == DType::kFloat16) return launch_reference_backward<half>(p, q, k, v, dout, dq, dk, dv, dbias, stream);
+  return launch_reference_backward<__nv_bfloat16>(p, q, k, v, dout, dq, dk, dv, dbias, stream);
 }
 
 cudaError_t dma_build_topk_mask(const DynamicMaskProblem& p, int window, int block_size, uint8_t* mask_out,
