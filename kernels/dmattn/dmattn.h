@@ -88,6 +88,25 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
 // the FLOP convention (effective TFLOPS count only these).
 cudaError_t dma_count_visible_pairs(const DynamicMaskProblem& p, unsigned long long* d_count, cudaStream_t stream);
 
+// ---- backward (dmattn_bwd.cu; NOT yet run on a GPU) ---------------------------
+struct DmaBackwardArgs {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  const void* o = nullptr;     // the forward's output
+  const float* lse = nullptr;  // the forward's LSE
+  const void* dout = nullptr;
+  void* dq = nullptr;          // [B,H,Nq,D], input dtype
+  void* dk = nullptr;          // [B,Hkv,Nk,D]
+  void* dv = nullptr;
+  void* dbias = nullptr;       // the bias's own shape, summed over its broadcast dims; may be null
+  float* workspace = nullptr;  // dma_backward_workspace_bytes(p): dQ and dBias accumulators, Δ
+  size_t workspace_bytes = 0;
+};
+std::string dma_backward_unsupported(const DynamicMaskProblem& p);
+size_t dma_backward_workspace_bytes(const DynamicMaskProblem& p);
+cudaError_t dma_backward(const DynamicMaskProblem& p, const DmaBackwardArgs& a, cudaStream_t stream);
+
 // ---- GPU references and the mask builder (dmattn_reference.cu) --------------
 // fp32 reference: o_ref [B,H,Nq,D] fp32, lse_ref [B,H,Nq]. With
 // `low_precision`, S (after bias and softcap) and P are rounded to the input

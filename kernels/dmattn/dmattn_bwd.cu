@@ -1,0 +1,337 @@
+// ============================================================================
+// Dynamic-mask attention, backward (flash-dmattn semantics) with tile skipping
+// ============================================================================
+// STATUS: written and compiled, NOT YET RUN ON A GPU. tests/gpu/test_dmattn.cpp
+// does not call it yet; tests/gpu/test_dmattn_backward.cpp checks it against the
+// fp32 GPU reference backward (itself checked against the CPU double reference).
+//
+// FlashAttention-2's backward order (Dao, 2023, Algorithm 2), with the forward
+// kernel's skip test: one block per (64-key tile j, KV head, batch); it holds
+// K_j, V_j in shared memory and dK_j, dV_j in registers, and walks every query
+// tile i of every query head that reads this KV head (GQA), skipping a tile
+// whose 64x64 mask is all zero before loading anything for it:
+//   Sᵀ = K_j Q_iᵀ           (warp w: keys 16w..16w+15, all 64 queries)
+//   Pᵀ = exp(scale·Sᵀ + bias (softcap) - LSE_q), 0 where masked / causal / ragged
+//   dPᵀ = V_j dO_iᵀ
+//   dSᵀ = Pᵀ ∘ (dPᵀ - Δ_q) ∘ softcap'    with Δ_q = rowsum(dO_q ∘ O_q) (pre-pass)
+//   dV_j += Pᵀ dO_i ;  dK_j += scale · dSᵀ Q_i
+//   dQ_i += scale · dS K_j  (dS through shared memory; fp32 atomics into dq_accum)
+//   dBias += dS  (fp32 atomics into the bias's own shape; summed over the
+//                 query tile first when the bias is broadcast over queries)
+// Then dQ and dBias are converted to the input dtype.
+//
+// Tiles: Bc = Br = 64, 4 warps; shared memory (4·64·(D+8) + 64·72)·2 bytes +
+// 512 (K, V, Q, dO, dSᵀ, LSE, Δ). Head dims 32, 64, 96, 128 (dK and dV take D
+// registers per thread). Non-deterministic (atomics); a deterministic mode is
+// not written yet.
+// ============================================================================
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "../common/online_softmax.cuh"
+#include "../common/ptx.cuh"
+#include "../common/rung_host.cuh"
+#include "../common/split_q_parts.cuh"
+#include "../common/tile_copy.cuh"
+#include "dmattn.h"
+
+namespace attnlab {
+namespace {
+
+template <int kHeadDim_>
+struct DmaBwdConfig {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBr = 64, kBc = 64, kWarps = 4, kThreads = 32 * kWarps;
+  static constexpr int kStride = kHeadDim + 8;
+  static constexpr int kDsStride = kBr + 8;
+  static constexpr int kSmemBytes = (4 * 64 * kStride + kBc * kDsStride) * 2 + 2 * kBr * 4;
+  static constexpr int kHalf = kBr / 2;     // queries per half tile
+  static constexpr int kTilesS = kHalf / 8;  // n8 tiles across the 32 queries of a half
+  static constexpr int kTilesO = kHeadDim / 8;
+  static constexpr int kDqParts = kHeadDim >= 128 ? 2 : 1;  // dQ columns in parts (registers)
+  static_assert(kTilesO % (2 * kDqParts) == 0, "dQ parts of whole 16-column steps");
+};
+
+__device__ __forceinline__ int64_t operand_row(const BroadcastOperand& x, int b, int h, int i) {
+  return int64_t(b) * x.stride_b + int64_t(h / x.head_group) * x.stride_h + int64_t(i) * x.stride_q;
+}
+
+template <typename T>
+__device__ __forceinline__ float as_float(T x);
+template <>
+__device__ __forceinline__ float as_float<half>(half x) { return __half2float(x); }
+template <>
+__device__ __forceinline__ float as_float<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+// Any "attend" byte in mask rows [q0, q0+64) x keys [k0, k0+64)? Whole warp.
+__device__ __forceinline__ bool warp_tile_any(const DynamicMaskProblem& p, int b, int h, int q0, int k0, int lane) {
+  const uint8_t* m = static_cast<const uint8_t*>(p.mask.data);
+  const int rows = p.mask.stride_q == 0 ? 1 : min(64, p.Nq - q0);
+  const int keys = min(64, p.Nk - k0);
+  bool any = false;
+  for (int r = lane; r < rows && !any; r += 32) {
+    const uint8_t* row = m + operand_row(p.mask, b, h, q0 + r) + k0;
+    for (int c = 0; c < keys && !any; ++c) any = __ldg(row + c) != 0;
+  }
+  return __any_sync(0xffffffffu, any);
+}
+
+// Δ_q = Σ_d dO[q][d] · O[q][d], one warp per row.
+template <typename T>
+__global__ void dma_bwd_delta_kernel(const T* __restrict__ o, const T* __restrict__ dout, float* __restrict__ delta,
+                                     int64_t rows, int D) {
+  const int64_t row = int64_t(blockIdx.x) * 4 + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int lane = threadIdx.x % 32;
+  float acc = 0.f;
+  for (int d = lane; d < D; d += 32) acc += as_float(o[row * D + d]) * as_float(dout[row * D + d]);
+  for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (lane == 0) delta[row] = acc;
+}
+
+template <typename T>
+__global__ void fp32_to_dtype_kernel(const float* __restrict__ in, T* __restrict__ out, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = T(in[i]);
+}
+
+template <typename Cfg, typename T>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+               const T* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
+               float* __restrict__ dq_accum, T* __restrict__ dk, T* __restrict__ dv, float* __restrict__ dbias_accum,
+               const DynamicMaskProblem p) {
+  constexpr int D = Cfg::kHeadDim, Br = Cfg::kBr, Bc = Cfg::kBc, kStride = Cfg::kStride;
+  constexpr int kDs = Cfg::kDsStride;
+  const int j_tile = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+  const int kv0 = j_tile * Bc;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int group = p.H / p.Hkv;
+  const int causal_offset = p.Nk - p.Nq;
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sK = reinterpret_cast<T*>(smem_raw);
+  T* sV = sK + Bc * kStride;
+  T* sQ = sV + Bc * kStride;
+  T* sdO = sQ + Br * kStride;
+  T* sdS = sdO + Br * kStride;  // [Bc keys][kDs] dSᵀ
+  float* sLSE = reinterpret_cast<float*>(sdS + Bc * kDs);
+  float* sDelta = sLSE + Br;
+
+  const int64_t kv_head = int64_t(b) * p.Hkv + hk;
+  load_tile_async<Bc, D, kStride, Cfg::kThreads>(sK, k + (kv_head * p.Nk + kv0) * D, D, p.Nk - kv0);
+  load_tile_async<Bc, D, kStride, Cfg::kThreads>(sV, v + (kv_head * p.Nk + kv0) * D, D, p.Nk - kv0);
+  cp_async_commit();
+
+  float dK[Cfg::kTilesO][4] = {}, dV[Cfg::kTilesO][4] = {};
+  const int key_row[2] = {kv0 + warp * 16 + g, kv0 + warp * 16 + g + 8};  // keys of c0,c1 / c2,c3
+  // Query tiles that can see a key of this tile: q >= kv0 - (Nk - Nq) under the causal rule.
+  const int q_first = p.causal ? max(0, kv0 - causal_offset) : 0;
+  const int n_q_tiles = (p.Nq + Br - 1) / Br;
+  const float log2e = kLog2e;
+
+  for (int hq = 0; hq < group; ++hq) {
+    const int h = hk * group + hq;
+    const int64_t q_head = int64_t(b) * p.H + h;
+    for (int m = q_first / Br; m < n_q_tiles; ++m) {
+      const int q0 = m * Br;
+      if (p.mask.data != nullptr && !warp_tile_any(p, b, h, q0, kv0, lane)) continue;  // uniform: same answer in every warp
+
+      // Rolled copies keep their addresses out of the registers dK and dV need.
+      load_tile_async_rolled<Br, D, StridedRows<kStride>, Cfg::kThreads>(sQ, q + (q_head * p.Nq + q0) * D, D,
+                                                                        p.Nq - q0);
+      load_tile_async_rolled<Br, D, StridedRows<kStride>, Cfg::kThreads>(sdO, dout + (q_head * p.Nq + q0) * D, D,
+                                                                        p.Nq - q0);
+      cp_async_commit();
+      if (threadIdx.x < Br) {
+        const int qi = q0 + threadIdx.x;
+        const float l = qi < p.Nq ? lse[q_head * p.Nq + qi] : -INFINITY;
+        // +inf: P = exp(s - inf) = 0 for rows past Nq and rows that saw no key.
+        sLSE[threadIdx.x] = l == -INFINITY ? INFINITY : l;
+        sDelta[threadIdx.x] = qi < p.Nq ? delta[q_head * p.Nq + qi] : 0.f;
+      }
+      cp_async_wait<0>();
+      __syncthreads();
+
+      // The 64 queries in two halves of 32, so that Sᵀ and dPᵀ of a half (16 keys x
+      // 32 queries per warp) fit next to dK and dV (D registers per thread).
+#pragma unroll 1
+      for (int half = 0; half < 2; ++half) {
+        const int qh = half * Cfg::kHalf;  // first query column of this half
+        // ---- Sᵀ = K_w Qᵀ and dPᵀ = V_w dOᵀ ---------------------------------------------
+        float St[Cfg::kTilesS][4] = {}, dPt[Cfg::kTilesS][4] = {};
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+          uint32_t a[4];
+          load_a_fragment<kStride>(a, sK + (warp * 16) * kStride + kk * 16, lane);
+          qk_slice<T, Cfg::kTilesS, kStride>(St, a, sQ + qh * kStride + kk * 16, lane);
+          load_a_fragment<kStride>(a, sV + (warp * 16) * kStride + kk * 16, lane);
+          qk_slice<T, Cfg::kTilesS, kStride>(dPt, a, sdO + qh * kStride + kk * 16, lane);
+        }
+
+        // ---- P, dS (in place of St, dPt) and dBias ----------------------------------------
+        float bias_row_sum[2] = {0.f, 0.f};
+#pragma unroll
+        for (int n = 0; n < Cfg::kTilesS; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key = key_row[e / 2];
+            const int qc = qh + n * 8 + 2 * t + (e & 1);  // query column in the tile
+            const int qi = q0 + qc;
+            bool visible = key < p.Nk && qi < p.Nq && (!p.causal || key <= qi + causal_offset);
+            if (visible && p.mask.data != nullptr)
+              visible = __ldg(static_cast<const uint8_t*>(p.mask.data) + operand_row(p.mask, b, h, qi) + key) != 0;
+            float x = St[n][e] * p.scale;
+            if (p.bias.data != nullptr && visible)
+              x += as_float(__ldg(static_cast<const T*>(p.bias.data) + operand_row(p.bias, b, h, qi) + key));
+            float s = x, dcap = 1.f;
+            if (p.softcap > 0.f) {
+              const float th = tanhf(x / p.softcap);
+              s = p.softcap * th;
+              dcap = 1.f - th * th;
+            }
+            const float pv = visible ? exp2_approx((s - sLSE[qc]) * log2e) : 0.f;
+            const float ds = pv * (dPt[n][e] - sDelta[qc]) * dcap;
+            St[n][e] = pv;
+            dPt[n][e] = ds;
+            if (p.bias.data != nullptr && visible) {
+              if (p.bias.stride_q == 0) bias_row_sum[e / 2] += ds;
+              else atomicAdd(dbias_accum + operand_row(p.bias, b, h, qi) + key, ds);
+            }
+          }
+        if (p.bias.data != nullptr && p.bias.stride_q == 0) {  // one add per key per half tile
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            float sum = bias_row_sum[r];
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            if (t == 0 && key_row[r] < p.Nk && sum != 0.f)
+              atomicAdd(dbias_accum + operand_row(p.bias, b, h, 0) + key_row[r], sum);
+          }
+        }
+
+        // ---- dV += Pᵀ dO ;  dK += dSᵀ Q (scale applied at the end) --------------------
+        pv_tile<T, Cfg::kTilesS, Cfg::kTilesO, kStride>(dV, St, sdO + qh * kStride, lane);
+        pv_tile<T, Cfg::kTilesS, Cfg::kTilesO, kStride>(dK, dPt, sQ + qh * kStride, lane);
+
+        // ---- dSᵀ to shared memory for dQ ------------------------------------------------
+#pragma unroll
+        for (int n = 0; n < Cfg::kTilesS; ++n) {
+          *reinterpret_cast<uint32_t*>(sdS + (warp * 16 + g) * kDs + qh + n * 8 + 2 * t) =
+              pack2<T>(dPt[n][0], dPt[n][1]);
+          *reinterpret_cast<uint32_t*>(sdS + (warp * 16 + g + 8) * kDs + qh + n * 8 + 2 * t) =
+              pack2<T>(dPt[n][2], dPt[n][3]);
+        }
+      }
+      __syncthreads();
+      // Warp w: query rows 16w..16w+15 of the tile. A = dS (queries x keys) read
+      // transposed from dSᵀ; B = K (keys x D) through ldmatrix.trans, as V in P·V.
+      // At D >= 128 in two column halves, to stay within the registers.
+#pragma unroll 1
+      for (int part = 0; part < Cfg::kDqParts; ++part) {
+        constexpr int kTiles = Cfg::kTilesO / Cfg::kDqParts;
+        const int col0 = part * kTiles * 8;
+        float dQ[kTiles][4] = {};
+#pragma unroll
+        for (int kk = 0; kk < Bc / 16; ++kk) {
+          uint32_t a[4];
+          const int i = lane / 8, r = lane % 8;
+          ldmatrix_x4_trans(a, sdS + (kk * 16 + (i / 2) * 8 + r) * kDs + warp * 16 + (i % 2) * 8);
+#pragma unroll
+          for (int nd = 0; nd < kTiles / 2; ++nd) {
+            uint32_t bfr[4];
+            ldmatrix_x4_trans(bfr, sK + (kk * 16 + lane % 16) * kStride + col0 + nd * 16 + (lane / 16) * 8);
+            mma_m16n8k16<T>(dQ[2 * nd], a, bfr[0], bfr[1]);
+            mma_m16n8k16<T>(dQ[2 * nd + 1], a, bfr[2], bfr[3]);
+          }
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int qi = q0 + warp * 16 + g + 8 * r;
+          if (qi >= p.Nq) continue;
+          float* row = dq_accum + (q_head * p.Nq + qi) * D + col0;
+#pragma unroll
+          for (int n = 0; n < kTiles; ++n) {
+            atomicAdd(row + n * 8 + 2 * t, p.scale * dQ[n][2 * r]);
+            atomicAdd(row + n * 8 + 2 * t + 1, p.scale * dQ[n][2 * r + 1]);
+          }
+        }
+      }
+      __syncthreads();  // sQ, sdO, sdS are rewritten by the next tile
+    }
+  }
+
+  cp_async_wait<0>();  // K_j, V_j copies (if no query tile ran) finish before the block exits
+
+  // ---- dK_j, dV_j of this KV head (keys < Nk) -------------------------------------------
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (key_row[r] >= p.Nk) continue;
+    T* dk_row = dk + (kv_head * p.Nk + key_row[r]) * D;
+    T* dv_row = dv + (kv_head * p.Nk + key_row[r]) * D;
+#pragma unroll
+    for (int n = 0; n < Cfg::kTilesO; ++n) {
+      *reinterpret_cast<uint32_t*>(dk_row + n * 8 + 2 * t) = pack2<T>(p.scale * dK[n][2 * r], p.scale * dK[n][2 * r + 1]);
+      *reinterpret_cast<uint32_t*>(dv_row + n * 8 + 2 * t) = pack2<T>(dV[n][2 * r], dV[n][2 * r + 1]);
+    }
+  }
+}
+
+#define DMA_BWD_HEAD_DIMS 32, 64, 96, 128
+
+}  // namespace
+
+std::string dma_backward_unsupported(const DynamicMaskProblem& p) {
+  if (std::string e = dma_forward_unsupported(p); !e.empty() && e.find("head dim") == std::string::npos) return e;
+  if (!dispatch_head_dim<DMA_BWD_HEAD_DIMS>(p.D, [](auto) {}))
+    return "backward: head dim " + std::to_string(p.D) + " not in " + head_dim_list<DMA_BWD_HEAD_DIMS>();
+  if ((p.Nk + 63) / 64 > 2147483647) return "Nk too large";
+  return "";
+}
+
+size_t dma_backward_workspace_bytes(const DynamicMaskProblem& p) {
+  const size_t rows = size_t(p.B) * p.H * p.Nq;
+  return (rows * p.D + rows + (p.bias.data ? size_t(p.bias.elems(p.Nk)) : 0)) * sizeof(float);
+}
+
+cudaError_t dma_backward(const DynamicMaskProblem& p, const DmaBackwardArgs& a, cudaStream_t stream) {
+  if (!dma_backward_unsupported(p).empty()) return cudaErrorInvalidValue;
+  if (a.workspace == nullptr || a.workspace_bytes < dma_backward_workspace_bytes(p)) return cudaErrorInvalidValue;
+  const int64_t rows = int64_t(p.B) * p.H * p.Nq;
+  float* dq_accum = a.workspace;
+  float* delta = dq_accum + rows * p.D;
+  float* dbias_accum = p.bias.data ? delta + rows : nullptr;
+  cudaError_t err = cudaMemsetAsync(dq_accum, 0, size_t(rows) * p.D * sizeof(float), stream);
+  if (err == cudaSuccess && dbias_accum)
+    err = cudaMemsetAsync(dbias_accum, 0, size_t(p.bias.elems(p.Nk)) * sizeof(float), stream);
+  if (err != cudaSuccess) return err;
+  dispatch_head_dim<DMA_BWD_HEAD_DIMS>(p.D, [&](auto head_dim) {
+    using Cfg = DmaBwdConfig<decltype(head_dim)::value>;
+    err = dispatch_dtype(p.dtype, [&](auto type) {
+      using T = decltype(type);
+      dma_bwd_delta_kernel<T><<<unsigned((rows + 3) / 4), 128, 0, stream>>>(
+          static_cast<const T*>(a.o), static_cast<const T*>(a.dout), delta, rows, p.D);
+      cudaError_t e = cudaGetLastError();
+      if (e != cudaSuccess) return e;
+      const dim3 grid(unsigned((p.Nk + Cfg::kBc - 1) / Cfg::kBc), unsigned(p.Hkv), unsigned(p.B));
+      e = launch_with_smem(dma_bwd_kernel<Cfg, T>, grid, Cfg::kThreads, Cfg::kSmemBytes, stream,
+                           static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
+                           static_cast<const T*>(a.dout), static_cast<const float*>(a.lse),
+                           static_cast<const float*>(delta), dq_accum, static_cast<T*>(a.dk), static_cast<T*>(a.dv),
+                           dbias_accum, p);
+      if (e != cudaSuccess) return e;
+      fp32_to_dtype_kernel<T><<<1024, 256, 0, stream>>>(dq_accum, static_cast<T*>(a.dq), rows * p.D);
+      if (dbias_accum && a.dbias)
+        fp32_to_dtype_kernel<T><<<1024, 256, 0, stream>>>(dbias_accum, static_cast<T*>(a.dbias), p.bias.elems(p.Nk));
+      return cudaGetLastError();
+    });
+  });
+  return err;
+}
+
+}  // namespace attnlab
