@@ -81,6 +81,9 @@ dynamic-mask attention (flash-dmattn semantics; any of these selects it):
   --block N         majority-vote block of --mask topk (default 64, 0 = off)
   --bias            add a random per-key bias of shape (B, Hkv, 1, Nk)
   --softcap C       S = C·tanh(S / C) after the bias (default off)
+  --bwd             also the backward: dmattn's (dQ, dK, dV, dBias) and, with
+                    --sdpa/--torch, torch's through autograd; TFLOPS count
+                    2·(3D+2Dv)·pairs (not yet run on a GPU)
   --splits N        split-KV parts per query block, merged by LSE (default 0 =
                     automatic: more than one only when the query blocks alone
                     would leave SMs idle, e.g. decoding with --Nq 1)
@@ -182,6 +185,7 @@ ParseResult parse_args(const std::vector<std::string>& args) {
     else if (flag == "--block") int_flag(0, 65536, &o.block);
     else if (flag == "--bias") bool_flag(&o.bias);
     else if (flag == "--splits") int_flag(0, 1024, &o.splits);
+    else if (flag == "--bwd") bool_flag(&o.bwd);
     else if (flag == "--softcap") {
       if (take_value()) {
         char* end = nullptr;

@@ -35,7 +35,8 @@ struct Options {
   bool bias = false;          // a random per-key bias, shape (B, Hkv, 1, Nk) as in flash-dmattn
   float softcap = 0.f;
   int splits = 0;             // split-KV parts (0: automatic)
-  bool dynamic_mask() const { return !mask.empty() || Hkv > 0 || bias || softcap > 0.f; }
+  bool bwd = false;           // also time (and with --check, check) the backward
+  bool dynamic_mask() const { return !mask.empty() || Hkv > 0 || bias || softcap > 0.f || bwd; }
   bool list = false;
   bool help = false;
   std::string variant_glob = "*";

@@ -325,6 +325,124 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
     }
   }
 
+  // ---- backward ---------------------------------------------------------------------
+  if (opt.bwd && ours.ms > 0) {  // needs the forward's O and LSE, which the timed runs left in o, lse
+    DmaRow bwd;
+    bwd.name = "dmattn bwd";
+    const double bwd_flops = 2.0 * (3 * p.D + 2 * p.D) * double(pairs);
+    if (std::string why = dma_backward_unsupported(p); !why.empty()) {
+      bwd.status = "unsupported";
+      bwd.note = why;
+      out_rows.push_back(bwd);
+    } else {
+      const int64_t bias_elems = p.bias.data ? p.bias.elems(p.Nk) : 0;
+      void *dout = nullptr, *dq = nullptr, *dk = nullptr, *dv = nullptr, *dbias = nullptr;
+      float* ws = nullptr;
+      const size_t ws_bytes = dma_backward_workspace_bytes(p);
+      std::string e2;
+      if (e2.empty()) e2 = arena.alloc(size_t(q_elems) * 2, reinterpret_cast<uint8_t**>(&dout), "dO");
+      if (e2.empty()) e2 = arena.alloc(size_t(q_elems) * 2, reinterpret_cast<uint8_t**>(&dq), "dQ");
+      if (e2.empty()) e2 = arena.alloc(size_t(kv_elems) * 2, reinterpret_cast<uint8_t**>(&dk), "dK");
+      if (e2.empty()) e2 = arena.alloc(size_t(kv_elems) * 2, reinterpret_cast<uint8_t**>(&dv), "dV");
+      if (e2.empty() && bias_elems) e2 = arena.alloc(size_t(bias_elems) * 2, reinterpret_cast<uint8_t**>(&dbias), "dBias");
+      if (e2.empty()) e2 = arena.alloc(ws_bytes / sizeof(float) + 1, &ws, "the backward workspace");
+      if (!e2.empty()) return fail(e2, 1);
+      if (cudaError_t r = fill_random_normal(dout, q_elems, p.dtype, seed * 5 + 4, stream); r != cudaSuccess)
+        return fail(cuda_error_text("dO", r), 1);
+      DmaBackwardArgs ba;
+      ba.q = q;
+      ba.k = k;
+      ba.v = v;
+      ba.o = o;
+      ba.lse = lse;
+      ba.dout = dout;
+      ba.dq = dq;
+      ba.dk = dk;
+      ba.dv = dv;
+      ba.dbias = dbias;
+      ba.workspace = ws;
+      ba.workspace_bytes = ws_bytes;
+      e = dma_backward(p, ba, stream);
+      if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+      if (e != cudaSuccess) return fail(cuda_error_text("dmattn backward", e), 1);
+      bwd.status = "unchecked";
+      if (opt.check && p.Nk <= dma_reference_backward_max_nk()) {
+        // Interim rule (no same-precision unfused backward to measure a baseline
+        // with yet): max |g - g_ref| <= c · max(1, max |g_ref|), c = 1e-2 fp16, 4e-2 bf16.
+        float *rq = nullptr, *rk = nullptr, *rv = nullptr, *rb = nullptr;
+        if (e2.empty()) e2 = arena.alloc(size_t(q_elems), &rq, "the reference dQ");
+        if (e2.empty()) e2 = arena.alloc(size_t(kv_elems), &rk, "the reference dK");
+        if (e2.empty()) e2 = arena.alloc(size_t(kv_elems), &rv, "the reference dV");
+        if (e2.empty()) e2 = arena.alloc(size_t(std::max<int64_t>(1, bias_elems)), &rb, "the reference dBias");
+        if (!e2.empty()) return fail(e2, 1);
+        e = dma_reference_backward_fp32(p, q, k, v, dout, rq, rk, rv, bias_elems ? rb : nullptr, stream);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+        if (e != cudaSuccess) return fail(cuda_error_text("dmattn reference backward", e), 1);
+        const double c = p.dtype == DType::kFloat16 ? 1e-2 : 4e-2;
+        bool pass = true;
+        std::string summary;
+        auto judge_grad = [&](const char* what, const void* g, const float* ref, int64_t n) {
+          std::vector<float> host(static_cast<size_t>(n));
+          cudaMemcpy(host.data(), ref, size_t(n) * sizeof(float), cudaMemcpyDeviceToHost);
+          double scale = 1;
+          for (float x : host) scale = std::max(scale, double(std::fabs(x)));
+          const ErrorStats s = compare_output(g, p.dtype, ref, n, stream);
+          const bool ok = s.nonfinite == 0 && s.max_abs_err <= c * scale;
+          pass = pass && ok;
+          char buf[96];
+          std::snprintf(buf, sizeof buf, "%s%s %.1e/%.1e", summary.empty() ? "" : ", ", what, s.max_abs_err, c * scale);
+          summary += buf;
+        };
+        judge_grad("dQ", dq, rq, q_elems);
+        judge_grad("dK", dk, rk, kv_elems);
+        judge_grad("dV", dv, rv, kv_elems);
+        if (bias_elems) judge_grad("dBias", dbias, rb, bias_elems);
+        bwd.status = pass ? "PASS" : "FAIL";
+        bwd.note = summary + " (err/tol, interim rule); ";
+        if (!pass) ++failures;
+      }
+      Timing timing;
+      if (std::string t = time_calls(
+              [&] {
+                const cudaError_t r = dma_backward(p, ba, stream);
+                return r == cudaSuccess ? std::string() : cuda_error_text("dmattn backward", r);
+              },
+              opt.warmup, opt.iters, flush, flush_bytes, stream, &timing);
+          !t.empty())
+        return fail(t, 1);
+      bwd.ms = timing.median_ms;
+      bwd.tflops = bwd_flops / (bwd.ms * 1e-3) / 1e12;
+      bwd.note += "TFLOPS count 2·(3D+2Dv)·unmasked pairs";
+      out_rows.push_back(bwd);
+
+      if (opt.sdpa || opt.torch) {
+        std::string setup;
+        const std::vector<MaskedTorchPeer> peers = make_masked_torch_peers(p, q, k, v, &setup, dout);
+        for (const MaskedTorchPeer& peer : peers) {
+          DmaRow r;
+          r.name = peer.name;
+          r.kind = "peer";
+          Timing pt;
+          std::string t = peer.run(stream);  // builds the forward graph, untimed
+          if (t.empty()) t = time_calls([&] { return peer.run(stream); }, opt.warmup, opt.iters, flush, flush_bytes, stream, &pt);
+          if (!t.empty()) {
+            r.status = "unsupported";
+            r.note = t;
+            cudaGetLastError();
+          } else {
+            r.ms = pt.median_ms;
+            r.tflops = bwd_flops / (r.ms * 1e-3) / 1e12;
+            r.status = "unchecked";
+            char note[96];
+            std::snprintf(note, sizeof note, "dmattn bwd is %.2fx faster", r.ms / bwd.ms);
+            r.note = note;
+          }
+          out_rows.push_back(r);
+        }
+      }
+    }
+  }
+
   for (const DmaRow& r : out_rows) {
     if (r.ms > 0)
       std::printf("%32s: time:%.6fms, effective TFLOPS:%-8.2f %-10s %s\n", r.name.c_str(), r.ms, r.tflops,

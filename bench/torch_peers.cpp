@@ -237,10 +237,12 @@ at::Tensor operand_tensor(const BroadcastOperand& x, at::ScalarType type, const 
 }  // namespace
 
 std::vector<MaskedTorchPeer> make_masked_torch_peers(const DynamicMaskProblem& p, const void* q, const void* k,
-                                                     const void* v, std::string* setup_error) {
+                                                     const void* v, std::string* setup_error, const void* dout) {
   setup_error->clear();
   struct State {
     at::Tensor q, k, v, additive;
+    at::Tensor q_leaf, k_leaf, v_leaf, dout;  // backward: leaves that take gradients
+    at::Tensor out[3];                        // backward: each backend's forward graph, built once
   };
   auto st = std::make_shared<State>();
   try {
@@ -259,6 +261,12 @@ std::vector<MaskedTorchPeer> make_masked_torch_peers(const DynamicMaskProblem& p
     if (p.mask.data) add.masked_fill_(operand_tensor(p.mask, at::kByte, p) == 0, neg_inf);
     if (p.causal) add.masked_fill_(causal_mask(p.Nq, p.Nk), neg_inf);
     st->additive = add;
+    if (dout != nullptr) {
+      st->q_leaf = wrap(q, {p.B, p.H, p.Nq, p.D}, t).detach().clone().requires_grad_(true);
+      st->k_leaf = wrap(k, {p.B, p.Hkv, p.Nk, p.D}, t).detach().clone().requires_grad_(true);
+      st->v_leaf = wrap(v, {p.B, p.Hkv, p.Nk, p.D}, t).detach().clone().requires_grad_(true);
+      st->dout = wrap(dout, {p.B, p.H, p.Nq, p.D}, t);
+    }
     cudaDeviceSynchronize();
   } catch (const c10::Error& e) {
     *setup_error = first_line(e.what_without_backtrace());
@@ -285,7 +293,44 @@ std::vector<MaskedTorchPeer> make_masked_torch_peers(const DynamicMaskProblem& p
     };
     return peer;
   };
-  return {make("sdpa(efficient)+mask", 0), make("sdpa(cudnn)+mask", 1), make("torch(unfused)+mask", 2)};
+  if (dout == nullptr)
+    return {make("sdpa(efficient)+mask", 0), make("sdpa(cudnn)+mask", 1), make("torch(unfused)+mask", 2)};
+
+  // Backward: the forward graph is built on the first call (untimed in the
+  // harness), then every call is one backward through it (retain_graph), with
+  // the gradients of the leaves reset first. GQA: K, V repeated inside the
+  // graph, so their gradients sum over the group as ours do.
+  const int group = p.H / p.Hkv;
+  auto make_bwd = [&](const std::string& name, int which) {
+    MaskedTorchPeer peer;
+    peer.name = name;
+    peer.run = [st, scale, which, softcap, group](cudaStream_t stream) {
+      if (softcap) return std::string("torch SDPA has no softcap");
+      std::string err;
+      on_stream(stream, &err, [&] {
+        if (!st->out[which].defined()) {
+          const at::Tensor kh = group > 1 ? st->k_leaf.repeat_interleave(group, 1) : st->k_leaf;
+          const at::Tensor vh = group > 1 ? st->v_leaf.repeat_interleave(group, 1) : st->v_leaf;
+          if (which == 0)
+            st->out[0] = std::get<0>(at::_scaled_dot_product_efficient_attention(st->q_leaf, kh, vh, st->additive,
+                                                                                 true, 0.0, false, scale));
+          else if (which == 1)
+            st->out[1] = std::get<0>(at::_scaled_dot_product_cudnn_attention(st->q_leaf, kh, vh, st->additive, true,
+                                                                              0.0, false, false, scale));
+          else
+            st->out[2] = at::matmul(
+                at::softmax(at::matmul(st->q_leaf, kh.transpose(-2, -1)).mul(scale).add(st->additive), -1), vh);
+        }
+        for (at::Tensor* leaf : {&st->q_leaf, &st->k_leaf, &st->v_leaf})
+          if (leaf->grad().defined()) leaf->mutable_grad().zero_();
+        st->out[which].backward(st->dout, /*retain_graph=*/true);
+      });
+      return err;
+    };
+    return peer;
+  };
+  return {make_bwd("sdpa(efficient)+mask bwd", 0), make_bwd("sdpa(cudnn)+mask bwd", 1),
+          make_bwd("torch(unfused)+mask bwd", 2)};
 }
 
 }  // namespace attnlab

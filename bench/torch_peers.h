@@ -37,12 +37,15 @@ std::string torch_reference(const AttnProblem& p, const void* q, const void* k, 
 // flash-dmattn's benchmark does. Each peer's `run` makes one call on `stream`
 // and returns "" or torch's reason. Rows: sdpa(efficient)+mask,
 // sdpa(cudnn)+mask, torch(unfused)+mask. `setup_error` is set when the
-// additive mask itself cannot be built (e.g. out of memory).
+// additive mask itself cannot be built (e.g. out of memory). With `dout`, the
+// rows are the backward of each (" bwd"): the first call builds the forward
+// graph, every call runs one backward of L = Σ O ⊙ dout through it.
 struct MaskedTorchPeer {
   std::string name;
   std::function<std::string(cudaStream_t)> run;
 };
 std::vector<MaskedTorchPeer> make_masked_torch_peers(const DynamicMaskProblem& p, const void* q, const void* k,
-                                                     const void* v, std::string* setup_error);
+                                                     const void* v, std::string* setup_error,
+                                                     const void* dout = nullptr);
 
 }  // namespace attnlab

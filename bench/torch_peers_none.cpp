@@ -12,7 +12,7 @@ std::string torch_reference(const AttnProblem&, const void*, const void*, const 
 }
 
 std::vector<MaskedTorchPeer> make_masked_torch_peers(const DynamicMaskProblem&, const void*, const void*,
-                                                     const void*, std::string* setup_error) {
+                                                     const void*, std::string* setup_error, const void*) {
   *setup_error = "this build has no torch";
   return {};
 }

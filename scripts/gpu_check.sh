@@ -121,6 +121,11 @@ if [ "${DMATTN:-1}" != 0 ]; then
   dbench --B 1 --H 2 --Hkv 1 --Nq 1 --Nk 32768 --D 128 --causal --mask topk --window 1024 --bias --check
   dbench --B 1 --H 2 --Hkv 1 --Nq 1 --Nk 32768 --D 128 --causal --mask topk --window 1024 --bias --check --splits 1
   dbench --B 1 --H 2 --Hkv 1 --Nq 1 --Nk 65536 --D 128 --causal --mask topk --window 1024 --bias
+  # backward (not yet run on a GPU before this section existed): checked where the reference is quick
+  dbench --B 1 --H 2 --Hkv 1 --N 2048 --D 128 --causal --mask topk --window 512 --bias --bwd --check
+  dbench --B 1 --H 2 --Hkv 1 --N 32768 --D 128 --causal --mask topk --window 1024 --bias --bwd
+  dbench --B 1 --H 8 --N 1024 --D 128 --mask ones --bias --bwd --check
+  dbench --B 1 --H 8 --N 8192 --D 128 --mask ones --bias --bwd
   # the skipping machinery on an all-ones mask with a bias, against the dense split-q rung
   dbench --B 1 --H 8 --N 8192 --D 128 --mask ones --bias --check
   dbench --B 1 --H 8 --N 8192 --D 64 --mask ones --bias

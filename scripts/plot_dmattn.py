@@ -29,8 +29,10 @@ TABLES = {  # name: (x column label, how to read x from a row)
     "window": ("window W (keys kept per query)", lambda r: window_of(r)),
     "decode": ("Nk (Nq = 1)", lambda r: int(r["Nk"])),
     "ones": ("D", lambda r: int(r["D"])),
+    "bwd": ("L (Nq = Nk)", lambda r: int(r["Nk"])),
 }
 OURS = "dmattn"
+OURS_BWD = "dmattn bwd"
 
 
 def window_of(row):
@@ -61,27 +63,40 @@ def series(rows, x_of):
 
 
 def unmasked_share(row):
-    """Unmasked pairs / all pairs, from the effective TFLOPS (4·D·pairs / time)."""
+    """Unmasked pairs / all pairs, from the effective TFLOPS (4·D·pairs / time
+    forward, 10·D·pairs / time backward)."""
     if not ran(row) or not row["tflops"]:
         return None
-    pairs = float(row["tflops"]) * 1e12 * float(row["time_ms"]) * 1e-3 / (4 * int(row["D"]))
+    per_pair = (10 if row["variant"].endswith("bwd") else 4) * int(row["D"])
+    pairs = float(row["tflops"]) * 1e12 * float(row["time_ms"]) * 1e-3 / per_pair
     return pairs / (int(row["B"]) * int(row["H"]) * int(row["Nq"]) * int(row["Nk"]))
+
+
+def ours_for(name):
+    return OURS_BWD if name == "bwd" else OURS
+
+
+def only(name, rows):
+    """The bwd table shows the backward rows; the others the forward rows."""
+    backward = [r for r in rows if r["variant"].endswith("bwd")]
+    return backward if name == "bwd" else [r for r in rows if not r["variant"].endswith("bwd")]
 
 
 def plot(name, rows, out_dir):
     label, x_of = TABLES[name]
-    by = series(rows, x_of)
-    if OURS not in by:
+    ours_name = ours_for(name)
+    by = series(only(name, rows), x_of)
+    if ours_name not in by:
         return None
     fig, (ax_t, ax_s) = plt.subplots(1, 2, figsize=(11, 4), layout="constrained")
-    ours = by[OURS]
+    ours = by[ours_name]
     for variant, pts in by.items():
         xs = sorted(x for x, r in pts.items() if ran(r))
         if not xs:
             continue
-        style = "-o" if variant == OURS else "--s"
+        style = "-o" if variant == ours_name else "--s"
         ax_t.plot(xs, [float(pts[x]["time_ms"]) for x in xs], style, label=variant, markersize=4)
-        if variant != OURS:
+        if variant != ours_name:
             both = [x for x in xs if x in ours and ran(ours[x])]
             if both:
                 ax_s.plot(both, [float(pts[x]["time_ms"]) / float(ours[x]["time_ms"]) for x in both], "-o",
@@ -93,7 +108,7 @@ def plot(name, rows, out_dir):
         ax.legend(fontsize=8)
     ax_t.set_yscale("log")
     ax_t.set_ylabel("time (ms, median)")
-    ax_s.set_ylabel("dmattn speed-up (peer time / dmattn time)")
+    ax_s.set_ylabel(f"{ours_name} speed-up (peer time / ours)")
     ax_s.axhline(1.0, color="0.5", linewidth=0.8)
     any_row = next(iter(ours.values()))
     fig.suptitle(f"dynamic-mask forward, {name}: {any_row['gpu']}, B={any_row['B']} H={any_row['H']} "
@@ -106,14 +121,15 @@ def plot(name, rows, out_dir):
 
 def table(name, rows):
     label, x_of = TABLES[name]
-    by = series(rows, x_of)
-    if OURS not in by:
+    ours_name = ours_for(name)
+    by = series(only(name, rows), x_of)
+    if ours_name not in by:
         return ""
-    peers = [v for v in by if v != OURS]
-    head = [label, "unmasked pairs", "tiles skipped", "dmattn ms"] + [f"{p} ms (speed-up)" for p in peers]
+    peers = [v for v in by if v != ours_name]
+    head = [label, "unmasked pairs", "tiles skipped", f"{ours_name} ms"] + [f"{p} ms (speed-up)" for p in peers]
     lines = [f"### {name}", "", "| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
-    for x in sorted(by[OURS]):
-        r = by[OURS][x]
+    for x in sorted(by[ours_name]):
+        r = by[ours_name][x]
         share = unmasked_share(r)
         skipped = skipped_of(r)
         cells = [str(x), f"{100 * share:.2f}%" if share is not None else "–",
