@@ -281,10 +281,15 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
 #pragma unroll
         for (int n = 0; n < Cfg::kTilesS; ++n) {
           const int key = kv_start + n * 8 + 2 * t;
-          bias_bits[r][n] = has_bias && (r == 0 || !bias_one_row) ? load_bias_pair(bias_rows[r], key, p.Nk, bias_pairs)
-                                                                  : 0u;
-          mask_bits[r][n] = !mask_full && (r == 0 || !mask_one_row) ? load_mask_pair(mask_rows[r], key, p.Nk, mask_pairs)
-                                                                    : 0x0101u;
+          // Row 1 of an operand broadcast over queries is row 0: copied, not
+          // loaded again (and never indexed at run time: that would put the
+          // arrays in local memory).
+          bias_bits[r][n] = !has_bias ? 0u
+                            : (r == 1 && bias_one_row) ? bias_bits[0][n]
+                                                       : load_bias_pair(bias_rows[r], key, p.Nk, bias_pairs);
+          mask_bits[r][n] = mask_full ? 0x0101u
+                            : (r == 1 && mask_one_row) ? mask_bits[0][n]
+                                                       : load_mask_pair(mask_rows[r], key, p.Nk, mask_pairs);
         }
       float S[Cfg::kTilesS][4] = {};
       const T* sKj = sK + ((i % 2) * Bc + sub * Cfg::kSubCols) * kStride;
@@ -300,8 +305,8 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
       for (int n = 0; n < Cfg::kTilesS; ++n)
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          const float2 bv = unpack_pair<T>(bias_bits[bias_one_row ? 0 : r][n]);
-          const uint32_t mv = mask_bits[mask_one_row ? 0 : r][n];
+          const float2 bv = unpack_pair<T>(bias_bits[r][n]);
+          const uint32_t mv = mask_bits[r][n];
           float s0 = fmaf(S[n][2 * r], p.scale, bv.x), s1 = fmaf(S[n][2 * r + 1], p.scale, bv.y);
           if (softcap > 0.f) {
             s0 = softcap * tanhf(s0 * inv_softcap);
