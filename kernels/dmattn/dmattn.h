@@ -29,6 +29,12 @@ struct BroadcastOperand {
   int64_t stride_b = 0, stride_h = 0, stride_q = 0;  // elements; 0 where the size is 1
   int head_group = 1;          // query head h reads operand head h / head_group
 
+  // Element offset of (batch b, query head h, query i, key 0): a broadcast
+  // dimension (stride 0) reads its single element.
+  ATTNLAB_HOST_DEVICE int64_t row_offset(int b_, int h_, int i_) const {
+    return int64_t(b_) * stride_b + int64_t(h_ / head_group) * stride_h + int64_t(i_) * stride_q;
+  }
+
   // Sets sizes and dense strides; `h` must be H, Hkv or 1.
   void set_shape(int b_, int h_, int q_, int Nk, int H);
   int64_t elems(int Nk) const { return int64_t(b) * h * q * Nk; }

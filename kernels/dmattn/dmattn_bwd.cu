@@ -39,6 +39,7 @@
 #include "../common/split_q_parts.cuh"
 #include "../common/tile_copy.cuh"
 #include "dmattn.h"
+#include "dmattn_tiles.cuh"
 
 namespace attnlab {
 namespace {
@@ -57,29 +58,12 @@ struct DmaBwdConfig {
   static_assert(kTilesO % (2 * kDqParts) == 0, "dQ parts of whole 16-column steps");
 };
 
-__device__ __forceinline__ int64_t operand_row(const BroadcastOperand& x, int b, int h, int i) {
-  return int64_t(b) * x.stride_b + int64_t(h / x.head_group) * x.stride_h + int64_t(i) * x.stride_q;
-}
-
 template <typename T>
 __device__ __forceinline__ float as_float(T x);
 template <>
 __device__ __forceinline__ float as_float<half>(half x) { return __half2float(x); }
 template <>
 __device__ __forceinline__ float as_float<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-// Any "attend" byte in mask rows [q0, q0+64) x keys [k0, k0+64)? Whole warp.
-__device__ __forceinline__ bool warp_tile_any(const DynamicMaskProblem& p, int b, int h, int q0, int k0, int lane) {
-  const uint8_t* m = static_cast<const uint8_t*>(p.mask.data);
-  const int rows = p.mask.stride_q == 0 ? 1 : min(64, p.Nq - q0);
-  const int keys = min(64, p.Nk - k0);
-  bool any = false;
-  for (int r = lane; r < rows && !any; r += 32) {
-    const uint8_t* row = m + operand_row(p.mask, b, h, q0 + r) + k0;
-    for (int c = 0; c < keys && !any; ++c) any = __ldg(row + c) != 0;
-  }
-  return __any_sync(0xffffffffu, any);
-}
 
 // Δ_q = Σ_d dO[q][d] · O[q][d], one warp per row.
 template <typename T>
@@ -140,7 +124,11 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
     const int64_t q_head = int64_t(b) * p.H + h;
     for (int m = q_first / Br; m < n_q_tiles; ++m) {
       const int q0 = m * Br;
-      if (p.mask.data != nullptr && !warp_tile_any(p, b, h, q0, kv0, lane)) continue;  // uniform: same answer in every warp
+      if (p.mask.data != nullptr) {  // the forward's skip test; every warp gets the same answer
+        bool any, all;
+        warp_scan_tile(p, b, h, q0, kv0, lane, &any, &all);
+        if (!any) continue;
+      }
 
       // Rolled copies keep their addresses out of the registers dK and dV need.
       load_tile_async_rolled<Br, D, StridedRows<kStride>, Cfg::kThreads>(sQ, q + (q_head * p.Nq + q0) * D, D,
@@ -185,10 +173,10 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
             const int qi = q0 + qc;
             bool visible = key < p.Nk && qi < p.Nq && (!p.causal || key <= qi + causal_offset);
             if (visible && p.mask.data != nullptr)
-              visible = __ldg(static_cast<const uint8_t*>(p.mask.data) + operand_row(p.mask, b, h, qi) + key) != 0;
+              visible = __ldg(static_cast<const uint8_t*>(p.mask.data) + p.mask.row_offset(b, h, qi) + key) != 0;
             float x = St[n][e] * p.scale;
             if (p.bias.data != nullptr && visible)
-              x += as_float(__ldg(static_cast<const T*>(p.bias.data) + operand_row(p.bias, b, h, qi) + key));
+              x += as_float(__ldg(static_cast<const T*>(p.bias.data) + p.bias.row_offset(b, h, qi) + key));
             float s = x, dcap = 1.f;
             if (p.softcap > 0.f) {
               const float th = tanhf(x / p.softcap);
@@ -201,7 +189,7 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
             dPt[n][e] = ds;
             if (p.bias.data != nullptr && visible) {
               if (p.bias.stride_q == 0) bias_row_sum[e / 2] += ds;
-              else atomicAdd(dbias_accum + operand_row(p.bias, b, h, qi) + key, ds);
+              else atomicAdd(dbias_accum + p.bias.row_offset(b, h, qi) + key, ds);
             }
           }
         if (p.bias.data != nullptr && p.bias.stride_q == 0) {  // one add per key per half tile
@@ -211,7 +199,7 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
             sum += __shfl_xor_sync(0xffffffffu, sum, 1);
             sum += __shfl_xor_sync(0xffffffffu, sum, 2);
             if (t == 0 && key_row[r] < p.Nk && sum != 0.f)
-              atomicAdd(dbias_accum + operand_row(p.bias, b, h, 0) + key_row[r], sum);
+              atomicAdd(dbias_accum + p.bias.row_offset(b, h, 0) + key_row[r], sum);
           }
         }
 

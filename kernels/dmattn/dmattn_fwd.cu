@@ -53,6 +53,7 @@
 #include "../common/split_q_parts.cuh"
 #include "../common/tile_copy.cuh"
 #include "dmattn.h"
+#include "dmattn_tiles.cuh"
 
 namespace attnlab {
 namespace {
@@ -80,48 +81,6 @@ static_assert(DmaConfig<32>::kTileBytes == 25600 && DmaConfig<64>::kTileBytes ==
 // Bytes after the tiles: the active-tile list (uint16) and the bitmap.
 __host__ __device__ inline int dma_list_bytes(int n_tiles) { return ((n_tiles * 2 + 15) / 16) * 16; }
 __host__ __device__ inline int dma_bitmap_words(int n_tiles) { return (n_tiles + 31) / 32; }
-
-// Offset of (b, h, i, j=0) in a broadcast operand, h a query head.
-__device__ __forceinline__ int64_t operand_row(const BroadcastOperand& x, int b, int h, int i) {
-  return int64_t(b) * x.stride_b + int64_t(h / x.head_group) * x.stride_h + int64_t(i) * x.stride_q;
-}
-
-// True when no byte of the 4-byte word is zero (the classic has-zero-byte test).
-__device__ __forceinline__ bool no_zero_byte(uint32_t x) { return ((x - 0x01010101u) & ~x & 0x80808080u) == 0; }
-
-// The mask of rows [q0, q0+64) x keys [k0, k0+64), clipped to Nq and Nk: does
-// any byte say "attend" (*any), and do all of them (*all: then the kernel skips
-// the per-element mask reads of this tile)? The whole warp calls it and gets
-// the same answers. One row when the mask is broadcast over queries.
-__device__ __forceinline__ void warp_scan_tile(const DynamicMaskProblem& p, int b, int h, int q0, int k0, int lane,
-                                               bool* any_out, bool* all_out) {
-  const uint8_t* m = static_cast<const uint8_t*>(p.mask.data);
-  const int rows = p.mask.stride_q == 0 ? 1 : min(kDmaBr, p.Nq - q0);
-  const int keys = min(kDmaBc, p.Nk - k0);
-  bool any = false, all = true;
-  for (int r = lane; r < rows; r += 32) {
-    const uint8_t* row = m + operand_row(p.mask, b, h, q0 + r) + k0;
-    if (keys == kDmaBc && (reinterpret_cast<uintptr_t>(row) & 15) == 0) {
-      const uint4* v4 = reinterpret_cast<const uint4*>(row);
-      uint4 x[4];
-#pragma unroll
-      for (int c = 0; c < 4; ++c) x[c] = __ldg(v4 + c);  // four 16-byte loads in flight
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        any = any || ((x[c].x | x[c].y | x[c].z | x[c].w) != 0);
-        all = all && no_zero_byte(x[c].x) && no_zero_byte(x[c].y) && no_zero_byte(x[c].z) && no_zero_byte(x[c].w);
-      }
-    } else {
-      for (int c = 0; c < keys; ++c) {
-        const bool on = __ldg(row + c) != 0;
-        any = any || on;
-        all = all && on;
-      }
-    }
-  }
-  *any_out = __any_sync(0xffffffffu, any);
-  *all_out = __all_sync(0xffffffffu, all);
-}
 
 // Two adjacent 16-bit elements (keys key, key+1) of a bias row, as raw bits;
 // 0 past Nk. `pairs` (uniform): Nk even and the base 4-byte aligned, so the
@@ -246,8 +205,8 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = min(row0 + 8 * r, p.Nq - 1);  // rows past Nq compute garbage that is never stored
-    if (p.bias.data) bias_rows[r] = static_cast<const T*>(p.bias.data) + operand_row(p.bias, b, h, row);
-    if (p.mask.data) mask_rows[r] = static_cast<const uint8_t*>(p.mask.data) + operand_row(p.mask, b, h, row);
+    if (p.bias.data) bias_rows[r] = static_cast<const T*>(p.bias.data) + p.bias.row_offset(b, h, row);
+    if (p.mask.data) mask_rows[r] = static_cast<const uint8_t*>(p.mask.data) + p.mask.row_offset(b, h, row);
   }
   // Uniform facts about the operands: one row for all queries (broadcast), and
   // whether key pairs are aligned single loads (Nk even, aligned bases).
@@ -397,7 +356,7 @@ __global__ void count_visible_pairs_kernel(const DynamicMaskProblem p, unsigned 
   if (p.mask.data == nullptr) {
     n = threadIdx.x == 0 ? limit : 0;
   } else {
-    const uint8_t* row = static_cast<const uint8_t*>(p.mask.data) + operand_row(p.mask, b, h, i);
+    const uint8_t* row = static_cast<const uint8_t*>(p.mask.data) + p.mask.row_offset(b, h, i);
     for (int j = threadIdx.x; j < limit; j += blockDim.x) n += row[j] != 0;
   }
   for (int off = 16; off > 0; off /= 2) n += __shfl_xor_sync(0xffffffffu, n, off);

@@ -25,12 +25,6 @@ template <> __device__ __forceinline__ float round_to<__nv_bfloat16>(float x) {
   return __bfloat162float(__float2bfloat16_rn(x));
 }
 
-// Element offset of row (b, query head h, query i) in a broadcast operand: a
-// size-1 dimension has stride 0, so the full indices read the broadcast element.
-__device__ __forceinline__ int64_t operand_row(const BroadcastOperand& op, int b, int h, int i) {
-  return int64_t(b) * op.stride_b + int64_t(h / op.head_group) * op.stride_h + int64_t(i) * op.stride_q;
-}
-
 // An operand the kernels can index: sizes full or 1, its head count H, Hkv or 1.
 bool operand_ok(const BroadcastOperand& op, const DynamicMaskProblem& p) {
   if (!op.data) return true;
@@ -78,8 +72,8 @@ dma_reference_kernel(const T* q, const T* k, const T* v, float* o, float* lse, D
   const T* Q = q + row * p.D;
   const T* K = k + (int64_t(b) * p.Hkv + hk) * p.Nk * p.D;
   const T* V = v + (int64_t(b) * p.Hkv + hk) * p.Nk * p.D;
-  const uint8_t* mask = p.mask.data ? static_cast<const uint8_t*>(p.mask.data) + operand_row(p.mask, b, h, i) : nullptr;
-  const T* bias = p.bias.data ? static_cast<const T*>(p.bias.data) + operand_row(p.bias, b, h, i) : nullptr;
+  const uint8_t* mask = p.mask.data ? static_cast<const uint8_t*>(p.mask.data) + p.mask.row_offset(b, h, i) : nullptr;
+  const T* bias = p.bias.data ? static_cast<const T*>(p.bias.data) + p.bias.row_offset(b, h, i) : nullptr;
   for (int d = threadIdx.x; d < p.D; d += kRefThreads) q_row[d] = to_float(Q[d]);
   const int n_keys = int(visible_keys(i, dense));  // the causal rule hides keys >= n_keys
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -174,9 +168,9 @@ dma_reference_backward_kernel(const T* q, const T* k, const T* v, const T* dout,
   const int hk = h / (p.H / p.Hkv);
   const int64_t row = (int64_t(b) * p.H + h) * p.Nq + i;
   const int64_t kv_base = (int64_t(b) * p.Hkv + hk) * p.Nk;
-  const uint8_t* mask = p.mask.data ? static_cast<const uint8_t*>(p.mask.data) + operand_row(p.mask, b, h, i) : nullptr;
-  const T* bias = p.bias.data ? static_cast<const T*>(p.bias.data) + operand_row(p.bias, b, h, i) : nullptr;
-  float* dbias_row = (dbias && p.bias.data) ? dbias + operand_row(p.bias, b, h, i) : nullptr;
+  const uint8_t* mask = p.mask.data ? static_cast<const uint8_t*>(p.mask.data) + p.mask.row_offset(b, h, i) : nullptr;
+  const T* bias = p.bias.data ? static_cast<const T*>(p.bias.data) + p.bias.row_offset(b, h, i) : nullptr;
+  float* dbias_row = (dbias && p.bias.data) ? dbias + p.bias.row_offset(b, h, i) : nullptr;
   for (int d = threadIdx.x; d < p.D; d += kRefThreads) {
     q_row[d] = to_float(q[row * p.D + d]);
     do_row[d] = to_float(dout[row * p.D + d]);
