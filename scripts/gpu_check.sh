@@ -94,7 +94,8 @@ fi
 
 step "tests (cpu + gpu)"
 if [ -n "${SKIP_TESTS:-}" ]; then echo "skipped (SKIP_TESTS)" > "$out/tests.log"; echo "skipped" > "$out/gpu_variants.log"; tests_line=skipped; python_line=; else
-timeout 300 ctest --test-dir "$build" -E gpu_variants --output-on-failure 2>&1 | tee "$out/tests.log" | tail -8
+# (test_gpu_variants and the dynamic-mask tests run on their own below, with their logs)
+timeout 300 ctest --test-dir "$build" -E "gpu_variants|gpu_dmattn" --output-on-failure 2>&1 | tee "$out/tests.log" | tail -8
 python_line=$(grep -E "[0-9]+ passed" "$out/tests.log" | grep -vE "^[0-9]+ passed, [0-9]+ failed$" | tail -1)
 timeout 300 "$build/test_gpu_variants" "${ONLY:-*}" > "$out/gpu_variants.log" 2>&1 || echo "test_gpu_variants: exit $? (124 = timed out)" >> "$out/gpu_variants.log"
 tests_line=$(tail -1 "$out/gpu_variants.log")

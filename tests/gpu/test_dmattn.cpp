@@ -23,48 +23,12 @@
 
 #include "../../kernels/dmattn/dmattn.h"
 #include "../../kernels/reference/masked_reference_cpu.h"
+#include "gpu_testing.h"
 
 using namespace attnlab;
+using namespace attnlab::testing;
 
 namespace {
-
-int passed = 0, failed = 0;
-void record(bool ok, const std::string& what) {
-  if (ok) ++passed;
-  else {
-    ++failed;
-    std::printf("FAIL %s\n", what.c_str());
-  }
-}
-
-uint16_t to_bits(double x, DType t) {
-  if (t == DType::kFloat16) return __half_raw(__float2half(float(x))).x;
-  return __nv_bfloat16_raw(__float2bfloat16(float(x))).x;
-}
-double from_bits(uint16_t b, DType t) {
-  if (t == DType::kFloat16) return __half2float(__half(__half_raw{b}));
-  return __bfloat162float(__nv_bfloat16(__nv_bfloat16_raw{b}));
-}
-
-// Random values rounded to the dtype: the GPU gets the bits, the CPU the same values.
-void random_tensor(std::mt19937_64& rng, int64_t n, DType t, double sd, std::vector<uint16_t>& bits,
-                   std::vector<double>& vals) {
-  std::normal_distribution<double> dist(0.0, sd);
-  bits.resize(size_t(n));
-  vals.resize(size_t(n));
-  for (int64_t i = 0; i < n; ++i) {
-    bits[i] = to_bits(dist(rng), t);
-    vals[i] = from_bits(bits[i], t);
-  }
-}
-
-template <typename T>
-T* upload(const std::vector<T>& host) {
-  T* dev = nullptr;
-  cudaMalloc(&dev, std::max<size_t>(1, host.size() * sizeof(T)));
-  cudaMemcpy(dev, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
-  return dev;
-}
 
 struct Case {
   int B, H, Hkv, Nq, Nk, D;
@@ -315,6 +279,5 @@ int main() {
   // The check can fail: the same rule on a corrupted output.
   run_case(Case{1, 2, 1, 129, 200, 64, DType::kFloat16, true, 0.f, true, true, 1, 0, 129, 1, 0, 1}, 77, true);
 
-  std::printf("%d passed, %d failed\n", passed, failed);
-  return failed == 0 && passed > 0 ? 0 : 1;
+  return finish();
 }

@@ -19,49 +19,13 @@
 #include <string>
 #include <vector>
 
-#include "../../kernels/dmattn/dmattn.h"
-#include "../../kernels/reference/masked_reference_cpu.h"
+#include "dmattn_cases.h"
+#include "gpu_testing.h"
 
 using namespace attnlab;
+using namespace attnlab::testing;
 
 namespace {
-
-int passed = 0, failed = 0;
-void record(bool ok, const std::string& what) {
-  if (ok) ++passed;
-  else {
-    ++failed;
-    std::printf("FAIL %s\n", what.c_str());
-  }
-}
-
-uint16_t to_bits(double x, DType t) {
-  if (t == DType::kFloat16) return __half_raw(__float2half(float(x))).x;
-  return __nv_bfloat16_raw(__float2bfloat16(float(x))).x;
-}
-double from_bits(uint16_t b, DType t) {
-  if (t == DType::kFloat16) return __half2float(__half(__half_raw{b}));
-  return __bfloat162float(__nv_bfloat16(__nv_bfloat16_raw{b}));
-}
-
-void random_tensor(std::mt19937_64& rng, int64_t n, DType t, double sd, std::vector<uint16_t>& bits,
-                   std::vector<double>& vals) {
-  std::normal_distribution<double> dist(0.0, sd);
-  bits.resize(size_t(n));
-  vals.resize(size_t(n));
-  for (int64_t i = 0; i < n; ++i) {
-    bits[size_t(i)] = to_bits(dist(rng), t);
-    vals[size_t(i)] = from_bits(bits[size_t(i)], t);
-  }
-}
-
-template <typename T>
-T* upload(const std::vector<T>& host) {
-  T* dev = nullptr;
-  cudaMalloc(&dev, std::max<size_t>(1, host.size() * sizeof(T)));
-  cudaMemcpy(dev, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
-  return dev;
-}
 
 // A 16-bit gradient against the fp32 reference gradient.
 void compare(const std::string& what, const void* dev, const float* ref_dev, size_t n, DType t) {
@@ -83,62 +47,10 @@ void compare(const std::string& what, const void* dev, const float* ref_dev, siz
   record(bad == 0 && err <= c * scale, what + buf);
 }
 
-struct Case {
-  int B, H, Hkv, Nq, Nk, D;
-  DType dtype;
-  bool causal;
-  float softcap;
-  int mb, mh, mq;  // mask sizes (mh: 0 = H, -1 = Hkv, 1 = 1); mb = 0: no mask
-  int bb, bh, bq;  // bias sizes; bb = 0: no bias
-  bool zero_rows;
-};
-
-int heads_of(int code, const Case& c) { return code == 0 ? c.H : code == -1 ? c.Hkv : 1; }
-
-void run_case(const Case& c, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  DynamicMaskProblem p;
-  p.B = c.B; p.H = c.H; p.Hkv = c.Hkv; p.Nq = c.Nq; p.Nk = c.Nk; p.D = c.D;
-  p.dtype = c.dtype;
-  p.causal = c.causal;
-  p.scale = 1.0f / std::sqrt(float(c.D));
-  p.softcap = c.softcap;
-  MaskedProblem mp;
-  mp.B = c.B; mp.H = c.H; mp.Hkv = c.Hkv; mp.Nq = c.Nq; mp.Nk = c.Nk; mp.D = mp.Dv = c.D;
-  mp.causal = c.causal;
-  mp.scale = p.scale;
-  mp.softcap = c.softcap;
-
-  MaskedInputs in;
-  std::vector<uint16_t> qb, kb, vb, bb, db;
-  std::vector<double> dout;
-  random_tensor(rng, int64_t(c.B) * c.H * c.Nq * c.D, c.dtype, 1.0, qb, in.q);
-  random_tensor(rng, int64_t(c.B) * c.Hkv * c.Nk * c.D, c.dtype, 1.0, kb, in.k);
-  random_tensor(rng, int64_t(c.B) * c.Hkv * c.Nk * c.D, c.dtype, 1.0, vb, in.v);
-  random_tensor(rng, int64_t(c.B) * c.H * c.Nq * c.D, c.dtype, 1.0, db, dout);
-  void* d_bias = nullptr;
-  uint8_t* d_mask = nullptr;
-  if (c.bb > 0) {
-    mp.has_bias = true;
-    mp.bias_shape = {c.bb, heads_of(c.bh, c), c.bq, c.Nk};
-    random_tensor(rng, mp.bias_shape.elems(), c.dtype, 2.0, bb, in.bias);
-    d_bias = upload(bb);
-    p.bias.data = d_bias;
-    p.bias.set_shape(c.bb, heads_of(c.bh, c), c.bq, c.Nk, c.H);
-  }
-  if (c.mb > 0) {
-    mp.has_mask = true;
-    mp.mask_shape = {c.mb, heads_of(c.mh, c), c.mq, c.Nk};
-    in.mask.resize(size_t(mp.mask_shape.elems()));
-    std::bernoulli_distribution keep(0.5);
-    for (auto& m : in.mask) m = keep(rng) ? 1 : 0;
-    if (c.zero_rows && c.mq > 1)
-      for (int64_t r = 0; r < mp.mask_shape.elems() / c.Nk; r += 3)
-        std::fill(in.mask.begin() + r * c.Nk, in.mask.begin() + (r + 1) * c.Nk, 0);
-    d_mask = upload(in.mask);
-    p.mask.data = d_mask;
-    p.mask.set_shape(c.mb, heads_of(c.mh, c), c.mq, c.Nk, c.H);
-  }
+void run_case(const MaskedCase& c, uint64_t seed) {
+  MaskedCaseInputs x(c, seed);
+  const DynamicMaskProblem& p = x.p;
+  void* const d_bias = x.d_bias;
   const std::string why = dma_backward_unsupported(p);
   if (!why.empty()) {
     record(false, "unsupported: " + why);
@@ -146,10 +58,10 @@ void run_case(const Case& c, uint64_t seed) {
   }
   const size_t q_n = size_t(c.B) * c.H * c.Nq * c.D, kv_n = size_t(c.B) * c.Hkv * c.Nk * c.D;
   const size_t rows = size_t(c.B) * c.H * c.Nq, bias_n = c.bb > 0 ? size_t(p.bias.elems(c.Nk)) : 0;
-  void* d_q = upload(qb);
-  void* d_k = upload(kb);
-  void* d_v = upload(vb);
-  void* d_do = upload(db);
+  void* d_q = upload(x.qb);
+  void* d_k = upload(x.kb);
+  void* d_v = upload(x.vb);
+  void* d_do = upload(x.db);
   void *d_o = nullptr, *d_dq = nullptr, *d_dk = nullptr, *d_dv = nullptr, *d_db = nullptr;
   float *d_lse = nullptr, *d_ws = nullptr, *r_dq = nullptr, *r_dk = nullptr, *r_dv = nullptr, *r_db = nullptr;
   cudaMalloc(&d_o, q_n * 2);
@@ -164,7 +76,10 @@ void run_case(const Case& c, uint64_t seed) {
   cudaMalloc(&r_db, std::max<size_t>(1, bias_n) * 4);
   const size_t ws = dma_backward_workspace_bytes(p);
   cudaMalloc(&d_ws, ws);
-  for (void* out : {d_dq, d_dk, d_dv, d_db}) cudaMemset(out, 0xFF, out == d_dq ? q_n * 2 : out == d_db ? std::max<size_t>(1, bias_n) * 2 : kv_n * 2);
+  cudaMemset(d_dq, 0xFF, q_n * 2);  // NaN poison: every gradient must be written
+  cudaMemset(d_dk, 0xFF, kv_n * 2);
+  cudaMemset(d_dv, 0xFF, kv_n * 2);
+  cudaMemset(d_db, 0xFF, std::max<size_t>(1, bias_n) * 2);
   DmaForwardArgs fa;
   fa.q = d_q; fa.k = d_k; fa.v = d_v; fa.o = d_o; fa.lse = d_lse;
   DmaBackwardArgs ba;
@@ -176,10 +91,7 @@ void run_case(const Case& c, uint64_t seed) {
   if (e == cudaSuccess)
     e = dma_reference_backward_fp32(p, d_q, d_k, d_v, d_do, r_dq, r_dk, r_dv, d_bias ? r_db : nullptr, 0);
   if (e == cudaSuccess) e = cudaDeviceSynchronize();
-  char name[200];
-  std::snprintf(name, sizeof name, "B=%d H=%d Hkv=%d Nq=%d Nk=%d D=%d %s%s%s mask(%d,%d,%d) bias(%d,%d,%d)%s", c.B,
-                c.H, c.Hkv, c.Nq, c.Nk, c.D, c.dtype == DType::kFloat16 ? "fp16" : "bf16", c.causal ? " causal" : "",
-                c.softcap > 0 ? " softcap" : "", c.mb, c.mh, c.mq, c.bb, c.bh, c.bq, c.zero_rows ? " zero-rows" : "");
+  const std::string name = c.name();
   if (e != cudaSuccess) {
     record(false, std::string("CUDA error ") + cudaGetErrorString(e) + ": " + name);
     cudaGetLastError();
@@ -193,7 +105,7 @@ void run_case(const Case& c, uint64_t seed) {
                     static_cast<void*>(r_dq), static_cast<void*>(r_dk), static_cast<void*>(r_dv),
                     static_cast<void*>(r_db)})
     cudaFree(ptr);
-  for (void* ptr : {d_q, d_k, d_v, d_do, d_bias, static_cast<void*>(d_mask)})
+  for (void* ptr : {d_q, d_k, d_v, d_do})
     if (ptr) cudaFree(ptr);
 }
 
@@ -215,6 +127,5 @@ int main() {
       run_case({2, 2, 1, 17, 1000, 96, dt, causal, 0.f, 0, 0, 0, 1, 1, 1, false}, ++seed);    // no mask
       run_case({1, 2, 2, 1000, 17, 64, dt, causal, 0.f, 0, 0, 0, 0, 0, 0, false}, ++seed);    // neither
     }
-  std::printf("%d passed, %d failed\n", passed, failed);
-  return failed == 0 && passed > 0 ? 0 : 1;
+  return finish();
 }

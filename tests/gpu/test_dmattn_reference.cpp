@@ -17,35 +17,18 @@
 
 #include "dmattn/dmattn.h"
 #include "reference/masked_reference_cpu.h"
+#include "gpu_testing.h"
 
 using namespace attnlab;
+using namespace attnlab::testing;
 
 namespace {
-
-int passed = 0, failed = 0;
-
-void record(bool ok, const std::string& what) {
-  if (ok) ++passed;
-  else {
-    ++failed;
-    std::printf("FAIL %s\n", what.c_str());
-  }
-}
 
 // 16-bit values: the bits for the device, their exact values for the CPU.
 struct Tensor16 {
   std::vector<uint16_t> bits;
   std::vector<double> values;
 };
-
-uint16_t to_bits(float x, DType t) {
-  if (t == DType::kFloat16) return __half_raw(__float2half_rn(x)).x;
-  return __nv_bfloat16_raw(__float2bfloat16_rn(x)).x;
-}
-double from_bits(uint16_t b, DType t) {
-  if (t == DType::kFloat16) return __half2float(__half(__half_raw{b}));
-  return __bfloat162float(__nv_bfloat16(__nv_bfloat16_raw{b}));
-}
 
 // Standard normal values; with `coarse`, rounded to multiples of 0.5 (many
 // ties, both signs of zero).
@@ -61,14 +44,6 @@ Tensor16 random16(int64_t n, DType t, std::mt19937& rng, bool coarse = false) {
     x.values[size_t(e)] = from_bits(x.bits[size_t(e)], t);
   }
   return x;
-}
-
-template <typename T>
-T* upload(const std::vector<T>& h) {
-  T* d = nullptr;
-  if (cudaMalloc(&d, std::max<size_t>(1, h.size()) * sizeof(T)) != cudaSuccess) return nullptr;
-  cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice);
-  return d;
 }
 
 template <typename T>
@@ -234,6 +209,6 @@ int main() {
   DynamicMaskProblem no_bias;
   record(dma_build_topk_mask(no_bias, 4, 0, nullptr, nullptr) == cudaErrorInvalidValue, "topk refuses a missing bias");
 
-  std::printf("dma_reference_max_nk() = %d\n%d passed, %d failed\n", dma_reference_max_nk(), passed, failed);
-  return failed == 0 && passed > 0 ? 0 : 1;
+  std::printf("dma_reference_max_nk() = %d\n", dma_reference_max_nk());
+  return finish();
 }

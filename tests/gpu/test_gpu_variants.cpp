@@ -15,20 +15,13 @@
 
 #include "cli.h"
 #include "runner.h"
+#include "gpu_testing.h"
 
 using namespace attnlab;
+using namespace attnlab::testing;
 
 namespace {
 
-int passed = 0, failed = 0;
-
-void record(bool ok, const std::string& what) {
-  if (ok) ++passed;
-  else {
-    ++failed;
-    std::printf("FAIL %s\n", what.c_str());
-  }
-}
 
 std::vector<double> to_host_double(const void* dev, int64_t n, DType dtype) {
   std::vector<uint16_t> raw(static_cast<size_t>(n));
@@ -162,6 +155,5 @@ int main(int argc, char** argv) {
             }
           }
         }
-  std::printf("%d passed, %d failed\n", passed, failed);
-  return failed == 0 && passed > 0 ? 0 : 1;
+  return finish();
 }

@@ -1,0 +1,69 @@
+// attnlab: what the GPU test programs share — the pass/fail tally, 16-bit
+// values that are exact on both sides (bits for the device, values for the CPU
+// reference), uploads, and the dynamic-mask test case (shape, mask and bias
+// broadcast forms) with its inputs.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../../kernels/common/attn_problem.h"
+
+namespace attnlab::testing {
+
+inline int passed = 0, failed = 0;
+
+inline void record(bool ok, const std::string& what) {
+  if (ok) ++passed;
+  else {
+    ++failed;
+    std::printf("FAIL %s\n", what.c_str());
+  }
+}
+
+// Prints the tally and returns the exit code: 0 when something passed and nothing failed.
+inline int finish() {
+  std::printf("%d passed, %d failed\n", passed, failed);
+  return failed == 0 && passed > 0 ? 0 : 1;
+}
+
+inline uint16_t to_bits(double x, DType t) {
+  if (t == DType::kFloat16) return __half_raw(__float2half_rn(float(x))).x;
+  return __nv_bfloat16_raw(__float2bfloat16_rn(float(x))).x;
+}
+inline double from_bits(uint16_t b, DType t) {
+  if (t == DType::kFloat16) return __half2float(__half(__half_raw{b}));
+  return __bfloat162float(__nv_bfloat16(__nv_bfloat16_raw{b}));
+}
+
+// n normal values (standard deviation sd) rounded to the dtype: `bits` for the
+// GPU, the very same numbers in `vals` for the CPU reference.
+inline void random_tensor(std::mt19937_64& rng, int64_t n, DType t, double sd, std::vector<uint16_t>& bits,
+                          std::vector<double>& vals) {
+  std::normal_distribution<double> dist(0.0, sd);
+  bits.resize(size_t(n));
+  vals.resize(size_t(n));
+  for (int64_t i = 0; i < n; ++i) {
+    bits[size_t(i)] = to_bits(dist(rng), t);
+    vals[size_t(i)] = from_bits(bits[size_t(i)], t);
+  }
+}
+
+// A device copy of `host` (at least one element allocated); nullptr when out of memory.
+template <typename T>
+T* upload(const std::vector<T>& host) {
+  T* dev = nullptr;
+  if (cudaMalloc(&dev, std::max<size_t>(1, host.size()) * sizeof(T)) != cudaSuccess) return nullptr;
+  cudaMemcpy(dev, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
+  return dev;
+}
+
+}  // namespace attnlab::testing
