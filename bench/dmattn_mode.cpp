@@ -62,13 +62,7 @@ struct DeviceArena {
 
 void append_csv(const std::string& path, const SystemInfo& sys, const DynamicMaskProblem& p, const Options& opt,
                 uint64_t seed, const std::vector<DmaRow>& rows) {
-  std::ifstream probe(path);
-  const bool need_header = !probe.good() || probe.peek() == std::ifstream::traits_type::eof();
-  probe.close();
-  std::ofstream f(path, std::ios::app);
-  if (need_header)
-    f << "gpu,driver,cuda,commit,date,variant,kind,B,H,Nq,Nk,D,Dv,dtype,causal,time_ms,tflops,ratio_to_best_peer,"
-         "status,max_err,tol,lse_err,seed,note\n";
+  std::ofstream f = open_results_csv(path);
   double best_peer = 0;
   for (const DmaRow& r : rows)
     if (r.kind == "peer" && r.ms > 0) best_peer = std::max(best_peer, r.tflops);

@@ -50,13 +50,7 @@ int fail(const std::string& message, int code) {
 
 void append_csv(const std::string& path, const SystemInfo& sys, const AttnProblem& p, uint64_t seed,
                 const std::vector<Row>& rows) {
-  std::ifstream probe(path);
-  const bool need_header = !probe.good() || probe.peek() == std::ifstream::traits_type::eof();
-  probe.close();
-  std::ofstream f(path, std::ios::app);
-  if (need_header)
-    f << "gpu,driver,cuda,commit,date,variant,kind,B,H,Nq,Nk,D,Dv,dtype,causal,time_ms,tflops,ratio_to_best_peer,"
-         "status,max_err,tol,lse_err,seed,note\n";
+  std::ofstream f = open_results_csv(path);
   for (const Row& r : rows) {
     char nums[96] = ",,";
     if (r.ran()) {

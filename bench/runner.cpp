@@ -216,6 +216,17 @@ std::string time_variant(const Variant& v, const AttnProblem& p, const ProblemBu
       warmup, iters, bufs.flush, bufs.flush_bytes, stream, out);
 }
 
+std::ofstream open_results_csv(const std::string& path) {
+  std::ifstream probe(path);
+  const bool need_header = !probe.good() || probe.peek() == std::ifstream::traits_type::eof();
+  probe.close();
+  std::ofstream f(path, std::ios::app);
+  if (need_header)
+    f << "gpu,driver,cuda,commit,date,variant,kind,B,H,Nq,Nk,D,Dv,dtype,causal,time_ms,tflops,ratio_to_best_peer,"
+         "status,max_err,tol,lse_err,seed,note\n";
+  return f;
+}
+
 std::string csv_field(std::string s) {
   for (char& c : s)
     if (c == ',' || c == '\n' || c == '"') c = ';';

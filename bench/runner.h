@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <fstream>
 #include <functional>
 #include <string>
 #include <vector>
@@ -74,6 +75,10 @@ std::string time_calls(const std::function<std::string()>& call, int warmup, int
 // time_calls of one variant's launch on the problem's buffers.
 std::string time_variant(const Variant& v, const AttnProblem& p, const ProblemBuffers& bufs, int warmup, int iters,
                          cudaStream_t stream, Timing* out);
+
+// The results CSV at `path`, opened for appending; the header row (the schema
+// docs/results.md describes) is written first when the file is new or empty.
+std::ofstream open_results_csv(const std::string& path);
 
 // A CSV field: commas, quotes and newlines become ';'.
 std::string csv_field(std::string s);
