@@ -124,11 +124,8 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
     const int64_t q_head = int64_t(b) * p.H + h;
     for (int m = q_first / Br; m < n_q_tiles; ++m) {
       const int q0 = m * Br;
-      if (p.mask.data != nullptr) {  // the forward's skip test; every warp gets the same answer
-        bool any, all;
-        warp_scan_tile(p, b, h, q0, kv0, lane, &any, &all);
-        if (!any) continue;
-      }
+      // The skip test, the block splitting the tile's rows; uniform by construction.
+      if (p.mask.data != nullptr && !block_tile_any<Cfg::kThreads>(p, b, h, q0, kv0)) continue;
 
       // Rolled copies keep their addresses out of the registers dK and dV need.
       load_tile_async_rolled<Br, D, StridedRows<kStride>, Cfg::kThreads>(sQ, q + (q_head * p.Nq + q0) * D, D,

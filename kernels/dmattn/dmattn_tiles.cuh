@@ -45,4 +45,33 @@ __device__ __forceinline__ void warp_scan_tile(const DynamicMaskProblem& p, int 
   *all_out = __all_sync(0xffffffffu, all);
 }
 
+// The same "any" answer for one tile, computed by a whole block of kThreads
+// threads that split the tile's rows (one read of each mask byte, not one per
+// warp), ending in __syncthreads_or: every thread of the block must call it.
+template <int kThreads>
+__device__ __forceinline__ bool block_tile_any(const DynamicMaskProblem& p, int b, int h, int q0, int k0) {
+  const uint8_t* m = static_cast<const uint8_t*>(p.mask.data);
+  const int rows = p.mask.stride_q == 0 ? 1 : min(kDmaBr, p.Nq - q0);
+  const int keys = min(kDmaBc, p.Nk - k0);
+  constexpr int kPerRow = kThreads / kDmaBr >= 1 ? kThreads / kDmaBr : 1;  // threads sharing a row
+  static_assert(kDmaBc % (16 * kPerRow) == 0, "each thread takes whole 16-byte chunks of a row");
+  constexpr int kBytes = kDmaBc / kPerRow;
+  bool any = false;
+  const int part = int(threadIdx.x) % kPerRow;
+  for (int r = int(threadIdx.x) / kPerRow; r < rows; r += kThreads / kPerRow) {
+    const uint8_t* row = m + p.mask.row_offset(b, h, q0 + r) + k0;
+    if (keys == kDmaBc && (reinterpret_cast<uintptr_t>(row) & 15) == 0) {
+      const uint4* v4 = reinterpret_cast<const uint4*>(row + part * kBytes);
+#pragma unroll
+      for (int c = 0; c < kBytes / 16; ++c) {
+        const uint4 x = __ldg(v4 + c);
+        any = any || ((x.x | x.y | x.z | x.w) != 0);
+      }
+    } else {
+      for (int c = part * kBytes; c < min(keys, (part + 1) * kBytes); ++c) any = any || (__ldg(row + c) != 0);
+    }
+  }
+  return __syncthreads_or(any) != 0;
+}
+
 }  // namespace attnlab
