@@ -195,6 +195,7 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
     if (e != cudaSuccess) return fail(cuda_error_text("dmattn", e), 1);
     unsigned long long tiles[2] = {0, 0};
     cudaMemcpy(tiles, counters, sizeof tiles, cudaMemcpyDeviceToHost);
+    a.tile_counters = nullptr;  // counted once; the timed launches do not pay for the atomics
     const double grid_tiles = double(p.B) * p.H * ((p.Nq + kDmaBr - 1) / kDmaBr) * ((p.Nk + kDmaBc - 1) / kDmaBc);
     char note[200];
     std::snprintf(note, sizeof note, "tiles skipped %.1f%% (%llu of %.0f 64x64 tiles run; causal range %llu); splits %d",
