@@ -29,6 +29,14 @@ inline void record(bool ok, const std::string& what) {
   }
 }
 
+// False, after one line and the failing tally, when there is no GPU to test on.
+inline bool have_gpu() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0) return true;
+  std::printf("no CUDA GPU found; GPU tests need one\n0 passed, 1 failed\n");
+  return false;
+}
+
 // Prints the tally and returns the exit code: 0 when something passed and nothing failed.
 inline int finish() {
   std::printf("%d passed, %d failed\n", passed, failed);

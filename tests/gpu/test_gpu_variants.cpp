@@ -113,11 +113,7 @@ void check_can_fail(cudaStream_t s, uint64_t& seed) {
 int main(int argc, char** argv) {
   const std::string only = argc > 1 ? argv[1] : "*";
   auto selected = [&](const Variant& v) { return glob_match(only, v.name); };
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    std::printf("no CUDA GPU found; GPU tests need one\n0 passed, 1 failed\n");
-    return 1;
-  }
+  if (!have_gpu()) return 1;
   cudaStream_t s;
   cudaStreamCreate(&s);
   uint64_t seed = 20261129;
