@@ -43,6 +43,14 @@ if [ -z "${QUICK:-}" ] && [ "${SANITIZER:-1}" != 0 ] && command -v compute-sanit
       rc=$?
       echo "$tool $shape: rc=$rc $(grep -E 'ERROR SUMMARY' "$out/sanitizer.log" | tail -1)"
     done
+    # dynamic-mask attention: forward with a forced split count, and the backward
+    for shape in "--Nq 1 --Nk 3000 --D 128 --Hkv 1 --mask topk --window 64 --bias --splits 4" \
+                 "--Nq 70 --Nk 130 --D 64 --Hkv 1 --causal --mask topk --window 32 --bias --bwd"; do
+      timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 "$build/flash_attn_mma" --B 1 --H 2 $shape \
+        --iters 1 --warmup 0 --check > "$out/sanitizer.log" 2>&1
+      rc=$?
+      echo "$tool $shape: rc=$rc $(grep -E 'ERROR SUMMARY' "$out/sanitizer.log" | tail -1)"
+    done
   done 2>&1 | tee "$out/sanitizer_summary.txt"
 fi
 
