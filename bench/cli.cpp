@@ -83,7 +83,10 @@ dynamic-mask attention (flash-dmattn semantics; any of these selects it):
   --softcap C       S = C·tanh(S / C) after the bias (default off)
   --bwd             also the backward: dmattn's (dQ, dK, dV, dBias) and, with
                     --sdpa/--torch, torch's through autograd; TFLOPS count
-                    2·(3D+2Dv)·pairs (not yet run on a GPU)
+                    2·(3D+2Dv)·pairs
+  --deterministic   the backward in its deterministic mode (implies --bwd):
+                    gradients bitwise identical run to run; with --check also
+                    verified over 5 runs
   --splits N        split-KV parts per query block, merged by LSE (default 0 =
                     automatic: more than one only when the query blocks alone
                     would leave SMs idle, e.g. decoding with --Nq 1)
@@ -186,6 +189,7 @@ ParseResult parse_args(const std::vector<std::string>& args) {
     else if (flag == "--bias") bool_flag(&o.bias);
     else if (flag == "--splits") int_flag(0, 1024, &o.splits);
     else if (flag == "--bwd") bool_flag(&o.bwd);
+    else if (flag == "--deterministic") { bool_flag(&o.deterministic); o.bwd = o.bwd || o.deterministic; }
     else if (flag == "--softcap") {
       if (take_value()) {
         char* end = nullptr;

@@ -36,7 +36,8 @@ struct Options {
   float softcap = 0.f;
   int splits = 0;             // split-KV parts (0: automatic)
   bool bwd = false;           // also time (and with --check, check) the backward
-  bool dynamic_mask() const { return !mask.empty() || Hkv > 0 || bias || softcap > 0.f || bwd; }
+  bool deterministic = false;  // the backward's deterministic mode (bitwise reproducible)
+  bool dynamic_mask() const { return !mask.empty() || Hkv > 0 || bias || softcap > 0.f || bwd || deterministic; }
   bool list = false;
   bool help = false;
   std::string variant_glob = "*";

@@ -170,11 +170,11 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
   // ---- ours ------------------------------------------------------------------------
   DmaRow ours;
   ours.name = "dmattn";
+  DmaForwardArgs a;  // kept: the backward re-runs the forward for its O and LSE
   if (std::string why = dma_forward_unsupported(p); !why.empty()) {
     ours.status = "unsupported";
     ours.note = why;
   } else {
-    DmaForwardArgs a;
     a.q = q;
     a.k = k;
     a.v = v;
@@ -182,9 +182,9 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
     a.lse = lse;
     a.tile_counters = counters;
     a.splits = dma_resolve_splits(p, opt.splits);
-    if (a.splits > 1) {
+    if (dma_forward_workspace_bytes(p, a.splits) > 0) {  // the mask summary and/or the split partials
       a.workspace_bytes = dma_forward_workspace_bytes(p, a.splits);
-      if (std::string e2 = arena.alloc(a.workspace_bytes / sizeof(float), &a.workspace, "the split-KV partials");
+      if (std::string e2 = arena.alloc(a.workspace_bytes / sizeof(float), &a.workspace, "the forward workspace");
           !e2.empty())
         return fail(e2, 1);
     }
@@ -321,7 +321,10 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
   }
 
   // ---- backward ---------------------------------------------------------------------
-  if (opt.bwd && ours.ms > 0) {  // needs the forward's O and LSE, which the timed runs left in o, lse
+  if (opt.bwd && ours.ms > 0) {
+    // The forward's O and LSE: the dense rung and the torch rows above wrote
+    // over o and lse, so run the dynamic-mask forward once more.
+    if (cudaError_t r = dma_forward(p, a, stream); r != cudaSuccess) return fail(cuda_error_text("dmattn", r), 1);
     DmaRow bwd;
     bwd.name = "dmattn bwd";
     const double bwd_flops = 2.0 * (3 * p.D + 2 * p.D) * double(pairs);
@@ -333,7 +336,7 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
       const int64_t bias_elems = p.bias.data ? p.bias.elems(p.Nk) : 0;
       void *dout = nullptr, *dq = nullptr, *dk = nullptr, *dv = nullptr, *dbias = nullptr;
       float* ws = nullptr;
-      const size_t ws_bytes = dma_backward_workspace_bytes(p);
+      const size_t ws_bytes = dma_backward_workspace_bytes(p, opt.deterministic);
       std::string e2;
       if (e2.empty()) e2 = arena.alloc(size_t(q_elems) * 2, reinterpret_cast<uint8_t**>(&dout), "dO");
       if (e2.empty()) e2 = arena.alloc(size_t(q_elems) * 2, reinterpret_cast<uint8_t**>(&dq), "dQ");
@@ -357,6 +360,8 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
       ba.dbias = dbias;
       ba.workspace = ws;
       ba.workspace_bytes = ws_bytes;
+      ba.deterministic = opt.deterministic;
+      if (opt.deterministic) bwd.name += " (deterministic)";
       e = dma_backward(p, ba, stream);
       if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
       if (e != cudaSuccess) return fail(cuda_error_text("dmattn backward", e), 1);
@@ -396,6 +401,18 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
         bwd.note = summary + " (err/tol, interim rule); ";
         if (!pass) ++failures;
       }
+      // Deterministic mode: the gradients after the timed runs must equal the
+      // first run's bit for bit (every run rewrites them from scratch).
+      auto grad_bytes = [&] {
+        std::vector<uint8_t> h(size_t(2 * q_elems + 4 * kv_elems + 2 * bias_elems));
+        cudaMemcpy(h.data(), dq, size_t(q_elems) * 2, cudaMemcpyDeviceToHost);
+        cudaMemcpy(h.data() + 2 * q_elems, dk, size_t(kv_elems) * 2, cudaMemcpyDeviceToHost);
+        cudaMemcpy(h.data() + 2 * q_elems + 2 * kv_elems, dv, size_t(kv_elems) * 2, cudaMemcpyDeviceToHost);
+        if (bias_elems)
+          cudaMemcpy(h.data() + 2 * q_elems + 4 * kv_elems, dbias, size_t(bias_elems) * 2, cudaMemcpyDeviceToHost);
+        return h;
+      };
+      const std::vector<uint8_t> first = opt.deterministic && opt.check ? grad_bytes() : std::vector<uint8_t>{};
       Timing timing;
       if (std::string t = time_calls(
               [&] {
@@ -405,6 +422,15 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
               opt.warmup, opt.iters, flush, flush_bytes, stream, &timing);
           !t.empty())
         return fail(t, 1);
+      if (!first.empty()) {
+        const bool same = grad_bytes() == first;
+        bwd.note += same ? "bitwise identical over " + std::to_string(1 + opt.warmup + opt.iters) + " runs; "
+                         : "NOT bitwise identical across runs; ";
+        if (!same) {
+          bwd.status = "FAIL";
+          ++failures;
+        }
+      }
       bwd.ms = timing.median_ms;
       bwd.tflops = bwd_flops / (bwd.ms * 1e-3) / 1e12;
       bwd.note += "TFLOPS count 2·(3D+2Dv)·unmasked pairs";

@@ -45,7 +45,8 @@ if [ -z "${QUICK:-}" ] && [ "${SANITIZER:-1}" != 0 ] && command -v compute-sanit
     done
     # dynamic-mask attention: forward with a forced split count, and the backward
     for shape in "--Nq 1 --Nk 3000 --D 128 --Hkv 1 --mask topk --window 64 --bias --splits 4" \
-                 "--Nq 70 --Nk 130 --D 64 --Hkv 1 --causal --mask topk --window 32 --bias --bwd"; do
+                 "--Nq 70 --Nk 130 --D 64 --Hkv 1 --causal --mask topk --window 32 --bias --bwd" \
+                 "--B 2 --Nq 130 --Nk 77 --D 128 --mask topk --window 16 --block 0 --bias --deterministic"; do
       timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 "$build/flash_attn_mma" --B 1 --H 2 $shape \
         --iters 1 --warmup 0 --check > "$out/sanitizer.log" 2>&1
       rc=$?
@@ -126,12 +127,16 @@ if [ "${DMATTN:-1}" != 0 ]; then
   for L in ${DMATTN_L:-1024 8192 32768}; do
     dbench --B 1 --H 2 --Hkv 1 --N $L --D 128 --causal --mask topk --window 1024 --bias $([ $L -le 8192 ] && echo --check)
   done
-  # decoding (Nq = 1): split-KV with the automatic split count, and forced counts
-  dbench --B 1 --H 2 --Hkv 1 --Nq 1 --Nk 32768 --D 128 --causal --mask topk --window 1024 --bias --check
-  dbench --B 1 --H 2 --Hkv 1 --Nq 1 --Nk 32768 --D 128 --causal --mask topk --window 1024 --bias --check --splits 1
-  dbench --B 1 --H 2 --Hkv 1 --Nq 1 --Nk 65536 --D 128 --causal --mask topk --window 1024 --bias
+  # decoding (Nq = 1): split-KV with the automatic split count, and forced counts. Plain
+  # top-W (--block 0): with a random bias, 64-key majority smoothing would keep almost nothing.
+  dbench --B 1 --H 2 --Hkv 1 --Nq 1 --Nk 32768 --D 128 --causal --mask topk --window 1024 --block 0 --bias --check
+  dbench --B 1 --H 2 --Hkv 1 --Nq 1 --Nk 32768 --D 128 --causal --mask topk --window 1024 --block 0 --bias --check --splits 1
+  dbench --B 1 --H 2 --Hkv 1 --Nq 1 --Nk 65536 --D 128 --causal --mask topk --window 1024 --block 0 --bias
+  dbench --B 1 --H 2 --Hkv 1 --Nq 1 --Nk 524288 --D 128 --causal --mask topk --window 1024 --block 0 --bias
   # backward (not yet run on a GPU before this section existed): checked where the reference is quick
   dbench --B 1 --H 2 --Hkv 1 --N 2048 --D 128 --causal --mask topk --window 512 --bias --bwd --check
+  dbench --B 2 --H 4 --Hkv 2 --N 2048 --D 128 --causal --mask topk --window 512 --bias --deterministic --check
+  dbench --B 1 --H 2 --Hkv 1 --N 32768 --D 128 --causal --mask topk --window 1024 --bias --deterministic
   dbench --B 1 --H 2 --Hkv 1 --N 32768 --D 128 --causal --mask topk --window 1024 --bias --bwd
   dbench --B 1 --H 8 --N 1024 --D 128 --mask ones --bias --bwd --check
   dbench --B 1 --H 8 --N 8192 --D 128 --mask ones --bias --bwd

@@ -71,8 +71,10 @@ struct DmaForwardArgs {
   // Split-KV (decoding): the KV range of every query block is cut into
   // `splits` parts run by separate blocks, their partial results merged by LSE
   // in a second kernel. 0 = automatic (dma_auto_splits), 1 = no split. With
-  // more than one split the partials need `workspace` of
-  // dma_forward_workspace_bytes(p, splits) bytes.
+  // more than one split the partials need workspace.
+  // `workspace`: dma_forward_workspace_bytes(p, resolved split count) bytes
+  // (the mask's tile summary and the split partials; 0 bytes without a mask
+  // and without splits).
   int splits = 1;
   float* workspace = nullptr;
   size_t workspace_bytes = 0;
@@ -94,7 +96,7 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
 // the FLOP convention (effective TFLOPS count only these).
 cudaError_t dma_count_visible_pairs(const DynamicMaskProblem& p, unsigned long long* d_count, cudaStream_t stream);
 
-// ---- backward (dmattn_bwd.cu; NOT yet run on a GPU) ---------------------------
+// ---- backward (dmattn_bwd.cu) ------------------------------------------------
 struct DmaBackwardArgs {
   const void* q = nullptr;
   const void* k = nullptr;
@@ -106,11 +108,14 @@ struct DmaBackwardArgs {
   void* dk = nullptr;          // [B,Hkv,Nk,D]
   void* dv = nullptr;
   void* dbias = nullptr;       // the bias's own shape, summed over its broadcast dims; may be null
-  float* workspace = nullptr;  // dma_backward_workspace_bytes(p): dQ and dBias accumulators, Δ
+  float* workspace = nullptr;  // dma_backward_workspace_bytes(p, deterministic): accumulators, Δ
   size_t workspace_bytes = 0;
+  // Deterministic: dQ, dK, dV and dBias bitwise identical run to run (no
+  // floating-point atomics; a fixed summation order). Slower.
+  bool deterministic = false;
 };
 std::string dma_backward_unsupported(const DynamicMaskProblem& p);
-size_t dma_backward_workspace_bytes(const DynamicMaskProblem& p);
+size_t dma_backward_workspace_bytes(const DynamicMaskProblem& p, bool deterministic = false);
 cudaError_t dma_backward(const DynamicMaskProblem& p, const DmaBackwardArgs& a, cudaStream_t stream);
 
 // ---- GPU references and the mask builder (dmattn_reference.cu) --------------

@@ -1,29 +1,40 @@
 // ============================================================================
 // Dynamic-mask attention, backward (flash-dmattn semantics) with tile skipping
 // ============================================================================
-// STATUS: written and compiled, NOT YET RUN ON A GPU. tests/gpu/test_dmattn.cpp
-// does not call it yet; tests/gpu/test_dmattn_backward.cpp checks it against the
-// fp32 GPU reference backward (itself checked against the CPU double reference).
-//
 // FlashAttention-2's backward order (Dao, 2023, Algorithm 2), with the forward
 // kernel's skip test: one block per (64-key tile j, KV head, batch); it holds
 // K_j, V_j in shared memory and dK_j, dV_j in registers, and walks every query
 // tile i of every query head that reads this KV head (GQA), skipping a tile
-// whose 64x64 mask is all zero before loading anything for it:
+// whose 64x64 mask is all zero (one bit of the mask pre-pass, see
+// dmattn_tiles.cuh) before loading anything for it:
 //   Sᵀ = K_j Q_iᵀ           (warp w: keys 16w..16w+15, all 64 queries)
 //   Pᵀ = exp(scale·Sᵀ + bias (softcap) - LSE_q), 0 where masked / causal / ragged
 //   dPᵀ = V_j dO_iᵀ
 //   dSᵀ = Pᵀ ∘ (dPᵀ - Δ_q) ∘ softcap'    with Δ_q = rowsum(dO_q ∘ O_q) (pre-pass)
 //   dV_j += Pᵀ dO_i ;  dK_j += scale · dSᵀ Q_i
 //   dQ_i += scale · dS K_j  (dS through shared memory; fp32 atomics into dq_accum)
-//   dBias += dS  (fp32 atomics into the bias's own shape; summed over the
+//   dBias += dS  (into an fp32 copy of the bias's own shape; summed over the
 //                 query tile first when the bias is broadcast over queries)
 // Then dQ and dBias are converted to the input dtype.
 //
+// Deterministic mode (bitwise identical run to run): no floating-point sum
+// may depend on which block gets there first.
+//   - dQ: the key-tile blocks above skip it; a second kernel, one block per
+//     (64-query tile, head, batch), walks the active key tiles in order and
+//     recomputes S and dP to get dS, then dQ = scale·Σ_j dS_j K_j in registers
+//     (two of the five matrix products again: the price of determinism).
+//   - dBias: every element of an fp32 bias copy is added to by one thread of
+//     one block only, in program order; where the bias is broadcast over the
+//     batch or over KV heads (several blocks would share an element), each
+//     (batch, KV head) block writes its own copy and a last kernel sums the
+//     copies in a fixed order.
+//   - dK, dV: never atomics (one block owns a key tile).
+// (FlashAttention-2 orders its dQ atomics with a semaphore instead; a separate
+// dQ pass cannot deadlock and needs no scheduling assumptions.)
+//
 // Tiles: Bc = Br = 64, 4 warps; shared memory (4·64·(D+8) + 64·72)·2 bytes +
 // 512 (K, V, Q, dO, dSᵀ, LSE, Δ). Head dims 32, 64, 96, 128 (dK and dV take D
-// registers per thread). Non-deterministic (atomics); a deterministic mode is
-// not written yet.
+// registers per thread).
 // ============================================================================
 
 #include <cuda_bf16.h>
@@ -78,18 +89,142 @@ __global__ void dma_bwd_delta_kernel(const T* __restrict__ o, const T* __restric
   if (lane == 0) delta[row] = acc;
 }
 
+// out[i] = Σ_c in[c·n + i] over `copies` fp32 copies, in copy order (a fixed
+// order: deterministic), converted to the input dtype.
 template <typename T>
-__global__ void fp32_to_dtype_kernel(const float* __restrict__ in, T* __restrict__ out, int64_t n) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    out[i] = T(in[i]);
+__global__ void sum_copies_to_dtype_kernel(const float* __restrict__ in, int copies, T* __restrict__ out, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    float acc = in[i];
+    for (int c = 1; c < copies; ++c) acc += in[int64_t(c) * n + i];
+    out[i] = T(acc);
+  }
+}
+
+// Where a block adds its dBias: one fp32 accumulator in the bias's shape, or
+// (deterministic mode, bias broadcast over the batch and/or the KV heads) one
+// copy per batch and/or KV head, so that no element is shared by two blocks.
+struct DbiasTarget {
+  float* base = nullptr;  // nullptr: no bias
+  int64_t copy_elems = 0;
+  bool per_batch = false, per_kv_head = false;
+  int Hkv = 1;
+  int copies() const { return (per_batch ? batches : 1) * (per_kv_head ? Hkv : 1); }
+  int batches = 1;
+  __device__ float* for_block(int b, int hk) const {
+    if (base == nullptr) return nullptr;
+    const int c = (per_batch ? b : 0) * (per_kv_head ? Hkv : 1) + (per_kv_head ? hk : 0);
+    return base + int64_t(c) * copy_elems;
+  }
+};
+
+// Deterministic mode's dQ: one block per (64-query tile m, head h, batch b);
+// warp w owns query rows 16w..16w+15 and, over the active key tiles j in
+// order, recomputes S = Q K_jᵀ and dP = dO V_jᵀ (as the forward computes S),
+// forms dS exactly as the main kernel does, and accumulates dQ += dS K_j in
+// registers (dS is already an A fragment's values, as P is in the forward's
+// P·V). The same four 64-row tiles of shared memory as the main kernel.
+template <typename Cfg, typename T>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+dma_bwd_dq_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                  const T* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
+                  T* __restrict__ dq, const DynamicMaskProblem p, const MaskSummary summary) {
+  constexpr int D = Cfg::kHeadDim, Br = Cfg::kBr, Bc = Cfg::kBc, kStride = Cfg::kStride;
+  constexpr int kTilesS = Bc / 8;
+  const int m = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int q0 = m * Br;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int causal_offset = p.Nk - p.Nq;
+  const int64_t q_head = int64_t(b) * p.H + h;
+  const int64_t kv_head = int64_t(b) * p.Hkv + h / (p.H / p.Hkv);
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sK = reinterpret_cast<T*>(smem_raw);
+  T* sV = sK + Bc * kStride;
+  T* sQ = sV + Bc * kStride;
+  T* sdO = sQ + Br * kStride;
+
+  load_tile_async<Br, D, kStride, Cfg::kThreads>(sQ, q + (q_head * p.Nq + q0) * D, D, p.Nq - q0);
+  load_tile_async<Br, D, kStride, Cfg::kThreads>(sdO, dout + (q_head * p.Nq + q0) * D, D, p.Nq - q0);
+  cp_async_commit();
+  const int rows[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
+  float row_lse[2], row_delta[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float l = rows[r] < p.Nq ? lse[q_head * p.Nq + rows[r]] : -INFINITY;
+    row_lse[r] = l == -INFINITY ? INFINITY : l;  // P = 0 for rows that saw no key
+    row_delta[r] = rows[r] < p.Nq ? delta[q_head * p.Nq + rows[r]] : 0.f;
+  }
+
+  AttnProblem dp;  // the dense view: the causal tile range
+  dp.B = p.B;
+  dp.H = p.H;
+  dp.Nq = p.Nq;
+  dp.Nk = p.Nk;
+  dp.D = dp.Dv = D;
+  dp.causal = p.causal;
+  const int n_tiles = kv_tiles_for_query_tile(dp, q0, Br, Bc);
+  float dQ[Cfg::kTilesO][4] = {};
+  for (int j = 0; j < n_tiles; ++j) {
+    if (!summary.tile_any(p, b, h, m, j)) continue;  // uniform
+    const bool mask_full = summary.tile_all(p, b, h, m, j);
+    const int kv0 = j * Bc;
+    load_tile_async_rolled<Bc, D, StridedRows<kStride>, Cfg::kThreads>(sK, k + (kv_head * p.Nk + kv0) * D, D,
+                                                                      p.Nk - kv0);
+    load_tile_async_rolled<Bc, D, StridedRows<kStride>, Cfg::kThreads>(sV, v + (kv_head * p.Nk + kv0) * D, D,
+                                                                      p.Nk - kv0);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+
+    float S[kTilesS][4] = {}, dP[kTilesS][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t a[4];
+      load_a_fragment<kStride>(a, sQ + (warp * 16) * kStride + kk * 16, lane);
+      qk_slice<T, kTilesS, kStride>(S, a, sK + kk * 16, lane);
+      load_a_fragment<kStride>(a, sdO + (warp * 16) * kStride + kk * 16, lane);
+      qk_slice<T, kTilesS, kStride>(dP, a, sV + kk * 16, lane);
+    }
+#pragma unroll
+    for (int n = 0; n < kTilesS; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int qi = rows[e / 2], key = kv0 + n * 8 + 2 * t + (e & 1);
+        bool visible = key < p.Nk && qi < p.Nq && (!p.causal || key <= qi + causal_offset);
+        if (visible && !mask_full)
+          visible = __ldg(static_cast<const uint8_t*>(p.mask.data) + p.mask.row_offset(b, h, qi) + key) != 0;
+        float x = S[n][e] * p.scale;
+        if (p.bias.data != nullptr && visible)
+          x += as_float(__ldg(static_cast<const T*>(p.bias.data) + p.bias.row_offset(b, h, qi) + key));
+        float s_val = x, dcap = 1.f;
+        if (p.softcap > 0.f) {
+          const float th = tanhf(x / p.softcap);
+          s_val = p.softcap * th;
+          dcap = 1.f - th * th;
+        }
+        const float pv = visible ? exp2_approx((s_val - row_lse[e / 2]) * kLog2e) : 0.f;
+        S[n][e] = pv * (dP[n][e] - row_delta[e / 2]) * dcap;  // dS
+      }
+    pv_tile<T, kTilesS, Cfg::kTilesO, kStride>(dQ, S, sK, lane);  // dQ += dS K_j
+    __syncthreads();  // sK, sV are refilled next
+  }
+  cp_async_wait<0>();  // Q, dO copies (if no key tile ran) finish before the block exits
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (rows[r] >= p.Nq) continue;
+    T* row = dq + (q_head * p.Nq + rows[r]) * D;
+#pragma unroll
+    for (int n = 0; n < Cfg::kTilesO; ++n)
+      *reinterpret_cast<uint32_t*>(row + n * 8 + 2 * t) = pack2<T>(p.scale * dQ[n][2 * r], p.scale * dQ[n][2 * r + 1]);
+  }
 }
 
 template <typename Cfg, typename T>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
 dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                const T* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
-               float* __restrict__ dq_accum, T* __restrict__ dk, T* __restrict__ dv, float* __restrict__ dbias_accum,
-               const DynamicMaskProblem p) {
+               float* __restrict__ dq_accum, T* __restrict__ dk, T* __restrict__ dv, DbiasTarget dbias_target,
+               const DynamicMaskProblem p, const MaskSummary summary) {
   constexpr int D = Cfg::kHeadDim, Br = Cfg::kBr, Bc = Cfg::kBc, kStride = Cfg::kStride;
   constexpr int kDs = Cfg::kDsStride;
   const int j_tile = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
@@ -108,6 +243,8 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
   float* sDelta = sLSE + Br;
 
   const int64_t kv_head = int64_t(b) * p.Hkv + hk;
+  float* dbias_accum = dbias_target.for_block(b, hk);
+  const bool dq_here = dq_accum != nullptr;  // deterministic mode: dQ is the dQ kernel's
   load_tile_async<Bc, D, kStride, Cfg::kThreads>(sK, k + (kv_head * p.Nk + kv0) * D, D, p.Nk - kv0);
   load_tile_async<Bc, D, kStride, Cfg::kThreads>(sV, v + (kv_head * p.Nk + kv0) * D, D, p.Nk - kv0);
   cp_async_commit();
@@ -124,8 +261,9 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
     const int64_t q_head = int64_t(b) * p.H + h;
     for (int m = q_first / Br; m < n_q_tiles; ++m) {
       const int q0 = m * Br;
-      // The skip test, the block splitting the tile's rows; uniform by construction.
-      if (p.mask.data != nullptr && !block_tile_any<Cfg::kThreads>(p, b, h, q0, kv0)) continue;
+      // The skip test: one bit of the mask summary, the same for the whole block.
+      if (!summary.tile_any(p, b, h, m, j_tile)) continue;
+      const bool mask_full = summary.tile_all(p, b, h, m, j_tile);  // no per-element mask reads
 
       // Rolled copies keep their addresses out of the registers dK and dV need.
       load_tile_async_rolled<Br, D, StridedRows<kStride>, Cfg::kThreads>(sQ, q + (q_head * p.Nq + q0) * D, D,
@@ -169,7 +307,7 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
             const int qc = qh + n * 8 + 2 * t + (e & 1);  // query column in the tile
             const int qi = q0 + qc;
             bool visible = key < p.Nk && qi < p.Nq && (!p.causal || key <= qi + causal_offset);
-            if (visible && p.mask.data != nullptr)
+            if (visible && !mask_full)
               visible = __ldg(static_cast<const uint8_t*>(p.mask.data) + p.mask.row_offset(b, h, qi) + key) != 0;
             float x = St[n][e] * p.scale;
             if (p.bias.data != nullptr && visible)
@@ -206,7 +344,7 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
 
         // ---- dSᵀ to shared memory for dQ ------------------------------------------------
 #pragma unroll
-        for (int n = 0; n < Cfg::kTilesS; ++n) {
+        for (int n = 0; n < Cfg::kTilesS && dq_here; ++n) {
           *reinterpret_cast<uint32_t*>(sdS + (warp * 16 + g) * kDs + qh + n * 8 + 2 * t) =
               pack2<T>(dPt[n][0], dPt[n][1]);
           *reinterpret_cast<uint32_t*>(sdS + (warp * 16 + g + 8) * kDs + qh + n * 8 + 2 * t) =
@@ -214,6 +352,7 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
         }
       }
       __syncthreads();
+      if (!dq_here) continue;  // sQ, sdO are not rewritten before the barrier above
       // Warp w: query rows 16w..16w+15 of the tile. A = dS (queries x keys) read
       // transposed from dSᵀ; B = K (keys x D) through ldmatrix.trans, as V in P·V.
       // At D >= 128 in two column halves, to stay within the registers.
@@ -279,21 +418,56 @@ std::string dma_backward_unsupported(const DynamicMaskProblem& p) {
   return "";
 }
 
-size_t dma_backward_workspace_bytes(const DynamicMaskProblem& p) {
+namespace {
+// Workspace layout (floats, each part 16-byte aligned): dq_accum [rows·D]
+// (default mode only), Δ [rows], dBias accumulator copies, the mask summary.
+struct BwdWorkspace {
+  size_t dq = 0, delta = 0, dbias = 0, summary = 0;  // offsets in floats
+  size_t total_floats = 0;
+  DbiasTarget target;
+};
+size_t round4(size_t n) { return (n + 3) / 4 * 4; }
+BwdWorkspace plan_workspace(const DynamicMaskProblem& p, bool deterministic) {
+  BwdWorkspace w;
   const size_t rows = size_t(p.B) * p.H * p.Nq;
-  return (rows * p.D + rows + (p.bias.data ? size_t(p.bias.elems(p.Nk)) : 0)) * sizeof(float);
+  size_t at = 0;
+  w.dq = at;
+  at += deterministic ? 0 : round4(rows * p.D);
+  w.delta = at;
+  at += round4(rows);
+  w.dbias = at;
+  if (p.bias.data != nullptr) {
+    w.target.copy_elems = p.bias.elems(p.Nk);
+    w.target.per_batch = deterministic && p.bias.b == 1 && p.B > 1;
+    w.target.per_kv_head = deterministic && p.bias.h == 1 && p.Hkv > 1;
+    w.target.batches = p.B;
+    w.target.Hkv = p.Hkv;
+    at += round4(size_t(w.target.copies()) * size_t(w.target.copy_elems));
+  }
+  w.summary = at;
+  at += round4(dma_mask_summary_bytes(p) / sizeof(float));
+  w.total_floats = at;
+  return w;
+}
+}  // namespace
+
+size_t dma_backward_workspace_bytes(const DynamicMaskProblem& p, bool deterministic) {
+  return plan_workspace(p, deterministic).total_floats * sizeof(float);
 }
 
 cudaError_t dma_backward(const DynamicMaskProblem& p, const DmaBackwardArgs& a, cudaStream_t stream) {
   if (!dma_backward_unsupported(p).empty()) return cudaErrorInvalidValue;
-  if (a.workspace == nullptr || a.workspace_bytes < dma_backward_workspace_bytes(p)) return cudaErrorInvalidValue;
+  BwdWorkspace w = plan_workspace(p, a.deterministic);
+  if (a.workspace == nullptr || a.workspace_bytes < w.total_floats * sizeof(float)) return cudaErrorInvalidValue;
   const int64_t rows = int64_t(p.B) * p.H * p.Nq;
-  float* dq_accum = a.workspace;
-  float* delta = dq_accum + rows * p.D;
-  float* dbias_accum = p.bias.data ? delta + rows : nullptr;
-  cudaError_t err = cudaMemsetAsync(dq_accum, 0, size_t(rows) * p.D * sizeof(float), stream);
-  if (err == cudaSuccess && dbias_accum)
-    err = cudaMemsetAsync(dbias_accum, 0, size_t(p.bias.elems(p.Nk)) * sizeof(float), stream);
+  float* dq_accum = a.deterministic ? nullptr : a.workspace + w.dq;
+  float* delta = a.workspace + w.delta;
+  if (p.bias.data != nullptr) w.target.base = a.workspace + w.dbias;
+  MaskSummary summary;
+  cudaError_t err = dma_summarize_mask(p, reinterpret_cast<uint32_t*>(a.workspace + w.summary), &summary, stream);
+  if (err == cudaSuccess && dq_accum) err = cudaMemsetAsync(dq_accum, 0, size_t(rows) * p.D * sizeof(float), stream);
+  if (err == cudaSuccess && w.target.base)
+    err = cudaMemsetAsync(w.target.base, 0, size_t(w.target.copies()) * w.target.copy_elems * sizeof(float), stream);
   if (err != cudaSuccess) return err;
   dispatch_head_dim<DMA_BWD_HEAD_DIMS>(p.D, [&](auto head_dim) {
     using Cfg = DmaBwdConfig<decltype(head_dim)::value>;
@@ -308,11 +482,21 @@ cudaError_t dma_backward(const DynamicMaskProblem& p, const DmaBackwardArgs& a, 
                            static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
                            static_cast<const T*>(a.dout), static_cast<const float*>(a.lse),
                            static_cast<const float*>(delta), dq_accum, static_cast<T*>(a.dk), static_cast<T*>(a.dv),
-                           dbias_accum, p);
+                           w.target, p, summary);
       if (e != cudaSuccess) return e;
-      fp32_to_dtype_kernel<T><<<1024, 256, 0, stream>>>(dq_accum, static_cast<T*>(a.dq), rows * p.D);
-      if (dbias_accum && a.dbias)
-        fp32_to_dtype_kernel<T><<<1024, 256, 0, stream>>>(dbias_accum, static_cast<T*>(a.dbias), p.bias.elems(p.Nk));
+      if (a.deterministic) {
+        const dim3 dq_grid(unsigned((p.Nq + Cfg::kBr - 1) / Cfg::kBr), unsigned(p.H), unsigned(p.B));
+        e = launch_with_smem(dma_bwd_dq_kernel<Cfg, T>, dq_grid, Cfg::kThreads, Cfg::kSmemBytes, stream,
+                             static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
+                             static_cast<const T*>(a.dout), static_cast<const float*>(a.lse),
+                             static_cast<const float*>(delta), static_cast<T*>(a.dq), p, summary);
+        if (e != cudaSuccess) return e;
+      } else {
+        sum_copies_to_dtype_kernel<T><<<1024, 256, 0, stream>>>(dq_accum, 1, static_cast<T*>(a.dq), rows * p.D);
+      }
+      if (w.target.base && a.dbias)
+        sum_copies_to_dtype_kernel<T><<<1024, 256, 0, stream>>>(w.target.base, w.target.copies(),
+                                                                static_cast<T*>(a.dbias), w.target.copy_elems);
       return cudaGetLastError();
     });
   });

@@ -6,13 +6,14 @@
 // a 64 x 64 tile whose mask is all zero is never loaded nor multiplied.
 //
 // Per block (64 query rows of one head; 4 warps x 16 rows):
-//  1. Skip test, before any K/V/bias traffic. Each warp takes every 4th KV tile
-//     of the causal range and ORs the tile's mask bytes (16-byte loads where
-//     aligned; one row when the mask is broadcast over queries); a tile with
-//     any 1 gets its bit in a shared bitmap. Warp 0 then compacts the bitmap
-//     into an ascending list of active tiles. (flash-dmattn decides per tile
-//     inside the loop with __syncthreads_or; a list first lets the loop below
-//     prefetch the *next active* tile, so skipped tiles cost no pipeline bubble.)
+//  1. Skip test, before any K/V/bias traffic. A pre-pass kernel
+//     (dmattn_mask_summary.cu) has summarised the mask into one "any" and one
+//     "all ones" bit per 64x64 tile, reading it once at full bandwidth; the
+//     block copies its query tile's bits of the causal range into shared
+//     memory and warp 0 compacts them into an ascending list of active tiles.
+//     (flash-dmattn decides per tile inside the loop with __syncthreads_or; a
+//     list first lets the loop below prefetch the *next active* tile, so
+//     skipped tiles cost no pipeline bubble.)
 //  2. Rung 02's stage2 loop over the list only: K, V of tile list[i+1] are
 //     copied while tile list[i] is computed.
 //  3. Per tile, after S = Q·Kᵀ: S = scale·S + bias; softcap c: c·tanh(S/c);
@@ -113,8 +114,8 @@ __device__ __forceinline__ float2 unpack_pair<__nv_bfloat16>(uint32_t bits) {
 template <typename Cfg, typename T>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
 dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
-                   float* __restrict__ lse, const DynamicMaskProblem p, unsigned long long* counters,
-                   float* __restrict__ partials, int splits) {
+                   float* __restrict__ lse, const DynamicMaskProblem p, const MaskSummary summary,
+                   unsigned long long* counters, float* __restrict__ partials, int splits) {
   constexpr int D = Cfg::kHeadDim, Br = Cfg::kBr, Bc = Cfg::kBc, kStride = Cfg::kRowStride;
 
   // Blocks of the same query rows and all H heads run next to each other (head
@@ -155,15 +156,15 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
   __shared__ int n_active_shared;
 
   // ---- 1. which KV tiles does any row of this block see? ----------------------
+  // The mask pre-pass's bits of this query tile, restricted to [tile_begin, tile_end).
   int n_active = tile_end - tile_begin;
   if (p.mask.data != nullptr) {
-    for (int w = threadIdx.x; w < dma_bitmap_words(tile_end); w += Cfg::kThreads) bitmap[w] = full_bitmap[w] = 0;
-    __syncthreads();
-    for (int tile = tile_begin + warp; tile < tile_end; tile += Cfg::kWarps) {
-      bool any, all;
-      warp_scan_tile(p, b, h, q_start, tile * Bc, lane, &any, &all);
-      if (lane == 0 && any) atomicOr(&bitmap[tile / 32], 1u << (tile % 32));
-      if (lane == 0 && all) atomicOr(&full_bitmap[tile / 32], 1u << (tile % 32));
+    const int64_t srow = summary.row(p, b, h, m_block);
+    for (int w = threadIdx.x; w < dma_bitmap_words(tile_end); w += Cfg::kThreads) {
+      const int lo = max(0, tile_begin - 32 * w), hi = min(32, tile_end - 32 * w);  // bits in range
+      const uint32_t range = hi <= lo ? 0u : (hi == 32 ? ~0u : (1u << hi) - 1u) & ~((1u << lo) - 1u);
+      bitmap[w] = range != 0u ? __ldg(summary.any + srow + w) & range : 0u;
+      full_bitmap[w] = range != 0u ? __ldg(summary.all + srow + w) : 0u;
     }
     __syncthreads();
     if (warp == 0) {  // compaction in tile order: deterministic, ascending
@@ -405,18 +406,24 @@ int dma_resolve_splits(const DynamicMaskProblem& p, int requested) {
   return requested > 0 ? requested : dma_auto_splits(p);
 }
 
+// Workspace: the mask summary (16-byte rounded), then the split-KV partials.
 size_t dma_forward_workspace_bytes(const DynamicMaskProblem& p, int splits) {
-  if (splits <= 1) return 0;
-  return size_t(splits) * size_t(p.B) * p.H * p.Nq * size_t(p.D + 1) * sizeof(float);
+  const size_t summary = (dma_mask_summary_bytes(p) + 15) / 16 * 16;
+  if (splits <= 1) return summary;
+  return summary + size_t(splits) * size_t(p.B) * p.H * p.Nq * size_t(p.D + 1) * sizeof(float);
 }
 
 cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cudaStream_t stream) {
   if (!dma_forward_unsupported(p).empty()) return cudaErrorInvalidValue;
   const int splits = dma_resolve_splits(p, a.splits);
   if (splits > 65535 / p.B) return cudaErrorInvalidValue;
-  if (splits > 1 && (a.workspace == nullptr || a.workspace_bytes < dma_forward_workspace_bytes(p, splits)))
-    return cudaErrorInvalidValue;
-  cudaError_t err = cudaErrorInvalidValue;
+  const size_t need = dma_forward_workspace_bytes(p, splits);
+  if (need > 0 && (a.workspace == nullptr || a.workspace_bytes < need)) return cudaErrorInvalidValue;
+  MaskSummary summary;
+  cudaError_t err = dma_summarize_mask(p, reinterpret_cast<uint32_t*>(a.workspace), &summary, stream);
+  if (err != cudaSuccess) return err;
+  float* partials = a.workspace ? a.workspace + (dma_mask_summary_bytes(p) + 15) / 16 * 4 : nullptr;
+  err = cudaErrorInvalidValue;
   dispatch_head_dim<DMA_HEAD_DIMS>(p.D, [&](auto head_dim) {
     using Cfg = DmaConfig<decltype(head_dim)::value>;
     err = dispatch_dtype(p.dtype, [&](auto type) {
@@ -425,10 +432,10 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
       cudaError_t e = launch_with_smem(dma_forward_kernel<Cfg, T>, grid, Cfg::kThreads,
                                        int(dma_smem_bytes(Cfg::kTileBytes, p.Nk)), stream, static_cast<const T*>(a.q),
                                        static_cast<const T*>(a.k), static_cast<const T*>(a.v), static_cast<T*>(a.o),
-                                       a.lse, p, a.tile_counters, a.workspace, splits);
+                                       a.lse, p, summary, a.tile_counters, partials, splits);
       if (e == cudaSuccess && splits > 1) {
         const int64_t rows = int64_t(p.B) * p.H * p.Nq;
-        dma_combine_kernel<T><<<unsigned(rows), 128, 0, stream>>>(a.workspace, static_cast<T*>(a.o), a.lse, splits,
+        dma_combine_kernel<T><<<unsigned(rows), 128, 0, stream>>>(partials, static_cast<T*>(a.o), a.lse, splits,
                                                                   rows, p.D);
         e = cudaGetLastError();
       }

@@ -106,6 +106,7 @@ TEST_CASE(cli_dynamic_mask_flags) {
   EXPECT_CONTAINS(parse({"--splits", "-1"}).error, "--splits must be between 0 and 1024");
   EXPECT_TRUE(parse({"--bwd"}).options.bwd && parse({"--bwd"}).options.dynamic_mask());
   EXPECT_CONTAINS(parse({"--bwd=1"}).error, "--bwd takes no value");
+  EXPECT_TRUE(parse({"--deterministic"}).options.deterministic && parse({"--deterministic"}).options.bwd);
   EXPECT_TRUE(parse({"--mask", "causal"}).options.causal);    // --mask causal implies --causal
   EXPECT_CONTAINS(parse({"--mask", "random"}).error, "--mask must be none, causal, ones or topk, got 'random'");
   EXPECT_CONTAINS(parse({"--H", "8", "--Hkv", "3"}).error, "--H must be a multiple of --Hkv");

@@ -155,7 +155,7 @@ void run_case(const Case& c, uint64_t seed, bool corrupt = false) {
   a.tile_counters = d_counters;
   a.splits = dma_resolve_splits(p, c.splits);
   float* d_ws = nullptr;
-  if (a.splits > 1) {
+  if (dma_forward_workspace_bytes(p, a.splits) > 0) {  // the mask summary and/or the split partials
     a.workspace_bytes = dma_forward_workspace_bytes(p, a.splits);
     cudaMalloc(&d_ws, a.workspace_bytes);
     cudaMemset(d_ws, 0xFF, a.workspace_bytes);  // NaN: a partial the combine reads unwritten shows up

@@ -4,7 +4,8 @@
 // reference by test_dmattn_backward_reference): dQ, dK, dV and dBias
 // separately, fresh random inputs, outputs poisoned with NaN, every head dim the
 // kernel takes, GQA, broadcast mask and bias, softcap, causal with Nq != Nk,
-// fully masked rows, both dtypes.
+// fully masked rows, both dtypes; and the deterministic mode: the same checks,
+// plus gradients bitwise identical over 5 runs.
 // Interim pass rule, until a same-precision unfused backward exists to measure
 // the baseline error against: max |g - g_ref| <= c · max(1, max |g_ref|) with
 // c = 1e-2 (fp16) or 4e-2 (bf16); a wrong term or transpose gives O(1).
@@ -47,7 +48,14 @@ void compare(const std::string& what, const void* dev, const float* ref_dev, siz
   record(bad == 0 && err <= c * scale, what + buf);
 }
 
-void run_case(const MaskedCase& c, uint64_t seed) {
+// The raw bytes of a device buffer, to compare runs bit for bit.
+std::vector<uint8_t> bytes_of(const void* dev, size_t n) {
+  std::vector<uint8_t> h(n);
+  cudaMemcpy(h.data(), dev, n, cudaMemcpyDeviceToHost);
+  return h;
+}
+
+void run_case(const MaskedCase& c, uint64_t seed, bool deterministic = false) {
   MaskedCaseInputs x(c, seed);
   const DynamicMaskProblem& p = x.p;
   void* const d_bias = x.d_bias;
@@ -74,7 +82,7 @@ void run_case(const MaskedCase& c, uint64_t seed) {
   cudaMalloc(&r_dk, kv_n * 4);
   cudaMalloc(&r_dv, kv_n * 4);
   cudaMalloc(&r_db, std::max<size_t>(1, bias_n) * 4);
-  const size_t ws = dma_backward_workspace_bytes(p);
+  const size_t ws = dma_backward_workspace_bytes(p, deterministic);
   cudaMalloc(&d_ws, ws);
   cudaMemset(d_dq, 0xFF, q_n * 2);  // NaN poison: every gradient must be written
   cudaMemset(d_dk, 0xFF, kv_n * 2);
@@ -86,12 +94,19 @@ void run_case(const MaskedCase& c, uint64_t seed) {
   ba.q = d_q; ba.k = d_k; ba.v = d_v; ba.o = d_o; ba.lse = d_lse; ba.dout = d_do;
   ba.dq = d_dq; ba.dk = d_dk; ba.dv = d_dv; ba.dbias = d_bias ? d_db : nullptr;
   ba.workspace = d_ws; ba.workspace_bytes = ws;
+  ba.deterministic = deterministic;
+  float* d_fws = nullptr;  // the forward's workspace (the mask summary)
+  if (const size_t fws = dma_forward_workspace_bytes(p, 1); fws > 0) {
+    cudaMalloc(&d_fws, fws);
+    fa.workspace = d_fws;
+    fa.workspace_bytes = fws;
+  }
   cudaError_t e = dma_forward(p, fa, 0);
   if (e == cudaSuccess) e = dma_backward(p, ba, 0);
   if (e == cudaSuccess)
     e = dma_reference_backward_fp32(p, d_q, d_k, d_v, d_do, r_dq, r_dk, r_dv, d_bias ? r_db : nullptr, 0);
   if (e == cudaSuccess) e = cudaDeviceSynchronize();
-  const std::string name = c.name();
+  const std::string name = c.name() + (deterministic ? " deterministic" : "");
   if (e != cudaSuccess) {
     record(false, std::string("CUDA error ") + cudaGetErrorString(e) + ": " + name);
     cudaGetLastError();
@@ -100,7 +115,24 @@ void run_case(const MaskedCase& c, uint64_t seed) {
     compare(std::string("dK ") + name, d_dk, r_dk, kv_n, c.dtype);
     compare(std::string("dV ") + name, d_dv, r_dv, kv_n, c.dtype);
     if (d_bias) compare(std::string("dBias ") + name, d_db, r_db, bias_n, c.dtype);
+    if (deterministic) {  // 4 more runs, each bit for bit the first
+      const std::vector<uint8_t> dq0 = bytes_of(d_dq, q_n * 2), dk0 = bytes_of(d_dk, kv_n * 2),
+                                 dv0 = bytes_of(d_dv, kv_n * 2), db0 = bytes_of(d_db, bias_n * 2);
+      bool same = true;
+      for (int run = 1; run < 5 && e == cudaSuccess; ++run) {
+        cudaMemset(d_dq, 0xFF, q_n * 2);
+        cudaMemset(d_dk, 0xFF, kv_n * 2);
+        cudaMemset(d_dv, 0xFF, kv_n * 2);
+        cudaMemset(d_db, 0xFF, std::max<size_t>(1, bias_n) * 2);
+        e = dma_backward(p, ba, 0);
+        if (e == cudaSuccess) e = cudaDeviceSynchronize();
+        same = same && bytes_of(d_dq, q_n * 2) == dq0 && bytes_of(d_dk, kv_n * 2) == dk0 &&
+               bytes_of(d_dv, kv_n * 2) == dv0 && bytes_of(d_db, bias_n * 2) == db0;
+      }
+      record(e == cudaSuccess && same, "bitwise identical over 5 runs: " + name);
+    }
   }
+  if (d_fws) cudaFree(d_fws);
   for (void* ptr : {d_o, static_cast<void*>(d_lse), d_dq, d_dk, d_dv, d_db, static_cast<void*>(d_ws),
                     static_cast<void*>(r_dq), static_cast<void*>(r_dk), static_cast<void*>(r_dv),
                     static_cast<void*>(r_db)})
@@ -122,6 +154,13 @@ int main() {
       run_case({1, 4, 1, 100, 300, 128, dt, causal, 15.f, 1, 0, 100, 1, 1, 1, true}, ++seed);  // MQA, softcap, zero rows
       run_case({2, 2, 1, 17, 1000, 96, dt, causal, 0.f, 0, 0, 0, 1, 1, 1, false}, ++seed);    // no mask
       run_case({1, 2, 2, 1000, 17, 64, dt, causal, 0.f, 0, 0, 0, 0, 0, 0, false}, ++seed);    // neither
+      // Deterministic mode: flash-dmattn's shape, and every bias broadcast that
+      // makes blocks share a dBias element (over the batch, over KV heads,
+      // per-query and per-key forms), softcap and fully masked rows.
+      run_case({1, 4, 2, 129, 200, 64, dt, causal, 0.f, 1, -1, 129, 1, -1, 1, false}, ++seed, true);
+      run_case({2, 4, 2, 130, 77, 128, dt, causal, 0.f, 1, 1, 130, 1, 1, 1, false}, ++seed, true);
+      run_case({2, 4, 4, 65, 190, 32, dt, causal, 0.f, 2, 0, 65, 1, 1, 65, false}, ++seed, true);
+      run_case({2, 4, 1, 100, 300, 96, dt, causal, 15.f, 1, 0, 100, 2, 0, 100, true}, ++seed, true);
     }
   return finish();
 }
