@@ -312,10 +312,17 @@ __device__ int block_exclusive_count(bool flag, int* scratch, int* total) {
 // (16 counting passes over the row), then every key > t and the lowest-index keys
 // == t until `keep` are kept. Then, with block_size > 0, each key block is kept
 // whole (its allowed keys) when more than half of its keys were kept, else dropped.
+//
+// Where the row's order keys live: kKeysInSmem, staged once in shared memory
+// (Nk·2 bytes, so Nk up to ~116K on an H200); otherwise recomputed from the bias
+// row in global memory on each of the 18 passes (a row of Nk·2 bytes stays in
+// L2), so any Nk works. The 0/1 kept flags go straight to the output row, which
+// the smoothing then reads back and overwrites block by block.
+template <bool kKeysInSmem>
 __global__ void __launch_bounds__(kTopkThreads)
-topk_mask_kernel(const uint16_t* bias, BroadcastOperand bs, AttnProblem dense, int window, int block_size,
-                 uint8_t* out) {
-  extern __shared__ uint16_t keys[];  // Nk: order keys, then 0/1 kept flags
+topk_mask_kernel(const uint16_t* __restrict__ bias, BroadcastOperand bs, AttnProblem dense, int window,
+                 int block_size, uint8_t* out) {
+  extern __shared__ uint16_t smem_keys[];  // kKeysInSmem: [n_allowed] order keys
   __shared__ int scratch[kTopkWarps];
   const int i = blockIdx.x, hb = blockIdx.y, b = blockIdx.z, Nk = dense.Nk;
   const uint16_t* brow = bias + int64_t(b) * bs.stride_b + int64_t(hb) * bs.stride_h + int64_t(i) * bs.stride_q;
@@ -326,46 +333,50 @@ topk_mask_kernel(const uint16_t* bias, BroadcastOperand bs, AttnProblem dense, i
     for (int j = threadIdx.x; j < Nk; j += kTopkThreads) orow[j] = 0;
     return;
   }
-  for (int j = threadIdx.x; j < n_allowed; j += kTopkThreads) keys[j] = uint16_t(order_key(brow[j]));
-  __syncthreads();
+  if constexpr (kKeysInSmem) {
+    for (int j = threadIdx.x; j < n_allowed; j += kTopkThreads) smem_keys[j] = uint16_t(order_key(brow[j]));
+    __syncthreads();
+  }
+  auto key = [&](int j) -> unsigned {  // j < n_allowed
+    if constexpr (kKeysInSmem) return smem_keys[j];
+    else return order_key(brow[j]);
+  };
 
   // t: the largest key with #(keys >= t) >= keep, i.e. the keep-th largest key.
   unsigned t = 0;
   for (int bit = 15; bit >= 0; --bit) {
     const unsigned cand = t | (1u << bit);
     int n = 0;
-    for (int j = threadIdx.x; j < n_allowed; j += kTopkThreads) n += keys[j] >= cand ? 1 : 0;
+    for (int j = threadIdx.x; j < n_allowed; j += kTopkThreads) n += key(j) >= cand ? 1 : 0;
     if (block_sum(n, scratch) >= keep) t = cand;
   }
   int n_greater = 0;
-  for (int j = threadIdx.x; j < n_allowed; j += kTopkThreads) n_greater += keys[j] > t ? 1 : 0;
+  for (int j = threadIdx.x; j < n_allowed; j += kTopkThreads) n_greater += key(j) > t ? 1 : 0;
   const int keep_equal = keep - block_sum(n_greater, scratch);  // >= 1: keys == t kept, lowest index first
 
-  // Chunks of kTopkThreads keys in index order; each thread reads and writes only its own key.
+  // Chunks of kTopkThreads keys in index order; each thread writes only its own key.
   int equal_before = 0;
   for (int j0 = 0; j0 < Nk; j0 += kTopkThreads) {
     const int j = j0 + threadIdx.x;
-    const unsigned key = j < n_allowed ? keys[j] : 0u;
-    const bool equal = j < n_allowed && key == t;
+    const unsigned k = j < n_allowed ? key(j) : 0u;
+    const bool equal = j < n_allowed && k == t;
     int equal_in_chunk;
     const int rank = equal_before + block_exclusive_count(equal, scratch, &equal_in_chunk);
-    const bool kept = (j < n_allowed && key > t) || (equal && rank < keep_equal);
-    if (j < Nk) {
-      if (block_size > 0) keys[j] = kept ? 1 : 0;
-      else orow[j] = kept ? 1 : 0;
-    }
+    const bool kept = (j < n_allowed && k > t) || (equal && rank < keep_equal);
+    if (j < Nk) orow[j] = kept ? 1 : 0;  // the final mask, or the flags the smoothing votes on
     equal_before += equal_in_chunk;
   }
   if (block_size <= 0) return;
-  __syncthreads();
+  __syncthreads();  // every flag written before any key block is counted
 
   // Block smoothing (block_size <= Nk, clamped by the launcher). Small blocks: a
-  // thread per key block; larger ones: a warp per key block.
+  // thread per key block; larger ones: a warp per key block. Each key block is
+  // read whole before it is overwritten, by the thread or warp that owns it.
   if (block_size < 32) {
     for (int j0 = threadIdx.x * block_size; j0 < Nk; j0 += kTopkThreads * block_size) {
       const int j1 = min(Nk, j0 + block_size);
       int n = 0;
-      for (int j = j0; j < j1; ++j) n += keys[j];
+      for (int j = j0; j < j1; ++j) n += orow[j];
       const bool majority = 2 * n > j1 - j0;
       for (int j = j0; j < j1; ++j) orow[j] = majority && j < n_allowed ? 1 : 0;
     }
@@ -374,8 +385,8 @@ topk_mask_kernel(const uint16_t* bias, BroadcastOperand bs, AttnProblem dense, i
     for (int64_t j0 = int64_t(warp) * block_size; j0 < Nk; j0 += int64_t(kTopkWarps) * block_size) {
       const int j1 = int(min(int64_t(Nk), j0 + block_size));
       int n = 0;
-      for (int j = int(j0) + lane; j < j1; j += 32) n += keys[j];
-      for (int off = 16; off > 0; off /= 2) n += __shfl_xor_sync(0xffffffffu, n, off);
+      for (int j = int(j0) + lane; j < j1; j += 32) n += orow[j];
+      for (int off = 16; off > 0; off /= 2) n += __shfl_xor_sync(0xffffffffu, n, off);  // all lanes have read
       const bool majority = 2 * n > j1 - int(j0);
       for (int j = int(j0) + lane; j < j1; j += 32) orow[j] = majority && j < n_allowed ? 1 : 0;
     }
@@ -427,13 +438,18 @@ cudaError_t dma_build_topk_mask(const DynamicMaskProblem& p, int window, int blo
   if (!bs.data || !mask_out || p.Nq < 1 || p.Nk < 1 || bs.b < 1 || bs.h < 1 || bs.b > 65535 || bs.h > 65535 ||
       (bs.q != 1 && bs.q != p.Nq))
     return cudaErrorInvalidValue;
-  const size_t smem = size_t(p.Nk) * sizeof(uint16_t);
-  if (smem > max_dynamic_smem(topk_mask_kernel)) return cudaErrorInvalidValue;
-  cudaError_t err = cudaFuncSetAttribute(topk_mask_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-  if (err != cudaSuccess) return err;
   const dim3 grid(unsigned(p.Nq), unsigned(bs.h), unsigned(bs.b));
-  topk_mask_kernel<<<grid, kTopkThreads, smem, stream>>>(static_cast<const uint16_t*>(bs.data), bs, p.dense(), window,
-                                                         std::min(block_size, p.Nk), mask_out);
+  const uint16_t* bias = static_cast<const uint16_t*>(bs.data);
+  const int block = std::min(block_size, p.Nk);
+  const size_t smem = size_t(p.Nk) * sizeof(uint16_t);  // the row's order keys
+  if (smem <= max_dynamic_smem(topk_mask_kernel<true>)) {
+    const cudaError_t err =
+        cudaFuncSetAttribute(topk_mask_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (err != cudaSuccess) return err;
+    topk_mask_kernel<true><<<grid, kTopkThreads, smem, stream>>>(bias, bs, p.dense(), window, block, mask_out);
+  } else {  // too long for shared memory: keys re-read from the bias on every pass
+    topk_mask_kernel<false><<<grid, kTopkThreads, 0, stream>>>(bias, bs, p.dense(), window, block, mask_out);
+  }
   return cudaGetLastError();
 }
 

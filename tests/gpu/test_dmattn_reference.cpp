@@ -2,7 +2,10 @@
 // and low-precision) and dma_build_topk_mask against the CPU double reference
 // (kernels/reference/masked_reference_cpu.h) — GQA, broadcast masks and biases,
 // softcap, causal with Nq != Nk (rows that see no key), ties and ±0 in the bias,
-// windows of 0..Nk+, block smoothing of several sizes, a 32K-key row.
+// windows of 0..Nk+, block smoothing of several sizes, a 32K-key row, and rows
+// longer than shared memory holds (150K .. 2M keys: the builder then reads the
+// keys from global memory), with the builder's time at Nq=1 Nk=512K and
+// Nq=Nk=32K (under a second each).
 // Standalone: prints "N passed, M failed", exit code 0 when all pass.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -173,6 +176,43 @@ void topk_case(int Nq, int Nk, bool causal, Operand bs, int window, int block_si
   cudaFree(d_bias), cudaFree(d_out);
 }
 
+// The builder's time on one large problem (bias (1, 1, 1, Nk), causal, W=1024),
+// not checked against the CPU: it must stay well under a second.
+void topk_speed(int Nq, int Nk, int block_size) {
+  DynamicMaskProblem p;
+  p.B = 1, p.H = 2, p.Hkv = 1, p.Nq = Nq, p.Nk = Nk, p.dtype = DType::kFloat16, p.causal = true;
+  p.bias.set_shape(1, 1, 1, Nk, p.H);
+  std::mt19937 rng(777);
+  const Tensor16 bias = random16(Nk, p.dtype, rng);
+  uint16_t* d_bias = upload(bias.bits);
+  uint8_t* d_out = nullptr;
+  const std::string what = "topk speed Nq=" + std::to_string(Nq) + " Nk=" + std::to_string(Nk) + " block " +
+                           std::to_string(block_size);
+  if (!d_bias || cudaMalloc(&d_out, size_t(Nq) * Nk) != cudaSuccess) {
+    record(false, what + ": out of memory");
+    cudaFree(d_bias);
+    return;
+  }
+  p.bias.data = d_bias;
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start), cudaEventCreate(&stop);
+  cudaError_t err = dma_build_topk_mask(p, 1024, block_size, d_out, nullptr);  // warm-up
+  cudaEventRecord(start);
+  if (err == cudaSuccess) err = dma_build_topk_mask(p, 1024, block_size, d_out, nullptr);
+  cudaEventRecord(stop);
+  const cudaError_t sync = cudaDeviceSynchronize();
+  float ms = 0.f;
+  cudaEventElapsedTime(&ms, start, stop);
+  if (err != cudaSuccess || sync != cudaSuccess) {
+    record(false, what + ": " + cudaGetErrorString(err != cudaSuccess ? err : sync));
+  } else {
+    std::printf("  %s: %.2f ms\n", what.c_str(), ms);
+    record(ms < 1000.f, what + " under a second");
+  }
+  cudaEventDestroy(start), cudaEventDestroy(stop);
+  cudaFree(d_bias), cudaFree(d_out);
+}
+
 }  // namespace
 
 int main() {
@@ -201,6 +241,29 @@ int main() {
   topk_case(40, 300, true, {1, 4, 1}, 50, 32, true, DType::kBFloat16, rng);  // one bias row for every query
   topk_case(3, 32768, true, {1, 1, 3}, 2048, 64, true, DType::kFloat16, rng);
   topk_case(3, 32768, false, {1, 2, 3}, 4096, 0, false, DType::kBFloat16, rng);
+
+  // Rows longer than shared memory holds (~116K 16-bit keys on an H200): the keys
+  // are re-read from the bias in global memory on every pass. "ties": a bias of
+  // multiples of 0.5, so the W-th largest value is shared by thousands of keys.
+  for (int nk : {200000, 524288})
+    for (bool causal : {false, true})
+      for (int block : {0, 64})
+        for (bool coarse : {false, true})
+          topk_case(1, nk, causal, {1, 1, 1}, 1024, block, coarse, causal ? DType::kBFloat16 : DType::kFloat16, rng);
+  for (Operand bs : {Operand{1, 1, 1}, Operand{1, 1, 3}})  // one bias row for all queries; one per query
+    for (int block : {0, 5, 64})
+      for (bool coarse : {false, true})
+        topk_case(3, 150001, true, bs, 1024, block, coarse, DType::kFloat16, rng);
+  for (int window : {0, 1, 75000, 149999, 150006})  // none, one, half, all but 0/1/2 keys per row, all
+    topk_case(3, 150001, true, {1, 1, 3}, window, 100, true, DType::kBFloat16, rng);
+  topk_case(2, 130000, false, {2, 2, 2}, 65000, 64, false, DType::kFloat16, rng);  // half kept: blocks survive
+  topk_case(2, 130000, true, {2, 2, 2}, 90000, 7, true, DType::kBFloat16, rng);
+  topk_case(1, (1 << 21) + 3, true, {1, 1, 1}, 4096, 0, true, DType::kFloat16, rng);
+  topk_case(1, 1 << 21, false, {1, 1, 1}, 1 << 20, 64, false, DType::kBFloat16, rng);
+
+  topk_speed(1, 524288, 0);
+  topk_speed(1, 524288, 64);
+  topk_speed(32768, 32768, 64);
 
   // Out-of-range requests are refused, not run.
   DynamicMaskProblem big;
