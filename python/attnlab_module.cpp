@@ -1,4 +1,6 @@
-// attnlab's Python module (attnlab._C): the registered variants on torch tensors.
+// attnlab's Python module (attnlab._C): the registered variants on torch tensors,
+// and dynamic-mask attention's forward and backward (kernels/dmattn/dmattn.h)
+// for attnlab.dynamic_mask_attention (python/attnlab/dynamic_mask.py).
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/extension.h>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "common/variant.h"
+#include "dmattn/dmattn.h"
 #include "reference/reference.h"
 
 namespace {
@@ -21,10 +24,16 @@ namespace py = pybind11;
 // concatenation: iostream formatting (c10::str) crashed inside this module on
 // the GPU machine's image (a segfault in std::ostream, seen with both pybind11
 // builds), so the module uses none.
-#define ATTNLAB_REQUIRE_VALUE(ok, message) \
-  if (!(ok)) throw py::value_error(std::string("attnlab.forward: ") + (message))
-#define ATTNLAB_REQUIRE_TYPE(ok, message) \
-  if (!(ok)) throw py::type_error(std::string("attnlab.forward: ") + (message))
+// `where` names the Python function the user called.
+#define ATTNLAB_RAISE_UNLESS(ok, error, where, message)             \
+  do {                                                              \
+    if (!(ok)) throw error(std::string(where) + ": " + (message)); \
+  } while (0)
+#define ATTNLAB_REQUIRE_VALUE(ok, message) ATTNLAB_RAISE_UNLESS(ok, py::value_error, "attnlab.forward", message)
+#define ATTNLAB_REQUIRE_TYPE(ok, message) ATTNLAB_RAISE_UNLESS(ok, py::type_error, "attnlab.forward", message)
+#define DMA_REQUIRE_VALUE(ok, message) ATTNLAB_RAISE_UNLESS(ok, py::value_error, kDmaName, message)
+#define DMA_REQUIRE_TYPE(ok, message) ATTNLAB_RAISE_UNLESS(ok, py::type_error, kDmaName, message)
+constexpr const char* kDmaName = "attnlab.dynamic_mask_attention";
 
 std::string str(at::IntArrayRef v) {
   std::string s = "[";
@@ -69,19 +78,24 @@ AttnProblem make_problem(int64_t B, int64_t H, int64_t Nq, int64_t Nk, int64_t D
   return p;
 }
 
-void check_tensor(const at::Tensor& t, const std::string& name, const at::Tensor& q) {
-  ATTNLAB_REQUIRE_VALUE(t.is_cuda(), name + " must be a CUDA tensor, got one on " + str(t.device()));
-  ATTNLAB_REQUIRE_VALUE(t.device() == q.device(),
-                        "q, k and v must be on one device (" + name + " is on " + str(t.device()) + ", q on " +
-                            str(q.device()) + ")");
-  ATTNLAB_REQUIRE_TYPE(t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16,
+// q, k or v: on q's CUDA device, q's dtype (fp16/bf16), 4-D, contiguous.
+void check_tensor(const at::Tensor& t, const std::string& name, const at::Tensor& q,
+                  const char* where = "attnlab.forward") {
+  ATTNLAB_RAISE_UNLESS(t.is_cuda(), py::value_error, where,
+                       name + " must be a CUDA tensor, got one on " + str(t.device()));
+  ATTNLAB_RAISE_UNLESS(t.device() == q.device(), py::value_error, where,
+                       "q, k and v must be on one device (" + name + " is on " + str(t.device()) + ", q on " +
+                           str(q.device()) + ")");
+  ATTNLAB_RAISE_UNLESS(t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16, py::type_error, where,
                        name + " must be float16 or bfloat16, got " + str(t.scalar_type()));
-  ATTNLAB_REQUIRE_TYPE(t.scalar_type() == q.scalar_type(), "q, k and v must share a dtype (" + name + " is " +
-                                                               str(t.scalar_type()) + ", q is " +
-                                                               str(q.scalar_type()) + ")");
-  ATTNLAB_REQUIRE_VALUE(t.dim() == 4, name + " must be 4-D [B, H, N, D], got shape " + str(t.sizes()));
-  ATTNLAB_REQUIRE_VALUE(t.is_contiguous(), name + " must be contiguous in [B, H, N, D] layout (call .contiguous()); "
-                                                  "got strides " + str(t.strides()));
+  ATTNLAB_RAISE_UNLESS(t.scalar_type() == q.scalar_type(), py::type_error, where,
+                       "q, k and v must share a dtype (" + name + " is " + str(t.scalar_type()) + ", q is " +
+                           str(q.scalar_type()) + ")");
+  ATTNLAB_RAISE_UNLESS(t.dim() == 4, py::value_error, where,
+                       name + " must be 4-D [B, H, N, D], got shape " + str(t.sizes()));
+  ATTNLAB_RAISE_UNLESS(t.is_contiguous(), py::value_error, where,
+                       name + " must be contiguous in [B, H, N, D] layout (call .contiguous()); got strides " +
+                           str(t.strides()));
 }
 
 std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -147,6 +161,174 @@ std::tuple<bool, double> judge(double err, int64_t nonfinite, double lse_err, in
   return {r.pass, r.tol};
 }
 
+// ---- dynamic-mask attention (kernels/dmattn/dmattn.h) ------------------------------
+using attnlab::BroadcastOperand;
+using attnlab::DynamicMaskProblem;
+
+// "({2|1}, {8|2|1}, {17|1}, 130)": the shapes a mask or bias may have.
+std::string broadcast_rule(const DynamicMaskProblem& p) {
+  const std::string h = p.Hkv == p.H ? std::to_string(p.H) + "|1" : std::to_string(p.H) + "|" + std::to_string(p.Hkv) + "|1";
+  return "({" + std::to_string(p.B) + "|1}, {" + h + "}, {" + std::to_string(p.Nq) + "|1}, " + std::to_string(p.Nk) +
+         ")";
+}
+
+// A mask (bool/uint8) or bias (q's dtype) of shape ({B|1}, {H|Hkv|1}, {Nq|1}, Nk),
+// dense in that shape; sets `operand` to read it through broadcast strides.
+void bind_operand(const std::optional<at::Tensor>& t, const std::string& name, bool is_mask, const at::Tensor& q,
+                  const DynamicMaskProblem& p, BroadcastOperand& operand) {
+  if (!t) return;
+  DMA_REQUIRE_VALUE(t->is_cuda() && t->device() == q.device(),
+                    name + " must be on q's device (" + str(q.device()) + "), got one on " + str(t->device()));
+  if (is_mask)
+    DMA_REQUIRE_TYPE(t->scalar_type() == at::kBool || t->scalar_type() == at::kByte,
+                     "mask must be bool or uint8 (0 = masked), got " + str(t->scalar_type()));
+  else
+    DMA_REQUIRE_TYPE(t->scalar_type() == q.scalar_type(),
+                     "bias must have q's dtype (" + str(q.scalar_type()) + "), got " + str(t->scalar_type()));
+  const bool shape_ok = t->dim() == 4 && (t->size(0) == 1 || t->size(0) == p.B) &&
+                        (t->size(1) == 1 || t->size(1) == p.H || t->size(1) == p.Hkv) &&
+                        (t->size(2) == 1 || t->size(2) == p.Nq) && t->size(3) == p.Nk;
+  DMA_REQUIRE_VALUE(shape_ok, name + " must have shape " + broadcast_rule(p) + ", got " + str(t->sizes()));
+  DMA_REQUIRE_VALUE(t->is_contiguous(), name + " must be contiguous in its shape (call .contiguous()); got strides " +
+                                            str(t->strides()));
+  operand.data = t->data_ptr();
+  operand.set_shape(int(t->size(0)), int(t->size(1)), int(t->size(2)), p.Nk, p.H);
+}
+
+// Checks q, k, v, mask and bias and describes them as a problem; raises
+// ValueError/TypeError with one line on anything the kernels do not take.
+DynamicMaskProblem make_dma_problem(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                    const std::optional<at::Tensor>& mask, const std::optional<at::Tensor>& bias,
+                                    bool is_causal, std::optional<double> scale, std::optional<double> softcap) {
+  check_tensor(q, "q", q, kDmaName);
+  check_tensor(k, "k", q, kDmaName);
+  check_tensor(v, "v", q, kDmaName);
+  const int64_t B = q.size(0), H = q.size(1), Nq = q.size(2), D = q.size(3), Hkv = k.size(1), Nk = k.size(2);
+  const std::string shapes = "q " + str(q.sizes()) + ", k " + str(k.sizes()) + ", v " + str(v.sizes());
+  DMA_REQUIRE_VALUE(k.size(0) == B && v.size(0) == B, "q, k and v must share B; got " + shapes);
+  DMA_REQUIRE_VALUE(v.size(1) == Hkv && v.size(2) == Nk, "k and v must share Hkv and Nk; got " + shapes);
+  DMA_REQUIRE_VALUE(k.size(3) == D && v.size(3) == D, "k and v must have q's head dim; got " + shapes);
+  DMA_REQUIRE_VALUE(B >= 1 && H >= 1 && Hkv >= 1 && Nq >= 1 && Nk >= 1 && D >= 1,
+                    "every dimension must be at least 1; got " + shapes);
+  DMA_REQUIRE_VALUE(H % Hkv == 0, "q's heads (" + std::to_string(H) + ") must be a multiple of k's and v's (" +
+                                      std::to_string(Hkv) + "); got " + shapes);
+  DMA_REQUIRE_VALUE(B <= 65535 && H <= 65535 && Nq < (int64_t(1) << 31) && Nk < (int64_t(1) << 31),
+                    "shape too large: B and H must be <= 65535 and N < 2^31; got " + shapes);
+  DMA_REQUIRE_VALUE(!scale || (std::isfinite(*scale) && *scale > 0), "scale must be positive and finite");
+  DMA_REQUIRE_VALUE(!softcap || (std::isfinite(*softcap) && *softcap >= 0),
+                    "softcap must be >= 0 and finite (0 or None: off)");
+  DynamicMaskProblem p;
+  p.B = int(B);
+  p.H = int(H);
+  p.Hkv = int(Hkv);
+  p.Nq = int(Nq);
+  p.Nk = int(Nk);
+  p.D = int(D);
+  p.dtype = q.scalar_type() == at::kBFloat16 ? DType::kBFloat16 : DType::kFloat16;
+  p.causal = is_causal;
+  p.scale = scale ? float(*scale) : attnlab::default_scale(p.D);
+  p.softcap = softcap ? float(*softcap) : 0.f;
+  bind_operand(mask, "mask", true, q, p, p.mask);
+  bind_operand(bias, "bias", false, q, p, p.bias);
+  return p;
+}
+
+at::Tensor workspace_tensor(size_t bytes, const at::Tensor& like) {
+  return at::empty({int64_t(bytes)}, like.options().dtype(at::kByte));
+}
+
+// O [B,H,Nq,D] in q's dtype and LSE [B,H,Nq] fp32. With `check_backward`, also
+// raises when the backward could not run this problem (before any work is done).
+std::tuple<at::Tensor, at::Tensor> dma_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                               const std::optional<at::Tensor>& mask,
+                                               const std::optional<at::Tensor>& bias, bool is_causal,
+                                               std::optional<double> scale, std::optional<double> softcap,
+                                               bool check_backward) {
+  const DynamicMaskProblem p = make_dma_problem(q, k, v, mask, bias, is_causal, scale, softcap);
+  const c10::cuda::CUDAGuard guard(q.device());
+  const std::string why = attnlab::dma_forward_unsupported(p);
+  DMA_REQUIRE_VALUE(why.empty(), "does not support " + p.shape_string() + ": " + why);
+  if (check_backward) {
+    const std::string why_bwd = attnlab::dma_backward_unsupported(p);
+    DMA_REQUIRE_VALUE(why_bwd.empty(), "no gradient for " + p.shape_string() + " (" + why_bwd +
+                                           "); run it under torch.no_grad() or without inputs that require grad");
+  }
+  at::Tensor o = at::empty(q.sizes(), q.options());
+  at::Tensor lse = at::empty({p.B, p.H, p.Nq}, q.options().dtype(at::kFloat));
+  attnlab::DmaForwardArgs a;
+  a.q = q.data_ptr();
+  a.k = k.data_ptr();
+  a.v = v.data_ptr();
+  a.o = o.data_ptr();
+  a.lse = lse.data_ptr<float>();
+  a.splits = attnlab::dma_resolve_splits(p, 0);
+  at::Tensor workspace;
+  if (const size_t bytes = attnlab::dma_forward_workspace_bytes(p, a.splits); bytes > 0) {
+    workspace = workspace_tensor(bytes, q);
+    a.workspace = static_cast<float*>(workspace.data_ptr());
+    a.workspace_bytes = bytes;
+  }
+  const cudaError_t err = attnlab::dma_forward(p, a, at::cuda::getCurrentCUDAStream());
+  if (err != cudaSuccess)
+    throw std::runtime_error(std::string(kDmaName) + ": forward of " + p.shape_string() +
+                             " failed: " + cudaGetErrorString(err));
+  return {o, lse};
+}
+
+// dQ, dK, dV (the input dtype) and, with `need_dbias`, dBias in the bias's own
+// shape (summed over its broadcast dims; else None). The mask gets no gradient.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, std::optional<at::Tensor>> dma_backward(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& o, const at::Tensor& lse,
+    const at::Tensor& dout, const std::optional<at::Tensor>& mask, const std::optional<at::Tensor>& bias,
+    bool is_causal, std::optional<double> scale, std::optional<double> softcap, bool need_dbias, bool deterministic) {
+  const DynamicMaskProblem p = make_dma_problem(q, k, v, mask, bias, is_causal, scale, softcap);
+  const auto check_like_q = [&](const at::Tensor& t, const std::string& name) {
+    DMA_REQUIRE_VALUE(t.is_cuda() && t.device() == q.device() && t.scalar_type() == q.scalar_type() &&
+                          t.sizes() == q.sizes() && t.is_contiguous(),
+                      name + " must be a contiguous " + str(q.scalar_type()) + " tensor of q's shape " +
+                          str(q.sizes()) + " on " + str(q.device()) + "; got " + str(t.scalar_type()) + " " +
+                          str(t.sizes()) + " on " + str(t.device()));
+  };
+  check_like_q(o, "out");
+  check_like_q(dout, "grad_out");
+  DMA_REQUIRE_VALUE(lse.is_cuda() && lse.device() == q.device() && lse.scalar_type() == at::kFloat &&
+                        lse.sizes() == q.sizes().slice(0, 3) && lse.is_contiguous(),
+                    "lse must be a contiguous float32 tensor [B, H, Nq] on q's device; got " +
+                        str(lse.scalar_type()) + " " + str(lse.sizes()));
+  DMA_REQUIRE_VALUE(!need_dbias || bias, "need_dbias without a bias");
+  const c10::cuda::CUDAGuard guard(q.device());
+  const std::string why = attnlab::dma_backward_unsupported(p);
+  DMA_REQUIRE_VALUE(why.empty(), "no gradient for " + p.shape_string() + ": " + why);
+  at::Tensor dq = at::empty(q.sizes(), q.options());
+  at::Tensor dk = at::empty(k.sizes(), k.options());
+  at::Tensor dv = at::empty(v.sizes(), v.options());
+  std::optional<at::Tensor> dbias;
+  if (need_dbias) dbias = at::empty(bias->sizes(), bias->options());
+  attnlab::DmaBackwardArgs a;
+  a.q = q.data_ptr();
+  a.k = k.data_ptr();
+  a.v = v.data_ptr();
+  a.o = o.data_ptr();
+  a.lse = lse.data_ptr<float>();
+  a.dout = dout.data_ptr();
+  a.dq = dq.data_ptr();
+  a.dk = dk.data_ptr();
+  a.dv = dv.data_ptr();
+  a.dbias = dbias ? dbias->data_ptr() : nullptr;
+  a.deterministic = deterministic;
+  at::Tensor workspace;
+  if (const size_t bytes = attnlab::dma_backward_workspace_bytes(p, deterministic); bytes > 0) {
+    workspace = workspace_tensor(bytes, q);
+    a.workspace = static_cast<float*>(workspace.data_ptr());
+    a.workspace_bytes = bytes;
+  }
+  const cudaError_t err = attnlab::dma_backward(p, a, at::cuda::getCurrentCUDAStream());
+  if (err != cudaSuccess)
+    throw std::runtime_error(std::string(kDmaName) + ": backward of " + p.shape_string() +
+                             " failed: " + cudaGetErrorString(err));
+  return {dq, dk, dv, dbias};
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -158,4 +340,13 @@ PYBIND11_MODULE(_C, m) {
   m.def("unsupported_reason", &unsupported_reason, "Why a variant cannot run a problem ('' when it can).");
   m.def("judge", &judge, "The check rule: (pass, tolerance) from measured errors.");
   m.attr("lse_tolerance") = attnlab::kLseTolerance;
+  m.def("dma_forward", &dma_forward, pybind11::arg("q"), pybind11::arg("k"), pybind11::arg("v"),
+        pybind11::arg("mask"), pybind11::arg("bias"), pybind11::arg("is_causal"), pybind11::arg("scale"),
+        pybind11::arg("softcap"), pybind11::arg("check_backward"),
+        "Dynamic-mask attention forward (use attnlab.dynamic_mask_attention); returns (out, lse).");
+  m.def("dma_backward", &dma_backward, pybind11::arg("q"), pybind11::arg("k"), pybind11::arg("v"),
+        pybind11::arg("out"), pybind11::arg("lse"), pybind11::arg("grad_out"), pybind11::arg("mask"),
+        pybind11::arg("bias"), pybind11::arg("is_causal"), pybind11::arg("scale"), pybind11::arg("softcap"),
+        pybind11::arg("need_dbias"), pybind11::arg("deterministic"),
+        "Dynamic-mask attention backward; returns (dq, dk, dv, dbias or None).");
 }

@@ -7,12 +7,18 @@
 Tensors are [B, H, N, D], contiguous, fp16 or bf16, on one CUDA device.
 Causal masks are bottom-right aligned when Nq != Nk (query i sees key j iff
 j <= i + Nk - Nq), as in FlashAttention.
+
+Dynamic-mask attention (GQA, a broadcast boolean mask and additive bias,
+softcap), differentiable, for use inside a model:
+
+    o = attnlab.dynamic_mask_attention(q, k, v, attn_mask=mask, attn_bias=bias, is_causal=True)
 """
 import torch  # noqa: F401  (loads libtorch before the extension)
 
 from . import _C
+from .dynamic_mask import dynamic_mask_attention
 
-__all__ = ["variants", "forward", "default_variant", "judge", "unsupported_reason"]
+__all__ = ["variants", "forward", "default_variant", "judge", "unsupported_reason", "dynamic_mask_attention"]
 
 judge = _C.judge
 unsupported_reason = _C.unsupported_reason

@@ -1,0 +1,94 @@
+"""Dynamic-mask attention (flash-dmattn semantics) as a torch.autograd.Function.
+
+The kernels are kernels/dmattn/ (forward: dmattn_fwd.cu, backward: dmattn_bwd.cu);
+semantics as in kernels/dmattn/dmattn.h and docs/dmattn.md.
+"""
+import torch
+from torch.autograd.function import once_differentiable
+
+from . import _C
+
+__all__ = ["dynamic_mask_attention"]
+
+
+class DynamicMaskAttention(torch.autograd.Function):
+    """The autograd node: forward and backward on contiguous tensors in the
+    kernels' layout (dynamic_mask_attention prepares them)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, mask, bias, is_causal, scale, softcap, deterministic):
+        # A backward that could not run should fail now, not after the forward.
+        needs_grad = any(ctx.needs_input_grad[:3]) or ctx.needs_input_grad[4]
+        out, lse = _C.dma_forward(q, k, v, mask, bias, is_causal, scale, softcap, needs_grad)
+        ctx.save_for_backward(q, k, v, out, lse, mask, bias)
+        ctx.is_causal, ctx.scale, ctx.softcap, ctx.deterministic = is_causal, scale, softcap, deterministic
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out, grad_lse):  # grad_lse: lse is not differentiable
+        q, k, v, out, lse, mask, bias = ctx.saved_tensors
+        need_dbias = bias is not None and ctx.needs_input_grad[4]
+        dq, dk, dv, dbias = _C.dma_backward(q, k, v, out, lse, grad_out.contiguous(), mask, bias, ctx.is_causal,
+                                            ctx.scale, ctx.softcap, need_dbias, ctx.deterministic)
+        return dq, dk, dv, None, dbias, None, None, None, None
+
+
+def _as_4d(x, name):
+    """A mask or bias with fewer than 4 dims gets leading size-1 dims (torch's
+    broadcasting rule); the kernels read it contiguous in its own shape."""
+    if x is None:
+        return None
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"attnlab.dynamic_mask_attention: {name} must be a torch.Tensor or None, got {type(x).__name__}")
+    if not 1 <= x.dim() <= 4:
+        raise ValueError(f"attnlab.dynamic_mask_attention: {name} must have 1 to 4 dims, got shape {list(x.shape)}")
+    while x.dim() < 4:
+        x = x.unsqueeze(0)
+    return x.contiguous()
+
+
+def dynamic_mask_attention(q, k, v, attn_mask=None, attn_bias=None, is_causal=False, scale=None, softcap=None,
+                           deterministic=False, return_lse=False):
+    """Attention with an optional boolean mask and additive bias (flash-dmattn
+    semantics), differentiable in q, k, v and attn_bias.
+
+        q [B, H, Nq, D];  k, v [B, Hkv, Nk, D]   H % Hkv == 0 (GQA/MQA): query
+            head h reads KV head h // (H // Hkv); fp16 or bf16, one dtype, on
+            one CUDA device.
+        attn_mask  bool or uint8, True/nonzero = keep, False/0 = masked out;
+        attn_bias  q's dtype;
+            each of shape ({B|1}, {H|Hkv|1}, {Nq|1}, Nk) (fewer dims get leading
+            1s); a size-1 dim is broadcast without being expanded in memory.
+
+        S = scale * q @ k^T + attn_bias         (scale None: 1/sqrt(D))
+        S = softcap * tanh(S / softcap)         (softcap None or 0: off)
+        S = -inf where attn_mask is False or, with is_causal, where key j > i + Nk - Nq
+            (bottom-right aligned, as FlashAttention)
+        out = softmax(S) @ v                    [B, H, Nq, D], q's dtype
+
+    A query row that sees no key gives out = 0 (and LSE = -inf) and contributes
+    no gradient. Gradients: q, k, v, and attn_bias in its own (broadcast) shape,
+    summed over the dims it is broadcast along; the mask gets none. Double
+    backward is not supported. deterministic=True makes the gradients bitwise
+    identical run to run (slower). Forward head dims: 32, 64, 96, 128, 192, 256;
+    backward: 32, 64, 96, 128 — when an input requires grad, an unsupported
+    backward raises already in the forward.
+
+    Non-contiguous inputs are copied with .contiguous() (the kernels read dense
+    [B, H, N, D] rows). Wrong device, dtype or shape raise ValueError/TypeError
+    with one line saying what is wrong.
+
+    return_lse=True returns (out, lse) with lse [B, H, Nq] float32, the natural
+    log of each row's softmax denominator (not differentiable).
+    """
+    q, k, v = (t.contiguous() if isinstance(t, torch.Tensor) else t for t in (q, k, v))
+    if not all(isinstance(t, torch.Tensor) for t in (q, k, v)):
+        raise TypeError("attnlab.dynamic_mask_attention: q, k and v must be torch.Tensors")
+    mask = _as_4d(attn_mask, "attn_mask")
+    bias = _as_4d(attn_bias, "attn_bias")
+    out, lse = DynamicMaskAttention.apply(q, k, v, mask, bias, bool(is_causal),
+                                          None if scale is None else float(scale),
+                                          None if softcap is None else float(softcap), bool(deterministic))
+    return (out, lse) if return_lse else out
