@@ -48,6 +48,7 @@
 #include <algorithm>
 #include <string>
 
+#include "../common/block_reduce.cuh"
 #include "../common/online_softmax.cuh"
 #include "../common/ptx.cuh"
 #include "../common/rung_host.cuh"
@@ -308,26 +309,40 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
 // Split-KV merge, one block per output row: O = Σ_s w_s·O_s / Σ_s w_s with
 // w_s = exp(LSE_s - max LSE), LSE = max + log Σ w_s (FlashAttention's
 // combine_attn_seqk_parallel does the same). All-(-inf) rows: O = 0, LSE = -inf.
+// The threads first share the splits (max, weights into shared memory), then
+// the head dim; the sum over splits keeps 8 independent loads in flight, as a
+// serial chain of 128 L2 round trips would cost more than the splits save.
+constexpr int kCombineThreads = 128;
 template <typename T>
-__global__ void dma_combine_kernel(const float* __restrict__ partials, T* __restrict__ o, float* __restrict__ lse,
-                                   int splits, int64_t rows, int D) {
+__global__ void __launch_bounds__(kCombineThreads)
+dma_combine_kernel(const float* __restrict__ partials, T* __restrict__ o, float* __restrict__ lse, int splits,
+                   int64_t rows, int D) {
+  extern __shared__ float weight[];  // [splits]
+  __shared__ float scratch[kCombineThreads / 32];
   const int64_t row = blockIdx.x;
   const float* part_lse = partials + int64_t(splits) * rows * D;
   float m = -INFINITY;
-  for (int s = 0; s < splits; ++s) m = fmaxf(m, part_lse[int64_t(s) * rows + row]);
+  for (int s = threadIdx.x; s < splits; s += kCombineThreads) m = fmaxf(m, part_lse[int64_t(s) * rows + row]);
+  m = block_allreduce<kCombineThreads / 32>(m, scratch, true);
   float total = 0.f;
-  for (int s = 0; s < splits; ++s) {
+  for (int s = threadIdx.x; s < splits; s += kCombineThreads) {
     const float l = part_lse[int64_t(s) * rows + row];
-    total += l == -INFINITY ? 0.f : expf(l - m);
+    weight[s] = l == -INFINITY ? 0.f : expf(l - m);
+    total += weight[s];
   }
+  total = block_allreduce<kCombineThreads / 32>(total, scratch, false);  // ends with a barrier: weight[] visible
   const float inv = total > 0.f ? 1.f / total : 0.f;
-  for (int d = threadIdx.x; d < D; d += blockDim.x) {
-    float acc = 0.f;
-    for (int s = 0; s < splits; ++s) {
-      const float l = part_lse[int64_t(s) * rows + row];
-      if (l != -INFINITY) acc += expf(l - m) * partials[(int64_t(s) * rows + row) * D + d];
-    }
-    o[row * D + d] = T(acc * inv);
+  for (int d = threadIdx.x; d < D; d += kCombineThreads) {
+    float acc[8] = {};
+    int s = 0;
+    for (; s + 8 <= splits; s += 8)
+#pragma unroll
+      for (int u = 0; u < 8; ++u) acc[u] += weight[s + u] * partials[(int64_t(s + u) * rows + row) * D + d];
+    for (; s < splits; ++s) acc[0] += weight[s] * partials[(int64_t(s) * rows + row) * D + d];
+    float sum = 0.f;
+#pragma unroll
+    for (int u = 0; u < 8; ++u) sum += acc[u];
+    o[row * D + d] = T(sum * inv);
   }
   if (threadIdx.x == 0) lse[row] = total > 0.f ? m + logf(total) : -INFINITY;
 }
@@ -416,7 +431,7 @@ size_t dma_forward_workspace_bytes(const DynamicMaskProblem& p, int splits) {
 cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cudaStream_t stream) {
   if (!dma_forward_unsupported(p).empty()) return cudaErrorInvalidValue;
   const int splits = dma_resolve_splits(p, a.splits);
-  if (splits > 65535 / p.B) return cudaErrorInvalidValue;
+  if (splits > 65535 / p.B || splits > 4096) return cudaErrorInvalidValue;  // grid.y; combine weights in smem
   const size_t need = dma_forward_workspace_bytes(p, splits);
   if (need > 0 && (a.workspace == nullptr || a.workspace_bytes < need)) return cudaErrorInvalidValue;
   MaskSummary summary;
@@ -435,7 +450,8 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
                                        a.lse, p, summary, a.tile_counters, partials, splits);
       if (e == cudaSuccess && splits > 1) {
         const int64_t rows = int64_t(p.B) * p.H * p.Nq;
-        dma_combine_kernel<T><<<unsigned(rows), 128, 0, stream>>>(partials, static_cast<T*>(a.o), a.lse, splits,
+        dma_combine_kernel<T><<<unsigned(rows), kCombineThreads, splits * sizeof(float), stream>>>(
+            partials, static_cast<T*>(a.o), a.lse, splits,
                                                                   rows, p.D);
         e = cudaGetLastError();
       }
