@@ -1,5 +1,5 @@
 // attnlab: Hopper warpgroup MMA (wgmma, sm_90a) and the shared-memory layout
-// it reads. Used by rung 07.
+// it reads. Used by rungs 07-09.
 //
 // A warpgroup is 4 consecutive warps (128 threads, first warp index divisible
 // by 4). One wgmma.mma_async m64nNk16 multiplies a 64x16 A by a 16xN B into a
@@ -96,6 +96,24 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[kTiles][4]) {
   for (int j = 0; j < kTiles; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[j][e])::"memory");
+}
+
+// ---- registers per warpgroup ------------------------------------------------
+// setmaxnreg (sm_90a): every thread of the executing warpgroup moves to
+// kRegs registers (24..256, a multiple of 8); a decrease returns registers
+// to the SM's pool, an increase waits for them. A block whose warpgroups do
+// different jobs — one issuing copies, the others computing — gives the
+// compute warpgroups the registers the copier does not need
+// (FlashAttention-3; CUTLASS's cutlass::arch::warpgroup_reg_alloc/dealloc).
+template <int kRegs>
+__device__ __forceinline__ void warpgroup_reg_dealloc() {
+  static_assert(kRegs >= 24 && kRegs <= 256 && kRegs % 8 == 0, "setmaxnreg takes 24..256, multiples of 8");
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void warpgroup_reg_alloc() {
+  static_assert(kRegs >= 24 && kRegs <= 256 && kRegs % 8 == 0, "setmaxnreg takes 24..256, multiples of 8");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
 }
 
 // ---- the MMAs ----------------------------------------------------------------

@@ -1,0 +1,150 @@
+// attnlab: the Tensor Memory Accelerator (TMA, sm_90), the mbarriers that
+// count its bytes, and the thread-block clusters that let one TMA copy land in
+// several blocks' shared memory (multicast). Used by rung 09.
+//
+// TMA copies a box of a tensor between global and shared memory as one
+// instruction issued by one thread. The tensor's shape, strides, box size and
+// shared-memory swizzle live in a 128-byte CUtensorMap built on the host
+// (encode_head_tiles below) and passed to the kernel as a __grid_constant__
+// parameter. Rows of the box past the tensor's end are filled with zeros.
+//
+// Completion is signalled through an mbarrier, a 64-bit shared-memory object
+// with a phase bit: it completes a phase when its expected arrivals have
+// arrived and the bytes it was told to expect (expect_tx) have landed, then
+// flips the phase. Waiters spin on "has the phase of parity P completed?".
+// PTX ISA, "Tensor Copy Instructions" (cp.async.bulk.tensor) and "mbarrier";
+// the wrappers follow the shape of CUTLASS's cute/arch/copy_sm90_tma.hpp and
+// cutlass/arch/barrier.h (ClusterBarrier, ClusterTransactionBarrier).
+#pragma once
+
+#include <cuda.h>  // CUtensorMap and its enums: types only, nothing is linked against libcuda
+#include <cuda_runtime.h>
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
+
+#include <cstdint>
+
+#include "attn_problem.h"
+#include "ptx.cuh"
+
+namespace attnlab {
+
+// ---- host: the tensor map ------------------------------------------------------
+// cuTensorMapEncodeTiled is a driver API function; fetched through the runtime
+// so that nothing links -lcuda. nullptr when the driver does not provide it.
+inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      f = nullptr;
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// A map of `heads` row-major [rows, cols] matrices of 16-bit elements stored
+// back to back (Q, K or V of every (batch, head)), read in boxes of 64 columns
+// x kBoxRows rows of one head. 64 columns are 128 bytes, the span of the
+// 128-byte swizzle: a box lands in shared memory exactly as one column block
+// of Sw128Blocks<kBoxRows> (wgmma.cuh) — row r at 128·r bytes, 16-byte chunk c
+// at chunk c ^ (r % 8) — given a 1024-byte-aligned destination. Rows past
+// `rows` (a ragged last tile) are zero-filled. Returns false on failure.
+template <int kBoxRows>
+inline bool encode_head_tiles(CUtensorMap* map, const void* base, DType dtype, int64_t heads, int rows, int cols) {
+  const auto encode = tensor_map_encoder();
+  if (!encode || (reinterpret_cast<uintptr_t>(base) % 16) != 0) return false;
+  const cuuint64_t dims[3] = {cuuint64_t(cols), cuuint64_t(rows), cuuint64_t(heads)};  // innermost first
+  const cuuint64_t strides[2] = {cuuint64_t(cols) * 2, cuuint64_t(rows) * cols * 2};   // bytes, dims 1 and 2
+  const cuuint32_t box[3] = {64, kBoxRows, 1};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  const CUtensorMapDataType type =
+      dtype == DType::kFloat16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  return encode(map, type, 3, const_cast<void*>(base), dims, strides, box, element_strides,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// ---- device: mbarriers ------------------------------------------------------------
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(arrivals) : "memory");
+}
+// Makes the initialised barriers visible to the cluster (and to the async
+// proxy that TMA signals through); the init thread issues it before the
+// block (or cluster) barrier that follows initialisation.
+__device__ __forceinline__ void fence_mbarrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// One arrival that also tells the barrier to expect `bytes` more bytes this phase.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+}
+// One arrival on this block's barrier.
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+// One arrival on the barrier at the same shared-memory offset in block `cta_rank`
+// of the cluster (which may be this block).
+__device__ __forceinline__ void mbarrier_arrive_cluster(uint64_t* bar, uint32_t cta_rank) {
+  asm volatile(
+      "{\n.reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_addr(bar)),
+      "r"(cta_rank)
+      : "memory");
+}
+// Spins until the phase of parity `parity` has completed (phase k has parity k % 2).
+__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\n"
+      "WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+
+// ---- device: TMA loads -----------------------------------------------------------
+// Brings the tensor map into the TMA unit's cache before its first use.
+__device__ __forceinline__ void prefetch_tensor_map(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+// Box (c0, c1, c2) (innermost coordinate first, in elements) of `map` into
+// `smem`; its bytes are counted on `bar` (which must expect them).
+__device__ __forceinline__ void tma_load_3d(void* smem, const CUtensorMap* map, uint64_t* bar, int c0, int c1,
+                                            int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], "
+      "[%2];\n" ::"r"(smem_addr(smem)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+// The same box written to the same shared-memory offset in every block of the
+// cluster named in `cta_mask` (bit r = rank r), and counted on the barrier at
+// `bar`'s offset in each of them: one read from L2, several destinations.
+__device__ __forceinline__ void tma_load_3d_multicast(void* smem, const CUtensorMap* map, uint64_t* bar, int c0,
+                                                      int c1, int c2, uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
+      "[%0], [%1, {%4, %5, %6}], [%2], %3;\n" ::"r"(smem_addr(smem)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "h"(cta_mask), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+
+// ---- device: clusters -------------------------------------------------------------
+__device__ __forceinline__ uint32_t cluster_cta_rank() {
+  uint32_t rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  return rank;
+}
+// Every thread of every block of the cluster meets here (all threads of a
+// warp together: .aligned).
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+}  // namespace attnlab

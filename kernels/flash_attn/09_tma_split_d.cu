@@ -1,0 +1,295 @@
+// ============================================================================
+// Rung 09 — rung 08 fed by TMA from a producer warp, optionally multicast
+//           to a cluster of two blocks (D = 512)
+// ============================================================================
+// What changes against rung 08: the compute is the same (common/split_d_tile.cuh:
+// two warpgroups share 64 query rows and split the head dim), but K_j and V_j
+// no longer come through cp.async issued by the 256 compute threads — each
+// 64 KiB tile was 16 copies per thread plus their swizzled addresses and
+// bounds checks, in the middle of the softmax. Instead
+//   NEW: a producer warp issues the copies with the Tensor Memory
+//        Accelerator: one cp.async.bulk.tensor per 64-column block of a tile,
+//        landing already 128-byte swizzled (common/tma.cuh); completion is
+//        counted in bytes on an mbarrier that the compute threads wait on, and
+//        they hand a slot back through a second mbarrier (FlashAttention-3's
+//        producer/consumer split, arXiv:2407.08608, §3.1; CUTLASS's
+//        PipelineTmaAsync has the same full/empty barrier pair). The producer
+//        is a whole third warpgroup so that setmaxnreg can move its registers
+//        to the compute warpgroups (a ninth warp alone would cap every thread
+//        at 168 registers; rung 08's tile needs about 215);
+//   NEW (+multicast): two blocks with neighbouring query tiles of the same head
+//        form a cluster, each loads half of every K/V tile and multicasts it to
+//        both, so each K/V byte leaves L2 once per 128 query rows instead of
+//        once per 64 — halving the L2 → SM traffic that limits rung 08
+//        (docs/08_wgmma_split_d.md). A slot is refilled only when both blocks
+//        have released it, so the two blocks run in step — and that costs more
+//        than the saved traffic: measured slower than without (330-375 vs
+//        440-465 TFLOPS on the H200, docs/09_tma_split_d.md). Kept to show it.
+// Both still have one K and one V slot (shared memory is full), refilled as in
+// rung 08: K_{j+1} behind the softmax and P·V of tile j, V_{j+1} behind S_{j+1}.
+//
+// Per block: 64 query rows, 2 compute warpgroups + 1 producer warpgroup (384
+// threads, of which one producer thread works); loop over Bc = 64-row tiles of K, V.
+//   sQ:   [64, 512]     sK: [64, 512]     sV: [64, 512]   (Sw128Blocks, 64 KiB each)
+//   sRed: [2][64, 64] fp32 partial scores (32 KiB)
+//   5 mbarriers: Q full, K full/empty, V full/empty (40 bytes)
+// Shared memory: 229416 bytes (+1024 alignment slack) of the H200's 232448;
+// kStages = 1. Registers: 168 per thread at launch, then setmaxnreg gives the
+// producer 40 and the compute threads 232; no spills. Cluster: 1 block
+// (tma-split-d+stage1) or 2 (+multicast).
+//
+// Supports: fp16, bf16; D = Dv = 512; any Nq, Nk >= 1; causal (bottom-right)
+// or not; writes O and LSE. Needs an sm_90 GPU, an sm_90a build and a driver
+// with cuTensorMapEncodeTiled (CUDA 12+).
+//
+// Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 512 --variant '*split-d*' --sdpa --torch --check
+// ============================================================================
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <string>
+#include <vector>
+
+#include "../common/attn_problem.h"
+#include "../common/online_softmax.cuh"
+#include "../common/rung_host.cuh"
+#include "../common/split_d_tile.cuh"
+#include "../common/split_q_parts.cuh"
+#include "../common/tma.cuh"
+#include "../common/variant.h"
+#include "../common/wgmma.cuh"
+
+namespace attnlab {
+
+std::string hopper_wgmma_unsupported();  // 07_wgmma.cu
+
+namespace {
+
+template <int kHeadDim_, int kStages_>
+struct TmaSplitDConfig : SplitDTiles<kHeadDim_> {  // tile shapes: common/split_d_tile.cuh
+  static constexpr int kStages = kStages_;
+  static constexpr int kComputeWarps = 4 * TmaSplitDConfig::kWarpgroups;
+  static constexpr int kProducerWarp = kComputeWarps;  // NEW: first warp of a third warpgroup
+  static constexpr int kWarps = kComputeWarps + 4;     // setmaxnreg works on whole warpgroups
+  static constexpr int kThreads = 32 * kWarps;
+  // NEW: registers per thread after setmaxnreg. 384 threads start at 168 (an
+  // SM sub-partition holds 3 of the 12 warps); the producer gives back all but
+  // 40 (with 24 or 32 its loop spills), which lifts the compute warpgroups to
+  // 232 (rung 08's tile needs about 215): 128·40 + 256·232 <= 65536.
+  static constexpr int kProducerRegs = 40;
+  static constexpr int kComputeRegs = 232;
+  static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;  // what __launch_bounds__(kThreads, 1) leaves
+  static_assert(kLaunchRegs == 168 && kComputeRegs > kLaunchRegs, "header: 168 registers at launch");
+  static_assert(32 * (kProducerRegs + 2 * kComputeRegs) <= 65536 / 4, "one warp of each warpgroup per sub-partition");
+  static constexpr int kBarriers = 5;  // Q full, K full, K empty, V full, V empty
+  static constexpr int kSmemBytes = TmaSplitDConfig::kTileBytes + 8 * kBarriers + 1024;  // + alignment slack
+  static constexpr int kBoxBytes = TmaSplitDConfig::kBc * 64 * 2;  // one TMA box: 64 rows x 64 columns
+  static constexpr int kBoxesPerTile = kHeadDim_ / 64;
+  static_assert(kStages == 1, "one K and one V slot: a second would not fit");
+  static_assert(TmaSplitDConfig::kBr == TmaSplitDConfig::kBc, "Q and K/V boxes share one shape");
+  static_assert(kBoxesPerTile * kBoxBytes == TmaSplitDConfig::kTileBytesQKV, "a tile is whole boxes");
+};
+static_assert(TmaSplitDConfig<512, 1>::kTileBytes + 8 * TmaSplitDConfig<512, 1>::kBarriers == 229416,
+              "header: D=512 shared memory");
+static_assert(TmaSplitDConfig<512, 1>::kThreads == 384, "header: 2 compute warpgroups + 1 producer warpgroup");
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// The copy pipeline seen by the compute threads (common/split_d_tile.cuh's
+// hooks): a slot is full when its mbarrier's phase for tile j has completed
+// (parity j % 2); thread 0 releases it, after the compute threads' barrier, by
+// arriving on the slot's empty barrier in every block of the cluster — a slot
+// is refilled once all kCluster blocks are done with it. Nobody waits for the
+// release of the last tile, and a partner may already have exited: not sent.
+template <int kCluster>
+struct TmaSlots {
+  uint64_t* k_full;
+  uint64_t* k_empty;
+  uint64_t* v_full;
+  uint64_t* v_empty;
+  int n_tiles;
+
+  __device__ __forceinline__ void release(uint64_t* empty, int j) const {
+    if (threadIdx.x != 0 || j + 1 >= n_tiles) return;
+    if constexpr (kCluster == 1) {
+      mbarrier_arrive(empty);
+    } else {
+#pragma unroll
+      for (int r = 0; r < kCluster; ++r) mbarrier_arrive_cluster(empty, r);
+    }
+  }
+  __device__ __forceinline__ void sync() const { named_barrier_sync(1, 256); }  // the compute warps only
+  __device__ __forceinline__ void wait_k(int j) const { mbarrier_wait(k_full, j & 1); }
+  __device__ __forceinline__ void release_k(int j) const { release(k_empty, j); }
+  __device__ __forceinline__ void wait_v(int j) const { mbarrier_wait(v_full, j & 1); }
+  __device__ __forceinline__ void release_v(int j) const { release(v_empty, j); }
+};
+#endif
+
+template <typename Cfg, typename T, int kCluster>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+tma_split_d_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUtensorMap tma_k,
+                   const __grid_constant__ CUtensorMap tma_v, T* __restrict__ o, float* __restrict__ lse,
+                   const AttnProblem p) {
+  static_assert(kCluster == 1 || kCluster == 2, "a block and at most one partner");
+  static_assert(Cfg::kProducerWarp % 4 == 0, "the producer warp starts a warpgroup");
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int Br = Cfg::kBr, Bc = Cfg::kBc, kSlice = Cfg::kSliceCols;
+  static_assert(Cfg::kComputeThreads == 256, "TmaSlots::sync counts 256 compute threads");
+
+  const int m_block = gridDim.x - 1 - blockIdx.x;  // gridDim.x is a multiple of kCluster
+  const int head = blockIdx.z * p.H + blockIdx.y;
+  const int q_start = m_block * Br;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // NEW: a padding block (q_start >= Nq, when the row tiles do not pair up)
+  // computes nothing; the blocks of a cluster stream the same kv tiles, as many
+  // as the one of them that needs more (causal: one more, at most).
+  const int n_mine = q_start < p.Nq ? kv_tiles_for_query_tile(p, q_start, Br, Bc) : 0;
+  int n_pair = n_mine;
+  if (kCluster == 2) {
+    const int partner_start = (m_block ^ 1) * Br;
+    if (partner_start < p.Nq) n_pair = max(n_pair, kv_tiles_for_query_tile(p, partner_start, Br, Bc));
+  }
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const SplitDSmem<T> sm = carve_split_d_smem<Cfg, T>(smem_raw);
+  uint64_t* bars = reinterpret_cast<uint64_t*>(sm.end);
+  uint64_t* q_full = bars;
+  const TmaSlots<kCluster> slots{bars + 1, bars + 2, bars + 3, bars + 4, n_pair};
+
+  if (threadIdx.x == 0) {
+    mbarrier_init(q_full, 1);  // full: the producer's one arrive_expect_tx (+ the bytes)
+    mbarrier_init(slots.k_full, 1);
+    mbarrier_init(slots.v_full, 1);
+    mbarrier_init(slots.k_empty, kCluster);  // empty: thread 0 of every block of the cluster
+    mbarrier_init(slots.v_empty, kCluster);
+    fence_mbarrier_init();
+  }
+  // No copy may signal a barrier, here or in the partner, before it is initialised.
+  if constexpr (kCluster > 1) cluster_sync();
+  else __syncthreads();
+
+  if (warp >= Cfg::kProducerWarp) {
+    // ---- NEW: the producer: one thread issues every copy of the block ------------
+    warpgroup_reg_dealloc<Cfg::kProducerRegs>();
+    if (warp == Cfg::kProducerWarp && lane == 0) {
+      prefetch_tensor_map(&tma_q);
+      prefetch_tensor_map(&tma_k);
+      prefetch_tensor_map(&tma_v);
+      if (n_mine > 0) {
+        mbarrier_arrive_expect_tx(q_full, Cfg::kTileBytesQKV);
+        for (int b = 0; b < Cfg::kBoxesPerTile; ++b)
+          tma_load_3d(sm.sQ + b * Br * 64, &tma_q, q_full, b * 64, q_start, head);
+      }
+      // This block's share of each tile's boxes: all of them, or half (multicast to both).
+      const int rank = kCluster > 1 ? int(cluster_cta_rank()) : 0;
+      constexpr int kMyBoxes = Cfg::kBoxesPerTile / kCluster;
+      auto load_tile = [&](T* slot, const CUtensorMap* map, uint64_t* full, uint64_t* empty, int j) {
+        if (j > 0) mbarrier_wait(empty, (j - 1) & 1);  // every block has released tile j-1 from this slot
+        mbarrier_arrive_expect_tx(full, Cfg::kTileBytesQKV);  // the whole tile lands here, both halves
+        for (int b = rank * kMyBoxes; b < (rank + 1) * kMyBoxes; ++b) {
+          if constexpr (kCluster > 1)
+            tma_load_3d_multicast(slot + b * Bc * 64, map, full, b * 64, j * Bc, head, uint16_t((1 << kCluster) - 1));
+          else
+            tma_load_3d(slot + b * Bc * 64, map, full, b * 64, j * Bc, head);
+        }
+      };
+      for (int j = 0; j < n_pair; ++j) {  // in the order the compute warps free the slots
+        load_tile(sm.sK, &tma_k, slots.k_full, slots.k_empty, j);
+        load_tile(sm.sV, &tma_v, slots.v_full, slots.v_empty, j);
+      }
+    }
+    __syncwarp();
+  } else {
+    // ---- the two compute warpgroups: rung 08's tile, fed by the slots -------------
+    warpgroup_reg_alloc<Cfg::kComputeRegs>();
+    const int warpgroup = threadIdx.x / 128;
+    const int row0 = q_start + (warp % 4) * 16 + lane / 4;  // both warpgroups: the same rows
+    float O[Cfg::kTilesO][4] = {};
+    RowStats stats;
+    const float scale_log2 = p.scale * kLog2e;
+    if (n_mine > 0) mbarrier_wait(q_full, 0);
+    for (int j = 0; j < n_pair; ++j) {
+      if (j < n_mine) {
+        split_d_kv_tile<Cfg>(O, stats, sm, p, j, q_start, row0, scale_log2, slots);
+      } else if (threadIdx.x == 0) {  // the partner's extra tile: take it and hand it back unread
+        slots.wait_k(j);
+        slots.release_k(j);
+        slots.wait_v(j);
+        slots.release_v(j);
+      }
+    }
+    store_output<T>(O, stats, p, head, row0, /*col0=*/warpgroup * kSlice, lane % 4, /*write_lse=*/warpgroup == 0,
+                    o, lse);
+  }
+  // A block leaves only when its partner no longer signals it or copies into it.
+  if constexpr (kCluster > 1) cluster_sync();
+#endif
+}
+
+#define TMA_SPLIT_D_HEAD_DIMS 512
+
+template <int kCluster>
+std::string unsupported(const AttnProblem& p) {
+  static const std::string hopper = hopper_wgmma_unsupported();
+  if (!hopper.empty()) return hopper;
+  if (!tensor_map_encoder()) return "the driver has no cuTensorMapEncodeTiled (TMA needs CUDA 12+)";
+  return rung_unsupported<TmaSplitDConfig, 1, TMA_SPLIT_D_HEAD_DIMS>(p);
+}
+
+template <int kCluster>
+cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stream) {
+  cudaError_t err = cudaErrorInvalidValue;
+  dispatch_head_dim<TMA_SPLIT_D_HEAD_DIMS>(p.D, [&](auto head_dim) {
+    using Cfg = TmaSplitDConfig<decltype(head_dim)::value, 1>;
+    err = dispatch_dtype(p.dtype, [&](auto type) {
+      using T = decltype(type);
+      // NEW: the tensor maps, built per launch (a few microseconds of host time).
+      CUtensorMap maps[3];
+      if (!encode_head_tiles<Cfg::kBr>(&maps[0], b.q, p.dtype, p.heads(), p.Nq, p.D) ||
+          !encode_head_tiles<Cfg::kBc>(&maps[1], b.k, p.dtype, p.heads(), p.Nk, p.D) ||
+          !encode_head_tiles<Cfg::kBc>(&maps[2], b.v, p.dtype, p.heads(), p.Nk, p.Dv))
+        return cudaErrorInvalidValue;
+      const auto kernel = tma_split_d_kernel<Cfg, T, kCluster>;
+      cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+      if (e != cudaSuccess) return e;
+      const int m_blocks = (p.Nq + Cfg::kBr - 1) / Cfg::kBr;
+      cudaLaunchConfig_t config{};
+      config.gridDim = dim3((m_blocks + kCluster - 1) / kCluster * kCluster, p.H, p.B);
+      config.blockDim = dim3(Cfg::kThreads);
+      config.dynamicSmemBytes = Cfg::kSmemBytes;
+      config.stream = stream;
+      cudaLaunchAttribute cluster{};
+      cluster.id = cudaLaunchAttributeClusterDimension;
+      cluster.val.clusterDim.x = kCluster;
+      cluster.val.clusterDim.y = 1;
+      cluster.val.clusterDim.z = 1;
+      config.attrs = &cluster;
+      config.numAttrs = kCluster > 1 ? 1 : 0;
+      e = cudaLaunchKernelEx(&config, kernel, maps[0], maps[1], maps[2], static_cast<T*>(b.o), b.lse, p);
+      return e != cudaSuccess ? e : cudaGetLastError();
+    });
+  });
+  return err;
+}
+
+template <int kCluster>
+Variant make_variant() {
+  Variant v;
+  v.name = std::string("tma-split-d+stage1") + (kCluster > 1 ? "+multicast" : "");
+  v.rung = "09_tma_split_d";
+  v.unsupported_reason = unsupported<kCluster>;
+  v.launch = launch<kCluster>;
+  v.describe = [] {
+    return "sm_90a wgmma, 2 warpgroups split the head dim of 64 rows, K/V by TMA from a producer warp; cluster=" +
+           std::to_string(kCluster) + (kCluster > 1 ? " (K/V multicast)" : "") + "; " +
+           rung_describe<TmaSplitDConfig, 1, TMA_SPLIT_D_HEAD_DIMS>();
+  };
+  return v;
+}
+
+}  // namespace
+
+std::vector<Variant> make_tma_split_d_variants() { return {make_variant<1>(), make_variant<2>()}; }
+
+}  // namespace attnlab
