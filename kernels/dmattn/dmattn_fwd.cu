@@ -5,7 +5,7 @@
 // sparse mask, grouped KV heads, softcap — and the reason a sparse mask pays:
 // a 64 x 64 tile whose mask is all zero is never loaded nor multiplied.
 //
-// Per block (64 query rows of one head; 4 warps x 16 rows):
+// Per block (64 query rows of one head, 4 warps):
 //  1. Skip test, before any K/V/bias traffic. A pre-pass kernel
 //     (dmattn_mask_summary.cu) has summarised the mask into one "any" and one
 //     "all ones" bit per 64x64 tile, reading it once at full bandwidth; the
@@ -19,19 +19,26 @@
 //  3. Per tile, after S = Q·Kᵀ: S = scale·S + bias; softcap c: c·tanh(S/c);
 //     -inf where mask = 0, past Nk, or after the causal diagonal; then the
 //     online softmax (now with unit scale: S is already the logit). The bias
-//     and mask of a lane's scores are loaded as 2-element pairs before the
-//     MMAs (their latency hides behind them); a tile whose mask the scan found
-//     all ones skips the mask reads; a bias or mask broadcast over queries is
-//     read once per lane, not per row.
+//     of a lane's scores is loaded as 2-element pairs before the MMAs (their
+//     latency hides behind them), the mask pairs after (registers); a tile
+//     whose mask is all ones skips the mask reads; an operand broadcast over
+//     queries is read once per lane, not per row.
+//  4. Warps: at D <= 128 each warp owns two m16 row tiles (32 rows: every K
+//     and V fragment read from shared memory feeds two MMAs, as in rung 02's
+//     D = 128 tiles), so two warps cover the 64 rows and the other two take
+//     the tile's other 32 keys; at the end the two key halves of a row merge
+//     by their (max, sum) through shared memory. At D >= 192 (O twice would
+//     not fit in registers) each warp owns 16 rows and all 64 keys, in two
+//     32-key slices.
 //
 // Split-KV (decoding, few query blocks): the causal range of each query block
 // is cut into `splits` equal parts run by separate blocks (grid.y = B·splits);
 // each writes its normalised O and LSE in fp32, and dma_combine_kernel merges
 // them by LSE. The split count is automatic (dma_auto_splits) unless given.
 //
-// Tiles: Br = Bc = 64 (the seed's finding for masked kernels), 4 warps,
-// stage2 (two K/V slots), rows padded by 8 halves. At D >= 192 a tile's S is
-// computed in two 32-key slices, so that S and O fit in registers.
+// Tiles: Br = Bc = 64 (the seed's finding for masked kernels), 4 warps
+// (2 row groups x 2 key halves at D <= 128, 4 x 1 above), stage2 (two K/V
+// slots), rows padded by 8 halves.
 //   shared memory = (64 + 4·64)·(D + 8)·2 + list and bitmaps (2 bytes + 2 bits per KV tile)
 //   D:  32 → 25600   64 → 46080   96 → 66560   128 → 87040   192 → 128000   256 → 168960
 //
@@ -69,11 +76,24 @@ struct DmaConfig {
   static constexpr int kStages = 2;
   static constexpr int kRowStride = kHeadDim + 8;
   static constexpr int kTileBytes = (kBr + 2 * kStages * kBc) * kRowStride * 2;
-  static constexpr int kSubCols = kHeadDim >= 192 ? 32 : 64;  // keys per S slice: S + O fit in registers
-  static constexpr int kSubTiles = kBc / kSubCols;
+  // Warp layout. D <= 128: two m16 row tiles per warp (every K and V fragment
+  // read from shared memory feeds two MMAs, as in the dense rung 02), so the 64
+  // rows take two warps and the other two warps take the other half of the
+  // tile's keys; the two key halves are merged by LSE at the end. D >= 192 (O
+  // would not fit twice): one m16 tile per warp, all 64 keys.
+  static constexpr int kMTiles = kHeadDim <= 128 ? 2 : 1;
+  static constexpr int kRowGroups = kBr / (16 * kMTiles);  // warps along the rows
+  static constexpr int kKeyGroups = kWarps / kRowGroups;   // warps along the keys of a tile
+  static constexpr int kWarpKeys = kBc / kKeyGroups;       // keys per warp per tile
+  static constexpr int kSubCols = 32;                      // keys per S slice
+  static constexpr int kSubTiles = kWarpKeys / kSubCols;
   static constexpr int kTilesS = kSubCols / 8;
   static constexpr int kTilesO = kHeadDim / 8;
-  static_assert(kBr == 16 * kWarps, "one m16 row tile per warp");
+  // The key-half merge: each upper-half warp leaves O (fragment order) and its
+  // row statistics in shared memory, over the K/V tiles (free by then).
+  static constexpr int kMergeFloatsPerWarp = kMTiles * kTilesO * 32 * 4 + 32 * 4 * kMTiles;
+  static_assert(kRowGroups * kKeyGroups == kWarps && kKeyGroups <= 2, "warps tile rows x key groups");
+  static_assert((kKeyGroups - 1) * kRowGroups * kMergeFloatsPerWarp * 4 <= kTileBytes, "the merge fits");
 };
 static_assert(DmaConfig<32>::kTileBytes == 25600 && DmaConfig<64>::kTileBytes == 46080 &&
                   DmaConfig<96>::kTileBytes == 66560 && DmaConfig<128>::kTileBytes == 87040 &&
@@ -126,7 +146,11 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
   const int h = blockIdx.x % p.H, b = blockIdx.y / splits, split = blockIdx.y % splits;
   const int q_start = m_block * Br;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
-  const int row0 = q_start + warp * 16 + lane / 4;  // rows row0 (c0, c1) and row0 + 8 (c2, c3)
+  constexpr int kM = Cfg::kMTiles;
+  const int row_group = warp % Cfg::kRowGroups, key_group = warp / Cfg::kRowGroups;
+  const int warp_row = row_group * 16 * kM;  // first row of the warp in the tile
+  // Rows of row tile m: row0 + 16m (c0, c1) and row0 + 16m + 8 (c2, c3).
+  const int row0 = q_start + warp_row + lane / 4;
 
   AttnProblem dp;  // the dense view: sizes, causal rule; unit scale (S becomes the logit)
   dp.B = p.B;
@@ -199,23 +223,24 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
     cp_async_commit();
   };
 
-  float O[Cfg::kTilesO][4] = {};
-  RowStats stats;
+  float O[kM][Cfg::kTilesO][4] = {};
+  RowStats stats[kM];
   const float softcap = p.softcap, inv_softcap = p.softcap > 0.f ? 1.f / p.softcap : 0.f;
-  const T* bias_rows[2] = {nullptr, nullptr};
-  const uint8_t* mask_rows[2] = {nullptr, nullptr};
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = min(row0 + 8 * r, p.Nq - 1);  // rows past Nq compute garbage that is never stored
-    if (p.bias.data) bias_rows[r] = static_cast<const T*>(p.bias.data) + p.bias.row_offset(b, h, row);
-    if (p.mask.data) mask_rows[r] = static_cast<const uint8_t*>(p.mask.data) + p.mask.row_offset(b, h, row);
-  }
   // Uniform facts about the operands: one row for all queries (broadcast), and
   // whether key pairs are aligned single loads (Nk even, aligned bases).
   const bool has_bias = p.bias.data != nullptr, has_mask = p.mask.data != nullptr;
   const bool bias_one_row = p.bias.stride_q == 0, mask_one_row = p.mask.stride_q == 0;
   const bool bias_pairs = p.Nk % 2 == 0 && (reinterpret_cast<uintptr_t>(p.bias.data) & 3) == 0;
   const bool mask_pairs = p.Nk % 2 == 0 && (reinterpret_cast<uintptr_t>(p.mask.data) & 1) == 0;
+  // The lane's operand rows: row row0 + 16m + 8r is base + (16m + 8r)·stride_q
+  // (stride 0 when broadcast over queries). One pointer each, not 2·kM: the
+  // registers go to O. Rows past Nq load nothing (their scores are never stored).
+  const T* bias_row0 = has_bias ? static_cast<const T*>(p.bias.data) + p.bias.row_offset(b, h, 0) +
+                                      int64_t(row0) * p.bias.stride_q
+                                : nullptr;
+  const uint8_t* mask_row0 = has_mask ? static_cast<const uint8_t*>(p.mask.data) + p.mask.row_offset(b, h, 0) +
+                                            int64_t(row0) * p.mask.stride_q
+                                      : nullptr;
 
   if (n_active > 0) {
     load_tile_async<Br, D, kStride, Cfg::kThreads>(sQ, q + (q_head * p.Nq + q_start) * D, D, p.Nq - q_start);
@@ -226,83 +251,158 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
     else { cp_async_commit(); cp_async_commit(); }
     cp_async_wait<2>();  // K and V of tile i (and Q) have landed
     __syncthreads();
+    const int tile = tile_at(i);
+    const bool mask_full = !has_mask || (full_bitmap[tile / 32] >> (tile % 32) & 1u);
 
-    // The 64-key tile in kSubTiles column slices of kSubCols keys (one slice
-    // below D = 192; two of 32 at D >= 192, where O takes D/2 registers).
+    // The warp's keys of the tile in kSubTiles slices of 32 (one slice when two
+    // warps share the tile's keys; two at D >= 192).
 #pragma unroll 1
     for (int sub = 0; sub < Cfg::kSubTiles; ++sub) {
-      const int kv_start = tile_at(i) * Bc + sub * Cfg::kSubCols;
-      const int tile = tile_at(i);
-      const bool mask_full = !has_mask || (full_bitmap[tile / 32] >> (tile % 32) & 1u);
-      // Bias and mask of this lane's scores, issued before the MMAs so that
-      // their latency hides behind them; kept as packed 16-bit pairs.
-      uint32_t bias_bits[2][Cfg::kTilesS], mask_bits[2][Cfg::kTilesS];
+      const int key_off = key_group * Cfg::kWarpKeys + sub * Cfg::kSubCols;  // in the tile
+      const int kv_start = tile * Bc + key_off;
+      // The bias of this lane's scores, issued before the MMAs so that its
+      // latency hides behind them; kept as packed 16-bit pairs. A row of an
+      // operand broadcast over queries is loaded once and copied (never
+      // indexed at run time: that would put the arrays in local memory).
+      uint32_t bias_bits[kM][2][Cfg::kTilesS];
 #pragma unroll
-      for (int r = 0; r < 2; ++r)
+      for (int m = 0; m < kM; ++m)
 #pragma unroll
-        for (int n = 0; n < Cfg::kTilesS; ++n) {
-          const int key = kv_start + n * 8 + 2 * t;
-          // Row 1 of an operand broadcast over queries is row 0: copied, not
-          // loaded again (and never indexed at run time: that would put the
-          // arrays in local memory).
-          bias_bits[r][n] = !has_bias ? 0u
-                            : (r == 1 && bias_one_row) ? bias_bits[0][n]
-                                                       : load_bias_pair(bias_rows[r], key, p.Nk, bias_pairs);
-          mask_bits[r][n] = mask_full ? 0x0101u
-                            : (r == 1 && mask_one_row) ? mask_bits[0][n]
-                                                       : load_mask_pair(mask_rows[r], key, p.Nk, mask_pairs);
-        }
-      float S[Cfg::kTilesS][4] = {};
-      const T* sKj = sK + ((i % 2) * Bc + sub * Cfg::kSubCols) * kStride;
+        for (int r = 0; r < 2; ++r)
+#pragma unroll
+          for (int n = 0; n < Cfg::kTilesS; ++n) {
+            const bool first = m == 0 && r == 0;
+            const bool row_ok = row0 + 16 * m + 8 * r < p.Nq;
+            bias_bits[m][r][n] = !has_bias || !row_ok ? 0u
+                                 : (!first && bias_one_row)
+                                     ? bias_bits[0][0][n]
+                                     : load_bias_pair(bias_row0 + (16 * m + 8 * r) * p.bias.stride_q,
+                                                      kv_start + n * 8 + 2 * t, p.Nk, bias_pairs);
+          }
+      float S[kM][Cfg::kTilesS][4] = {};
+      const T* sKj = sK + ((i % 2) * Bc + key_off) * kStride;
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
-        uint32_t a[4];
-        load_a_fragment<kStride>(a, sQ + (warp * 16) * kStride + kk * 16, lane);
-        qk_slice<T, Cfg::kTilesS, kStride>(S, a, sKj + kk * 16, lane);
+        uint32_t a[kM][4];
+#pragma unroll
+        for (int m = 0; m < kM; ++m) load_a_fragment<StridedRows<kStride>>(a[m], sQ, warp_row + 16 * m, kk * 16, lane);
+        qk_slice<T, kM, Cfg::kTilesS, kStride>(S, a, sKj + kk * 16, lane);
       }
 
       // ---- 3. logits: scale, bias, softcap, mask ---------------------------------
+      // The mask pairs (loaded after the MMAs: registers; none on all-ones tiles).
+      uint32_t mask_bits[kM][2][Cfg::kTilesS];
 #pragma unroll
-      for (int n = 0; n < Cfg::kTilesS; ++n)
+      for (int m = 0; m < kM; ++m)
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const float2 bv = unpack_pair<T>(bias_bits[r][n]);
-          const uint32_t mv = mask_bits[r][n];
-          float s0 = fmaf(S[n][2 * r], p.scale, bv.x), s1 = fmaf(S[n][2 * r + 1], p.scale, bv.y);
-          if (softcap > 0.f) {
-            s0 = softcap * tanhf(s0 * inv_softcap);
-            s1 = softcap * tanhf(s1 * inv_softcap);
+        for (int r = 0; r < 2; ++r)
+#pragma unroll
+          for (int n = 0; n < Cfg::kTilesS; ++n) {
+            const bool first = m == 0 && r == 0;
+            const bool row_ok = row0 + 16 * m + 8 * r < p.Nq;
+            mask_bits[m][r][n] = mask_full || !row_ok ? 0x0101u
+                                 : (!first && mask_one_row)
+                                     ? mask_bits[0][0][n]
+                                     : load_mask_pair(mask_row0 + (16 * m + 8 * r) * p.mask.stride_q,
+                                                      kv_start + n * 8 + 2 * t, p.Nk, mask_pairs);
           }
-          S[n][2 * r] = (mv & 0xffu) ? s0 : -INFINITY;
-          S[n][2 * r + 1] = (mv & 0xff00u) ? s1 : -INFINITY;
-        }
-      mask_scores(S, dp, kv_start, q_start, row0, row0 + 8, t);  // past Nk; causal
-      online_softmax_update(S, O, stats, kLog2e);
-      pv_tile<T, Cfg::kTilesS, Cfg::kTilesO, kStride>(O, S, sV + ((i % 2) * Bc + sub * Cfg::kSubCols) * kStride,
-                                                     lane);
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+#pragma unroll
+        for (int n = 0; n < Cfg::kTilesS; ++n)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const float2 bv = unpack_pair<T>(bias_bits[m][r][n]);
+            const uint32_t mv = mask_bits[m][r][n];
+            float s0 = fmaf(S[m][n][2 * r], p.scale, bv.x), s1 = fmaf(S[m][n][2 * r + 1], p.scale, bv.y);
+            if (softcap > 0.f) {
+              s0 = softcap * tanhf(s0 * inv_softcap);
+              s1 = softcap * tanhf(s1 * inv_softcap);
+            }
+            S[m][n][2 * r] = (mv & 0xffu) ? s0 : -INFINITY;
+            S[m][n][2 * r + 1] = (mv & 0xff00u) ? s1 : -INFINITY;
+          }
+        mask_scores(S[m], dp, kv_start, q_start, row0 + 16 * m, row0 + 16 * m + 8, t);  // past Nk; causal
+        online_softmax_update(S[m], O[m], stats[m], kLog2e);
+      }
+      pv_tile<T, kM, Cfg::kTilesS, Cfg::kTilesO, kStride>(O, S, sV + ((i % 2) * Bc + key_off) * kStride, lane);
     }
     __syncthreads();  // slot i % 2 is refilled next iteration
   }
+
+  // ---- 4. merge the two key halves (D <= 128) ---------------------------------------
+  // Warps of key group 1 leave O and (m, l) in shared memory, in fragment order
+  // (so every lane reads back exactly the entries it needs); the matching
+  // warp of key group 0 rescales both to the larger max and adds them — the
+  // split-KV combine in miniature, inside the block.
+  if constexpr (Cfg::kKeyGroups == 2) {
+    cp_async_wait<0>();
+    __syncthreads();  // the last tile's K/V reads are done: reuse that memory
+    float* merge = reinterpret_cast<float*>(sK) + row_group * Cfg::kMergeFloatsPerWarp;
+    float4* mo = reinterpret_cast<float4*>(merge);
+    float4* ms = mo + kM * Cfg::kTilesO * 32;
+    if (key_group == 1) {
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+#pragma unroll
+        for (int n = 0; n < Cfg::kTilesO; ++n)
+          mo[(m * Cfg::kTilesO + n) * 32 + lane] = make_float4(O[m][n][0], O[m][n][1], O[m][n][2], O[m][n][3]);
+        ms[m * 32 + lane] = make_float4(stats[m].m[0], stats[m].m[1], stats[m].l[0], stats[m].l[1]);
+      }
+    }
+    __syncthreads();
+    if (key_group == 1) return;  // no barrier below
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+      const float4 other = ms[m * 32 + lane];
+      const float other_m[2] = {other.x, other.y}, other_l[2] = {other.z, other.w};
+      float mine_scale[2], other_scale[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float m_new = fmaxf(stats[m].m[r], other_m[r]);
+        const float base = m_new == -INFINITY ? 0.f : m_new * kLog2e;  // both empty: scales 0
+        mine_scale[r] = exp2_approx(stats[m].m[r] * kLog2e - base);
+        other_scale[r] = exp2_approx(other_m[r] * kLog2e - base);
+        stats[m].m[r] = m_new;
+        stats[m].l[r] = stats[m].l[r] * mine_scale[r] + other_l[r] * other_scale[r];
+      }
+#pragma unroll
+      for (int n = 0; n < Cfg::kTilesO; ++n) {
+        const float4 x = mo[(m * Cfg::kTilesO + n) * 32 + lane];
+        O[m][n][0] = O[m][n][0] * mine_scale[0] + x.x * other_scale[0];
+        O[m][n][1] = O[m][n][1] * mine_scale[0] + x.y * other_scale[0];
+        O[m][n][2] = O[m][n][2] * mine_scale[1] + x.z * other_scale[1];
+        O[m][n][3] = O[m][n][3] * mine_scale[1] + x.w * other_scale[1];
+      }
+    }
+  }
+
   if (splits == 1) {
-    store_output<T>(O, stats, dp, q_head, row0, /*col0=*/0, t, /*write_lse=*/true, o, lse);
+#pragma unroll
+    for (int m = 0; m < kM; ++m)
+      store_output<T>(O[m], stats[m], dp, q_head, row0 + 16 * m, /*col0=*/0, t, /*write_lse=*/true, o, lse);
     return;
   }
   // Split-KV: this split's normalised O and its LSE, in fp32, for the combine
   // kernel (partials: [splits][B·H][Nq][D] then [splits][B·H][Nq]). A split
   // that saw no key writes O = 0, LSE = -inf, and the combine ignores it.
-  float row_lse[2];
-  online_softmax_finalize(O, stats, 1.f, row_lse);
   const int64_t rows_total = int64_t(p.B) * p.H * p.Nq;
   float* part_o = partials + (int64_t(split) * p.B * p.H + q_head) * p.Nq * D;
   float* part_lse = partials + int64_t(splits) * rows_total * D + (int64_t(split) * p.B * p.H + q_head) * p.Nq;
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = row0 + 8 * r;
-    if (row >= p.Nq) continue;
+  for (int m = 0; m < kM; ++m) {
+    float row_lse[2];
+    online_softmax_finalize(O[m], stats[m], 1.f, row_lse);
 #pragma unroll
-    for (int n = 0; n < Cfg::kTilesO; ++n)
-      *reinterpret_cast<float2*>(part_o + int64_t(row) * D + n * 8 + 2 * t) = make_float2(O[n][2 * r], O[n][2 * r + 1]);
-    if (t == 0) part_lse[row] = row_lse[r];
+    for (int r = 0; r < 2; ++r) {
+      const int row = row0 + 16 * m + 8 * r;
+      if (row >= p.Nq) continue;
+#pragma unroll
+      for (int n = 0; n < Cfg::kTilesO; ++n)
+        *reinterpret_cast<float2*>(part_o + int64_t(row) * D + n * 8 + 2 * t) =
+            make_float2(O[m][n][2 * r], O[m][n][2 * r + 1]);
+      if (t == 0) part_lse[row] = row_lse[r];
+    }
   }
 }
 
