@@ -11,8 +11,10 @@ cat $OUT/memcheck.txt
 timeout 120 ncu --metrics gpu__time_duration.sum -k regex:"mask_summary|dma_forward_kernel|dma_combine|dma_bwd" --launch-count 8 $F --B 1 --H 2 --Hkv 1 --N 32768 --D 128 --causal --mask topk --window 1024 --bias --iters 1 --warmup 0 --bwd > $OUT/ncu.txt 2>&1
 timeout 60 ncu --metrics gpu__time_duration.sum,dram__bytes_read.sum -k regex:"mask_summary|dma_forward_kernel|dma_combine" --launch-count 3 $F --B 1 --H 2 --Hkv 1 --Nq 1 --Nk 32768 --D 128 --causal --mask topk --window 1024 --block 0 --bias --iters 1 --warmup 0 >> $OUT/ncu.txt 2>&1
 grep -E "^  [a-z_]+.*\(|gpu__time|dram__" $OUT/ncu.txt | sed 's/(int, int, int)//' | cut -c1-150
+timeout 200 $B/test_dmattn > $OUT/fwd_tests.txt 2>&1; echo "test_dmattn rc=$? $(tail -1 $OUT/fwd_tests.txt)"; grep -m5 FAIL $OUT/fwd_tests.txt | cut -c1-200
+timeout 200 $B/test_dmattn_backward > $OUT/bwd_tests.txt 2>&1; echo "test_dmattn_backward rc=$? $(tail -1 $OUT/bwd_tests.txt)"; grep -m5 FAIL $OUT/bwd_tests.txt | cut -c1-200
 timeout 200 $B/test_dmattn_reference > $OUT/ref.txt 2>&1; echo "test_dmattn_reference rc=$? $(tail -1 $OUT/ref.txt)"; grep -E "FAIL|topk speed" $OUT/ref.txt | head
 PYTHONPATH=$B/python timeout 240 python3 -m pytest tests/python/test_dynamic_mask.py -q -x > $OUT/pytest.txt 2>&1; echo "pytest rc=$?"; tail -15 $OUT/pytest.txt
-for a in "--N 32768 --causal --mask topk --window 1024" "--Nq 1 --Nk 32768 --causal --mask topk --window 1024 --block 0" "--Nq 1 --Nk 524288 --causal --mask topk --window 1024 --block 0"; do
-  timeout 100 $F --B 1 --H 2 --Hkv 1 --D 128 --bias $a --sdpa --torch --iters 10 --warmup 2 2>&1 | grep -E "dmattn|sdpa|error" | cut -c1-160
+for a in "--H 8 --N 8192 --mask ones" "--H 8 --N 8192 --D 64 --mask ones" "--H 8 --N 8192 --D 256 --mask ones" "--Hkv 1 --N 32768 --causal --mask topk --window 1024" "--Hkv 1 --Nq 1 --Nk 32768 --causal --mask topk --window 1024 --block 0" "--Hkv 1 --Nq 1 --Nk 524288 --causal --mask topk --window 1024 --block 0"; do
+  timeout 100 $F --B 1 --H 2 --D 128 --bias $a --sdpa --torch --iters 10 --warmup 2 2>&1 | grep -E "dmattn|sdpa|split-q|error" | cut -c1-200
 done
