@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # probe: build, memcheck the dynamic-mask paths, per-kernel times (ncu), reference + python tests
-cd "$(dirname "$0")/.." 2>/dev/null || true
+cd "$(dirname "$0")/../.."
 B=build-gpu
 { cmake -S . -B $B -DCMAKE_CUDA_ARCHITECTURES=90a && cmake --build $B -j 16; } > $OUT/build.txt 2>&1 || { tail -30 $OUT/build.txt; exit 1; }
 F=$B/flash_attn_mma
