@@ -410,14 +410,18 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
 // w_s = exp(LSE_s - max LSE), LSE = max + log Σ w_s (FlashAttention's
 // combine_attn_seqk_parallel does the same). All-(-inf) rows: O = 0, LSE = -inf.
 // The threads first share the splits (max, weights into shared memory), then
-// the head dim; the sum over splits keeps 8 independent loads in flight, as a
-// serial chain of 128 L2 round trips would cost more than the splits save.
-constexpr int kCombineThreads = 128;
+// the (split, column) pairs: kCombineThreads / D groups of D threads, each
+// group summing every G-th split with 8 loads in flight, then the groups'
+// sums added in group order. (A serial chain of L2 round trips, one per split,
+// cost more than the splits saved.)
+constexpr int kCombineThreads = 512;
 template <typename T>
 __global__ void __launch_bounds__(kCombineThreads)
 dma_combine_kernel(const float* __restrict__ partials, T* __restrict__ o, float* __restrict__ lse, int splits,
                    int64_t rows, int D) {
-  extern __shared__ float weight[];  // [splits]
+  extern __shared__ float combine_smem[];  // weights [splits], then group sums [groups][D]
+  float* weight = combine_smem;
+  float* group_sum = combine_smem + splits;
   __shared__ float scratch[kCombineThreads / 32];
   const int64_t row = blockIdx.x;
   const float* part_lse = partials + int64_t(splits) * rows * D;
@@ -431,18 +435,26 @@ dma_combine_kernel(const float* __restrict__ partials, T* __restrict__ o, float*
     total += weight[s];
   }
   total = block_allreduce<kCombineThreads / 32>(total, scratch, false);  // ends with a barrier: weight[] visible
-  const float inv = total > 0.f ? 1.f / total : 0.f;
-  for (int d = threadIdx.x; d < D; d += kCombineThreads) {
+  const int groups = kCombineThreads / D, group = threadIdx.x / D, d = threadIdx.x % D;
+  if (group < groups) {
     float acc[8] = {};
-    int s = 0;
-    for (; s + 8 <= splits; s += 8)
+    int s = group;
+    for (; s + 7 * groups < splits; s += 8 * groups)
 #pragma unroll
-      for (int u = 0; u < 8; ++u) acc[u] += weight[s + u] * partials[(int64_t(s + u) * rows + row) * D + d];
-    for (; s < splits; ++s) acc[0] += weight[s] * partials[(int64_t(s) * rows + row) * D + d];
+      for (int u = 0; u < 8; ++u)
+        acc[u] += weight[s + u * groups] * partials[(int64_t(s + u * groups) * rows + row) * D + d];
+    for (; s < splits; s += groups) acc[0] += weight[s] * partials[(int64_t(s) * rows + row) * D + d];
     float sum = 0.f;
 #pragma unroll
     for (int u = 0; u < 8; ++u) sum += acc[u];
-    o[row * D + d] = T(sum * inv);
+    group_sum[group * D + d] = sum;
+  }
+  __syncthreads();
+  const float inv = total > 0.f ? 1.f / total : 0.f;
+  for (int c = threadIdx.x; c < D; c += kCombineThreads) {
+    float sum = 0.f;
+    for (int g = 0; g < groups; ++g) sum += group_sum[g * D + c];
+    o[row * D + c] = T(sum * inv);
   }
   if (threadIdx.x == 0) lse[row] = total > 0.f ? m + logf(total) : -INFINITY;
 }
@@ -550,7 +562,8 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
                                        a.lse, p, summary, a.tile_counters, partials, splits);
       if (e == cudaSuccess && splits > 1) {
         const int64_t rows = int64_t(p.B) * p.H * p.Nq;
-        dma_combine_kernel<T><<<unsigned(rows), kCombineThreads, splits * sizeof(float), stream>>>(
+        const size_t smem = (splits + std::max(1, kCombineThreads / p.D) * p.D) * sizeof(float);
+        dma_combine_kernel<T><<<unsigned(rows), kCombineThreads, smem, stream>>>(
             partials, static_cast<T*>(a.o), a.lse, splits,
                                                                   rows, p.D);
         e = cudaGetLastError();
