@@ -23,22 +23,18 @@
 //     latency hides behind them), the mask pairs after (registers); a tile
 //     whose mask is all ones skips the mask reads; an operand broadcast over
 //     queries is read once per lane, not per row.
-//  4. Warps: at D <= 128 each warp owns two m16 row tiles (32 rows: every K
-//     and V fragment read from shared memory feeds two MMAs, as in rung 02's
-//     D = 128 tiles), so two warps cover the 64 rows and the other two take
-//     the tile's other 32 keys; at the end the two key halves of a row merge
-//     by their (max, sum) through shared memory. At D >= 192 (O twice would
-//     not fit in registers) each warp owns 16 rows and all 64 keys, in two
-//     32-key slices.
+//  4. Warps: each owns 16 rows and all 64 keys of the tile (in two 32-key
+//     slices at D >= 192, so that S and O fit in registers). The code also
+//     takes two row tiles per warp with warp pairs splitting the keys (merged
+//     by LSE through shared memory); measured slower, see DmaConfig::kMTiles.
 //
 // Split-KV (decoding, few query blocks): the causal range of each query block
 // is cut into `splits` equal parts run by separate blocks (grid.y = B·splits);
 // each writes its normalised O and LSE in fp32, and dma_combine_kernel merges
 // them by LSE. The split count is automatic (dma_auto_splits) unless given.
 //
-// Tiles: Br = Bc = 64 (the seed's finding for masked kernels), 4 warps
-// (2 row groups x 2 key halves at D <= 128, 4 x 1 above), stage2 (two K/V
-// slots), rows padded by 8 halves.
+// Tiles: Br = Bc = 64 (the seed's finding for masked kernels), 4 warps of
+// 16 rows, stage2 (two K/V slots), rows padded by 8 halves.
 //   shared memory = (64 + 4·64)·(D + 8)·2 + list and bitmaps (2 bytes + 2 bits per KV tile)
 //   D:  32 → 25600   64 → 46080   96 → 66560   128 → 87040   192 → 128000   256 → 168960
 //
@@ -76,16 +72,20 @@ struct DmaConfig {
   static constexpr int kStages = 2;
   static constexpr int kRowStride = kHeadDim + 8;
   static constexpr int kTileBytes = (kBr + 2 * kStages * kBc) * kRowStride * 2;
-  // Warp layout. D <= 128: two m16 row tiles per warp (every K and V fragment
-  // read from shared memory feeds two MMAs, as in the dense rung 02), so the 64
-  // rows take two warps and the other two warps take the other half of the
-  // tile's keys; the two key halves are merged by LSE at the end. D >= 192 (O
-  // would not fit twice): one m16 tile per warp, all 64 keys.
-  static constexpr int kMTiles = kHeadDim <= 128 ? 2 : 1;
+  // Warp layout: kMTiles m16 row tiles per warp. With 2 (tried at D <= 128:
+  // every K and V fragment read from shared memory feeds two MMAs, as in rung
+  // 02's D = 128 tiles), two warps cover the 64 rows, the other two take the
+  // other half of the tile's keys, and the halves merge by LSE at the end. On
+  // the H200 that was slower (all-ones mask + bias, B=1 H=8 N=8192 D=128:
+  // 2.76 ms against 2.28 ms with 1; 252 registers against 214), so 1 it is:
+  // each warp owns 16 rows and all 64 keys of the tile.
+  static constexpr int kMTiles = 1;
   static constexpr int kRowGroups = kBr / (16 * kMTiles);  // warps along the rows
   static constexpr int kKeyGroups = kWarps / kRowGroups;   // warps along the keys of a tile
   static constexpr int kWarpKeys = kBc / kKeyGroups;       // keys per warp per tile
-  static constexpr int kSubCols = 32;                      // keys per S slice
+  // Keys per S slice: the warp's 64 at once, or two slices of 32 at D >= 192
+  // (S and O must fit in the registers together).
+  static constexpr int kSubCols = kMTiles == 1 && kHeadDim < 192 ? 64 : 32;
   static constexpr int kSubTiles = kWarpKeys / kSubCols;
   static constexpr int kTilesS = kSubCols / 8;
   static constexpr int kTilesO = kHeadDim / 8;
@@ -213,13 +213,20 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
   // ---- 2. rung 02's stage2 loop over the active tiles --------------------------
   auto load_kv = [&](int i) {
     const int tile = tile_at(i), slot = i % 2, rows = p.Nk - tile * Bc;
-    // Rolled copies: unrolled, their loop-invariant addresses would be hoisted
-    // out of the tile loop into registers that O needs at D = 256.
-    load_tile_async_rolled<Bc, D, StridedRows<kStride>, Cfg::kThreads>(sK + slot * Bc * kStride,
-                                                                      Kg + int64_t(tile) * Bc * D, D, rows);
-    cp_async_commit();
-    load_tile_async_rolled<Bc, D, StridedRows<kStride>, Cfg::kThreads>(sV + slot * Bc * kStride,
-                                                                      Vg + int64_t(tile) * Bc * D, D, rows);
+    // At D >= 192 rolled copies: unrolled, their loop-invariant addresses would
+    // be hoisted out of the tile loop into registers that O needs. Below, the
+    // unrolled copies of rung 02 (fewer instructions per 16-byte copy).
+    if constexpr (D >= 192) {
+      load_tile_async_rolled<Bc, D, StridedRows<kStride>, Cfg::kThreads>(sK + slot * Bc * kStride,
+                                                                        Kg + int64_t(tile) * Bc * D, D, rows);
+      cp_async_commit();
+      load_tile_async_rolled<Bc, D, StridedRows<kStride>, Cfg::kThreads>(sV + slot * Bc * kStride,
+                                                                        Vg + int64_t(tile) * Bc * D, D, rows);
+    } else {
+      load_tile_async<Bc, D, kStride, Cfg::kThreads>(sK + slot * Bc * kStride, Kg + int64_t(tile) * Bc * D, D, rows);
+      cp_async_commit();
+      load_tile_async<Bc, D, kStride, Cfg::kThreads>(sV + slot * Bc * kStride, Vg + int64_t(tile) * Bc * D, D, rows);
+    }
     cp_async_commit();
   };
 
