@@ -81,8 +81,8 @@ struct DmaForwardArgs {
 };
 
 // The split count `0 = automatic` resolves to: 1 when the query blocks already
-// fill the GPU, else enough splits for two blocks per SM (at most 128, at
-// least 4 KV tiles each).
+// fill half the GPU's SMs, else enough splits for two blocks per SM (at most
+// 128, at least 4 KV tiles each).
 int dma_auto_splits(const DynamicMaskProblem& p);
 int dma_resolve_splits(const DynamicMaskProblem& p, int requested);
 size_t dma_forward_workspace_bytes(const DynamicMaskProblem& p, int splits);

@@ -421,8 +421,8 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
 // group summing every G-th split with 8 loads in flight, then the groups'
 // sums added in group order. (A serial chain of L2 round trips, one per split,
 // cost more than the splits saved.)
-constexpr int kCombineThreads = 512;
-template <typename T>
+// 256 threads for a few splits (many rows: short blocks), 512 for many.
+template <typename T, int kCombineThreads>
 __global__ void __launch_bounds__(kCombineThreads)
 dma_combine_kernel(const float* __restrict__ partials, T* __restrict__ o, float* __restrict__ lse, int splits,
                    int64_t rows, int D) {
@@ -529,7 +529,10 @@ int dma_auto_splits(const DynamicMaskProblem& p) {
   int device = 0, sms = 132;
   if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   const int64_t blocks = int64_t((p.Nq + kDmaBr - 1) / kDmaBr) * p.H * p.B;
-  if (blocks >= sms) return 1;  // the grid already fills the GPU
+  // Half the SMs busy already: the combine pass (one block per output row)
+  // costs about what the extra parallelism saves (H200, B=1 H=8 N=1024 D=128,
+  // 128 query blocks, 3 splits: 0.115 ms at d335b0d).
+  if (2 * blocks >= sms) return 1;
   const int64_t tiles = (p.Nk + kDmaBc - 1) / kDmaBc;
   // Two blocks per SM, at most 128 splits, and at least 4 KV tiles per split.
   const int64_t want = (2 * int64_t(sms) + blocks - 1) / blocks;
@@ -569,8 +572,11 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
                                        a.lse, p, summary, a.tile_counters, partials, splits);
       if (e == cudaSuccess && splits > 1) {
         const int64_t rows = int64_t(p.B) * p.H * p.Nq;
-        const size_t smem = (splits + std::max(1, kCombineThreads / p.D) * p.D) * sizeof(float);
-        dma_combine_kernel<T><<<unsigned(rows), kCombineThreads, smem, stream>>>(
+        const bool many = splits > 16;
+        const int threads = many ? 512 : 256;  // >= D: at least one group of D threads
+        const size_t smem = (splits + size_t(threads / p.D) * p.D) * sizeof(float);
+        auto combine = many ? dma_combine_kernel<T, 512> : dma_combine_kernel<T, 256>;
+        combine<<<unsigned(rows), threads, smem, stream>>>(
             partials, static_cast<T*>(a.o), a.lse, splits,
                                                                   rows, p.D);
         e = cudaGetLastError();
