@@ -30,7 +30,11 @@ def best_of(rows, prefix):
 
 
 def table(rows, rung, prev):
-    shapes = sorted({tuple(r[k] for k in SHAPE) for r in rows if r["variant"].startswith(rung + "+")})
+    all_shapes = sorted({tuple(r[k] for k in SHAPE) for r in rows if r["variant"].startswith(rung + "+")})
+    # Shapes where no stage of the rung ran are summed up in one line below the table.
+    shapes = [sh for sh in all_shapes
+              if any(rc.ran(r) for r in rows if tuple(r[k] for k in SHAPE) == sh and r["variant"].startswith(rung + "+"))]
+    skipped = sorted({sh[4] for sh in all_shapes if sh not in shapes} - {sh[4] for sh in shapes})
     stages = sorted({r["variant"] for r in rows if r["variant"].startswith(rung + "+")})
     head = ["B,H,Nq,Nk,D", "dtype", "causal"] + [s.split("+", 1)[1] for s in stages]
     if prev:
@@ -57,6 +61,8 @@ def table(rows, rung, prev):
     gpus, commits, span = rc.provenance([r for r in rows if tuple(r[k] for k in SHAPE) in shapes])
     lines.append("")
     lines.append(f"TFLOPS on {gpus}, commit {commits}, {span}; peers measured in the same process on the same inputs.")
+    if skipped:
+        lines.append(f"Not run at head dims {', '.join(str(d) for d in skipped)} (unsupported; the CSV rows say why).")
     return "\n".join(lines)
 
 

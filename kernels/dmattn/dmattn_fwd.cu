@@ -530,8 +530,10 @@ int dma_auto_splits(const DynamicMaskProblem& p) {
   if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   const int64_t blocks = int64_t((p.Nq + kDmaBr - 1) / kDmaBr) * p.H * p.B;
   // Half the SMs busy already: the combine pass (one block per output row)
-  // costs about what the extra parallelism saves (H200, B=1 H=8 N=1024 D=128,
-  // 128 query blocks, 3 splits: 0.115 ms at d335b0d).
+  // costs more than the extra parallelism saves. H200, D=128, commit 39aeeec:
+  // B=1 H=8 N=1024 (128 query blocks) 0.073 ms unsplit, 0.089 ms with 3
+  // splits; B=1 H=2 N=1024 causal top-W (32 blocks) 0.071 ms unsplit, 0.040
+  // ms with the automatic 4.
   if (2 * blocks >= sms) return 1;
   const int64_t tiles = (p.Nk + kDmaBc - 1) / kDmaBc;
   // Two blocks per SM, at most 128 splits, and at least 4 KV tiles per split.
