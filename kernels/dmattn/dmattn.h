@@ -52,7 +52,19 @@ struct DynamicMaskProblem {
 
   // The same problem as a dense AttnProblem (H query heads), for the shared
   // masking helpers and the FLOP count's causal part.
-  AttnProblem dense() const;
+  ATTNLAB_HOST_DEVICE AttnProblem dense() const {
+    AttnProblem p;
+    p.B = B;
+    p.H = H;
+    p.Nq = Nq;
+    p.Nk = Nk;
+    p.D = D;
+    p.Dv = D;
+    p.dtype = dtype;
+    p.causal = causal;
+    p.scale = scale;
+    return p;
+  }
   std::string shape_string() const;
 };
 

@@ -76,6 +76,32 @@ __device__ __forceinline__ float as_float<half>(half x) { return __half2float(x)
 template <>
 __device__ __forceinline__ float as_float<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
 
+// One score of the backward, recomputed: visible (in range, causal, mask —
+// the mask byte read only when the tile is not all ones), the logit
+// scale·s + bias and its softcap, P = exp(logit - LSE) (0 where not visible),
+// and the softcap's derivative dcap = 1 - tanh² for dS.
+struct ScoreProb {
+  float p, dcap;
+  bool visible;
+};
+template <typename T>
+__device__ __forceinline__ ScoreProb score_prob(const DynamicMaskProblem& p, int b, int h, int qi, int key, float s,
+                                                float lse, bool mask_full) {
+  bool visible = key < p.Nk && qi < p.Nq && (!p.causal || key <= qi + (p.Nk - p.Nq));
+  if (visible && !mask_full)
+    visible = __ldg(static_cast<const uint8_t*>(p.mask.data) + p.mask.row_offset(b, h, qi) + key) != 0;
+  float x = s * p.scale;
+  if (p.bias.data != nullptr && visible)
+    x += as_float(__ldg(static_cast<const T*>(p.bias.data) + p.bias.row_offset(b, h, qi) + key));
+  float dcap = 1.f;
+  if (p.softcap > 0.f) {
+    const float th = tanhf(x / p.softcap);
+    x = p.softcap * th;
+    dcap = 1.f - th * th;
+  }
+  return {visible ? exp2_approx((x - lse) * kLog2e) : 0.f, dcap, visible};
+}
+
 // Δ_q = Σ_d dO[q][d] · O[q][d], one warp per row.
 template <typename T>
 __global__ void dma_bwd_delta_kernel(const T* __restrict__ o, const T* __restrict__ dout, float* __restrict__ delta,
@@ -133,7 +159,6 @@ dma_bwd_dq_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __r
   const int m = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int q0 = m * Br;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int causal_offset = p.Nk - p.Nq;
   const int64_t q_head = int64_t(b) * p.H + h;
   const int64_t kv_head = int64_t(b) * p.Hkv + h / (p.H / p.Hkv);
 
@@ -155,14 +180,7 @@ dma_bwd_dq_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __r
     row_delta[r] = rows[r] < p.Nq ? delta[q_head * p.Nq + rows[r]] : 0.f;
   }
 
-  AttnProblem dp;  // the dense view: the causal tile range
-  dp.B = p.B;
-  dp.H = p.H;
-  dp.Nq = p.Nq;
-  dp.Nk = p.Nk;
-  dp.D = dp.Dv = D;
-  dp.causal = p.causal;
-  const int n_tiles = kv_tiles_for_query_tile(dp, q0, Br, Bc);
+  const int n_tiles = kv_tiles_for_query_tile(p.dense(), q0, Br, Bc);
   float dQ[Cfg::kTilesO][4] = {};
   for (int j = 0; j < n_tiles; ++j) {
     if (!summary.tile_any(p, b, h, m, j)) continue;  // uniform
@@ -189,21 +207,9 @@ dma_bwd_dq_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __r
     for (int n = 0; n < kTilesS; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int qi = rows[e / 2], key = kv0 + n * 8 + 2 * t + (e & 1);
-        bool visible = key < p.Nk && qi < p.Nq && (!p.causal || key <= qi + causal_offset);
-        if (visible && !mask_full)
-          visible = __ldg(static_cast<const uint8_t*>(p.mask.data) + p.mask.row_offset(b, h, qi) + key) != 0;
-        float x = S[n][e] * p.scale;
-        if (p.bias.data != nullptr && visible)
-          x += as_float(__ldg(static_cast<const T*>(p.bias.data) + p.bias.row_offset(b, h, qi) + key));
-        float s_val = x, dcap = 1.f;
-        if (p.softcap > 0.f) {
-          const float th = tanhf(x / p.softcap);
-          s_val = p.softcap * th;
-          dcap = 1.f - th * th;
-        }
-        const float pv = visible ? exp2_approx((s_val - row_lse[e / 2]) * kLog2e) : 0.f;
-        S[n][e] = pv * (dP[n][e] - row_delta[e / 2]) * dcap;  // dS
+        const ScoreProb sp =
+            score_prob<T>(p, b, h, rows[e / 2], kv0 + n * 8 + 2 * t + (e & 1), S[n][e], row_lse[e / 2], mask_full);
+        S[n][e] = sp.p * (dP[n][e] - row_delta[e / 2]) * sp.dcap;  // dS
       }
     pv_tile<T, kTilesS, Cfg::kTilesO, kStride>(dQ, S, sK, lane);  // dQ += dS K_j
     __syncthreads();  // sK, sV are refilled next
@@ -254,7 +260,6 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
   // Query tiles that can see a key of this tile: q >= kv0 - (Nk - Nq) under the causal rule.
   const int q_first = p.causal ? max(0, kv0 - causal_offset) : 0;
   const int n_q_tiles = (p.Nq + Br - 1) / Br;
-  const float log2e = kLog2e;
 
   for (int hq = 0; hq < group; ++hq) {
     const int h = hk * group + hq;
@@ -306,23 +311,11 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
             const int key = key_row[e / 2];
             const int qc = qh + n * 8 + 2 * t + (e & 1);  // query column in the tile
             const int qi = q0 + qc;
-            bool visible = key < p.Nk && qi < p.Nq && (!p.causal || key <= qi + causal_offset);
-            if (visible && !mask_full)
-              visible = __ldg(static_cast<const uint8_t*>(p.mask.data) + p.mask.row_offset(b, h, qi) + key) != 0;
-            float x = St[n][e] * p.scale;
-            if (p.bias.data != nullptr && visible)
-              x += as_float(__ldg(static_cast<const T*>(p.bias.data) + p.bias.row_offset(b, h, qi) + key));
-            float s = x, dcap = 1.f;
-            if (p.softcap > 0.f) {
-              const float th = tanhf(x / p.softcap);
-              s = p.softcap * th;
-              dcap = 1.f - th * th;
-            }
-            const float pv = visible ? exp2_approx((s - sLSE[qc]) * log2e) : 0.f;
-            const float ds = pv * (dPt[n][e] - sDelta[qc]) * dcap;
-            St[n][e] = pv;
+            const ScoreProb sp = score_prob<T>(p, b, h, qi, key, St[n][e], sLSE[qc], mask_full);
+            const float ds = sp.p * (dPt[n][e] - sDelta[qc]) * sp.dcap;
+            St[n][e] = sp.p;
             dPt[n][e] = ds;
-            if (p.bias.data != nullptr && visible) {
+            if (p.bias.data != nullptr && sp.visible) {
               if (p.bias.stride_q == 0) bias_row_sum[e / 2] += ds;
               else atomicAdd(dbias_accum + p.bias.row_offset(b, h, qi) + key, ds);
             }

@@ -152,13 +152,7 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
   // Rows of row tile m: row0 + 16m (c0, c1) and row0 + 16m + 8 (c2, c3).
   const int row0 = q_start + warp_row + lane / 4;
 
-  AttnProblem dp;  // the dense view: sizes, causal rule; unit scale (S becomes the logit)
-  dp.B = p.B;
-  dp.H = p.H;
-  dp.Nq = p.Nq;
-  dp.Nk = p.Nk;
-  dp.D = dp.Dv = D;
-  dp.causal = p.causal;
+  AttnProblem dp = p.dense();  // the dense view: sizes, causal rule; unit scale (S becomes the logit)
   dp.scale = 1.f;
 
   const int64_t q_head = int64_t(b) * p.H + h;

@@ -24,20 +24,6 @@ std::string BroadcastOperand::shape_string(int Nk) const {
          ")";
 }
 
-AttnProblem DynamicMaskProblem::dense() const {
-  AttnProblem p;
-  p.B = B;
-  p.H = H;
-  p.Nq = Nq;
-  p.Nk = Nk;
-  p.D = D;
-  p.Dv = D;
-  p.dtype = dtype;
-  p.causal = causal;
-  p.scale = scale;
-  return p;
-}
-
 // "B=1, H=8, N=8192, D=64, fp16, causal, Hkv=2, mask (1, 8, 1, 8192), bias (1, 2, 8192, 8192), softcap 30":
 // the dense problem's string, then what is present (Hkv only when it differs from H).
 std::string DynamicMaskProblem::shape_string() const {
