@@ -146,9 +146,12 @@ int dma_reference_max_nk();
 // broadcast along. All fp32, zeroed here first; dout [B,H,Nq,D] in the input
 // dtype. A row that sees no key contributes nothing. For tests (atomics: the
 // last bits depend on the order; Nk <= dma_reference_backward_max_nk()).
+// With `low_precision`, S (after bias and softcap), P, dP and dS are rounded
+// to the input dtype where an unfused fp16/bf16 backward stores them: the
+// baseline error of the pass rule (ours <= 2 x baseline + a floor).
 cudaError_t dma_reference_backward_fp32(const DynamicMaskProblem& p, const void* q, const void* k, const void* v,
                                         const void* dout, float* dq, float* dk, float* dv, float* dbias,
-                                        cudaStream_t stream);
+                                        cudaStream_t stream, bool low_precision = false);
 int dma_reference_backward_max_nk();
 
 // flash-dmattn's dynamic mask on the GPU: for every (b, mask head, query) row,

@@ -157,7 +157,10 @@ cudaError_t launch_reference(const DynamicMaskProblem& p, const void* q, const v
 template <typename T>
 __global__ void __launch_bounds__(kRefThreads, 1)
 dma_reference_backward_kernel(const T* q, const T* k, const T* v, const T* dout, float* dq, float* dk, float* dv,
-                              float* dbias, DynamicMaskProblem p, AttnProblem dense) {
+                              float* dbias, DynamicMaskProblem p, AttnProblem dense, bool low_precision) {
+  // low_precision: S (after bias and softcap), P, dP and dS rounded to the
+  // input dtype where an unfused fp16/bf16 backward would store them.
+  const auto rounded = [low_precision](float x) { return low_precision ? round_to<T>(x) : x; };
   extern __shared__ float smem[];
   float* pre = smem;           // [Nk] x_j = scale·q·k_j + bias (before softcap)
   float* P = smem + p.Nk;      // [Nk] logits, then probabilities
@@ -188,7 +191,7 @@ dma_reference_backward_kernel(const T* q, const T* k, const T* v, const T* dout,
       for (int d = lane; d < p.D; d += 32) dot += q_row[d] * to_float(Kj[d]);
       for (int off = 16; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
       x = p.scale * dot + (bias ? to_float(bias[j]) : 0.f);
-      sj = p.softcap > 0.f ? p.softcap * tanhf(x / p.softcap) : x;
+      sj = rounded(p.softcap > 0.f ? p.softcap * tanhf(x / p.softcap) : x);
     }
     if (lane == 0) {
       pre[j] = x;
@@ -209,7 +212,7 @@ dma_reference_backward_kernel(const T* q, const T* k, const T* v, const T* dout,
     local_sum += P[j];
   }
   const float l = block_allreduce<kRefWarps>(local_sum, scratch, false);
-  for (int j = threadIdx.x; j < n_keys; j += kRefThreads) P[j] /= l;
+  for (int j = threadIdx.x; j < n_keys; j += kRefThreads) P[j] = rounded(P[j] / l);
   __syncthreads();
 
   // dP_j and dv_j += P_j dO_i (one warp per key, lanes over D).
@@ -224,7 +227,7 @@ dma_reference_backward_kernel(const T* q, const T* k, const T* v, const T* dout,
       }
     }
     for (int off = 16; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
-    if (lane == 0) dP[j] = dot;
+    if (lane == 0) dP[j] = rounded(dot);
   }
   __syncthreads();
   float local_pdp = 0.f;
@@ -240,6 +243,7 @@ dma_reference_backward_kernel(const T* q, const T* k, const T* v, const T* dout,
       const float th = tanhf(pre[j] / p.softcap);
       ds *= 1.f - th * th;
     }
+    ds = rounded(ds);
     const T* Kj = k + (kv_base + j) * p.D;
     for (int d = lane; d < p.D; d += 32) {
       atomicAdd(&dk[(kv_base + j) * p.D + d], p.scale * ds * q_row[d]);
@@ -254,7 +258,7 @@ dma_reference_backward_kernel(const T* q, const T* k, const T* v, const T* dout,
 template <typename T>
 cudaError_t launch_reference_backward(const DynamicMaskProblem& p, const void* q, const void* k, const void* v,
                                       const void* dout, float* dq, float* dk, float* dv, float* dbias,
-                                      cudaStream_t stream) {
+                                      bool low_precision, cudaStream_t stream) {
   const size_t smem = 3 * size_t(p.Nk) * sizeof(float);
   cudaError_t err = cudaFuncSetAttribute(dma_reference_backward_kernel<T>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
@@ -262,7 +266,7 @@ cudaError_t launch_reference_backward(const DynamicMaskProblem& p, const void* q
   const dim3 grid(unsigned(p.Nq), unsigned(p.H), unsigned(p.B));
   dma_reference_backward_kernel<T><<<grid, kRefThreads, smem, stream>>>(
       static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), static_cast<const T*>(dout), dq,
-      dk, dv, dbias, p, p.dense());
+      dk, dv, dbias, p, p.dense(), low_precision);
   return cudaGetLastError();
 }
 
@@ -415,7 +419,7 @@ int dma_reference_backward_max_nk() {
 
 cudaError_t dma_reference_backward_fp32(const DynamicMaskProblem& p, const void* q, const void* k, const void* v,
                                         const void* dout, float* dq, float* dk, float* dv, float* dbias,
-                                        cudaStream_t stream) {
+                                        cudaStream_t stream, bool low_precision) {
   if (p.B < 1 || p.H < 1 || p.Hkv < 1 || p.Nq < 1 || p.Nk < 1 || p.D < 1 || p.H % p.Hkv != 0 ||
       p.D > kMaxReferenceHeadDim || p.H > 65535 || p.B > 65535 || !operand_ok(p.mask, p) || !operand_ok(p.bias, p))
     return cudaErrorInvalidValue;
@@ -428,8 +432,9 @@ cudaError_t dma_reference_backward_fp32(const DynamicMaskProblem& p, const void*
   if (err == cudaSuccess && dbias && p.bias.data)
     err = cudaMemsetAsync(dbias, 0, size_t(p.bias.elems(p.Nk)) * sizeof(float), stream);
   if (err != cudaSuccess) return err;
-  if (p.dtype == DType::kFloat16) return launch_reference_backward<half>(p, q, k, v, dout, dq, dk, dv, dbias, stream);
-  return launch_reference_backward<__nv_bfloat16>(p, q, k, v, dout, dq, dk, dv, dbias, stream);
+  if (p.dtype == DType::kFloat16)
+    return launch_reference_backward<half>(p, q, k, v, dout, dq, dk, dv, dbias, low_precision, stream);
+  return launch_reference_backward<__nv_bfloat16>(p, q, k, v, dout, dq, dk, dv, dbias, low_precision, stream);
 }
 
 cudaError_t dma_build_topk_mask(const DynamicMaskProblem& p, int window, int block_size, uint8_t* mask_out,

@@ -6,9 +6,10 @@
 // kernel takes, GQA, broadcast mask and bias, softcap, causal with Nq != Nk,
 // fully masked rows, both dtypes; and the deterministic mode: the same checks,
 // plus gradients bitwise identical over 5 runs.
-// Interim pass rule, until a same-precision unfused backward exists to measure
-// the baseline error against: max |g - g_ref| <= c · max(1, max |g_ref|) with
-// c = 1e-2 (fp16) or 4e-2 (bf16); a wrong term or transpose gives O(1).
+// Pass rule (FlashAttention's tests, the issue's): for each gradient
+// separately, max |g - g_ref| <= 2 x max |g_lp - g_ref| + 1e-3 x max |g_ref| +
+// 1e-4, where g_ref is the fp32 reference and g_lp the same reference with S,
+// P, dP and dS rounded to the input dtype (an unfused same-precision backward).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -28,24 +29,28 @@ using namespace attnlab::testing;
 
 namespace {
 
-// A 16-bit gradient against the fp32 reference gradient.
-void compare(const std::string& what, const void* dev, const float* ref_dev, size_t n, DType t) {
+// A 16-bit gradient against the fp32 reference gradient, judged against the
+// same-precision reference's error.
+void compare(const std::string& what, const void* dev, const float* ref_dev, const float* lp_dev, size_t n, DType t) {
   std::vector<uint16_t> got(n);
-  std::vector<float> ref(n);
+  std::vector<float> ref(n), lp(n);
   cudaMemcpy(got.data(), dev, n * 2, cudaMemcpyDeviceToHost);
   cudaMemcpy(ref.data(), ref_dev, n * 4, cudaMemcpyDeviceToHost);
-  double err = 0, scale = 1;
+  cudaMemcpy(lp.data(), lp_dev, n * 4, cudaMemcpyDeviceToHost);
+  double err = 0, base = 0, scale = 0;
   int64_t bad = 0;
   for (size_t i = 0; i < n; ++i) {
     const double x = from_bits(got[i], t);
     if (!std::isfinite(x)) ++bad;
     else err = std::max(err, std::fabs(x - double(ref[i])));
+    base = std::max(base, std::fabs(double(lp[i]) - double(ref[i])));
     scale = std::max(scale, std::fabs(double(ref[i])));
   }
-  const double c = t == DType::kFloat16 ? 1e-2 : 4e-2;
-  char buf[96];
-  std::snprintf(buf, sizeof buf, " err %.2e (scale %.2e, nonfinite %lld)", err, scale, (long long)bad);
-  record(bad == 0 && err <= c * scale, what + buf);
+  const double tol = 2 * base + 1e-3 * scale + 1e-4;
+  char buf[128];
+  std::snprintf(buf, sizeof buf, " err %.2e <= %.2e (same-precision err %.2e, max |ref| %.2e, nonfinite %lld)", err,
+                tol, base, scale, (long long)bad);
+  record(bad == 0 && err <= tol, what + buf);
 }
 
 // The raw bytes of a device buffer, to compare runs bit for bit.
@@ -72,6 +77,7 @@ void run_case(const MaskedCase& c, uint64_t seed, bool deterministic = false) {
   void* d_do = upload(x.db);
   void *d_o = nullptr, *d_dq = nullptr, *d_dk = nullptr, *d_dv = nullptr, *d_db = nullptr;
   float *d_lse = nullptr, *d_ws = nullptr, *r_dq = nullptr, *r_dk = nullptr, *r_dv = nullptr, *r_db = nullptr;
+  float *l_dq = nullptr, *l_dk = nullptr, *l_dv = nullptr, *l_db = nullptr;  // the same-precision reference
   cudaMalloc(&d_o, q_n * 2);
   cudaMalloc(&d_lse, rows * 4);
   cudaMalloc(&d_dq, q_n * 2);
@@ -82,6 +88,10 @@ void run_case(const MaskedCase& c, uint64_t seed, bool deterministic = false) {
   cudaMalloc(&r_dk, kv_n * 4);
   cudaMalloc(&r_dv, kv_n * 4);
   cudaMalloc(&r_db, std::max<size_t>(1, bias_n) * 4);
+  cudaMalloc(&l_dq, q_n * 4);
+  cudaMalloc(&l_dk, kv_n * 4);
+  cudaMalloc(&l_dv, kv_n * 4);
+  cudaMalloc(&l_db, std::max<size_t>(1, bias_n) * 4);
   const size_t ws = dma_backward_workspace_bytes(p, deterministic);
   cudaMalloc(&d_ws, ws);
   cudaMemset(d_dq, 0xFF, q_n * 2);  // NaN poison: every gradient must be written
@@ -105,16 +115,19 @@ void run_case(const MaskedCase& c, uint64_t seed, bool deterministic = false) {
   if (e == cudaSuccess) e = dma_backward(p, ba, 0);
   if (e == cudaSuccess)
     e = dma_reference_backward_fp32(p, d_q, d_k, d_v, d_do, r_dq, r_dk, r_dv, d_bias ? r_db : nullptr, 0);
+  if (e == cudaSuccess)
+    e = dma_reference_backward_fp32(p, d_q, d_k, d_v, d_do, l_dq, l_dk, l_dv, d_bias ? l_db : nullptr, 0,
+                                    /*low_precision=*/true);
   if (e == cudaSuccess) e = cudaDeviceSynchronize();
   const std::string name = c.name() + (deterministic ? " deterministic" : "");
   if (e != cudaSuccess) {
     record(false, std::string("CUDA error ") + cudaGetErrorString(e) + ": " + name);
     cudaGetLastError();
   } else {
-    compare(std::string("dQ ") + name, d_dq, r_dq, q_n, c.dtype);
-    compare(std::string("dK ") + name, d_dk, r_dk, kv_n, c.dtype);
-    compare(std::string("dV ") + name, d_dv, r_dv, kv_n, c.dtype);
-    if (d_bias) compare(std::string("dBias ") + name, d_db, r_db, bias_n, c.dtype);
+    compare(std::string("dQ ") + name, d_dq, r_dq, l_dq, q_n, c.dtype);
+    compare(std::string("dK ") + name, d_dk, r_dk, l_dk, kv_n, c.dtype);
+    compare(std::string("dV ") + name, d_dv, r_dv, l_dv, kv_n, c.dtype);
+    if (d_bias) compare(std::string("dBias ") + name, d_db, r_db, l_db, bias_n, c.dtype);
     if (deterministic) {  // 4 more runs, each bit for bit the first
       const std::vector<uint8_t> dq0 = bytes_of(d_dq, q_n * 2), dk0 = bytes_of(d_dk, kv_n * 2),
                                  dv0 = bytes_of(d_dv, kv_n * 2), db0 = bytes_of(d_db, bias_n * 2);
@@ -135,7 +148,8 @@ void run_case(const MaskedCase& c, uint64_t seed, bool deterministic = false) {
   if (d_fws) cudaFree(d_fws);
   for (void* ptr : {d_o, static_cast<void*>(d_lse), d_dq, d_dk, d_dv, d_db, static_cast<void*>(d_ws),
                     static_cast<void*>(r_dq), static_cast<void*>(r_dk), static_cast<void*>(r_dv),
-                    static_cast<void*>(r_db)})
+                    static_cast<void*>(r_db), static_cast<void*>(l_dq), static_cast<void*>(l_dk),
+                    static_cast<void*>(l_dv), static_cast<void*>(l_db)})
     cudaFree(ptr);
   for (void* ptr : {d_q, d_k, d_v, d_do})
     if (ptr) cudaFree(ptr);
