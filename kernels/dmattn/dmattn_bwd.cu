@@ -133,9 +133,8 @@ struct DbiasTarget {
   float* base = nullptr;  // nullptr: no bias
   int64_t copy_elems = 0;
   bool per_batch = false, per_kv_head = false;
-  int Hkv = 1;
+  int batches = 1, Hkv = 1;
   int copies() const { return (per_batch ? batches : 1) * (per_kv_head ? Hkv : 1); }
-  int batches = 1;
   __device__ float* for_block(int b, int hk) const {
     if (base == nullptr) return nullptr;
     const int c = (per_batch ? b : 0) * (per_kv_head ? Hkv : 1) + (per_kv_head ? hk : 0);

@@ -24,9 +24,8 @@
 //     whose mask is all ones skips the mask reads; an operand broadcast over
 //     queries is read once per lane, not per row.
 //  4. Warps: each owns 16 rows and all 64 keys of the tile (in two 32-key
-//     slices at D >= 192, so that S and O fit in registers). The code also
-//     takes two row tiles per warp with warp pairs splitting the keys (merged
-//     by LSE through shared memory); measured slower, see DmaConfig::kMTiles.
+//     slices at D >= 192, so that S and O fit in registers); two row tiles
+//     per warp measured slower, see DmaConfig::kMTiles.
 //
 // Split-KV (decoding, few query blocks): the causal range of each query block
 // is cut into `splits` equal parts run by separate blocks (grid.y = B·splits);
@@ -72,28 +71,20 @@ struct DmaConfig {
   static constexpr int kStages = 2;
   static constexpr int kRowStride = kHeadDim + 8;
   static constexpr int kTileBytes = (kBr + 2 * kStages * kBc) * kRowStride * 2;
-  // Warp layout: kMTiles m16 row tiles per warp. With 2 (tried at D <= 128:
-  // every K and V fragment read from shared memory feeds two MMAs, as in rung
-  // 02's D = 128 tiles), two warps cover the 64 rows, the other two take the
-  // other half of the tile's keys, and the halves merge by LSE at the end. On
-  // the H200 that was slower (all-ones mask + bias, B=1 H=8 N=8192 D=128:
-  // 2.76 ms against 2.28 ms with 1; 252 registers against 214), so 1 it is:
-  // each warp owns 16 rows and all 64 keys of the tile.
+  // Warp layout: each warp owns 16 rows (one m16 row tile) and all 64 keys of
+  // the tile. Two row tiles per warp (every K and V fragment read from shared
+  // memory feeding two MMAs, as in rung 02's D = 128 tiles, with warp pairs
+  // splitting the keys and merging by LSE) measured slower on the H200
+  // (commit 0f7ab1e; all-ones mask + bias, B=1 H=8 N=8192 D=128: 2.76 ms
+  // against 2.28 ms, 252 registers against 214).
   static constexpr int kMTiles = 1;
-  static constexpr int kRowGroups = kBr / (16 * kMTiles);  // warps along the rows
-  static constexpr int kKeyGroups = kWarps / kRowGroups;   // warps along the keys of a tile
-  static constexpr int kWarpKeys = kBc / kKeyGroups;       // keys per warp per tile
-  // Keys per S slice: the warp's 64 at once, or two slices of 32 at D >= 192
-  // (S and O must fit in the registers together).
-  static constexpr int kSubCols = kMTiles == 1 && kHeadDim < 192 ? 64 : 32;
-  static constexpr int kSubTiles = kWarpKeys / kSubCols;
+  // Keys per S slice: all 64 at once, or two slices of 32 at D >= 192 (S and O
+  // must fit in the registers together).
+  static constexpr int kSubCols = kHeadDim < 192 ? 64 : 32;
+  static constexpr int kSubTiles = kBc / kSubCols;
   static constexpr int kTilesS = kSubCols / 8;
   static constexpr int kTilesO = kHeadDim / 8;
-  // The key-half merge: each upper-half warp leaves O (fragment order) and its
-  // row statistics in shared memory, over the K/V tiles (free by then).
-  static constexpr int kMergeFloatsPerWarp = kMTiles * kTilesO * 32 * 4 + 32 * 4 * kMTiles;
-  static_assert(kRowGroups * kKeyGroups == kWarps && kKeyGroups <= 2, "warps tile rows x key groups");
-  static_assert((kKeyGroups - 1) * kRowGroups * kMergeFloatsPerWarp * 4 <= kTileBytes, "the merge fits");
+  static_assert(kBr == 16 * kMTiles * kWarps, "the warps split the rows");
 };
 static_assert(DmaConfig<32>::kTileBytes == 25600 && DmaConfig<64>::kTileBytes == 46080 &&
                   DmaConfig<96>::kTileBytes == 66560 && DmaConfig<128>::kTileBytes == 87040 &&
@@ -103,6 +94,28 @@ static_assert(DmaConfig<32>::kTileBytes == 25600 && DmaConfig<64>::kTileBytes ==
 // Bytes after the tiles: the active-tile list (uint16) and the bitmap.
 __host__ __device__ inline int dma_list_bytes(int n_tiles) { return ((n_tiles * 2 + 15) / 16) * 16; }
 __host__ __device__ inline int dma_bitmap_words(int n_tiles) { return (n_tiles + 31) / 32; }
+
+// The 2-key pairs of one operand (bias or mask) for a lane's scores:
+// bits[m][r][n] for row row0 + 16m + 8r and keys kv_start + 8n + 2t, .. + 1.
+// `skip` (uniform): every entry is `fill`; rows past Nq get `fill` too (their
+// scores are never stored). A row broadcast over queries is loaded once and
+// copied — never indexed at run time: that would put the array in local memory.
+template <int kM, int kTilesS, typename LoadPair>
+__device__ __forceinline__ void load_operand_pairs(uint32_t (&bits)[kM][2][kTilesS], bool skip, uint32_t fill,
+                                                   bool one_row, int row0, int Nq, int kv_start, int t,
+                                                   LoadPair load_pair) {
+#pragma unroll
+  for (int m = 0; m < kM; ++m)
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int n = 0; n < kTilesS; ++n) {
+        const bool first = m == 0 && r == 0;
+        bits[m][r][n] = skip || row0 + 16 * m + 8 * r >= Nq ? fill
+                        : (!first && one_row)               ? bits[0][0][n]
+                                                            : load_pair(16 * m + 8 * r, kv_start + n * 8 + 2 * t);
+      }
+}
 
 // Two adjacent 16-bit elements (keys key, key+1) of a bias row, as raw bits;
 // 0 past Nk. `pairs` (uniform): Nk even and the base 4-byte aligned, so the
@@ -147,8 +160,7 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
   const int q_start = m_block * Br;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
   constexpr int kM = Cfg::kMTiles;
-  const int row_group = warp % Cfg::kRowGroups, key_group = warp / Cfg::kRowGroups;
-  const int warp_row = row_group * 16 * kM;  // first row of the warp in the tile
+  const int warp_row = warp * 16 * kM;  // first row of the warp in the tile
   // Rows of row tile m: row0 + 16m (c0, c1) and row0 + 16m + 8 (c2, c3).
   const int row0 = q_start + warp_row + lane / 4;
 
@@ -255,31 +267,17 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
     const int tile = tile_at(i);
     const bool mask_full = !has_mask || (full_bitmap[tile / 32] >> (tile % 32) & 1u);
 
-    // The warp's keys of the tile in kSubTiles slices of 32 (one slice when two
-    // warps share the tile's keys; two at D >= 192).
+    // The tile's keys in kSubTiles slices (one below D = 192, two of 32 above).
 #pragma unroll 1
     for (int sub = 0; sub < Cfg::kSubTiles; ++sub) {
-      const int key_off = key_group * Cfg::kWarpKeys + sub * Cfg::kSubCols;  // in the tile
+      const int key_off = sub * Cfg::kSubCols;  // in the tile
       const int kv_start = tile * Bc + key_off;
       // The bias of this lane's scores, issued before the MMAs so that its
-      // latency hides behind them; kept as packed 16-bit pairs. A row of an
-      // operand broadcast over queries is loaded once and copied (never
-      // indexed at run time: that would put the arrays in local memory).
+      // latency hides behind them; kept as packed 16-bit pairs.
       uint32_t bias_bits[kM][2][Cfg::kTilesS];
-#pragma unroll
-      for (int m = 0; m < kM; ++m)
-#pragma unroll
-        for (int r = 0; r < 2; ++r)
-#pragma unroll
-          for (int n = 0; n < Cfg::kTilesS; ++n) {
-            const bool first = m == 0 && r == 0;
-            const bool row_ok = row0 + 16 * m + 8 * r < p.Nq;
-            bias_bits[m][r][n] = !has_bias || !row_ok ? 0u
-                                 : (!first && bias_one_row)
-                                     ? bias_bits[0][0][n]
-                                     : load_bias_pair(bias_row0 + (16 * m + 8 * r) * p.bias.stride_q,
-                                                      kv_start + n * 8 + 2 * t, p.Nk, bias_pairs);
-          }
+      load_operand_pairs(bias_bits, !has_bias, 0u, bias_one_row, row0, p.Nq, kv_start, t, [&](int dr, int key) {
+        return load_bias_pair(bias_row0 + dr * p.bias.stride_q, key, p.Nk, bias_pairs);
+      });
       float S[kM][Cfg::kTilesS][4] = {};
       const T* sKj = sK + ((i % 2) * Bc + key_off) * kStride;
 #pragma unroll
@@ -293,20 +291,9 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
       // ---- 3. logits: scale, bias, softcap, mask ---------------------------------
       // The mask pairs (loaded after the MMAs: registers; none on all-ones tiles).
       uint32_t mask_bits[kM][2][Cfg::kTilesS];
-#pragma unroll
-      for (int m = 0; m < kM; ++m)
-#pragma unroll
-        for (int r = 0; r < 2; ++r)
-#pragma unroll
-          for (int n = 0; n < Cfg::kTilesS; ++n) {
-            const bool first = m == 0 && r == 0;
-            const bool row_ok = row0 + 16 * m + 8 * r < p.Nq;
-            mask_bits[m][r][n] = mask_full || !row_ok ? 0x0101u
-                                 : (!first && mask_one_row)
-                                     ? mask_bits[0][0][n]
-                                     : load_mask_pair(mask_row0 + (16 * m + 8 * r) * p.mask.stride_q,
-                                                      kv_start + n * 8 + 2 * t, p.Nk, mask_pairs);
-          }
+      load_operand_pairs(mask_bits, mask_full, 0x0101u, mask_one_row, row0, p.Nq, kv_start, t, [&](int dr, int key) {
+        return load_mask_pair(mask_row0 + dr * p.mask.stride_q, key, p.Nk, mask_pairs);
+      });
 #pragma unroll
       for (int m = 0; m < kM; ++m) {
 #pragma unroll
@@ -329,53 +316,6 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
       pv_tile<T, kM, Cfg::kTilesS, Cfg::kTilesO, kStride>(O, S, sV + ((i % 2) * Bc + key_off) * kStride, lane);
     }
     __syncthreads();  // slot i % 2 is refilled next iteration
-  }
-
-  // ---- 4. merge the two key halves (D <= 128) ---------------------------------------
-  // Warps of key group 1 leave O and (m, l) in shared memory, in fragment order
-  // (so every lane reads back exactly the entries it needs); the matching
-  // warp of key group 0 rescales both to the larger max and adds them — the
-  // split-KV combine in miniature, inside the block.
-  if constexpr (Cfg::kKeyGroups == 2) {
-    cp_async_wait<0>();
-    __syncthreads();  // the last tile's K/V reads are done: reuse that memory
-    float* merge = reinterpret_cast<float*>(sK) + row_group * Cfg::kMergeFloatsPerWarp;
-    float4* mo = reinterpret_cast<float4*>(merge);
-    float4* ms = mo + kM * Cfg::kTilesO * 32;
-    if (key_group == 1) {
-#pragma unroll
-      for (int m = 0; m < kM; ++m) {
-#pragma unroll
-        for (int n = 0; n < Cfg::kTilesO; ++n)
-          mo[(m * Cfg::kTilesO + n) * 32 + lane] = make_float4(O[m][n][0], O[m][n][1], O[m][n][2], O[m][n][3]);
-        ms[m * 32 + lane] = make_float4(stats[m].m[0], stats[m].m[1], stats[m].l[0], stats[m].l[1]);
-      }
-    }
-    __syncthreads();
-    if (key_group == 1) return;  // no barrier below
-#pragma unroll
-    for (int m = 0; m < kM; ++m) {
-      const float4 other = ms[m * 32 + lane];
-      const float other_m[2] = {other.x, other.y}, other_l[2] = {other.z, other.w};
-      float mine_scale[2], other_scale[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const float m_new = fmaxf(stats[m].m[r], other_m[r]);
-        const float base = m_new == -INFINITY ? 0.f : m_new * kLog2e;  // both empty: scales 0
-        mine_scale[r] = exp2_approx(stats[m].m[r] * kLog2e - base);
-        other_scale[r] = exp2_approx(other_m[r] * kLog2e - base);
-        stats[m].m[r] = m_new;
-        stats[m].l[r] = stats[m].l[r] * mine_scale[r] + other_l[r] * other_scale[r];
-      }
-#pragma unroll
-      for (int n = 0; n < Cfg::kTilesO; ++n) {
-        const float4 x = mo[(m * Cfg::kTilesO + n) * 32 + lane];
-        O[m][n][0] = O[m][n][0] * mine_scale[0] + x.x * other_scale[0];
-        O[m][n][1] = O[m][n][1] * mine_scale[0] + x.y * other_scale[0];
-        O[m][n][2] = O[m][n][2] * mine_scale[1] + x.z * other_scale[1];
-        O[m][n][3] = O[m][n][3] * mine_scale[1] + x.w * other_scale[1];
-      }
-    }
   }
 
   if (splits == 1) {
