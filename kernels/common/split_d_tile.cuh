@@ -1,6 +1,6 @@
-// attnlab: one KV tile of the D = 512 wgmma rungs (08, 09), where the two
-// warpgroups of a block share 64 query rows and split the head dim
-// (docs/08_wgmma_split_d.md). The rungs differ only in how K_j and V_j reach
+// attnlab: one KV tile of the D = 512 wgmma rungs (08, 09; rung 10 runs it on
+// each block's half of D = 1024), where the two warpgroups of a block share 64
+// query rows and split the head dim (docs/08_wgmma_split_d.md). The rungs differ only in how K_j and V_j reach
 // shared memory — rung 08 copies them with cp.async from every thread, rung 09
 // with TMA from a producer warp — so the tile's compute lives here and takes
 // the rung's copy pipeline as a parameter with five hooks:
@@ -8,6 +8,9 @@
 //   release_k(j)  every consumer thread is done reading K_j (after sync())
 //   wait_v(j), release_v(j)   the same for V_j
 //   sync()        a barrier over the 256 threads of the two warpgroups
+// and, optionally, how the warpgroups' partial scores become S: by default
+// BlockScoreSum (the two partials of the block, through sRed); rung 10 passes
+// its own, which also adds the partner block's sum across a cluster.
 #pragma once
 
 #include "online_softmax.cuh"
@@ -61,21 +64,48 @@ __device__ __forceinline__ SplitDSmem<T> carve_split_d_smem(unsigned char* smem_
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// S over the whole head dim from the two warpgroups' partials (rungs 08, 09).
+// S: on entry this warpgroup's partial, on exit partial 0 + partial 1. Each
+// thread stores its partial in fragment order to sRed[warpgroup], the block
+// meets at pipe.sync() (which also ends the reads of K_j: release_k), and reads
+// the other's. a + b == b + a exactly, so both warpgroups agree bit for bit.
+struct BlockScoreSum {
+  template <int kTilesS, typename T, typename Pipeline>
+  __device__ __forceinline__ void operator()(float (&S)[kTilesS][4], const SplitDSmem<T>& sm, Pipeline& pipe,
+                                             int j) const {
+    const int warpgroup = threadIdx.x / 128, tid_in_wg = threadIdx.x % 128;
+    float* red_mine = sm.sRed + (warpgroup * kTilesS * 128 + tid_in_wg) * 4;
+    const float* red_other = sm.sRed + ((1 - warpgroup) * kTilesS * 128 + tid_in_wg) * 4;
+#pragma unroll
+    for (int n = 0; n < kTilesS; ++n)
+      *reinterpret_cast<float4*>(red_mine + n * 128 * 4) = make_float4(S[n][0], S[n][1], S[n][2], S[n][3]);
+    pipe.sync();  // both partials written; K_j no longer read
+    pipe.release_k(j);
+#pragma unroll
+    for (int n = 0; n < kTilesS; ++n) {
+      const float4 other = *reinterpret_cast<const float4*>(red_other + n * 128 * 4);
+      S[n][0] += other.x;
+      S[n][1] += other.y;
+      S[n][2] += other.z;
+      S[n][3] += other.w;
+    }
+  }
+};
+
 // One KV tile j for a thread of the two compute warpgroups (threadIdx.x < 256):
 //   S   = Q·K_jᵀ summed over both halves of the head dim
 //   P   = exp(S - m_new), m_i and l_i updated, O rescaled
 //   O  += P·V_j over this warpgroup's half of the head dim
 // row0: the global query row of the thread's c0/c1 accumulator entries.
-template <typename Tiles, typename T, typename Pipeline>
+template <typename Tiles, typename T, typename Pipeline, typename ScoreSum = BlockScoreSum>
 __device__ __forceinline__ void split_d_kv_tile(float (&O)[Tiles::kTilesO][4], RowStats& stats,
                                                 const SplitDSmem<T>& sm, const AttnProblem& p, int j, int q_start,
-                                                int row0, float scale_log2, Pipeline& pipe) {
+                                                int row0, float scale_log2, Pipeline& pipe,
+                                                const ScoreSum& sum_scores = {}) {
   constexpr int Br = Tiles::kBr, Bc = Tiles::kBc, kSlice = Tiles::kSliceCols;
   constexpr int kBlocksPerSlice = kSlice / 64;  // 64-column Sw128 blocks per warpgroup
-  const int warpgroup = threadIdx.x / 128, tid_in_wg = threadIdx.x % 128;
+  const int warpgroup = threadIdx.x / 128;
   const int first_block = warpgroup * kBlocksPerSlice;  // this warpgroup's slice of the head dim
-  float* red_mine = sm.sRed + (warpgroup * Tiles::kTilesS * 128 + tid_in_wg) * 4;
-  const float* red_other = sm.sRed + ((1 - warpgroup) * Tiles::kTilesS * 128 + tid_in_wg) * 4;
 
   // ---- partial S over this warpgroup's half of the head dim ---------------
   pipe.wait_k(j);
@@ -91,20 +121,7 @@ __device__ __forceinline__ void split_d_kv_tile(float (&O)[Tiles::kTilesO][4], R
   wgmma_commit();
   wgmma_wait<0>();
   fence_accumulators(S);
-#pragma unroll
-  for (int n = 0; n < Tiles::kTilesS; ++n)
-    *reinterpret_cast<float4*>(red_mine + n * 128 * 4) = make_float4(S[n][0], S[n][1], S[n][2], S[n][3]);
-  pipe.sync();  // both partials written; K_j no longer read
-  pipe.release_k(j);
-  // S = partial 0 + partial 1 (a + b == b + a exactly: both warpgroups agree bit for bit).
-#pragma unroll
-  for (int n = 0; n < Tiles::kTilesS; ++n) {
-    const float4 other = *reinterpret_cast<const float4*>(red_other + n * 128 * 4);
-    S[n][0] += other.x;
-    S[n][1] += other.y;
-    S[n][2] += other.z;
-    S[n][3] += other.w;
-  }
+  sum_scores(S, sm, pipe, j);  // calls pipe.sync() and pipe.release_k(j)
   const int lane = threadIdx.x % 32;
   mask_scores(S, p, j * Bc, q_start, row0, row0 + 8, lane % 4);
   online_softmax_update(S, O, stats, scale_log2);
