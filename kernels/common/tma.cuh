@@ -1,6 +1,7 @@
 // attnlab: the Tensor Memory Accelerator (TMA, sm_90), the mbarriers that
 // count its bytes, and the thread-block clusters that let one TMA copy land in
-// several blocks' shared memory (multicast). Used by rung 09.
+// several blocks' shared memory (multicast). Used by rungs 09 and 10
+// (10 also reads a partner block's shared memory: mapa, ld.shared::cluster).
 //
 // TMA copies a box of a tensor between global and shared memory as one
 // instruction issued by one thread. The tensor's shape, strides, box size and
@@ -139,6 +140,34 @@ __device__ __forceinline__ uint32_t cluster_cta_rank() {
   uint32_t rank;
   asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
   return rank;
+}
+// NEW (rung 10): distributed shared memory. The address, in the cluster's
+// shared window, of the variable at `p`'s offset in block `cta_rank` (PTX ISA,
+// "mapa"); ld.shared::cluster reads it, local or remote alike.
+__device__ __forceinline__ uint32_t map_shared_rank(const void* p, uint32_t cta_rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem_addr(p)), "r"(cta_rank));
+  return remote;
+}
+__device__ __forceinline__ float4 ld_shared_cluster_f4(uint32_t cluster_addr) {
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(cluster_addr)
+               : "memory");
+  return v;
+}
+// mbarrier_wait with acquire at cluster scope: what the arriving threads of
+// other blocks wrote before their (release.cluster) arrivals is visible to
+// this thread afterwards. The plain wait acquires at CTA scope only.
+__device__ __forceinline__ void mbarrier_wait_cluster(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\n"
+      "WAIT_CLUSTER:\n"
+      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_CLUSTER;\n}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
 }
 // Every thread of every block of the cluster meets here (all threads of a
 // warp together: .aligned).

@@ -1,0 +1,350 @@
+// ============================================================================
+// Rung 10 — rung 09 on a cluster of two blocks that split D = 1024
+// ============================================================================
+// NOT YET RUN ON A GPU: written and compiled (sm_80 stub, sm_90a) without one;
+// docs/10_cluster_split_d.md lists the checks it still has to pass.
+//
+// Why a new rung: at D = 1024 the output of 64 query rows is 64 x 1024 fp32 =
+// 256 KiB, the whole register file of one SM, so no block can own a row
+// block's O. The best rung there is 06 (mma.sync, D tiled through shared
+// memory: ~110 TFLOPS on the H200 at B=1 H=8 N=8192), while rung 09 runs
+// D = 512 at ~466. So
+//   NEW: a thread-block cluster of 2 blocks shares the same 64 query rows of
+//        one head; block r (cluster rank r) owns head-dim columns
+//        [512r, 512r + 512) of Q, K, V and O and runs exactly rung 09's D = 512
+//        tile on them (common/split_d_tile.cuh; the producer's TMA boxes just
+//        start at column 512r);
+//   NEW: S = Q·Kᵀ needs all 1024 columns. Each block sums its two warpgroups'
+//        partials in shared memory as rung 09 does — Σ_r = wg0 + wg1, computed
+//        once, by warpgroup 0 — and reads the partner's Σ through distributed
+//        shared memory (mapa + ld.shared::cluster). Every warpgroup of both
+//        blocks then holds S = Σ_0 + Σ_1, the same float (addition commutes
+//        exactly), hence the same m_i, l_i and P without exchanging them:
+//        rung 08's trick one level up. P·V needs no exchange (each block
+//        multiplies P by its own V columns); block 0 writes LSE.
+//   NEW: the exchange is ordered by two mbarriers per block, not by
+//        barrier.cluster (which would need the producer warpgroup at every
+//        tile): "s_ready" (256 arrivals: every thread of warpgroup 0 of both
+//        blocks, each arrive.release.cluster after storing its share of Σ;
+//        waited with try_wait.acquire.cluster) and "red_free" (1 arrival: the
+//        partner's thread 0 once it has read this block's Σ of the tile; waited
+//        before Σ of the next tile overwrites it).
+// Sources: the cluster / distributed shared memory model of the CUDA C++
+// Programming Guide ("Thread Block Clusters", "Distributed Shared Memory");
+// PTX ISA 8.x, "mapa", "ld" (.shared::cluster), "mbarrier" (.release/.acquire
+// .cluster), "Memory Consistency Model"; CUTLASS's cutlass/arch/barrier.h
+// (ClusterBarrier::arrive(cta_id)) for remote arrivals; FlashAttention-3
+// (arXiv:2407.08608) for the producer warpgroup and setmaxnreg.
+//
+// Why it should beat rung 06 at D = 1024: each SM runs rung 09's D = 512 tile
+// (wgmma from 128B-swizzled shared memory, TMA, no copy instructions on the
+// compute warps); what is added per 64-key tile is one 16 KiB DSMEM read per
+// warpgroup and two cross-SM barrier round trips, against 8.4 MFLOP of wgmma
+// per block. Where it is slower than rung 09 per SM: the two blocks run in
+// lock step (a stall of either stalls both — what made rung 09's multicast
+// variant slower), and warpgroup 1 waits for warpgroup 0's Σ. Not measured.
+//
+// Per block: 64 query rows x 512 columns of D; 2 compute warpgroups (256
+// columns each) + 1 producer warpgroup (384 threads); Bc = 64-row K/V tiles.
+//   sQ:   [64, 512]     sK: [64, 512]     sV: [64, 512]   (Sw128Blocks, 64 KiB each)
+//   sRed: [2][64, 64] fp32 (32 KiB): sRed[1] warpgroup 1's partial S,
+//         sRed[0] NEW: this block's Σ_r, read by the partner
+//   7 mbarriers: Q full, K full/empty, V full/empty, NEW: s_ready, red_free
+// Shared memory: 3·65536 + 32768 + 7·8 = 229432 bytes (+1024 alignment slack =
+// 230456) of the 232448 a block may have. The exchange needs no buffer of its
+// own: Σ_r reuses sRed[0], which rung 09 fills with warpgroup 0's partial (a
+// separate 16 KiB buffer would need 246840 bytes: it does not fit, nor does a
+// second K/V stage). kStages = 1. Cluster: 2 blocks.
+// Registers: 168 per thread at launch; setmaxnreg gives the producer 40 and
+// the compute threads 232 (as rung 09); ptxas: 168, no spills.
+//
+// Supports: fp16, bf16; D = Dv = 1024 only (512: rung 09); any Nq, Nk >= 1
+// (TMA zero-fills rows past the end); causal (bottom-right) or not; writes O
+// and LSE. Needs an sm_90 GPU, an sm_90a build and cuTensorMapEncodeTiled.
+//
+// Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 1024 --variant 'cluster*' --sdpa --torch --check
+// ============================================================================
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <string>
+#include <vector>
+
+#include "../common/attn_problem.h"
+#include "../common/online_softmax.cuh"
+#include "../common/rung_host.cuh"
+#include "../common/split_d_tile.cuh"
+#include "../common/split_q_parts.cuh"
+#include "../common/tma.cuh"
+#include "../common/variant.h"
+#include "../common/wgmma.cuh"
+
+namespace attnlab {
+
+std::string hopper_wgmma_unsupported();  // 07_wgmma.cu
+
+namespace {
+
+constexpr int kClusterBlocks = 2;  // NEW: blocks per cluster, each owning D / 2 columns
+
+template <int kHeadDim_, int kStages_>
+struct ClusterSplitDConfig : SplitDTiles<kHeadDim_ / kClusterBlocks> {  // a block's tiles: rung 09's at D = 512
+  static constexpr int kHeadDim = kHeadDim_;  // the problem's D (SplitDTiles' is the block's share)
+  static constexpr int kBlockCols = kHeadDim / kClusterBlocks;
+  static constexpr int kStages = kStages_;
+  static constexpr int kComputeWarps = 4 * ClusterSplitDConfig::kWarpgroups;
+  static constexpr int kProducerWarp = kComputeWarps;  // first warp of a third warpgroup
+  static constexpr int kWarps = kComputeWarps + 4;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kProducerRegs = 40;  // rung 09's split: 128·40 + 256·232 <= 65536
+  static constexpr int kComputeRegs = 232;
+  static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
+  static_assert(kLaunchRegs == 168 && kComputeRegs > kLaunchRegs, "header: 168 registers at launch");
+  static_assert(32 * (kProducerRegs + 2 * kComputeRegs) <= 65536 / 4, "one warp of each warpgroup per sub-partition");
+  static constexpr int kBarriers = 7;  // Q full, K full/empty, V full/empty, NEW: s_ready, red_free
+  static constexpr int kSmemBytes = ClusterSplitDConfig::kTileBytes + 8 * kBarriers + 1024;  // + alignment slack
+  static constexpr int kBoxesPerTile = kBlockCols / 64;  // TMA boxes of 64 rows x 64 columns per tile
+  static constexpr int kSumThreads = 128 * kClusterBlocks;  // NEW: s_ready's arrivals: warpgroup 0 of each block
+  static_assert(kSumThreads < (1 << 20), "an mbarrier counts at most 2^20 - 1 arrivals");
+  static_assert(kStages == 1, "one K and one V slot: a second would not fit");
+  static_assert(kBlockCols * kClusterBlocks == kHeadDim, "the cluster's blocks split D evenly");
+  static_assert(ClusterSplitDConfig::kBr == ClusterSplitDConfig::kBc, "Q and K/V boxes share one shape");
+  static_assert(kBoxesPerTile * ClusterSplitDConfig::kBc * 64 * 2 == ClusterSplitDConfig::kTileBytesQKV,
+                "a tile is whole boxes");
+};
+using Cfg1024 = ClusterSplitDConfig<1024, 1>;
+static_assert(Cfg1024::kTileBytes + 8 * Cfg1024::kBarriers == 229432, "header: D=1024 shared memory per block");
+static_assert(Cfg1024::kSmemBytes <= 232448, "fits the 227 KiB a block may have on sm_90");
+static_assert(Cfg1024::kTileBytes + 8 * Cfg1024::kBarriers + Cfg1024::kBr * Cfg1024::kBc * 4 + 1024 > 232448,
+              "header: a separate 16 KiB exchange buffer would not fit, so Σ reuses sRed[0]");
+static_assert(Cfg1024::kThreads == 384, "header: 2 compute warpgroups + 1 producer warpgroup");
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// The copy pipeline and the score sum of one block (common/split_d_tile.cuh's
+// hooks). The slots are rung 09's without multicast: a slot is full when its
+// mbarrier's phase for tile j has completed (parity j % 2); thread 0 hands it
+// back after the compute threads' barrier. Nobody waits for the release of the
+// last tile: not sent.
+// The barriers are addressed from one base (bars[0] is Q full) and the
+// cluster rank is read again where it is needed: six pointers and the rank
+// held through the loop made the compute threads spill (ptxas, 32 bytes).
+struct ClusterSlots {
+  uint64_t* bars;
+  int n_tiles;
+
+  __device__ __forceinline__ uint64_t* k_full() const { return bars + 1; }
+  __device__ __forceinline__ uint64_t* k_empty() const { return bars + 2; }
+  __device__ __forceinline__ uint64_t* v_full() const { return bars + 3; }
+  __device__ __forceinline__ uint64_t* v_empty() const { return bars + 4; }
+  __device__ __forceinline__ uint64_t* s_ready() const { return bars + 5; }   // NEW: both blocks' Σ of tile j written
+  __device__ __forceinline__ uint64_t* red_free() const { return bars + 6; }  // NEW: the partner has read our Σ of tile j
+
+  __device__ __forceinline__ void sync() const { named_barrier_sync(1, 256); }  // the compute warps only
+  __device__ __forceinline__ void wait_k(int j) const { mbarrier_wait(k_full(), j & 1); }
+  __device__ __forceinline__ void release_k(int j) const {
+    if (threadIdx.x == 0 && j + 1 < n_tiles) mbarrier_arrive(k_empty());
+  }
+  __device__ __forceinline__ void wait_v(int j) const { mbarrier_wait(v_full(), j & 1); }
+  // Called after the tile's last sync(): V_j and the partner's Σ are no longer read.
+  __device__ __forceinline__ void release_v(int j) const {
+    if (threadIdx.x != 0 || j + 1 >= n_tiles) return;
+    mbarrier_arrive(v_empty());
+    mbarrier_arrive_cluster(red_free(), cluster_cta_rank() ^ 1u);  // NEW: the partner may overwrite its Σ
+  }
+
+  // NEW: S over all 1024 columns. On entry S is this warpgroup's partial (its
+  // 256 columns), on exit Σ_0 + Σ_1, where Σ_r = partial 0 + partial 1 of block
+  // r. sRed[w]: [kTilesS][128 threads][4] fp32 in fragment order, so a thread
+  // finds its own entries of every partial at the same index.
+  template <int kTilesS, typename T, typename Pipeline>
+  __device__ __forceinline__ void operator()(float (&S)[kTilesS][4], const SplitDSmem<T>& sm, Pipeline& pipe,
+                                             int j) const {
+    const int warpgroup = threadIdx.x / 128, tid_in_wg = threadIdx.x % 128;
+    float* red_sum = sm.sRed + tid_in_wg * 4;                           // sRed[0]: Σ of this block
+    float* red_wg1 = sm.sRed + (kTilesS * 128 + tid_in_wg) * 4;         // sRed[1]: warpgroup 1's partial
+    if (warpgroup == 1) {
+#pragma unroll
+      for (int n = 0; n < kTilesS; ++n)
+        *reinterpret_cast<float4*>(red_wg1 + n * 128 * 4) = make_float4(S[n][0], S[n][1], S[n][2], S[n][3]);
+    }
+    pipe.sync();  // warpgroup 1's partial written; K_j no longer read
+    pipe.release_k(j);
+    if (warpgroup == 0) {
+      // The partner read Σ of tile j-1 out of sRed[0] before releasing it.
+      if (j > 0) mbarrier_wait_cluster(red_free(), (j - 1) & 1);
+#pragma unroll
+      for (int n = 0; n < kTilesS; ++n) {
+        const float4 p1 = *reinterpret_cast<const float4*>(red_wg1 + n * 128 * 4);
+        S[n][0] += p1.x;  // Σ = partial 0 + partial 1
+        S[n][1] += p1.y;
+        S[n][2] += p1.z;
+        S[n][3] += p1.w;
+        *reinterpret_cast<float4*>(red_sum + n * 128 * 4) = make_float4(S[n][0], S[n][1], S[n][2], S[n][3]);
+      }
+      // Each thread releases its own stores, to this block and to the partner.
+#pragma unroll
+      for (uint32_t r = 0; r < kClusterBlocks; ++r) mbarrier_arrive_cluster(s_ready(), r);
+    }
+    mbarrier_wait_cluster(s_ready(), j & 1);  // Σ_0 and Σ_1 written (and visible: acquire.cluster)
+    if (warpgroup == 1) {  // warpgroup 0 holds this block's Σ already
+#pragma unroll
+      for (int n = 0; n < kTilesS; ++n) {
+        const float4 mine = *reinterpret_cast<const float4*>(red_sum + n * 128 * 4);
+        S[n][0] = mine.x, S[n][1] = mine.y, S[n][2] = mine.z, S[n][3] = mine.w;
+      }
+    }
+    const uint32_t partner_sum = map_shared_rank(red_sum, cluster_cta_rank() ^ 1u);
+#pragma unroll
+    for (int n = 0; n < kTilesS; ++n) {
+      const float4 other = ld_shared_cluster_f4(partner_sum + n * 128 * 16);
+      S[n][0] += other.x;  // Σ_0 + Σ_1 in block 0, Σ_1 + Σ_0 in block 1: the same float
+      S[n][1] += other.y;
+      S[n][2] += other.z;
+      S[n][3] += other.w;
+    }
+  }
+};
+#endif
+
+template <typename Cfg, typename T>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+cluster_split_d_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUtensorMap tma_k,
+                       const __grid_constant__ CUtensorMap tma_v, T* __restrict__ o, float* __restrict__ lse,
+                       const AttnProblem p) {
+  static_assert(Cfg::kProducerWarp % 4 == 0, "the producer warp starts a warpgroup");
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int Br = Cfg::kBr, Bc = Cfg::kBc, kSlice = Cfg::kSliceCols;
+  static_assert(Cfg::kComputeThreads == 256, "ClusterSlots::sync counts 256 compute threads");
+
+  // NEW: both blocks of a cluster take the same query tile; the rank picks the
+  // columns (read again where needed rather than held in a register).
+  const int m_block = gridDim.x / kClusterBlocks - 1 - blockIdx.x / kClusterBlocks;  // longest (causal) first
+  const int head = blockIdx.z * p.H + blockIdx.y;
+  const int q_start = m_block * Br;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int n_tiles = kv_tiles_for_query_tile(p, q_start, Br, Bc);  // the same in both blocks
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const SplitDSmem<T> sm = carve_split_d_smem<Cfg, T>(smem_raw);
+  uint64_t* bars = reinterpret_cast<uint64_t*>(sm.end);
+  uint64_t* q_full = bars;
+  const ClusterSlots slots{bars, n_tiles};
+
+  if (threadIdx.x == 0) {
+    mbarrier_init(q_full, 1);  // full: the producer's one arrive_expect_tx (+ the bytes)
+    mbarrier_init(slots.k_full(), 1);
+    mbarrier_init(slots.v_full(), 1);
+    mbarrier_init(slots.k_empty(), 1);  // empty: this block's thread 0
+    mbarrier_init(slots.v_empty(), 1);
+    mbarrier_init(slots.s_ready(), Cfg::kSumThreads);  // NEW: warpgroup 0 of both blocks
+    mbarrier_init(slots.red_free(), 1);                // NEW: the partner's thread 0
+    fence_mbarrier_init();
+  }
+  // No thread of the partner may arrive on a barrier here before it is initialised.
+  cluster_sync();
+
+  if (warp >= Cfg::kProducerWarp) {
+    // ---- the producer: rung 09's, loading this block's columns of Q, K and V ------
+    warpgroup_reg_dealloc<Cfg::kProducerRegs>();
+    if (warp == Cfg::kProducerWarp && lane == 0) {
+      prefetch_tensor_map(&tma_q);
+      prefetch_tensor_map(&tma_k);
+      prefetch_tensor_map(&tma_v);
+      const int col0 = int(cluster_cta_rank()) * Cfg::kBlockCols;  // NEW: this block's first column of D
+      auto load_tile = [&](T* tile, const CUtensorMap* map, uint64_t* full, int row) {
+        mbarrier_arrive_expect_tx(full, Cfg::kTileBytesQKV);
+        for (int b = 0; b < Cfg::kBoxesPerTile; ++b)
+          tma_load_3d(tile + b * Br * 64, map, full, col0 + b * 64, row, head);  // NEW: col0
+      };
+      if (n_tiles > 0) load_tile(sm.sQ, &tma_q, q_full, q_start);
+      for (int j = 0; j < n_tiles; ++j) {  // in the order the compute warps free the slots
+        if (j > 0) mbarrier_wait(slots.k_empty(), (j - 1) & 1);
+        load_tile(sm.sK, &tma_k, slots.k_full(), j * Bc);
+        if (j > 0) mbarrier_wait(slots.v_empty(), (j - 1) & 1);
+        load_tile(sm.sV, &tma_v, slots.v_full(), j * Bc);
+      }
+    }
+    __syncwarp();
+  } else {
+    // ---- the two compute warpgroups: rung 09's tile, S summed across the cluster ----
+    warpgroup_reg_alloc<Cfg::kComputeRegs>();
+    const int warpgroup = threadIdx.x / 128;
+    const int row0 = q_start + (warp % 4) * 16 + lane / 4;
+    float O[Cfg::kTilesO][4] = {};
+    RowStats stats;
+    const float scale_log2 = p.scale * kLog2e;
+    if (n_tiles > 0) mbarrier_wait(q_full, 0);
+    for (int j = 0; j < n_tiles; ++j)
+      split_d_kv_tile<Cfg>(O, stats, sm, p, j, q_start, row0, scale_log2, slots, slots);  // NEW: slots sum S
+    const uint32_t rank = cluster_cta_rank();
+    store_output<T>(O, stats, p, head, row0, /*col0=*/int(rank) * Cfg::kBlockCols + warpgroup * kSlice, lane % 4,
+                    /*write_lse=*/rank == 0 && warpgroup == 0, o, lse);
+  }
+  // A block leaves only when its partner no longer reads its shared memory or
+  // arrives on its barriers.
+  cluster_sync();
+#endif
+}
+
+#define CLUSTER_SPLIT_D_HEAD_DIMS 1024
+
+std::string unsupported(const AttnProblem& p) {
+  static const std::string hopper = hopper_wgmma_unsupported();
+  if (!hopper.empty()) return hopper;
+  if (!tensor_map_encoder()) return "the driver has no cuTensorMapEncodeTiled (TMA needs CUDA 12+)";
+  return rung_unsupported<ClusterSplitDConfig, 1, CLUSTER_SPLIT_D_HEAD_DIMS>(p);
+}
+
+cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stream) {
+  cudaError_t err = cudaErrorInvalidValue;
+  dispatch_head_dim<CLUSTER_SPLIT_D_HEAD_DIMS>(p.D, [&](auto head_dim) {
+    using Cfg = ClusterSplitDConfig<decltype(head_dim)::value, 1>;
+    err = dispatch_dtype(p.dtype, [&](auto type) {
+      using T = decltype(type);
+      // The maps cover all D columns; each block's boxes start at its column 512r.
+      CUtensorMap maps[3];
+      if (!encode_head_tiles<Cfg::kBr>(&maps[0], b.q, p.dtype, p.heads(), p.Nq, p.D) ||
+          !encode_head_tiles<Cfg::kBc>(&maps[1], b.k, p.dtype, p.heads(), p.Nk, p.D) ||
+          !encode_head_tiles<Cfg::kBc>(&maps[2], b.v, p.dtype, p.heads(), p.Nk, p.Dv))
+        return cudaErrorInvalidValue;
+      const auto kernel = cluster_split_d_kernel<Cfg, T>;
+      cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+      if (e != cudaSuccess) return e;
+      const int m_blocks = (p.Nq + Cfg::kBr - 1) / Cfg::kBr;
+      cudaLaunchConfig_t config{};
+      config.gridDim = dim3(m_blocks * kClusterBlocks, p.H, p.B);  // NEW: a cluster per query tile
+      config.blockDim = dim3(Cfg::kThreads);
+      config.dynamicSmemBytes = Cfg::kSmemBytes;
+      config.stream = stream;
+      cudaLaunchAttribute cluster{};
+      cluster.id = cudaLaunchAttributeClusterDimension;
+      cluster.val.clusterDim.x = kClusterBlocks;
+      cluster.val.clusterDim.y = 1;
+      cluster.val.clusterDim.z = 1;
+      config.attrs = &cluster;
+      config.numAttrs = 1;
+      e = cudaLaunchKernelEx(&config, kernel, maps[0], maps[1], maps[2], static_cast<T*>(b.o), b.lse, p);
+      return e != cudaSuccess ? e : cudaGetLastError();
+    });
+  });
+  return err;
+}
+
+}  // namespace
+
+std::vector<Variant> make_cluster_split_d_variants() {
+  Variant v;
+  v.name = "cluster-split-d+stage1";
+  v.rung = "10_cluster_split_d";
+  v.unsupported_reason = unsupported;
+  v.launch = launch;
+  v.describe = [] {
+    return "sm_90a wgmma + TMA; a cluster of 2 blocks splits D = 1024 (512 columns each, rung 09's tile), "
+           "partial S summed across the cluster through distributed shared memory; " +
+           rung_describe<ClusterSplitDConfig, 1, CLUSTER_SPLIT_D_HEAD_DIMS>();
+  };
+  return {v};
+}
+
+}  // namespace attnlab
