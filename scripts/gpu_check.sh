@@ -37,7 +37,8 @@ grep -A2 "split_q_kernel" "$out/build.log" | grep -E "registers|Compiling" | sed
 if [ -z "${QUICK:-}" ] && [ "${SANITIZER:-1}" != 0 ] && command -v compute-sanitizer >/dev/null; then
   step "compute-sanitizer (memcheck, racecheck) on ragged shapes"
   for tool in memcheck racecheck; do
-    for shape in "--Nq 129 --Nk 77 --D 64 --causal" "--Nq 17 --Nk 200 --D 256 --dtype bf16" "--Nq 70 --Nk 130 --D 512 --causal"; do
+    for shape in "--Nq 129 --Nk 77 --D 64 --causal" "--Nq 17 --Nk 200 --D 256 --dtype bf16" "--Nq 70 --Nk 130 --D 512 --causal" \
+                 "--Nq 70 --Nk 130 --D 1024 --causal"; do
       timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 "$build/flash_attn_mma" --B 1 --H 2 $shape \
         --iters 1 --warmup 0 --check --show-all > "$out/sanitizer.log" 2>&1
       rc=$?
@@ -62,7 +63,7 @@ if [ "${NCU:-1}" != 0 ] && command -v ncu >/dev/null; then
 fi
 
 step "SASS: tensor-core instructions per rung (HGMMA = wgmma, HMMA = mma.sync)"
-for obj in $(find "$build" -name '0*_*.cu.o' | sort); do
+for obj in $(find "$build" -name '[01][0-9]_*.cu.o' | sort); do
   printf '%-24s HGMMA %5s  HMMA %5s\n' "$(basename "$obj" .cu.o)" \
     "$(cuobjdump -sass "$obj" 2>/dev/null | grep -c HGMMA)" "$(cuobjdump -sass "$obj" 2>/dev/null | grep -c ' HMMA')"
 done 2>&1 | tee "$out/sass_mma.txt"
