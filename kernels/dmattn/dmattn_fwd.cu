@@ -18,11 +18,16 @@
 //     copied while tile list[i] is computed.
 //  3. Per tile, after S = Q·Kᵀ: S = scale·S + bias; softcap c: c·tanh(S/c);
 //     -inf where mask = 0, past Nk, or after the causal diagonal; then the
-//     online softmax (now with unit scale: S is already the logit). The bias
-//     of a lane's scores is loaded as 2-element pairs before the MMAs (their
-//     latency hides behind them), the mask pairs after (registers); a tile
-//     whose mask is all ones skips the mask reads; an operand broadcast over
-//     queries is read once per lane, not per row.
+//     online softmax (with unit scale: S is already the logit; without bias
+//     and softcap S is left raw and the softmax takes the scale, as rung 02).
+//     Every choice here is uniform — bias or not, softcap or not, a tile
+//     whose mask is all ones (no mask reads), a slice wholly inside Nk with
+//     aligned pairs (one load per key pair) — so no branch runs per element
+//     (ncu on the H200: per-element guards made the dense loop 2.2x slower
+//     than rung 02, with 27M branch and 34M reconvergence instructions per
+//     launch). The bias pairs are loaded before the MMAs (their latency hides
+//     behind them), the mask pairs after (registers); an operand broadcast
+//     over queries is read once per lane, not per row.
 //  4. Warps: each owns 16 rows and all 64 keys of the tile (in two 32-key
 //     slices at D >= 192, so that S and O fit in registers); two row tiles
 //     per warp measured slower, see DmaConfig::kMTiles.
@@ -95,45 +100,45 @@ static_assert(DmaConfig<32>::kTileBytes == 25600 && DmaConfig<64>::kTileBytes ==
 __host__ __device__ inline int dma_list_bytes(int n_tiles) { return ((n_tiles * 2 + 15) / 16) * 16; }
 __host__ __device__ inline int dma_bitmap_words(int n_tiles) { return (n_tiles + 31) / 32; }
 
-// The 2-key pairs of one operand (bias or mask) for a lane's scores:
-// bits[m][r][n] for row row0 + 16m + 8r and keys kv_start + 8n + 2t, .. + 1.
-// `skip` (uniform): every entry is `fill`; rows past Nq get `fill` too (their
-// scores are never stored). A row broadcast over queries is loaded once and
-// copied — never indexed at run time: that would put the array in local memory.
-template <int kM, int kTilesS, typename LoadPair>
-__device__ __forceinline__ void load_operand_pairs(uint32_t (&bits)[kM][2][kTilesS], bool skip, uint32_t fill,
-                                                   bool one_row, int row0, int Nq, int kv_start, int t,
-                                                   LoadPair load_pair) {
+// Two adjacent elements (keys k, k+1) of an operand row as one raw 32-bit
+// value: 16-bit bias elements in bits 0-15 / 16-31, mask bytes in bits 0-7 /
+// 8-15. `aligned` (uniform): the pair is one aligned load.
+__device__ __forceinline__ uint32_t load_pair(const uint16_t* row, int k) {
+  return __ldg(reinterpret_cast<const unsigned int*>(row + k));
+}
+__device__ __forceinline__ uint32_t load_pair(const uint8_t* row, int k) {
+  return __ldg(reinterpret_cast<const unsigned short*>(row + k));
+}
+
+// The operand pairs of a lane's scores in one slice of kTilesS n8 tiles:
+// bits[r][n] holds keys key0 + 8n, +1 (key0 = the slice's first key + 2t) of
+// the lane's row r (rows[r]: row g, g + 8; rows past Nq point at row Nq - 1,
+// their scores are never stored). No branch per element: the fast path
+// (`aligned`, uniform: every key of the slice < Nk and the pairs 2- or
+// 4-byte aligned) is one load per pair; otherwise each element is loaded on
+// its own at a key clamped to Nk - 1 (keys >= Nk are set to -inf by
+// mask_scores afterwards, whatever was loaded). `one_row` (uniform): the
+// operand is broadcast over queries, row 1 is row 0.
+template <int kTilesS, typename E>
+__device__ __forceinline__ void load_pairs(uint32_t (&bits)[2][kTilesS], const E* const (&rows)[2], bool one_row,
+                                           int key0, int Nk, bool aligned) {
+  if (aligned) {
 #pragma unroll
-  for (int m = 0; m < kM; ++m)
+    for (int n = 0; n < kTilesS; ++n) bits[0][n] = load_pair(rows[0], key0 + 8 * n);
+#pragma unroll
+    for (int n = 0; n < kTilesS; ++n) bits[1][n] = one_row ? bits[0][n] : load_pair(rows[1], key0 + 8 * n);
+  } else {
 #pragma unroll
     for (int r = 0; r < 2; ++r)
 #pragma unroll
       for (int n = 0; n < kTilesS; ++n) {
-        const bool first = m == 0 && r == 0;
-        bits[m][r][n] = skip || row0 + 16 * m + 8 * r >= Nq ? fill
-                        : (!first && one_row)               ? bits[0][0][n]
-                                                            : load_pair(16 * m + 8 * r, kv_start + n * 8 + 2 * t);
+        const int k = key0 + 8 * n;
+        bits[r][n] = uint32_t(__ldg(rows[r] + min(k, Nk - 1))) |
+                     (uint32_t(__ldg(rows[r] + min(k + 1, Nk - 1))) << (8 * sizeof(E)));
       }
+  }
 }
 
-// Two adjacent 16-bit elements (keys key, key+1) of a bias row, as raw bits;
-// 0 past Nk. `pairs` (uniform): Nk even and the base 4-byte aligned, so the
-// pair is one aligned 32-bit load.
-template <typename T>
-__device__ __forceinline__ uint32_t load_bias_pair(const T* row, int key, int Nk, bool pairs) {
-  if (pairs) return key < Nk ? __ldg(reinterpret_cast<const uint32_t*>(row + key)) : 0u;
-  const uint16_t* r16 = reinterpret_cast<const uint16_t*>(row);
-  const uint32_t lo = key < Nk ? __ldg(r16 + key) : 0u, hi = key + 1 < Nk ? __ldg(r16 + key + 1) : 0u;
-  return lo | (hi << 16);
-}
-// Two adjacent mask bytes in bits 0-7 and 8-15; "attend" (1) past Nk (the
-// causal/ragged masking handles those keys).
-__device__ __forceinline__ uint32_t load_mask_pair(const uint8_t* row, int key, int Nk, bool pairs) {
-  if (pairs) return key < Nk ? __ldg(reinterpret_cast<const uint16_t*>(row + key)) : 0x0101u;
-  const uint32_t lo = key < Nk ? __ldg(row + key) : 1u, hi = key + 1 < Nk ? __ldg(row + key + 1) : 1u;
-  return lo | (hi << 8);
-}
 template <typename T>
 __device__ __forceinline__ float2 unpack_pair(uint32_t bits);
 template <>
@@ -159,13 +164,11 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
   const int h = blockIdx.x % p.H, b = blockIdx.y / splits, split = blockIdx.y % splits;
   const int q_start = m_block * Br;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
-  constexpr int kM = Cfg::kMTiles;
-  const int warp_row = warp * 16 * kM;  // first row of the warp in the tile
-  // Rows of row tile m: row0 + 16m (c0, c1) and row0 + 16m + 8 (c2, c3).
+  const int warp_row = warp * 16;  // first row of the warp in the tile
+  // The lane's rows: row0 (c0, c1) and row0 + 8 (c2, c3).
   const int row0 = q_start + warp_row + lane / 4;
 
-  AttnProblem dp = p.dense();  // the dense view: sizes, causal rule; unit scale (S becomes the logit)
-  dp.scale = 1.f;
+  AttnProblem dp = p.dense();  // the dense view: sizes, causal rule (its scale is set below)
 
   const int64_t q_head = int64_t(b) * p.H + h;
   const int64_t kv_head = int64_t(b) * p.Hkv + h / (p.H / p.Hkv);
@@ -236,8 +239,8 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
     cp_async_commit();
   };
 
-  float O[kM][Cfg::kTilesO][4] = {};
-  RowStats stats[kM];
+  float O[Cfg::kTilesO][4] = {};
+  RowStats stats;
   const float softcap = p.softcap, inv_softcap = p.softcap > 0.f ? 1.f / p.softcap : 0.f;
   // Uniform facts about the operands: one row for all queries (broadcast), and
   // whether key pairs are aligned single loads (Nk even, aligned bases).
@@ -245,15 +248,21 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
   const bool bias_one_row = p.bias.stride_q == 0, mask_one_row = p.mask.stride_q == 0;
   const bool bias_pairs = p.Nk % 2 == 0 && (reinterpret_cast<uintptr_t>(p.bias.data) & 3) == 0;
   const bool mask_pairs = p.Nk % 2 == 0 && (reinterpret_cast<uintptr_t>(p.mask.data) & 1) == 0;
-  // The lane's operand rows: row row0 + 16m + 8r is base + (16m + 8r)·stride_q
-  // (stride 0 when broadcast over queries). One pointer each, not 2·kM: the
-  // registers go to O. Rows past Nq load nothing (their scores are never stored).
-  const T* bias_row0 = has_bias ? static_cast<const T*>(p.bias.data) + p.bias.row_offset(b, h, 0) +
-                                      int64_t(row0) * p.bias.stride_q
-                                : nullptr;
-  const uint8_t* mask_row0 = has_mask ? static_cast<const uint8_t*>(p.mask.data) + p.mask.row_offset(b, h, 0) +
-                                            int64_t(row0) * p.mask.stride_q
-                                      : nullptr;
+  // Without bias and softcap S needs no rewriting: the softmax takes the scale
+  // (one FFMA before exp2, as rung 02). With either, S is turned into the
+  // logit first and the softmax scale is 1.
+  const bool logit_pass = has_bias || softcap > 0.f;
+  const float softmax_scale_log2 = logit_pass ? kLog2e : p.scale * kLog2e;
+  dp.scale = logit_pass ? 1.f : p.scale;  // the LSE: dp.scale · m + log l
+  // The lane's two operand rows (g, g + 8); rows past Nq read row Nq - 1.
+  const int rows[2] = {min(row0, p.Nq - 1), min(row0 + 8, p.Nq - 1)};
+  const uint16_t* bias_rows[2] = {nullptr, nullptr};
+  const uint8_t* mask_rows[2] = {nullptr, nullptr};
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (has_bias) bias_rows[r] = static_cast<const uint16_t*>(p.bias.data) + p.bias.row_offset(b, h, rows[r]);
+    if (has_mask) mask_rows[r] = static_cast<const uint8_t*>(p.mask.data) + p.mask.row_offset(b, h, rows[r]);
+  }
 
   if (n_active > 0) {
     load_tile_async<Br, D, kStride, Cfg::kThreads>(sQ, q + (q_head * p.Nq + q_start) * D, D, p.Nq - q_start);
@@ -262,7 +271,7 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
   for (int i = 0; i < n_active; ++i) {
     if (i + 1 < n_active) load_kv(i + 1);
     else { cp_async_commit(); cp_async_commit(); }
-    cp_async_wait<2>();  // K and V of tile i (and Q) have landed
+    cp_async_wait<3>();  // K of tile i (and Q) have landed; V may still be in flight
     __syncthreads();
     const int tile = tile_at(i);
     const bool mask_full = !has_mask || (full_bitmap[tile / 32] >> (tile % 32) & 1u);
@@ -272,56 +281,66 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
     for (int sub = 0; sub < Cfg::kSubTiles; ++sub) {
       const int key_off = sub * Cfg::kSubCols;  // in the tile
       const int kv_start = tile * Bc + key_off;
+      const bool in_range = kv_start + Cfg::kSubCols <= p.Nk;  // no key of the slice past Nk
       // The bias of this lane's scores, issued before the MMAs so that its
       // latency hides behind them; kept as packed 16-bit pairs.
-      uint32_t bias_bits[kM][2][Cfg::kTilesS];
-      load_operand_pairs(bias_bits, !has_bias, 0u, bias_one_row, row0, p.Nq, kv_start, t, [&](int dr, int key) {
-        return load_bias_pair(bias_row0 + dr * p.bias.stride_q, key, p.Nk, bias_pairs);
-      });
-      float S[kM][Cfg::kTilesS][4] = {};
+      uint32_t bias_bits[2][Cfg::kTilesS];
+      if (has_bias) load_pairs(bias_bits, bias_rows, bias_one_row, kv_start + 2 * t, p.Nk, in_range && bias_pairs);
+      float S[Cfg::kTilesS][4] = {};
       const T* sKj = sK + ((i % 2) * Bc + key_off) * kStride;
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
-        uint32_t a[kM][4];
-#pragma unroll
-        for (int m = 0; m < kM; ++m) load_a_fragment<StridedRows<kStride>>(a[m], sQ, warp_row + 16 * m, kk * 16, lane);
-        qk_slice<T, kM, Cfg::kTilesS, kStride>(S, a, sKj + kk * 16, lane);
+        uint32_t a[4];
+        load_a_fragment<kStride>(a, sQ + warp_row * kStride + kk * 16, lane);
+        qk_slice<T, Cfg::kTilesS, kStride>(S, a, sKj + kk * 16, lane);
       }
 
-      // ---- 3. logits: scale, bias, softcap, mask ---------------------------------
-      // The mask pairs (loaded after the MMAs: registers; none on all-ones tiles).
-      uint32_t mask_bits[kM][2][Cfg::kTilesS];
-      load_operand_pairs(mask_bits, mask_full, 0x0101u, mask_one_row, row0, p.Nq, kv_start, t, [&](int dr, int key) {
-        return load_mask_pair(mask_row0 + dr * p.mask.stride_q, key, p.Nk, mask_pairs);
-      });
-#pragma unroll
-      for (int m = 0; m < kM; ++m) {
+      // ---- 3. logits: scale, bias, softcap, mask (uniform branches, none per element)
+      if (has_bias) {
 #pragma unroll
         for (int n = 0; n < Cfg::kTilesS; ++n)
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
-            const float2 bv = unpack_pair<T>(bias_bits[m][r][n]);
-            const uint32_t mv = mask_bits[m][r][n];
-            float s0 = fmaf(S[m][n][2 * r], p.scale, bv.x), s1 = fmaf(S[m][n][2 * r + 1], p.scale, bv.y);
-            if (softcap > 0.f) {
-              s0 = softcap * tanhf(s0 * inv_softcap);
-              s1 = softcap * tanhf(s1 * inv_softcap);
-            }
-            S[m][n][2 * r] = (mv & 0xffu) ? s0 : -INFINITY;
-            S[m][n][2 * r + 1] = (mv & 0xff00u) ? s1 : -INFINITY;
+            const float2 bv = unpack_pair<T>(bias_bits[r][n]);
+            S[n][2 * r] = fmaf(S[n][2 * r], p.scale, bv.x);
+            S[n][2 * r + 1] = fmaf(S[n][2 * r + 1], p.scale, bv.y);
           }
-        mask_scores(S[m], dp, kv_start, q_start, row0 + 16 * m, row0 + 16 * m + 8, t);  // past Nk; causal
-        online_softmax_update(S[m], O[m], stats[m], kLog2e);
+      } else if (logit_pass) {
+#pragma unroll
+        for (int n = 0; n < Cfg::kTilesS; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) S[n][e] *= p.scale;
       }
-      pv_tile<T, kM, Cfg::kTilesS, Cfg::kTilesO, kStride>(O, S, sV + ((i % 2) * Bc + key_off) * kStride, lane);
+      if (softcap > 0.f) {
+#pragma unroll
+        for (int n = 0; n < Cfg::kTilesS; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) S[n][e] = softcap * tanhf(S[n][e] * inv_softcap);
+      }
+      if (!mask_full) {  // the mask pairs (after the MMAs: registers; none on all-ones tiles)
+        uint32_t mask_bits[2][Cfg::kTilesS];
+        load_pairs(mask_bits, mask_rows, mask_one_row, kv_start + 2 * t, p.Nk, in_range && mask_pairs);
+#pragma unroll
+        for (int n = 0; n < Cfg::kTilesS; ++n)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            if ((mask_bits[r][n] & 0xffu) == 0u) S[n][2 * r] = -INFINITY;
+            if ((mask_bits[r][n] & 0xff00u) == 0u) S[n][2 * r + 1] = -INFINITY;
+          }
+      }
+      mask_scores(S, dp, kv_start, q_start, row0, row0 + 8, t);  // past Nk; causal
+      online_softmax_update(S, O, stats, softmax_scale_log2);
+      if (sub == 0) {
+        cp_async_wait<2>();  // V of tile i has landed
+        __syncthreads();
+      }
+      pv_tile<T, Cfg::kTilesS, Cfg::kTilesO, kStride>(O, S, sV + ((i % 2) * Bc + key_off) * kStride, lane);
     }
     __syncthreads();  // slot i % 2 is refilled next iteration
   }
 
   if (splits == 1) {
-#pragma unroll
-    for (int m = 0; m < kM; ++m)
-      store_output<T>(O[m], stats[m], dp, q_head, row0 + 16 * m, /*col0=*/0, t, /*write_lse=*/true, o, lse);
+    store_output<T>(O, stats, dp, q_head, row0, /*col0=*/0, t, /*write_lse=*/true, o, lse);
     return;
   }
   // Split-KV: this split's normalised O and its LSE, in fp32, for the combine
@@ -330,20 +349,16 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
   const int64_t rows_total = int64_t(p.B) * p.H * p.Nq;
   float* part_o = partials + (int64_t(split) * p.B * p.H + q_head) * p.Nq * D;
   float* part_lse = partials + int64_t(splits) * rows_total * D + (int64_t(split) * p.B * p.H + q_head) * p.Nq;
+  float row_lse[2];
+  online_softmax_finalize(O, stats, dp.scale, row_lse);
 #pragma unroll
-  for (int m = 0; m < kM; ++m) {
-    float row_lse[2];
-    online_softmax_finalize(O[m], stats[m], 1.f, row_lse);
+  for (int r = 0; r < 2; ++r) {
+    const int row = row0 + 8 * r;
+    if (row >= p.Nq) continue;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = row0 + 16 * m + 8 * r;
-      if (row >= p.Nq) continue;
-#pragma unroll
-      for (int n = 0; n < Cfg::kTilesO; ++n)
-        *reinterpret_cast<float2*>(part_o + int64_t(row) * D + n * 8 + 2 * t) =
-            make_float2(O[m][n][2 * r], O[m][n][2 * r + 1]);
-      if (t == 0) part_lse[row] = row_lse[r];
-    }
+    for (int n = 0; n < Cfg::kTilesO; ++n)
+      *reinterpret_cast<float2*>(part_o + int64_t(row) * D + n * 8 + 2 * t) = make_float2(O[n][2 * r], O[n][2 * r + 1]);
+    if (t == 0) part_lse[row] = row_lse[r];
   }
 }
 

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Session-4 probe B: the dynamic-mask forward after the branch-free score
+# epilogue — its tests, the all-ones (+bias) ratio to rung 02, the sparse
+# training shapes, and ncu per-SASS stall samples of the dense loop.
+cd "$(dirname "$0")/../.."
+O=${OUT:-/tmp/out}; L=/tmp/logs; mkdir -p $O $L
+B=build-gpu; F=$B/flash_attn_mma
+exec > >(tee $O/summary.txt) 2>&1
+t0=$(date +%s); el() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
+TP=$(python3 -c "import torch; print(torch.utils.cmake_prefix_path)" 2>/dev/null)
+{ cmake -S . -B $B -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_PREFIX_PATH="$TP" &&
+  cmake --build $B -j 16 --target flash_attn_mma test_dmattn ${EXTRA_TARGETS:-}; } > $L/build.log 2>&1 || { tail -40 $L/build.log; exit 1; }
+el built
+timeout 240 $B/test_dmattn > $L/fwd_tests.log 2>&1; el "test_dmattn rc=$? $(tail -1 $L/fwd_tests.log)"; grep -m8 FAIL $L/fwd_tests.log | cut -c1-220
+for a in "--H 8 --N 8192 --D 128 --mask ones" "--H 8 --N 8192 --D 128 --mask ones --bias" "--H 8 --N 8192 --D 64 --mask ones --bias" \
+         "--H 8 --N 8192 --D 256 --mask ones --bias" "--H 8 --N 8192 --D 128 --mask ones --bias --causal" \
+         "--H 2 --Hkv 1 --N 32768 --D 128 --causal --mask topk --window 1024 --bias" "--H 2 --Hkv 1 --N 16384 --D 128 --causal --mask topk --window 1024 --bias"; do
+  echo "== $a"; timeout 90 $F --B 1 $a --iters 10 --warmup 2 ${BENCH_PEERS:-} 2>&1 | grep -E "^ *(dmattn|split-q|sdpa|torch)" | cut -c1-190
+done
+el benches
+NCU="timeout 120 ncu --import-source no --section WarpStateStats --section SourceCounters --section SpeedOfLight --launch-count 1"
+$NCU -k regex:dma_forward_kernel -o $L/fwd $F --B 1 --H 8 --N 8192 --D 128 --mask ones --bias --iters 1 --warmup 0 > $L/ncu_fwd.log 2>&1
+ncu -i $L/fwd.ncu-rep --page source --csv --print-source sass > $O/fwd_sass.csv 2>$L/fwd_src.err || head -3 $L/fwd_src.err
+ncu -i $L/fwd.ncu-rep --page details 2>&1 | grep -E "Duration|Registers Per|Warp Cycles Per Issued|Compute \(SM\)" | cut -c1-150
+el ncu
+tar czf $O/logs.tgz -C /tmp logs
