@@ -35,9 +35,12 @@ struct Options {
   bool bias = false;          // a random per-key bias, shape (B, Hkv, 1, Nk) as in flash-dmattn
   float softcap = 0.f;
   int splits = 0;             // split-KV parts (0: automatic)
+  std::string dma_core = "auto";  // the forward's tensor-core path: auto | mma | wgmma
   bool bwd = false;           // also time (and with --check, check) the backward
   bool deterministic = false;  // the backward's deterministic mode (bitwise reproducible)
-  bool dynamic_mask() const { return !mask.empty() || Hkv > 0 || bias || softcap > 0.f || bwd || deterministic; }
+  bool dynamic_mask() const {
+    return !mask.empty() || Hkv > 0 || bias || softcap > 0.f || bwd || deterministic || dma_core != "auto";
+  }
   bool list = false;
   bool help = false;
   std::string variant_glob = "*";

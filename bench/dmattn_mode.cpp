@@ -182,6 +182,9 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
     a.lse = lse;
     a.tile_counters = counters;
     a.splits = dma_resolve_splits(p, opt.splits);
+    a.core = opt.dma_core == "mma" ? DmaCore::kMma : opt.dma_core == "wgmma" ? DmaCore::kWgmma : DmaCore::kAuto;
+    const std::string core = dma_forward_core_name(p, a.core);
+    if (core.empty()) return fail("dmattn: --dma-core wgmma needs an sm_90 GPU, a build with sm_90a code and D in {64, 128}", 2);
     if (dma_forward_workspace_bytes(p, a.splits) > 0) {  // the mask summary and/or the split partials
       a.workspace_bytes = dma_forward_workspace_bytes(p, a.splits);
       if (std::string e2 = arena.alloc(a.workspace_bytes / sizeof(float), &a.workspace, "the forward workspace");
@@ -197,9 +200,10 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
     cudaMemcpy(tiles, counters, sizeof tiles, cudaMemcpyDeviceToHost);
     a.tile_counters = nullptr;  // counted once; the timed launches do not pay for the atomics
     const double grid_tiles = double(p.B) * p.H * ((p.Nq + kDmaBr - 1) / kDmaBr) * ((p.Nk + kDmaBc - 1) / kDmaBc);
-    char note[200];
-    std::snprintf(note, sizeof note, "tiles skipped %.1f%% (%llu of %.0f 64x64 tiles run; causal range %llu); splits %d",
-                  100.0 * (1.0 - double(tiles[0]) / grid_tiles), tiles[0], grid_tiles, tiles[1], a.splits);
+    char note[220];
+    std::snprintf(note, sizeof note,
+                  "tiles skipped %.1f%% (%llu of %.0f 64x64 tiles run; causal range %llu); splits %d; core %s",
+                  100.0 * (1.0 - double(tiles[0]) / grid_tiles), tiles[0], grid_tiles, tiles[1], a.splits, core.c_str());
     ours.note = note;
     ours.status = "unchecked";
     if (opt.check) {

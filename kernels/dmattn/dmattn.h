@@ -71,6 +71,11 @@ struct DynamicMaskProblem {
 // Tiles of the forward kernel: the skip test works on Br x Bc blocks.
 constexpr int kDmaBr = 64, kDmaBc = 64;
 
+enum class DmaCore { kAuto = 0, kMma = 1, kWgmma = 2 };
+// Which core dma_forward runs for this problem and request ("mma" or "wgmma"),
+// or "" where the request cannot run (kWgmma off Hopper or at another D).
+std::string dma_forward_core_name(const DynamicMaskProblem& p, DmaCore requested);
+
 struct DmaForwardArgs {
   const void* q = nullptr;
   const void* k = nullptr;
@@ -90,6 +95,10 @@ struct DmaForwardArgs {
   int splits = 1;
   float* workspace = nullptr;
   size_t workspace_bytes = 0;
+  // The tensor-core path: kAuto = wgmma on an sm_90 GPU (build with sm_90a
+  // code) for D in {64, 128}, mma.sync otherwise; kMma / kWgmma force
+  // one (kWgmma where it cannot run: cudaErrorInvalidValue).
+  DmaCore core = DmaCore::kAuto;
 };
 
 // The split count `0 = automatic` resolves to: 1 when the query blocks already

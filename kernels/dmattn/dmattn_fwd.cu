@@ -42,6 +42,16 @@
 //   shared memory = (64 + 4·64)·(D + 8)·2 + list and bitmaps (2 bytes + 2 bits per KV tile)
 //   D:  32 → 25600   64 → 46080   96 → 66560   128 → 87040   192 → 128000   256 → 168960
 //
+// Two tensor-core paths, one kernel (DmaConfig::kWgmma): on an sm_90 GPU at
+// D ∈ {64, 128} the two matrix products are rung 07's warpgroup MMAs (the 4
+// warps are one warpgroup: S = Q·Kᵀ as wgmma m64n64k16 with Q and K read from
+// shared memory, O += P·V with P from registers; tiles dense in the 128-byte
+// swizzle, 1024-aligned): no ldmatrix, and the half of Hopper's tensor rate
+// that mma.sync cannot reach. Its accumulators have mma.sync's layout, so
+// the skip list, the logits, the softmax and the epilogue are the same code.
+//   shared memory (wgmma) = (64 + 4·64)·D·2 + 1024 + list and bitmaps:  64 → 41984   128 → 82944
+// Elsewhere (sm_80, other D, or DmaForwardArgs::core = kMma) mma.sync.
+//
 // Supports: fp16, bf16; D = Dv ∈ {32, 64, 96, 128, 192, 256}; any Nq, Nk;
 // H % Hkv == 0; mask (uint8) and bias (input dtype) each ({B|1}, {H|Hkv|1},
 // {Nq|1}, Nk) through strides; softcap; causal (bottom-right). Writes O and LSE.
@@ -61,21 +71,30 @@
 #include "../common/rung_host.cuh"
 #include "../common/split_q_parts.cuh"
 #include "../common/tile_copy.cuh"
+#include "../common/wgmma.cuh"
 #include "dmattn.h"
 #include "dmattn_tiles.cuh"
 
 namespace attnlab {
 namespace {
 
-template <int kHeadDim_>
+// kWgmma: the Hopper core (sm_90a): S = Q·Kᵀ and O += P·V as warpgroup MMAs
+// (rung 07's instructions: Q and K read by wgmma straight from shared memory,
+// P from registers), tiles in wgmma's 128-byte swizzle (dense rows, 1024-byte
+// aligned: + 1024 bytes of slack). Otherwise mma.sync as rung 02, rows
+// padded by 8 halves. The 4 warps are one warpgroup either way, and the
+// accumulator layout is the same, so everything between the two matrix
+// products is one code.
+template <int kHeadDim_, bool kWgmma_ = false>
 struct DmaConfig {
   static constexpr int kHeadDim = kHeadDim_;
+  static constexpr bool kWgmma = kWgmma_;
   static constexpr int kBr = kDmaBr, kBc = kDmaBc;
   static constexpr int kWarps = 4;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kStages = 2;
-  static constexpr int kRowStride = kHeadDim + 8;
-  static constexpr int kTileBytes = (kBr + 2 * kStages * kBc) * kRowStride * 2;
+  static constexpr int kRowStride = kWgmma ? kHeadDim : kHeadDim + 8;  // elements per stored row
+  static constexpr int kTileBytes = (kBr + 2 * kStages * kBc) * kRowStride * 2 + (kWgmma ? 1024 : 0);
   // Warp layout: each warp owns 16 rows (one m16 row tile) and all 64 keys of
   // the tile. Two row tiles per warp (every K and V fragment read from shared
   // memory feeding two MMAs, as in rung 02's D = 128 tiles, with warp pairs
@@ -85,7 +104,9 @@ struct DmaConfig {
   static constexpr int kMTiles = 1;
   // Keys per S slice: all 64 at once, or two slices of 32 at D >= 192 (S and O
   // must fit in the registers together).
-  static constexpr int kSubCols = kHeadDim < 192 ? 64 : 32;
+  // (wgmma: all 64; its B operand is not re-read per row tile, so the
+  // registers of a second slice go to nothing else.)
+  static constexpr int kSubCols = kHeadDim < 192 || kWgmma ? 64 : 32;
   static constexpr int kSubTiles = kBc / kSubCols;
   static constexpr int kTilesS = kSubCols / 8;
   static constexpr int kTilesO = kHeadDim / 8;
@@ -95,6 +116,8 @@ static_assert(DmaConfig<32>::kTileBytes == 25600 && DmaConfig<64>::kTileBytes ==
                   DmaConfig<96>::kTileBytes == 66560 && DmaConfig<128>::kTileBytes == 87040 &&
                   DmaConfig<192>::kTileBytes == 128000 && DmaConfig<256>::kTileBytes == 168960,
               "header: shared memory per head dim");
+static_assert(DmaConfig<64, true>::kTileBytes == 41984 && DmaConfig<128, true>::kTileBytes == 82944,
+              "header: shared memory per head dim, wgmma");
 
 // Bytes after the tiles: the active-tile list (uint16) and the bitmap.
 __host__ __device__ inline int dma_list_bytes(int n_tiles) { return ((n_tiles * 2 + 15) / 16) * 16; }
@@ -118,7 +141,8 @@ __device__ __forceinline__ uint32_t load_pair(const uint8_t* row, int k) {
 // 4-byte aligned) is one load per pair; otherwise each element is loaded on
 // its own at a key clamped to Nk - 1 (keys >= Nk are set to -inf by
 // mask_scores afterwards, whatever was loaded). `one_row` (uniform): the
-// operand is broadcast over queries, row 1 is row 0.
+// operand is broadcast over queries and, on the fast path, bits[1] is left 0
+// for the caller to take bits[0] instead (a copy here would wait for the load).
 template <int kTilesS, typename E>
 __device__ __forceinline__ void load_pairs(uint32_t (&bits)[2][kTilesS], const E* const (&rows)[2], bool one_row,
                                            int key0, int Nk, bool aligned) {
@@ -126,7 +150,7 @@ __device__ __forceinline__ void load_pairs(uint32_t (&bits)[2][kTilesS], const E
 #pragma unroll
     for (int n = 0; n < kTilesS; ++n) bits[0][n] = load_pair(rows[0], key0 + 8 * n);
 #pragma unroll
-    for (int n = 0; n < kTilesS; ++n) bits[1][n] = one_row ? bits[0][n] : load_pair(rows[1], key0 + 8 * n);
+    for (int n = 0; n < kTilesS; ++n) bits[1][n] = one_row ? 0u : load_pair(rows[1], key0 + 8 * n);
   } else {
 #pragma unroll
     for (int r = 0; r < 2; ++r)
@@ -181,6 +205,10 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);
+  if constexpr (Cfg::kWgmma) {  // tiles 1024-byte aligned: the period of the 128-byte swizzle
+    const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+    sQ = reinterpret_cast<T*>(smem_raw + (((raw + 1023) & ~1023u) - raw));
+  }
   T* sK = sQ + Br * kStride;
   T* sV = sK + 2 * Bc * kStride;
   uint16_t* active = reinterpret_cast<uint16_t*>(smem_raw + Cfg::kTileBytes);
@@ -220,12 +248,18 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
   auto tile_at = [&](int i) { return p.mask.data != nullptr ? int(active[i]) : tile_begin + i; };
 
   // ---- 2. rung 02's stage2 loop over the active tiles --------------------------
-  auto load_kv = [&](int i) {
-    const int tile = tile_at(i), slot = i % 2, rows = p.Nk - tile * Bc;
+  auto load_kv = [&](int i, int tile) {
+    const int slot = i % 2, rows = p.Nk - tile * Bc;
     // At D >= 192 rolled copies: unrolled, their loop-invariant addresses would
     // be hoisted out of the tile loop into registers that O needs. Below, the
     // unrolled copies of rung 02 (fewer instructions per 16-byte copy).
-    if constexpr (D >= 192) {
+    if constexpr (Cfg::kWgmma) {
+      load_tile_async<Bc, D, Sw128Blocks<Bc>, Cfg::kThreads>(sK + slot * Bc * kStride, Kg + int64_t(tile) * Bc * D,
+                                                             D, rows);
+      cp_async_commit();
+      load_tile_async<Bc, D, Sw128Blocks<Bc>, Cfg::kThreads>(sV + slot * Bc * kStride, Vg + int64_t(tile) * Bc * D,
+                                                             D, rows);
+    } else if constexpr (D >= 192) {
       load_tile_async_rolled<Bc, D, StridedRows<kStride>, Cfg::kThreads>(sK + slot * Bc * kStride,
                                                                         Kg + int64_t(tile) * Bc * D, D, rows);
       cp_async_commit();
@@ -265,16 +299,26 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
   }
 
   if (n_active > 0) {
-    load_tile_async<Br, D, kStride, Cfg::kThreads>(sQ, q + (q_head * p.Nq + q_start) * D, D, p.Nq - q_start);
-    load_kv(0);
+    if constexpr (Cfg::kWgmma)
+      load_tile_async<Br, D, Sw128Blocks<Br>, Cfg::kThreads>(sQ, q + (q_head * p.Nq + q_start) * D, D, p.Nq - q_start);
+    else
+      load_tile_async<Br, D, kStride, Cfg::kThreads>(sQ, q + (q_head * p.Nq + q_start) * D, D, p.Nq - q_start);
   }
+  // The tile index is carried one iteration ahead in a register, so that
+  // neither the copies nor the bias loads wait on a shared-memory read after
+  // the barrier.
+  int tile = n_active > 0 ? tile_at(0) : 0;
+  if (n_active > 0) load_kv(0, tile);
   for (int i = 0; i < n_active; ++i) {
-    if (i + 1 < n_active) load_kv(i + 1);
+    const int next_tile = i + 1 < n_active ? tile_at(i + 1) : 0;
+    if (i + 1 < n_active) load_kv(i + 1, next_tile);
     else { cp_async_commit(); cp_async_commit(); }
-    cp_async_wait<3>();  // K of tile i (and Q) have landed; V may still be in flight
-    __syncthreads();
-    const int tile = tile_at(i);
     const bool mask_full = !has_mask || (full_bitmap[tile / 32] >> (tile % 32) & 1u);
+    cp_async_wait<2>();  // K and V of tile i (and Q) have landed
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    if constexpr (Cfg::kWgmma) fence_proxy_async_shared();  // cp.async wrote them; wgmma reads via the async proxy
+#endif
+    __syncthreads();
 
     // The tile's keys in kSubTiles slices (one below D = 192, two of 32 above).
 #pragma unroll 1
@@ -288,11 +332,27 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
       if (has_bias) load_pairs(bias_bits, bias_rows, bias_one_row, kv_start + 2 * t, p.Nk, in_range && bias_pairs);
       float S[Cfg::kTilesS][4] = {};
       const T* sKj = sK + ((i % 2) * Bc + key_off) * kStride;
+      if constexpr (Cfg::kWgmma) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+        // D/16 k-steps of m64n64k16; step kk: 64-column block kk/4, 32 bytes on inside it.
+        wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        uint32_t a[4];
-        load_a_fragment<kStride>(a, sQ + warp_row * kStride + kk * 16, lane);
-        qk_slice<T, Cfg::kTilesS, kStride>(S, a, sKj + kk * 16, lane);
+        for (int kk = 0; kk < D / 16; ++kk)
+          wgmma_ss<T, Bc>(S, make_sw128_desc(sQ + (kk / 4) * Br * 64 + (kk % 4) * 16, 0, 1024),
+                          make_sw128_desc(sKj + (kk / 4) * Bc * 64 + (kk % 4) * 16, 0, 1024), kk > 0);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_accumulators(S);
+#else
+        __trap();  // never launched: the host picks this core only on sm_90 with sm_90a code
+#endif
+      } else {
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+          uint32_t a[4];
+          load_a_fragment<kStride>(a, sQ + warp_row * kStride + kk * 16, lane);
+          qk_slice<T, Cfg::kTilesS, kStride>(S, a, sKj + kk * 16, lane);
+        }
       }
 
       // ---- 3. logits: scale, bias, softcap, mask (uniform branches, none per element)
@@ -301,7 +361,9 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
         for (int n = 0; n < Cfg::kTilesS; ++n)
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
-            const float2 bv = unpack_pair<T>(bias_bits[r][n]);
+            // (row 1 of a query-broadcast bias is row 0: selected here, after
+            // the MMAs, not at the load, which would wait for it)
+            const float2 bv = unpack_pair<T>(r == 1 && bias_one_row ? bias_bits[0][n] : bias_bits[r][n]);
             S[n][2 * r] = fmaf(S[n][2 * r], p.scale, bv.x);
             S[n][2 * r + 1] = fmaf(S[n][2 * r + 1], p.scale, bv.y);
           }
@@ -324,19 +386,32 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
         for (int n = 0; n < Cfg::kTilesS; ++n)
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
-            if ((mask_bits[r][n] & 0xffu) == 0u) S[n][2 * r] = -INFINITY;
-            if ((mask_bits[r][n] & 0xff00u) == 0u) S[n][2 * r + 1] = -INFINITY;
+            const uint32_t mv = r == 1 && mask_one_row ? mask_bits[0][n] : mask_bits[r][n];
+            if ((mv & 0xffu) == 0u) S[n][2 * r] = -INFINITY;
+            if ((mv & 0xff00u) == 0u) S[n][2 * r + 1] = -INFINITY;
           }
       }
       mask_scores(S, dp, kv_start, q_start, row0, row0 + 8, t);  // past Nk; causal
       online_softmax_update(S, O, stats, softmax_scale_log2);
-      if (sub == 0) {
-        cp_async_wait<2>();  // V of tile i has landed
-        __syncthreads();
+      if constexpr (Cfg::kWgmma) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+        uint32_t P[Cfg::kTilesS / 2][4];
+        pack_p_fragments<T>(P, S);
+        const T* sVj = sV + (i % 2) * Bc * kStride;
+        wgmma_fence();  // O was just rescaled by the softmax
+#pragma unroll
+        for (int kk = 0; kk < Bc / 16; ++kk)  // 16 rows of V per step; its 64-column blocks Bc·128 bytes apart
+          wgmma_rs_vt<T, D>(O, P[kk], make_sw128_desc(sVj + kk * 16 * 64, Bc * 128, 1024));
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_accumulators(O);
+#endif
+      } else {
+        pv_tile<T, Cfg::kTilesS, Cfg::kTilesO, kStride>(O, S, sV + ((i % 2) * Bc + key_off) * kStride, lane);
       }
-      pv_tile<T, Cfg::kTilesS, Cfg::kTilesO, kStride>(O, S, sV + ((i % 2) * Bc + key_off) * kStride, lane);
     }
     __syncthreads();  // slot i % 2 is refilled next iteration
+    tile = next_tile;
   }
 
   if (splits == 1) {
@@ -416,6 +491,7 @@ dma_combine_kernel(const float* __restrict__ partials, T* __restrict__ o, float*
 }
 
 #define DMA_HEAD_DIMS 32, 64, 96, 128, 192, 256
+#define DMA_WGMMA_HEAD_DIMS 64, 128  // (D = 256: S, P and O of 64 keys exceed 255 registers by a few)
 
 size_t dma_smem_bytes(int tile_bytes, int Nk) {
   const int n_tiles = (Nk + kDmaBc - 1) / kDmaBc;
@@ -501,19 +577,31 @@ size_t dma_forward_workspace_bytes(const DynamicMaskProblem& p, int splits) {
   return summary + size_t(splits) * size_t(p.B) * p.H * p.Nq * size_t(p.D + 1) * sizeof(float);
 }
 
+std::string hopper_wgmma_unsupported();  // rung 07: "" on an sm_90 GPU with sm_90a code in this build
+
+std::string dma_forward_core_name(const DynamicMaskProblem& p, DmaCore requested) {
+  if (requested == DmaCore::kMma) return "mma";
+  static const bool hopper = hopper_wgmma_unsupported().empty();
+  const bool wgmma = hopper && dispatch_head_dim<DMA_WGMMA_HEAD_DIMS>(p.D, [](auto) {});
+  if (requested == DmaCore::kWgmma) return wgmma ? "wgmma" : "";
+  return wgmma ? "wgmma" : "mma";
+}
+
 cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cudaStream_t stream) {
   if (!dma_forward_unsupported(p).empty()) return cudaErrorInvalidValue;
   const int splits = dma_resolve_splits(p, a.splits);
   if (splits > 65535 / p.B || splits > 4096) return cudaErrorInvalidValue;  // grid.y; combine weights in smem
   const size_t need = dma_forward_workspace_bytes(p, splits);
   if (need > 0 && (a.workspace == nullptr || a.workspace_bytes < need)) return cudaErrorInvalidValue;
+  const std::string core = dma_forward_core_name(p, a.core);
+  if (core.empty()) return cudaErrorInvalidValue;
   MaskSummary summary;
   cudaError_t err = dma_summarize_mask(p, reinterpret_cast<uint32_t*>(a.workspace), &summary, stream);
   if (err != cudaSuccess) return err;
   float* partials = a.workspace ? a.workspace + (dma_mask_summary_bytes(p) + 15) / 16 * 4 : nullptr;
   err = cudaErrorInvalidValue;
-  dispatch_head_dim<DMA_HEAD_DIMS>(p.D, [&](auto head_dim) {
-    using Cfg = DmaConfig<decltype(head_dim)::value>;
+  auto run = [&](auto cfg) {
+    using Cfg = decltype(cfg);
     err = dispatch_dtype(p.dtype, [&](auto type) {
       using T = decltype(type);
       const dim3 grid(unsigned((p.Nq + Cfg::kBr - 1) / Cfg::kBr) * unsigned(p.H), unsigned(p.B * splits));
@@ -527,14 +615,16 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
         const int threads = many ? 512 : 256;  // >= D: at least one group of D threads
         const size_t smem = (splits + size_t(threads / p.D) * p.D) * sizeof(float);
         auto combine = many ? dma_combine_kernel<T, 512> : dma_combine_kernel<T, 256>;
-        combine<<<unsigned(rows), threads, smem, stream>>>(
-            partials, static_cast<T*>(a.o), a.lse, splits,
-                                                                  rows, p.D);
+        combine<<<unsigned(rows), threads, smem, stream>>>(partials, static_cast<T*>(a.o), a.lse, splits, rows, p.D);
         e = cudaGetLastError();
       }
       return e;
     });
-  });
+  };
+  if (core == "wgmma")
+    dispatch_head_dim<DMA_WGMMA_HEAD_DIMS>(p.D, [&](auto d) { run(DmaConfig<decltype(d)::value, true>{}); });
+  else
+    dispatch_head_dim<DMA_HEAD_DIMS>(p.D, [&](auto d) { run(DmaConfig<decltype(d)::value>{}); });
   return err;
 }
 

@@ -44,6 +44,7 @@ struct Case {
   bool zero_rows = false;   // some fully masked rows
   int topk_window = 0;      // > 0: mask = top-W of the bias (CPU builder), block-smoothed by 64
   int splits = 1;           // split-KV parts (0: automatic)
+  DmaCore core = DmaCore::kAuto;  // the tensor-core path (auto: wgmma on sm_90 for D in {64, 128})
   std::string name() const {
     char buf[256];
     std::snprintf(buf, sizeof buf, "B=%d H=%d Hkv=%d Nq=%d Nk=%d D=%d %s%s%s mask=%s bias=%s%s%s", B, H, Hkv, Nq,
@@ -52,8 +53,10 @@ struct Case {
                   mask ? (std::to_string(mb) + "," + std::to_string(mh) + "," + std::to_string(mq)).c_str() : "none",
                   bias ? (std::to_string(bb) + "," + std::to_string(bh) + "," + std::to_string(mq)).c_str() : "none",
                   zero_rows ? " zero-rows" : "", topk_window > 0 ? (" topk " + std::to_string(topk_window)).c_str() : "");
-    if (splits != 1) return std::string(buf) + " splits=" + std::to_string(splits);
-    return buf;
+    std::string s = buf;
+    if (splits != 1) s += " splits=" + std::to_string(splits);
+    if (core == DmaCore::kMma) s += " core=mma";
+    return s;
   }
 };
 
@@ -154,6 +157,7 @@ void run_case(const Case& c, uint64_t seed, bool corrupt = false) {
   a.q = d_q; a.k = d_k; a.v = d_v; a.o = d_o; a.lse = d_lse;
   a.tile_counters = d_counters;
   a.splits = dma_resolve_splits(p, c.splits);
+  a.core = c.core;
   float* d_ws = nullptr;
   if (dma_forward_workspace_bytes(p, a.splits) > 0) {  // the mask summary and/or the split partials
     a.workspace_bytes = dma_forward_workspace_bytes(p, a.splits);
@@ -271,6 +275,18 @@ int main() {
         d.splits = splits;
         cases.push_back(d);
       }
+  // Where the automatic core is wgmma (sm_90, D in {64, 128}), every such
+  // case once more on the mma.sync core, so that both paths are checked.
+  const size_t n_auto = cases.size();
+  for (size_t i = 0; i < n_auto; ++i) {
+    Case c = cases[i];
+    DynamicMaskProblem probe;
+    probe.D = c.D;
+    if (dma_forward_core_name(probe, DmaCore::kAuto) != "wgmma") continue;
+    c.core = DmaCore::kMma;
+    cases.push_back(c);
+  }
+  std::printf("%zu cases (%zu on the mma.sync core as well)\n", cases.size(), cases.size() - n_auto);
   for (const Case& c : cases) run_case(c, ++seed);
   // The check can fail: the same rule on a corrupted output.
   run_case(Case{1, 2, 1, 129, 200, 64, DType::kFloat16, true, 0.f, true, true, 1, 0, 129, 1, 0, 1}, 77, true);
