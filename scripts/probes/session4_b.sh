@@ -12,10 +12,12 @@ TP=$(python3 -c "import torch; print(torch.utils.cmake_prefix_path)" 2>/dev/null
   cmake --build $B -j 16 --target flash_attn_mma test_dmattn ${EXTRA_TARGETS:-}; } > $L/build.log 2>&1 || { tail -40 $L/build.log; exit 1; }
 el built
 timeout 240 $B/test_dmattn > $L/fwd_tests.log 2>&1; el "test_dmattn rc=$? $(tail -1 $L/fwd_tests.log)"; grep -m8 FAIL $L/fwd_tests.log | cut -c1-220
-for a in "--H 8 --N 8192 --D 128 --mask ones" "--H 8 --N 8192 --D 128 --mask ones --bias" "--H 8 --N 8192 --D 64 --mask ones --bias" \
-         "--H 8 --N 8192 --D 256 --mask ones --bias" "--H 8 --N 8192 --D 128 --mask ones --bias --causal" \
-         "--H 2 --Hkv 1 --N 32768 --D 128 --causal --mask topk --window 1024 --bias" "--H 2 --Hkv 1 --N 16384 --D 128 --causal --mask topk --window 1024 --bias"; do
-  echo "== $a"; timeout 90 $F --B 1 $a --iters 10 --warmup 2 ${BENCH_PEERS:-} 2>&1 | grep -E "^ *(dmattn|split-q|sdpa|torch)" | cut -c1-190
+for a in "--H 8 --N 8192 --D 128 --mask ones" "--H 8 --N 8192 --D 128 --mask ones --bias" "--H 8 --N 8192 --D 128 --mask ones --bias --dma-core mma" \
+         "--H 8 --N 8192 --D 64 --mask ones --bias" "--H 8 --N 8192 --D 64 --mask ones --bias --dma-core mma" \
+         "--H 8 --N 8192 --D 128 --mask ones --bias --dtype bf16" "--H 8 --N 8192 --D 128 --mask ones --bias --causal" \
+         "--H 2 --Hkv 1 --N 32768 --D 128 --causal --mask topk --window 1024 --bias" "--H 2 --Hkv 1 --N 32768 --D 128 --causal --mask topk --window 1024 --bias --dma-core mma" \
+         "--H 2 --Hkv 1 --N 16384 --D 128 --causal --mask topk --window 1024 --bias" "--H 2 --Hkv 1 --Nq 1 --Nk 524288 --D 128 --causal --mask topk --window 1024 --block 0 --bias"; do
+  echo "== $a"; timeout 90 $F --B 1 $a --iters 10 --warmup 2 ${BENCH_PEERS:-} 2>&1 | grep -E "^ *(dmattn|split-q|sdpa|torch)" | cut -c1-200
 done
 el benches
 NCU="timeout 120 ncu --import-source no --section WarpStateStats --section SourceCounters --section SpeedOfLight --launch-count 1"
