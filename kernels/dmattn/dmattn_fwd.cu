@@ -111,6 +111,7 @@ struct DmaConfig {
   static constexpr int kTilesS = kSubCols / 8;
   static constexpr int kTilesO = kHeadDim / 8;
   static_assert(kBr == 16 * kMTiles * kWarps, "the warps split the rows");
+  static_assert(!kWgmma || (kSubTiles == 1 && kWarps == 4), "wgmma: one warpgroup, all 64 keys at once");
 };
 static_assert(DmaConfig<32>::kTileBytes == 25600 && DmaConfig<64>::kTileBytes == 46080 &&
                   DmaConfig<96>::kTileBytes == 66560 && DmaConfig<128>::kTileBytes == 87040 &&
@@ -253,13 +254,7 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
     // At D >= 192 rolled copies: unrolled, their loop-invariant addresses would
     // be hoisted out of the tile loop into registers that O needs. Below, the
     // unrolled copies of rung 02 (fewer instructions per 16-byte copy).
-    if constexpr (Cfg::kWgmma) {
-      load_tile_async<Bc, D, Sw128Blocks<Bc>, Cfg::kThreads>(sK + slot * Bc * kStride, Kg + int64_t(tile) * Bc * D,
-                                                             D, rows);
-      cp_async_commit();
-      load_tile_async<Bc, D, Sw128Blocks<Bc>, Cfg::kThreads>(sV + slot * Bc * kStride, Vg + int64_t(tile) * Bc * D,
-                                                             D, rows);
-    } else if constexpr (D >= 192) {
+    if constexpr (D >= 192) {
       load_tile_async_rolled<Bc, D, StridedRows<kStride>, Cfg::kThreads>(sK + slot * Bc * kStride,
                                                                         Kg + int64_t(tile) * Bc * D, D, rows);
       cp_async_commit();
@@ -298,120 +293,193 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
     if (has_mask) mask_rows[r] = static_cast<const uint8_t*>(p.mask.data) + p.mask.row_offset(b, h, rows[r]);
   }
 
-  if (n_active > 0) {
-    if constexpr (Cfg::kWgmma)
-      load_tile_async<Br, D, Sw128Blocks<Br>, Cfg::kThreads>(sQ, q + (q_head * p.Nq + q_start) * D, D, p.Nq - q_start);
-    else
-      load_tile_async<Br, D, kStride, Cfg::kThreads>(sQ, q + (q_head * p.Nq + q_start) * D, D, p.Nq - q_start);
-  }
-  // The tile index is carried one iteration ahead in a register, so that
-  // neither the copies nor the bias loads wait on a shared-memory read after
-  // the barrier.
-  int tile = n_active > 0 ? tile_at(0) : 0;
-  if (n_active > 0) load_kv(0, tile);
-  for (int i = 0; i < n_active; ++i) {
-    const int next_tile = i + 1 < n_active ? tile_at(i + 1) : 0;
-    if (i + 1 < n_active) load_kv(i + 1, next_tile);
-    else { cp_async_commit(); cp_async_commit(); }
-    const bool mask_full = !has_mask || (full_bitmap[tile / 32] >> (tile % 32) & 1u);
-    cp_async_wait<2>();  // K and V of tile i (and Q) have landed
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    if constexpr (Cfg::kWgmma) fence_proxy_async_shared();  // cp.async wrote them; wgmma reads via the async proxy
-#endif
-    __syncthreads();
-
-    // The tile's keys in kSubTiles slices (one below D = 192, two of 32 above).
-#pragma unroll 1
-    for (int sub = 0; sub < Cfg::kSubTiles; ++sub) {
-      const int key_off = sub * Cfg::kSubCols;  // in the tile
-      const int kv_start = tile * Bc + key_off;
-      const bool in_range = kv_start + Cfg::kSubCols <= p.Nk;  // no key of the slice past Nk
-      // The bias of this lane's scores, issued before the MMAs so that its
-      // latency hides behind them; kept as packed 16-bit pairs.
-      uint32_t bias_bits[2][Cfg::kTilesS];
-      if (has_bias) load_pairs(bias_bits, bias_rows, bias_one_row, kv_start + 2 * t, p.Nk, in_range && bias_pairs);
-      float S[Cfg::kTilesS][4] = {};
-      const T* sKj = sK + ((i % 2) * Bc + key_off) * kStride;
-      if constexpr (Cfg::kWgmma) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-        // D/16 k-steps of m64n64k16; step kk: 64-column block kk/4, 32 bytes on inside it.
-        wgmma_fence();
+  // The bias of a lane's scores in the slice at kv_start, as packed 16-bit
+  // pairs; issued before the MMAs so that its latency hides behind them.
+  auto load_bias = [&](uint32_t (&bias_bits)[2][Cfg::kTilesS], int kv_start) {
+    const bool in_range = kv_start + Cfg::kSubCols <= p.Nk;  // no key of the slice past Nk
+    if (has_bias) load_pairs(bias_bits, bias_rows, bias_one_row, kv_start + 2 * t, p.Nk, in_range && bias_pairs);
+  };
+  // ---- 3. logits: scale, bias, softcap, mask (uniform branches, none per element)
+  auto logits = [&](float (&S)[Cfg::kTilesS][4], const uint32_t (&bias_bits)[2][Cfg::kTilesS], int kv_start,
+                    bool mask_full) {
+    if (has_bias) {
 #pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk)
-          wgmma_ss<T, Bc>(S, make_sw128_desc(sQ + (kk / 4) * Br * 64 + (kk % 4) * 16, 0, 1024),
-                          make_sw128_desc(sKj + (kk / 4) * Bc * 64 + (kk % 4) * 16, 0, 1024), kk > 0);
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_accumulators(S);
+      for (int n = 0; n < Cfg::kTilesS; ++n)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          // (row 1 of a query-broadcast bias is row 0: selected here, after
+          // the MMAs, not at the load, which would wait for it)
+          const float2 bv = unpack_pair<T>(r == 1 && bias_one_row ? bias_bits[0][n] : bias_bits[r][n]);
+          S[n][2 * r] = fmaf(S[n][2 * r], p.scale, bv.x);
+          S[n][2 * r + 1] = fmaf(S[n][2 * r + 1], p.scale, bv.y);
+        }
+    } else if (logit_pass) {
+#pragma unroll
+      for (int n = 0; n < Cfg::kTilesS; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) S[n][e] *= p.scale;
+    }
+    if (softcap > 0.f) {
+#pragma unroll
+      for (int n = 0; n < Cfg::kTilesS; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) S[n][e] = softcap * tanhf(S[n][e] * inv_softcap);
+    }
+    if (!mask_full) {  // the mask pairs (after the MMAs: registers; none on all-ones tiles)
+      uint32_t mask_bits[2][Cfg::kTilesS];
+      const bool in_range = kv_start + Cfg::kSubCols <= p.Nk;
+      load_pairs(mask_bits, mask_rows, mask_one_row, kv_start + 2 * t, p.Nk, in_range && mask_pairs);
+#pragma unroll
+      for (int n = 0; n < Cfg::kTilesS; ++n)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const uint32_t mv = r == 1 && mask_one_row ? mask_bits[0][n] : mask_bits[r][n];
+          if ((mv & 0xffu) == 0u) S[n][2 * r] = -INFINITY;
+          if ((mv & 0xff00u) == 0u) S[n][2 * r + 1] = -INFINITY;
+        }
+    }
+    mask_scores(S, dp, kv_start, q_start, row0, row0 + 8, t);  // past Nk; causal
+  };
+  auto is_full = [&](int tile) { return !has_mask || (full_bitmap[tile / 32] >> (tile % 32) & 1u); };
+
+  if constexpr (Cfg::kWgmma) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    // ---- 2'. the wgmma core: rung 07's overlap over the active tiles ----------
+    // Per active tile i (after the first), one barrier, then:
+    //   issue S_i = Q·K_iᵀ; issue O += P_{i-1}·V_{i-1}   (async, in order)
+    //   wait for S_i; logits; P_i = exp(S_i - m_new)   <- overlaps the P·V
+    //   wait for the P·V; O *= exp(m_old - m_new)
+    // Copies: K_{i+1} and V_i are issued at the top of iteration i (into the
+    // slots of K_{i-1} and V_{i-2}, free once the barrier has passed) and
+    // waited for one iteration later (rung 07's wgmma_overlap_kernel).
+    auto load_k = [&](int i, int tile) {
+      load_tile_async<Bc, D, Sw128Blocks<Bc>, Cfg::kThreads>(sK + (i % 2) * Bc * kStride, Kg + int64_t(tile) * Bc * D,
+                                                             D, p.Nk - tile * Bc);
+    };
+    auto load_v = [&](int i, int tile) {
+      load_tile_async<Bc, D, Sw128Blocks<Bc>, Cfg::kThreads>(sV + (i % 2) * Bc * kStride, Vg + int64_t(tile) * Bc * D,
+                                                             D, p.Nk - tile * Bc);
+    };
+    auto issue_qk = [&](float (&S)[Cfg::kTilesS][4], int i) {
+      const T* sKi = sK + (i % 2) * Bc * kStride;
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk)  // k-step kk: 64-column block kk/4, 32 bytes on inside it
+        wgmma_ss<T, Bc>(S, make_sw128_desc(sQ + (kk / 4) * Br * 64 + (kk % 4) * 16, 0, 1024),
+                        make_sw128_desc(sKi + (kk / 4) * Bc * 64 + (kk % 4) * 16, 0, 1024), kk > 0);
+      wgmma_commit();
+    };
+    auto issue_pv = [&](const uint32_t (&P)[Cfg::kTilesS / 2][4], int i) {
+      const T* sVi = sV + (i % 2) * Bc * kStride;
+#pragma unroll
+      for (int kk = 0; kk < Bc / 16; ++kk)  // 16 rows of V per step; its 64-column blocks Bc·128 bytes apart
+        wgmma_rs_vt<T, D>(O, P[kk], make_sw128_desc(sVi + kk * 16 * 64, Bc * 128, 1024));
+      wgmma_commit();
+    };
+    uint32_t P[Cfg::kTilesS / 2][4];  // P_{i-1}, the A operand of the next P·V
+    int tile = 0, next_tile = 0;
+    if (n_active > 0) {
+      tile = tile_at(0);
+      next_tile = n_active > 1 ? tile_at(1) : 0;
+      load_tile_async<Br, D, Sw128Blocks<Br>, Cfg::kThreads>(sQ, q + (q_head * p.Nq + q_start) * D, D, p.Nq - q_start);
+      load_k(0, tile);
+      cp_async_commit();
+      if (n_active > 1) load_k(1, next_tile);
+      load_v(0, tile);
+      cp_async_commit();
+      uint32_t bias_bits[2][Cfg::kTilesS];
+      load_bias(bias_bits, tile * Bc);
+      const bool mask_full = is_full(tile);
+      cp_async_wait<1>();  // Q and K_0
+      fence_proxy_async_shared();  // cp.async wrote them; wgmma reads through the async proxy
+      __syncthreads();
+      float S[Cfg::kTilesS][4];
+      wgmma_fence();
+      issue_qk(S, 0);
+      wgmma_wait<0>();
+      fence_accumulators(S);
+      logits(S, bias_bits, tile * Bc, mask_full);
+      float alpha[2];
+      online_softmax_scores(S, stats, softmax_scale_log2, alpha);  // O is still zero: no rescale
+      pack_p_fragments<T>(P, S);
+    }
+    for (int i = 1; i < n_active; ++i) {
+      tile = next_tile;
+      next_tile = i + 1 < n_active ? tile_at(i + 1) : 0;
+      const bool mask_full = is_full(tile);
+      uint32_t bias_bits[2][Cfg::kTilesS];
+      load_bias(bias_bits, tile * Bc);
+      cp_async_wait<0>();  // K_i and V_{i-1}, issued one iteration ago
+      fence_proxy_async_shared();
+      __syncthreads();  // ...have landed for every thread; K_{i-1} and V_{i-2} are free
+      if (i + 1 < n_active) load_k(i + 1, next_tile);
+      load_v(i, tile);
+      cp_async_commit();
+
+      float S[Cfg::kTilesS][4];
+      wgmma_fence();
+      issue_qk(S, i);
+      issue_pv(P, i - 1);
+      wgmma_wait<1>();  // S_i is done; the P·V may still run
+      fence_accumulators(S);
+      logits(S, bias_bits, tile * Bc, mask_full);
+      float alpha[2];
+      online_softmax_scores(S, stats, softmax_scale_log2, alpha);
+      wgmma_wait<0>();
+      fence_accumulators(O);
+      rescale_output(O, alpha);
+      pack_p_fragments<T>(P, S);
+    }
+    if (n_active > 0) {
+      cp_async_wait<0>();  // V of the last tile
+      fence_proxy_async_shared();
+      __syncthreads();
+      wgmma_fence();
+      issue_pv(P, n_active - 1);
+      wgmma_wait<0>();
+      fence_accumulators(O);
+    }
 #else
-        __trap();  // never launched: the host picks this core only on sm_90 with sm_90a code
+    __trap();  // never launched: the host picks this core only on sm_90 with sm_90a code
 #endif
-      } else {
+  } else {
+    // ---- 2. the mma.sync core: rung 02's stage2 loop over the active tiles ----
+    if (n_active > 0)
+      load_tile_async<Br, D, kStride, Cfg::kThreads>(sQ, q + (q_head * p.Nq + q_start) * D, D, p.Nq - q_start);
+    // The tile index is carried one iteration ahead in a register, so that
+    // neither the copies nor the bias loads wait on a shared-memory read after
+    // the barrier.
+    int tile = n_active > 0 ? tile_at(0) : 0;
+    if (n_active > 0) load_kv(0, tile);
+    for (int i = 0; i < n_active; ++i) {
+      const int next_tile = i + 1 < n_active ? tile_at(i + 1) : 0;
+      if (i + 1 < n_active) load_kv(i + 1, next_tile);
+      else { cp_async_commit(); cp_async_commit(); }
+      const bool mask_full = is_full(tile);
+      cp_async_wait<2>();  // K and V of tile i (and Q) have landed
+      __syncthreads();
+
+      // The tile's keys in kSubTiles slices (one below D = 192, two of 32 above).
+#pragma unroll 1
+      for (int sub = 0; sub < Cfg::kSubTiles; ++sub) {
+        const int key_off = sub * Cfg::kSubCols;  // in the tile
+        const int kv_start = tile * Bc + key_off;
+        uint32_t bias_bits[2][Cfg::kTilesS];
+        load_bias(bias_bits, kv_start);
+        float S[Cfg::kTilesS][4] = {};
+        const T* sKj = sK + ((i % 2) * Bc + key_off) * kStride;
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
           uint32_t a[4];
           load_a_fragment<kStride>(a, sQ + warp_row * kStride + kk * 16, lane);
           qk_slice<T, Cfg::kTilesS, kStride>(S, a, sKj + kk * 16, lane);
         }
-      }
-
-      // ---- 3. logits: scale, bias, softcap, mask (uniform branches, none per element)
-      if (has_bias) {
-#pragma unroll
-        for (int n = 0; n < Cfg::kTilesS; ++n)
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            // (row 1 of a query-broadcast bias is row 0: selected here, after
-            // the MMAs, not at the load, which would wait for it)
-            const float2 bv = unpack_pair<T>(r == 1 && bias_one_row ? bias_bits[0][n] : bias_bits[r][n]);
-            S[n][2 * r] = fmaf(S[n][2 * r], p.scale, bv.x);
-            S[n][2 * r + 1] = fmaf(S[n][2 * r + 1], p.scale, bv.y);
-          }
-      } else if (logit_pass) {
-#pragma unroll
-        for (int n = 0; n < Cfg::kTilesS; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) S[n][e] *= p.scale;
-      }
-      if (softcap > 0.f) {
-#pragma unroll
-        for (int n = 0; n < Cfg::kTilesS; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) S[n][e] = softcap * tanhf(S[n][e] * inv_softcap);
-      }
-      if (!mask_full) {  // the mask pairs (after the MMAs: registers; none on all-ones tiles)
-        uint32_t mask_bits[2][Cfg::kTilesS];
-        load_pairs(mask_bits, mask_rows, mask_one_row, kv_start + 2 * t, p.Nk, in_range && mask_pairs);
-#pragma unroll
-        for (int n = 0; n < Cfg::kTilesS; ++n)
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const uint32_t mv = r == 1 && mask_one_row ? mask_bits[0][n] : mask_bits[r][n];
-            if ((mv & 0xffu) == 0u) S[n][2 * r] = -INFINITY;
-            if ((mv & 0xff00u) == 0u) S[n][2 * r + 1] = -INFINITY;
-          }
-      }
-      mask_scores(S, dp, kv_start, q_start, row0, row0 + 8, t);  // past Nk; causal
-      online_softmax_update(S, O, stats, softmax_scale_log2);
-      if constexpr (Cfg::kWgmma) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-        uint32_t P[Cfg::kTilesS / 2][4];
-        pack_p_fragments<T>(P, S);
-        const T* sVj = sV + (i % 2) * Bc * kStride;
-        wgmma_fence();  // O was just rescaled by the softmax
-#pragma unroll
-        for (int kk = 0; kk < Bc / 16; ++kk)  // 16 rows of V per step; its 64-column blocks Bc·128 bytes apart
-          wgmma_rs_vt<T, D>(O, P[kk], make_sw128_desc(sVj + kk * 16 * 64, Bc * 128, 1024));
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_accumulators(O);
-#endif
-      } else {
+        logits(S, bias_bits, kv_start, mask_full);
+        online_softmax_update(S, O, stats, softmax_scale_log2);
         pv_tile<T, Cfg::kTilesS, Cfg::kTilesO, kStride>(O, S, sV + ((i % 2) * Bc + key_off) * kStride, lane);
       }
+      __syncthreads();  // slot i % 2 is refilled next iteration
+      tile = next_tile;
     }
-    __syncthreads();  // slot i % 2 is refilled next iteration
-    tile = next_tile;
   }
 
   if (splits == 1) {
