@@ -37,6 +37,7 @@ struct Options {
   int splits = 0;             // split-KV parts (0: automatic)
   bool bwd = false;           // also time (and with --check, check) the backward
   bool deterministic = false;  // the backward's deterministic mode (bitwise reproducible)
+  int bwd_chunks = 0;         // the backward's query chunks per key tile (0: automatic)
   bool dynamic_mask() const { return !mask.empty() || Hkv > 0 || bias || softcap > 0.f || bwd || deterministic; }
   bool list = false;
   bool help = false;
