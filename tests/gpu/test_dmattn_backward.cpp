@@ -7,9 +7,9 @@
 // fully masked rows, both dtypes; and the deterministic mode: the same checks,
 // plus gradients bitwise identical over 5 runs. Query chunks (several blocks
 // per key tile adding dK, dV through atomics): a selection of the cases with
-// q_chunks forced to 1, 2, 3, 7 and automatic, including a flash-dmattn top-W
-// mask (built from the bias on the GPU; active tiles clustered in a few key
-// tiles, the case chunks are for) and chunk counts above the slots.
+// q_chunks forced to 1, 2, 3, 7 and automatic, including flash-dmattn top-W
+// masks (built from the bias on the GPU; with a query-broadcast bias whole key
+// tiles are inactive: the skew chunks are for) and chunk counts above the slots.
 // Pass rule (FlashAttention's tests, the issue's): for each gradient
 // separately, max |g - g_ref| <= 2 x max |g_lp - g_ref| + 1e-3 x max |g_ref| +
 // 1e-4, where g_ref is the fp32 reference and g_lp the same reference with S,
@@ -206,10 +206,13 @@ int main() {
       for (int chunks : {1, 2, 3, 7, 0}) {
         // Ragged sizes, GQA, mask per KV head, bias (1, Hkv, 1, Nk) (stride_q 0).
         run_case({1, 4, 2, 129, 200, 64, dt, causal, 0.f, 1, -1, 129, 1, -1, 1, false}, ++seed, false, chunks);
-        // Top-W of a query-broadcast bias (1, 1, 1, Nk): few key tiles hold the active tiles.
-        run_case({1, 4, 2, 600, 700, 64, dt, causal, 0.f, 0, 0, 0, 1, 1, 1, false}, ++seed, false, chunks, 128);
-        // Top-W of a full-rank bias (B, H, Nq, Nk): per-query dBias atomics, varied tiles.
-        run_case({2, 2, 1, 333, 260, 128, dt, causal, 0.f, 0, 0, 0, 2, 0, 333, false}, ++seed, false, chunks, 64);
+        // Top-W of a query-broadcast bias (1, 1, 1, Nk), W = Nk/2 with 64-key smoothing:
+        // whole key tiles inactive for every query tile (about half of them; the
+        // active ones in columns), the skew chunks are for.
+        run_case({1, 4, 2, 600, 700, 64, dt, causal, 0.f, 0, 0, 0, 1, 1, 1, false}, ++seed, false, chunks, 350);
+        // Top-W of a full-rank bias (B, H, Nq, Nk): per-query dBias atomics; inactive
+        // tiles only under the causal rule.
+        run_case({2, 2, 1, 333, 260, 128, dt, causal, 0.f, 0, 0, 0, 2, 0, 333, false}, ++seed, false, chunks, 130);
         // MQA, softcap, fully masked rows.
         run_case({1, 4, 1, 100, 300, 128, dt, causal, 15.f, 1, 0, 100, 1, 1, 1, true}, ++seed, false, chunks);
         // No mask, 1 query tile per head: 2 slots per key tile, fewer than 3 or 7 chunks.
