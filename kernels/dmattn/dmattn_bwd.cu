@@ -43,7 +43,8 @@
 // chunk s % chunks. Interleaved rather than contiguous ranges: active tiles
 // come in runs of neighbouring query tiles, which a contiguous range would
 // hand to one chunk; query tile major so that the heads sharing a mask row
-// are split too. Each block keeps its dK, dV partial sums in registers as
+// are split too (one chunk keeps the head-major order of before: the same
+// sums, the same bits). Each block keeps its dK, dV partial sums in registers as
 // before; with one chunk it stores them (no accumulators), with several it
 // adds them, unscaled, to fp32 accumulators in the workspace through atomics
 // (FlashAttention-2 adds dQ that way; here once per block, not per tile), and
@@ -305,8 +306,17 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
   // Query tiles that can see a key of this tile: q >= kv0 - (Nk - Nq) under the causal rule.
   const int m_first = (p.causal ? max(0, kv0 - causal_offset) : 0) / Br;
   const int n_q_tiles = (p.Nq + Br - 1) / Br;
-  // Slots of this key tile, query tile major: s = (m - m_first)·group + hq.
-  const int n_slots = max(0, n_q_tiles - m_first) * group;
+  // Slots of this key tile: with several chunks query tile major, s = (m -
+  // m_first)·group + hq (the heads of one query tile go to different chunks);
+  // one chunk keeps the earlier head-major order, s = hq·n_m + (m - m_first),
+  // so that its fp32 sums (and the deterministic mode's bits) are unchanged.
+  const int n_m = max(0, n_q_tiles - m_first), n_slots = n_m * group;
+  const int slot_major = chunks > 1 ? group : n_m;  // s = major·slot_major + minor
+  auto slot_head = [&](int s, int& m, int& h) {
+    const int major = s / slot_major, minor = s % slot_major;
+    m = m_first + (chunks > 1 ? major : minor);
+    h = hk * group + (chunks > 1 ? minor : major);
+  };
   // K_j, V_j are loaded with the first active tile: a chunk without one (most
   // blocks of a sparse mask) reads nothing but its skip bits.
   bool kv_loaded = false;
@@ -322,7 +332,8 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
       const int s = base + int(threadIdx.x) * chunks;
       bool any = false, all = false;
       if (s < n_slots) {
-        const int m = m_first + s / group, h = hk * group + s % group;
+        int m, h;
+        slot_head(s, m, h);
         any = summary.tile_any(p, b, h, m, j_tile);
         all = any && summary.tile_all(p, b, h, m, j_tile);
       }
@@ -339,8 +350,8 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
       for (uint32_t bits = s_bits[0][w]; bits != 0; bits &= bits - 1) {  // the same in every thread
         const int i = w * 32 + __ffs(bits) - 1;
         const bool mask_full = s_bits[1][w] >> (i % 32) & 1u;  // no per-element mask reads
-        const int s = base + i * chunks;
-        const int m = m_first + s / group, h = hk * group + s % group;
+        int m, h;
+        slot_head(base + i * chunks, m, h);
         const int q0 = m * Br;
         const int64_t q_head = int64_t(b) * p.H + h;
 
