@@ -38,6 +38,7 @@ struct Options {
   std::string dma_core = "auto";  // the forward's tensor-core path: auto | mma | wgmma
   bool bwd = false;           // also time (and with --check, check) the backward
   bool deterministic = false;  // the backward's deterministic mode (bitwise reproducible)
+  int bwd_chunks = 0;         // the backward's query chunks per key tile (0: automatic)
   bool dynamic_mask() const {
     return !mask.empty() || Hkv > 0 || bias || softcap > 0.f || bwd || deterministic || dma_core != "auto";
   }

@@ -340,7 +340,8 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
       const int64_t bias_elems = p.bias.data ? p.bias.elems(p.Nk) : 0;
       void *dout = nullptr, *dq = nullptr, *dk = nullptr, *dv = nullptr, *dbias = nullptr;
       float* ws = nullptr;
-      const size_t ws_bytes = dma_backward_workspace_bytes(p, opt.deterministic);
+      const int bwd_chunks = dma_backward_resolve_chunks(p, opt.deterministic, opt.bwd_chunks);
+      const size_t ws_bytes = dma_backward_workspace_bytes(p, opt.deterministic, bwd_chunks);
       std::string e2;
       if (e2.empty()) e2 = arena.alloc(size_t(q_elems) * 2, reinterpret_cast<uint8_t**>(&dout), "dO");
       if (e2.empty()) e2 = arena.alloc(size_t(q_elems) * 2, reinterpret_cast<uint8_t**>(&dq), "dQ");
@@ -365,6 +366,7 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
       ba.workspace = ws;
       ba.workspace_bytes = ws_bytes;
       ba.deterministic = opt.deterministic;
+      ba.q_chunks = bwd_chunks;
       if (opt.deterministic) bwd.name += " (deterministic)";
       e = dma_backward(p, ba, stream);
       if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
@@ -448,7 +450,7 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
       }
       bwd.ms = timing.median_ms;
       bwd.tflops = bwd_flops / (bwd.ms * 1e-3) / 1e12;
-      bwd.note += "TFLOPS count 2·(3D+2Dv)·unmasked pairs";
+      bwd.note += "q chunks " + std::to_string(bwd_chunks) + "; TFLOPS count 2·(3D+2Dv)·unmasked pairs";
       out_rows.push_back(bwd);
 
       if (opt.sdpa || opt.torch) {

@@ -316,8 +316,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, std::optional<at::Tensor>> dma_ba
   a.dv = dv.data_ptr();
   a.dbias = dbias ? dbias->data_ptr() : nullptr;
   a.deterministic = deterministic;
+  a.q_chunks = 0;  // automatic (the same count below and in dma_backward)
   at::Tensor workspace;
-  if (const size_t bytes = attnlab::dma_backward_workspace_bytes(p, deterministic); bytes > 0) {
+  if (const size_t bytes = attnlab::dma_backward_workspace_bytes(p, deterministic, a.q_chunks); bytes > 0) {
     workspace = workspace_tensor(bytes, q);
     a.workspace = static_cast<float*>(workspace.data_ptr());
     a.workspace_bytes = bytes;

@@ -129,14 +129,27 @@ struct DmaBackwardArgs {
   void* dk = nullptr;          // [B,Hkv,Nk,D]
   void* dv = nullptr;
   void* dbias = nullptr;       // the bias's own shape, summed over its broadcast dims; may be null
-  float* workspace = nullptr;  // dma_backward_workspace_bytes(p, deterministic): accumulators, Δ
+  // dma_backward_workspace_bytes(p, deterministic, q_chunks): accumulators, Δ
+  float* workspace = nullptr;
   size_t workspace_bytes = 0;
   // Deterministic: dQ, dK, dV and dBias bitwise identical run to run (no
   // floating-point atomics; a fixed summation order). Slower.
   bool deterministic = false;
+  // Query chunks: the walk of each 64-key tile over its (query head, query
+  // tile) slots is shared by this many blocks, which add their dK, dV through
+  // fp32 atomics (workspace). 0 = automatic (dma_backward_resolve_chunks),
+  // 1 = one block per key tile (direct stores, no accumulators), > 1 forced
+  // (at most 4096). Ignored in deterministic mode (always 1).
+  int q_chunks = 0;
 };
 std::string dma_backward_unsupported(const DynamicMaskProblem& p);
-size_t dma_backward_workspace_bytes(const DynamicMaskProblem& p, bool deterministic = false);
+// The chunk count a DmaBackwardArgs::q_chunks of `requested` resolves to on the
+// current device: 1 in deterministic mode, `requested` when > 0, else the
+// automatic rule (dmattn_bwd.cu, next to the definition, gives its reasoning).
+int dma_backward_resolve_chunks(const DynamicMaskProblem& p, bool deterministic, int requested);
+// Workspace bytes for dma_backward with the same `deterministic` and `q_chunks`
+// (the requested count, resolved as above).
+size_t dma_backward_workspace_bytes(const DynamicMaskProblem& p, bool deterministic = false, int q_chunks = 0);
 cudaError_t dma_backward(const DynamicMaskProblem& p, const DmaBackwardArgs& a, cudaStream_t stream);
 
 // ---- GPU references and the mask builder (dmattn_reference.cu) --------------

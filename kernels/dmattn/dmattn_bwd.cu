@@ -32,6 +32,31 @@
 // (FlashAttention-2 orders its dQ atomics with a semaphore instead; a separate
 // dQ pass cannot deadlock and needs no scheduling assumptions.)
 //
+// Query chunks (default mode). A sparse mask can put nearly all active tiles
+// in a few key tiles: flash-dmattn's top-W of a query-broadcast bias under the
+// causal rule (H200, B=1 H=2 Hkv=1 D=128, L=16K: ~1100 of 131072 tiles
+// active, in the first ~48 key tiles) leaves a few blocks walking ~50-100
+// active tiles one after the other (~10 us each) while the rest of the GPU
+// idles: 1.2-1.4 ms. So the slots of a key tile — (query tile m, query head
+// hq), numbered s = (m - m_first)·group + hq — are dealt to `chunks` blocks
+// (grid.x = key tiles · chunks, chunks of one key tile adjacent), slot s to
+// chunk s % chunks. Interleaved rather than contiguous ranges: active tiles
+// come in runs of neighbouring query tiles, which a contiguous range would
+// hand to one chunk; query tile major so that the heads sharing a mask row
+// are split too (one chunk keeps the head-major order of before: the same
+// sums, the same bits). Each block keeps its dK, dV partial sums in registers as
+// before; with one chunk it stores them (no accumulators), with several it
+// adds them, unscaled, to fp32 accumulators in the workspace through atomics
+// (FlashAttention-2 adds dQ that way; here once per block, not per tile), and
+// a last pass writes dK = scale·Σ, dV = Σ in the input dtype. A chunk that
+// met no active tile adds nothing and never loads K_j, V_j (they are loaded
+// with its first active tile). The count: dma_backward_resolve_chunks, its
+// rule next to it; the deterministic mode always uses one chunk.
+// The skip bits of a block's slots are read kThreads slots at a time (one
+// independent load per thread, gathered by ballots into shared memory), not
+// one dependent load per slot; a bias broadcast over queries is read once per
+// tile per key, not per score.
+//
 // Tiles: Bc = Br = 64, 4 warps; shared memory (4·64·(D+8) + 64·72)·2 bytes +
 // 512 (K, V, Q, dO, dSᵀ, LSE, Δ). Head dims 32, 64, 96, 128 (dK and dV take D
 // registers per thread).
@@ -84,15 +109,19 @@ struct ScoreProb {
   float p, dcap;
   bool visible;
 };
+// `bias_given`: the caller has loaded this score's bias element already
+// (`bias_value`, the same element converted the same way: the same float).
 template <typename T>
 __device__ __forceinline__ ScoreProb score_prob(const DynamicMaskProblem& p, int b, int h, int qi, int key, float s,
-                                                float lse, bool mask_full) {
+                                                float lse, bool mask_full, bool bias_given = false,
+                                                float bias_value = 0.f) {
   bool visible = key < p.Nk && qi < p.Nq && (!p.causal || key <= qi + (p.Nk - p.Nq));
   if (visible && !mask_full)
     visible = __ldg(static_cast<const uint8_t*>(p.mask.data) + p.mask.row_offset(b, h, qi) + key) != 0;
   float x = s * p.scale;
   if (p.bias.data != nullptr && visible)
-    x += as_float(__ldg(static_cast<const T*>(p.bias.data) + p.bias.row_offset(b, h, qi) + key));
+    x += bias_given ? bias_value
+                    : as_float(__ldg(static_cast<const T*>(p.bias.data) + p.bias.row_offset(b, h, qi) + key));
   float dcap = 1.f;
   if (p.softcap > 0.f) {
     const float th = tanhf(x / p.softcap);
@@ -115,15 +144,28 @@ __global__ void dma_bwd_delta_kernel(const T* __restrict__ o, const T* __restric
   if (lane == 0) delta[row] = acc;
 }
 
-// out[i] = Σ_c in[c·n + i] over `copies` fp32 copies, in copy order (a fixed
-// order: deterministic), converted to the input dtype.
+// out[i] = scale · Σ_c in[c·n + i] over `copies` fp32 copies, in copy order (a
+// fixed order: deterministic), converted to the input dtype. (scale = 1 is
+// exact: the same value as no multiply.)
 template <typename T>
-__global__ void sum_copies_to_dtype_kernel(const float* __restrict__ in, int copies, T* __restrict__ out, int64_t n) {
+__global__ void sum_copies_to_dtype_kernel(const float* __restrict__ in, int copies, T* __restrict__ out, int64_t n,
+                                           float scale = 1.f) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     float acc = in[i];
     for (int c = 1; c < copies; ++c) acc += in[int64_t(c) * n + i];
-    out[i] = T(acc);
+    out[i] = T(scale * acc);
   }
+}
+
+// *a += x, *(a + 1) += y (fp32, global memory; a 8-byte aligned). sm_90 has a
+// vector reduction (red.global.add.v2.f32): half the atomic operations.
+__device__ __forceinline__ void atomic_add2(float* a, float x, float y) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float2*>(a), make_float2(x, y));
+#else
+  atomicAdd(a, x);
+  atomicAdd(a + 1, y);
+#endif
 }
 
 // Where a block adds its dBias: one fp32 accumulator in the bias's shape, or
@@ -224,15 +266,18 @@ dma_bwd_dq_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __r
   }
 }
 
+// The main backward kernel: block (j·chunks + c, KV head, batch) holds key
+// tile j and walks chunk c's share of the key tile's (query head, query tile)
+// slots (see the file's opening comment: query chunks).
 template <typename Cfg, typename T>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
 dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                const T* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
-               float* __restrict__ dq_accum, T* __restrict__ dk, T* __restrict__ dv, DbiasTarget dbias_target,
-               const DynamicMaskProblem p, const MaskSummary summary) {
+               float* __restrict__ dq_accum, T* __restrict__ dk, T* __restrict__ dv, float* __restrict__ dkv_accum,
+               DbiasTarget dbias_target, const DynamicMaskProblem p, const MaskSummary summary, int chunks) {
   constexpr int D = Cfg::kHeadDim, Br = Cfg::kBr, Bc = Cfg::kBc, kStride = Cfg::kStride;
   constexpr int kDs = Cfg::kDsStride;
-  const int j_tile = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+  const int j_tile = blockIdx.x / chunks, chunk = blockIdx.x % chunks, hk = blockIdx.y, b = blockIdx.z;
   const int kv0 = j_tile * Bc;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int group = p.H / p.Hkv;
@@ -246,154 +291,227 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
   T* sdS = sdO + Br * kStride;  // [Bc keys][kDs] dSᵀ
   float* sLSE = reinterpret_cast<float*>(sdS + Bc * kDs);
   float* sDelta = sLSE + Br;
+  // Skip bits of this block's next kThreads slots: [0] any, [1] all ones; one word per warp.
+  __shared__ uint32_t s_bits[2][Cfg::kWarps];
 
   const int64_t kv_head = int64_t(b) * p.Hkv + hk;
   float* dbias_accum = dbias_target.for_block(b, hk);
   const bool dq_here = dq_accum != nullptr;  // deterministic mode: dQ is the dQ kernel's
-  load_tile_async<Bc, D, kStride, Cfg::kThreads>(sK, k + (kv_head * p.Nk + kv0) * D, D, p.Nk - kv0);
-  load_tile_async<Bc, D, kStride, Cfg::kThreads>(sV, v + (kv_head * p.Nk + kv0) * D, D, p.Nk - kv0);
-  cp_async_commit();
+  // A bias broadcast over queries depends on (b, head, key) only: each thread
+  // loads its two keys' elements once per tile instead of once per score.
+  const bool bias_by_key = p.bias.data != nullptr && p.bias.stride_q == 0;
 
   float dK[Cfg::kTilesO][4] = {}, dV[Cfg::kTilesO][4] = {};
   const int key_row[2] = {kv0 + warp * 16 + g, kv0 + warp * 16 + g + 8};  // keys of c0,c1 / c2,c3
   // Query tiles that can see a key of this tile: q >= kv0 - (Nk - Nq) under the causal rule.
-  const int q_first = p.causal ? max(0, kv0 - causal_offset) : 0;
+  const int m_first = (p.causal ? max(0, kv0 - causal_offset) : 0) / Br;
   const int n_q_tiles = (p.Nq + Br - 1) / Br;
+  // Slots of this key tile: with several chunks query tile major, s = (m -
+  // m_first)·group + hq (the heads of one query tile go to different chunks);
+  // one chunk keeps the earlier head-major order, s = hq·n_m + (m - m_first),
+  // so that its fp32 sums (and the deterministic mode's bits) are unchanged.
+  const int n_m = max(0, n_q_tiles - m_first), n_slots = n_m * group;
+  const int slot_major = chunks > 1 ? group : n_m;  // s = major·slot_major + minor
+  auto slot_head = [&](int s, int& m, int& h) {
+    const int major = s / slot_major, minor = s % slot_major;
+    m = m_first + (chunks > 1 ? major : minor);
+    h = hk * group + (chunks > 1 ? minor : major);
+  };
+  // K_j, V_j are loaded with the first active tile: a chunk without one (most
+  // blocks of a sparse mask) reads nothing but its skip bits.
+  bool kv_loaded = false;
 
-  for (int hq = 0; hq < group; ++hq) {
-    const int h = hk * group + hq;
-    const int64_t q_head = int64_t(b) * p.H + h;
-    for (int m = q_first / Br; m < n_q_tiles; ++m) {
-      const int q0 = m * Br;
-      // The skip test: one bit of the mask summary, the same for the whole block.
-      if (!summary.tile_any(p, b, h, m, j_tile)) continue;
-      const bool mask_full = summary.tile_all(p, b, h, m, j_tile);  // no per-element mask reads
-
-      // Rolled copies keep their addresses out of the registers dK and dV need.
-      load_tile_async_rolled<Br, D, StridedRows<kStride>, Cfg::kThreads>(sQ, q + (q_head * p.Nq + q0) * D, D,
-                                                                        p.Nq - q0);
-      load_tile_async_rolled<Br, D, StridedRows<kStride>, Cfg::kThreads>(sdO, dout + (q_head * p.Nq + q0) * D, D,
-                                                                        p.Nq - q0);
-      cp_async_commit();
-      if (threadIdx.x < Br) {
-        const int qi = q0 + threadIdx.x;
-        const float l = qi < p.Nq ? lse[q_head * p.Nq + qi] : -INFINITY;
-        // +inf: P = exp(s - inf) = 0 for rows past Nq and rows that saw no key.
-        sLSE[threadIdx.x] = l == -INFINITY ? INFINITY : l;
-        sDelta[threadIdx.x] = qi < p.Nq ? delta[q_head * p.Nq + qi] : 0.f;
-      }
-      cp_async_wait<0>();
-      __syncthreads();
-
-      // The 64 queries in two halves of 32, so that Sᵀ and dPᵀ of a half (16 keys x
-      // 32 queries per warp) fit next to dK and dV (D registers per thread).
+  // This block's slots are chunk, chunk + chunks, chunk + 2·chunks, ... taken
+  // kThreads at a time: every thread reads one slot's skip bits (independent
+  // loads, one round trip for the batch instead of one per slot), a ballot
+  // per warp gathers them in shared memory, and the loop visits the set bits.
 #pragma unroll 1
-      for (int half = 0; half < 2; ++half) {
-        const int qh = half * Cfg::kHalf;  // first query column of this half
-        // ---- Sᵀ = K_w Qᵀ and dPᵀ = V_w dOᵀ ---------------------------------------------
-        float St[Cfg::kTilesS][4] = {}, dPt[Cfg::kTilesS][4] = {};
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-          uint32_t a[4];
-          load_a_fragment<kStride>(a, sK + (warp * 16) * kStride + kk * 16, lane);
-          qk_slice<T, Cfg::kTilesS, kStride>(St, a, sQ + qh * kStride + kk * 16, lane);
-          load_a_fragment<kStride>(a, sV + (warp * 16) * kStride + kk * 16, lane);
-          qk_slice<T, Cfg::kTilesS, kStride>(dPt, a, sdO + qh * kStride + kk * 16, lane);
-        }
+  for (int base = chunk; base < n_slots; base += Cfg::kThreads * chunks) {  // int: the host bounds it
+    __syncthreads();  // every thread has read the previous batch's bits
+    {
+      const int s = base + int(threadIdx.x) * chunks;
+      bool any = false, all = false;
+      if (s < n_slots) {
+        int m, h;
+        slot_head(s, m, h);
+        any = summary.tile_any(p, b, h, m, j_tile);
+        all = any && summary.tile_all(p, b, h, m, j_tile);
+      }
+      const uint32_t any_bits = __ballot_sync(0xffffffffu, any), all_bits = __ballot_sync(0xffffffffu, all);
+      if (lane == 0) {
+        s_bits[0][warp] = any_bits;
+        s_bits[1][warp] = all_bits;
+      }
+    }
+    __syncthreads();
+#pragma unroll 1
+    for (int w = 0; w < Cfg::kWarps; ++w) {
+#pragma unroll 1
+      for (uint32_t bits = s_bits[0][w]; bits != 0; bits &= bits - 1) {  // the same in every thread
+        const int i = w * 32 + __ffs(bits) - 1;
+        const bool mask_full = s_bits[1][w] >> (i % 32) & 1u;  // no per-element mask reads
+        int m, h;
+        slot_head(base + i * chunks, m, h);
+        const int q0 = m * Br;
+        const int64_t q_head = int64_t(b) * p.H + h;
 
-        // ---- P, dS (in place of St, dPt) and dBias ----------------------------------------
-        float bias_row_sum[2] = {0.f, 0.f};
+        // Rolled copies keep their addresses out of the registers dK and dV need.
+        if (!kv_loaded) {
+          load_tile_async_rolled<Bc, D, StridedRows<kStride>, Cfg::kThreads>(sK, k + (kv_head * p.Nk + kv0) * D, D,
+                                                                            p.Nk - kv0);
+          load_tile_async_rolled<Bc, D, StridedRows<kStride>, Cfg::kThreads>(sV, v + (kv_head * p.Nk + kv0) * D, D,
+                                                                            p.Nk - kv0);
+          kv_loaded = true;
+        }
+        load_tile_async_rolled<Br, D, StridedRows<kStride>, Cfg::kThreads>(sQ, q + (q_head * p.Nq + q0) * D, D,
+                                                                          p.Nq - q0);
+        load_tile_async_rolled<Br, D, StridedRows<kStride>, Cfg::kThreads>(sdO, dout + (q_head * p.Nq + q0) * D, D,
+                                                                          p.Nq - q0);
+        cp_async_commit();
+        if (threadIdx.x < Br) {
+          const int qi = q0 + threadIdx.x;
+          const float l = qi < p.Nq ? lse[q_head * p.Nq + qi] : -INFINITY;
+          // +inf: P = exp(s - inf) = 0 for rows past Nq and rows that saw no key.
+          sLSE[threadIdx.x] = l == -INFINITY ? INFINITY : l;
+          sDelta[threadIdx.x] = qi < p.Nq ? delta[q_head * p.Nq + qi] : 0.f;
+        }
+        float key_bias[2] = {0.f, 0.f};
+        if (bias_by_key) {
 #pragma unroll
-        for (int n = 0; n < Cfg::kTilesS; ++n)
+          for (int r = 0; r < 2; ++r)
+            if (key_row[r] < p.Nk)
+              key_bias[r] =
+                  as_float(__ldg(static_cast<const T*>(p.bias.data) + p.bias.row_offset(b, h, 0) + key_row[r]));
+        }
+        cp_async_wait<0>();
+        __syncthreads();
+
+        // The 64 queries in two halves of 32, so that Sᵀ and dPᵀ of a half (16 keys x
+        // 32 queries per warp) fit next to dK and dV (D registers per thread).
+#pragma unroll 1
+        for (int half = 0; half < 2; ++half) {
+          const int qh = half * Cfg::kHalf;  // first query column of this half
+          // ---- Sᵀ = K_w Qᵀ and dPᵀ = V_w dOᵀ ---------------------------------------------
+          float St[Cfg::kTilesS][4] = {}, dPt[Cfg::kTilesS][4] = {};
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int key = key_row[e / 2];
-            const int qc = qh + n * 8 + 2 * t + (e & 1);  // query column in the tile
-            const int qi = q0 + qc;
-            const ScoreProb sp = score_prob<T>(p, b, h, qi, key, St[n][e], sLSE[qc], mask_full);
-            const float ds = sp.p * (dPt[n][e] - sDelta[qc]) * sp.dcap;
-            St[n][e] = sp.p;
-            dPt[n][e] = ds;
-            if (p.bias.data != nullptr && sp.visible) {
-              if (p.bias.stride_q == 0) bias_row_sum[e / 2] += ds;
-              else atomicAdd(dbias_accum + p.bias.row_offset(b, h, qi) + key, ds);
+          for (int kk = 0; kk < D / 16; ++kk) {
+            uint32_t a[4];
+            load_a_fragment<kStride>(a, sK + (warp * 16) * kStride + kk * 16, lane);
+            qk_slice<T, Cfg::kTilesS, kStride>(St, a, sQ + qh * kStride + kk * 16, lane);
+            load_a_fragment<kStride>(a, sV + (warp * 16) * kStride + kk * 16, lane);
+            qk_slice<T, Cfg::kTilesS, kStride>(dPt, a, sdO + qh * kStride + kk * 16, lane);
+          }
+
+          // ---- P, dS (in place of St, dPt) and dBias ----------------------------------------
+          float bias_row_sum[2] = {0.f, 0.f};
+#pragma unroll
+          for (int n = 0; n < Cfg::kTilesS; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int key = key_row[e / 2];
+              const int qc = qh + n * 8 + 2 * t + (e & 1);  // query column in the tile
+              const int qi = q0 + qc;
+              const ScoreProb sp =
+                  score_prob<T>(p, b, h, qi, key, St[n][e], sLSE[qc], mask_full, bias_by_key, key_bias[e / 2]);
+              const float ds = sp.p * (dPt[n][e] - sDelta[qc]) * sp.dcap;
+              St[n][e] = sp.p;
+              dPt[n][e] = ds;
+              if (p.bias.data != nullptr && sp.visible) {
+                if (p.bias.stride_q == 0) bias_row_sum[e / 2] += ds;
+                else atomicAdd(dbias_accum + p.bias.row_offset(b, h, qi) + key, ds);
+              }
+            }
+          if (bias_by_key) {  // one add per key per half tile
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              float sum = bias_row_sum[r];
+              sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+              sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+              if (t == 0 && key_row[r] < p.Nk && sum != 0.f)
+                atomicAdd(dbias_accum + p.bias.row_offset(b, h, 0) + key_row[r], sum);
             }
           }
-        if (p.bias.data != nullptr && p.bias.stride_q == 0) {  // one add per key per half tile
+
+          // ---- dV += Pᵀ dO ;  dK += dSᵀ Q (scale applied at the end) --------------------
+          pv_tile<T, Cfg::kTilesS, Cfg::kTilesO, kStride>(dV, St, sdO + qh * kStride, lane);
+          pv_tile<T, Cfg::kTilesS, Cfg::kTilesO, kStride>(dK, dPt, sQ + qh * kStride, lane);
+
+          // ---- dSᵀ to shared memory for dQ ------------------------------------------------
 #pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            float sum = bias_row_sum[r];
-            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-            if (t == 0 && key_row[r] < p.Nk && sum != 0.f)
-              atomicAdd(dbias_accum + p.bias.row_offset(b, h, 0) + key_row[r], sum);
+          for (int n = 0; n < Cfg::kTilesS && dq_here; ++n) {
+            *reinterpret_cast<uint32_t*>(sdS + (warp * 16 + g) * kDs + qh + n * 8 + 2 * t) =
+                pack2<T>(dPt[n][0], dPt[n][1]);
+            *reinterpret_cast<uint32_t*>(sdS + (warp * 16 + g + 8) * kDs + qh + n * 8 + 2 * t) =
+                pack2<T>(dPt[n][2], dPt[n][3]);
           }
         }
-
-        // ---- dV += Pᵀ dO ;  dK += dSᵀ Q (scale applied at the end) --------------------
-        pv_tile<T, Cfg::kTilesS, Cfg::kTilesO, kStride>(dV, St, sdO + qh * kStride, lane);
-        pv_tile<T, Cfg::kTilesS, Cfg::kTilesO, kStride>(dK, dPt, sQ + qh * kStride, lane);
-
-        // ---- dSᵀ to shared memory for dQ ------------------------------------------------
-#pragma unroll
-        for (int n = 0; n < Cfg::kTilesS && dq_here; ++n) {
-          *reinterpret_cast<uint32_t*>(sdS + (warp * 16 + g) * kDs + qh + n * 8 + 2 * t) =
-              pack2<T>(dPt[n][0], dPt[n][1]);
-          *reinterpret_cast<uint32_t*>(sdS + (warp * 16 + g + 8) * kDs + qh + n * 8 + 2 * t) =
-              pack2<T>(dPt[n][2], dPt[n][3]);
-        }
-      }
-      __syncthreads();
-      if (!dq_here) continue;  // sQ, sdO are not rewritten before the barrier above
-      // Warp w: query rows 16w..16w+15 of the tile. A = dS (queries x keys) read
-      // transposed from dSᵀ; B = K (keys x D) through ldmatrix.trans, as V in P·V.
-      // At D >= 128 in two column halves, to stay within the registers.
+        __syncthreads();
+        if (dq_here) {  // (else sQ, sdO are not rewritten before the barrier above)
+          // Warp w: query rows 16w..16w+15 of the tile. A = dS (queries x keys) read
+          // transposed from dSᵀ; B = K (keys x D) through ldmatrix.trans, as V in P·V.
+          // At D >= 128 in two column halves, to stay within the registers.
 #pragma unroll 1
-      for (int part = 0; part < Cfg::kDqParts; ++part) {
-        constexpr int kTiles = Cfg::kTilesO / Cfg::kDqParts;
-        const int col0 = part * kTiles * 8;
-        float dQ[kTiles][4] = {};
+          for (int part = 0; part < Cfg::kDqParts; ++part) {
+            constexpr int kTiles = Cfg::kTilesO / Cfg::kDqParts;
+            const int col0 = part * kTiles * 8;
+            float dQ[kTiles][4] = {};
 #pragma unroll
-        for (int kk = 0; kk < Bc / 16; ++kk) {
-          uint32_t a[4];
-          const int i = lane / 8, r = lane % 8;
-          ldmatrix_x4_trans(a, sdS + (kk * 16 + (i / 2) * 8 + r) * kDs + warp * 16 + (i % 2) * 8);
+            for (int kk = 0; kk < Bc / 16; ++kk) {
+              uint32_t a[4];
+              const int i4 = lane / 8, r = lane % 8;
+              ldmatrix_x4_trans(a, sdS + (kk * 16 + (i4 / 2) * 8 + r) * kDs + warp * 16 + (i4 % 2) * 8);
 #pragma unroll
-          for (int nd = 0; nd < kTiles / 2; ++nd) {
-            uint32_t bfr[4];
-            ldmatrix_x4_trans(bfr, sK + (kk * 16 + lane % 16) * kStride + col0 + nd * 16 + (lane / 16) * 8);
-            mma_m16n8k16<T>(dQ[2 * nd], a, bfr[0], bfr[1]);
-            mma_m16n8k16<T>(dQ[2 * nd + 1], a, bfr[2], bfr[3]);
+              for (int nd = 0; nd < kTiles / 2; ++nd) {
+                uint32_t bfr[4];
+                ldmatrix_x4_trans(bfr, sK + (kk * 16 + lane % 16) * kStride + col0 + nd * 16 + (lane / 16) * 8);
+                mma_m16n8k16<T>(dQ[2 * nd], a, bfr[0], bfr[1]);
+                mma_m16n8k16<T>(dQ[2 * nd + 1], a, bfr[2], bfr[3]);
+              }
+            }
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              const int qi = q0 + warp * 16 + g + 8 * r;
+              if (qi >= p.Nq) continue;
+              float* row = dq_accum + (q_head * p.Nq + qi) * D + col0;
+#pragma unroll
+              for (int n = 0; n < kTiles; ++n) {
+                atomicAdd(row + n * 8 + 2 * t, p.scale * dQ[n][2 * r]);
+                atomicAdd(row + n * 8 + 2 * t + 1, p.scale * dQ[n][2 * r + 1]);
+              }
+            }
           }
-        }
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int qi = q0 + warp * 16 + g + 8 * r;
-          if (qi >= p.Nq) continue;
-          float* row = dq_accum + (q_head * p.Nq + qi) * D + col0;
-#pragma unroll
-          for (int n = 0; n < kTiles; ++n) {
-            atomicAdd(row + n * 8 + 2 * t, p.scale * dQ[n][2 * r]);
-            atomicAdd(row + n * 8 + 2 * t + 1, p.scale * dQ[n][2 * r + 1]);
-          }
+          __syncthreads();  // sQ, sdO, sdS are rewritten by the next tile
         }
       }
-      __syncthreads();  // sQ, sdO, sdS are rewritten by the next tile
     }
   }
 
-  cp_async_wait<0>();  // K_j, V_j copies (if no query tile ran) finish before the block exits
-
   // ---- dK_j, dV_j of this KV head (keys < Nk) -------------------------------------------
+  if (dkv_accum == nullptr) {  // one chunk: this block owns the key tile; scale now
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (key_row[r] >= p.Nk) continue;
-    T* dk_row = dk + (kv_head * p.Nk + key_row[r]) * D;
-    T* dv_row = dv + (kv_head * p.Nk + key_row[r]) * D;
+    for (int r = 0; r < 2; ++r) {
+      if (key_row[r] >= p.Nk) continue;
+      T* dk_row = dk + (kv_head * p.Nk + key_row[r]) * D;
+      T* dv_row = dv + (kv_head * p.Nk + key_row[r]) * D;
 #pragma unroll
-    for (int n = 0; n < Cfg::kTilesO; ++n) {
-      *reinterpret_cast<uint32_t*>(dk_row + n * 8 + 2 * t) = pack2<T>(p.scale * dK[n][2 * r], p.scale * dK[n][2 * r + 1]);
-      *reinterpret_cast<uint32_t*>(dv_row + n * 8 + 2 * t) = pack2<T>(dV[n][2 * r], dV[n][2 * r + 1]);
+      for (int n = 0; n < Cfg::kTilesO; ++n) {
+        *reinterpret_cast<uint32_t*>(dk_row + n * 8 + 2 * t) =
+            pack2<T>(p.scale * dK[n][2 * r], p.scale * dK[n][2 * r + 1]);
+        *reinterpret_cast<uint32_t*>(dv_row + n * 8 + 2 * t) = pack2<T>(dV[n][2 * r], dV[n][2 * r + 1]);
+      }
+    }
+  } else if (kv_loaded) {  // several chunks: add the partial sums (unscaled; a chunk with no tile adds nothing)
+    const int64_t kv_elems = int64_t(p.B) * p.Hkv * p.Nk * D;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      if (key_row[r] >= p.Nk) continue;
+      float* dk_row = dkv_accum + (kv_head * p.Nk + key_row[r]) * D;
+      float* dv_row = dk_row + kv_elems;
+#pragma unroll
+      for (int n = 0; n < Cfg::kTilesO; ++n) {
+        atomic_add2(dk_row + n * 8 + 2 * t, dK[n][2 * r], dK[n][2 * r + 1]);
+        atomic_add2(dv_row + n * 8 + 2 * t, dV[n][2 * r], dV[n][2 * r + 1]);
+      }
     }
   }
 }
@@ -412,14 +530,16 @@ std::string dma_backward_unsupported(const DynamicMaskProblem& p) {
 
 namespace {
 // Workspace layout (floats, each part 16-byte aligned): dq_accum [rows·D]
-// (default mode only), Δ [rows], dBias accumulator copies, the mask summary.
+// (default mode only), Δ [rows], dBias accumulator copies, the mask summary,
+// and with more than one query chunk the dK and dV accumulators
+// [B·Hkv·Nk·D] each.
 struct BwdWorkspace {
-  size_t dq = 0, delta = 0, dbias = 0, summary = 0;  // offsets in floats
+  size_t dq = 0, delta = 0, dbias = 0, summary = 0, dkv = 0;  // offsets in floats
   size_t total_floats = 0;
   DbiasTarget target;
 };
 size_t round4(size_t n) { return (n + 3) / 4 * 4; }
-BwdWorkspace plan_workspace(const DynamicMaskProblem& p, bool deterministic) {
+BwdWorkspace plan_workspace(const DynamicMaskProblem& p, bool deterministic, int chunks) {
   BwdWorkspace w;
   const size_t rows = size_t(p.B) * p.H * p.Nq;
   size_t at = 0;
@@ -438,28 +558,85 @@ BwdWorkspace plan_workspace(const DynamicMaskProblem& p, bool deterministic) {
   }
   w.summary = at;
   at += round4(dma_mask_summary_bytes(p) / sizeof(float));
+  w.dkv = at;
+  if (chunks > 1) at += 2 * round4(size_t(p.B) * p.Hkv * p.Nk * p.D);
   w.total_floats = at;
   return w;
 }
+constexpr int kMaxChunks = 4096;  // a forced count above this is refused
 }  // namespace
 
-size_t dma_backward_workspace_bytes(const DynamicMaskProblem& p, bool deterministic) {
-  return plan_workspace(p, deterministic).total_floats * sizeof(float);
+// The automatic query-chunk count.
+//  - Deterministic mode: 1, always (dK, dV then never see a floating-point
+//    atomic; their sums keep one order).
+//  - Forced (> 0): as given (blocks without a slot add nothing).
+//  - Without a mask every slot is active, so the work per key tile is known:
+//    1 when the unsplit grid (key tiles · Hkv · B blocks) already gives every
+//    SM two blocks (the kernel fits two per SM: 240 registers x 128 threads,
+//    ~80 KB shared memory at D = 128), else enough chunks for two blocks per
+//    SM, keeping at least 4 slots per chunk (the forward's split-KV rule).
+//  - With a mask the host cannot see how the active tiles spread over the key
+//    tiles, and the measured case (causal top-W with a query-broadcast bias)
+//    puts ~all of them in ~48 of 256 key tiles: one block per key tile then
+//    walks ~100 active tiles serially while the rest of the GPU idles. So
+//    chunk by the worst case: at most ~16 slots per block (ceil(slots / 16),
+//    slots = group · query tiles, the longest column's). What that costs when
+//    the mask is in fact dense (the all-ones mask, B=1 H=8 N=8192 D=128: 1024
+//    unsplit blocks, 128 slots -> 8 chunks): each block adds 2·64·D floats of
+//    dK, dV once per >= 16 tiles, while every tile already adds 64·D floats
+//    of dQ, i.e. at most 2/16 = 12.5% more atomic traffic (half the
+//    operations on sm_90, vector reductions), plus a memset and a conversion
+//    pass over 2·B·Hkv·Nk·D floats — a few per cent of a dense backward.
+//    Caps: at most 64 chunks and at most 64 blocks per SM in all (32 waves at
+//    two resident blocks per SM), because a block whose slots are all inactive
+//    still costs a launch and one round trip to read its skip bits; the
+//    64-per-SM figure is a guess (not yet measured), --bwd-chunks overrides it.
+int dma_backward_resolve_chunks(const DynamicMaskProblem& p, bool deterministic, int requested) {
+  if (deterministic) return 1;
+  if (requested > 0) return requested;
+  int device = 0, sms = 132;
+  if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  const int64_t unsplit = int64_t((p.Nk + kDmaBc - 1) / kDmaBc) * p.Hkv * p.B;
+  const int64_t slots = int64_t(p.H / p.Hkv) * ((p.Nq + kDmaBr - 1) / kDmaBr);
+  int64_t want;
+  if (p.mask.data == nullptr) {
+    if (unsplit >= 2 * int64_t(sms)) return 1;
+    want = std::min<int64_t>((2 * int64_t(sms) + unsplit - 1) / unsplit, slots / 4);
+  } else {
+    want = (slots + 15) / 16;
+  }
+  const int64_t grid_cap = std::max<int64_t>(1, 64 * int64_t(sms) / std::max<int64_t>(1, unsplit));
+  return int(std::max<int64_t>(1, std::min<int64_t>({want, 64, grid_cap, slots})));
+}
+
+size_t dma_backward_workspace_bytes(const DynamicMaskProblem& p, bool deterministic, int q_chunks) {
+  return plan_workspace(p, deterministic, dma_backward_resolve_chunks(p, deterministic, q_chunks)).total_floats *
+         sizeof(float);
 }
 
 cudaError_t dma_backward(const DynamicMaskProblem& p, const DmaBackwardArgs& a, cudaStream_t stream) {
   if (!dma_backward_unsupported(p).empty()) return cudaErrorInvalidValue;
-  BwdWorkspace w = plan_workspace(p, a.deterministic);
+  const int chunks = dma_backward_resolve_chunks(p, a.deterministic, a.q_chunks);
+  const int64_t kv_tiles = (p.Nk + kDmaBc - 1) / kDmaBc;
+  const int64_t slots = int64_t(p.H / p.Hkv) * ((p.Nq + kDmaBr - 1) / kDmaBr);
+  if (chunks > kMaxChunks || kv_tiles * chunks > 2147483647 || p.Hkv > 65535 || p.B > 65535 ||
+      slots + int64_t(DmaBwdConfig<64>::kThreads + 1) * chunks > 2147483647)  // grid; the kernel's int slot indices
+    return cudaErrorInvalidValue;
+  BwdWorkspace w = plan_workspace(p, a.deterministic, chunks);
   if (a.workspace == nullptr || a.workspace_bytes < w.total_floats * sizeof(float)) return cudaErrorInvalidValue;
   const int64_t rows = int64_t(p.B) * p.H * p.Nq;
+  const int64_t kv_elems = int64_t(p.B) * p.Hkv * p.Nk * p.D;
   float* dq_accum = a.deterministic ? nullptr : a.workspace + w.dq;
   float* delta = a.workspace + w.delta;
+  float* dkv_accum = chunks > 1 ? a.workspace + w.dkv : nullptr;  // dK [kv_elems], then dV at + kv_elems
   if (p.bias.data != nullptr) w.target.base = a.workspace + w.dbias;
   MaskSummary summary;
   cudaError_t err = dma_summarize_mask(p, reinterpret_cast<uint32_t*>(a.workspace + w.summary), &summary, stream);
   if (err == cudaSuccess && dq_accum) err = cudaMemsetAsync(dq_accum, 0, size_t(rows) * p.D * sizeof(float), stream);
   if (err == cudaSuccess && w.target.base)
     err = cudaMemsetAsync(w.target.base, 0, size_t(w.target.copies()) * w.target.copy_elems * sizeof(float), stream);
+  if (err == cudaSuccess && dkv_accum)  // both halves, dK then dV
+    err = cudaMemsetAsync(dkv_accum, 0, size_t(2 * kv_elems) * sizeof(float), stream);
   if (err != cudaSuccess) return err;
   dispatch_head_dim<DMA_BWD_HEAD_DIMS>(p.D, [&](auto head_dim) {
     using Cfg = DmaBwdConfig<decltype(head_dim)::value>;
@@ -469,13 +646,22 @@ cudaError_t dma_backward(const DynamicMaskProblem& p, const DmaBackwardArgs& a, 
           static_cast<const T*>(a.o), static_cast<const T*>(a.dout), delta, rows, p.D);
       cudaError_t e = cudaGetLastError();
       if (e != cudaSuccess) return e;
-      const dim3 grid(unsigned((p.Nk + Cfg::kBc - 1) / Cfg::kBc), unsigned(p.Hkv), unsigned(p.B));
+      // Chunks of one key tile are neighbours in grid.x (j·chunks + c): they run
+      // at the same time and share K_j, V_j through L2, and the key tiles of
+      // the causal range's long columns (small j) start first.
+      const dim3 grid(unsigned(kv_tiles * chunks), unsigned(p.Hkv), unsigned(p.B));
       e = launch_with_smem(dma_bwd_kernel<Cfg, T>, grid, Cfg::kThreads, Cfg::kSmemBytes, stream,
                            static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
                            static_cast<const T*>(a.dout), static_cast<const float*>(a.lse),
                            static_cast<const float*>(delta), dq_accum, static_cast<T*>(a.dk), static_cast<T*>(a.dv),
-                           w.target, p, summary);
+                           dkv_accum, w.target, p, summary, chunks);
       if (e != cudaSuccess) return e;
+      if (dkv_accum) {  // dK = scale · Σ chunks, dV = Σ chunks, in the input dtype
+        sum_copies_to_dtype_kernel<T><<<1024, 256, 0, stream>>>(dkv_accum, 1, static_cast<T*>(a.dk), kv_elems,
+                                                                p.scale);
+        sum_copies_to_dtype_kernel<T><<<1024, 256, 0, stream>>>(dkv_accum + kv_elems, 1, static_cast<T*>(a.dv),
+                                                                kv_elems);
+      }
       if (a.deterministic) {
         const dim3 dq_grid(unsigned((p.Nq + Cfg::kBr - 1) / Cfg::kBr), unsigned(p.H), unsigned(p.B));
         e = launch_with_smem(dma_bwd_dq_kernel<Cfg, T>, dq_grid, Cfg::kThreads, Cfg::kSmemBytes, stream,

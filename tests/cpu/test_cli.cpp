@@ -106,6 +106,9 @@ TEST_CASE(cli_dynamic_mask_flags) {
   EXPECT_CONTAINS(parse({"--splits", "-1"}).error, "--splits must be between 0 and 1024");
   EXPECT_TRUE(parse({"--bwd"}).options.bwd && parse({"--bwd"}).options.dynamic_mask());
   EXPECT_CONTAINS(parse({"--bwd=1"}).error, "--bwd takes no value");
+  EXPECT_EQ(parse({"--bwd"}).options.bwd_chunks, 0);  // query chunks: automatic by default
+  EXPECT_TRUE(parse({"--bwd-chunks", "7"}).options.bwd_chunks == 7 && parse({"--bwd-chunks", "7"}).options.bwd);
+  EXPECT_CONTAINS(parse({"--bwd-chunks", "5000"}).error, "--bwd-chunks must be between 0 and 4096");
   EXPECT_TRUE(parse({"--deterministic"}).options.deterministic && parse({"--deterministic"}).options.bwd);
   EXPECT_TRUE(parse({"--mask", "causal"}).options.causal);    // --mask causal implies --causal
   EXPECT_CONTAINS(parse({"--mask", "random"}).error, "--mask must be none, causal, ones or topk, got 'random'");

@@ -71,3 +71,47 @@ TEST_CASE(dmattn_split_kv_sizes) {
   p.Nq = p.Nk = 32768;  // 512 query blocks per head already fill any GPU
   EXPECT_EQ(dma_resolve_splits(p, 0), 1);
 }
+
+// The backward's query chunks: the resolved count and the workspace it needs.
+// (The SM count is the device's, 132 without one; the checks hold for >= 8 SMs.)
+TEST_CASE(dmattn_backward_chunks) {
+  DynamicMaskProblem p;
+  p.B = 1;
+  p.H = 2;
+  p.Hkv = 1;
+  p.Nq = p.Nk = 16384;
+  p.D = 128;
+  p.causal = true;
+  EXPECT_EQ(dma_backward_resolve_chunks(p, /*deterministic=*/true, 7), 1);  // deterministic: never chunked
+  EXPECT_EQ(dma_backward_resolve_chunks(p, true, 0), 1);
+  EXPECT_EQ(dma_backward_resolve_chunks(p, false, 5), 5);  // a forced count is kept
+  // With a mask: about 16 (head, query tile) slots per block, at most 64 chunks.
+  static const uint8_t dummy = 1;
+  p.mask.data = &dummy;
+  p.mask.set_shape(1, 1, p.Nq, p.Nk, p.H);
+  const int masked = dma_backward_resolve_chunks(p, false, 0);
+  EXPECT_TRUE(masked > 1 && masked <= 32);  // 2 heads x 256 query tiles = 512 slots: ceil(512 / 16) = 32
+  // The all-active dense shape (B=1 H=8 N=8192, an all-ones mask): <= 8 chunks, >= 16 slots each.
+  p.H = p.Hkv = 8;
+  p.Nq = p.Nk = 8192;
+  p.causal = false;
+  p.mask.set_shape(1, 1, p.Nq, p.Nk, p.H);
+  const int dense = dma_backward_resolve_chunks(p, false, 0);
+  EXPECT_TRUE(dense >= 1 && dense <= 8);
+  // Without a mask a grid of 1024 blocks is enough for up to 512 SMs: one chunk.
+  p.mask = BroadcastOperand{};
+  EXPECT_EQ(dma_backward_resolve_chunks(p, false, 0), 1);
+  // A small grid without a mask: chunks, at least 4 slots each (32 slots: <= 8).
+  p.H = 2;
+  p.Hkv = 1;
+  p.Nq = p.Nk = 1024;
+  const int small = dma_backward_resolve_chunks(p, false, 0);
+  EXPECT_TRUE(small > 1 && small <= 8);
+  // The workspace: chunks > 1 add the fp32 dK and dV accumulators, nothing else changes.
+  const size_t kv = size_t(p.B) * p.Hkv * p.Nk * p.D;
+  EXPECT_EQ(dma_backward_workspace_bytes(p, false, 2) - dma_backward_workspace_bytes(p, false, 1), 2 * kv * 4);
+  EXPECT_EQ(dma_backward_workspace_bytes(p, false, 7), dma_backward_workspace_bytes(p, false, 2));
+  EXPECT_EQ(dma_backward_workspace_bytes(p, true, 7), dma_backward_workspace_bytes(p, true, 1));
+  EXPECT_EQ(dma_backward_workspace_bytes(p, false, 0), dma_backward_workspace_bytes(p, false, small));
+  EXPECT_EQ(dma_backward_workspace_bytes(p), dma_backward_workspace_bytes(p, false, 0));  // the defaults
+}

@@ -5,7 +5,11 @@
 // separately, fresh random inputs, outputs poisoned with NaN, every head dim the
 // kernel takes, GQA, broadcast mask and bias, softcap, causal with Nq != Nk,
 // fully masked rows, both dtypes; and the deterministic mode: the same checks,
-// plus gradients bitwise identical over 5 runs.
+// plus gradients bitwise identical over 5 runs. Query chunks (several blocks
+// per key tile adding dK, dV through atomics): a selection of the cases with
+// q_chunks forced to 1, 2, 3, 7 and automatic, including flash-dmattn top-W
+// masks (built from the bias on the GPU; with a query-broadcast bias whole key
+// tiles are inactive: the skew chunks are for) and chunk counts above the slots.
 // Pass rule (FlashAttention's tests, the issue's): for each gradient
 // separately, max |g - g_ref| <= 2 x max |g_lp - g_ref| + 1e-3 x max |g_ref| +
 // 1e-4, where g_ref is the fp32 reference and g_lp the same reference with S,
@@ -60,13 +64,30 @@ std::vector<uint8_t> bytes_of(const void* dev, size_t n) {
   return h;
 }
 
-void run_case(const MaskedCase& c, uint64_t seed, bool deterministic = false) {
+// q_chunks: DmaBackwardArgs::q_chunks (0 automatic). topk_window > 0: the
+// case's mask (give it none) is replaced by dma_build_topk_mask's top-W mask of
+// the bias (block smoothing 64), dense in the bias's shape (b, h, Nq, Nk).
+void run_case(const MaskedCase& c, uint64_t seed, bool deterministic = false, int q_chunks = 0,
+              int topk_window = 0) {
   MaskedCaseInputs x(c, seed);
-  const DynamicMaskProblem& p = x.p;
+  DynamicMaskProblem p = x.p;
   void* const d_bias = x.d_bias;
+  uint8_t* d_topk = nullptr;
+  if (topk_window > 0) {
+    const size_t n = size_t(p.bias.b) * p.bias.h * c.Nq * c.Nk;
+    cudaMalloc(&d_topk, n);
+    if (dma_build_topk_mask(p, topk_window, 64, d_topk, 0) != cudaSuccess) {
+      record(false, "dma_build_topk_mask failed: " + c.name());
+      cudaFree(d_topk);
+      return;
+    }
+    p.mask.data = d_topk;
+    p.mask.set_shape(p.bias.b, p.bias.h, c.Nq, c.Nk, c.H);
+  }
   const std::string why = dma_backward_unsupported(p);
   if (!why.empty()) {
     record(false, "unsupported: " + why);
+    if (d_topk) cudaFree(d_topk);
     return;
   }
   const size_t q_n = size_t(c.B) * c.H * c.Nq * c.D, kv_n = size_t(c.B) * c.Hkv * c.Nk * c.D;
@@ -92,7 +113,7 @@ void run_case(const MaskedCase& c, uint64_t seed, bool deterministic = false) {
   cudaMalloc(&l_dk, kv_n * 4);
   cudaMalloc(&l_dv, kv_n * 4);
   cudaMalloc(&l_db, std::max<size_t>(1, bias_n) * 4);
-  const size_t ws = dma_backward_workspace_bytes(p, deterministic);
+  const size_t ws = dma_backward_workspace_bytes(p, deterministic, q_chunks);
   cudaMalloc(&d_ws, ws);
   cudaMemset(d_dq, 0xFF, q_n * 2);  // NaN poison: every gradient must be written
   cudaMemset(d_dk, 0xFF, kv_n * 2);
@@ -105,6 +126,7 @@ void run_case(const MaskedCase& c, uint64_t seed, bool deterministic = false) {
   ba.dq = d_dq; ba.dk = d_dk; ba.dv = d_dv; ba.dbias = d_bias ? d_db : nullptr;
   ba.workspace = d_ws; ba.workspace_bytes = ws;
   ba.deterministic = deterministic;
+  ba.q_chunks = q_chunks;
   float* d_fws = nullptr;  // the forward's workspace (the mask summary)
   if (const size_t fws = dma_forward_workspace_bytes(p, 1); fws > 0) {
     cudaMalloc(&d_fws, fws);
@@ -119,7 +141,10 @@ void run_case(const MaskedCase& c, uint64_t seed, bool deterministic = false) {
     e = dma_reference_backward_fp32(p, d_q, d_k, d_v, d_do, l_dq, l_dk, l_dv, d_bias ? l_db : nullptr, 0,
                                     /*low_precision=*/true);
   if (e == cudaSuccess) e = cudaDeviceSynchronize();
-  const std::string name = c.name() + (deterministic ? " deterministic" : "");
+  const std::string name = c.name() + (topk_window > 0 ? " topk " + std::to_string(topk_window) : "") +
+                           (deterministic ? " deterministic" : "") + " q_chunks " + std::to_string(q_chunks) +
+                           " (resolved " + std::to_string(dma_backward_resolve_chunks(p, deterministic, q_chunks)) +
+                           ")";
   if (e != cudaSuccess) {
     record(false, std::string("CUDA error ") + cudaGetErrorString(e) + ": " + name);
     cudaGetLastError();
@@ -146,6 +171,7 @@ void run_case(const MaskedCase& c, uint64_t seed, bool deterministic = false) {
     }
   }
   if (d_fws) cudaFree(d_fws);
+  if (d_topk) cudaFree(d_topk);
   for (void* ptr : {d_o, static_cast<void*>(d_lse), d_dq, d_dk, d_dv, d_db, static_cast<void*>(d_ws),
                     static_cast<void*>(r_dq), static_cast<void*>(r_dk), static_cast<void*>(r_dv),
                     static_cast<void*>(r_db), static_cast<void*>(l_dq), static_cast<void*>(l_dk),
@@ -175,6 +201,24 @@ int main() {
       run_case({2, 4, 2, 130, 77, 128, dt, causal, 0.f, 1, 1, 130, 1, 1, 1, false}, ++seed, true);
       run_case({2, 4, 4, 65, 190, 32, dt, causal, 0.f, 2, 0, 65, 1, 1, 65, false}, ++seed, true);
       run_case({2, 4, 1, 100, 300, 96, dt, causal, 15.f, 1, 0, 100, 2, 0, 100, true}, ++seed, true);
+      run_case({2, 4, 2, 130, 77, 128, dt, causal, 0.f, 1, 1, 130, 1, 1, 1, false}, ++seed, true, 7);  // ignored: 1
+      // Query chunks: forced 1, 2, 3, 7 and automatic (0), each against the same rule.
+      for (int chunks : {1, 2, 3, 7, 0}) {
+        // Ragged sizes, GQA, mask per KV head, bias (1, Hkv, 1, Nk) (stride_q 0).
+        run_case({1, 4, 2, 129, 200, 64, dt, causal, 0.f, 1, -1, 129, 1, -1, 1, false}, ++seed, false, chunks);
+        // Top-W of a query-broadcast bias (1, 1, 1, Nk), W = Nk/2 with 64-key smoothing:
+        // whole key tiles inactive for every query tile (about half of them; the
+        // active ones in columns), the skew chunks are for.
+        run_case({1, 4, 2, 600, 700, 64, dt, causal, 0.f, 0, 0, 0, 1, 1, 1, false}, ++seed, false, chunks, 350);
+        // Top-W of a full-rank bias (B, H, Nq, Nk): per-query dBias atomics; inactive
+        // tiles only under the causal rule.
+        run_case({2, 2, 1, 333, 260, 128, dt, causal, 0.f, 0, 0, 0, 2, 0, 333, false}, ++seed, false, chunks, 130);
+        // MQA, softcap, fully masked rows.
+        run_case({1, 4, 1, 100, 300, 128, dt, causal, 15.f, 1, 0, 100, 1, 1, 1, true}, ++seed, false, chunks);
+        // No mask, 1 query tile per head: 2 slots per key tile, fewer than 3 or 7 chunks.
+        run_case({2, 2, 1, 17, 1000, 96, dt, causal, 0.f, 0, 0, 0, 1, 1, 1, false}, ++seed, false, chunks);
+        run_case({1, 2, 2, 1000, 17, 32, dt, causal, 0.f, 0, 0, 0, 0, 0, 0, false}, ++seed, false, chunks);
+      }
     }
   return finish();
 }
