@@ -344,99 +344,63 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
 
   if constexpr (Cfg::kWgmma) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    // ---- 2'. the wgmma core: rung 07's overlap over the active tiles ----------
-    // Per active tile i (after the first), one barrier, then:
-    //   issue S_i = Q·K_iᵀ; issue O += P_{i-1}·V_{i-1}   (async, in order)
-    //   wait for S_i; logits; P_i = exp(S_i - m_new)   <- overlaps the P·V
-    //   wait for the P·V; O *= exp(m_old - m_new)
-    // Copies: K_{i+1} and V_i are issued at the top of iteration i (into the
-    // slots of K_{i-1} and V_{i-2}, free once the barrier has passed) and
-    // waited for one iteration later (rung 07's wgmma_overlap_kernel).
-    auto load_k = [&](int i, int tile) {
+    // ---- 2'. the wgmma core over the active tiles --------------------------------
+    // Per tile i: wait for K_i, V_i; one barrier (every thread is done with
+    // tile i-1, so its slot takes tile i+1's copies, issued right after it);
+    // bias loads; S = Q·K_iᵀ (wgmma, async); logits and softmax; O += P·V_i.
+    // One barrier per tile, where the mma.sync core needs two. Two blocks per
+    // SM keep the tensor cores busy while one of them is in its softmax.
+    // (Rung 07's overlap — S_i issued together with P_{i-1}·V_{i-1}, the
+    // softmax of i under that P·V — measured slower here, one warpgroup per
+    // block: all-ones mask + bias, B=1 H=8 N=8192 D=128, 1.113 ms against
+    // 1.030 ms, commit f8f6645.)
+    auto load_kv_wgmma = [&](int i, int tile) {  // K and V of `tile` into slot i % 2, one commit group
       load_tile_async<Bc, D, Sw128Blocks<Bc>, Cfg::kThreads>(sK + (i % 2) * Bc * kStride, Kg + int64_t(tile) * Bc * D,
                                                              D, p.Nk - tile * Bc);
-    };
-    auto load_v = [&](int i, int tile) {
       load_tile_async<Bc, D, Sw128Blocks<Bc>, Cfg::kThreads>(sV + (i % 2) * Bc * kStride, Vg + int64_t(tile) * Bc * D,
                                                              D, p.Nk - tile * Bc);
+      cp_async_commit();
     };
-    auto issue_qk = [&](float (&S)[Cfg::kTilesS][4], int i) {
+    int tile = 0;
+    if (n_active > 0) {
+      tile = tile_at(0);
+      load_tile_async<Br, D, Sw128Blocks<Br>, Cfg::kThreads>(sQ, q + (q_head * p.Nq + q_start) * D, D, p.Nq - q_start);
+      load_kv_wgmma(0, tile);  // with Q: one group
+    }
+    for (int i = 0; i < n_active; ++i) {
+      const int next_tile = i + 1 < n_active ? tile_at(i + 1) : 0;
+      const bool mask_full = is_full(tile);
+      cp_async_wait<0>();          // K_i, V_i (and Q)
+      fence_proxy_async_shared();  // cp.async wrote them; wgmma reads through the async proxy
+      __syncthreads();             // ...for every thread; and slot (i + 1) % 2 is free
+      if (i + 1 < n_active) load_kv_wgmma(i + 1, next_tile);
+      uint32_t bias_bits[2][Cfg::kTilesS];
+      load_bias(bias_bits, tile * Bc);
+
+      float S[Cfg::kTilesS][4];
       const T* sKi = sK + (i % 2) * Bc * kStride;
+      wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk)  // k-step kk: 64-column block kk/4, 32 bytes on inside it
         wgmma_ss<T, Bc>(S, make_sw128_desc(sQ + (kk / 4) * Br * 64 + (kk % 4) * 16, 0, 1024),
                         make_sw128_desc(sKi + (kk / 4) * Bc * 64 + (kk % 4) * 16, 0, 1024), kk > 0);
       wgmma_commit();
-    };
-    auto issue_pv = [&](const uint32_t (&P)[Cfg::kTilesS / 2][4], int i) {
+      wgmma_wait<0>();
+      fence_accumulators(S);
+
+      logits(S, bias_bits, tile * Bc, mask_full);
+      online_softmax_update(S, O, stats, softmax_scale_log2);
+      uint32_t P[Cfg::kTilesS / 2][4];
+      pack_p_fragments<T>(P, S);
       const T* sVi = sV + (i % 2) * Bc * kStride;
+      wgmma_fence();  // O was just rescaled by the softmax
 #pragma unroll
       for (int kk = 0; kk < Bc / 16; ++kk)  // 16 rows of V per step; its 64-column blocks Bc·128 bytes apart
         wgmma_rs_vt<T, D>(O, P[kk], make_sw128_desc(sVi + kk * 16 * 64, Bc * 128, 1024));
       wgmma_commit();
-    };
-    uint32_t P[Cfg::kTilesS / 2][4];  // P_{i-1}, the A operand of the next P·V
-    int tile = 0, next_tile = 0;
-    if (n_active > 0) {
-      tile = tile_at(0);
-      next_tile = n_active > 1 ? tile_at(1) : 0;
-      load_tile_async<Br, D, Sw128Blocks<Br>, Cfg::kThreads>(sQ, q + (q_head * p.Nq + q_start) * D, D, p.Nq - q_start);
-      load_k(0, tile);
-      cp_async_commit();
-      if (n_active > 1) load_k(1, next_tile);
-      load_v(0, tile);
-      cp_async_commit();
-      uint32_t bias_bits[2][Cfg::kTilesS];
-      load_bias(bias_bits, tile * Bc);
-      const bool mask_full = is_full(tile);
-      cp_async_wait<1>();  // Q and K_0
-      fence_proxy_async_shared();  // cp.async wrote them; wgmma reads through the async proxy
-      __syncthreads();
-      float S[Cfg::kTilesS][4];
-      wgmma_fence();
-      issue_qk(S, 0);
       wgmma_wait<0>();
-      fence_accumulators(S);
-      logits(S, bias_bits, tile * Bc, mask_full);
-      float alpha[2];
-      online_softmax_scores(S, stats, softmax_scale_log2, alpha);  // O is still zero: no rescale
-      pack_p_fragments<T>(P, S);
-    }
-    for (int i = 1; i < n_active; ++i) {
+      fence_accumulators(O);
       tile = next_tile;
-      next_tile = i + 1 < n_active ? tile_at(i + 1) : 0;
-      const bool mask_full = is_full(tile);
-      uint32_t bias_bits[2][Cfg::kTilesS];
-      load_bias(bias_bits, tile * Bc);
-      cp_async_wait<0>();  // K_i and V_{i-1}, issued one iteration ago
-      fence_proxy_async_shared();
-      __syncthreads();  // ...have landed for every thread; K_{i-1} and V_{i-2} are free
-      if (i + 1 < n_active) load_k(i + 1, next_tile);
-      load_v(i, tile);
-      cp_async_commit();
-
-      float S[Cfg::kTilesS][4];
-      wgmma_fence();
-      issue_qk(S, i);
-      issue_pv(P, i - 1);
-      wgmma_wait<1>();  // S_i is done; the P·V may still run
-      fence_accumulators(S);
-      logits(S, bias_bits, tile * Bc, mask_full);
-      float alpha[2];
-      online_softmax_scores(S, stats, softmax_scale_log2, alpha);
-      wgmma_wait<0>();
-      fence_accumulators(O);
-      rescale_output(O, alpha);
-      pack_p_fragments<T>(P, S);
-    }
-    if (n_active > 0) {
-      cp_async_wait<0>();  // V of the last tile
-      fence_proxy_async_shared();
-      __syncthreads();
-      wgmma_fence();
-      issue_pv(P, n_active - 1);
-      wgmma_wait<0>();
-      fence_accumulators(O);
     }
 #else
     __trap();  // never launched: the host picks this core only on sm_90 with sm_90a code
