@@ -95,7 +95,8 @@ dynamic-mask attention (flash-dmattn semantics; any of these selects it):
                     automatic: more than one only when the query blocks alone
                     would leave SMs idle, e.g. decoding with --Nq 1)
   --dma-core C      the forward's tensor-core path: auto (default: wgmma on an
-                    sm_90 GPU for D in {64, 128}, else mma), mma, wgmma
+                    sm_90 GPU for D in {64, 128}, else mma), mma, wgmma (K, V
+                    by TMA where aligned), wgmma-cp.async (K, V by cp.async)
   Rows: dmattn (ours; effective TFLOPS count unmasked pairs only; the share of
   64x64 tiles skipped), the dense split-q+stage2 rung on the same shape, and
   with --sdpa/--torch torch given the same mask as an additive float mask.
@@ -196,8 +197,8 @@ ParseResult parse_args(const std::vector<std::string>& args) {
     else if (flag == "--splits") int_flag(0, 1024, &o.splits);
     else if (flag == "--dma-core") {
       if (take_value()) {
-        if (value == "auto" || value == "mma" || value == "wgmma") o.dma_core = value;
-        else r.error = "--dma-core must be auto, mma or wgmma, got '" + value + "'";
+        if (value == "auto" || value == "mma" || value == "wgmma" || value == "wgmma-cp.async") o.dma_core = value;
+        else r.error = "--dma-core must be auto, mma, wgmma or wgmma-cp.async, got '" + value + "'";
       }
     }
     else if (flag == "--bwd") bool_flag(&o.bwd);

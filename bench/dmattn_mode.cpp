@@ -182,7 +182,10 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
     a.lse = lse;
     a.tile_counters = counters;
     a.splits = dma_resolve_splits(p, opt.splits);
-    a.core = opt.dma_core == "mma" ? DmaCore::kMma : opt.dma_core == "wgmma" ? DmaCore::kWgmma : DmaCore::kAuto;
+    a.core = opt.dma_core == "mma"              ? DmaCore::kMma
+             : opt.dma_core == "wgmma"          ? DmaCore::kWgmma
+             : opt.dma_core == "wgmma-cp.async" ? DmaCore::kWgmmaCpAsync
+                                                : DmaCore::kAuto;
     const std::string core = dma_forward_core_name(p, a.core);
     if (core.empty()) return fail("dmattn: --dma-core wgmma needs an sm_90 GPU, a build with sm_90a code and D in {64, 128}", 2);
     if (dma_forward_workspace_bytes(p, a.splits) > 0) {  // the mask summary and/or the split partials

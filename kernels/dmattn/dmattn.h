@@ -71,8 +71,11 @@ struct DynamicMaskProblem {
 // Tiles of the forward kernel: the skip test works on Br x Bc blocks.
 constexpr int kDmaBr = 64, kDmaBc = 64;
 
-enum class DmaCore { kAuto = 0, kMma = 1, kWgmma = 2 };
-// Which core dma_forward runs for this problem and request ("mma" or "wgmma"),
+// kWgmma copies K and V by TMA where it can (16-byte aligned bases),
+// kWgmmaCpAsync always with cp.async (the comparison, and its tests).
+enum class DmaCore { kAuto = 0, kMma = 1, kWgmma = 2, kWgmmaCpAsync = 3 };
+// Which core dma_forward runs for this problem and request ("mma", "wgmma" or
+// "wgmma-cp.async"),
 // or "" where the request cannot run (kWgmma off Hopper or at another D).
 std::string dma_forward_core_name(const DynamicMaskProblem& p, DmaCore requested);
 

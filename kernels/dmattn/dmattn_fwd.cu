@@ -71,6 +71,7 @@
 #include "../common/rung_host.cuh"
 #include "../common/split_q_parts.cuh"
 #include "../common/tile_copy.cuh"
+#include "../common/tma.cuh"
 #include "../common/wgmma.cuh"
 #include "dmattn.h"
 #include "dmattn_tiles.cuh"
@@ -179,7 +180,8 @@ template <typename Cfg, typename T>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
 dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
                    float* __restrict__ lse, const DynamicMaskProblem p, const MaskSummary summary,
-                   unsigned long long* counters, float* __restrict__ partials, int splits) {
+                   unsigned long long* counters, float* __restrict__ partials, int splits,
+                   const __grid_constant__ CUtensorMap tma_k, const __grid_constant__ CUtensorMap tma_v, bool use_tma) {
   constexpr int D = Cfg::kHeadDim, Br = Cfg::kBr, Bc = Cfg::kBc, kStride = Cfg::kRowStride;
 
   // Blocks of the same query rows and all H heads run next to each other (head
@@ -345,37 +347,68 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
   if constexpr (Cfg::kWgmma) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     // ---- 2'. the wgmma core over the active tiles --------------------------------
-    // Per tile i: wait for K_i, V_i; one barrier (every thread is done with
-    // tile i-1, so its slot takes tile i+1's copies, issued right after it);
-    // bias loads; S = Q·K_iᵀ (wgmma, async); logits and softmax; O += P·V_i.
-    // One barrier per tile, where the mma.sync core needs two. Two blocks per
-    // SM keep the tensor cores busy while one of them is in its softmax.
-    // (Rung 07's overlap — S_i issued together with P_{i-1}·V_{i-1}, the
-    // softmax of i under that P·V — measured slower here, one warpgroup per
-    // block: all-ones mask + bias, B=1 H=8 N=8192 D=128, 1.113 ms against
-    // 1.030 ms, commit f8f6645.)
-    auto load_kv_wgmma = [&](int i, int tile) {  // K and V of `tile` into slot i % 2, one commit group
-      load_tile_async<Bc, D, Sw128Blocks<Bc>, Cfg::kThreads>(sK + (i % 2) * Bc * kStride, Kg + int64_t(tile) * Bc * D,
-                                                             D, p.Nk - tile * Bc);
-      load_tile_async<Bc, D, Sw128Blocks<Bc>, Cfg::kThreads>(sV + (i % 2) * Bc * kStride, Vg + int64_t(tile) * Bc * D,
-                                                             D, p.Nk - tile * Bc);
+    // Per tile i: K, V of tile i+1 are copied while tile i is computed (two
+    // slots, as the mma.sync core); S = Q·K_iᵀ (wgmma, async; the bias loads
+    // in flight meanwhile); logits and softmax; O += P·V_i. Two blocks per SM
+    // keep the tensor cores busy while one of them is in its softmax.
+    // Measured slower here (one warpgroup per block; all-ones mask + bias,
+    // B=1 H=8 N=8192 D=128, against 1.030 ms for this loop): rung 07's
+    // overlap (S_i issued with P_{i-1}·V_{i-1}, the softmax under that P·V)
+    // 1.113 ms, commit f8f6645; one barrier per tile with the next copies
+    // issued after it (less time in flight) 1.089 ms, commit c216c1c.
+    // K and V tiles by TMA where the host could build the tensor maps
+    // (use_tma, uniform: 16-byte aligned bases): one thread issues D/64 box
+    // copies per matrix onto the slot's mbarrier, everyone waits on its phase
+    // — no per-thread copy instructions or addresses (rung 09's loads).
+    // Otherwise cp.async by every thread, as the mma.sync core.
+    __shared__ alignas(8) uint64_t kv_full[2];  // slot s: phase k completes with its k-th tile
+    if (use_tma) {
+      if (threadIdx.x == 0) {
+        mbarrier_init(&kv_full[0], 1);
+        mbarrier_init(&kv_full[1], 1);
+        fence_mbarrier_init();
+      }
+      __syncthreads();
+    }
+    auto load_kv_wgmma = [&](int i, int tile) {  // K, V of `tile` into slot i % 2
+      T* sKs = sK + (i % 2) * Bc * kStride;
+      T* sVs = sV + (i % 2) * Bc * kStride;
+      if (use_tma) {
+        if (threadIdx.x == 0) {
+          uint64_t* bar = &kv_full[i % 2];
+          mbarrier_arrive_expect_tx(bar, 2 * Bc * D * sizeof(T));  // rows past Nk arrive as zeros, counted too
+#pragma unroll
+          for (int c = 0; c < D / 64; ++c) {  // one box per 64-column block of Sw128Blocks<Bc>
+            tma_load_3d(sKs + c * Bc * 64, &tma_k, bar, c * 64, tile * Bc, int(kv_head));
+            tma_load_3d(sVs + c * Bc * 64, &tma_v, bar, c * 64, tile * Bc, int(kv_head));
+          }
+        }
+        cp_async_commit();  // two empty groups: the cp.async accounting below stays the same
+        cp_async_commit();
+        return;
+      }
+      load_tile_async<Bc, D, Sw128Blocks<Bc>, Cfg::kThreads>(sKs, Kg + int64_t(tile) * Bc * D, D, p.Nk - tile * Bc);
+      cp_async_commit();
+      load_tile_async<Bc, D, Sw128Blocks<Bc>, Cfg::kThreads>(sVs, Vg + int64_t(tile) * Bc * D, D, p.Nk - tile * Bc);
       cp_async_commit();
     };
     int tile = 0;
     if (n_active > 0) {
       tile = tile_at(0);
       load_tile_async<Br, D, Sw128Blocks<Br>, Cfg::kThreads>(sQ, q + (q_head * p.Nq + q_start) * D, D, p.Nq - q_start);
-      load_kv_wgmma(0, tile);  // with Q: one group
+      load_kv_wgmma(0, tile);  // Q joins K's group
     }
     for (int i = 0; i < n_active; ++i) {
       const int next_tile = i + 1 < n_active ? tile_at(i + 1) : 0;
-      const bool mask_full = is_full(tile);
-      cp_async_wait<0>();          // K_i, V_i (and Q)
-      fence_proxy_async_shared();  // cp.async wrote them; wgmma reads through the async proxy
-      __syncthreads();             // ...for every thread; and slot (i + 1) % 2 is free
       if (i + 1 < n_active) load_kv_wgmma(i + 1, next_tile);
+      else { cp_async_commit(); cp_async_commit(); }
+      const bool mask_full = is_full(tile);
       uint32_t bias_bits[2][Cfg::kTilesS];
       load_bias(bias_bits, tile * Bc);
+      cp_async_wait<2>();          // K_i, V_i (and Q) have landed
+      if (use_tma) mbarrier_wait(&kv_full[i % 2], (i / 2) & 1);  // TMA: K_i, V_i
+      fence_proxy_async_shared();  // cp.async wrote Q (and K, V): wgmma reads through the async proxy
+      __syncthreads();
 
       float S[Cfg::kTilesS][4];
       const T* sKi = sK + (i % 2) * Bc * kStride;
@@ -389,7 +422,12 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
       fence_accumulators(S);
 
       logits(S, bias_bits, tile * Bc, mask_full);
-      online_softmax_update(S, O, stats, softmax_scale_log2);
+      float alpha[2];
+      online_softmax_scores(S, stats, softmax_scale_log2, alpha);
+      // O *= alpha only where a row's maximum moved (alpha = exp2(0) = 1
+      // exactly otherwise: the same bits, 64 multiplications fewer per
+      // thread at D = 128). Decided per warp: the branch stays uniform.
+      if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) rescale_output(O, alpha);
       uint32_t P[Cfg::kTilesS / 2][4];
       pack_p_fragments<T>(P, S);
       const T* sVi = sV + (i % 2) * Bc * kStride;
@@ -400,6 +438,7 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
       wgmma_commit();
       wgmma_wait<0>();
       fence_accumulators(O);
+      __syncthreads();  // slot i % 2 is refilled next iteration
       tile = next_tile;
     }
 #else
@@ -616,6 +655,7 @@ std::string dma_forward_core_name(const DynamicMaskProblem& p, DmaCore requested
   static const bool hopper = hopper_wgmma_unsupported().empty();
   const bool wgmma = hopper && dispatch_head_dim<DMA_WGMMA_HEAD_DIMS>(p.D, [](auto) {});
   if (requested == DmaCore::kWgmma) return wgmma ? "wgmma" : "";
+  if (requested == DmaCore::kWgmmaCpAsync) return wgmma ? "wgmma-cp.async" : "";
   return wgmma ? "wgmma" : "mma";
 }
 
@@ -637,10 +677,18 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
     err = dispatch_dtype(p.dtype, [&](auto type) {
       using T = decltype(type);
       const dim3 grid(unsigned((p.Nq + Cfg::kBr - 1) / Cfg::kBr) * unsigned(p.H), unsigned(p.B * splits));
+      // The wgmma core's K and V tensor maps (a few microseconds of host
+      // time); without them (misaligned bases, no driver entry point) it
+      // copies with cp.async.
+      CUtensorMap tma_k{}, tma_v{};
+      bool use_tma = false;
+      if constexpr (Cfg::kWgmma)
+        use_tma = core == "wgmma" && encode_head_tiles<Cfg::kBc>(&tma_k, a.k, p.dtype, int64_t(p.B) * p.Hkv, p.Nk, p.D) &&
+                  encode_head_tiles<Cfg::kBc>(&tma_v, a.v, p.dtype, int64_t(p.B) * p.Hkv, p.Nk, p.D);
       cudaError_t e = launch_with_smem(dma_forward_kernel<Cfg, T>, grid, Cfg::kThreads,
                                        int(dma_smem_bytes(Cfg::kTileBytes, p.Nk)), stream, static_cast<const T*>(a.q),
                                        static_cast<const T*>(a.k), static_cast<const T*>(a.v), static_cast<T*>(a.o),
-                                       a.lse, p, summary, a.tile_counters, partials, splits);
+                                       a.lse, p, summary, a.tile_counters, partials, splits, tma_k, tma_v, use_tma);
       if (e == cudaSuccess && splits > 1) {
         const int64_t rows = int64_t(p.B) * p.H * p.Nq;
         const bool many = splits > 16;
@@ -653,7 +701,7 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
       return e;
     });
   };
-  if (core == "wgmma")
+  if (core != "mma")
     dispatch_head_dim<DMA_WGMMA_HEAD_DIMS>(p.D, [&](auto d) { run(DmaConfig<decltype(d)::value, true>{}); });
   else
     dispatch_head_dim<DMA_HEAD_DIMS>(p.D, [&](auto d) { run(DmaConfig<decltype(d)::value>{}); });

@@ -56,6 +56,7 @@ struct Case {
     std::string s = buf;
     if (splits != 1) s += " splits=" + std::to_string(splits);
     if (core == DmaCore::kMma) s += " core=mma";
+    if (core == DmaCore::kWgmmaCpAsync) s += " core=wgmma-cp.async";
     return s;
   }
 };
@@ -285,8 +286,13 @@ int main() {
     if (dma_forward_core_name(probe, DmaCore::kAuto) != "wgmma") continue;
     c.core = DmaCore::kMma;
     cases.push_back(c);
+    if (i % 3 == 0) {  // a third of them also with the wgmma core's cp.async copies
+      c.core = DmaCore::kWgmmaCpAsync;
+      cases.push_back(c);
+    }
   }
-  std::printf("%zu cases (%zu on the mma.sync core as well)\n", cases.size(), cases.size() - n_auto);
+  std::printf("%zu cases (%zu more on the mma.sync core or wgmma with cp.async)\n", cases.size(),
+              cases.size() - n_auto);
   for (const Case& c : cases) run_case(c, ++seed);
   // The check can fail: the same rule on a corrupted output.
   run_case(Case{1, 2, 1, 129, 200, 64, DType::kFloat16, true, 0.f, true, true, 1, 0, 129, 1, 0, 1}, 77, true);
