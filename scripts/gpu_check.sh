@@ -47,7 +47,10 @@ if [ -z "${QUICK:-}" ] && [ "${SANITIZER:-1}" != 0 ] && command -v compute-sanit
     # dynamic-mask attention: forward with a forced split count, and the backward
     for shape in "--Nq 1 --Nk 3000 --D 128 --Hkv 1 --mask topk --window 64 --bias --splits 4" \
                  "--Nq 70 --Nk 130 --D 64 --Hkv 1 --causal --mask topk --window 32 --bias --bwd" \
-                 "--B 2 --Nq 130 --Nk 77 --D 128 --mask topk --window 16 --block 0 --bias --deterministic"; do
+                 "--B 2 --Nq 130 --Nk 77 --D 128 --mask topk --window 16 --block 0 --bias --deterministic" \
+                 "--Nq 130 --Nk 300 --D 128 --causal --mask topk --window 64 --bias" \
+                 "--Nq 130 --Nk 301 --D 64 --mask topk --window 64 --bias --dma-core wgmma-cp.async" \
+                 "--Nq 200 --Nk 130 --D 64 --Hkv 1 --causal --mask topk --window 48 --bias --bwd-chunks 3"; do
       timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 "$build/flash_attn_mma" --B 1 --H 2 $shape \
         --iters 1 --warmup 0 --check > "$out/sanitizer.log" 2>&1
       rc=$?
@@ -125,7 +128,7 @@ if [ "${DMATTN:-1}" != 0 ]; then
   : > "$out/dmattn_bench.txt"
   dbench() { timeout 180 "$build/flash_attn_mma" "$@" "${peers[@]}" --iters 10 --warmup 2 --csv "$out/dmattn.csv" 2>&1 | tee -a "$out/dmattn_bench.txt" | grep -vE "^-+$"; }
   # flash-dmattn's training shape: B=1 H=2 Hkv=1 D=128 causal, top-1024 keys of the bias per query
-  for L in ${DMATTN_L:-1024 8192 32768}; do
+  for L in ${DMATTN_L:-1024 8192 16384 32768}; do
     dbench --B 1 --H 2 --Hkv 1 --N $L --D 128 --causal --mask topk --window 1024 --bias $([ $L -le 8192 ] && echo --check)
   done
   # decoding (Nq = 1): split-KV with the automatic split count, and forced counts. Plain
@@ -139,11 +142,16 @@ if [ "${DMATTN:-1}" != 0 ]; then
   dbench --B 2 --H 4 --Hkv 2 --N 2048 --D 128 --causal --mask topk --window 512 --bias --deterministic --check
   dbench --B 1 --H 2 --Hkv 1 --N 32768 --D 128 --causal --mask topk --window 1024 --bias --deterministic
   dbench --B 1 --H 2 --Hkv 1 --N 32768 --D 128 --causal --mask topk --window 1024 --bias --bwd
+  dbench --B 1 --H 2 --Hkv 1 --N 16384 --D 128 --causal --mask topk --window 1024 --bias --bwd --check
+  dbench --B 1 --H 2 --Hkv 1 --N 16384 --D 128 --causal --mask topk --window 1024 --bias --bwd-chunks 1
   dbench --B 1 --H 8 --N 1024 --D 128 --mask ones --bias --bwd --check
   dbench --B 1 --H 8 --N 8192 --D 128 --mask ones --bias --bwd
   # the skipping machinery on an all-ones mask with a bias, against the dense split-q rung
   dbench --B 1 --H 8 --N 8192 --D 128 --mask ones --bias --check
+  dbench --B 1 --H 8 --N 8192 --D 128 --mask ones --bias --dma-core mma
+  dbench --B 1 --H 8 --N 8192 --D 128 --mask ones
   dbench --B 1 --H 8 --N 8192 --D 64 --mask ones --bias
+  dbench --B 1 --H 8 --N 8192 --D 64 --mask ones --bias --dma-core mma
 fi
 
 if [ -n "${SWEEP:-}" ]; then
