@@ -1,0 +1,203 @@
+// GPU test of the dynamic-mask pre-pass (dma_summarize_mask,
+// kernels/dmattn/dmattn_mask_summary.cu), ctest -L gpu: its `any` / `all`
+// bits, one per 64x64 tile, against the same bits computed on the CPU.
+//   - ragged sizes: Nq, Nk in {1, 63, 64, 65, 130, 1000, 2049} and a few
+//     larger ones (several 32-tile words, more than one query tile per word);
+//   - causal (bottom-right aligned) and not; query-broadcast masks (q == 1);
+//     several mask batches and heads;
+//   - layouts: dense strides, padded 16-byte aligned strides (the vector path
+//     with a ragged last tile and a 16-byte piece straddling Nk), and a base
+//     one byte off 16 (the scalar path);
+//   - tiles all zero, all one, all one but one zero byte, all zero but one
+//     nonzero byte, random at a low or high density; nonzero bytes are any of
+//     1..255; the padding around the mask is random (half zeros), so a kernel
+//     that reads past Nk or Nq would change some answer.
+// Compared: every tile the causal rule says is read (key tile start <= the
+// last key any row of the query tile sees); tiles past it must be 0 (the
+// kernel writes 0 there; no attention kernel asks). Output words are poisoned
+// first, so a word never written fails.
+// Compiled as CUDA (CMakeLists.txt): dmattn_tiles.cuh has device code.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../../kernels/dmattn/dmattn.h"
+#include "../../kernels/dmattn/dmattn_tiles.cuh"
+#include "gpu_testing.h"
+
+using namespace attnlab;
+using namespace attnlab::testing;
+
+namespace {
+
+enum class Layout { kDense, kPadded, kMisaligned };
+
+struct SummaryCase {
+  int mb, mh, Nq, Nk;
+  bool causal, q_broadcast;
+  Layout layout;
+  double density;  // of the random tiles
+  std::string name() const {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "mask (%d, %d, %d, %d) Nq=%d%s %s density=%g", mb, mh, q_broadcast ? 1 : Nq, Nk,
+                  Nq, causal ? " causal" : "",
+                  layout == Layout::kDense ? "dense" : layout == Layout::kPadded ? "padded" : "misaligned", density);
+    return buf;
+  }
+};
+
+void run_case(const SummaryCase& c, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const int mq = c.q_broadcast ? 1 : c.Nq;
+  // Strides in bytes: padded rows are 16-byte multiples with room to spare;
+  // heads and batches get a gap of their own.
+  const int64_t pitch = c.layout == Layout::kPadded ? (int64_t(c.Nk) + 15) / 16 * 16 + 16 * int64_t(rng() % 3) : c.Nk;
+  const int64_t head_gap = c.layout == Layout::kPadded ? 32 : 0;
+  const int64_t stride_q = mq > 1 ? pitch : 0;
+  const int64_t stride_h = c.mh > 1 ? int64_t(mq) * pitch + head_gap : 0;
+  const int64_t stride_b = c.mb > 1 ? int64_t(c.mh) * (int64_t(mq) * pitch + head_gap) : 0;
+  const int64_t offset = c.layout == Layout::kMisaligned ? 1 : c.layout == Layout::kPadded ? 32 : 0;
+  const int64_t span = int64_t(c.mb) * c.mh * (int64_t(mq) * pitch + head_gap);
+  const int64_t bytes = offset + span + 4096;  // guard after the end
+
+  // Everything random first (padding: half zeros), then the mask proper, tile by tile.
+  std::vector<uint8_t> buf(static_cast<size_t>(bytes));
+  std::uniform_int_distribution<int> byte(1, 255);
+  for (auto& x : buf) x = (rng() & 1) ? uint8_t(byte(rng)) : 0;
+  auto at = [&](int b, int h, int i, int j) -> uint8_t& {
+    return buf[size_t(offset + b * stride_b + h * stride_h + int64_t(i) * stride_q + j)];
+  };
+  std::bernoulli_distribution on(c.density);
+  const int q_tiles = (mq + kDmaBr - 1) / kDmaBr, k_tiles = (c.Nk + kDmaBc - 1) / kDmaBc;
+  for (int b = 0; b < c.mb; ++b)
+    for (int h = 0; h < c.mh; ++h)
+      for (int m = 0; m < q_tiles; ++m)
+        for (int n = 0; n < k_tiles; ++n) {
+          const int i0 = m * kDmaBr, i1 = std::min(mq, i0 + kDmaBr);
+          const int j0 = n * kDmaBc, j1 = std::min(c.Nk, j0 + kDmaBc);
+          const int kind = int(rng() % 5);
+          for (int i = i0; i < i1; ++i)
+            for (int j = j0; j < j1; ++j)
+              at(b, h, i, j) = kind == 0 ? 0 : kind == 1 || kind == 2 ? uint8_t(byte(rng)) : kind == 3 ? 0
+                                                                       : on(rng) ? uint8_t(byte(rng)) : 0;
+          // One odd byte out: a zero in an all-ones tile, a one in an all-zero tile.
+          const int i = i0 + int(rng() % uint64_t(i1 - i0)), j = j0 + int(rng() % uint64_t(j1 - j0));
+          if (kind == 2) at(b, h, i, j) = 0;
+          if (kind == 3) at(b, h, i, j) = uint8_t(byte(rng));
+        }
+
+  DynamicMaskProblem p;
+  p.B = c.mb;
+  p.H = p.Hkv = c.mh;
+  p.Nq = c.Nq;
+  p.Nk = c.Nk;
+  p.causal = c.causal;
+  uint8_t* d_buf = upload(buf);
+  if (d_buf == nullptr) {
+    record(false, "out of memory: " + c.name());
+    return;
+  }
+  p.mask.data = d_buf + offset;
+  p.mask.b = c.mb;
+  p.mask.h = c.mh;
+  p.mask.q = mq;
+  p.mask.stride_b = stride_b;
+  p.mask.stride_h = stride_h;
+  p.mask.stride_q = stride_q;
+
+  const size_t summary_bytes = dma_mask_summary_bytes(p);
+  uint32_t* d_storage = nullptr;
+  cudaMalloc(&d_storage, summary_bytes);
+  cudaMemset(d_storage, 0xab, summary_bytes);  // poison: a word never written fails
+  MaskSummary s;
+  cudaError_t e = dma_summarize_mask(p, d_storage, &s, 0);
+  if (e == cudaSuccess) e = cudaDeviceSynchronize();
+  const int words = (k_tiles + 31) / 32;
+  const size_t n_words = size_t(c.mb) * c.mh * q_tiles * words;
+  std::vector<uint32_t> any(n_words), all(n_words);
+  bool ok = e == cudaSuccess && s.any != nullptr && s.all != nullptr && s.q_tiles == q_tiles && s.words == words &&
+            2 * n_words * sizeof(uint32_t) == summary_bytes;
+  if (ok) {
+    cudaMemcpy(any.data(), s.any, n_words * sizeof(uint32_t), cudaMemcpyDeviceToHost);
+    cudaMemcpy(all.data(), s.all, n_words * sizeof(uint32_t), cudaMemcpyDeviceToHost);
+  }
+  cudaFree(d_storage);
+  cudaFree(d_buf);
+  if (!ok) {
+    record(false, "dma_summarize_mask (" + std::string(cudaGetErrorString(e)) + "): " + c.name());
+    return;
+  }
+
+  int wrong_read = 0, wrong_unread = 0;
+  std::string first;
+  for (int b = 0; b < c.mb; ++b)
+    for (int h = 0; h < c.mh; ++h)
+      for (int m = 0; m < q_tiles; ++m) {
+        const int i0 = m * kDmaBr, i1 = c.q_broadcast ? 1 : std::min(c.Nq, i0 + kDmaBr);
+        // The last key any row of the tile sees, plus one (bottom-right aligned causal).
+        int64_t key_end = c.Nk;
+        if (c.causal && !c.q_broadcast) key_end = std::max<int64_t>(0, std::min<int64_t>(c.Nk, int64_t(i1 - 1) + c.Nk - c.Nq + 1));
+        for (int n = 0; n < words * 32; ++n) {
+          const size_t w = ((size_t(b) * c.mh + h) * q_tiles + m) * words + n / 32;
+          const bool got_any = any[w] >> (n % 32) & 1u, got_all = all[w] >> (n % 32) & 1u;
+          const int j0 = n * kDmaBc, j1 = std::min(c.Nk, j0 + kDmaBc);
+          if (j0 >= key_end) {  // never read: 0 (including tiles past Nk)
+            if (got_any || got_all) ++wrong_unread;
+            continue;
+          }
+          bool want_any = false, want_all = true;
+          for (int i = i0; i < i1; ++i)
+            for (int j = j0; j < j1; ++j) {
+              const bool x = at(b, h, i, j) != 0;
+              want_any = want_any || x;
+              want_all = want_all && x;
+            }
+          if (got_any != want_any || got_all != want_all) {
+            if (wrong_read++ == 0) {
+              char msg[160];
+              std::snprintf(msg, sizeof msg, " (first: b=%d h=%d m=%d n=%d any %d/%d all %d/%d)", b, h, m, n, got_any,
+                            want_any, got_all, want_all);
+              first = msg;
+            }
+          }
+        }
+      }
+  record(wrong_read == 0, "summary bits of read tiles: " + std::to_string(wrong_read) + " wrong" + first + ": " +
+                              c.name());
+  record(wrong_unread == 0,
+         "summary bits past the causal reach are 0: " + std::to_string(wrong_unread) + " wrong: " + c.name());
+}
+
+}  // namespace
+
+int main() {
+  if (!have_gpu()) return 1;
+  uint64_t seed = 9100;
+  std::vector<SummaryCase> cases;
+  const int sizes[] = {1, 63, 64, 65, 130, 1000, 2049};
+  for (int nq : sizes)
+    for (int nk : sizes)
+      for (bool causal : {false, true})
+        for (bool qb : {false, true})
+          for (Layout l : {Layout::kDense, Layout::kPadded, Layout::kMisaligned}) {
+            if (qb && causal && nq != nk) continue;  // a broadcast mask's summary ignores causal: a few suffice
+            cases.push_back(SummaryCase{1, 1, nq, nk, causal, qb, l, (nq + nk) % 2 ? 0.02 : 0.98});
+          }
+  // Several batches and heads; several words of 32 key tiles; a long row.
+  for (bool causal : {false, true})
+    for (Layout l : {Layout::kDense, Layout::kPadded, Layout::kMisaligned})
+      for (auto [nq, nk] : {std::pair{200, 4111}, std::pair{2100, 2100}, std::pair{64, 8192}, std::pair{3000, 2100}}) {
+        cases.push_back(SummaryCase{2, 3, nq, nk, causal, false, l, 0.5});
+        cases.push_back(SummaryCase{2, 3, nq, nk, causal, true, l, 0.98});
+      }
+  cases.push_back(SummaryCase{1, 1, 128, 32768, true, false, Layout::kDense, 0.98});
+  cases.push_back(SummaryCase{1, 2, 1100, 16384 + 64 + 17, true, false, Layout::kPadded, 0.02});
+  std::printf("%zu cases\n", cases.size());
+  for (const SummaryCase& c : cases) run_case(c, ++seed);
+  return finish();
+}
