@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Session-4 probe F: the bandwidth rewrite of the mask pre-pass (next/prepass-bw):
+# its bit-exact test, the dmattn tests, and its time at L=32K.
+cd "$(dirname "$0")/../.."
+O=${OUT:-/tmp/out}; L=/tmp/logs; mkdir -p $O $L
+B=build-gpu; F=$B/flash_attn_mma
+exec > >(tee $O/summary.txt) 2>&1
+t0=$(date +%s); el() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
+TP=$(python3 -c "import torch; print(torch.utils.cmake_prefix_path)" 2>/dev/null)
+{ cmake -S . -B $B -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_PREFIX_PATH="$TP" &&
+  cmake --build $B -j 16 --target flash_attn_mma test_dmattn test_dmattn_backward test_dmattn_summary; } > $L/build.log 2>&1 || { tail -40 $L/build.log; exit 1; }
+el built
+timeout 120 $B/test_dmattn_summary > $L/sum_tests.log 2>&1; el "test_dmattn_summary rc=$? $(tail -1 $L/sum_tests.log)"; grep -m8 FAIL $L/sum_tests.log | cut -c1-220
+timeout 240 $B/test_dmattn > $L/fwd_tests.log 2>&1; el "test_dmattn rc=$? $(tail -1 $L/fwd_tests.log)"; grep -m8 FAIL $L/fwd_tests.log | cut -c1-220
+timeout 240 $B/test_dmattn_backward > $L/bwd_tests.log 2>&1; el "test_dmattn_backward rc=$? $(tail -1 $L/bwd_tests.log)"; grep -m8 FAIL $L/bwd_tests.log | cut -c1-220
+echo "memcheck summary: $(timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 $B/test_dmattn_summary 2>&1 | grep -E 'ERROR SUMMARY' | tr '\n' ' ')"
+timeout 120 ncu --metrics gpu__time_duration.sum,dram__bytes_read.sum -k regex:"mask_summary|dma_forward_kernel" --launch-count 2 $F --B 1 --H 2 --Hkv 1 --N 32768 --D 128 --causal --mask topk --window 1024 --bias --iters 1 --warmup 0 2>&1 | grep -E "^  [a-z_]+.*\(|gpu__time|dram__" | cut -c1-120
+for N in 16384 32768; do
+  timeout 90 $F --B 1 --H 2 --Hkv 1 --N $N --D 128 --causal --mask topk --window 1024 --bias --bwd --sdpa --iters 10 --warmup 2 2>&1 | grep -E "^ *(dmattn|sdpa|torch)" | cut -c1-160
+done
+el done
+tar czf $O/logs.tgz -C /tmp logs
