@@ -186,8 +186,13 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
 
   // Blocks of the same query rows and all H heads run next to each other (head
   // fastest), so heads that share a mask or bias (GQA, broadcast) read it from
-  // L2, not DRAM. Heaviest query tiles first.
-  const int m_block = (gridDim.x / p.H) - 1 - int(blockIdx.x / p.H);
+  // L2, not DRAM. Without a mask the heaviest query tiles (causal: the last)
+  // go first. With one the heavy tiles may sit anywhere — a top-W mask of a
+  // query-broadcast bias puts nearly all its work in the *first* ~48 query
+  // tiles, which then ran last, ~20 tiles each, after everyone else (ncu) —
+  // so the order zigzags from both ends: last, first, last - 1, second, ...
+  const int n_m = gridDim.x / p.H, j = int(blockIdx.x / p.H);
+  const int m_block = p.mask.data == nullptr || j % 2 == 0 ? n_m - 1 - j / (p.mask.data == nullptr ? 1 : 2) : j / 2;
   const int h = blockIdx.x % p.H, b = blockIdx.y / splits, split = blockIdx.y % splits;
   const int q_start = m_block * Br;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
