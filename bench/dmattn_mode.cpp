@@ -76,8 +76,8 @@ void append_csv(const std::string& path, const SystemInfo& sys, const DynamicMas
     char nums[96] = ",,";
     if (r.ms > 0) {
       if (r.kind == "rung" && best_peer > 0)
-        std::snprintf(nums, sizeof nums, "%.6f,%.2f,%.3f", r.ms, r.tflops, r.tflops / best_peer);
-      else std::snprintf(nums, sizeof nums, "%.6f,%.2f,", r.ms, r.tflops);
+        std::snprintf(nums, sizeof nums, "%.6f,%.6g,%.3f", r.ms, r.tflops, r.tflops / best_peer);
+      else std::snprintf(nums, sizeof nums, "%.6f,%.6g,", r.ms, r.tflops);
     }
     char errs[96] = ",,";
     if (r.err >= 0) std::snprintf(errs, sizeof errs, "%.3e,%.3e,%.3e", r.err, r.tol, r.lse_err);

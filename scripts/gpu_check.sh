@@ -119,11 +119,14 @@ if [ "${DMATTN:-1}" != 0 ]; then
   step "dynamic-mask attention (issue 5): tests and benchmarks"
   timeout 240 "$build/test_dmattn_reference" > "$out/dmattn_reference_tests.log" 2>&1; echo "test_dmattn_reference: rc=$? $(tail -1 "$out/dmattn_reference_tests.log")"
   timeout 300 "$build/test_dmattn" > "$out/dmattn_tests.log" 2>&1; echo "test_dmattn: rc=$? $(tail -1 "$out/dmattn_tests.log")"
+  timeout 120 "$build/test_dmattn_summary" > "$out/dmattn_summary_tests.log" 2>&1
+  echo "test_dmattn_summary: rc=$? $(tail -1 "$out/dmattn_summary_tests.log")"
   timeout 120 "$build/test_dmattn_backward_reference" > "$out/dmattn_backward_reference_tests.log" 2>&1
   echo "test_dmattn_backward_reference: rc=$? $(tail -1 "$out/dmattn_backward_reference_tests.log")"
   timeout 180 "$build/test_dmattn_backward" > "$out/dmattn_backward_tests.log" 2>&1
   echo "test_dmattn_backward: rc=$? $(tail -1 "$out/dmattn_backward_tests.log")"
-  grep -m 20 FAIL "$out/dmattn_tests.log" "$out/dmattn_reference_tests.log" "$out/dmattn_backward_reference_tests.log" \
+  grep -m 20 FAIL "$out/dmattn_tests.log" "$out/dmattn_summary_tests.log" "$out/dmattn_reference_tests.log" \
+    "$out/dmattn_backward_reference_tests.log" \
     "$out/dmattn_backward_tests.log" | cut -c1-220
   : > "$out/dmattn_bench.txt"
   dbench() { timeout 180 "$build/flash_attn_mma" "$@" "${peers[@]}" --iters 10 --warmup 2 --csv "$out/dmattn.csv" 2>&1 | tee -a "$out/dmattn_bench.txt" | grep -vE "^-+$"; }

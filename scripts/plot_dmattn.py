@@ -67,6 +67,11 @@ def unmasked_share(row):
     forward, 10·D·pairs / time backward)."""
     if not ran(row) or not row["tflops"]:
         return None
+    # CSVs before commit 877ecfd wrote TFLOPS with two decimals: at decoding
+    # sizes (0.02) that is no number to derive a share from.
+    digits = row["tflops"].replace(".", "").lstrip("0")
+    if "e" not in row["tflops"] and len(digits) < 3:
+        return None
     per_pair = (10 if row["variant"].endswith("bwd") else 4) * int(row["D"])
     pairs = float(row["tflops"]) * 1e12 * float(row["time_ms"]) * 1e-3 / per_pair
     return pairs / (int(row["B"]) * int(row["H"]) * int(row["Nq"]) * int(row["Nk"]))

@@ -1,8 +1,9 @@
 // ============================================================================
 // Rung 10 — rung 09 on a cluster of two blocks that split D = 1024
 // ============================================================================
-// NOT YET RUN ON A GPU: written and compiled (sm_80 stub, sm_90a) without one;
-// docs/10_cluster_split_d.md lists the checks it still has to pass.
+// Measured (H200, commit 877ecfd): B=1 H=8 N=8192 D=1024 fp16, 246 TFLOPS
+// (rung 06: 108; torch's unfused path: 392); every variant test at D = 1024
+// and compute-sanitizer pass. docs/10_cluster_split_d.md says what limits it.
 //
 // Why a new rung: at D = 1024 the output of 64 query rows is 64 x 1024 fp32 =
 // 256 KiB, the whole register file of one SM, so no block can own a row
