@@ -86,6 +86,7 @@ struct WgmmaConfig {
   static_assert(kHeadDim % 64 == 0, "Sw128Blocks stores 64-column blocks");
   static_assert(kBc % 16 == 0 && kBc <= 256, "Bc is wgmma's N for Q·Kᵀ and its K for P·V");
   static_assert(kStages == 1 || kStages == 2, "stage1 or stage2");
+  static_assert(kTilesS * 8 == kBc && kTilesO * 8 == kHeadDim, "n8 accumulator tiles of S and O");
 };
 
 static_assert(WgmmaConfig<64, 1>::kTileBytes == 49152 && WgmmaConfig<64, 2>::kTileBytes == 81920, "header: D=64");
