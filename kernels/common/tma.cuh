@@ -67,6 +67,39 @@ inline bool encode_head_tiles(CUtensorMap* map, const void* base, DType dtype, i
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// Q, K and V maps of a dense problem: Q in boxes of kQRows rows, K and V of
+// kKVRows (rungs 09 and 10; a block's boxes may start at any column).
+template <int kQRows, int kKVRows>
+inline bool encode_qkv_maps(CUtensorMap (&maps)[3], const AttnProblem& p, const void* q, const void* k,
+                            const void* v) {
+  return encode_head_tiles<kQRows>(&maps[0], q, p.dtype, p.heads(), p.Nq, p.D) &&
+         encode_head_tiles<kKVRows>(&maps[1], k, p.dtype, p.heads(), p.Nk, p.D) &&
+         encode_head_tiles<kKVRows>(&maps[2], v, p.dtype, p.heads(), p.Nk, p.Dv);
+}
+
+// Launches `kernel` on `grid` in clusters of `cluster_x` blocks along x (1:
+// no cluster attribute), with `smem_bytes` of dynamic shared memory.
+template <typename Kernel, typename... Args>
+inline cudaError_t launch_clustered(Kernel kernel, dim3 grid, int threads, int smem_bytes, int cluster_x,
+                                    cudaStream_t stream, Args... args) {
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  if (e != cudaSuccess) return e;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = smem_bytes;
+  config.stream = stream;
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = cluster_x;
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  config.attrs = &cluster;
+  config.numAttrs = cluster_x > 1 ? 1 : 0;
+  e = cudaLaunchKernelEx(&config, kernel, args...);
+  return e != cudaSuccess ? e : cudaGetLastError();
+}
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // ---- device: mbarriers ------------------------------------------------------------
 __device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t arrivals) {

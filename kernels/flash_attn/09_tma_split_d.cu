@@ -246,28 +246,12 @@ cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stre
       using T = decltype(type);
       // NEW: the tensor maps, built per launch (a few microseconds of host time).
       CUtensorMap maps[3];
-      if (!encode_head_tiles<Cfg::kBr>(&maps[0], b.q, p.dtype, p.heads(), p.Nq, p.D) ||
-          !encode_head_tiles<Cfg::kBc>(&maps[1], b.k, p.dtype, p.heads(), p.Nk, p.D) ||
-          !encode_head_tiles<Cfg::kBc>(&maps[2], b.v, p.dtype, p.heads(), p.Nk, p.Dv))
-        return cudaErrorInvalidValue;
-      const auto kernel = tma_split_d_kernel<Cfg, T, kCluster>;
-      cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
-      if (e != cudaSuccess) return e;
+      if (!encode_qkv_maps<Cfg::kBr, Cfg::kBc>(maps, p, b.q, b.k, b.v)) return cudaErrorInvalidValue;
       const int m_blocks = (p.Nq + Cfg::kBr - 1) / Cfg::kBr;
-      cudaLaunchConfig_t config{};
-      config.gridDim = dim3((m_blocks + kCluster - 1) / kCluster * kCluster, p.H, p.B);
-      config.blockDim = dim3(Cfg::kThreads);
-      config.dynamicSmemBytes = Cfg::kSmemBytes;
-      config.stream = stream;
-      cudaLaunchAttribute cluster{};
-      cluster.id = cudaLaunchAttributeClusterDimension;
-      cluster.val.clusterDim.x = kCluster;
-      cluster.val.clusterDim.y = 1;
-      cluster.val.clusterDim.z = 1;
-      config.attrs = &cluster;
-      config.numAttrs = kCluster > 1 ? 1 : 0;
-      e = cudaLaunchKernelEx(&config, kernel, maps[0], maps[1], maps[2], static_cast<T*>(b.o), b.lse, p);
-      return e != cudaSuccess ? e : cudaGetLastError();
+      return launch_clustered(tma_split_d_kernel<Cfg, T, kCluster>,
+                              dim3((m_blocks + kCluster - 1) / kCluster * kCluster, p.H, p.B), Cfg::kThreads,
+                              Cfg::kSmemBytes, kCluster, stream, maps[0], maps[1], maps[2], static_cast<T*>(b.o),
+                              b.lse, p);
     });
   });
   return err;

@@ -305,28 +305,12 @@ cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stre
       using T = decltype(type);
       // The maps cover all D columns; each block's boxes start at its column 512r.
       CUtensorMap maps[3];
-      if (!encode_head_tiles<Cfg::kBr>(&maps[0], b.q, p.dtype, p.heads(), p.Nq, p.D) ||
-          !encode_head_tiles<Cfg::kBc>(&maps[1], b.k, p.dtype, p.heads(), p.Nk, p.D) ||
-          !encode_head_tiles<Cfg::kBc>(&maps[2], b.v, p.dtype, p.heads(), p.Nk, p.Dv))
-        return cudaErrorInvalidValue;
-      const auto kernel = cluster_split_d_kernel<Cfg, T>;
-      cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
-      if (e != cudaSuccess) return e;
+      if (!encode_qkv_maps<Cfg::kBr, Cfg::kBc>(maps, p, b.q, b.k, b.v)) return cudaErrorInvalidValue;
       const int m_blocks = (p.Nq + Cfg::kBr - 1) / Cfg::kBr;
-      cudaLaunchConfig_t config{};
-      config.gridDim = dim3(m_blocks * kClusterBlocks, p.H, p.B);  // NEW: a cluster per query tile
-      config.blockDim = dim3(Cfg::kThreads);
-      config.dynamicSmemBytes = Cfg::kSmemBytes;
-      config.stream = stream;
-      cudaLaunchAttribute cluster{};
-      cluster.id = cudaLaunchAttributeClusterDimension;
-      cluster.val.clusterDim.x = kClusterBlocks;
-      cluster.val.clusterDim.y = 1;
-      cluster.val.clusterDim.z = 1;
-      config.attrs = &cluster;
-      config.numAttrs = 1;
-      e = cudaLaunchKernelEx(&config, kernel, maps[0], maps[1], maps[2], static_cast<T*>(b.o), b.lse, p);
-      return e != cudaSuccess ? e : cudaGetLastError();
+      // NEW: a cluster of kClusterBlocks per query tile
+      return launch_clustered(cluster_split_d_kernel<Cfg, T>, dim3(m_blocks * kClusterBlocks, p.H, p.B),
+                              Cfg::kThreads, Cfg::kSmemBytes, kClusterBlocks, stream, maps[0], maps[1], maps[2],
+                              static_cast<T*>(b.o), b.lse, p);
     });
   });
   return err;

@@ -3,15 +3,8 @@
 # the dmattn-speed branch's tests and A/B benchmarks, and where the dynamic-mask
 # forward's dense core loop loses against rung 02 (ncu per-SASS stall samples).
 cd "$(dirname "$0")/../.."
-O=${OUT:-/tmp/out}; L=/tmp/logs; mkdir -p $O $L
-B=build-gpu; F=$B/flash_attn_mma
-exec > >(tee $O/summary.txt) 2>&1
-t0=$(date +%s); el() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
-TP=$(python3 -c "import torch; print(torch.utils.cmake_prefix_path)" 2>/dev/null)
-{ cmake -S . -B $B -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_PREFIX_PATH="$TP" &&
-  cmake --build $B -j 16 --target flash_attn_mma test_dmattn test_dmattn_backward test_gpu_variants; } > $L/build.log 2>&1 ||
-  { tail -40 $L/build.log; exit 1; }
-el built
+. scripts/probes/common.sh
+probe_build flash_attn_mma test_dmattn test_dmattn_backward test_gpu_variants
 grep -E "spill|lmem" $L/build.log | grep -v " 0 bytes spill" | head
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 # ---- rung 10 (hang risk: every call under timeout)

@@ -3,14 +3,8 @@
 # epilogue — its tests, the all-ones (+bias) ratio to rung 02, the sparse
 # training shapes, and ncu per-SASS stall samples of the dense loop.
 cd "$(dirname "$0")/../.."
-O=${OUT:-/tmp/out}; L=/tmp/logs; mkdir -p $O $L
-B=build-gpu; F=$B/flash_attn_mma
-exec > >(tee $O/summary.txt) 2>&1
-t0=$(date +%s); el() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
-TP=$(python3 -c "import torch; print(torch.utils.cmake_prefix_path)" 2>/dev/null)
-{ cmake -S . -B $B -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_PREFIX_PATH="$TP" &&
-  cmake --build $B -j 16 --target flash_attn_mma test_dmattn ${EXTRA_TARGETS:-}; } > $L/build.log 2>&1 || { tail -40 $L/build.log; exit 1; }
-el built
+. scripts/probes/common.sh
+probe_build flash_attn_mma test_dmattn ${EXTRA_TARGETS:-}
 timeout 240 $B/test_dmattn > $L/fwd_tests.log 2>&1; el "test_dmattn rc=$? $(tail -1 $L/fwd_tests.log)"; grep -m8 FAIL $L/fwd_tests.log | cut -c1-220
 for a in "--H 8 --N 8192 --D 128 --mask ones" "--H 8 --N 8192 --D 128 --mask ones --bias" "--H 8 --N 8192 --D 128 --mask ones --bias --dma-core mma" \
          "--H 8 --N 8192 --D 64 --mask ones --bias" "--H 8 --N 8192 --D 64 --mask ones --bias --dma-core mma" \

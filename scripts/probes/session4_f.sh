@@ -2,14 +2,8 @@
 # Session-4 probe F: the bandwidth rewrite of the mask pre-pass (next/prepass-bw):
 # its bit-exact test, the dmattn tests, and its time at L=32K.
 cd "$(dirname "$0")/../.."
-O=${OUT:-/tmp/out}; L=/tmp/logs; mkdir -p $O $L
-B=build-gpu; F=$B/flash_attn_mma
-exec > >(tee $O/summary.txt) 2>&1
-t0=$(date +%s); el() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
-TP=$(python3 -c "import torch; print(torch.utils.cmake_prefix_path)" 2>/dev/null)
-{ cmake -S . -B $B -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_PREFIX_PATH="$TP" &&
-  cmake --build $B -j 16 --target flash_attn_mma test_dmattn test_dmattn_backward test_dmattn_summary; } > $L/build.log 2>&1 || { tail -40 $L/build.log; exit 1; }
-el built
+. scripts/probes/common.sh
+probe_build flash_attn_mma test_dmattn test_dmattn_backward test_dmattn_summary
 timeout 120 $B/test_dmattn_summary > $L/sum_tests.log 2>&1; el "test_dmattn_summary rc=$? $(tail -1 $L/sum_tests.log)"; grep -m8 FAIL $L/sum_tests.log | cut -c1-220
 timeout 240 $B/test_dmattn > $L/fwd_tests.log 2>&1; el "test_dmattn rc=$? $(tail -1 $L/fwd_tests.log)"; grep -m8 FAIL $L/fwd_tests.log | cut -c1-220
 timeout 240 $B/test_dmattn_backward > $L/bwd_tests.log 2>&1; el "test_dmattn_backward rc=$? $(tail -1 $L/bwd_tests.log)"; grep -m8 FAIL $L/bwd_tests.log | cut -c1-220

@@ -1,0 +1,14 @@
+# Sourced by the session probes (run from the repository root): where output
+# goes ($OUT: what the device returns; /tmp/logs: tarred at the end), the
+# harness path, a timer, and the build of the targets a probe needs.
+O=${OUT:-/tmp/out}; L=/tmp/logs; mkdir -p "$O" "$L"
+B=build-gpu; F=$B/flash_attn_mma
+exec > >(tee "$O/summary.txt") 2>&1
+t0=$(date +%s); el() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
+probe_build() {  # probe_build TARGET... : configure (with torch when python3 has it) and build, or exit
+  local tp
+  tp=$(python3 -c "import torch; print(torch.utils.cmake_prefix_path)" 2>/dev/null)
+  { cmake -S . -B "$B" -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_PREFIX_PATH="$tp" &&
+    cmake --build "$B" -j 16 --target "$@"; } > "$L/build.log" 2>&1 || { tail -40 "$L/build.log"; exit 1; }
+  el built
+}
