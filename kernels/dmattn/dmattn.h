@@ -71,6 +71,14 @@ struct DynamicMaskProblem {
 // Tiles of the forward kernel: the skip test works on Br x Bc blocks.
 constexpr int kDmaBr = 64, kDmaBc = 64;
 
+// The forward's block order: the query tile that the j-th block (in launch
+// order, per head) of n_m computes — the last first (causally the heaviest),
+// or, with a mask, from both ends in turn (last, first, last - 1, second, ...)
+// because a mask can put its heavy tiles anywhere. A permutation of 0..n_m-1.
+ATTNLAB_HOST_DEVICE inline int dma_query_tile_order(int j, int n_m, bool zigzag) {
+  return !zigzag ? n_m - 1 - j : (j % 2 == 0 ? n_m - 1 - j / 2 : j / 2);
+}
+
 // kWgmma copies K and V by TMA where it can (16-byte aligned bases),
 // kWgmmaCpAsync always with cp.async (the comparison, and its tests).
 enum class DmaCore { kAuto = 0, kMma = 1, kWgmma = 2, kWgmmaCpAsync = 3 };

@@ -191,9 +191,7 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
   // query-broadcast bias puts nearly all its work in the *first* ~48 query
   // tiles, which then ran last, ~20 tiles each, after everyone else (ncu) —
   // so the order zigzags from both ends: last, first, last - 1, second, ...
-  const int n_m = gridDim.x / p.H, j = int(blockIdx.x / p.H);  // j: the block's place in the order
-  const bool zigzag = p.mask.data != nullptr;
-  const int m_block = !zigzag ? n_m - 1 - j : (j % 2 == 0 ? n_m - 1 - j / 2 : j / 2);
+  const int m_block = dma_query_tile_order(int(blockIdx.x / p.H), gridDim.x / p.H, /*zigzag=*/p.mask.data != nullptr);
   const int h = blockIdx.x % p.H, b = blockIdx.y / splits, split = blockIdx.y % splits;
   const int q_start = m_block * Br;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;

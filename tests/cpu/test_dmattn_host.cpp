@@ -115,3 +115,21 @@ TEST_CASE(dmattn_backward_chunks) {
   EXPECT_EQ(dma_backward_workspace_bytes(p, false, 0), dma_backward_workspace_bytes(p, false, small));
   EXPECT_EQ(dma_backward_workspace_bytes(p), dma_backward_workspace_bytes(p, false, 0));  // the defaults
 }
+
+TEST_CASE(dmattn_block_order) {
+  // Every query tile exactly once, in both orders; the zigzag starts at both ends.
+  for (int n_m : {1, 2, 3, 4, 5, 8, 63, 64, 129, 512}) {
+    for (bool zigzag : {false, true}) {
+      std::vector<int> seen(n_m, 0);
+      for (int j = 0; j < n_m; ++j) {
+        const int m = dma_query_tile_order(j, n_m, zigzag);
+        EXPECT_TRUE(m >= 0 && m < n_m);
+        if (m >= 0 && m < n_m) ++seen[m];
+      }
+      for (int m = 0; m < n_m; ++m) EXPECT_EQ(seen[m], 1);
+    }
+    EXPECT_EQ(dma_query_tile_order(0, n_m, false), n_m - 1);
+    EXPECT_EQ(dma_query_tile_order(0, n_m, true), n_m - 1);
+    if (n_m > 1) EXPECT_EQ(dma_query_tile_order(1, n_m, true), 0);
+  }
+}
