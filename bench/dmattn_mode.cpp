@@ -293,12 +293,13 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
   }
 
   // ---- torch with the same mask -------------------------------------------------------------
-  if (opt.sdpa || opt.torch) {
-    std::string setup;
-    const std::vector<MaskedTorchPeer> peers = make_masked_torch_peers(p, q, k, v, &setup);
+  // One row per peer: its first call builds its graph (untimed), then the timed
+  // calls; a peer that cannot run, or a setup that failed, is an unsupported row.
+  auto add_peer_rows = [&](const std::vector<MaskedTorchPeer>& peers, const std::string& setup,
+                           const std::string& setup_row, double row_flops, double ours_ms, const char* ours_name) {
     if (!setup.empty()) {
       DmaRow r;
-      r.name = "torch+mask";
+      r.name = setup_row;
       r.kind = "peer";
       r.status = "unsupported";
       r.note = setup;
@@ -317,14 +318,19 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
         cudaGetLastError();
       } else {
         r.ms = timing.median_ms;
-        r.tflops = flops / (r.ms * 1e-3) / 1e12;
+        r.tflops = row_flops / (r.ms * 1e-3) / 1e12;
         r.status = "unchecked";
         char note[96];
-        std::snprintf(note, sizeof note, "dmattn is %.2fx faster", ours.ms > 0 ? r.ms / ours.ms : 0.0);
+        std::snprintf(note, sizeof note, "%s is %.2fx faster", ours_name, ours_ms > 0 ? r.ms / ours_ms : 0.0);
         r.note = note;
       }
       out_rows.push_back(r);
     }
+  };
+  if (opt.sdpa || opt.torch) {
+    std::string setup;
+    const std::vector<MaskedTorchPeer> peers = make_masked_torch_peers(p, q, k, v, &setup);
+    add_peer_rows(peers, setup, "torch+mask", flops, ours.ms, "dmattn");
   }
 
   // ---- backward ---------------------------------------------------------------------
@@ -459,27 +465,7 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
       if (opt.sdpa || opt.torch) {
         std::string setup;
         const std::vector<MaskedTorchPeer> peers = make_masked_torch_peers(p, q, k, v, &setup, dout);
-        for (const MaskedTorchPeer& peer : peers) {
-          DmaRow r;
-          r.name = peer.name;
-          r.kind = "peer";
-          Timing pt;
-          std::string t = peer.run(stream);  // builds the forward graph, untimed
-          if (t.empty()) t = time_calls([&] { return peer.run(stream); }, opt.warmup, opt.iters, flush, flush_bytes, stream, &pt);
-          if (!t.empty()) {
-            r.status = "unsupported";
-            r.note = t;
-            cudaGetLastError();
-          } else {
-            r.ms = pt.median_ms;
-            r.tflops = bwd_flops / (r.ms * 1e-3) / 1e12;
-            r.status = "unchecked";
-            char note[96];
-            std::snprintf(note, sizeof note, "dmattn bwd is %.2fx faster", r.ms / bwd.ms);
-            r.note = note;
-          }
-          out_rows.push_back(r);
-        }
+        add_peer_rows(peers, setup, "torch+mask bwd", bwd_flops, bwd.ms, "dmattn bwd");
       }
     }
   }
