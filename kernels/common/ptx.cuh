@@ -93,6 +93,24 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// Programmatic dependent launch (sm_90; PTX ISA, "griddepcontrol"). A kernel
+// launched with the programmatic-stream-serialization attribute may start
+// while the kernel before it in the stream still runs; griddep_wait() blocks
+// until that kernel has completed and its memory is visible, so everything
+// after it may read what the previous kernel wrote. griddep_launch_dependents()
+// lets the next such kernel start launching once every block of this one has
+// called it (or exited). Both are no-ops below sm_90 (and without the attribute).
+__device__ __forceinline__ void griddep_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void griddep_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 // 2^x on the special-function unit (exp2(-inf) = 0). The softmax works in the
 // exp2 domain with log2(e) folded into the scale, as FlashAttention does.
 __device__ __forceinline__ float exp2_approx(float x) {

@@ -63,6 +63,41 @@ cudaError_t launch_with_smem(Kernel kernel, dim3 grid, int threads, int smem_byt
   return cudaGetLastError();
 }
 
+// True on an sm_90 or newer device (programmatic dependent launch, wgmma, TMA).
+inline bool device_is_sm90_or_newer() {
+  static const bool yes = [] {
+    int device = 0, major = 0;
+    return cudaGetDevice(&device) == cudaSuccess &&
+           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 9;
+  }();
+  return yes;
+}
+
+// launch_with_smem, but on sm_90 with programmatic stream serialization: the
+// kernel may start while the previous kernel in the stream drains, so its
+// launch and block setup overlap that kernel's tail. The kernel MUST call
+// griddep_wait() (ptx.cuh) before it touches any memory the previous work may
+// write or read. Elsewhere an ordinary launch.
+template <typename Kernel, typename... Args>
+cudaError_t launch_with_smem_overlapped(Kernel kernel, dim3 grid, int threads, int smem_bytes, cudaStream_t stream,
+                                        Args... args) {
+  if (!device_is_sm90_or_newer()) return launch_with_smem(kernel, grid, threads, smem_bytes, stream, args...);
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  if (err != cudaSuccess) return err;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = smem_bytes;
+  config.stream = stream;
+  cudaLaunchAttribute overlap{};
+  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &overlap;
+  config.numAttrs = 1;
+  err = cudaLaunchKernelEx(&config, kernel, args...);
+  return err != cudaSuccess ? err : cudaGetLastError();
+}
+
 // Launches the kernel of one config on the problem's dtype: a grid of
 // (ceil(Nq / Br), H, B) blocks of Cfg::kThreads threads with Cfg::kSmemBytes of
 // dynamic shared memory, the kernel taking (q, k, v, o, lse, problem).

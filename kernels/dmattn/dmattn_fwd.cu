@@ -183,6 +183,11 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
                    unsigned long long* counters, float* __restrict__ partials, int splits,
                    const __grid_constant__ CUtensorMap tma_k, const __grid_constant__ CUtensorMap tma_v, bool use_tma) {
   constexpr int D = Cfg::kHeadDim, Br = Cfg::kBr, Bc = Cfg::kBc, kStride = Cfg::kRowStride;
+  // Launched overlapped with the mask pre-pass (sm_90): nothing may be read
+  // or written before that grid, or whatever ran before, has completed. The
+  // split-KV combine after this kernel may then start launching.
+  griddep_wait();
+  griddep_launch_dependents();
 
   // Blocks of the same query rows and all H heads run next to each other (head
   // fastest), so heads that share a mask or bias (GQA, broadcast) read it from
@@ -529,6 +534,7 @@ dma_combine_kernel(const float* __restrict__ partials, T* __restrict__ o, float*
   float* weight = combine_smem;
   float* group_sum = combine_smem + splits;
   __shared__ float scratch[kCombineThreads / 32];
+  griddep_wait();  // launched overlapped with the forward kernel that writes the partials
   const int64_t row = blockIdx.x;
   const float* part_lse = partials + int64_t(splits) * rows * D;
   float m = -INFINITY;
@@ -689,7 +695,7 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
       if constexpr (Cfg::kWgmma)
         use_tma = core == "wgmma" && encode_head_tiles<Cfg::kBc>(&tma_k, a.k, p.dtype, int64_t(p.B) * p.Hkv, p.Nk, p.D) &&
                   encode_head_tiles<Cfg::kBc>(&tma_v, a.v, p.dtype, int64_t(p.B) * p.Hkv, p.Nk, p.D);
-      cudaError_t e = launch_with_smem(dma_forward_kernel<Cfg, T>, grid, Cfg::kThreads,
+      cudaError_t e = launch_with_smem_overlapped(dma_forward_kernel<Cfg, T>, grid, Cfg::kThreads,
                                        int(dma_smem_bytes(Cfg::kTileBytes, p.Nk)), stream, static_cast<const T*>(a.q),
                                        static_cast<const T*>(a.k), static_cast<const T*>(a.v), static_cast<T*>(a.o),
                                        a.lse, p, summary, a.tile_counters, partials, splits, tma_k, tma_v, use_tma);
@@ -699,8 +705,8 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
         const int threads = many ? 512 : 256;  // >= D: at least one group of D threads
         const size_t smem = (splits + size_t(threads / p.D) * p.D) * sizeof(float);
         auto combine = many ? dma_combine_kernel<T, 512> : dma_combine_kernel<T, 256>;
-        combine<<<unsigned(rows), threads, smem, stream>>>(partials, static_cast<T*>(a.o), a.lse, splits, rows, p.D);
-        e = cudaGetLastError();
+        e = launch_with_smem_overlapped(combine, dim3(unsigned(rows)), threads, int(smem), stream, partials,
+                                        static_cast<T*>(a.o), a.lse, splits, rows, p.D);
       }
       return e;
     });

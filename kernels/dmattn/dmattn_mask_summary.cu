@@ -36,6 +36,7 @@
 
 #include <algorithm>
 
+#include "../common/ptx.cuh"
 #include "dmattn_tiles.cuh"
 
 namespace attnlab {
@@ -89,6 +90,11 @@ int summary_words(const DynamicMaskProblem& p) { return ((p.Nk + kDmaBc - 1) / k
 // that starts at a key multiple of 16 is a 16-byte aligned load.
 __global__ void __launch_bounds__(32 * kSummaryWarps, 2)
 mask_summary_kernel(const DynamicMaskProblem p, MaskSummary s, uint32_t* any_out, uint32_t* all_out, bool vec) {
+  // The attention kernel that reads these bits may start launching now (it
+  // waits for this whole grid, griddepcontrol.wait, before it reads anything):
+  // its blocks take the SMs this grid's last wave leaves, instead of the
+  // launch starting after the last block has finished.
+  griddep_launch_dependents();
   const int word = blockIdx.x, m = blockIdx.y;
   const int mb = blockIdx.z / p.mask.h, mh = blockIdx.z % p.mask.h;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
