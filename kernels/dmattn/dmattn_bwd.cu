@@ -404,23 +404,48 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
 
           // ---- P, dS (in place of St, dPt) and dBias ----------------------------------------
           float bias_row_sum[2] = {0.f, 0.f};
+          // The fast path (uniform, the forward's lesson: no test, load or branch
+          // per score): every score of this half tile is visible — the tile's
+          // mask is all ones, its keys and queries are in range and none is past
+          // the causal diagonal — its bias, if any, is the key's (loaded once
+          // per tile), and there is no softcap. Then P = exp(scale·s + bias −
+          // LSE) and dS = P·(dP − Δ), the same operations score_prob does there.
+          const int q_half0 = q0 + qh;
+          const bool fast = mask_full && kv0 + Bc <= p.Nk && q_half0 + Cfg::kHalf <= p.Nq &&
+                            (!p.causal || kv0 + Bc - 1 <= q_half0 + (p.Nk - p.Nq)) &&
+                            (p.bias.data == nullptr || bias_by_key) && !(p.softcap > 0.f);
+          if (fast) {
 #pragma unroll
-          for (int n = 0; n < Cfg::kTilesS; ++n)
+            for (int n = 0; n < Cfg::kTilesS; ++n)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int key = key_row[e / 2];
-              const int qc = qh + n * 8 + 2 * t + (e & 1);  // query column in the tile
-              const int qi = q0 + qc;
-              const ScoreProb sp =
-                  score_prob<T>(p, b, h, qi, key, St[n][e], sLSE[qc], mask_full, bias_by_key, key_bias[e / 2]);
-              const float ds = sp.p * (dPt[n][e] - sDelta[qc]) * sp.dcap;
-              St[n][e] = sp.p;
-              dPt[n][e] = ds;
-              if (p.bias.data != nullptr && sp.visible) {
-                if (p.bias.stride_q == 0) bias_row_sum[e / 2] += ds;
-                else atomicAdd(dbias_accum + p.bias.row_offset(b, h, qi) + key, ds);
+              for (int e = 0; e < 4; ++e) {
+                const int qc = qh + n * 8 + 2 * t + (e & 1);  // query column in the tile
+                const float x = St[n][e] * p.scale + key_bias[e / 2];
+                const float prob = exp2_approx((x - sLSE[qc]) * kLog2e);
+                const float ds = prob * (dPt[n][e] - sDelta[qc]);
+                St[n][e] = prob;
+                dPt[n][e] = ds;
+                bias_row_sum[e / 2] += ds;  // used only with a bias
               }
-            }
+          } else {
+#pragma unroll
+            for (int n = 0; n < Cfg::kTilesS; ++n)
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                const int key = key_row[e / 2];
+                const int qc = qh + n * 8 + 2 * t + (e & 1);  // query column in the tile
+                const int qi = q0 + qc;
+                const ScoreProb sp =
+                    score_prob<T>(p, b, h, qi, key, St[n][e], sLSE[qc], mask_full, bias_by_key, key_bias[e / 2]);
+                const float ds = sp.p * (dPt[n][e] - sDelta[qc]) * sp.dcap;
+                St[n][e] = sp.p;
+                dPt[n][e] = ds;
+                if (p.bias.data != nullptr && sp.visible) {
+                  if (p.bias.stride_q == 0) bias_row_sum[e / 2] += ds;
+                  else atomicAdd(dbias_accum + p.bias.row_offset(b, h, qi) + key, ds);
+                }
+              }
+          }
           if (bias_by_key) {  // one add per key per half tile
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
