@@ -7,7 +7,7 @@ root after changing SHAPES; the output is committed.
 """
 import pathlib
 
-SS_N = [64, 128]          # S = Q·Kᵀ: both operands from shared memory, N = Bc
+SS_N = [32, 64, 128]      # S = Q·Kᵀ: both operands from shared memory, N = Bc (32: the backward's Sᵀ slices)
 RS_N = [64, 128, 256]     # O += P·V: P from registers, N = Dv
 SS_TT_N = [64, 128]       # the dynamic-mask backward's dQ = dS·K: A M-major, B N-major, N = D
 TYPES = [("half", "f16"), ("__nv_bfloat16", "bf16")]
