@@ -376,6 +376,7 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
       ba.workspace_bytes = ws_bytes;
       ba.deterministic = opt.deterministic;
       ba.q_chunks = bwd_chunks;
+      ba.core = opt.dma_core == "mma" ? DmaCore::kMma : opt.dma_core == "auto" ? DmaCore::kAuto : DmaCore::kWgmma;
       if (opt.deterministic) bwd.name += " (deterministic)";
       e = dma_backward(p, ba, stream);
       if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
@@ -459,7 +460,8 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
       }
       bwd.ms = timing.median_ms;
       bwd.tflops = bwd_flops / (bwd.ms * 1e-3) / 1e12;
-      bwd.note += "q chunks " + std::to_string(bwd_chunks) + "; TFLOPS count 2·(3D+2Dv)·unmasked pairs";
+      bwd.note += "q chunks " + std::to_string(bwd_chunks) + "; core " + dma_backward_core_name(p, ba.core) +
+                  "; TFLOPS count 2·(3D+2Dv)·unmasked pairs";
       out_rows.push_back(bwd);
 
       if (opt.sdpa || opt.torch) {

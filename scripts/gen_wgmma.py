@@ -7,8 +7,9 @@ root after changing SHAPES; the output is committed.
 """
 import pathlib
 
-SS_N = [64, 128]          # S = Q·Kᵀ: both operands from shared memory, N = Bc
+SS_N = [32, 64, 128]      # S = Q·Kᵀ: both operands from shared memory, N = Bc (32: the backward's Sᵀ slices)
 RS_N = [64, 128, 256]     # O += P·V: P from registers, N = Dv
+SS_TT_N = [64, 128]       # the dynamic-mask backward's dQ = dS·K: A M-major, B N-major, N = D
 TYPES = [("half", "f16"), ("__nv_bfloat16", "bf16")]
 
 
@@ -41,6 +42,23 @@ __device__ __forceinline__ void wgmma_ss<{ctype}, {n}>(float (&d)[{n // 8}][4], 
 '''
 
 
+def ss_tt(ctype, ptype, n):
+    r = n // 2
+    return f'''template <>
+__device__ __forceinline__ void wgmma_ss_tt<{ctype}, {n}>(float (&d)[{n // 8}][4], uint64_t desc_a, uint64_t desc_b,
+                                                        int accumulate) {{
+  asm volatile(
+      // As wgmma_ss, but trans-a = 1 (A is M-major: its rows run along the
+      // reduction dim) and trans-b = 1 (B is N-major, as V in P·V).
+      "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{r + 2}, 0;\\n"
+      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptype}.{ptype} "
+      "{{{placeholders(0, r)}}}, %{r}, %{r + 1}, p, 1, 1, 1, 1;\\n}}\\n"
+      : {acc_operands(n)}
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}}
+'''
+
+
 def rs(ctype, ptype, n):
     r = n // 2
     return f'''template <>
@@ -66,6 +84,8 @@ def main():
             out.append(ss(ctype, ptype, n))
         for n in RS_N:
             out.append(rs(ctype, ptype, n))
+        for n in SS_TT_N:
+            out.append(ss_tt(ctype, ptype, n))
     path = pathlib.Path(__file__).resolve().parent.parent / "kernels/common/wgmma_ops.inc"
     path.write_text("\n".join(out))
     print(f"wrote {path}")

@@ -149,6 +149,7 @@ if [ "${DMATTN:-1}" != 0 ]; then
   dbench --B 1 --H 2 --Hkv 1 --N 16384 --D 128 --causal --mask topk --window 1024 --bias --bwd-chunks 1
   dbench --B 1 --H 8 --N 1024 --D 128 --mask ones --bias --bwd --check
   dbench --B 1 --H 8 --N 8192 --D 128 --mask ones --bias --bwd
+  dbench --B 1 --H 8 --N 8192 --D 128 --mask ones --bias --bwd --dma-core mma
   # the skipping machinery on an all-ones mask with a bias, against the dense split-q rung
   dbench --B 1 --H 8 --N 8192 --D 128 --mask ones --bias --check
   dbench --B 1 --H 8 --N 8192 --D 128 --mask ones --bias --dma-core mma

@@ -125,6 +125,12 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t desc_a, 
 // rows), B [16 x N] N-major in shared memory (rows of V, head dim contiguous).
 template <typename T, int N>
 __device__ __forceinline__ void wgmma_rs_vt(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t desc_b);
+// d (+)= A·B, A [64 x 16] M-major in shared memory (stored as [16 K-rows][64],
+// e.g. dSᵀ with K = keys) and B [16 x N] N-major (rows along K, as V). Both
+// operands transposed against wgmma_ss; valid for 16-bit types only. Used by
+// the dynamic-mask backward for dQ = dS·K.
+template <typename T, int N>
+__device__ __forceinline__ void wgmma_ss_tt(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b, int accumulate);
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #include "wgmma_ops.inc"

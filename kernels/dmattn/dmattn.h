@@ -152,8 +152,14 @@ struct DmaBackwardArgs {
   // 1 = one block per key tile (direct stores, no accumulators), > 1 forced
   // (at most 4096). Ignored in deterministic mode (always 1).
   int q_chunks = 0;
+  // The main kernel's tensor-core path, as DmaForwardArgs::core: kAuto = the
+  // five products as wgmma on an sm_90 GPU at D in {64, 128}, mma.sync
+  // otherwise (the deterministic mode's dQ pass is always mma.sync).
+  DmaCore core = DmaCore::kAuto;
 };
 std::string dma_backward_unsupported(const DynamicMaskProblem& p);
+// "mma" or "wgmma" for this problem and request; "" where the request cannot run.
+std::string dma_backward_core_name(const DynamicMaskProblem& p, DmaCore requested);
 // The chunk count a DmaBackwardArgs::q_chunks of `requested` resolves to on the
 // current device: 1 in deterministic mode, `requested` when > 0, else the
 // automatic rule (dmattn_bwd.cu, next to the definition, gives its reasoning).

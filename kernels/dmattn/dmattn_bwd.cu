@@ -60,6 +60,19 @@
 // Tiles: Bc = Br = 64, 4 warps; shared memory (4·64·(D+8) + 64·72)·2 bytes +
 // 512 (K, V, Q, dO, dSᵀ, LSE, Δ). Head dims 32, 64, 96, 128 (dK and dV take D
 // registers per thread).
+//
+// The wgmma core (DmaBwdConfig::kWgmma; sm_90 at D = 64, 128; the forward's
+// treatment — NOT YET RUN ON A GPU): the 4 warps are one warpgroup and the
+// five products are warpgroup MMAs on tiles in the 128-byte swizzle:
+//   Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ   SS, m64n32 (m64n64 at D = 64): A = K, V; B = Q, dO rows
+//   dV += Pᵀ·dO, dK += dSᵀ·Q  RS: Pᵀ, dSᵀ from registers; B = dO, Q (N-major, as V
+//                             in the forward's P·V)
+//   dQ = dS·K                 SS with both operands transposed (wgmma_ss_tt): A =
+//                             dSᵀ in shared memory read M-major, B = K N-major;
+//                             64 columns at a time, then fp32 atomics as before
+// The scores between them (P, dS, dBias) are the mma.sync core's code
+// (scores_to_ds). Shared memory 4·64·D·2 + 64·64·2 + 512 + 1024 (alignment):
+// D = 64: 42 496, D = 128: 75 264 bytes.
 // ============================================================================
 
 #include <cuda_bf16.h>
@@ -74,25 +87,34 @@
 #include "../common/rung_host.cuh"
 #include "../common/split_q_parts.cuh"
 #include "../common/tile_copy.cuh"
+#include "../common/wgmma.cuh"
 #include "dmattn.h"
 #include "dmattn_tiles.cuh"
 
 namespace attnlab {
 namespace {
 
-template <int kHeadDim_>
+template <int kHeadDim_, bool kWgmma_ = false>
 struct DmaBwdConfig {
   static constexpr int kHeadDim = kHeadDim_;
+  // kWgmma: the five products as warpgroup MMAs (sm_90a; see the kernel).
+  static constexpr bool kWgmma = kWgmma_;
   static constexpr int kBr = 64, kBc = 64, kWarps = 4, kThreads = 32 * kWarps;
-  static constexpr int kStride = kHeadDim + 8;
-  static constexpr int kDsStride = kBr + 8;
-  static constexpr int kSmemBytes = (4 * 64 * kStride + kBc * kDsStride) * 2 + 2 * kBr * 4;
-  static constexpr int kHalf = kBr / 2;     // queries per half tile
-  static constexpr int kTilesS = kHalf / 8;  // n8 tiles across the 32 queries of a half
+  // mma.sync: rows padded by 8 halves; wgmma: dense rows in the 128-byte
+  // swizzle (Sw128Blocks<64>), tiles 1024-byte aligned (+ 1024 bytes slack).
+  static constexpr int kStride = kWgmma ? kHeadDim : kHeadDim + 8;
+  static constexpr int kDsStride = kWgmma ? kBr : kBr + 8;
+  static constexpr int kSmemBytes = (4 * 64 * kStride + kBc * kDsStride) * 2 + 2 * kBr * 4 + (kWgmma ? 1024 : 0);
+  // Queries per Sᵀ slice: two halves of 32 (registers: Sᵀ and dPᵀ next to dK
+  // and dV), or with wgmma at D = 64 all 64 at once (m64n64).
+  static constexpr int kHalf = kWgmma && kHeadDim <= 64 ? kBr : kBr / 2;
+  static constexpr int kTilesS = kHalf / 8;  // n8 tiles across the queries of a slice
   static constexpr int kTilesO = kHeadDim / 8;
   static constexpr int kDqParts = kHeadDim >= 128 ? 2 : 1;  // dQ columns in parts (registers)
   static_assert(kTilesO % (2 * kDqParts) == 0, "dQ parts of whole 16-column steps");
 };
+static_assert(DmaBwdConfig<64, true>::kSmemBytes == 42496 && DmaBwdConfig<128, true>::kSmemBytes == 75264,
+              "header: the wgmma core's shared memory");
 
 template <typename T>
 __device__ __forceinline__ float as_float(T x);
@@ -285,6 +307,13 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sK = reinterpret_cast<T*>(smem_raw);
+  if constexpr (Cfg::kWgmma) {  // 1024-byte aligned: the period of the 128-byte swizzle
+    const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+    sK = reinterpret_cast<T*>(smem_raw + (((raw + 1023) & ~1023u) - raw));
+  }
+  // The tiles' layout: padded rows (mma.sync) or Sw128Blocks<64> (wgmma; Br = Bc = 64).
+  using Layout = std::conditional_t<Cfg::kWgmma, Sw128Blocks<64>, StridedRows<kStride>>;
+  static_assert(Br == 64 && Bc == 64, "one layout for all four tiles");
   T* sV = sK + Bc * kStride;
   T* sQ = sV + Bc * kStride;
   T* sdO = sQ + Br * kStride;
@@ -317,6 +346,65 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
     m = m_first + (chunks > 1 ? major : minor);
     h = hk * group + (chunks > 1 ? minor : major);
   };
+  // ---- P, dS (in place of Sᵀ, dPᵀ) and dBias, for a slice of Cfg::kHalf queries
+  // from column qh of query tile q0 (head h): the same code for both cores.
+  auto scores_to_ds = [&](float (&St)[Cfg::kTilesS][4], float (&dPt)[Cfg::kTilesS][4], int qh, int q0, int h,
+                          bool mask_full, const float (&key_bias)[2]) {
+    float bias_row_sum[2] = {0.f, 0.f};
+    // The fast path (uniform, the forward's lesson: no test, load or branch
+    // per score): every score of this half tile is visible — the tile's
+    // mask is all ones, its keys and queries are in range and none is past
+    // the causal diagonal — its bias, if any, is the key's (loaded once
+    // per tile), and there is no softcap. Then P = exp(scale·s + bias −
+    // LSE) and dS = P·(dP − Δ), the same operations score_prob does there.
+    const int q_half0 = q0 + qh;
+    const bool fast = mask_full && kv0 + Bc <= p.Nk && q_half0 + Cfg::kHalf <= p.Nq &&
+                      (!p.causal || kv0 + Bc - 1 <= q_half0 + (p.Nk - p.Nq)) &&
+                      (p.bias.data == nullptr || bias_by_key) && !(p.softcap > 0.f);
+    if (fast) {
+#pragma unroll
+      for (int n = 0; n < Cfg::kTilesS; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int qc = qh + n * 8 + 2 * t + (e & 1);  // query column in the tile
+          const float x = St[n][e] * p.scale + key_bias[e / 2];
+          const float prob = exp2_approx((x - sLSE[qc]) * kLog2e);
+          const float ds = prob * (dPt[n][e] - sDelta[qc]);
+          St[n][e] = prob;
+          dPt[n][e] = ds;
+          bias_row_sum[e / 2] += ds;  // used only with a bias
+        }
+    } else {
+#pragma unroll
+      for (int n = 0; n < Cfg::kTilesS; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = key_row[e / 2];
+          const int qc = qh + n * 8 + 2 * t + (e & 1);  // query column in the tile
+          const int qi = q0 + qc;
+          const ScoreProb sp =
+              score_prob<T>(p, b, h, qi, key, St[n][e], sLSE[qc], mask_full, bias_by_key, key_bias[e / 2]);
+          const float ds = sp.p * (dPt[n][e] - sDelta[qc]) * sp.dcap;
+          St[n][e] = sp.p;
+          dPt[n][e] = ds;
+          if (p.bias.data != nullptr && sp.visible) {
+            if (p.bias.stride_q == 0) bias_row_sum[e / 2] += ds;
+            else atomicAdd(dbias_accum + p.bias.row_offset(b, h, qi) + key, ds);
+          }
+        }
+    }
+    if (bias_by_key) {  // one add per key per half tile
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float sum = bias_row_sum[r];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        if (t == 0 && key_row[r] < p.Nk && sum != 0.f)
+          atomicAdd(dbias_accum + p.bias.row_offset(b, h, 0) + key_row[r], sum);
+      }
+    }
+  };
+
   // K_j, V_j are loaded with the first active tile: a chunk without one (most
   // blocks of a sparse mask) reads nothing but its skip bits.
   bool kv_loaded = false;
@@ -357,16 +445,12 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
 
         // Rolled copies keep their addresses out of the registers dK and dV need.
         if (!kv_loaded) {
-          load_tile_async_rolled<Bc, D, StridedRows<kStride>, Cfg::kThreads>(sK, k + (kv_head * p.Nk + kv0) * D, D,
-                                                                            p.Nk - kv0);
-          load_tile_async_rolled<Bc, D, StridedRows<kStride>, Cfg::kThreads>(sV, v + (kv_head * p.Nk + kv0) * D, D,
-                                                                            p.Nk - kv0);
+          load_tile_async_rolled<Bc, D, Layout, Cfg::kThreads>(sK, k + (kv_head * p.Nk + kv0) * D, D, p.Nk - kv0);
+          load_tile_async_rolled<Bc, D, Layout, Cfg::kThreads>(sV, v + (kv_head * p.Nk + kv0) * D, D, p.Nk - kv0);
           kv_loaded = true;
         }
-        load_tile_async_rolled<Br, D, StridedRows<kStride>, Cfg::kThreads>(sQ, q + (q_head * p.Nq + q0) * D, D,
-                                                                          p.Nq - q0);
-        load_tile_async_rolled<Br, D, StridedRows<kStride>, Cfg::kThreads>(sdO, dout + (q_head * p.Nq + q0) * D, D,
-                                                                          p.Nq - q0);
+        load_tile_async_rolled<Br, D, Layout, Cfg::kThreads>(sQ, q + (q_head * p.Nq + q0) * D, D, p.Nq - q0);
+        load_tile_async_rolled<Br, D, Layout, Cfg::kThreads>(sdO, dout + (q_head * p.Nq + q0) * D, D, p.Nq - q0);
         cp_async_commit();
         if (threadIdx.x < Br) {
           const int qi = q0 + threadIdx.x;
@@ -384,103 +468,184 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
                   as_float(__ldg(static_cast<const T*>(p.bias.data) + p.bias.row_offset(b, h, 0) + key_row[r]));
         }
         cp_async_wait<0>();
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+        if constexpr (Cfg::kWgmma) fence_proxy_async_shared();  // cp.async wrote the tiles; wgmma reads via the async proxy
+#endif
         __syncthreads();
 
-        // The 64 queries in two halves of 32, so that Sᵀ and dPᵀ of a half (16 keys x
-        // 32 queries per warp) fit next to dK and dV (D registers per thread).
+        if constexpr (Cfg::kWgmma) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+          // ---- the wgmma core, per slice of Cfg::kHalf queries ------------------------
+          // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ: m64n(kHalf), A = K or V (keys, K-major), B = Q or
+          // dO rows of the slice (K-major) — the forward's S = Q·Kᵀ, roles swapped.
+          // (Descriptors from one opaque base each, advanced per k-step: otherwise
+          // the compiler keeps every step's descriptor in registers, as rung 08 found.)
 #pragma unroll 1
-        for (int half = 0; half < 2; ++half) {
-          const int qh = half * Cfg::kHalf;  // first query column of this half
-          // ---- Sᵀ = K_w Qᵀ and dPᵀ = V_w dOᵀ ---------------------------------------------
-          float St[Cfg::kTilesS][4] = {}, dPt[Cfg::kTilesS][4] = {};
+          for (int qh = 0; qh < Br; qh += Cfg::kHalf) {
+            float St[Cfg::kTilesS][4], dPt[Cfg::kTilesS][4];
+            wgmma_fence();
+            {
+              const uint64_t dk = opaque(make_sw128_desc(sK, 0, 1024));
+              const uint64_t dq = opaque(make_sw128_desc(sQ + qh * 64, 0, 1024));
 #pragma unroll
-          for (int kk = 0; kk < D / 16; ++kk) {
-            uint32_t a[4];
-            load_a_fragment<kStride>(a, sK + (warp * 16) * kStride + kk * 16, lane);
-            qk_slice<T, Cfg::kTilesS, kStride>(St, a, sQ + qh * kStride + kk * 16, lane);
-            load_a_fragment<kStride>(a, sV + (warp * 16) * kStride + kk * 16, lane);
-            qk_slice<T, Cfg::kTilesS, kStride>(dPt, a, sdO + qh * kStride + kk * 16, lane);
-          }
-
-          // ---- P, dS (in place of St, dPt) and dBias ----------------------------------------
-          float bias_row_sum[2] = {0.f, 0.f};
-#pragma unroll
-          for (int n = 0; n < Cfg::kTilesS; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int key = key_row[e / 2];
-              const int qc = qh + n * 8 + 2 * t + (e & 1);  // query column in the tile
-              const int qi = q0 + qc;
-              const ScoreProb sp =
-                  score_prob<T>(p, b, h, qi, key, St[n][e], sLSE[qc], mask_full, bias_by_key, key_bias[e / 2]);
-              const float ds = sp.p * (dPt[n][e] - sDelta[qc]) * sp.dcap;
-              St[n][e] = sp.p;
-              dPt[n][e] = ds;
-              if (p.bias.data != nullptr && sp.visible) {
-                if (p.bias.stride_q == 0) bias_row_sum[e / 2] += ds;
-                else atomicAdd(dbias_accum + p.bias.row_offset(b, h, qi) + key, ds);
+              for (int kk = 0; kk < D / 16; ++kk) {  // k-step kk: 64-column block kk/4, 32 bytes on inside it
+                const uint32_t off = (kk / 4) * 64 * 128 + (kk % 4) * 32;
+                wgmma_ss<T, Cfg::kHalf>(St, advance_desc(dk, off), advance_desc(dq, off), kk > 0);
               }
             }
-          if (bias_by_key) {  // one add per key per half tile
+            {
+              const uint64_t dv = opaque(make_sw128_desc(sV, 0, 1024));
+              const uint64_t ddo = opaque(make_sw128_desc(sdO + qh * 64, 0, 1024));
 #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              float sum = bias_row_sum[r];
-              sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-              sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-              if (t == 0 && key_row[r] < p.Nk && sum != 0.f)
-                atomicAdd(dbias_accum + p.bias.row_offset(b, h, 0) + key_row[r], sum);
-            }
-          }
-
-          // ---- dV += Pᵀ dO ;  dK += dSᵀ Q (scale applied at the end) --------------------
-          pv_tile<T, Cfg::kTilesS, Cfg::kTilesO, kStride>(dV, St, sdO + qh * kStride, lane);
-          pv_tile<T, Cfg::kTilesS, Cfg::kTilesO, kStride>(dK, dPt, sQ + qh * kStride, lane);
-
-          // ---- dSᵀ to shared memory for dQ ------------------------------------------------
-#pragma unroll
-          for (int n = 0; n < Cfg::kTilesS && dq_here; ++n) {
-            *reinterpret_cast<uint32_t*>(sdS + (warp * 16 + g) * kDs + qh + n * 8 + 2 * t) =
-                pack2<T>(dPt[n][0], dPt[n][1]);
-            *reinterpret_cast<uint32_t*>(sdS + (warp * 16 + g + 8) * kDs + qh + n * 8 + 2 * t) =
-                pack2<T>(dPt[n][2], dPt[n][3]);
-          }
-        }
-        __syncthreads();
-        if (dq_here) {  // (else sQ, sdO are not rewritten before the barrier above)
-          // Warp w: query rows 16w..16w+15 of the tile. A = dS (queries x keys) read
-          // transposed from dSᵀ; B = K (keys x D) through ldmatrix.trans, as V in P·V.
-          // At D >= 128 in two column halves, to stay within the registers.
-#pragma unroll 1
-          for (int part = 0; part < Cfg::kDqParts; ++part) {
-            constexpr int kTiles = Cfg::kTilesO / Cfg::kDqParts;
-            const int col0 = part * kTiles * 8;
-            float dQ[kTiles][4] = {};
-#pragma unroll
-            for (int kk = 0; kk < Bc / 16; ++kk) {
-              uint32_t a[4];
-              const int i4 = lane / 8, r = lane % 8;
-              ldmatrix_x4_trans(a, sdS + (kk * 16 + (i4 / 2) * 8 + r) * kDs + warp * 16 + (i4 % 2) * 8);
-#pragma unroll
-              for (int nd = 0; nd < kTiles / 2; ++nd) {
-                uint32_t bfr[4];
-                ldmatrix_x4_trans(bfr, sK + (kk * 16 + lane % 16) * kStride + col0 + nd * 16 + (lane / 16) * 8);
-                mma_m16n8k16<T>(dQ[2 * nd], a, bfr[0], bfr[1]);
-                mma_m16n8k16<T>(dQ[2 * nd + 1], a, bfr[2], bfr[3]);
+              for (int kk = 0; kk < D / 16; ++kk) {
+                const uint32_t off = (kk / 4) * 64 * 128 + (kk % 4) * 32;
+                wgmma_ss<T, Cfg::kHalf>(dPt, advance_desc(dv, off), advance_desc(ddo, off), kk > 0);
               }
             }
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_accumulators(St);
+            fence_accumulators(dPt);
+
+            scores_to_ds(St, dPt, qh, q0, h, mask_full, key_bias);
+
+            // Pᵀ and dSᵀ as 16-bit A fragments (rows: the warp's 16 keys; k: queries).
+            uint32_t Pa[Cfg::kTilesS / 2][4], dSa[Cfg::kTilesS / 2][4];
+            pack_p_fragments<T>(Pa, St);
+            pack_p_fragments<T>(dSa, dPt);
+            // dSᵀ to shared memory for dQ, [key][query] in Sw128Blocks<64>: fragment
+            // register i of k-step kk holds keys g (+8 for odd i), queries qh + 16kk
+            // + 8·(i/2) + 2t, +1 — one 32-bit store each.
+            if (dq_here) {
 #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              const int qi = q0 + warp * 16 + g + 8 * r;
-              if (qi >= p.Nq) continue;
-              float* row = dq_accum + (q_head * p.Nq + qi) * D + col0;
+              for (int kk = 0; kk < Cfg::kTilesS / 2; ++kk)
 #pragma unroll
-              for (int n = 0; n < kTiles; ++n) {
-                atomicAdd(row + n * 8 + 2 * t, p.scale * dQ[n][2 * r]);
-                atomicAdd(row + n * 8 + 2 * t + 1, p.scale * dQ[n][2 * r + 1]);
+                for (int i = 0; i < 4; ++i)
+                  *reinterpret_cast<uint32_t*>(sdS + Sw128Blocks<64>::offset(warp * 16 + g + 8 * (i & 1),
+                                                                             qh + kk * 16 + 8 * (i / 2) + 2 * t)) =
+                      dSa[kk][i];
+            }
+            // dV += Pᵀ·dO and dK += dSᵀ·Q over the slice's queries: A from registers,
+            // B = dO or Q rows (along the reduction dim: N-major, as V in P·V).
+            wgmma_fence();
+            {
+              const uint64_t ddo = opaque(make_sw128_desc(sdO + qh * 64, Br * 128, 1024));
+#pragma unroll
+              for (int kk = 0; kk < Cfg::kTilesS / 2; ++kk)  // 16 query rows per k-step
+                wgmma_rs_vt<T, D>(dV, Pa[kk], advance_desc(ddo, kk * 16 * 128));
+              const uint64_t dq = opaque(make_sw128_desc(sQ + qh * 64, Br * 128, 1024));
+#pragma unroll
+              for (int kk = 0; kk < Cfg::kTilesS / 2; ++kk)
+                wgmma_rs_vt<T, D>(dK, dSa[kk], advance_desc(dq, kk * 16 * 128));
+            }
+            wgmma_commit();
+            wgmma_wait<0>();  // dV, dK (their A fragments Pa, dSa are free again)
+            fence_accumulators(dK);
+            fence_accumulators(dV);
+          }
+          if (dq_here) {
+            // dQ = dS·K: M = 64 queries, K = 64 keys, N = D in parts of 64 columns
+            // (registers). A = dS read from dSᵀ ([key][query]: M-major), B = a
+            // 64-column block of K ([key][d]: N-major): both transposed.
+            fence_proxy_async_shared();  // the st.shared of dSᵀ, before the async proxy reads it
+            __syncthreads();             // every warp's dSᵀ rows are in place
+#pragma unroll 1
+            for (int part = 0; part < D / 64; ++part) {
+              float dQ[8][4];
+              wgmma_fence();
+              const uint64_t ds = opaque(make_sw128_desc(sdS, Bc * 128, 1024));
+              const uint64_t dk = opaque(make_sw128_desc(sK + part * Bc * 64, Bc * 128, 1024));
+#pragma unroll
+              for (int kk = 0; kk < Bc / 16; ++kk)  // 16 keys per k-step
+                wgmma_ss_tt<T, 64>(dQ, advance_desc(ds, kk * 16 * 128), advance_desc(dk, kk * 16 * 128), kk > 0);
+              wgmma_commit();
+              wgmma_wait<0>();
+              fence_accumulators(dQ);
+              // Warp w holds query rows 16w + g (+8) of the tile, columns 64·part + 8n + 2t, +1.
+#pragma unroll
+              for (int r = 0; r < 2; ++r) {
+                const int qi = q0 + warp * 16 + g + 8 * r;
+                if (qi >= p.Nq) continue;
+                float* row = dq_accum + (q_head * p.Nq + qi) * D + part * 64;
+#pragma unroll
+                for (int n = 0; n < 8; ++n)
+                  atomic_add2(row + n * 8 + 2 * t, p.scale * dQ[n][2 * r], p.scale * dQ[n][2 * r + 1]);
               }
             }
           }
           __syncthreads();  // sQ, sdO, sdS are rewritten by the next tile
+#else
+          __trap();  // never launched: the host picks this core only on sm_90 with sm_90a code
+#endif
+        } else {
+          // The 64 queries in two halves of 32, so that Sᵀ and dPᵀ of a half (16 keys x
+          // 32 queries per warp) fit next to dK and dV (D registers per thread).
+#pragma unroll 1
+          for (int half = 0; half < 2; ++half) {
+            const int qh = half * Cfg::kHalf;  // first query column of this half
+            // ---- Sᵀ = K_w Qᵀ and dPᵀ = V_w dOᵀ ---------------------------------------------
+            float St[Cfg::kTilesS][4] = {}, dPt[Cfg::kTilesS][4] = {};
+#pragma unroll
+            for (int kk = 0; kk < D / 16; ++kk) {
+              uint32_t a[4];
+              load_a_fragment<kStride>(a, sK + (warp * 16) * kStride + kk * 16, lane);
+              qk_slice<T, Cfg::kTilesS, kStride>(St, a, sQ + qh * kStride + kk * 16, lane);
+              load_a_fragment<kStride>(a, sV + (warp * 16) * kStride + kk * 16, lane);
+              qk_slice<T, Cfg::kTilesS, kStride>(dPt, a, sdO + qh * kStride + kk * 16, lane);
+            }
+
+            scores_to_ds(St, dPt, qh, q0, h, mask_full, key_bias);
+
+            // ---- dV += Pᵀ dO ;  dK += dSᵀ Q (scale applied at the end) --------------------
+            pv_tile<T, Cfg::kTilesS, Cfg::kTilesO, kStride>(dV, St, sdO + qh * kStride, lane);
+            pv_tile<T, Cfg::kTilesS, Cfg::kTilesO, kStride>(dK, dPt, sQ + qh * kStride, lane);
+
+            // ---- dSᵀ to shared memory for dQ ------------------------------------------------
+#pragma unroll
+            for (int n = 0; n < Cfg::kTilesS && dq_here; ++n) {
+              *reinterpret_cast<uint32_t*>(sdS + (warp * 16 + g) * kDs + qh + n * 8 + 2 * t) =
+                  pack2<T>(dPt[n][0], dPt[n][1]);
+              *reinterpret_cast<uint32_t*>(sdS + (warp * 16 + g + 8) * kDs + qh + n * 8 + 2 * t) =
+                  pack2<T>(dPt[n][2], dPt[n][3]);
+            }
+          }
+          __syncthreads();
+          if (dq_here) {  // (else sQ, sdO are not rewritten before the barrier above)
+            // Warp w: query rows 16w..16w+15 of the tile. A = dS (queries x keys) read
+            // transposed from dSᵀ; B = K (keys x D) through ldmatrix.trans, as V in P·V.
+            // At D >= 128 in two column halves, to stay within the registers.
+#pragma unroll 1
+            for (int part = 0; part < Cfg::kDqParts; ++part) {
+              constexpr int kTiles = Cfg::kTilesO / Cfg::kDqParts;
+              const int col0 = part * kTiles * 8;
+              float dQ[kTiles][4] = {};
+#pragma unroll
+              for (int kk = 0; kk < Bc / 16; ++kk) {
+                uint32_t a[4];
+                const int i4 = lane / 8, r = lane % 8;
+                ldmatrix_x4_trans(a, sdS + (kk * 16 + (i4 / 2) * 8 + r) * kDs + warp * 16 + (i4 % 2) * 8);
+#pragma unroll
+                for (int nd = 0; nd < kTiles / 2; ++nd) {
+                  uint32_t bfr[4];
+                  ldmatrix_x4_trans(bfr, sK + (kk * 16 + lane % 16) * kStride + col0 + nd * 16 + (lane / 16) * 8);
+                  mma_m16n8k16<T>(dQ[2 * nd], a, bfr[0], bfr[1]);
+                  mma_m16n8k16<T>(dQ[2 * nd + 1], a, bfr[2], bfr[3]);
+                }
+              }
+#pragma unroll
+              for (int r = 0; r < 2; ++r) {
+                const int qi = q0 + warp * 16 + g + 8 * r;
+                if (qi >= p.Nq) continue;
+                float* row = dq_accum + (q_head * p.Nq + qi) * D + col0;
+#pragma unroll
+                for (int n = 0; n < kTiles; ++n) {
+                  atomicAdd(row + n * 8 + 2 * t, p.scale * dQ[n][2 * r]);
+                  atomicAdd(row + n * 8 + 2 * t + 1, p.scale * dQ[n][2 * r + 1]);
+                }
+              }
+            }
+            __syncthreads();  // sQ, sdO, sdS are rewritten by the next tile
+          }
         }
       }
     }
@@ -517,8 +682,19 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
 }
 
 #define DMA_BWD_HEAD_DIMS 32, 64, 96, 128
+#define DMA_BWD_WGMMA_HEAD_DIMS 64, 128  // the wgmma wrappers' N (the head dim of dV, dK, dQ)
 
 }  // namespace
+
+std::string hopper_wgmma_unsupported();  // rung 07: "" on an sm_90 GPU with sm_90a code in this build
+
+std::string dma_backward_core_name(const DynamicMaskProblem& p, DmaCore requested) {
+  if (requested == DmaCore::kMma) return "mma";
+  static const bool hopper = hopper_wgmma_unsupported().empty();
+  const bool wgmma = hopper && dispatch_head_dim<DMA_BWD_WGMMA_HEAD_DIMS>(p.D, [](auto) {});
+  if (requested == DmaCore::kWgmma || requested == DmaCore::kWgmmaCpAsync) return wgmma ? "wgmma" : "";
+  return wgmma ? "wgmma" : "mma";
+}
 
 std::string dma_backward_unsupported(const DynamicMaskProblem& p) {
   if (std::string e = dma_forward_unsupported(p); !e.empty() && e.find("head dim") == std::string::npos) return e;
@@ -641,8 +817,11 @@ cudaError_t dma_backward(const DynamicMaskProblem& p, const DmaBackwardArgs& a, 
   if (err == cudaSuccess && dkv_accum)  // both halves, dK then dV
     err = cudaMemsetAsync(dkv_accum, 0, size_t(2 * kv_elems) * sizeof(float), stream);
   if (err != cudaSuccess) return err;
-  dispatch_head_dim<DMA_BWD_HEAD_DIMS>(p.D, [&](auto head_dim) {
-    using Cfg = DmaBwdConfig<decltype(head_dim)::value>;
+  const std::string core = dma_backward_core_name(p, a.core);
+  if (core.empty()) return cudaErrorInvalidValue;
+  auto run = [&](auto main_cfg) {
+    using Cfg = decltype(main_cfg);                     // the main kernel's core
+    using MmaCfg = DmaBwdConfig<Cfg::kHeadDim, false>;  // the deterministic dQ kernel is mma.sync
     err = dispatch_dtype(p.dtype, [&](auto type) {
       using T = decltype(type);
       dma_bwd_delta_kernel<T><<<unsigned((rows + 3) / 4), 128, 0, stream>>>(
@@ -666,8 +845,8 @@ cudaError_t dma_backward(const DynamicMaskProblem& p, const DmaBackwardArgs& a, 
                                                                 kv_elems);
       }
       if (a.deterministic) {
-        const dim3 dq_grid(unsigned((p.Nq + Cfg::kBr - 1) / Cfg::kBr), unsigned(p.H), unsigned(p.B));
-        e = launch_with_smem(dma_bwd_dq_kernel<Cfg, T>, dq_grid, Cfg::kThreads, Cfg::kSmemBytes, stream,
+        const dim3 dq_grid(unsigned((p.Nq + MmaCfg::kBr - 1) / MmaCfg::kBr), unsigned(p.H), unsigned(p.B));
+        e = launch_with_smem(dma_bwd_dq_kernel<MmaCfg, T>, dq_grid, MmaCfg::kThreads, MmaCfg::kSmemBytes, stream,
                              static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
                              static_cast<const T*>(a.dout), static_cast<const float*>(a.lse),
                              static_cast<const float*>(delta), static_cast<T*>(a.dq), p, summary);
@@ -680,7 +859,11 @@ cudaError_t dma_backward(const DynamicMaskProblem& p, const DmaBackwardArgs& a, 
                                                                 static_cast<T*>(a.dbias), w.target.copy_elems);
       return cudaGetLastError();
     });
-  });
+  };
+  if (core == "wgmma")
+    dispatch_head_dim<DMA_BWD_WGMMA_HEAD_DIMS>(p.D, [&](auto d) { run(DmaBwdConfig<decltype(d)::value, true>{}); });
+  else
+    dispatch_head_dim<DMA_BWD_HEAD_DIMS>(p.D, [&](auto d) { run(DmaBwdConfig<decltype(d)::value>{}); });
   return err;
 }
 

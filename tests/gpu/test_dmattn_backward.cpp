@@ -64,6 +64,10 @@ std::vector<uint8_t> bytes_of(const void* dev, size_t n) {
   return h;
 }
 
+// The main kernel's core for every case (main() runs the suite once per core
+// where the automatic one is wgmma).
+DmaCore g_core = DmaCore::kAuto;
+
 // q_chunks: DmaBackwardArgs::q_chunks (0 automatic). topk_window > 0: the
 // case's mask (give it none) is replaced by dma_build_topk_mask's top-W mask of
 // the bias (block smoothing 64), dense in the bias's shape (b, h, Nq, Nk).
@@ -127,6 +131,7 @@ void run_case(const MaskedCase& c, uint64_t seed, bool deterministic = false, in
   ba.workspace = d_ws; ba.workspace_bytes = ws;
   ba.deterministic = deterministic;
   ba.q_chunks = q_chunks;
+  ba.core = g_core;
   float* d_fws = nullptr;  // the forward's workspace (the mask summary)
   if (const size_t fws = dma_forward_workspace_bytes(p, 1); fws > 0) {
     cudaMalloc(&d_fws, fws);
@@ -144,7 +149,7 @@ void run_case(const MaskedCase& c, uint64_t seed, bool deterministic = false, in
   const std::string name = c.name() + (topk_window > 0 ? " topk " + std::to_string(topk_window) : "") +
                            (deterministic ? " deterministic" : "") + " q_chunks " + std::to_string(q_chunks) +
                            " (resolved " + std::to_string(dma_backward_resolve_chunks(p, deterministic, q_chunks)) +
-                           ")";
+                           ") core " + dma_backward_core_name(p, g_core);
   if (e != cudaSuccess) {
     record(false, std::string("CUDA error ") + cudaGetErrorString(e) + ": " + name);
     cudaGetLastError();
@@ -185,40 +190,49 @@ void run_case(const MaskedCase& c, uint64_t seed, bool deterministic = false, in
 
 int main() {
   if (!have_gpu()) return 1;
-  uint64_t seed = 4242;
-  for (DType dt : {DType::kFloat16, DType::kBFloat16})
-    for (bool causal : {false, true}) {
-      for (int D : {32, 64, 96, 128})  // flash-dmattn's shape: GQA, mask per KV head, bias (1, Hkv, 1, Nk)
-        run_case({1, 4, 2, 129, 200, D, dt, causal, 0.f, 1, -1, 129, 1, -1, 1, false}, ++seed);
-      run_case({2, 2, 2, 200, 70, 64, dt, causal, 0.f, 1, 0, 200, 2, 0, 200, false}, ++seed);  // Nq > Nk; per-query bias
-      run_case({1, 4, 1, 100, 300, 128, dt, causal, 15.f, 1, 0, 100, 1, 1, 1, true}, ++seed);  // MQA, softcap, zero rows
-      run_case({2, 2, 1, 17, 1000, 96, dt, causal, 0.f, 0, 0, 0, 1, 1, 1, false}, ++seed);    // no mask
-      run_case({1, 2, 2, 1000, 17, 64, dt, causal, 0.f, 0, 0, 0, 0, 0, 0, false}, ++seed);    // neither
-      // Deterministic mode: flash-dmattn's shape, and every bias broadcast that
-      // makes blocks share a dBias element (over the batch, over KV heads,
-      // per-query and per-key forms), softcap and fully masked rows.
-      run_case({1, 4, 2, 129, 200, 64, dt, causal, 0.f, 1, -1, 129, 1, -1, 1, false}, ++seed, true);
-      run_case({2, 4, 2, 130, 77, 128, dt, causal, 0.f, 1, 1, 130, 1, 1, 1, false}, ++seed, true);
-      run_case({2, 4, 4, 65, 190, 32, dt, causal, 0.f, 2, 0, 65, 1, 1, 65, false}, ++seed, true);
-      run_case({2, 4, 1, 100, 300, 96, dt, causal, 15.f, 1, 0, 100, 2, 0, 100, true}, ++seed, true);
-      run_case({2, 4, 2, 130, 77, 128, dt, causal, 0.f, 1, 1, 130, 1, 1, 1, false}, ++seed, true, 7);  // ignored: 1
-      // Query chunks: forced 1, 2, 3, 7 and automatic (0), each against the same rule.
-      for (int chunks : {1, 2, 3, 7, 0}) {
-        // Ragged sizes, GQA, mask per KV head, bias (1, Hkv, 1, Nk) (stride_q 0).
-        run_case({1, 4, 2, 129, 200, 64, dt, causal, 0.f, 1, -1, 129, 1, -1, 1, false}, ++seed, false, chunks);
-        // Top-W of a query-broadcast bias (1, 1, 1, Nk), W = Nk/2 with 64-key smoothing:
-        // whole key tiles inactive for every query tile (about half of them; the
-        // active ones in columns), the skew chunks are for.
-        run_case({1, 4, 2, 600, 700, 64, dt, causal, 0.f, 0, 0, 0, 1, 1, 1, false}, ++seed, false, chunks, 350);
-        // Top-W of a full-rank bias (B, H, Nq, Nk): per-query dBias atomics; inactive
-        // tiles only under the causal rule.
-        run_case({2, 2, 1, 333, 260, 128, dt, causal, 0.f, 0, 0, 0, 2, 0, 333, false}, ++seed, false, chunks, 130);
-        // MQA, softcap, fully masked rows.
-        run_case({1, 4, 1, 100, 300, 128, dt, causal, 15.f, 1, 0, 100, 1, 1, 1, true}, ++seed, false, chunks);
-        // No mask, 1 query tile per head: 2 slots per key tile, fewer than 3 or 7 chunks.
-        run_case({2, 2, 1, 17, 1000, 96, dt, causal, 0.f, 0, 0, 0, 1, 1, 1, false}, ++seed, false, chunks);
-        run_case({1, 2, 2, 1000, 17, 32, dt, causal, 0.f, 0, 0, 0, 0, 0, 0, false}, ++seed, false, chunks);
+  // The whole suite on the automatic core, and again on mma.sync where the
+  // automatic one is wgmma (sm_90, D = 64 and 128): both cores checked alike.
+  DynamicMaskProblem probe;
+  probe.D = 64;
+  std::vector<DmaCore> cores = {DmaCore::kAuto};
+  if (dma_backward_core_name(probe, DmaCore::kAuto) == "wgmma") cores.push_back(DmaCore::kMma);
+  for (DmaCore core : cores) {
+    g_core = core;
+    uint64_t seed = 4242;
+    for (DType dt : {DType::kFloat16, DType::kBFloat16})
+      for (bool causal : {false, true}) {
+        for (int D : {32, 64, 96, 128})  // flash-dmattn's shape: GQA, mask per KV head, bias (1, Hkv, 1, Nk)
+          run_case({1, 4, 2, 129, 200, D, dt, causal, 0.f, 1, -1, 129, 1, -1, 1, false}, ++seed);
+        run_case({2, 2, 2, 200, 70, 64, dt, causal, 0.f, 1, 0, 200, 2, 0, 200, false}, ++seed);  // Nq > Nk; per-query bias
+        run_case({1, 4, 1, 100, 300, 128, dt, causal, 15.f, 1, 0, 100, 1, 1, 1, true}, ++seed);  // MQA, softcap, zero rows
+        run_case({2, 2, 1, 17, 1000, 96, dt, causal, 0.f, 0, 0, 0, 1, 1, 1, false}, ++seed);    // no mask
+        run_case({1, 2, 2, 1000, 17, 64, dt, causal, 0.f, 0, 0, 0, 0, 0, 0, false}, ++seed);    // neither
+        // Deterministic mode: flash-dmattn's shape, and every bias broadcast that
+        // makes blocks share a dBias element (over the batch, over KV heads,
+        // per-query and per-key forms), softcap and fully masked rows.
+        run_case({1, 4, 2, 129, 200, 64, dt, causal, 0.f, 1, -1, 129, 1, -1, 1, false}, ++seed, true);
+        run_case({2, 4, 2, 130, 77, 128, dt, causal, 0.f, 1, 1, 130, 1, 1, 1, false}, ++seed, true);
+        run_case({2, 4, 4, 65, 190, 32, dt, causal, 0.f, 2, 0, 65, 1, 1, 65, false}, ++seed, true);
+        run_case({2, 4, 1, 100, 300, 96, dt, causal, 15.f, 1, 0, 100, 2, 0, 100, true}, ++seed, true);
+        run_case({2, 4, 2, 130, 77, 128, dt, causal, 0.f, 1, 1, 130, 1, 1, 1, false}, ++seed, true, 7);  // ignored: 1
+        // Query chunks: forced 1, 2, 3, 7 and automatic (0), each against the same rule.
+        for (int chunks : {1, 2, 3, 7, 0}) {
+          // Ragged sizes, GQA, mask per KV head, bias (1, Hkv, 1, Nk) (stride_q 0).
+          run_case({1, 4, 2, 129, 200, 64, dt, causal, 0.f, 1, -1, 129, 1, -1, 1, false}, ++seed, false, chunks);
+          // Top-W of a query-broadcast bias (1, 1, 1, Nk), W = Nk/2 with 64-key smoothing:
+          // whole key tiles inactive for every query tile (about half of them; the
+          // active ones in columns), the skew chunks are for.
+          run_case({1, 4, 2, 600, 700, 64, dt, causal, 0.f, 0, 0, 0, 1, 1, 1, false}, ++seed, false, chunks, 350);
+          // Top-W of a full-rank bias (B, H, Nq, Nk): per-query dBias atomics; inactive
+          // tiles only under the causal rule.
+          run_case({2, 2, 1, 333, 260, 128, dt, causal, 0.f, 0, 0, 0, 2, 0, 333, false}, ++seed, false, chunks, 130);
+          // MQA, softcap, fully masked rows.
+          run_case({1, 4, 1, 100, 300, 128, dt, causal, 15.f, 1, 0, 100, 1, 1, 1, true}, ++seed, false, chunks);
+          // No mask, 1 query tile per head: 2 slots per key tile, fewer than 3 or 7 chunks.
+          run_case({2, 2, 1, 17, 1000, 96, dt, causal, 0.f, 0, 0, 0, 1, 1, 1, false}, ++seed, false, chunks);
+          run_case({1, 2, 2, 1000, 17, 32, dt, causal, 0.f, 0, 0, 0, 0, 0, 0, false}, ++seed, false, chunks);
+        }
       }
-    }
+  }
   return finish();
 }
