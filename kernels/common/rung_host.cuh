@@ -2,6 +2,8 @@
 // the support checks every rung makes, and the `--list` description.
 #pragma once
 
+#include <cstdlib>
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -81,7 +83,14 @@ inline bool device_is_sm90_or_newer() {
 template <typename Kernel, typename... Args>
 cudaError_t launch_with_smem_overlapped(Kernel kernel, dim3 grid, int threads, int smem_bytes, cudaStream_t stream,
                                         Args... args) {
-  if (!device_is_sm90_or_newer()) return launch_with_smem(kernel, grid, threads, smem_bytes, stream, args...);
+  // ATTNLAB_NO_PDL=1 turns the overlap off (ordinary launches), to measure
+  // what it buys or to rule it out while debugging.
+  static const bool disabled = [] {
+    const char* v = std::getenv("ATTNLAB_NO_PDL");
+    return v != nullptr && v[0] != '\0' && v[0] != '0';
+  }();
+  if (disabled || !device_is_sm90_or_newer())
+    return launch_with_smem(kernel, grid, threads, smem_bytes, stream, args...);
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
   if (err != cudaSuccess) return err;
   cudaLaunchConfig_t config{};
