@@ -97,6 +97,10 @@ dynamic-mask attention (flash-dmattn semantics; any of these selects it):
   --dma-core C      the forward's tensor-core path: auto (default: wgmma on an
                     sm_90 GPU for D in {64, 128}, else mma), mma, wgmma (K, V
                     by TMA where aligned), wgmma-cp.async (K, V by cp.async)
+  --dma-mask-scan S where the forward reads the mask for its skip test: auto
+                    (default: in-kernel when at most two blocks share a mask
+                    byte, else prepass), prepass (a kernel summarises the mask
+                    into tile bits first), in-kernel (each block reads its rows)
   Rows: dmattn (ours; effective TFLOPS count unmasked pairs only; the share of
   64x64 tiles skipped), the dense split-q+stage2 rung on the same shape, and
   with --sdpa/--torch torch given the same mask as an additive float mask.
@@ -199,6 +203,12 @@ ParseResult parse_args(const std::vector<std::string>& args) {
       if (take_value()) {
         if (value == "auto" || value == "mma" || value == "wgmma" || value == "wgmma-cp.async") o.dma_core = value;
         else r.error = "--dma-core must be auto, mma, wgmma or wgmma-cp.async, got '" + value + "'";
+      }
+    }
+    else if (flag == "--dma-mask-scan") {
+      if (take_value()) {
+        if (value == "auto" || value == "prepass" || value == "in-kernel") o.dma_mask_scan = value;
+        else r.error = "--dma-mask-scan must be auto, prepass or in-kernel, got '" + value + "'";
       }
     }
     else if (flag == "--bwd") bool_flag(&o.bwd);

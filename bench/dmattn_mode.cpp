@@ -186,6 +186,9 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
              : opt.dma_core == "wgmma"          ? DmaCore::kWgmma
              : opt.dma_core == "wgmma-cp.async" ? DmaCore::kWgmmaCpAsync
                                                 : DmaCore::kAuto;
+    a.mask_scan = opt.dma_mask_scan == "prepass"     ? DmaMaskScan::kPrepass
+                  : opt.dma_mask_scan == "in-kernel" ? DmaMaskScan::kInKernel
+                                                     : DmaMaskScan::kAuto;
     const std::string core = dma_forward_core_name(p, a.core);
     if (core.empty()) return fail("dmattn: --dma-core wgmma needs an sm_90 GPU, a build with sm_90a code and D in {64, 128}", 2);
     if (dma_forward_workspace_bytes(p, a.splits) > 0) {  // the mask summary and/or the split partials
@@ -203,10 +206,11 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
     cudaMemcpy(tiles, counters, sizeof tiles, cudaMemcpyDeviceToHost);
     a.tile_counters = nullptr;  // counted once; the timed launches do not pay for the atomics
     const double grid_tiles = double(p.B) * p.H * ((p.Nq + kDmaBr - 1) / kDmaBr) * ((p.Nk + kDmaBc - 1) / kDmaBc);
-    char note[220];
+    char note[260];
     std::snprintf(note, sizeof note,
-                  "tiles skipped %.1f%% (%llu of %.0f 64x64 tiles run; causal range %llu); splits %d; core %s",
-                  100.0 * (1.0 - double(tiles[0]) / grid_tiles), tiles[0], grid_tiles, tiles[1], a.splits, core.c_str());
+                  "tiles skipped %.1f%% (%llu of %.0f 64x64 tiles run; causal range %llu); splits %d; core %s; mask scan %s",
+                  100.0 * (1.0 - double(tiles[0]) / grid_tiles), tiles[0], grid_tiles, tiles[1], a.splits, core.c_str(),
+                  dma_forward_mask_scan_name(p, a.mask_scan).c_str());
     ours.note = note;
     ours.status = "unchecked";
     if (opt.check) {

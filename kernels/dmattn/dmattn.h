@@ -87,6 +87,18 @@ enum class DmaCore { kAuto = 0, kMma = 1, kWgmma = 2, kWgmmaCpAsync = 3 };
 // or "" where the request cannot run (kWgmma off Hopper or at another D).
 std::string dma_forward_core_name(const DynamicMaskProblem& p, DmaCore requested);
 
+// Where the forward reads the mask for its skip test. kPrepass: a pre-pass
+// kernel summarises the whole mask into tile bits first (the backward always
+// does this), then the forward reads one word per 32 tiles. kInKernel: every
+// forward block reads its own query tile's rows of the mask, so the mask is
+// streamed while other blocks compute. kAuto: in-kernel when each mask byte is
+// read by at most two blocks (the mask is not broadcast over more than two
+// heads x batches, nor over the queries of more than one 64-row tile), else
+// the pre-pass, which reads a shared mask once.
+enum class DmaMaskScan { kAuto = 0, kPrepass = 1, kInKernel = 2 };
+// "prepass", "in-kernel", or "none" without a mask.
+std::string dma_forward_mask_scan_name(const DynamicMaskProblem& p, DmaMaskScan requested);
+
 struct DmaForwardArgs {
   const void* q = nullptr;
   const void* k = nullptr;
@@ -110,6 +122,7 @@ struct DmaForwardArgs {
   // code) for D in {64, 128}, mma.sync otherwise; kMma / kWgmma force
   // one (kWgmma where it cannot run: cudaErrorInvalidValue).
   DmaCore core = DmaCore::kAuto;
+  DmaMaskScan mask_scan = DmaMaskScan::kAuto;
 };
 
 // The split count `0 = automatic` resolves to: 1 when the query blocks already

@@ -74,6 +74,7 @@
 #include "../common/tma.cuh"
 #include "../common/wgmma.cuh"
 #include "dmattn.h"
+#include "dmattn_mask_scan.cuh"
 #include "dmattn_tiles.cuh"
 
 namespace attnlab {
@@ -111,6 +112,14 @@ struct DmaConfig {
   static constexpr int kSubTiles = kBc / kSubCols;
   static constexpr int kTilesS = kSubCols / 8;
   static constexpr int kTilesO = kHeadDim / 8;
+  // The in-kernel mask scan (DmaMaskScan::kInKernel): rows of 16-byte loads
+  // per lane in flight (x 4 loads each): 16 KiB per warp, 128 KiB per SM with
+  // two blocks, as the pre-pass kernel keeps in flight.
+  static constexpr int kScanRowBatch = 8;
+  // Blocks per SM the register count must allow: three for the wgmma core at
+  // D = 64 (42 KiB of shared memory each; <= 168 registers), else whatever
+  // fits (shared memory decides).
+  static constexpr int kMinBlocksPerSm = kWgmma && kHeadDim == 64 ? 3 : 1;
   static_assert(kBr == 16 * kMTiles * kWarps, "the warps split the rows");
   static_assert(!kWgmma || (kSubTiles == 1 && kWarps == 4), "wgmma: one warpgroup, all 64 keys at once");
 };
@@ -177,11 +186,12 @@ __device__ __forceinline__ float2 unpack_pair<__nv_bfloat16>(uint32_t bits) {
 }
 
 template <typename Cfg, typename T>
-__global__ void __launch_bounds__(Cfg::kThreads, 1)
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
 dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
                    float* __restrict__ lse, const DynamicMaskProblem p, const MaskSummary summary,
                    unsigned long long* counters, float* __restrict__ partials, int splits,
-                   const __grid_constant__ CUtensorMap tma_k, const __grid_constant__ CUtensorMap tma_v, bool use_tma) {
+                   const __grid_constant__ CUtensorMap tma_k, const __grid_constant__ CUtensorMap tma_v, bool use_tma,
+                   bool scan_in_kernel) {
   constexpr int D = Cfg::kHeadDim, Br = Cfg::kBr, Bc = Cfg::kBc, kStride = Cfg::kRowStride;
   // Launched overlapped with the mask pre-pass (sm_90): nothing may be read
   // or written before that grid, or whatever ran before, has completed. The
@@ -233,12 +243,36 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
   // The mask pre-pass's bits of this query tile, restricted to [tile_begin, tile_end).
   int n_active = tile_end - tile_begin;
   if (p.mask.data != nullptr) {
-    const int64_t srow = summary.row(p, b, h, m_block);
-    for (int w = threadIdx.x; w < dma_bitmap_words(tile_end); w += Cfg::kThreads) {
-      const int lo = max(0, tile_begin - 32 * w), hi = min(32, tile_end - 32 * w);  // bits in range
-      const uint32_t range = hi <= lo ? 0u : (hi == 32 ? ~0u : (1u << hi) - 1u) & ~((1u << lo) - 1u);
-      bitmap[w] = range != 0u ? __ldg(summary.any + srow + w) & range : 0u;
-      full_bitmap[w] = range != 0u ? __ldg(summary.all + srow + w) : 0u;
+    // Bits of [tile_begin, tile_end) only: a word may hold tiles of the split
+    // before or after this one.
+    auto in_range = [&](int w) {
+      const int lo = max(0, tile_begin - 32 * w), hi = min(32, tile_end - 32 * w);
+      return hi <= lo ? 0u : (hi == 32 ? ~0u : (1u << hi) - 1u) & ~((1u << lo) - 1u);
+    };
+    if (scan_in_kernel) {
+      // Read this query tile's rows of the mask here (dmattn_mask_scan.cuh):
+      // warp w takes rows w, w + 4, ...; kScanRowBatch x 4 loads of 16 bytes
+      // per lane in flight. Words are OR-ed / AND-ed across the warps.
+      for (int w = threadIdx.x; w < dma_bitmap_words(tile_end); w += Cfg::kThreads) {
+        bitmap[w] = 0u;
+        full_bitmap[w] = ~0u;
+      }
+      __syncthreads();
+      const mask_scan::TileRows rows = mask_scan::tile_rows(p, p.mask.b == 1 ? 0 : b,
+                                                            p.mask.h == 1 ? 0 : h / p.mask.head_group, m_block);
+      const int key_end = min(rows.key_end, tile_end * Bc);
+      mask_scan::scan_words<Cfg::kWarps, Cfg::kScanRowBatch>(rows.row0, p.mask.stride_q, rows.rows, p.Nk, key_end,
+                                                             tile_begin / 32, mask_scan::mask_vector_loads(p), bitmap,
+                                                             full_bitmap);
+      __syncthreads();
+      for (int w = threadIdx.x; w < dma_bitmap_words(tile_end); w += Cfg::kThreads) bitmap[w] &= in_range(w);
+    } else {
+      const int64_t srow = summary.row(p, b, h, m_block);
+      for (int w = threadIdx.x; w < dma_bitmap_words(tile_end); w += Cfg::kThreads) {
+        const uint32_t range = in_range(w);
+        bitmap[w] = range != 0u ? __ldg(summary.any + srow + w) & range : 0u;
+        full_bitmap[w] = range != 0u ? __ldg(summary.all + srow + w) : 0u;
+      }
     }
     __syncthreads();
     if (warp == 0) {  // compaction in tile order: deterministic, ascending
@@ -669,6 +703,17 @@ std::string dma_forward_core_name(const DynamicMaskProblem& p, DmaCore requested
   return wgmma ? "wgmma" : "mma";
 }
 
+std::string dma_forward_mask_scan_name(const DynamicMaskProblem& p, DmaMaskScan requested) {
+  if (p.mask.data == nullptr) return "none";
+  if (requested == DmaMaskScan::kPrepass) return "prepass";
+  if (requested == DmaMaskScan::kInKernel) return "in-kernel";
+  // How many forward blocks would read each mask byte in-kernel: one per
+  // query head, batch and (for a query-broadcast mask) query tile it serves.
+  const int64_t readers = int64_t(p.mask.b == 1 ? p.B : 1) * (p.H / p.mask.h) *
+                          (p.mask.q == 1 ? (p.Nq + kDmaBr - 1) / kDmaBr : 1);
+  return readers <= 2 ? "in-kernel" : "prepass";
+}
+
 cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cudaStream_t stream) {
   if (!dma_forward_unsupported(p).empty()) return cudaErrorInvalidValue;
   const int splits = dma_resolve_splits(p, a.splits);
@@ -677,8 +722,10 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
   if (need > 0 && (a.workspace == nullptr || a.workspace_bytes < need)) return cudaErrorInvalidValue;
   const std::string core = dma_forward_core_name(p, a.core);
   if (core.empty()) return cudaErrorInvalidValue;
+  const bool scan_in_kernel = dma_forward_mask_scan_name(p, a.mask_scan) == "in-kernel";
   MaskSummary summary;
-  cudaError_t err = dma_summarize_mask(p, reinterpret_cast<uint32_t*>(a.workspace), &summary, stream);
+  cudaError_t err = scan_in_kernel ? cudaSuccess
+                                   : dma_summarize_mask(p, reinterpret_cast<uint32_t*>(a.workspace), &summary, stream);
   if (err != cudaSuccess) return err;
   float* partials = a.workspace ? a.workspace + (dma_mask_summary_bytes(p) + 15) / 16 * 4 : nullptr;
   err = cudaErrorInvalidValue;
@@ -698,7 +745,8 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
       cudaError_t e = launch_with_smem_overlapped(dma_forward_kernel<Cfg, T>, grid, Cfg::kThreads,
                                        int(dma_smem_bytes(Cfg::kTileBytes, p.Nk)), stream, static_cast<const T*>(a.q),
                                        static_cast<const T*>(a.k), static_cast<const T*>(a.v), static_cast<T*>(a.o),
-                                       a.lse, p, summary, a.tile_counters, partials, splits, tma_k, tma_v, use_tma);
+                                       a.lse, p, summary, a.tile_counters, partials, splits, tma_k, tma_v, use_tma,
+                                       scan_in_kernel);
       if (e == cudaSuccess && splits > 1) {
         const int64_t rows = int64_t(p.B) * p.H * p.Nq;
         const bool many = splits > 16;

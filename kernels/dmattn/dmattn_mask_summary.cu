@@ -37,57 +37,19 @@
 #include <algorithm>
 
 #include "../common/ptx.cuh"
+#include "dmattn_mask_scan.cuh"
 #include "dmattn_tiles.cuh"
 
 namespace attnlab {
 namespace {
 
 constexpr int kSummaryWarps = 8;
-constexpr int kChunkBytes = 512;                      // one warp load: 32 lanes x 16 bytes
-constexpr int kChunks = 32 * kDmaBc / kChunkBytes;    // chunks per row of a word (4)
-constexpr int kRowsPerWarp = kDmaBr / kSummaryWarps;  // 8
-constexpr int kRowBatch = 4;                          // rows whose loads are in flight together
-static_assert(kDmaBr == 64 && kDmaBc == 64, "a lane's 16 bytes lie in one 64-key tile, 4 lanes per tile");
-static_assert(kRowsPerWarp % kRowBatch == 0, "");
-
-// Nonzero when some byte of the 4-byte word is zero (the classic has-zero-byte
-// test, "Bit Twiddling Hacks", S. Anderson; exact as a yes/no answer).
-__device__ __forceinline__ uint32_t zero_byte(uint32_t x) { return (x - 0x01010101u) & ~x & 0x80808080u; }
-
-// A streamed 16-byte load (read-only path, no L1 allocation) under a guard,
-// zeros where `pred` is false. The predicate lives inside the asm, as in
-// CUTLASS's cutlass::arch::global_load (cutlass/arch/memory.h), so the loads
-// issue back to back with no branch between them and none is speculated.
-__device__ __forceinline__ uint4 load_stream(const uint8_t* p, bool pred) {
-  uint4 v;
-  asm volatile(
-      "{\n"
-      "  .reg .pred g;\n"
-      "  setp.ne.b32 g, %5, 0;\n"
-      "  mov.b32 %0, 0;\n"
-      "  mov.b32 %1, 0;\n"
-      "  mov.b32 %2, 0;\n"
-      "  mov.b32 %3, 0;\n"
-      "  @g ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-      "}\n"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p), "r"(int(pred)));
-  return v;
-}
-
-// Bits 0, 4, ..., 28 of x moved to bits 0..7.
-__device__ __forceinline__ uint32_t gather_nibble_bits(uint32_t x) {
-  x &= 0x11111111u;
-  x = (x | x >> 3) & 0x03030303u;
-  x = (x | x >> 6) & 0x000f000fu;
-  return (x | x >> 12) & 0xffu;
-}
+constexpr int kRowBatch = 4;  // rows whose loads are in flight together: 16 loads per lane
 
 int summary_q_tiles(const DynamicMaskProblem& p) { return p.mask.q == 1 ? 1 : (p.Nq + kDmaBr - 1) / kDmaBr; }
 int summary_words(const DynamicMaskProblem& p) { return ((p.Nk + kDmaBc - 1) / kDmaBc + 31) / 32; }
 
-// `vec`: base and strides are multiples of 16, so every 16-byte piece of a row
-// that starts at a key multiple of 16 is a 16-byte aligned load.
+// `vec`: mask_scan::mask_vector_loads(p).
 __global__ void __launch_bounds__(32 * kSummaryWarps, 2)
 mask_summary_kernel(const DynamicMaskProblem p, MaskSummary s, uint32_t* any_out, uint32_t* all_out, bool vec) {
   // The attention kernel that reads these bits may start launching now (it
@@ -96,98 +58,19 @@ mask_summary_kernel(const DynamicMaskProblem p, MaskSummary s, uint32_t* any_out
   // launch starting after the last block has finished.
   griddep_launch_dependents();
   const int word = blockIdx.x, m = blockIdx.y;
-  const int mb = blockIdx.z / p.mask.h, mh = blockIdx.z % p.mask.h;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int q0 = m * kDmaBr;
-  const int rows = p.mask.q == 1 ? 1 : min(kDmaBr, p.Nq - q0);
-  // Keys past the last one any row of this tile may see (causal) are never asked about.
-  int key_end = p.Nk;
-  if (p.causal && p.mask.q != 1) key_end = int(max(int64_t(0), min(int64_t(p.Nk), int64_t(q0 + rows - 1) + p.Nk - p.Nq + 1)));
+  const mask_scan::TileRows t = mask_scan::tile_rows(p, blockIdx.z / p.mask.h, blockIdx.z % p.mask.h, m);
   const int64_t at = (int64_t(blockIdx.z) * s.q_tiles + m) * s.words + word;
-  const int w0 = word * 32 * kDmaBc;  // first key of the word
-  if (w0 >= key_end) {  // block-uniform: nothing of this word is read
+  if (word * 32 * kDmaBc >= t.key_end) {  // block-uniform: nothing of this word is read
     if (threadIdx.x == 0) {
       any_out[at] = 0u;
       all_out[at] = 0u;
     }
     return;
   }
-
-  // This lane's 16-byte piece of chunk c: keys w0 + 512c + 16 lane + [0, 16),
-  // in key tile 32 word + 8c + lane / 4. `valid`: its bytes before Nk (0..16),
-  // 0 where the tile starts at or past key_end (not read, its bits stay 0).
-  int valid[kChunks];
-  bool needed[kChunks];
-#pragma unroll
-  for (int c = 0; c < kChunks; ++c) {
-    const int piece = w0 + c * kChunkBytes + lane * 16;
-    const int k0 = piece & ~(kDmaBc - 1);
-    needed[c] = k0 < key_end;
-    valid[c] = needed[c] ? max(0, min(16, p.Nk - piece)) : 0;
-  }
-
-  const uint8_t* row0 = static_cast<const uint8_t*>(p.mask.data) + int64_t(mb) * p.mask.stride_b +
-                        int64_t(mh) * p.mask.stride_h + int64_t(q0) * p.mask.stride_q + w0 + lane * 16;
-  // Per chunk: OR of every byte read (any), OR of the has-zero-byte tests (not all).
-  uint32_t ored[kChunks] = {}, zeros[kChunks] = {};
-  if (vec) {
-    const int64_t step = int64_t(kSummaryWarps) * p.mask.stride_q;
-    const uint8_t* row = row0 + int64_t(warp) * p.mask.stride_q;
-#pragma unroll 1
-    for (int b = 0; b < kRowsPerWarp; b += kRowBatch) {
-      uint4 x[kRowBatch][kChunks];
-#pragma unroll
-      for (int j = 0; j < kRowBatch; ++j, row += step) {
-        const int r = warp + kSummaryWarps * (b + j);
-#pragma unroll
-        for (int c = 0; c < kChunks; ++c)
-          x[j][c] = load_stream(row + c * kChunkBytes, r < rows && valid[c] == 16);
-      }
-#pragma unroll
-      for (int j = 0; j < kRowBatch; ++j) {
-        const int r = warp + kSummaryWarps * (b + j);
-#pragma unroll
-        for (int c = 0; c < kChunks; ++c)
-          if (r < rows && valid[c] == 16) {  // rows past Nq, pieces not read: neutral
-            const uint4 v = x[j][c];
-            ored[c] |= v.x | v.y | v.z | v.w;
-            zeros[c] |= zero_byte(v.x) | zero_byte(v.y) | zero_byte(v.z) | zero_byte(v.w);
-          }
-      }
-    }
-  }
-  // Pieces the vector loads did not take: all of them without `vec`, else the
-  // one piece that straddles Nk (only in the ragged last tile, Nk % 64 != 0).
-#pragma unroll
-  for (int c = 0; c < kChunks; ++c) {
-    const int n = vec && valid[c] == 16 ? 0 : valid[c];
-    if (n == 0) continue;
-    for (int j = 0; j < kRowsPerWarp; ++j) {
-      const int r = warp + kSummaryWarps * j;
-      if (r >= rows) break;
-      const uint8_t* piece = row0 + int64_t(r) * p.mask.stride_q + c * kChunkBytes;
-      for (int i = 0; i < n; ++i) {
-        const uint32_t v = __ldg(piece + i);
-        ored[c] |= v;
-        zeros[c] |= v == 0u;
-      }
-    }
-  }
-
-  // Tile bits: lanes 4t..4t+3 of chunk c hold tile 8c + t of the word.
-  uint32_t my_any = 0, my_all = 0;
-#pragma unroll
-  for (int c = 0; c < kChunks; ++c) {
-    uint32_t a = __ballot_sync(0xffffffffu, ored[c] != 0u);
-    uint32_t l = __ballot_sync(0xffffffffu, needed[c] && zeros[c] == 0u);
-    a |= a >> 1;
-    a |= a >> 2;
-    l &= l >> 1;
-    l &= l >> 2;
-    my_any |= gather_nibble_bits(a) << (8 * c);
-    my_all |= gather_nibble_bits(l) << (8 * c);
-  }
-
+  uint32_t my_any, my_all;
+  mask_scan::scan_word<kSummaryWarps, kRowBatch>(t.row0, p.mask.stride_q, t.rows, p.Nk, t.key_end, word, vec, warp,
+                                                 lane, my_any, my_all);
   __shared__ uint32_t any_bits[kSummaryWarps], all_bits[kSummaryWarps];
   if (lane == 0) {
     any_bits[warp] = my_any;
@@ -225,9 +108,7 @@ cudaError_t dma_summarize_mask(const DynamicMaskProblem& p, uint32_t* storage, M
   const size_t half = dma_mask_summary_bytes(p) / 2 / sizeof(uint32_t);
   uint32_t* any = storage;
   uint32_t* all = storage + half;
-  const auto aligned = [](int64_t x) { return x % 16 == 0; };
-  const bool vec = (reinterpret_cast<uintptr_t>(p.mask.data) % 16 == 0) && aligned(p.mask.stride_b) &&
-                   aligned(p.mask.stride_h) && aligned(p.mask.stride_q);
+  const bool vec = mask_scan::mask_vector_loads(p);
   const dim3 grid(unsigned(s.words), unsigned(s.q_tiles), unsigned(p.mask.b * p.mask.h));
   mask_summary_kernel<<<grid, 32 * kSummaryWarps, 0, stream>>>(p, s, any, all, vec);
   s.any = any;

@@ -45,18 +45,21 @@ struct Case {
   int topk_window = 0;      // > 0: mask = top-W of the bias (CPU builder), block-smoothed by 64
   int splits = 1;           // split-KV parts (0: automatic)
   DmaCore core = DmaCore::kAuto;  // the tensor-core path (auto: wgmma on sm_90 for D in {64, 128})
+  DmaMaskScan mask_scan = DmaMaskScan::kAuto;  // where the forward reads the mask for its skip test
   std::string name() const {
     char buf[256];
     std::snprintf(buf, sizeof buf, "B=%d H=%d Hkv=%d Nq=%d Nk=%d D=%d %s%s%s mask=%s bias=%s%s%s", B, H, Hkv, Nq,
                   Nk, D, dtype == DType::kFloat16 ? "fp16" : "bf16", causal ? " causal" : "",
                   softcap > 0 ? " softcap" : "",
                   mask ? (std::to_string(mb) + "," + std::to_string(mh) + "," + std::to_string(mq)).c_str() : "none",
-                  bias ? (std::to_string(bb) + "," + std::to_string(bh) + "," + std::to_string(mq)).c_str() : "none",
+                  bias ? (std::to_string(bb) + "," + std::to_string(bh) + "," + std::to_string(bq)).c_str() : "none",
                   zero_rows ? " zero-rows" : "", topk_window > 0 ? (" topk " + std::to_string(topk_window)).c_str() : "");
     std::string s = buf;
     if (splits != 1) s += " splits=" + std::to_string(splits);
     if (core == DmaCore::kMma) s += " core=mma";
     if (core == DmaCore::kWgmmaCpAsync) s += " core=wgmma-cp.async";
+    if (mask_scan == DmaMaskScan::kPrepass) s += " scan=prepass";
+    if (mask_scan == DmaMaskScan::kInKernel) s += " scan=in-kernel";
     return s;
   }
 };
@@ -159,6 +162,7 @@ void run_case(const Case& c, uint64_t seed, bool corrupt = false) {
   a.tile_counters = d_counters;
   a.splits = dma_resolve_splits(p, c.splits);
   a.core = c.core;
+  a.mask_scan = c.mask_scan;
   float* d_ws = nullptr;
   if (dma_forward_workspace_bytes(p, a.splits) > 0) {  // the mask summary and/or the split partials
     a.workspace_bytes = dma_forward_workspace_bytes(p, a.splits);
@@ -291,8 +295,23 @@ int main() {
       cases.push_back(c);
     }
   }
-  std::printf("%zu cases (%zu more on the mma.sync core or wgmma with cp.async)\n", cases.size(),
-              cases.size() - n_auto);
+  // Every case with a mask once more with the other mask scan than the
+  // automatic choice (pre-pass or in-kernel), so that both are checked.
+  const size_t n_cores = cases.size();
+  for (size_t i = 0; i < n_auto; ++i) {
+    Case c = cases[i];
+    if (!c.mask) continue;
+    DynamicMaskProblem probe;
+    probe.B = c.B; probe.H = c.H; probe.Hkv = c.Hkv; probe.Nq = c.Nq; probe.Nk = c.Nk; probe.D = c.D;
+    static uint8_t any_byte;
+    probe.mask.data = &any_byte;
+    probe.mask.set_shape(c.mb, heads_of(c.mh, c), c.mq, c.Nk, c.H);
+    c.mask_scan = dma_forward_mask_scan_name(probe, DmaMaskScan::kAuto) == "in-kernel" ? DmaMaskScan::kPrepass
+                                                                                       : DmaMaskScan::kInKernel;
+    cases.push_back(c);
+  }
+  std::printf("%zu cases (%zu more on the mma.sync core or wgmma with cp.async, %zu with the other mask scan)\n",
+              cases.size(), n_cores - n_auto, cases.size() - n_cores);
   for (const Case& c : cases) run_case(c, ++seed);
   // The check can fail: the same rule on a corrupted output.
   run_case(Case{1, 2, 1, 129, 200, 64, DType::kFloat16, true, 0.f, true, true, 1, 0, 129, 1, 0, 1}, 77, true);
