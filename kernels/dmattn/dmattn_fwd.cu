@@ -206,7 +206,11 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
   // query-broadcast bias puts nearly all its work in the *first* ~48 query
   // tiles, which then ran last, ~20 tiles each, after everyone else (ncu) —
   // so the order zigzags from both ends: last, first, last - 1, second, ...
-  const int m_block = dma_query_tile_order(int(blockIdx.x / p.H), gridDim.x / p.H, /*zigzag=*/p.mask.data != nullptr);
+  // Except when the blocks scan the mask themselves: then the scan is most of
+  // a block's time and grows with the causal row length, so the longest go
+  // first (the last query tiles), and the short scans fill the end.
+  const int m_block = dma_query_tile_order(int(blockIdx.x / p.H), gridDim.x / p.H,
+                                           /*zigzag=*/p.mask.data != nullptr && !scan_in_kernel);
   const int h = blockIdx.x % p.H, b = blockIdx.y / splits, split = blockIdx.y % splits;
   const int q_start = m_block * Br;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
