@@ -210,7 +210,7 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
     std::snprintf(note, sizeof note,
                   "tiles skipped %.1f%% (%llu of %.0f 64x64 tiles run; causal range %llu); splits %d; core %s; mask scan %s",
                   100.0 * (1.0 - double(tiles[0]) / grid_tiles), tiles[0], grid_tiles, tiles[1], a.splits, core.c_str(),
-                  dma_forward_mask_scan_name(p, a.mask_scan).c_str());
+                  dma_forward_mask_scan_name(p, a.mask_scan, a.splits).c_str());
     ours.note = note;
     ours.status = "unchecked";
     if (opt.check) {

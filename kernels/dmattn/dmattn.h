@@ -93,11 +93,13 @@ std::string dma_forward_core_name(const DynamicMaskProblem& p, DmaCore requested
 // forward block reads its own query tile's rows of the mask, so the mask is
 // streamed while other blocks compute. kAuto: in-kernel when each mask byte is
 // read by at most two blocks (the mask is not broadcast over more than two
-// heads x batches, nor over the queries of more than one 64-row tile), else
-// the pre-pass, which reads a shared mask once.
+// heads x batches, nor over the queries of more than one 64-row tile) and a
+// block scans at most 16K keys (Nk / splits), else the pre-pass, which reads
+// a shared mask once and has every load in flight at once.
 enum class DmaMaskScan { kAuto = 0, kPrepass = 1, kInKernel = 2 };
-// "prepass", "in-kernel", or "none" without a mask.
-std::string dma_forward_mask_scan_name(const DynamicMaskProblem& p, DmaMaskScan requested);
+// "prepass", "in-kernel", or "none" without a mask, for `splits` resolved
+// split-KV parts (dma_resolve_splits).
+std::string dma_forward_mask_scan_name(const DynamicMaskProblem& p, DmaMaskScan requested, int splits = 1);
 
 struct DmaForwardArgs {
   const void* q = nullptr;

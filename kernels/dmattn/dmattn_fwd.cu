@@ -206,11 +206,10 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
   // query-broadcast bias puts nearly all its work in the *first* ~48 query
   // tiles, which then ran last, ~20 tiles each, after everyone else (ncu) —
   // so the order zigzags from both ends: last, first, last - 1, second, ...
-  // Except when the blocks scan the mask themselves: then the scan is most of
-  // a block's time and grows with the causal row length, so the longest go
-  // first (the last query tiles), and the short scans fill the end.
-  const int m_block = dma_query_tile_order(int(blockIdx.x / p.H), gridDim.x / p.H,
-                                           /*zigzag=*/p.mask.data != nullptr && !scan_in_kernel);
+  // (Also with the in-kernel mask scan, whose cost grows with the causal row
+  // length: longest scans first measured slower, L = 16K 0.089 against 0.071
+  // ms, 32K 0.213 against 0.201.)
+  const int m_block = dma_query_tile_order(int(blockIdx.x / p.H), gridDim.x / p.H, /*zigzag=*/p.mask.data != nullptr);
   const int h = blockIdx.x % p.H, b = blockIdx.y / splits, split = blockIdx.y % splits;
   const int q_start = m_block * Br;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
@@ -707,7 +706,7 @@ std::string dma_forward_core_name(const DynamicMaskProblem& p, DmaCore requested
   return wgmma ? "wgmma" : "mma";
 }
 
-std::string dma_forward_mask_scan_name(const DynamicMaskProblem& p, DmaMaskScan requested) {
+std::string dma_forward_mask_scan_name(const DynamicMaskProblem& p, DmaMaskScan requested, int splits) {
   if (p.mask.data == nullptr) return "none";
   if (requested == DmaMaskScan::kPrepass) return "prepass";
   if (requested == DmaMaskScan::kInKernel) return "in-kernel";
@@ -715,7 +714,13 @@ std::string dma_forward_mask_scan_name(const DynamicMaskProblem& p, DmaMaskScan 
   // query head, batch and (for a query-broadcast mask) query tile it serves.
   const int64_t readers = int64_t(p.mask.b == 1 ? p.B : 1) * (p.H / p.mask.h) *
                           (p.mask.q == 1 ? (p.Nq + kDmaBr - 1) / kDmaBr : 1);
-  return readers <= 2 ? "in-kernel" : "prepass";
+  // H200, D = 128, causal top-1024 (commit dc813cc): two readers, in-kernel
+  // against pre-pass: L = 8K 0.054 vs 0.067 ms, 16K 0.071 vs 0.087, 32K
+  // 0.201 vs 0.183 (a block's scan of up to 2 MiB is too long a serial part);
+  // eight readers: 8K 0.103 vs 0.077, 32K 0.62 vs 0.23; decoding, Nk = 512K
+  // in 64 splits, 0.044 vs 0.046.
+  const int keys_per_block = (p.Nk + splits - 1) / splits;
+  return readers <= 2 && keys_per_block <= 16384 ? "in-kernel" : "prepass";
 }
 
 cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cudaStream_t stream) {
@@ -726,7 +731,7 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
   if (need > 0 && (a.workspace == nullptr || a.workspace_bytes < need)) return cudaErrorInvalidValue;
   const std::string core = dma_forward_core_name(p, a.core);
   if (core.empty()) return cudaErrorInvalidValue;
-  const bool scan_in_kernel = dma_forward_mask_scan_name(p, a.mask_scan) == "in-kernel";
+  const bool scan_in_kernel = dma_forward_mask_scan_name(p, a.mask_scan, splits) == "in-kernel";
   MaskSummary summary;
   cudaError_t err = scan_in_kernel ? cudaSuccess
                                    : dma_summarize_mask(p, reinterpret_cast<uint32_t*>(a.workspace), &summary, stream);

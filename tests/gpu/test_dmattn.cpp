@@ -306,8 +306,9 @@ int main() {
     static uint8_t any_byte;
     probe.mask.data = &any_byte;
     probe.mask.set_shape(c.mb, heads_of(c.mh, c), c.mq, c.Nk, c.H);
-    c.mask_scan = dma_forward_mask_scan_name(probe, DmaMaskScan::kAuto) == "in-kernel" ? DmaMaskScan::kPrepass
-                                                                                       : DmaMaskScan::kInKernel;
+    const bool auto_in_kernel =
+        dma_forward_mask_scan_name(probe, DmaMaskScan::kAuto, dma_resolve_splits(probe, c.splits)) == "in-kernel";
+    c.mask_scan = auto_in_kernel ? DmaMaskScan::kPrepass : DmaMaskScan::kInKernel;
     cases.push_back(c);
   }
   std::printf("%zu cases (%zu more on the mma.sync core or wgmma with cp.async, %zu with the other mask scan)\n",
