@@ -7,7 +7,8 @@ cd "$(dirname "$0")/../.."
 probe_build flash_attn_mma
 D="--B 1 --H 2 --Hkv 1 --N 32768 --D 128 --causal --mask topk --window 1024 --bias --iters 1 --warmup 0"
 for s in prepass in-kernel; do
-  timeout 120 ncu --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,launch__registers_per_thread,launch__occupancy_limit_shared_mem -k regex:"mask_summary|dma_forward_kernel" --launch-skip 2 --launch-count 2 $F $D --dma-mask-scan $s > $L/ncu_$s.txt 2>&1
+  skip=2; [ $s = in-kernel ] && skip=1
+  timeout 120 ncu --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,launch__registers_per_thread,launch__occupancy_limit_shared_mem -k regex:"mask_summary|dma_forward_kernel" --launch-skip $skip --launch-count $skip $F $D --dma-mask-scan $s > $L/ncu_$s.txt 2>&1
   el "$s rc=$?"; grep -E "^  [a-zA-Z_].*\(|gpu__time|dram__bytes|warps_active|inst_executed|registers|occupancy" $L/ncu_$s.txt | cut -c1-110
 done
 timeout 120 ncu --clock-control none --section WarpStateStats --section SchedulerStats --section Occupancy -k regex:"dma_forward_kernel" --launch-skip 1 --launch-count 1 $F $D --dma-mask-scan prepass > $L/ncu_fwd_stalls.txt 2>&1
