@@ -50,7 +50,9 @@ if [ -z "${QUICK:-}" ] && [ "${SANITIZER:-1}" != 0 ] && command -v compute-sanit
                  "--B 2 --Nq 130 --Nk 77 --D 128 --mask topk --window 16 --block 0 --bias --deterministic" \
                  "--Nq 130 --Nk 300 --D 128 --causal --mask topk --window 64 --bias" \
                  "--Nq 130 --Nk 301 --D 64 --mask topk --window 64 --bias --dma-core wgmma-cp.async" \
-                 "--Nq 200 --Nk 130 --D 64 --Hkv 1 --causal --mask topk --window 48 --bias --bwd-chunks 3"; do
+                 "--Nq 200 --Nk 130 --D 64 --Hkv 1 --causal --mask topk --window 48 --bias --bwd-chunks 3" \
+                 "--Nq 200 --Nk 1000 --D 128 --Hkv 1 --causal --mask topk --window 48 --bias --dma-mask-scan in-kernel" \
+                 "--Nq 130 --Nk 2333 --D 64 --mask topk --window 64 --bias --dma-mask-scan prepass"; do
       timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 "$build/flash_attn_mma" --B 1 --H 2 $shape \
         --iters 1 --warmup 0 --check > "$out/sanitizer.log" 2>&1
       rc=$?
@@ -134,12 +136,16 @@ if [ "${DMATTN:-1}" != 0 ]; then
   for L in ${DMATTN_L:-1024 8192 16384 32768}; do
     dbench --B 1 --H 2 --Hkv 1 --N $L --D 128 --causal --mask topk --window 1024 --bias $([ $L -le 8192 ] && echo --check)
   done
+  # the forward's two mask scans where the automatic choice changes (in-kernel up to 16K keys per block)
+  dbench --B 1 --H 2 --Hkv 1 --N 16384 --D 128 --causal --mask topk --window 1024 --bias --dma-mask-scan prepass
+  dbench --B 1 --H 2 --Hkv 1 --N 32768 --D 128 --causal --mask topk --window 1024 --bias --dma-mask-scan in-kernel
   # decoding (Nq = 1): split-KV with the automatic split count, and forced counts. Plain
   # top-W (--block 0): with a random bias, 64-key majority smoothing would keep almost nothing.
   dbench --B 1 --H 2 --Hkv 1 --Nq 1 --Nk 32768 --D 128 --causal --mask topk --window 1024 --block 0 --bias --check
   dbench --B 1 --H 2 --Hkv 1 --Nq 1 --Nk 32768 --D 128 --causal --mask topk --window 1024 --block 0 --bias --check --splits 1
   dbench --B 1 --H 2 --Hkv 1 --Nq 1 --Nk 65536 --D 128 --causal --mask topk --window 1024 --block 0 --bias
   dbench --B 1 --H 2 --Hkv 1 --Nq 1 --Nk 524288 --D 128 --causal --mask topk --window 1024 --block 0 --bias
+  dbench --B 1 --H 2 --Hkv 1 --Nq 1 --Nk 524288 --D 128 --causal --mask topk --window 1024 --block 0 --bias --dma-mask-scan prepass
   # backward (not yet run on a GPU before this section existed): checked where the reference is quick
   dbench --B 1 --H 2 --Hkv 1 --N 2048 --D 128 --causal --mask topk --window 512 --bias --bwd --check
   dbench --B 2 --H 4 --Hkv 2 --N 2048 --D 128 --causal --mask topk --window 512 --bias --deterministic --check
@@ -156,6 +162,8 @@ if [ "${DMATTN:-1}" != 0 ]; then
   dbench --B 1 --H 8 --N 8192 --D 128 --mask ones
   dbench --B 1 --H 8 --N 8192 --D 64 --mask ones --bias
   dbench --B 1 --H 8 --N 8192 --D 64 --mask ones --bias --dma-core mma
+  dbench --B 1 --H 8 --N 8192 --D 64 --mask ones --bias --bwd --dma-core mma
+  dbench --B 1 --H 8 --N 8192 --D 128 --mask ones --bias --dma-mask-scan in-kernel
 fi
 
 if [ -n "${SWEEP:-}" ]; then

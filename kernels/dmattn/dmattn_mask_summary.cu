@@ -2,7 +2,9 @@
 // "all" bit per 64x64 tile of the mask (see dmattn_tiles.cuh for why).
 //
 // It is a pure streaming read (at L = 32K, causal: 512 MiB for a 16 KiB
-// result), so the layout of the loads is what matters.
+// result), so the layout of the loads is what matters. The scan of one word
+// is mask_scan::scan_word (dmattn_mask_scan.cuh), which the forward also runs
+// inside its own blocks (DmaMaskScan::kInKernel); this file is its grid.
 // Grid: (words of 32 key tiles, query tiles, mask batch x mask head); a block
 // of 8 warps summarises one word of one query tile: 64 rows x 2048 bytes.
 // Warp w takes rows w, w+8, ..., w+56; every load instruction of a warp reads

@@ -133,3 +133,29 @@ TEST_CASE(dmattn_block_order) {
     if (n_m > 1) EXPECT_EQ(dma_query_tile_order(1, n_m, true), 0);
   }
 }
+
+TEST_CASE(dmattn_mask_scan_rule) {
+  // The forward's automatic mask scan: in-kernel only when at most two blocks
+  // read each mask byte and a block scans at most 16K keys.
+  DynamicMaskProblem p;
+  p.B = 1; p.H = 2; p.Hkv = 1; p.Nq = p.Nk = 16384; p.D = 128;
+  EXPECT_EQ(dma_forward_mask_scan_name(p, DmaMaskScan::kAuto), std::string("none"));  // no mask
+  static uint8_t byte;
+  p.mask.data = &byte;
+  p.mask.set_shape(1, 1, p.Nq, p.Nk, p.H);  // shared by the two heads: two readers
+  EXPECT_EQ(dma_forward_mask_scan_name(p, DmaMaskScan::kAuto), std::string("in-kernel"));
+  EXPECT_EQ(dma_forward_mask_scan_name(p, DmaMaskScan::kPrepass), std::string("prepass"));
+  p.Nq = p.Nk = 32768;  // rows too long for one block
+  p.mask.set_shape(1, 1, p.Nq, p.Nk, p.H);
+  EXPECT_EQ(dma_forward_mask_scan_name(p, DmaMaskScan::kAuto), std::string("prepass"));
+  EXPECT_EQ(dma_forward_mask_scan_name(p, DmaMaskScan::kInKernel), std::string("in-kernel"));
+  p.Nq = 1; p.Nk = 524288;  // decoding: 64 splits leave 8K keys per block
+  p.mask.set_shape(1, 1, 1, p.Nk, p.H);
+  EXPECT_EQ(dma_forward_mask_scan_name(p, DmaMaskScan::kAuto, 1), std::string("prepass"));
+  EXPECT_EQ(dma_forward_mask_scan_name(p, DmaMaskScan::kAuto, 64), std::string("in-kernel"));
+  p.H = 8; p.Nq = p.Nk = 4096;  // eight heads share the mask
+  p.mask.set_shape(1, 1, p.Nq, p.Nk, p.H);
+  EXPECT_EQ(dma_forward_mask_scan_name(p, DmaMaskScan::kAuto), std::string("prepass"));
+  p.mask.set_shape(1, 8, 1, p.Nk, p.H);  // a query-broadcast mask: every query tile reads it
+  EXPECT_EQ(dma_forward_mask_scan_name(p, DmaMaskScan::kAuto), std::string("prepass"));
+}
