@@ -13,7 +13,11 @@
 //     memory and warp 0 compacts them into an ascending list of active tiles.
 //     (flash-dmattn decides per tile inside the loop with __syncthreads_or; a
 //     list first lets the loop below prefetch the *next active* tile, so
-//     skipped tiles cost no pipeline bubble.)
+//     skipped tiles cost no pipeline bubble.) Or, DmaMaskScan::kInKernel, the
+//     block reads its own rows of the mask with the pre-pass's scan
+//     (dmattn_mask_scan.cuh) — no pre-pass launch, and the mask streams while
+//     other blocks compute; automatic where few blocks share a mask byte and
+//     rows are at most 16K keys (measured in dma_forward_mask_scan_name).
 //  2. Rung 02's stage2 loop over the list only: K, V of tile list[i+1] are
 //     copied while tile list[i] is computed.
 //  3. Per tile, after S = Q·Kᵀ: S = scale·S + bias; softcap c: c·tanh(S/c);
