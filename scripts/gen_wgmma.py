@@ -25,38 +25,36 @@ def placeholders(start, count):
     return ", ".join(f"%{i}" for i in range(start, start + count))
 
 
-def ss(ctype, ptype, n):
+def ss_variant(name, comment, trans, ctype, ptype, n):
+    """A shared-memory wgmma wrapper: `trans` is the PTX trans-a, trans-b pair."""
     r = n // 2
+    pad = " " * len(name)
     return f'''template <>
-__device__ __forceinline__ void wgmma_ss<{ctype}, {n}>(float (&d)[{n // 8}][4], uint64_t desc_a, uint64_t desc_b,
-                                                     int accumulate) {{
+__device__ __forceinline__ void {name}<{ctype}, {n}>(float (&d)[{n // 8}][4], uint64_t desc_a, uint64_t desc_b,
+{pad}                                             int accumulate) {{
   asm volatile(
-      // Operands after the descriptors: scale-d (p: accumulate into d, else
-      // d = A·B), scale-a, scale-b, trans-a, trans-b (both K-major: 0).
+{comment}
       "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{r + 2}, 0;\\n"
       "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptype}.{ptype} "
-      "{{{placeholders(0, r)}}}, %{r}, %{r + 1}, p, 1, 1, 0, 0;\\n}}\\n"
+      "{{{placeholders(0, r)}}}, %{r}, %{r + 1}, p, 1, 1, {trans};\\n}}\\n"
       : {acc_operands(n)}
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }}
 '''
+
+
+def ss(ctype, ptype, n):
+    return ss_variant("wgmma_ss",
+                      "      // Operands after the descriptors: scale-d (p: accumulate into d, else\n"
+                      "      // d = A·B), scale-a, scale-b, trans-a, trans-b (both K-major: 0).",
+                      "0, 0", ctype, ptype, n)
 
 
 def ss_tt(ctype, ptype, n):
-    r = n // 2
-    return f'''template <>
-__device__ __forceinline__ void wgmma_ss_tt<{ctype}, {n}>(float (&d)[{n // 8}][4], uint64_t desc_a, uint64_t desc_b,
-                                                        int accumulate) {{
-  asm volatile(
-      // As wgmma_ss, but trans-a = 1 (A is M-major: its rows run along the
-      // reduction dim) and trans-b = 1 (B is N-major, as V in P·V).
-      "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{r + 2}, 0;\\n"
-      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptype}.{ptype} "
-      "{{{placeholders(0, r)}}}, %{r}, %{r + 1}, p, 1, 1, 1, 1;\\n}}\\n"
-      : {acc_operands(n)}
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-}}
-'''
+    return ss_variant("wgmma_ss_tt",
+                      "      // As wgmma_ss, but trans-a = 1 (A is M-major: its rows run along the\n"
+                      "      // reduction dim) and trans-b = 1 (B is N-major, as V in P·V).",
+                      "1, 1", ctype, ptype, n)
 
 
 def rs(ctype, ptype, n):

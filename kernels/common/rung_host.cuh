@@ -75,6 +75,26 @@ inline bool device_is_sm90_or_newer() {
   return yes;
 }
 
+// launch_with_smem with at most one launch attribute (nullptr: none), through
+// cudaLaunchKernelEx: the one place that fills a cudaLaunchConfig_t.
+template <typename Kernel, typename... Args>
+cudaError_t launch_with_attribute(Kernel kernel, dim3 grid, int threads, int smem_bytes, cudaStream_t stream,
+                                  const cudaLaunchAttribute* attribute, Args... args) {
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  if (err != cudaSuccess) return err;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = smem_bytes;
+  config.stream = stream;
+  cudaLaunchAttribute copy{};
+  if (attribute != nullptr) copy = *attribute;
+  config.attrs = &copy;
+  config.numAttrs = attribute != nullptr ? 1 : 0;
+  err = cudaLaunchKernelEx(&config, kernel, args...);
+  return err != cudaSuccess ? err : cudaGetLastError();
+}
+
 // launch_with_smem, but on sm_90 with programmatic stream serialization: the
 // kernel may start while the previous kernel in the stream drains, so its
 // launch and block setup overlap that kernel's tail. The kernel MUST call
@@ -91,20 +111,25 @@ cudaError_t launch_with_smem_overlapped(Kernel kernel, dim3 grid, int threads, i
   }();
   if (disabled || !device_is_sm90_or_newer())
     return launch_with_smem(kernel, grid, threads, smem_bytes, stream, args...);
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
-  if (err != cudaSuccess) return err;
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = dim3(threads);
-  config.dynamicSmemBytes = smem_bytes;
-  config.stream = stream;
   cudaLaunchAttribute overlap{};
   overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   overlap.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &overlap;
-  config.numAttrs = 1;
-  err = cudaLaunchKernelEx(&config, kernel, args...);
-  return err != cudaSuccess ? err : cudaGetLastError();
+  return launch_with_attribute(kernel, grid, threads, smem_bytes, stream, &overlap, args...);
+}
+
+// Launches `kernel` on `grid` in clusters of `cluster_x` blocks along x (1:
+// no cluster attribute), with `smem_bytes` of dynamic shared memory (rungs 09
+// and 10).
+template <typename Kernel, typename... Args>
+inline cudaError_t launch_clustered(Kernel kernel, dim3 grid, int threads, int smem_bytes, int cluster_x,
+                                    cudaStream_t stream, Args... args) {
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = cluster_x;
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  return launch_with_attribute(kernel, grid, threads, smem_bytes, stream, cluster_x > 1 ? &cluster : nullptr,
+                               args...);
 }
 
 // Launches the kernel of one config on the problem's dtype: a grid of

@@ -77,28 +77,7 @@ inline bool encode_qkv_maps(CUtensorMap (&maps)[3], const AttnProblem& p, const 
          encode_head_tiles<kKVRows>(&maps[2], v, p.dtype, p.heads(), p.Nk, p.Dv);
 }
 
-// Launches `kernel` on `grid` in clusters of `cluster_x` blocks along x (1:
-// no cluster attribute), with `smem_bytes` of dynamic shared memory.
-template <typename Kernel, typename... Args>
-inline cudaError_t launch_clustered(Kernel kernel, dim3 grid, int threads, int smem_bytes, int cluster_x,
-                                    cudaStream_t stream, Args... args) {
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
-  if (e != cudaSuccess) return e;
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = dim3(threads);
-  config.dynamicSmemBytes = smem_bytes;
-  config.stream = stream;
-  cudaLaunchAttribute cluster{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = cluster_x;
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = 1;
-  config.attrs = &cluster;
-  config.numAttrs = cluster_x > 1 ? 1 : 0;
-  e = cudaLaunchKernelEx(&config, kernel, args...);
-  return e != cudaSuccess ? e : cudaGetLastError();
-}
+// (launch_clustered, rungs 09 and 10's launch, is host plumbing: rung_host.cuh.)
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // ---- device: mbarriers ------------------------------------------------------------
