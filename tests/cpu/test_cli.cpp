@@ -110,6 +110,14 @@ TEST_CASE(cli_dynamic_mask_flags) {
   EXPECT_TRUE(parse({"--bwd-chunks", "7"}).options.bwd_chunks == 7 && parse({"--bwd-chunks", "7"}).options.bwd);
   EXPECT_CONTAINS(parse({"--bwd-chunks", "5000"}).error, "--bwd-chunks must be between 0 and 4096");
   EXPECT_TRUE(parse({"--deterministic"}).options.deterministic && parse({"--deterministic"}).options.bwd);
+  EXPECT_EQ(parse({"--bias"}).options.dma_core, std::string("auto"));
+  EXPECT_TRUE(parse({"--dma-core", "mma"}).options.dma_core == "mma" && parse({"--dma-core", "mma"}).options.dynamic_mask());
+  EXPECT_CONTAINS(parse({"--dma-core", "tensor"}).error, "--dma-core must be auto, mma, wgmma or wgmma-cp.async");
+  EXPECT_EQ(parse({"--bias"}).options.dma_mask_scan, std::string("auto"));
+  EXPECT_TRUE(parse({"--dma-mask-scan", "in-kernel"}).options.dma_mask_scan == "in-kernel" &&
+              parse({"--dma-mask-scan", "prepass"}).options.dynamic_mask());
+  EXPECT_CONTAINS(parse({"--dma-mask-scan", "fused"}).error,
+                  "--dma-mask-scan must be auto, prepass or in-kernel, got 'fused'");
   EXPECT_TRUE(parse({"--mask", "causal"}).options.causal);    // --mask causal implies --causal
   EXPECT_CONTAINS(parse({"--mask", "random"}).error, "--mask must be none, causal, ones or topk, got 'random'");
   EXPECT_CONTAINS(parse({"--H", "8", "--Hkv", "3"}).error, "--H must be a multiple of --Hkv");
