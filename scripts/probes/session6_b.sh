@@ -23,6 +23,7 @@ for r in w1024 dec; do
   ncu -i $L/rep_$r.ncu-rep --print-details all 2>/dev/null | grep -E "Stall|Duration|Warp Cycles" | head -30 > $L/stalls_$r.txt
 done
 cat $L/stalls_dec.txt | cut -c1-110
-cuobjdump -sass -fun regex:"dma_forward_kernel.*DmaConfigILi128ELb1EE6__half" $F > $L/sass_fwd128.txt 2>&1; el "sass $(wc -l < $L/sass_fwd128.txt) lines"
+obj=$(find $B -name 'dmattn_fwd.cu.o' | head -1)
+cuobjdump -sass $obj | awk '/Function : .*dma_forward_kernel.*DmaConfigILi128ELb1EE6__half/{p=1} /Function : /{if(!/DmaConfigILi128ELb1EE6__half/)p=0} p' > $L/sass_fwd128.txt 2>&1; el "sass $(wc -l < $L/sass_fwd128.txt) lines"
 el done
 tar czf $O/logs.tgz -C /tmp logs
