@@ -75,20 +75,33 @@ __device__ __forceinline__ void scan_word(const uint8_t* tile_row0, int64_t stri
   static_assert(kDmaBr % kWarps == 0 && kRowsPerWarp % kRowBatch == 0, "rows split evenly into batches");
   const int w0 = word * 32 * kDmaBc;  // first key of the word
   // This lane's 16-byte piece of chunk c: keys w0 + 512c + 16 lane + [0, 16),
-  // in key tile 32 word + 8c + lane / 4. `valid`: its bytes before Nk (0..16),
-  // 0 where the tile starts at or past key_end (not read, its bits stay 0).
-  int valid[kChunks];
-  bool needed[kChunks];
+  // in key tile 32 word + 8c + lane / 4. needed(c): that tile starts before
+  // key_end (else it is not read and its bits stay 0); valid(c): the piece's
+  // bytes before Nk (0..16), 0 where not needed. Recomputed where used rather
+  // than kept in arrays: registers go to the loads in flight.
+  auto needed = [&](int c) { return ((w0 + c * kChunkBytes + lane * 16) & ~(kDmaBc - 1)) < key_end; };
+  auto valid = [&](int c) { return needed(c) ? max(0, min(16, Nk - (w0 + c * kChunkBytes + lane * 16))) : 0; };
+  uint32_t whole = 0u;  // bit c: chunk c's piece is 16 valid bytes
 #pragma unroll
-  for (int c = 0; c < kChunks; ++c) {
-    const int piece = w0 + c * kChunkBytes + lane * 16;
-    const int k0 = piece & ~(kDmaBc - 1);
-    needed[c] = k0 < key_end;
-    valid[c] = needed[c] ? max(0, min(16, Nk - piece)) : 0;
-  }
+  for (int c = 0; c < kChunks; ++c) whole |= valid(c) == 16 ? 1u << c : 0u;
   const uint8_t* row0 = tile_row0 + w0 + lane * 16;
-  // Per chunk: OR of every byte read (any), OR of the has-zero-byte tests (not all).
-  uint32_t ored[kChunks] = {}, zeros[kChunks] = {};
+  // The word's bits so far: any (some byte read is nonzero) and not_all (some
+  // byte read is zero), per tile. Each batch of loads is folded into them at
+  // once (per chunk: OR of the bytes, OR of the has-zero-byte tests, then two
+  // ballots), so only the loads in flight take registers, not per-chunk sums.
+  // Lanes 4t..4t+3 of chunk c hold tile 8c + t of the word.
+  any = 0u;
+  uint32_t not_all = 0u;
+  auto fold = [&](int c, uint32_t ored, uint32_t zeros) {
+    uint32_t a = __ballot_sync(0xffffffffu, ored != 0u);
+    uint32_t z = __ballot_sync(0xffffffffu, zeros != 0u);
+    a |= a >> 1;
+    a |= a >> 2;
+    z |= z >> 1;
+    z |= z >> 2;
+    any |= gather_nibble_bits(a) << (8 * c);
+    not_all |= gather_nibble_bits(z) << (8 * c);
+  };
   if (vec) {
     const int64_t step = int64_t(kWarps) * stride_q;
     const uint8_t* row = row0 + int64_t(warp) * stride_q;
@@ -100,52 +113,54 @@ __device__ __forceinline__ void scan_word(const uint8_t* tile_row0, int64_t stri
       for (int j = 0; j < kRowBatch; ++j, row += step) {
         const int r = warp + kWarps * (b + j);
 #pragma unroll
-        for (int c = 0; c < kChunks; ++c) x[j][c] = load_stream(row + c * kChunkBytes, r < rows && valid[c] == 16);
+        for (int c = 0; c < kChunks; ++c) x[j][c] = load_stream(row + c * kChunkBytes, r < rows && (whole >> c & 1u));
       }
 #pragma unroll
-      for (int j = 0; j < kRowBatch; ++j) {
-        const int r = warp + kWarps * (b + j);
+      for (int c = 0; c < kChunks; ++c) {
+        uint32_t ored = 0u, zeros = 0u;
 #pragma unroll
-        for (int c = 0; c < kChunks; ++c)
-          if (r < rows && valid[c] == 16) {  // rows past the tile, pieces not read: neutral
+        for (int j = 0; j < kRowBatch; ++j) {
+          const int r = warp + kWarps * (b + j);
+          if (r < rows && (whole >> c & 1u)) {  // rows past the tile, pieces not read: neutral
             const uint4 v = x[j][c];
-            ored[c] |= v.x | v.y | v.z | v.w;
-            zeros[c] |= zero_byte(v.x) | zero_byte(v.y) | zero_byte(v.z) | zero_byte(v.w);
+            ored |= v.x | v.y | v.z | v.w;
+            zeros |= zero_byte(v.x) | zero_byte(v.y) | zero_byte(v.z) | zero_byte(v.w);
           }
+        }
+        fold(c, ored, zeros);
       }
     }
   }
   // Pieces the vector loads did not take: all of them without `vec`, else the
   // one piece that straddles Nk (only in the ragged last tile, Nk % 64 != 0).
+  // (Chunk-uniform: the ballots need the whole warp.)
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) {
-    const int n = vec && valid[c] == 16 ? 0 : valid[c];
-    if (n == 0) continue;
+    const int n = vec && (whole >> c & 1u) ? 0 : valid(c);
+    if (!__any_sync(0xffffffffu, n != 0)) continue;
+    uint32_t ored = 0u, zeros = 0u;
     for (int j = 0; j < kRowsPerWarp; ++j) {
       const int r = warp + kWarps * j;
       if (r >= rows) break;
       const uint8_t* piece = row0 + int64_t(r) * stride_q + c * kChunkBytes;
       for (int i = 0; i < n; ++i) {
         const uint32_t v = __ldg(piece + i);
-        ored[c] |= v;
-        zeros[c] |= v == 0u;
+        ored |= v;
+        zeros |= v == 0u;
       }
     }
+    fold(c, ored, zeros);
   }
-  // Tile bits: lanes 4t..4t+3 of chunk c hold tile 8c + t of the word.
-  any = 0u;
-  all = 0u;
+  // all: a tile read whole (its 4 lanes needed) with no zero byte.
+  uint32_t need = 0u;
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) {
-    uint32_t a = __ballot_sync(0xffffffffu, ored[c] != 0u);
-    uint32_t l = __ballot_sync(0xffffffffu, needed[c] && zeros[c] == 0u);
-    a |= a >> 1;
-    a |= a >> 2;
+    uint32_t l = __ballot_sync(0xffffffffu, needed(c));
     l &= l >> 1;
     l &= l >> 2;
-    any |= gather_nibble_bits(a) << (8 * c);
-    all |= gather_nibble_bits(l) << (8 * c);
+    need |= gather_nibble_bits(l) << (8 * c);
   }
+  all = need & ~not_all;
 }
 
 // A block of kWarps warps reads its query tile's rows over the words from
