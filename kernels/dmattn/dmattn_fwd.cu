@@ -782,7 +782,7 @@ std::string dma_forward_core_name(const DynamicMaskProblem& p, DmaCore requested
 std::string dma_forward_mask_scan_name(const DynamicMaskProblem& p, DmaMaskScan requested, int splits) {
   if (p.mask.data == nullptr) return "none";
   if (requested == DmaMaskScan::kPrepass) return "prepass";
-  if (requested == DmaMaskScan::kStreamed) return "streamed";
+  if (requested == DmaMaskScan::kStreamed) return mask_scan::mask_vector_loads(p) ? "streamed" : "prepass";
   if (requested == DmaMaskScan::kInKernel) return "in-kernel";
   // How many forward blocks would read each mask byte in-kernel: one per
   // query head, batch and (for a query-broadcast mask) query tile it serves.

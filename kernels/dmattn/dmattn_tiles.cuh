@@ -54,12 +54,13 @@ struct MaskSummary {
 size_t dma_mask_summary_bytes(const DynamicMaskProblem& p);
 // Writes both bitmaps into `storage` (dma_mask_summary_bytes(p) bytes, 4-byte
 // aligned) and returns the view; a problem without a mask gets an empty view.
-// streamed: a persistent grid (two blocks per SM, small enough to leave room
-// for an attention block beside them) walks the query tiles in the forward's
-// block order (dma_query_tile_order, zigzag) and publishes each word's ready
-// flag, so that a forward launched right behind it (programmatic dependent
-// launch) can start on the first query tiles while the rest of the mask is
-// still being read. Otherwise one block per word, and no flags.
+// streamed (masks with 16-byte aligned base and strides; others get the
+// plain pass): a persistent grid (one block per SM, small enough to leave
+// room for an attention block beside it) walks the query tiles in the
+// forward's block order (dma_query_tile_order, zigzag) and publishes each
+// word's ready flag, so that a forward launched right behind it (programmatic
+// dependent launch) can start on the first query tiles while the rest of the
+// mask is still being read. Otherwise one block per word, and no flags.
 cudaError_t dma_summarize_mask(const DynamicMaskProblem& p, uint32_t* storage, MaskSummary* out,
                                cudaStream_t stream, bool streamed = false);
 
