@@ -198,9 +198,10 @@ mask_summary_streamed_kernel(const DynamicMaskProblem p, MaskSummary s, uint32_t
       for (int c = 0; c < mask_scan::kChunks; ++c) mask_scan::fold_chunk(c, ored[c], zeros[c], any, not_all);
       mask_scan::fold_partial_pieces<kStreamWarps>(wp, it.rows.row0 + wp.w0 + lane * 16, p.mask.stride_q,
                                                    it.rows.rows, /*vec=*/true, warp, any, not_all);
+      const uint32_t all = mask_scan::all_bits(wp, not_all);  // ballots: the whole warp
       if (lane == 0) {
         warp_any[parity][warp] = any;
-        warp_all[parity][warp] = mask_scan::all_bits(wp, not_all);
+        warp_all[parity][warp] = all;
       }
     }
     __syncthreads();  // every item: this parity's buffer is rewritten two items on, after the next barrier
