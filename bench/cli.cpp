@@ -100,9 +100,7 @@ dynamic-mask attention (flash-dmattn semantics; any of these selects it):
   --dma-mask-scan S where the forward reads the mask for its skip test: auto
                     (default: in-kernel when at most two blocks share a mask
                     byte, else prepass), prepass (a kernel summarises the mask
-                    into tile bits first), streamed (the same pass publishing
-                    each query tile's bits as it goes; the forward starts on
-                    them meanwhile), in-kernel (each block reads its rows)
+                    into tile bits first), in-kernel (each block reads its rows)
   Rows: dmattn (ours; effective TFLOPS count unmasked pairs only; the share of
   64x64 tiles skipped), the dense split-q+stage2 rung on the same shape, and
   with --sdpa/--torch torch given the same mask as an additive float mask.
@@ -209,8 +207,8 @@ ParseResult parse_args(const std::vector<std::string>& args) {
     }
     else if (flag == "--dma-mask-scan") {
       if (take_value()) {
-        if (value == "auto" || value == "prepass" || value == "streamed" || value == "in-kernel") o.dma_mask_scan = value;
-        else r.error = "--dma-mask-scan must be auto, prepass, streamed or in-kernel, got '" + value + "'";
+        if (value == "auto" || value == "prepass" || value == "in-kernel") o.dma_mask_scan = value;
+        else r.error = "--dma-mask-scan must be auto, prepass or in-kernel, got '" + value + "'";
       }
     }
     else if (flag == "--bwd") bool_flag(&o.bwd);

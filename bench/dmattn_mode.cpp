@@ -187,7 +187,6 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
              : opt.dma_core == "wgmma-cp.async" ? DmaCore::kWgmmaCpAsync
                                                 : DmaCore::kAuto;
     a.mask_scan = opt.dma_mask_scan == "prepass"     ? DmaMaskScan::kPrepass
-                  : opt.dma_mask_scan == "streamed"  ? DmaMaskScan::kStreamed
                   : opt.dma_mask_scan == "in-kernel" ? DmaMaskScan::kInKernel
                                                      : DmaMaskScan::kAuto;
     const std::string core = dma_forward_core_name(p, a.core);

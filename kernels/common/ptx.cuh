@@ -111,25 +111,6 @@ __device__ __forceinline__ void griddep_launch_dependents() {
 #endif
 }
 
-// Flags between concurrently running grids (PTX ISA, memory consistency
-// model: release / acquire at gpu scope). A store_release_gpu makes this
-// thread's earlier writes visible to any thread whose load_acquire_gpu reads
-// the stored value; load_relaxed_gpu reads data published that way (never
-// through the non-coherent ld.global.nc path, which may serve a stale line).
-__device__ __forceinline__ void store_release_gpu(uint32_t* p, uint32_t v) {
-  asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ uint32_t load_acquire_gpu(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ uint32_t load_relaxed_gpu(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
 // 2^x on the special-function unit (exp2(-inf) = 0). The softmax works in the
 // exp2 domain with log2(e) folded into the scale, as FlashAttention does.
 __device__ __forceinline__ float exp2_approx(float x) {

@@ -89,19 +89,15 @@ std::string dma_forward_core_name(const DynamicMaskProblem& p, DmaCore requested
 
 // Where the forward reads the mask for its skip test. kPrepass: a pre-pass
 // kernel summarises the whole mask into tile bits first (the backward always
-// does this), then the forward reads one word per 32 tiles. kStreamed: the
-// same pre-pass as a persistent grid that publishes each word with a ready
-// flag, the forward launched behind it (sm_90: programmatic dependent launch)
-// and each block waiting only for its own query tile's words, so the first
-// query tiles are computed while the rest of the mask is read. kInKernel: every
+// does this), then the forward reads one word per 32 tiles. kInKernel: every
 // forward block reads its own query tile's rows of the mask, so the mask is
 // streamed while other blocks compute. kAuto: in-kernel when each mask byte is
 // read by at most two blocks (the mask is not broadcast over more than two
 // heads x batches, nor over the queries of more than one 64-row tile) and a
 // block scans at most 16K keys (Nk / splits), else the pre-pass, which reads
 // a shared mask once and has every load in flight at once.
-enum class DmaMaskScan { kAuto = 0, kPrepass = 1, kInKernel = 2, kStreamed = 3 };
-// "prepass", "streamed", "in-kernel", or "none" without a mask, for `splits` resolved
+enum class DmaMaskScan { kAuto = 0, kPrepass = 1, kInKernel = 2 };
+// "prepass", "in-kernel", or "none" without a mask, for `splits` resolved
 // split-KV parts (dma_resolve_splits).
 std::string dma_forward_mask_scan_name(const DynamicMaskProblem& p, DmaMaskScan requested, int splits = 1);
 

@@ -189,19 +189,6 @@ __device__ __forceinline__ float2 unpack_pair<__nv_bfloat16>(uint32_t bits) {
   return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&bits));
 }
 
-// Waits until *flag == value (acquire: what was written before the flag is
-// visible after it), sleeping between polls. The flags are written by a grid
-// whose blocks all run before this one launches, so they do come; a wait past
-// ~10 s is a bug, and traps (an error, not a hang).
-__device__ __forceinline__ void wait_for_flag(const uint32_t* flag, uint32_t value) {
-  unsigned sleep_ns = 32;
-  for (int64_t polls = 0; load_acquire_gpu(flag) != value; ++polls) {
-    if (polls > (int64_t(1) << 24)) __trap();
-    __nanosleep(sleep_ns);
-    sleep_ns = min(2u * sleep_ns, 512u);
-  }
-}
-
 // Zeroes `bytes` (a multiple of 4) at `dst` (4-byte aligned), 16 bytes per
 // store where dst is 16-byte aligned.
 template <int kThreads>
@@ -225,10 +212,8 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
   constexpr int D = Cfg::kHeadDim, Br = Cfg::kBr, Bc = Cfg::kBc, kStride = Cfg::kRowStride;
   // Launched overlapped with the mask pre-pass (sm_90): nothing may be read
   // or written before that grid, or whatever ran before, has completed. The
-  // split-KV combine after this kernel may then start launching. Streamed
-  // pre-pass (summary.ready): that grid was launched normally, so everything
-  // before it has completed; the block waits below for its own words only.
-  if (summary.ready == nullptr) griddep_wait();
+  // split-KV combine after this kernel may then start launching.
+  griddep_wait();
   griddep_launch_dependents();
 
   // Blocks of the same query rows and all H heads run next to each other (head
@@ -301,14 +286,6 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
                                                              full_bitmap);
       __syncthreads();
       for (int w = threadIdx.x; w < dma_bitmap_words(tile_end); w += Cfg::kThreads) bitmap[w] &= in_range(w);
-    } else if (summary.ready != nullptr) {  // streamed pre-pass: each word once its flag says so
-      const int64_t srow = summary.row(p, b, h, m_block);
-      for (int w = threadIdx.x; w < dma_bitmap_words(tile_end); w += Cfg::kThreads) {
-        const uint32_t range = in_range(w);
-        if (range != 0u) wait_for_flag(summary.ready + srow + w, summary.seq);
-        bitmap[w] = range != 0u ? load_relaxed_gpu(summary.any + srow + w) & range : 0u;
-        full_bitmap[w] = range != 0u ? load_relaxed_gpu(summary.all + srow + w) : 0u;
-      }
     } else {
       const int64_t srow = summary.row(p, b, h, m_block);
       for (int w = threadIdx.x; w < dma_bitmap_words(tile_end); w += Cfg::kThreads) {
@@ -782,7 +759,6 @@ std::string dma_forward_core_name(const DynamicMaskProblem& p, DmaCore requested
 std::string dma_forward_mask_scan_name(const DynamicMaskProblem& p, DmaMaskScan requested, int splits) {
   if (p.mask.data == nullptr) return "none";
   if (requested == DmaMaskScan::kPrepass) return "prepass";
-  if (requested == DmaMaskScan::kStreamed) return mask_scan::mask_vector_loads(p) ? "streamed" : "prepass";
   if (requested == DmaMaskScan::kInKernel) return "in-kernel";
   // How many forward blocks would read each mask byte in-kernel: one per
   // query head, batch and (for a query-broadcast mask) query tile it serves.
@@ -805,12 +781,10 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
   if (need > 0 && (a.workspace == nullptr || a.workspace_bytes < need)) return cudaErrorInvalidValue;
   const std::string core = dma_forward_core_name(p, a.core);
   if (core.empty()) return cudaErrorInvalidValue;
-  const std::string scan = dma_forward_mask_scan_name(p, a.mask_scan, splits);
-  const bool scan_in_kernel = scan == "in-kernel";
+  const bool scan_in_kernel = dma_forward_mask_scan_name(p, a.mask_scan, splits) == "in-kernel";
   MaskSummary summary;
   cudaError_t err = scan_in_kernel ? cudaSuccess
-                                   : dma_summarize_mask(p, reinterpret_cast<uint32_t*>(a.workspace), &summary, stream,
-                                                        /*streamed=*/scan == "streamed");
+                                   : dma_summarize_mask(p, reinterpret_cast<uint32_t*>(a.workspace), &summary, stream);
   if (err != cudaSuccess) return err;
   float* partials = a.workspace ? a.workspace + (dma_mask_summary_bytes(p) + 15) / 16 * 4 : nullptr;
   err = cudaErrorInvalidValue;

@@ -60,85 +60,6 @@ __device__ __forceinline__ uint32_t gather_nibble_bits(uint32_t x) {
   return (x | x >> 12) & 0xffu;
 }
 
-// A lane's share of one word (key tiles 32 word .. 32 word + 31) of a query
-// tile: its 16-byte piece of chunk c covers keys w0 + 512c + 16 lane + [0, 16),
-// in key tile 32 word + 8c + lane / 4 (lanes 4t..4t+3 of chunk c hold tile
-// 8c + t). needed(c): that tile starts before key_end (else it is not read and
-// its bits stay 0); valid(c): the piece's bytes before Nk (0..16), 0 where not
-// needed; whole(): bit c set where the piece is 16 valid bytes. Computed where
-// used rather than kept in arrays: registers go to the loads in flight.
-struct WordPieces {
-  int w0, lane, key_end, Nk;
-  __device__ __forceinline__ WordPieces(int word, int lane_, int key_end_, int Nk_)
-      : w0(word * 32 * kDmaBc), lane(lane_), key_end(key_end_), Nk(Nk_) {}
-  __device__ __forceinline__ int piece(int c) const { return w0 + c * kChunkBytes + lane * 16; }
-  __device__ __forceinline__ bool needed(int c) const { return (piece(c) & ~(kDmaBc - 1)) < key_end; }
-  __device__ __forceinline__ int valid(int c) const { return needed(c) ? max(0, min(16, Nk - piece(c))) : 0; }
-  __device__ __forceinline__ uint32_t whole() const {
-    uint32_t w = 0u;
-#pragma unroll
-    for (int c = 0; c < kChunks; ++c) w |= valid(c) == 16 ? 1u << c : 0u;
-    return w;
-  }
-};
-
-// One 16-byte piece into a chunk's OR of bytes and OR of has-zero-byte tests.
-__device__ __forceinline__ void fold_piece(const uint4& v, uint32_t& ored, uint32_t& zeros) {
-  ored |= v.x | v.y | v.z | v.w;
-  zeros |= zero_byte(v.x) | zero_byte(v.y) | zero_byte(v.z) | zero_byte(v.w);
-}
-
-// A chunk's per-lane sums into the word's tile bits (whole warp): any (some
-// byte read is nonzero) and not_all (some byte read is zero).
-__device__ __forceinline__ void fold_chunk(int c, uint32_t ored, uint32_t zeros, uint32_t& any, uint32_t& not_all) {
-  uint32_t a = __ballot_sync(0xffffffffu, ored != 0u);
-  uint32_t z = __ballot_sync(0xffffffffu, zeros != 0u);
-  a |= a >> 1;
-  a |= a >> 2;
-  z |= z >> 1;
-  z |= z >> 2;
-  any |= gather_nibble_bits(a) << (8 * c);
-  not_all |= gather_nibble_bits(z) << (8 * c);
-}
-
-// The pieces the 16-byte loads do not take — all of them without `vec`, else
-// the one that straddles Nk (only in the ragged last tile, Nk % 64 != 0) —
-// byte by byte over this warp's rows (warp, warp + kWarps, ...), folded into
-// any / not_all (whole warp: chunk-uniform branches around the ballots).
-template <int kWarps>
-__device__ __forceinline__ void fold_partial_pieces(const WordPieces& wp, const uint8_t* row0, int64_t stride_q,
-                                                    int rows, bool vec, int warp, uint32_t& any, uint32_t& not_all) {
-  const uint32_t whole = wp.whole();
-#pragma unroll
-  for (int c = 0; c < kChunks; ++c) {
-    const int n = vec && (whole >> c & 1u) ? 0 : wp.valid(c);
-    if (!__any_sync(0xffffffffu, n != 0)) continue;
-    uint32_t ored = 0u, zeros = 0u;
-    for (int r = warp; r < rows; r += kWarps) {
-      const uint8_t* piece = row0 + int64_t(r) * stride_q + c * kChunkBytes;
-      for (int i = 0; i < n; ++i) {
-        const uint32_t v = __ldg(piece + i);
-        ored |= v;
-        zeros |= v == 0u;
-      }
-    }
-    fold_chunk(c, ored, zeros, any, not_all);
-  }
-}
-
-// all: the tiles read whole (their 4 lanes needed) with no zero byte.
-__device__ __forceinline__ uint32_t all_bits(const WordPieces& wp, uint32_t not_all) {
-  uint32_t need = 0u;
-#pragma unroll
-  for (int c = 0; c < kChunks; ++c) {
-    uint32_t l = __ballot_sync(0xffffffffu, wp.needed(c));
-    l &= l >> 1;
-    l &= l >> 2;
-    need |= gather_nibble_bits(l) << (8 * c);
-  }
-  return need & ~not_all;
-}
-
 // The bits of key tiles 32 word .. 32 word + 31 over this warp's rows of a
 // query tile: `any` (OR over the rows read) and `all` (AND; a tile not read
 // has all = 0), the same in every lane. `tile_row0`: the mask byte of the
@@ -147,18 +68,27 @@ __device__ __forceinline__ uint32_t all_bits(const WordPieces& wp, uint32_t not_
 // their tiles get 0 bits. `vec`: base and row stride are multiples of 16
 // bytes, so every 16-byte piece that starts at a key multiple of 16 is one
 // aligned load; otherwise (and for the piece straddling Nk) byte loads.
-// Each batch of kRowBatch rows x 4 chunks of loads is folded into the tile
-// bits at once, so only the loads in flight take registers.
 template <int kWarps, int kRowBatch>
 __device__ __forceinline__ void scan_word(const uint8_t* tile_row0, int64_t stride_q, int rows, int Nk, int key_end,
                                           int word, bool vec, int warp, int lane, uint32_t& any, uint32_t& all) {
   constexpr int kRowsPerWarp = kDmaBr / kWarps;
   static_assert(kDmaBr % kWarps == 0 && kRowsPerWarp % kRowBatch == 0, "rows split evenly into batches");
-  const WordPieces wp(word, lane, key_end, Nk);
-  const uint32_t whole = wp.whole();
-  const uint8_t* row0 = tile_row0 + wp.w0 + lane * 16;
-  any = 0u;
-  uint32_t not_all = 0u;
+  const int w0 = word * 32 * kDmaBc;  // first key of the word
+  // This lane's 16-byte piece of chunk c: keys w0 + 512c + 16 lane + [0, 16),
+  // in key tile 32 word + 8c + lane / 4. `valid`: its bytes before Nk (0..16),
+  // 0 where the tile starts at or past key_end (not read, its bits stay 0).
+  int valid[kChunks];
+  bool needed[kChunks];
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const int piece = w0 + c * kChunkBytes + lane * 16;
+    const int k0 = piece & ~(kDmaBc - 1);
+    needed[c] = k0 < key_end;
+    valid[c] = needed[c] ? max(0, min(16, Nk - piece)) : 0;
+  }
+  const uint8_t* row0 = tile_row0 + w0 + lane * 16;
+  // Per chunk: OR of every byte read (any), OR of the has-zero-byte tests (not all).
+  uint32_t ored[kChunks] = {}, zeros[kChunks] = {};
   if (vec) {
     const int64_t step = int64_t(kWarps) * stride_q;
     const uint8_t* row = row0 + int64_t(warp) * stride_q;
@@ -170,20 +100,52 @@ __device__ __forceinline__ void scan_word(const uint8_t* tile_row0, int64_t stri
       for (int j = 0; j < kRowBatch; ++j, row += step) {
         const int r = warp + kWarps * (b + j);
 #pragma unroll
-        for (int c = 0; c < kChunks; ++c) x[j][c] = load_stream(row + c * kChunkBytes, r < rows && (whole >> c & 1u));
+        for (int c = 0; c < kChunks; ++c) x[j][c] = load_stream(row + c * kChunkBytes, r < rows && valid[c] == 16);
       }
 #pragma unroll
-      for (int c = 0; c < kChunks; ++c) {
-        uint32_t ored = 0u, zeros = 0u;
+      for (int j = 0; j < kRowBatch; ++j) {
+        const int r = warp + kWarps * (b + j);
 #pragma unroll
-        for (int j = 0; j < kRowBatch; ++j)  // rows past the tile, pieces not read: neutral
-          if (warp + kWarps * (b + j) < rows && (whole >> c & 1u)) fold_piece(x[j][c], ored, zeros);
-        fold_chunk(c, ored, zeros, any, not_all);
+        for (int c = 0; c < kChunks; ++c)
+          if (r < rows && valid[c] == 16) {  // rows past the tile, pieces not read: neutral
+            const uint4 v = x[j][c];
+            ored[c] |= v.x | v.y | v.z | v.w;
+            zeros[c] |= zero_byte(v.x) | zero_byte(v.y) | zero_byte(v.z) | zero_byte(v.w);
+          }
       }
     }
   }
-  fold_partial_pieces<kWarps>(wp, row0, stride_q, rows, vec, warp, any, not_all);
-  all = all_bits(wp, not_all);
+  // Pieces the vector loads did not take: all of them without `vec`, else the
+  // one piece that straddles Nk (only in the ragged last tile, Nk % 64 != 0).
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const int n = vec && valid[c] == 16 ? 0 : valid[c];
+    if (n == 0) continue;
+    for (int j = 0; j < kRowsPerWarp; ++j) {
+      const int r = warp + kWarps * j;
+      if (r >= rows) break;
+      const uint8_t* piece = row0 + int64_t(r) * stride_q + c * kChunkBytes;
+      for (int i = 0; i < n; ++i) {
+        const uint32_t v = __ldg(piece + i);
+        ored[c] |= v;
+        zeros[c] |= v == 0u;
+      }
+    }
+  }
+  // Tile bits: lanes 4t..4t+3 of chunk c hold tile 8c + t of the word.
+  any = 0u;
+  all = 0u;
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    uint32_t a = __ballot_sync(0xffffffffu, ored[c] != 0u);
+    uint32_t l = __ballot_sync(0xffffffffu, needed[c] && zeros[c] == 0u);
+    a |= a >> 1;
+    a |= a >> 2;
+    l &= l >> 1;
+    l &= l >> 2;
+    any |= gather_nibble_bits(a) << (8 * c);
+    all |= gather_nibble_bits(l) << (8 * c);
+  }
 }
 
 // A block of kWarps warps reads its query tile's rows over the words from

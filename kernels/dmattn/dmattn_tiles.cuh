@@ -27,13 +27,6 @@ struct MaskSummary {
   const uint32_t* all = nullptr;
   int q_tiles = 1;  // summary rows per mask head: 1 when the mask is broadcast over queries
   int words = 1;    // 32-bit words per row: ceil(key tiles / 32)
-  // Streamed pre-pass only (dma_summarize_mask with streamed = true): ready[i]
-  // becomes `seq` (a number new to every call) once words any[i] and all[i]
-  // are written, so a kernel running alongside the pre-pass can wait for its
-  // own words (load_acquire_gpu) instead of the whole grid. nullptr: the
-  // reader runs after the pre-pass (a stream dependency or griddep_wait).
-  const uint32_t* ready = nullptr;
-  uint32_t seq = 0;
 
   // Word index of (batch b, query head h, query tile m) for key tiles 32w..32w+31.
   __host__ __device__ int64_t row(const DynamicMaskProblem& p, int b, int h, int m) const {
@@ -50,18 +43,11 @@ struct MaskSummary {
   }
 };
 
-// Bytes of the two bitmaps and the ready words (0 without a mask).
+// Bytes of the two bitmaps (0 without a mask).
 size_t dma_mask_summary_bytes(const DynamicMaskProblem& p);
 // Writes both bitmaps into `storage` (dma_mask_summary_bytes(p) bytes, 4-byte
 // aligned) and returns the view; a problem without a mask gets an empty view.
-// streamed (masks with 16-byte aligned base and strides; others get the
-// plain pass): a persistent grid (one block per SM, small enough to leave
-// room for an attention block beside it) walks the query tiles in the
-// forward's block order (dma_query_tile_order, zigzag) and publishes each
-// word's ready flag, so that a forward launched right behind it (programmatic
-// dependent launch) can start on the first query tiles while the rest of the
-// mask is still being read. Otherwise one block per word, and no flags.
 cudaError_t dma_summarize_mask(const DynamicMaskProblem& p, uint32_t* storage, MaskSummary* out,
-                               cudaStream_t stream, bool streamed = false);
+                               cudaStream_t stream);
 
 }  // namespace attnlab

@@ -115,10 +115,9 @@ TEST_CASE(cli_dynamic_mask_flags) {
   EXPECT_CONTAINS(parse({"--dma-core", "tensor"}).error, "--dma-core must be auto, mma, wgmma or wgmma-cp.async");
   EXPECT_EQ(parse({"--bias"}).options.dma_mask_scan, std::string("auto"));
   EXPECT_TRUE(parse({"--dma-mask-scan", "in-kernel"}).options.dma_mask_scan == "in-kernel" &&
-              parse({"--dma-mask-scan", "prepass"}).options.dynamic_mask() &&
-              parse({"--dma-mask-scan", "streamed"}).options.dma_mask_scan == "streamed");
+              parse({"--dma-mask-scan", "prepass"}).options.dynamic_mask());
   EXPECT_CONTAINS(parse({"--dma-mask-scan", "fused"}).error,
-                  "--dma-mask-scan must be auto, prepass, streamed or in-kernel, got 'fused'");
+                  "--dma-mask-scan must be auto, prepass or in-kernel, got 'fused'");
   EXPECT_TRUE(parse({"--mask", "causal"}).options.causal);    // --mask causal implies --causal
   EXPECT_CONTAINS(parse({"--mask", "random"}).error, "--mask must be none, causal, ones or topk, got 'random'");
   EXPECT_CONTAINS(parse({"--H", "8", "--Hkv", "3"}).error, "--H must be a multiple of --Hkv");

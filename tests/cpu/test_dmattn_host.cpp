@@ -54,16 +54,15 @@ TEST_CASE(dmattn_split_kv_sizes) {
   EXPECT_EQ(dma_forward_workspace_bytes(p, 1), size_t(0));
   EXPECT_EQ(dma_forward_workspace_bytes(p, 8), size_t(8) * 2 * 1 * 129 * 4);  // O and LSE per split and row
   // With a mask the workspace also holds its tile summary: two bits per 64x64
-  // tile, rows of 32-bit words, and a ready word per word (the streamed
-  // pre-pass); here (1, 1, 1, Nk): 8192 key tiles = 256 words, x 3.
+  // tile, rows of 32-bit words; here (1, 1, 1, Nk): 8192 key tiles = 256 words.
   static const uint8_t dummy = 1;
   p.mask.data = &dummy;
   p.mask.set_shape(1, 1, 1, p.Nk, p.H);
-  EXPECT_EQ(dma_forward_workspace_bytes(p, 1), size_t(3 * 256 * 4));
-  EXPECT_EQ(dma_forward_workspace_bytes(p, 8), size_t(3 * 256 * 4) + size_t(8) * 2 * 1 * 129 * 4);
+  EXPECT_EQ(dma_forward_workspace_bytes(p, 1), size_t(2 * 256 * 4));
+  EXPECT_EQ(dma_forward_workspace_bytes(p, 8), size_t(2 * 256 * 4) + size_t(8) * 2 * 1 * 129 * 4);
   p.Nq = 129;  // a per-query mask (1, 2, 129, Nk): 3 query tiles per head; 2 heads
   p.mask.set_shape(1, 2, p.Nq, p.Nk, p.H);
-  EXPECT_EQ(dma_forward_workspace_bytes(p, 1), size_t(3 * 2 * 3 * 256 * 4));
+  EXPECT_EQ(dma_forward_workspace_bytes(p, 1), size_t(2 * 2 * 3 * 256 * 4));
   p.mask = BroadcastOperand{};
   p.Nq = 1;
   EXPECT_EQ(dma_resolve_splits(p, 5), 5);                                   // an explicit count is kept
