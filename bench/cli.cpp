@@ -103,7 +103,9 @@ dynamic-mask attention (flash-dmattn semantics; any of these selects it):
                     into tile bits first), in-kernel (each block reads its rows)
   Rows: dmattn (ours; effective TFLOPS count unmasked pairs only; the share of
   64x64 tiles skipped), the dense split-q+stage2 rung on the same shape, and
-  with --sdpa/--torch torch given the same mask as an additive float mask.
+  with --sdpa/--torch torch given the same mask as an additive float mask:
+  sdpa(efficient), sdpa(cudnn), torch(unfused), and sdpa(default), torch's
+  own entry point (its note says which backend torch picks there).
   --list            list the variants and their tile configurations
   --help            this text
 )";

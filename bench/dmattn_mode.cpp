@@ -327,6 +327,7 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
         char note[96];
         std::snprintf(note, sizeof note, "%s is %.2fx faster", ours_name, ours_ms > 0 ? r.ms / ours_ms : 0.0);
         r.note = note;
+        if (!peer.about.empty()) r.note += "; " + peer.about;
       }
       out_rows.push_back(r);
     }

@@ -242,7 +242,8 @@ std::vector<MaskedTorchPeer> make_masked_torch_peers(const DynamicMaskProblem& p
   struct State {
     at::Tensor q, k, v, additive;
     at::Tensor q_leaf, k_leaf, v_leaf, dout;  // backward: leaves that take gradients
-    at::Tensor out[3];                        // backward: each backend's forward graph, built once
+    at::Tensor out[4];                        // backward: each peer's forward graph, built once
+    std::string default_backend;              // what scaled_dot_product_attention picks here
   };
   auto st = std::make_shared<State>();
   try {
@@ -261,6 +262,12 @@ std::vector<MaskedTorchPeer> make_masked_torch_peers(const DynamicMaskProblem& p
     if (p.mask.data) add.masked_fill_(operand_tensor(p.mask, at::kByte, p) == 0, neg_inf);
     if (p.causal) add.masked_fill_(causal_mask(p.Nq, p.Nk), neg_inf);
     st->additive = add;
+    // The backend torch's public entry point picks for these inputs (the
+    // sdpa(default) row runs that entry point): aten::_fused_sdp_choice, whose
+    // values are sdp::SDPBackend's.
+    const int64_t choice = at::_fused_sdp_choice(st->q, st->k, st->v, st->additive, 0.0, false, double(p.scale));
+    static const char* const kBackends[] = {"math", "flash", "efficient", "cudnn", "overrideable"};
+    st->default_backend = choice >= 0 && choice < 5 ? kBackends[choice] : "none";
     if (dout != nullptr) {
       st->q_leaf = wrap(q, {p.B, p.H, p.Nq, p.D}, t).detach().clone().requires_grad_(true);
       st->k_leaf = wrap(k, {p.B, p.Hkv, p.Nk, p.D}, t).detach().clone().requires_grad_(true);
@@ -285,16 +292,20 @@ std::vector<MaskedTorchPeer> make_masked_torch_peers(const DynamicMaskProblem& p
           at::_scaled_dot_product_efficient_attention(st->q, st->k, st->v, st->additive, false, 0.0, false, scale);
         else if (which == 1)
           at::_scaled_dot_product_cudnn_attention(st->q, st->k, st->v, st->additive, false, 0.0, false, false, scale);
+        else if (which == 3)  // the public entry point: whatever backend torch picks
+          at::scaled_dot_product_attention(st->q, st->k, st->v, st->additive, 0.0, false, scale);
         else
           at::matmul(at::softmax(at::matmul(st->q, st->k.transpose(-2, -1)).mul_(scale).add_(st->additive), -1),
                      st->v);
       });
       return err;
     };
+    if (which == 3) peer.about = "torch picks " + st->default_backend;
     return peer;
   };
   if (dout == nullptr)
-    return {make("sdpa(efficient)+mask", 0), make("sdpa(cudnn)+mask", 1), make("torch(unfused)+mask", 2)};
+    return {make("sdpa(efficient)+mask", 0), make("sdpa(cudnn)+mask", 1), make("torch(unfused)+mask", 2),
+            make("sdpa(default)+mask", 3)};
 
   // Backward: the forward graph is built on the first call (untimed in the
   // harness), then every call is one backward through it (retain_graph), with
@@ -317,6 +328,8 @@ std::vector<MaskedTorchPeer> make_masked_torch_peers(const DynamicMaskProblem& p
           else if (which == 1)
             st->out[1] = std::get<0>(at::_scaled_dot_product_cudnn_attention(st->q_leaf, kh, vh, st->additive, true,
                                                                               0.0, false, false, scale));
+          else if (which == 3)
+            st->out[3] = at::scaled_dot_product_attention(st->q_leaf, kh, vh, st->additive, 0.0, false, scale);
           else
             st->out[2] = at::matmul(
                 at::softmax(at::matmul(st->q_leaf, kh.transpose(-2, -1)).mul(scale).add(st->additive), -1), vh);
@@ -327,10 +340,11 @@ std::vector<MaskedTorchPeer> make_masked_torch_peers(const DynamicMaskProblem& p
       });
       return err;
     };
+    if (which == 3) peer.about = "torch picks " + st->default_backend;
     return peer;
   };
   return {make_bwd("sdpa(efficient)+mask bwd", 0), make_bwd("sdpa(cudnn)+mask bwd", 1),
-          make_bwd("torch(unfused)+mask bwd", 2)};
+          make_bwd("torch(unfused)+mask bwd", 2), make_bwd("sdpa(default)+mask bwd", 3)};
 }
 
 }  // namespace attnlab

@@ -43,6 +43,7 @@ std::string torch_reference(const AttnProblem& p, const void* q, const void* k, 
 struct MaskedTorchPeer {
   std::string name;
   std::function<std::string(cudaStream_t)> run;
+  std::string about;  // added to the row's note, e.g. which backend torch's own choice runs
 };
 std::vector<MaskedTorchPeer> make_masked_torch_peers(const DynamicMaskProblem& p, const void* q, const void* k,
                                                      const void* v, std::string* setup_error,
