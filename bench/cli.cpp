@@ -100,7 +100,11 @@ dynamic-mask attention (flash-dmattn semantics; any of these selects it):
   --dma-mask-scan S where the forward reads the mask for its skip test: auto
                     (default: in-kernel when at most two blocks share a mask
                     byte, else prepass), prepass (a kernel summarises the mask
-                    into tile bits first), in-kernel (each block reads its rows)
+                    into tile bits first), in-kernel (each block reads its rows),
+                    pipelined (the pre-pass in chunks of query tiles, each
+                    chunk's forward on a side stream as soon as its bits exist)
+  --dma-prepass-chunks N  pipelined: the pre-pass's chunks (0: automatic, 8;
+                    at most 16)
   Rows: dmattn (ours; effective TFLOPS count unmasked pairs only; the share of
   64x64 tiles skipped), the dense split-q+stage2 rung on the same shape, and
   with --sdpa/--torch torch given the same mask as an additive float mask:
@@ -209,10 +213,12 @@ ParseResult parse_args(const std::vector<std::string>& args) {
     }
     else if (flag == "--dma-mask-scan") {
       if (take_value()) {
-        if (value == "auto" || value == "prepass" || value == "in-kernel") o.dma_mask_scan = value;
-        else r.error = "--dma-mask-scan must be auto, prepass or in-kernel, got '" + value + "'";
+        if (value == "auto" || value == "prepass" || value == "in-kernel" || value == "pipelined")
+          o.dma_mask_scan = value;
+        else r.error = "--dma-mask-scan must be auto, prepass, in-kernel or pipelined, got '" + value + "'";
       }
     }
+    else if (flag == "--dma-prepass-chunks") int_flag(0, 16, &o.dma_prepass_chunks);
     else if (flag == "--bwd") bool_flag(&o.bwd);
     else if (flag == "--deterministic") { bool_flag(&o.deterministic); o.bwd = o.bwd || o.deterministic; }
     else if (flag == "--bwd-chunks") { int_flag(0, 4096, &o.bwd_chunks); o.bwd = true; }

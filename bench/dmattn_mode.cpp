@@ -188,7 +188,9 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
                                                 : DmaCore::kAuto;
     a.mask_scan = opt.dma_mask_scan == "prepass"     ? DmaMaskScan::kPrepass
                   : opt.dma_mask_scan == "in-kernel" ? DmaMaskScan::kInKernel
+                  : opt.dma_mask_scan == "pipelined" ? DmaMaskScan::kPipelined
                                                      : DmaMaskScan::kAuto;
+    a.prepass_chunks = opt.dma_prepass_chunks;
     const std::string core = dma_forward_core_name(p, a.core);
     if (core.empty()) return fail("dmattn: --dma-core wgmma needs an sm_90 GPU, a build with sm_90a code and D in {64, 128}", 2);
     if (dma_forward_workspace_bytes(p, a.splits) > 0) {  // the mask summary and/or the split partials
@@ -212,6 +214,8 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
                   100.0 * (1.0 - double(tiles[0]) / grid_tiles), tiles[0], grid_tiles, tiles[1], a.splits, core.c_str(),
                   dma_forward_mask_scan_name(p, a.mask_scan, a.splits).c_str());
     ours.note = note;
+    if (dma_forward_mask_scan_name(p, a.mask_scan, a.splits) == "pipelined")
+      ours.note += " (" + std::to_string(dma_resolve_prepass_chunks(p, a.prepass_chunks)) + " chunks)";
     ours.status = "unchecked";
     if (opt.check) {
       if (p.Nk > dma_reference_max_nk()) {

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "../common/attn_problem.h"
 
@@ -96,10 +97,25 @@ std::string dma_forward_core_name(const DynamicMaskProblem& p, DmaCore requested
 // heads x batches, nor over the queries of more than one 64-row tile) and a
 // block scans at most 16K keys (Nk / splits), else the pre-pass, which reads
 // a shared mask once and has every load in flight at once.
-enum class DmaMaskScan { kAuto = 0, kPrepass = 1, kInKernel = 2 };
-// "prepass", "in-kernel", or "none" without a mask, for `splits` resolved
-// split-KV parts (dma_resolve_splits).
+// kPipelined: the pre-pass in chunks of query tiles (DmaForwardArgs::
+// prepass_chunks), the forward of each chunk launched on a side stream as
+// soon as that chunk's bits are written, so that the forward's compute runs
+// under the rest of the pre-pass's memory traffic; only with one split and a
+// mask that is not broadcast over the queries (else it is the pre-pass).
+enum class DmaMaskScan { kAuto = 0, kPrepass = 1, kInKernel = 2, kPipelined = 3 };
+// "prepass", "in-kernel", "pipelined", or "none" without a mask, for `splits`
+// resolved split-KV parts (dma_resolve_splits).
 std::string dma_forward_mask_scan_name(const DynamicMaskProblem& p, DmaMaskScan requested, int splits = 1);
+// The chunk count a DmaForwardArgs::prepass_chunks of `requested` resolves to
+// for the pipelined pre-pass: `requested` (0: kDmaPrepassChunks) capped at
+// the query tiles.
+constexpr int kDmaPrepassChunks = 8, kDmaMaxPrepassChunks = 16;
+int dma_resolve_prepass_chunks(const DynamicMaskProblem& p, int requested);
+// The chunks' query-tile boundaries: chunk c is tiles [bounds[c], bounds[c+1]),
+// every chunk at least one tile, each reading about the same number of mask
+// bytes — causally not the same tile count (L = 32K, 8 chunks: the first
+// holds ~181 of the 512 query tiles, the last ~33).
+std::vector<int> dma_prepass_chunk_bounds(const DynamicMaskProblem& p, int chunks);
 
 struct DmaForwardArgs {
   const void* q = nullptr;
@@ -125,6 +141,10 @@ struct DmaForwardArgs {
   // one (kWgmma where it cannot run: cudaErrorInvalidValue).
   DmaCore core = DmaCore::kAuto;
   DmaMaskScan mask_scan = DmaMaskScan::kAuto;
+  // kPipelined only: the pre-pass's chunks (0: kDmaPrepassChunks; at most
+  // kDmaMaxPrepassChunks), cut so that each reads about the same share of
+  // the mask.
+  int prepass_chunks = 0;
 };
 
 // The split count `0 = automatic` resolves to: 1 when the query blocks already

@@ -71,7 +71,9 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "../common/block_reduce.cuh"
 #include "../common/online_softmax.cuh"
@@ -212,7 +214,7 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
                    float* __restrict__ lse, const DynamicMaskProblem p, const MaskSummary summary,
                    unsigned long long* counters, float* __restrict__ partials, int splits,
                    const __grid_constant__ CUtensorMap tma_k, const __grid_constant__ CUtensorMap tma_v, bool use_tma,
-                   bool scan_in_kernel) {
+                   bool scan_in_kernel, int m_first) {
   constexpr int D = Cfg::kHeadDim, Br = Cfg::kBr, Bc = Cfg::kBc, kStride = Cfg::kRowStride;
   // Launched overlapped with the mask pre-pass (sm_90): nothing may be read
   // or written before that grid, or whatever ran before, has completed. The
@@ -230,7 +232,10 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
   // (Also with the in-kernel mask scan, whose cost grows with the causal row
   // length: longest scans first measured slower, L = 16K 0.089 against 0.071
   // ms, 32K 0.213 against 0.201.)
-  const int m_block = dma_query_tile_order(int(blockIdx.x / p.H), gridDim.x / p.H, /*zigzag=*/p.mask.data != nullptr);
+  // (m_first: the first query tile of this launch — the pipelined pre-pass
+  // launches the forward once per chunk of query tiles.)
+  const int m_block =
+      m_first + dma_query_tile_order(int(blockIdx.x / p.H), gridDim.x / p.H, /*zigzag=*/p.mask.data != nullptr);
   const int h = blockIdx.x % p.H, b = blockIdx.y / splits, split = blockIdx.y % splits;
   const int q_start = m_block * Br;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
@@ -768,6 +773,7 @@ std::string dma_forward_mask_scan_name(const DynamicMaskProblem& p, DmaMaskScan 
   if (p.mask.data == nullptr) return "none";
   if (requested == DmaMaskScan::kPrepass) return "prepass";
   if (requested == DmaMaskScan::kInKernel) return "in-kernel";
+  if (requested == DmaMaskScan::kPipelined) return splits == 1 && p.mask.q > 1 ? "pipelined" : "prepass";
   // How many forward blocks would read each mask byte in-kernel: one per
   // query head, batch and (for a query-broadcast mask) query tile it serves.
   const int64_t readers = int64_t(p.mask.b == 1 ? p.B : 1) * (p.H / p.mask.h) *
@@ -781,6 +787,77 @@ std::string dma_forward_mask_scan_name(const DynamicMaskProblem& p, DmaMaskScan 
   return readers <= 2 && keys_per_block <= 16384 ? "in-kernel" : "prepass";
 }
 
+int dma_resolve_prepass_chunks(const DynamicMaskProblem& p, int requested) {
+  const int q_tiles = (p.Nq + kDmaBr - 1) / kDmaBr;
+  const int want = requested > 0 ? std::min(requested, kDmaMaxPrepassChunks) : kDmaPrepassChunks;
+  return std::max(1, std::min(want, q_tiles));
+}
+
+namespace {
+
+// The pipelined pre-pass's side streams and events, one set per device,
+// created on first use and kept (like cuBLAS's handles). The streams have
+// the device's highest priority, so that when a pre-pass block leaves an SM
+// the block scheduler gives the place to a ready forward block first: the
+// forward's compute then runs under the pre-pass's memory traffic instead of
+// after it. `lock` keeps two host threads from interleaving their records
+// and waits on the same events.
+struct PrepassPipeline {
+  std::mutex lock;
+  bool ready = false, failed = false;
+  cudaStream_t side[kDmaMaxPrepassChunks] = {};
+  cudaEvent_t summarized[kDmaMaxPrepassChunks] = {}, done[kDmaMaxPrepassChunks] = {};
+};
+
+PrepassPipeline* prepass_pipeline() {
+  static std::mutex created_lock;
+  static std::vector<PrepassPipeline*> per_device;
+  int device = 0, count = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || cudaGetDeviceCount(&count) != cudaSuccess) return nullptr;
+  std::lock_guard<std::mutex> guard(created_lock);
+  if (per_device.empty()) per_device.assign(size_t(count), nullptr);
+  if (device >= int(per_device.size())) return nullptr;
+  if (per_device[device] == nullptr) per_device[device] = new PrepassPipeline;  // lives as long as the process
+  PrepassPipeline* pl = per_device[device];
+  if (!pl->ready && !pl->failed) {
+    int least = 0, greatest = 0;
+    bool ok = cudaDeviceGetStreamPriorityRange(&least, &greatest) == cudaSuccess;
+    for (int c = 0; ok && c < kDmaMaxPrepassChunks; ++c)
+      ok = cudaStreamCreateWithPriority(&pl->side[c], cudaStreamNonBlocking, greatest) == cudaSuccess &&
+           cudaEventCreateWithFlags(&pl->summarized[c], cudaEventDisableTiming) == cudaSuccess &&
+           cudaEventCreateWithFlags(&pl->done[c], cudaEventDisableTiming) == cudaSuccess;
+    pl->ready = ok;
+    pl->failed = !ok;
+    if (!ok) cudaGetLastError();  // clear it: the caller falls back to the plain pre-pass
+  }
+  return pl->ready ? pl : nullptr;
+}
+
+}  // namespace
+
+// (dmattn.h) Equal shares of the mask bytes: tile m's rows read keys up to
+// their causal end (+1, so that a tile reading nothing still weighs a little).
+std::vector<int> dma_prepass_chunk_bounds(const DynamicMaskProblem& p, int chunks) {
+  const int q_tiles = (p.Nq + kDmaBr - 1) / kDmaBr;
+  std::vector<double> prefix(size_t(q_tiles) + 1, 0.0);
+  for (int m = 0; m < q_tiles; ++m) {
+    int64_t keys = p.Nk;
+    if (p.causal)
+      keys = std::max<int64_t>(0, std::min<int64_t>(p.Nk, int64_t(std::min(p.Nq, (m + 1) * kDmaBr)) + p.Nk - p.Nq));
+    prefix[m + 1] = prefix[m] + double(keys) + 1.0;  // + 1: a tile that reads nothing still costs a little
+  }
+  std::vector<int> bounds(size_t(chunks) + 1, q_tiles);
+  bounds[0] = 0;
+  int m = 0;
+  for (int c = 1; c < chunks; ++c) {
+    const double target = prefix[q_tiles] * c / chunks;
+    while (m < q_tiles && prefix[m + 1] <= target) ++m;
+    bounds[c] = std::max(bounds[c - 1] + 1, std::min(m, q_tiles - (chunks - c)));  // every chunk >= 1 tile
+    m = bounds[c];
+  }
+  return bounds;
+}
+
 cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cudaStream_t stream) {
   if (!dma_forward_unsupported(p).empty()) return cudaErrorInvalidValue;
   const int splits = dma_resolve_splits(p, a.splits);
@@ -789,10 +866,16 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
   if (need > 0 && (a.workspace == nullptr || a.workspace_bytes < need)) return cudaErrorInvalidValue;
   const std::string core = dma_forward_core_name(p, a.core);
   if (core.empty()) return cudaErrorInvalidValue;
-  const bool scan_in_kernel = dma_forward_mask_scan_name(p, a.mask_scan, splits) == "in-kernel";
+  const std::string scan = dma_forward_mask_scan_name(p, a.mask_scan, splits);
+  const bool scan_in_kernel = scan == "in-kernel";
+  uint32_t* summary_storage = reinterpret_cast<uint32_t*>(a.workspace);
+  PrepassPipeline* pipeline = scan == "pipelined" ? prepass_pipeline() : nullptr;
   MaskSummary summary;
-  cudaError_t err = scan_in_kernel ? cudaSuccess
-                                   : dma_summarize_mask(p, reinterpret_cast<uint32_t*>(a.workspace), &summary, stream);
+  cudaError_t err = cudaSuccess;
+  if (pipeline != nullptr)
+    summary = dma_mask_summary_view(p, summary_storage);  // written chunk by chunk below
+  else if (!scan_in_kernel)
+    err = dma_summarize_mask(p, summary_storage, &summary, stream);
   if (err != cudaSuccess) return err;
   float* partials = a.workspace ? a.workspace + (dma_mask_summary_bytes(p) + 15) / 16 * 4 : nullptr;
   err = cudaErrorInvalidValue;
@@ -809,11 +892,45 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
       if constexpr (Cfg::kWgmma)
         use_tma = core == "wgmma" && encode_head_tiles<Cfg::kBc>(&tma_k, a.k, p.dtype, int64_t(p.B) * p.Hkv, p.Nk, p.D) &&
                   encode_head_tiles<Cfg::kBc>(&tma_v, a.v, p.dtype, int64_t(p.B) * p.Hkv, p.Nk, p.D);
-      cudaError_t e = launch_with_smem_overlapped(dma_forward_kernel<Cfg, T>, grid, Cfg::kThreads,
-                                       int(dma_smem_bytes(Cfg::kTileBytes, p.Nk)), stream, static_cast<const T*>(a.q),
-                                       static_cast<const T*>(a.k), static_cast<const T*>(a.v), static_cast<T*>(a.o),
-                                       a.lse, p, summary, a.tile_counters, partials, splits, tma_k, tma_v, use_tma,
-                                       scan_in_kernel);
+      const int smem = int(dma_smem_bytes(Cfg::kTileBytes, p.Nk));
+      if (pipeline != nullptr) {
+        // Pre-pass chunk c on the caller's stream, then (side stream c, after
+        // that chunk's event) the forward of chunk c's query tiles; the
+        // caller's stream finally waits for every side stream. Stream order
+        // on the caller's stream covers whatever ran before: chunk 0's event
+        // is recorded after it. Plain launches on the side streams (no PDL:
+        // an event wait sits between them and their stream's last kernel).
+        std::lock_guard<std::mutex> guard(pipeline->lock);
+        const int chunks = dma_resolve_prepass_chunks(p, a.prepass_chunks);
+        const std::vector<int> bounds = dma_prepass_chunk_bounds(p, chunks);
+        cudaError_t e = cudaSuccess;
+        int launched = 0;
+        for (int c = 0; c < chunks && e == cudaSuccess; ++c) {
+          e = dma_summarize_mask_tiles(p, summary_storage, bounds[c], bounds[c + 1], stream);
+          if (e == cudaSuccess) e = cudaEventRecord(pipeline->summarized[c], stream);
+          if (e == cudaSuccess) e = cudaStreamWaitEvent(pipeline->side[c], pipeline->summarized[c], 0);
+          const dim3 chunk_grid(unsigned(bounds[c + 1] - bounds[c]) * unsigned(p.H), unsigned(p.B));
+          if (e == cudaSuccess)
+            e = launch_with_smem(dma_forward_kernel<Cfg, T>, chunk_grid, Cfg::kThreads, smem, pipeline->side[c],
+                                 static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
+                                 static_cast<T*>(a.o), a.lse, p, summary, a.tile_counters, partials, 1, tma_k, tma_v,
+                                 use_tma, false, bounds[c]);
+          if (e == cudaSuccess) e = cudaEventRecord(pipeline->done[c], pipeline->side[c]);
+          if (e == cudaSuccess) ++launched;
+        }
+        // Join whatever was launched, even after an error, so that the
+        // caller's stream never runs ahead of a side stream.
+        for (int c = 0; c < launched; ++c) {
+          const cudaError_t j = cudaStreamWaitEvent(stream, pipeline->done[c], 0);
+          if (e == cudaSuccess) e = j;
+        }
+        return e;
+      }
+      cudaError_t e = launch_with_smem_overlapped(dma_forward_kernel<Cfg, T>, grid, Cfg::kThreads, smem, stream,
+                                                  static_cast<const T*>(a.q), static_cast<const T*>(a.k),
+                                                  static_cast<const T*>(a.v), static_cast<T*>(a.o), a.lse, p, summary,
+                                                  a.tile_counters, partials, splits, tma_k, tma_v, use_tma,
+                                                  scan_in_kernel, 0);
       if (e == cudaSuccess && splits > 1) {
         const int64_t rows = int64_t(p.B) * p.H * p.Nq;
         const bool many = splits > 16;

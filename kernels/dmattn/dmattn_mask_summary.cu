@@ -53,13 +53,14 @@ int summary_words(const DynamicMaskProblem& p) { return ((p.Nk + kDmaBc - 1) / k
 
 // `vec`: mask_scan::mask_vector_loads(p).
 __global__ void __launch_bounds__(32 * kSummaryWarps, 2)
-mask_summary_kernel(const DynamicMaskProblem p, MaskSummary s, uint32_t* any_out, uint32_t* all_out, bool vec) {
+mask_summary_kernel(const DynamicMaskProblem p, MaskSummary s, uint32_t* any_out, uint32_t* all_out, bool vec,
+                    int m_first) {
   // The attention kernel that reads these bits may start launching now (it
   // waits for this whole grid, griddepcontrol.wait, before it reads anything):
   // its blocks take the SMs this grid's last wave leaves, instead of the
   // launch starting after the last block has finished.
   griddep_launch_dependents();
-  const int word = blockIdx.x, m = blockIdx.y;
+  const int word = blockIdx.x, m = m_first + int(blockIdx.y);  // m_first: the pipelined pre-pass's chunk
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const mask_scan::TileRows t = mask_scan::tile_rows(p, blockIdx.z / p.mask.h, blockIdx.z % p.mask.h, m);
   const int64_t at = (int64_t(blockIdx.z) * s.q_tiles + m) * s.words + word;
@@ -98,25 +99,40 @@ size_t dma_mask_summary_bytes(const DynamicMaskProblem& p) {
   return 2 * sizeof(uint32_t) * size_t(p.mask.b) * p.mask.h * summary_q_tiles(p) * summary_words(p);
 }
 
+MaskSummary dma_mask_summary_view(const DynamicMaskProblem& p, uint32_t* storage) {
+  MaskSummary s;
+  if (p.mask.data == nullptr || storage == nullptr) return s;
+  s.q_tiles = summary_q_tiles(p);
+  s.words = summary_words(p);
+  const size_t half = dma_mask_summary_bytes(p) / 2 / sizeof(uint32_t);
+  s.any = storage;
+  s.all = storage + half;
+  return s;
+}
+
+cudaError_t dma_summarize_mask_tiles(const DynamicMaskProblem& p, uint32_t* storage, int m_begin, int m_end,
+                                     cudaStream_t stream) {
+  if (p.mask.data == nullptr) return cudaSuccess;
+  if (storage == nullptr || int64_t(p.mask.b) * p.mask.h > 65535 || summary_q_tiles(p) > 65535)
+    return cudaErrorInvalidValue;
+  const MaskSummary s = dma_mask_summary_view(p, storage);
+  m_begin = std::max(0, m_begin);
+  m_end = std::min(m_end, s.q_tiles);
+  if (m_end <= m_begin) return cudaSuccess;
+  const bool vec = mask_scan::mask_vector_loads(p);
+  const dim3 grid(unsigned(s.words), unsigned(m_end - m_begin), unsigned(p.mask.b * p.mask.h));
+  mask_summary_kernel<<<grid, 32 * kSummaryWarps, 0, stream>>>(p, s, const_cast<uint32_t*>(s.any),
+                                                                const_cast<uint32_t*>(s.all), vec, m_begin);
+  return cudaGetLastError();
+}
+
 cudaError_t dma_summarize_mask(const DynamicMaskProblem& p, uint32_t* storage, MaskSummary* out,
                                cudaStream_t stream) {
   *out = MaskSummary{};
   if (p.mask.data == nullptr) return cudaSuccess;
-  if (storage == nullptr || int64_t(p.mask.b) * p.mask.h > 65535 || summary_q_tiles(p) > 65535)
-    return cudaErrorInvalidValue;
-  MaskSummary s;
-  s.q_tiles = summary_q_tiles(p);
-  s.words = summary_words(p);
-  const size_t half = dma_mask_summary_bytes(p) / 2 / sizeof(uint32_t);
-  uint32_t* any = storage;
-  uint32_t* all = storage + half;
-  const bool vec = mask_scan::mask_vector_loads(p);
-  const dim3 grid(unsigned(s.words), unsigned(s.q_tiles), unsigned(p.mask.b * p.mask.h));
-  mask_summary_kernel<<<grid, 32 * kSummaryWarps, 0, stream>>>(p, s, any, all, vec);
-  s.any = any;
-  s.all = all;
-  *out = s;
-  return cudaGetLastError();
+  const cudaError_t err = dma_summarize_mask_tiles(p, storage, 0, summary_q_tiles(p), stream);
+  if (err == cudaSuccess) *out = dma_mask_summary_view(p, storage);
+  return err;
 }
 
 }  // namespace attnlab

@@ -49,5 +49,11 @@ size_t dma_mask_summary_bytes(const DynamicMaskProblem& p);
 // aligned) and returns the view; a problem without a mask gets an empty view.
 cudaError_t dma_summarize_mask(const DynamicMaskProblem& p, uint32_t* storage, MaskSummary* out,
                                cudaStream_t stream);
+// The pieces of dma_summarize_mask, for the forward's pipelined pre-pass
+// (DmaMaskScan::kPipelined): the view of `storage` (nothing launched), and
+// the pre-pass over query tiles [m_begin, m_end) of every mask head only.
+MaskSummary dma_mask_summary_view(const DynamicMaskProblem& p, uint32_t* storage);
+cudaError_t dma_summarize_mask_tiles(const DynamicMaskProblem& p, uint32_t* storage, int m_begin, int m_end,
+                                     cudaStream_t stream);
 
 }  // namespace attnlab

@@ -117,7 +117,11 @@ TEST_CASE(cli_dynamic_mask_flags) {
   EXPECT_TRUE(parse({"--dma-mask-scan", "in-kernel"}).options.dma_mask_scan == "in-kernel" &&
               parse({"--dma-mask-scan", "prepass"}).options.dynamic_mask());
   EXPECT_CONTAINS(parse({"--dma-mask-scan", "fused"}).error,
-                  "--dma-mask-scan must be auto, prepass or in-kernel, got 'fused'");
+                  "--dma-mask-scan must be auto, prepass, in-kernel or pipelined, got 'fused'");
+  EXPECT_TRUE(parse({"--dma-mask-scan", "pipelined"}).options.dma_mask_scan == "pipelined");
+  EXPECT_EQ(parse({"--dma-prepass-chunks", "4"}).options.dma_prepass_chunks, 4);
+  EXPECT_TRUE(parse({"--dma-prepass-chunks", "4"}).options.dynamic_mask());
+  EXPECT_CONTAINS(parse({"--dma-prepass-chunks", "17"}).error, "--dma-prepass-chunks must be between 0 and 16");
   EXPECT_TRUE(parse({"--mask", "causal"}).options.causal);    // --mask causal implies --causal
   EXPECT_CONTAINS(parse({"--mask", "random"}).error, "--mask must be none, causal, ones or topk, got 'random'");
   EXPECT_CONTAINS(parse({"--H", "8", "--Hkv", "3"}).error, "--H must be a multiple of --Hkv");

@@ -158,4 +158,44 @@ TEST_CASE(dmattn_mask_scan_rule) {
   EXPECT_EQ(dma_forward_mask_scan_name(p, DmaMaskScan::kAuto), std::string("prepass"));
   p.mask.set_shape(1, 8, 1, p.Nk, p.H);  // a query-broadcast mask: every query tile reads it
   EXPECT_EQ(dma_forward_mask_scan_name(p, DmaMaskScan::kAuto), std::string("prepass"));
+  // Pipelined only with one split and a mask with rows per query.
+  EXPECT_EQ(dma_forward_mask_scan_name(p, DmaMaskScan::kPipelined), std::string("prepass"));
+  p.mask.set_shape(1, 8, p.Nq, p.Nk, p.H);
+  EXPECT_EQ(dma_forward_mask_scan_name(p, DmaMaskScan::kPipelined), std::string("pipelined"));
+  EXPECT_EQ(dma_forward_mask_scan_name(p, DmaMaskScan::kPipelined, 4), std::string("prepass"));
+}
+
+TEST_CASE(dmattn_prepass_chunk_bounds) {
+  // The pipelined pre-pass's chunks: contiguous, every query tile in exactly
+  // one, none empty, and about equal shares of the mask bytes read.
+  DynamicMaskProblem p;
+  p.B = 1; p.H = 2; p.Hkv = 1; p.D = 128;
+  for (int causal = 0; causal < 2; ++causal) {
+    for (int n : {1, 63, 65, 1000, 32768}) {
+      for (int chunks : {1, 2, 3, 8, 16}) {
+        p.Nq = p.Nk = n;
+        p.causal = causal != 0;
+        const int q_tiles = (n + kDmaBr - 1) / kDmaBr;
+        const int c = dma_resolve_prepass_chunks(p, chunks);
+        EXPECT_EQ(c, std::min(chunks, q_tiles));
+        const std::vector<int> b = dma_prepass_chunk_bounds(p, c);
+        EXPECT_EQ(int(b.size()), c + 1);
+        EXPECT_EQ(b.front(), 0);
+        EXPECT_EQ(b.back(), q_tiles);
+        for (int i = 0; i < c; ++i) EXPECT_TRUE(b[i] < b[i + 1]);
+      }
+    }
+  }
+  EXPECT_EQ(dma_resolve_prepass_chunks(p, 0), kDmaPrepassChunks);
+  EXPECT_EQ(dma_resolve_prepass_chunks(p, 99), kDmaMaxPrepassChunks);
+  // Causal L = 32K, 8 chunks: tile m reads ~(m + 1) x 64 keys, so the first
+  // eighth of the bytes is the first ~512/sqrt(8) = 181 tiles, the last ~33.
+  p.Nq = p.Nk = 32768;
+  p.causal = true;
+  std::vector<int> b = dma_prepass_chunk_bounds(p, 8);
+  EXPECT_TRUE(b[1] >= 179 && b[1] <= 183);
+  EXPECT_TRUE(512 - b[7] >= 31 && 512 - b[7] <= 35);
+  p.causal = false;  // not causal: equal tile counts
+  b = dma_prepass_chunk_bounds(p, 8);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(b[i + 1] - b[i], 64);
 }

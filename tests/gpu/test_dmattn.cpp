@@ -60,6 +60,7 @@ struct Case {
     if (core == DmaCore::kWgmmaCpAsync) s += " core=wgmma-cp.async";
     if (mask_scan == DmaMaskScan::kPrepass) s += " scan=prepass";
     if (mask_scan == DmaMaskScan::kInKernel) s += " scan=in-kernel";
+    if (mask_scan == DmaMaskScan::kPipelined) s += " scan=pipelined(3)";
     return s;
   }
 };
@@ -163,6 +164,7 @@ void run_case(const Case& c, uint64_t seed, bool corrupt = false) {
   a.splits = dma_resolve_splits(p, c.splits);
   a.core = c.core;
   a.mask_scan = c.mask_scan;
+  a.prepass_chunks = 3;  // pipelined: three chunks (an odd count, a middle chunk), as many as there are query tiles
   float* d_ws = nullptr;
   if (dma_forward_workspace_bytes(p, a.splits) > 0) {  // the mask summary and/or the split partials
     a.workspace_bytes = dma_forward_workspace_bytes(p, a.splits);
@@ -310,8 +312,13 @@ int main() {
         dma_forward_mask_scan_name(probe, DmaMaskScan::kAuto, dma_resolve_splits(probe, c.splits)) == "in-kernel";
     c.mask_scan = auto_in_kernel ? DmaMaskScan::kPrepass : DmaMaskScan::kInKernel;
     cases.push_back(c);
+    // And pipelined (pre-pass chunks, forward per chunk on side streams)
+    // where it runs as such: one split, a mask with rows per query.
+    c.mask_scan = DmaMaskScan::kPipelined;
+    if (dma_forward_mask_scan_name(probe, DmaMaskScan::kPipelined, dma_resolve_splits(probe, c.splits)) == "pipelined")
+      cases.push_back(c);
   }
-  std::printf("%zu cases (%zu more on the mma.sync core or wgmma with cp.async, %zu with the other mask scan)\n",
+  std::printf("%zu cases (%zu more on the mma.sync core or wgmma with cp.async, %zu with the other mask scans)\n",
               cases.size(), n_cores - n_auto, cases.size() - n_cores);
   for (const Case& c : cases) run_case(c, ++seed);
   // The check can fail: the same rule on a corrupted output.
