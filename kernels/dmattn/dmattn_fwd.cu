@@ -796,17 +796,19 @@ int dma_resolve_prepass_chunks(const DynamicMaskProblem& p, int requested) {
 namespace {
 
 // The pipelined pre-pass's side streams and events, one set per device,
-// created on first use and kept (like cuBLAS's handles). The streams have
-// the device's highest priority, so that when a pre-pass block leaves an SM
-// the block scheduler gives the place to a ready forward block first: the
-// forward's compute then runs under the pre-pass's memory traffic instead of
-// after it. `lock` keeps two host threads from interleaving their records
-// and waits on the same events.
+// created on first use and kept (like cuBLAS's handles). Chunk c runs on side
+// stream c — its pre-pass, then its forward — and stream c has a higher
+// priority than stream c + 1 (as far as the device's priority levels go), so
+// the block scheduler hands a free SM place to the earliest chunk's work:
+// chunk c + 1's pre-pass fills what chunk c's leaves, without a gap at the
+// kernel boundary, and chunk c's forward runs as soon as its bits exist,
+// under the later chunks' memory traffic instead of after it. `lock` keeps
+// two host threads from interleaving their records and waits on the events.
 struct PrepassPipeline {
   std::mutex lock;
   bool ready = false, failed = false;
   cudaStream_t side[kDmaMaxPrepassChunks] = {};
-  cudaEvent_t summarized[kDmaMaxPrepassChunks] = {}, done[kDmaMaxPrepassChunks] = {};
+  cudaEvent_t fork = nullptr, done[kDmaMaxPrepassChunks] = {};
 };
 
 PrepassPipeline* prepass_pipeline() {
@@ -822,9 +824,10 @@ PrepassPipeline* prepass_pipeline() {
   if (!pl->ready && !pl->failed) {
     int least = 0, greatest = 0;
     bool ok = cudaDeviceGetStreamPriorityRange(&least, &greatest) == cudaSuccess;
-    for (int c = 0; ok && c < kDmaMaxPrepassChunks; ++c)
-      ok = cudaStreamCreateWithPriority(&pl->side[c], cudaStreamNonBlocking, greatest) == cudaSuccess &&
-           cudaEventCreateWithFlags(&pl->summarized[c], cudaEventDisableTiming) == cudaSuccess &&
+    ok = ok && cudaEventCreateWithFlags(&pl->fork, cudaEventDisableTiming) == cudaSuccess;
+    for (int c = 0; ok && c < kDmaMaxPrepassChunks; ++c)  // numerically lower = higher priority
+      ok = cudaStreamCreateWithPriority(&pl->side[c], cudaStreamNonBlocking, std::min(least, greatest + c)) ==
+               cudaSuccess &&
            cudaEventCreateWithFlags(&pl->done[c], cudaEventDisableTiming) == cudaSuccess;
     pl->ready = ok;
     pl->failed = !ok;
@@ -894,32 +897,36 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
                   encode_head_tiles<Cfg::kBc>(&tma_v, a.v, p.dtype, int64_t(p.B) * p.Hkv, p.Nk, p.D);
       const int smem = int(dma_smem_bytes(Cfg::kTileBytes, p.Nk));
       if (pipeline != nullptr) {
-        // Pre-pass chunk c on the caller's stream, then (side stream c, after
-        // that chunk's event) the forward of chunk c's query tiles; the
-        // caller's stream finally waits for every side stream. Stream order
-        // on the caller's stream covers whatever ran before: chunk 0's event
-        // is recorded after it. Plain launches on the side streams (no PDL:
-        // an event wait sits between them and their stream's last kernel).
+        // Side stream c, after everything before on the caller's stream:
+        // pre-pass of chunk c's query tiles, then their forward; the caller's
+        // stream finally waits for every side stream. Plain launches (the
+        // forward's griddep_wait is then a no-op), the shared-memory limit
+        // set once.
         std::lock_guard<std::mutex> guard(pipeline->lock);
         const int chunks = dma_resolve_prepass_chunks(p, a.prepass_chunks);
         const std::vector<int> bounds = dma_prepass_chunk_bounds(p, chunks);
-        cudaError_t e = cudaSuccess;
+        auto kernel = dma_forward_kernel<Cfg, T>;
+        cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        if (e == cudaSuccess) e = cudaEventRecord(pipeline->fork, stream);
         int launched = 0;
         for (int c = 0; c < chunks && e == cudaSuccess; ++c) {
-          e = dma_summarize_mask_tiles(p, summary_storage, bounds[c], bounds[c + 1], stream);
-          if (e == cudaSuccess) e = cudaEventRecord(pipeline->summarized[c], stream);
-          if (e == cudaSuccess) e = cudaStreamWaitEvent(pipeline->side[c], pipeline->summarized[c], 0);
+          cudaStream_t side = pipeline->side[c];
+          e = cudaStreamWaitEvent(side, pipeline->fork, 0);
+          if (e == cudaSuccess) e = dma_summarize_mask_tiles(p, summary_storage, bounds[c], bounds[c + 1], side);
           const dim3 chunk_grid(unsigned(bounds[c + 1] - bounds[c]) * unsigned(p.H), unsigned(p.B));
-          if (e == cudaSuccess)
-            e = launch_with_smem(dma_forward_kernel<Cfg, T>, chunk_grid, Cfg::kThreads, smem, pipeline->side[c],
-                                 static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
-                                 static_cast<T*>(a.o), a.lse, p, summary, a.tile_counters, partials, 1, tma_k, tma_v,
-                                 use_tma, false, bounds[c]);
-          if (e == cudaSuccess) e = cudaEventRecord(pipeline->done[c], pipeline->side[c]);
-          if (e == cudaSuccess) ++launched;
+          if (e == cudaSuccess) {
+            kernel<<<chunk_grid, Cfg::kThreads, smem, side>>>(
+                static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
+                static_cast<T*>(a.o), a.lse, p, summary, a.tile_counters, partials, 1, tma_k, tma_v, use_tma, false,
+                bounds[c]);
+            e = cudaGetLastError();
+          }
+          // Recorded even after an error, so that the join below covers
+          // every side stream this call touched.
+          const cudaError_t r = cudaEventRecord(pipeline->done[c], side);
+          if (e == cudaSuccess) e = r;
+          ++launched;
         }
-        // Join whatever was launched, even after an error, so that the
-        // caller's stream never runs ahead of a side stream.
         for (int c = 0; c < launched; ++c) {
           const cudaError_t j = cudaStreamWaitEvent(stream, pipeline->done[c], 0);
           if (e == cudaSuccess) e = j;
