@@ -99,11 +99,12 @@ dynamic-mask attention (flash-dmattn semantics; any of these selects it):
                     by TMA where aligned), wgmma-cp.async (K, V by cp.async)
   --dma-mask-scan S where the forward reads the mask for its skip test: auto
                     (default: in-kernel when at most two blocks share a mask
-                    byte, else prepass), prepass (a kernel summarises the mask
+                    byte and a block scans at most 16K keys, else pipelined
+                    where it can be, else prepass), prepass (a kernel summarises the mask
                     into tile bits first), in-kernel (each block reads its rows),
                     pipelined (the pre-pass in chunks of query tiles, each
                     chunk's forward on a side stream as soon as its bits exist)
-  --dma-prepass-chunks N  pipelined: the pre-pass's chunks (0: automatic, 8;
+  --dma-prepass-chunks N  pipelined: the pre-pass's chunks (0: automatic, 4;
                     at most 16)
   Rows: dmattn (ours; effective TFLOPS count unmasked pairs only; the share of
   64x64 tiles skipped), the dense split-q+stage2 rung on the same shape, and

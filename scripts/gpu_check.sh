@@ -52,7 +52,8 @@ if [ -z "${QUICK:-}" ] && [ "${SANITIZER:-1}" != 0 ] && command -v compute-sanit
                  "--Nq 130 --Nk 301 --D 64 --mask topk --window 64 --bias --dma-core wgmma-cp.async" \
                  "--Nq 200 --Nk 130 --D 64 --Hkv 1 --causal --mask topk --window 48 --bias --bwd-chunks 3" \
                  "--Nq 200 --Nk 1000 --D 128 --Hkv 1 --causal --mask topk --window 48 --bias --dma-mask-scan in-kernel" \
-                 "--Nq 130 --Nk 2333 --D 64 --mask topk --window 64 --bias --dma-mask-scan prepass"; do
+                 "--Nq 130 --Nk 2333 --D 64 --mask topk --window 64 --bias --dma-mask-scan prepass" \
+                 "--Nq 1000 --Nk 1300 --D 64 --Hkv 1 --causal --mask topk --window 100 --bias --dma-mask-scan pipelined --dma-prepass-chunks 5"; do
       timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 "$build/flash_attn_mma" --B 1 --H 2 $shape \
         --iters 1 --warmup 0 --check > "$out/sanitizer.log" 2>&1
       rc=$?
@@ -136,9 +137,12 @@ if [ "${DMATTN:-1}" != 0 ]; then
   for L in ${DMATTN_L:-1024 8192 16384 32768}; do
     dbench --B 1 --H 2 --Hkv 1 --N $L --D 128 --causal --mask topk --window 1024 --bias $([ $L -le 8192 ] && echo --check)
   done
-  # the forward's two mask scans where the automatic choice changes (in-kernel up to 16K keys per block)
+  # the forward's mask scans where the automatic choice changes (in-kernel up to 16K keys per
+  # block, then the pipelined pre-pass)
   dbench --B 1 --H 2 --Hkv 1 --N 16384 --D 128 --causal --mask topk --window 1024 --bias --dma-mask-scan prepass
+  dbench --B 1 --H 2 --Hkv 1 --N 16384 --D 128 --causal --mask topk --window 1024 --bias --dma-mask-scan pipelined
   dbench --B 1 --H 2 --Hkv 1 --N 32768 --D 128 --causal --mask topk --window 1024 --bias --dma-mask-scan in-kernel
+  dbench --B 1 --H 2 --Hkv 1 --N 32768 --D 128 --causal --mask topk --window 1024 --bias --dma-mask-scan prepass
   # decoding (Nq = 1): split-KV with the automatic split count, and forced counts. Plain
   # top-W (--block 0): with a random bias, 64-key majority smoothing would keep almost nothing.
   dbench --B 1 --H 2 --Hkv 1 --Nq 1 --Nk 32768 --D 128 --causal --mask topk --window 1024 --block 0 --bias --check
@@ -164,6 +168,8 @@ if [ "${DMATTN:-1}" != 0 ]; then
   dbench --B 1 --H 8 --N 8192 --D 64 --mask ones --bias --dma-core mma
   dbench --B 1 --H 8 --N 8192 --D 64 --mask ones --bias --bwd --dma-core mma
   dbench --B 1 --H 8 --N 8192 --D 128 --mask ones --bias --dma-mask-scan in-kernel
+  dbench --B 1 --H 8 --N 8192 --D 128 --mask ones --bias --dma-mask-scan pipelined
+  dbench --B 1 --H 8 --N 8192 --D 64 --mask ones --bias --dma-mask-scan pipelined
 fi
 
 if [ -n "${SWEEP:-}" ]; then

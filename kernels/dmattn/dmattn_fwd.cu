@@ -784,7 +784,15 @@ std::string dma_forward_mask_scan_name(const DynamicMaskProblem& p, DmaMaskScan 
   // eight readers: 8K 0.103 vs 0.077, 32K 0.62 vs 0.23; decoding, Nk = 512K
   // in 64 splits, 0.044 vs 0.046.
   const int keys_per_block = (p.Nk + splits - 1) / splits;
-  return readers <= 2 && keys_per_block <= 16384 ? "in-kernel" : "prepass";
+  if (readers <= 2 && keys_per_block <= 16384) return "in-kernel";
+  // Longer rows: the pre-pass, pipelined with the forward where it can be
+  // (one split, rows per query) and the mask is not shared by more than two
+  // heads. H200, D = 128, causal top-1024 + bias, commit 8305d2e: B=1 H=2
+  // Hkv=1 L = 32K 0.157 ms pipelined (2 to 8 chunks alike) against 0.183
+  // pre-pass and 0.194 in-kernel; W = 8192 0.562 against 0.617; W = 32 (no
+  // work for the forward to hide) 0.154 against 0.145; H = 8 sharing the mask
+  // 0.212 against 0.203 (so not there).
+  return readers <= 2 && splits == 1 && p.mask.q > 1 ? "pipelined" : "prepass";
 }
 
 int dma_resolve_prepass_chunks(const DynamicMaskProblem& p, int requested) {

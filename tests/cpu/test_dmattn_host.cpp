@@ -145,9 +145,15 @@ TEST_CASE(dmattn_mask_scan_rule) {
   p.mask.set_shape(1, 1, p.Nq, p.Nk, p.H);  // shared by the two heads: two readers
   EXPECT_EQ(dma_forward_mask_scan_name(p, DmaMaskScan::kAuto), std::string("in-kernel"));
   EXPECT_EQ(dma_forward_mask_scan_name(p, DmaMaskScan::kPrepass), std::string("prepass"));
-  p.Nq = p.Nk = 32768;  // rows too long for one block
+  p.Nq = p.Nk = 32768;  // rows too long for one block: the pre-pass, pipelined with the forward
+  p.mask.set_shape(1, 1, p.Nq, p.Nk, p.H);
+  EXPECT_EQ(dma_forward_mask_scan_name(p, DmaMaskScan::kAuto), std::string("pipelined"));
+  EXPECT_EQ(dma_forward_mask_scan_name(p, DmaMaskScan::kAuto, 2), std::string("in-kernel"));  // 16K keys per split
+  p.H = 8;  // eight heads share the mask: the plain pre-pass (measured faster there)
   p.mask.set_shape(1, 1, p.Nq, p.Nk, p.H);
   EXPECT_EQ(dma_forward_mask_scan_name(p, DmaMaskScan::kAuto), std::string("prepass"));
+  p.H = 2;
+  p.mask.set_shape(1, 1, p.Nq, p.Nk, p.H);
   EXPECT_EQ(dma_forward_mask_scan_name(p, DmaMaskScan::kInKernel), std::string("in-kernel"));
   p.Nq = 1; p.Nk = 524288;  // decoding: 64 splits leave 8K keys per block
   p.mask.set_shape(1, 1, 1, p.Nk, p.H);
