@@ -27,8 +27,9 @@
 //        barrier.cluster (which would need the producer warpgroup at every
 //        tile): "s_ready" (256 arrivals: every thread of warpgroup 0 of both
 //        blocks, each arrive.release.cluster after storing its share of Σ;
-//        waited with try_wait.acquire.cluster) and "red_free" (1 arrival: the
-//        partner's thread 0 once it has read this block's Σ of the tile; waited
+//        waited with try_wait.acquire.cluster) and "red_free" (256 arrivals:
+//        every compute thread of the partner once it has read this block's Σ
+//        of the tile, each arrive.release.cluster after its own reads; waited
 //        before Σ of the next tile overwrites it).
 // Sources: the cluster / distributed shared memory model of the CUDA C++
 // Programming Guide ("Thread Block Clusters", "Distributed Shared Memory");
@@ -147,11 +148,18 @@ struct ClusterSlots {
     if (threadIdx.x == 0 && j + 1 < n_tiles) mbarrier_arrive(k_empty());
   }
   __device__ __forceinline__ void wait_v(int j) const { mbarrier_wait(v_full(), j & 1); }
-  // Called after the tile's last sync(): V_j and the partner's Σ are no longer read.
+  // Called by every compute thread after the tile's last sync(): V_j and the
+  // partner's Σ are no longer read.
   __device__ __forceinline__ void release_v(int j) const {
-    if (threadIdx.x != 0 || j + 1 >= n_tiles) return;
-    mbarrier_arrive(v_empty());
-    mbarrier_arrive_cluster(red_free(), cluster_cta_rank() ^ 1u);  // NEW: the partner may overwrite its Σ
+    if (j + 1 >= n_tiles) return;
+    if (threadIdx.x == 0) mbarrier_arrive(v_empty());
+    // NEW: the partner may overwrite its Σ. Every thread that read it
+    // arrives itself (release.cluster orders its own reads), as on s_ready:
+    // one thread 0 arrival after the block barrier was correct only through
+    // the barrier's cumulativity, and compute-sanitizer's racecheck, which
+    // does not follow that, reported the partner's next write as a race with
+    // these reads in 2 of 6 runs (D = 1024, session 7).
+    mbarrier_arrive_cluster(red_free(), cluster_cta_rank() ^ 1u);
   }
 
   // NEW: S over all 1024 columns. On entry S is this warpgroup's partial (its
@@ -239,7 +247,7 @@ cluster_split_d_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_c
     mbarrier_init(slots.k_empty(), 1);  // empty: this block's thread 0
     mbarrier_init(slots.v_empty(), 1);
     mbarrier_init(slots.s_ready(), Cfg::kSumThreads);  // NEW: warpgroup 0 of both blocks
-    mbarrier_init(slots.red_free(), 1);                // NEW: the partner's thread 0
+    mbarrier_init(slots.red_free(), Cfg::kComputeThreads);  // NEW: every compute thread of the partner
     fence_mbarrier_init();
   }
   // No thread of the partner may arrive on a barrier here before it is initialised.
