@@ -386,6 +386,10 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
       ba.deterministic = opt.deterministic;
       ba.q_chunks = bwd_chunks;
       ba.core = opt.dma_core == "mma" ? DmaCore::kMma : opt.dma_core == "auto" ? DmaCore::kAuto : DmaCore::kWgmma;
+      // As in training: where the forward ran a mask pre-pass, the backward
+      // reads its tile bits instead of running its own (the forward's
+      // workspace is not touched between the forward above and these calls).
+      ba.mask_summary = dma_forward_mask_summary(p, a);
       if (opt.deterministic) bwd.name += " (deterministic)";
       e = dma_backward(p, ba, stream);
       if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
@@ -470,6 +474,9 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
       bwd.ms = timing.median_ms;
       bwd.tflops = bwd_flops / (bwd.ms * 1e-3) / 1e12;
       bwd.note += "q chunks " + std::to_string(bwd_chunks) + "; core " + dma_backward_core_name(p, ba.core) +
+                  (p.mask.data == nullptr       ? ""
+                   : ba.mask_summary != nullptr ? "; mask summary: the forward's"
+                                                : "; mask summary: its own pre-pass") +
                   "; TFLOPS count 2·(3D+2Dv)·unmasked pairs";
       out_rows.push_back(bwd);
 

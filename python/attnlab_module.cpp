@@ -237,9 +237,11 @@ at::Tensor workspace_tensor(size_t bytes, const at::Tensor& like) {
   return at::empty({int64_t(bytes)}, like.options().dtype(at::kByte));
 }
 
-// O [B,H,Nq,D] in q's dtype and LSE [B,H,Nq] fp32. With `check_backward`, also
-// raises when the backward could not run this problem (before any work is done).
-std::tuple<at::Tensor, at::Tensor> dma_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+// O [B,H,Nq,D] in q's dtype, LSE [B,H,Nq] fp32, and — with `check_backward`,
+// where the forward ran a mask pre-pass — its workspace, whose first bytes are
+// the mask summary the backward can reuse (else None). With `check_backward`,
+// also raises when the backward could not run this problem (before any work).
+std::tuple<at::Tensor, at::Tensor, std::optional<at::Tensor>> dma_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                                const std::optional<at::Tensor>& mask,
                                                const std::optional<at::Tensor>& bias, bool is_causal,
                                                std::optional<double> scale, std::optional<double> softcap,
@@ -272,7 +274,9 @@ std::tuple<at::Tensor, at::Tensor> dma_forward(const at::Tensor& q, const at::Te
   if (err != cudaSuccess)
     throw std::runtime_error(std::string(kDmaName) + ": forward of " + p.shape_string() +
                              " failed: " + cudaGetErrorString(err));
-  return {o, lse};
+  std::optional<at::Tensor> summary;
+  if (check_backward && attnlab::dma_forward_mask_summary(p, a) != nullptr) summary = workspace;
+  return {o, lse, summary};
 }
 
 // dQ, dK, dV (the input dtype) and, with `need_dbias`, dBias in the bias's own
@@ -280,7 +284,8 @@ std::tuple<at::Tensor, at::Tensor> dma_forward(const at::Tensor& q, const at::Te
 std::tuple<at::Tensor, at::Tensor, at::Tensor, std::optional<at::Tensor>> dma_backward(
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& o, const at::Tensor& lse,
     const at::Tensor& dout, const std::optional<at::Tensor>& mask, const std::optional<at::Tensor>& bias,
-    bool is_causal, std::optional<double> scale, std::optional<double> softcap, bool need_dbias, bool deterministic) {
+    bool is_causal, std::optional<double> scale, std::optional<double> softcap, bool need_dbias, bool deterministic,
+    const std::optional<at::Tensor>& mask_summary) {
   const DynamicMaskProblem p = make_dma_problem(q, k, v, mask, bias, is_causal, scale, softcap);
   const auto check_like_q = [&](const at::Tensor& t, const std::string& name) {
     DMA_REQUIRE_VALUE(t.is_cuda() && t.device() == q.device() && t.scalar_type() == q.scalar_type() &&
@@ -317,6 +322,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, std::optional<at::Tensor>> dma_ba
   a.dbias = dbias ? dbias->data_ptr() : nullptr;
   a.deterministic = deterministic;
   a.q_chunks = 0;  // automatic (the same count below and in dma_backward)
+  if (mask_summary && mask) {  // dma_forward's third output for these same tensors
+    DMA_REQUIRE_VALUE(mask_summary->is_cuda() && mask_summary->device() == q.device() &&
+                          mask_summary->scalar_type() == at::kByte && mask_summary->is_contiguous() &&
+                          size_t(mask_summary->numel()) >= attnlab::dma_forward_workspace_bytes(p, 1),
+                      "mask_summary must be dma_forward's third output for the same inputs");
+    a.mask_summary = static_cast<const uint32_t*>(mask_summary->data_ptr());
+  }
   at::Tensor workspace;
   if (const size_t bytes = attnlab::dma_backward_workspace_bytes(p, deterministic, a.q_chunks); bytes > 0) {
     workspace = workspace_tensor(bytes, q);
@@ -344,10 +356,12 @@ PYBIND11_MODULE(_C, m) {
   m.def("dma_forward", &dma_forward, pybind11::arg("q"), pybind11::arg("k"), pybind11::arg("v"),
         pybind11::arg("mask"), pybind11::arg("bias"), pybind11::arg("is_causal"), pybind11::arg("scale"),
         pybind11::arg("softcap"), pybind11::arg("check_backward"),
-        "Dynamic-mask attention forward (use attnlab.dynamic_mask_attention); returns (out, lse).");
+        "Dynamic-mask attention forward (use attnlab.dynamic_mask_attention); returns (out, lse, mask summary "
+        "for the backward or None).");
   m.def("dma_backward", &dma_backward, pybind11::arg("q"), pybind11::arg("k"), pybind11::arg("v"),
         pybind11::arg("out"), pybind11::arg("lse"), pybind11::arg("grad_out"), pybind11::arg("mask"),
         pybind11::arg("bias"), pybind11::arg("is_causal"), pybind11::arg("scale"), pybind11::arg("softcap"),
-        pybind11::arg("need_dbias"), pybind11::arg("deterministic"),
-        "Dynamic-mask attention backward; returns (dq, dk, dv, dbias or None).");
+        pybind11::arg("need_dbias"), pybind11::arg("deterministic"), pybind11::arg("mask_summary") = pybind11::none(),
+        "Dynamic-mask attention backward; returns (dq, dk, dv, dbias or None). mask_summary: dma_forward's "
+        "third output (the backward then skips its own mask pre-pass).");
 }

@@ -155,6 +155,12 @@ int dma_auto_splits(const DynamicMaskProblem& p);
 int dma_resolve_splits(const DynamicMaskProblem& p, int requested);
 size_t dma_forward_workspace_bytes(const DynamicMaskProblem& p, int splits);
 
+// The mask summary a dma_forward call with these arguments writes into its
+// workspace (the tile bits of the mask pre-pass), for the backward to reuse
+// (DmaBackwardArgs::mask_summary): non-null only where that call runs a
+// pre-pass (mask scan "prepass" or "pipelined"; not "in-kernel" or "none").
+const uint32_t* dma_forward_mask_summary(const DynamicMaskProblem& p, const DmaForwardArgs& a);
+
 // "" when the forward kernel runs this problem on the current device, else why not.
 std::string dma_forward_unsupported(const DynamicMaskProblem& p);
 cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cudaStream_t stream);
@@ -192,6 +198,11 @@ struct DmaBackwardArgs {
   // five products as wgmma on an sm_90 GPU at D in {64, 128}, mma.sync
   // otherwise (the deterministic mode's dQ pass is always mma.sync).
   DmaCore core = DmaCore::kAuto;
+  // Optional: the forward's mask summary (dma_forward_mask_summary) for this
+  // same problem and mask, still unchanged; the backward then skips its own
+  // mask pre-pass (at L = 32K, 538 MB of mask read again). nullptr: it runs
+  // its own.
+  const uint32_t* mask_summary = nullptr;
 };
 std::string dma_backward_unsupported(const DynamicMaskProblem& p);
 // "mma" or "wgmma" for this problem and request; "" where the request cannot run.

@@ -810,8 +810,14 @@ cudaError_t dma_backward(const DynamicMaskProblem& p, const DmaBackwardArgs& a, 
   float* delta = a.workspace + w.delta;
   float* dkv_accum = chunks > 1 ? a.workspace + w.dkv : nullptr;  // dK [kv_elems], then dV at + kv_elems
   if (p.bias.data != nullptr) w.target.base = a.workspace + w.dbias;
+  // The forward's summary where the caller passes it (same problem, same
+  // mask), else this call's own pre-pass.
   MaskSummary summary;
-  cudaError_t err = dma_summarize_mask(p, reinterpret_cast<uint32_t*>(a.workspace + w.summary), &summary, stream);
+  cudaError_t err = cudaSuccess;
+  if (a.mask_summary != nullptr && p.mask.data != nullptr)
+    summary = dma_mask_summary_view(p, const_cast<uint32_t*>(a.mask_summary));
+  else
+    err = dma_summarize_mask(p, reinterpret_cast<uint32_t*>(a.workspace + w.summary), &summary, stream);
   if (err == cudaSuccess && dq_accum) err = cudaMemsetAsync(dq_accum, 0, size_t(rows) * p.D * sizeof(float), stream);
   if (err == cudaSuccess && w.target.base)
     err = cudaMemsetAsync(w.target.base, 0, size_t(w.target.copies()) * w.target.copy_elems * sizeof(float), stream);

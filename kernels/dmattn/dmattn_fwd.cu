@@ -795,6 +795,12 @@ std::string dma_forward_mask_scan_name(const DynamicMaskProblem& p, DmaMaskScan 
   return readers <= 2 && splits == 1 && p.mask.q > 1 ? "pipelined" : "prepass";
 }
 
+const uint32_t* dma_forward_mask_summary(const DynamicMaskProblem& p, const DmaForwardArgs& a) {
+  const std::string scan = dma_forward_mask_scan_name(p, a.mask_scan, dma_resolve_splits(p, a.splits));
+  // The summary is the workspace's first part (dma_forward_workspace_bytes).
+  return scan == "prepass" || scan == "pipelined" ? reinterpret_cast<const uint32_t*>(a.workspace) : nullptr;
+}
+
 int dma_resolve_prepass_chunks(const DynamicMaskProblem& p, int requested) {
   const int q_tiles = (p.Nq + kDmaBr - 1) / kDmaBr;
   const int want = requested > 0 ? std::min(requested, kDmaMaxPrepassChunks) : kDmaPrepassChunks;

@@ -19,8 +19,10 @@ class DynamicMaskAttention(torch.autograd.Function):
     def forward(ctx, q, k, v, mask, bias, is_causal, scale, softcap, deterministic):
         # A backward that could not run should fail now, not after the forward.
         needs_grad = any(ctx.needs_input_grad[:3]) or ctx.needs_input_grad[4]
-        out, lse = _C.dma_forward(q, k, v, mask, bias, is_causal, scale, softcap, needs_grad)
-        ctx.save_for_backward(q, k, v, out, lse, mask, bias)
+        # summary: where the forward ran a mask pre-pass, its tile bits (in its
+        # workspace), so that the backward need not read the mask again.
+        out, lse, summary = _C.dma_forward(q, k, v, mask, bias, is_causal, scale, softcap, needs_grad)
+        ctx.save_for_backward(q, k, v, out, lse, mask, bias, summary)
         ctx.is_causal, ctx.scale, ctx.softcap, ctx.deterministic = is_causal, scale, softcap, deterministic
         ctx.mark_non_differentiable(lse)
         return out, lse
@@ -28,10 +30,10 @@ class DynamicMaskAttention(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out, grad_lse):  # grad_lse: lse is not differentiable
-        q, k, v, out, lse, mask, bias = ctx.saved_tensors
+        q, k, v, out, lse, mask, bias, summary = ctx.saved_tensors
         need_dbias = bias is not None and ctx.needs_input_grad[4]
         dq, dk, dv, dbias = _C.dma_backward(q, k, v, out, lse, grad_out.contiguous(), mask, bias, ctx.is_causal,
-                                            ctx.scale, ctx.softcap, need_dbias, ctx.deterministic)
+                                            ctx.scale, ctx.softcap, need_dbias, ctx.deterministic, summary)
         return dq, dk, dv, None, dbias, None, None, None, None
 
 

@@ -9,7 +9,10 @@
 // per key tile adding dK, dV through atomics): a selection of the cases with
 // q_chunks forced to 1, 2, 3, 7 and automatic, including flash-dmattn top-W
 // masks (built from the bias on the GPU; with a query-broadcast bias whole key
-// tiles are inactive: the skew chunks are for) and chunk counts above the slots.
+// tiles are inactive: the skew chunks are for) and chunk counts above the slots;
+// with 3 and automatic chunks the backward reads the forward's mask summary
+// (its pipelined pre-pass) instead of running its own, and every masked
+// deterministic case checks that this gives the same bits.
 // Pass rule (FlashAttention's tests, the issue's): for each gradient
 // separately, max |g - g_ref| <= 2 x max |g_lp - g_ref| + 1e-3 x max |g_ref| +
 // 1e-4, where g_ref is the fp32 reference and g_lp the same reference with S,
@@ -71,8 +74,11 @@ DmaCore g_core = DmaCore::kAuto;
 // q_chunks: DmaBackwardArgs::q_chunks (0 automatic). topk_window > 0: the
 // case's mask (give it none) is replaced by dma_build_topk_mask's top-W mask of
 // the bias (block smoothing 64), dense in the bias's shape (b, h, Nq, Nk).
+// reuse_summary: the forward runs its pipelined pre-pass (the plain one
+// where that does not apply) and the backward reads the forward's mask
+// summary (DmaBackwardArgs::mask_summary) instead of running its own.
 void run_case(const MaskedCase& c, uint64_t seed, bool deterministic = false, int q_chunks = 0,
-              int topk_window = 0) {
+              int topk_window = 0, bool reuse_summary = false) {
   MaskedCaseInputs x(c, seed);
   DynamicMaskProblem p = x.p;
   void* const d_bias = x.d_bias;
@@ -138,6 +144,12 @@ void run_case(const MaskedCase& c, uint64_t seed, bool deterministic = false, in
     fa.workspace = d_fws;
     fa.workspace_bytes = fws;
   }
+  if (reuse_summary) {
+    fa.mask_scan = DmaMaskScan::kPipelined;
+    fa.prepass_chunks = 3;
+    ba.mask_summary = dma_forward_mask_summary(p, fa);
+    if (p.mask.data != nullptr && ba.mask_summary == nullptr) record(false, "no forward summary: " + c.name());
+  }
   cudaError_t e = dma_forward(p, fa, 0);
   if (e == cudaSuccess) e = dma_backward(p, ba, 0);
   if (e == cudaSuccess)
@@ -149,7 +161,8 @@ void run_case(const MaskedCase& c, uint64_t seed, bool deterministic = false, in
   const std::string name = c.name() + (topk_window > 0 ? " topk " + std::to_string(topk_window) : "") +
                            (deterministic ? " deterministic" : "") + " q_chunks " + std::to_string(q_chunks) +
                            " (resolved " + std::to_string(dma_backward_resolve_chunks(p, deterministic, q_chunks)) +
-                           ") core " + dma_backward_core_name(p, g_core);
+                           ") core " + dma_backward_core_name(p, g_core) +
+                           (reuse_summary ? " forward's summary" : "");
   if (e != cudaSuccess) {
     record(false, std::string("CUDA error ") + cudaGetErrorString(e) + ": " + name);
     cudaGetLastError();
@@ -173,6 +186,24 @@ void run_case(const MaskedCase& c, uint64_t seed, bool deterministic = false, in
                bytes_of(d_dv, kv_n * 2) == dv0 && bytes_of(d_db, bias_n * 2) == db0;
       }
       record(e == cudaSuccess && same, "bitwise identical over 5 runs: " + name);
+      if (p.mask.data != nullptr && !reuse_summary && e == cudaSuccess) {
+        // Once more with the forward's summary (a pre-pass forward, then the
+        // backward without its own): the same bits.
+        fa.mask_scan = DmaMaskScan::kPrepass;
+        ba.mask_summary = dma_forward_mask_summary(p, fa);
+        cudaMemset(d_dq, 0xFF, q_n * 2);
+        cudaMemset(d_dk, 0xFF, kv_n * 2);
+        cudaMemset(d_dv, 0xFF, kv_n * 2);
+        cudaMemset(d_db, 0xFF, std::max<size_t>(1, bias_n) * 2);
+        e = dma_forward(p, fa, 0);
+        if (e == cudaSuccess) e = dma_backward(p, ba, 0);
+        if (e == cudaSuccess) e = cudaDeviceSynchronize();
+        record(e == cudaSuccess && ba.mask_summary != nullptr && bytes_of(d_dq, q_n * 2) == dq0 &&
+                   bytes_of(d_dk, kv_n * 2) == dk0 && bytes_of(d_dv, kv_n * 2) == dv0 &&
+                   bytes_of(d_db, bias_n * 2) == db0,
+               "bitwise identical with the forward's mask summary: " + name);
+        ba.mask_summary = nullptr;
+      }
     }
   }
   if (d_fws) cudaFree(d_fws);
@@ -217,17 +248,18 @@ int main() {
         run_case({2, 4, 2, 130, 77, 128, dt, causal, 0.f, 1, 1, 130, 1, 1, 1, false}, ++seed, true, 7);  // ignored: 1
         // Query chunks: forced 1, 2, 3, 7 and automatic (0), each against the same rule.
         for (int chunks : {1, 2, 3, 7, 0}) {
+          const bool reuse = chunks == 3 || chunks == 0;  // these two with the forward's summary
           // Ragged sizes, GQA, mask per KV head, bias (1, Hkv, 1, Nk) (stride_q 0).
-          run_case({1, 4, 2, 129, 200, 64, dt, causal, 0.f, 1, -1, 129, 1, -1, 1, false}, ++seed, false, chunks);
+          run_case({1, 4, 2, 129, 200, 64, dt, causal, 0.f, 1, -1, 129, 1, -1, 1, false}, ++seed, false, chunks, 0, reuse);
           // Top-W of a query-broadcast bias (1, 1, 1, Nk), W = Nk/2 with 64-key smoothing:
           // whole key tiles inactive for every query tile (about half of them; the
           // active ones in columns), the skew chunks are for.
-          run_case({1, 4, 2, 600, 700, 64, dt, causal, 0.f, 0, 0, 0, 1, 1, 1, false}, ++seed, false, chunks, 350);
+          run_case({1, 4, 2, 600, 700, 64, dt, causal, 0.f, 0, 0, 0, 1, 1, 1, false}, ++seed, false, chunks, 350, reuse);
           // Top-W of a full-rank bias (B, H, Nq, Nk): per-query dBias atomics; inactive
           // tiles only under the causal rule.
-          run_case({2, 2, 1, 333, 260, 128, dt, causal, 0.f, 0, 0, 0, 2, 0, 333, false}, ++seed, false, chunks, 130);
+          run_case({2, 2, 1, 333, 260, 128, dt, causal, 0.f, 0, 0, 0, 2, 0, 333, false}, ++seed, false, chunks, 130, reuse);
           // MQA, softcap, fully masked rows.
-          run_case({1, 4, 1, 100, 300, 128, dt, causal, 15.f, 1, 0, 100, 1, 1, 1, true}, ++seed, false, chunks);
+          run_case({1, 4, 1, 100, 300, 128, dt, causal, 15.f, 1, 0, 100, 1, 1, 1, true}, ++seed, false, chunks, 0, reuse);
           // No mask, 1 query tile per head: 2 slots per key tile, fewer than 3 or 7 chunks.
           run_case({2, 2, 1, 17, 1000, 96, dt, causal, 0.f, 0, 0, 0, 1, 1, 1, false}, ++seed, false, chunks);
           run_case({1, 2, 2, 1000, 17, 32, dt, causal, 0.f, 0, 0, 0, 0, 0, 0, false}, ++seed, false, chunks);
