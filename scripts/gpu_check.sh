@@ -155,6 +155,8 @@ if [ "${DMATTN:-1}" != 0 ]; then
   dbench --B 2 --H 4 --Hkv 2 --N 2048 --D 128 --causal --mask topk --window 512 --bias --deterministic --check
   dbench --B 1 --H 2 --Hkv 1 --N 32768 --D 128 --causal --mask topk --window 1024 --bias --deterministic
   dbench --B 1 --H 2 --Hkv 1 --N 32768 --D 128 --causal --mask topk --window 1024 --bias --bwd
+  # the same with its own mask pre-pass (the in-kernel forward leaves no summary to reuse)
+  dbench --B 1 --H 2 --Hkv 1 --N 32768 --D 128 --causal --mask topk --window 1024 --bias --bwd --dma-mask-scan in-kernel
   dbench --B 1 --H 2 --Hkv 1 --N 16384 --D 128 --causal --mask topk --window 1024 --bias --bwd --check
   dbench --B 1 --H 2 --Hkv 1 --N 16384 --D 128 --causal --mask topk --window 1024 --bias --bwd-chunks 1
   dbench --B 1 --H 8 --N 1024 --D 128 --mask ones --bias --bwd --check
