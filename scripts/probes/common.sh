@@ -12,3 +12,16 @@ probe_build() {  # probe_build TARGET... : configure (with torch when python3 ha
     cmake --build "$B" -j 16 --target "$@"; } > "$L/build.log" 2>&1 || { tail -40 "$L/build.log"; exit 1; }
   el built
 }
+
+# racecheck_runs N : gpu_check's racecheck of the rungs at D=1024 causal (the shape
+# that caught rung 10's red_free release in session 7), N times; a failing
+# run's hazards are printed and its log returned.
+racecheck_runs() {
+  local i rc
+  for i in $(seq 1 "$1"); do
+    timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 $F --B 1 --H 2 --Nq 70 --Nk 130 --D 1024 --causal \
+      --iters 1 --warmup 0 --check --show-all > $L/race$i.log 2>&1; rc=$?
+    el "racecheck $i rc=$rc $(grep -E 'RACECHECK SUMMARY' $L/race$i.log)"
+    [ $rc != 0 ] && { grep -v "^=========     " $L/race$i.log | grep -E "=========|FAIL|rror" | head -20 | cut -c1-220; cp $L/race$i.log $O/; }
+  done
+}

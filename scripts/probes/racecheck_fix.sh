@@ -5,11 +5,7 @@
 cd "$(dirname "$0")/../.."
 . scripts/probes/common.sh
 probe_build flash_attn_mma
-for i in 1 2 3 4 5 6; do
-  timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 $F --B 1 --H 2 --Nq 70 --Nk 130 --D 1024 --causal \
-    --iters 1 --warmup 0 --check --show-all > $L/race$i.log 2>&1; rc=$?
-  el "racecheck $i rc=$rc $(grep -E 'RACECHECK SUMMARY' $L/race$i.log)"
-done
+racecheck_runs 6
 for s in "--Nq 1 --Nk 1 --D 1024" "--Nq 17 --Nk 1000 --D 1024 --causal" "--Nq 129 --Nk 127 --D 512 --dtype bf16" "--Nq 1000 --Nk 129 --D 1024 --causal --dtype bf16" "--Nq 127 --Nk 4096 --D 1024"; do
   echo "check $s: $(timeout 60 $F --B 2 --H 3 $s --variant 'cluster*' --check --iters 1 --warmup 0 --show-all 2>&1 | grep -E 'cluster' | grep -oE 'PASS|FAIL|unsupported' | sort | uniq -c | tr '\n' ' ')"
 done
