@@ -208,14 +208,14 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
     cudaMemcpy(tiles, counters, sizeof tiles, cudaMemcpyDeviceToHost);
     a.tile_counters = nullptr;  // counted once; the timed launches do not pay for the atomics
     const double grid_tiles = double(p.B) * p.H * ((p.Nq + kDmaBr - 1) / kDmaBr) * ((p.Nk + kDmaBc - 1) / kDmaBc);
+    std::string scan = dma_forward_mask_scan_name(p, a.mask_scan, a.splits);
+    if (scan == "pipelined") scan += " (" + std::to_string(dma_resolve_prepass_chunks(p, a.prepass_chunks)) + " chunks)";
     char note[260];
     std::snprintf(note, sizeof note,
                   "tiles skipped %.1f%% (%llu of %.0f 64x64 tiles run; causal range %llu); splits %d; core %s; mask scan %s",
                   100.0 * (1.0 - double(tiles[0]) / grid_tiles), tiles[0], grid_tiles, tiles[1], a.splits, core.c_str(),
-                  dma_forward_mask_scan_name(p, a.mask_scan, a.splits).c_str());
+                  scan.c_str());
     ours.note = note;
-    if (dma_forward_mask_scan_name(p, a.mask_scan, a.splits) == "pipelined")
-      ours.note += " (" + std::to_string(dma_resolve_prepass_chunks(p, a.prepass_chunks)) + " chunks)";
     ours.status = "unchecked";
     if (opt.check) {
       if (p.Nk > dma_reference_max_nk()) {

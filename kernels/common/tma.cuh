@@ -77,8 +77,6 @@ inline bool encode_qkv_maps(CUtensorMap (&maps)[3], const AttnProblem& p, const 
          encode_head_tiles<kKVRows>(&maps[2], v, p.dtype, p.heads(), p.Nk, p.Dv);
 }
 
-// (launch_clustered, rungs 09 and 10's launch, is host plumbing: rung_host.cuh.)
-
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // ---- device: mbarriers ------------------------------------------------------------
 __device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t arrivals) {

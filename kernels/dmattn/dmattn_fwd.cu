@@ -857,12 +857,7 @@ PrepassPipeline* prepass_pipeline() {
 std::vector<int> dma_prepass_chunk_bounds(const DynamicMaskProblem& p, int chunks) {
   const int q_tiles = (p.Nq + kDmaBr - 1) / kDmaBr;
   std::vector<double> prefix(size_t(q_tiles) + 1, 0.0);
-  for (int m = 0; m < q_tiles; ++m) {
-    int64_t keys = p.Nk;
-    if (p.causal)
-      keys = std::max<int64_t>(0, std::min<int64_t>(p.Nk, int64_t(std::min(p.Nq, (m + 1) * kDmaBr)) + p.Nk - p.Nq));
-    prefix[m + 1] = prefix[m] + double(keys) + 1.0;  // + 1: a tile that reads nothing still costs a little
-  }
+  for (int m = 0; m < q_tiles; ++m) prefix[m + 1] = prefix[m] + double(mask_scan::causal_key_end(p, m)) + 1.0;
   std::vector<int> bounds(size_t(chunks) + 1, q_tiles);
   bounds[0] = 0;
   int m = 0;

@@ -177,12 +177,20 @@ struct TileRows {
   int rows;
   int key_end;
 };
+// One past the last key any row of query tile m sees under the causal rule
+// (Nk without it): tile_rows's key_end for a mask with rows per query, and the
+// host's measure of how much mask a tile reads (the pipelined pre-pass's
+// chunk bounds).
+__host__ __device__ inline int causal_key_end(const DynamicMaskProblem& p, int m) {
+  if (!p.causal) return p.Nk;
+  const int q0 = m * kDmaBr, rows = min(kDmaBr, p.Nq - q0);
+  return int(max(int64_t(0), min(int64_t(p.Nk), int64_t(q0 + rows - 1) + p.Nk - p.Nq + 1)));
+}
 __device__ __forceinline__ TileRows tile_rows(const DynamicMaskProblem& p, int mask_b, int mask_h, int m) {
   const int q0 = m * kDmaBr;
   const int rows = p.mask.q == 1 ? 1 : min(kDmaBr, p.Nq - q0);
-  int key_end = p.Nk;
-  if (p.causal && p.mask.q != 1)
-    key_end = int(max(int64_t(0), min(int64_t(p.Nk), int64_t(q0 + rows - 1) + p.Nk - p.Nq + 1)));
+  int key_end = p.Nk;  // (a query-broadcast mask: one row serves every query tile)
+  if (p.causal && p.mask.q != 1) key_end = causal_key_end(p, m);
   const uint8_t* row0 = static_cast<const uint8_t*>(p.mask.data) + int64_t(mask_b) * p.mask.stride_b +
                         int64_t(mask_h) * p.mask.stride_h + (p.mask.q == 1 ? 0 : int64_t(q0) * p.mask.stride_q);
   return {row0, rows, key_end};

@@ -37,7 +37,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "../common/ptx.cuh"
 #include "dmattn_mask_scan.cuh"
@@ -46,9 +45,8 @@
 namespace attnlab {
 namespace {
 
-// Warps per block: 8 by default; ATTNLAB_PREPASS_WARPS=4 picks blocks of 4
-// (a probe's switch: a 4-warp block, ~13K registers, fits on an SM beside two
-// wgmma forward blocks, which the pipelined pre-pass wants).
+// (Blocks of 4 warps, which fit on an SM beside two wgmma forward blocks,
+// measured the same as 8 alone and in the pipelined pre-pass, session 7.)
 constexpr int kSummaryWarps = 8;
 constexpr int kRowBatch = 4;  // rows whose loads are in flight together: 16 loads per lane
 
@@ -56,8 +54,7 @@ int summary_q_tiles(const DynamicMaskProblem& p) { return p.mask.q == 1 ? 1 : (p
 int summary_words(const DynamicMaskProblem& p) { return ((p.Nk + kDmaBc - 1) / kDmaBc + 31) / 32; }
 
 // `vec`: mask_scan::mask_vector_loads(p).
-template <int kWarps>
-__global__ void __launch_bounds__(32 * kWarps, 16 / kWarps)
+__global__ void __launch_bounds__(32 * kSummaryWarps, 2)
 mask_summary_kernel(const DynamicMaskProblem p, MaskSummary s, uint32_t* any_out, uint32_t* all_out, bool vec,
                     int m_first) {
   // The attention kernel that reads these bits may start launching now (it
@@ -77,9 +74,9 @@ mask_summary_kernel(const DynamicMaskProblem p, MaskSummary s, uint32_t* any_out
     return;
   }
   uint32_t my_any, my_all;
-  mask_scan::scan_word<kWarps, kRowBatch>(t.row0, p.mask.stride_q, t.rows, p.Nk, t.key_end, word, vec, warp,
+  mask_scan::scan_word<kSummaryWarps, kRowBatch>(t.row0, p.mask.stride_q, t.rows, p.Nk, t.key_end, word, vec, warp,
                                                  lane, my_any, my_all);
-  __shared__ uint32_t any_bits[kWarps], all_bits[kWarps];
+  __shared__ uint32_t any_bits[kSummaryWarps], all_bits[kSummaryWarps];
   if (lane == 0) {
     any_bits[warp] = my_any;
     all_bits[warp] = my_all;
@@ -88,7 +85,7 @@ mask_summary_kernel(const DynamicMaskProblem p, MaskSummary s, uint32_t* any_out
   if (threadIdx.x == 0) {
     uint32_t a = 0, l = ~0u;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
+    for (int w = 0; w < kSummaryWarps; ++w) {
       a |= any_bits[w];
       l &= all_bits[w];
     }
@@ -126,16 +123,8 @@ cudaError_t dma_summarize_mask_tiles(const DynamicMaskProblem& p, uint32_t* stor
   if (m_end <= m_begin) return cudaSuccess;
   const bool vec = mask_scan::mask_vector_loads(p);
   const dim3 grid(unsigned(s.words), unsigned(m_end - m_begin), unsigned(p.mask.b * p.mask.h));
-  static const bool four = [] {
-    const char* v = std::getenv("ATTNLAB_PREPASS_WARPS");
-    return v != nullptr && std::atoi(v) == 4;
-  }();
-  uint32_t* any = const_cast<uint32_t*>(s.any);
-  uint32_t* all = const_cast<uint32_t*>(s.all);
-  if (four)
-    mask_summary_kernel<4><<<grid, 32 * 4, 0, stream>>>(p, s, any, all, vec, m_begin);
-  else
-    mask_summary_kernel<kSummaryWarps><<<grid, 32 * kSummaryWarps, 0, stream>>>(p, s, any, all, vec, m_begin);
+  mask_summary_kernel<<<grid, 32 * kSummaryWarps, 0, stream>>>(p, s, storage, storage + (s.all - s.any), vec,
+                                                                m_begin);
   return cudaGetLastError();
 }
 

@@ -3,6 +3,8 @@
 # in chunks of query tiles, each chunk's forward on a high-priority side
 # stream as soon as its bits exist. Tests (every masked case also pipelined),
 # then the rows it should move against the plain pre-pass / in-kernel scan.
+# (ATTNLAB_PREPASS_WARPS, the 4-warp pre-pass switch of 8305d2e, is removed
+# since: on later commits the t4 rows repeat the 8-warp ones.)
 cd "$(dirname "$0")/../.."
 . scripts/probes/common.sh
 probe_build flash_attn_mma test_dmattn test_dmattn_summary
