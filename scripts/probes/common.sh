@@ -25,3 +25,13 @@ racecheck_runs() {
     [ $rc != 0 ] && { grep -v "^=========     " $L/race$i.log | grep -E "=========|FAIL|rror" | head -20 | cut -c1-220; cp $L/race$i.log $O/; }
   done
 }
+
+# run_test SECONDS TEST [ARGS...] : a GPU test binary under a timeout, its log
+# in $L/TEST.log, a line with its exit status and last line, and its first FAILs.
+run_test() {
+  local secs=$1 name=$2 log=$L/$2.log
+  shift 2
+  timeout "$secs" "$B/$name" "$@" > "$log" 2>&1
+  el "$name rc=$? $(tail -1 "$log")"
+  grep -m12 FAIL "$log" | cut -c1-240
+}

@@ -20,8 +20,8 @@ el sanitized
 timeout 150 $F --B 1 --H 8 --N 8192 --D 1024 --sdpa --torch --iters 10 --warmup 2 --show-all 2>&1 | grep -vE "^\s*$" | cut -c1-160 | tail -16
 el "d1024 bench"
 # ---- dmattn-speed branch
-timeout 200 $B/test_dmattn > $L/fwd_tests.log 2>&1; el "test_dmattn rc=$? $(tail -1 $L/fwd_tests.log)"; grep -m5 FAIL $L/fwd_tests.log | cut -c1-200
-timeout 200 $B/test_dmattn_backward > $L/bwd_tests.log 2>&1; el "test_dmattn_backward rc=$? $(tail -1 $L/bwd_tests.log)"; grep -m5 FAIL $L/bwd_tests.log | cut -c1-200
+run_test 200 test_dmattn
+run_test 200 test_dmattn_backward
 for Lq in 16384 32768; do
   for knobs in "" "--block-order 0 --q-slots 1" "--block-order 1 --q-slots 1" "--block-order 0 --q-slots 2"; do
     echo "L=$Lq knobs=[$knobs]"

@@ -5,7 +5,7 @@
 cd "$(dirname "$0")/../.."
 . scripts/probes/common.sh
 probe_build flash_attn_mma test_dmattn ${EXTRA_TARGETS:-}
-timeout 240 $B/test_dmattn > $L/fwd_tests.log 2>&1; el "test_dmattn rc=$? $(tail -1 $L/fwd_tests.log)"; grep -m8 FAIL $L/fwd_tests.log | cut -c1-220
+run_test 240 test_dmattn
 for a in "--H 8 --N 8192 --D 128 --mask ones" "--H 8 --N 8192 --D 128 --mask ones --bias" "--H 8 --N 8192 --D 128 --mask ones --bias --dma-core mma" \
          "--H 8 --N 8192 --D 64 --mask ones --bias" "--H 8 --N 8192 --D 64 --mask ones --bias --dma-core mma" \
          "--H 8 --N 8192 --D 128 --mask ones --bias --dtype bf16" "--H 8 --N 8192 --D 128 --mask ones --bias --causal" \

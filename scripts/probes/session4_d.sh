@@ -4,7 +4,7 @@
 cd "$(dirname "$0")/../.."
 . scripts/probes/common.sh
 probe_build flash_attn_mma test_dmattn
-timeout 240 $B/test_dmattn > $L/fwd_tests.log 2>&1; el "test_dmattn rc=$? $(tail -1 $L/fwd_tests.log)"; grep -m8 FAIL $L/fwd_tests.log | cut -c1-220
+run_test 240 test_dmattn
 row() { echo "== $*"; timeout 90 $F --B 1 "$@" --iters 10 --warmup 2 2>&1 | grep -E "^ *(dmattn|split-q|sdpa|torch)|error" | cut -c1-210; }
 row --H 8 --N 8192 --D 128 --mask ones --bias
 row --H 8 --N 8192 --D 128 --mask ones --bias --dtype bf16

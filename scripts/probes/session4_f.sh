@@ -4,9 +4,9 @@
 cd "$(dirname "$0")/../.."
 . scripts/probes/common.sh
 probe_build flash_attn_mma test_dmattn test_dmattn_backward test_dmattn_summary
-timeout 120 $B/test_dmattn_summary > $L/sum_tests.log 2>&1; el "test_dmattn_summary rc=$? $(tail -1 $L/sum_tests.log)"; grep -m8 FAIL $L/sum_tests.log | cut -c1-220
-timeout 240 $B/test_dmattn > $L/fwd_tests.log 2>&1; el "test_dmattn rc=$? $(tail -1 $L/fwd_tests.log)"; grep -m8 FAIL $L/fwd_tests.log | cut -c1-220
-timeout 240 $B/test_dmattn_backward > $L/bwd_tests.log 2>&1; el "test_dmattn_backward rc=$? $(tail -1 $L/bwd_tests.log)"; grep -m8 FAIL $L/bwd_tests.log | cut -c1-220
+run_test 120 test_dmattn_summary
+run_test 240 test_dmattn
+run_test 240 test_dmattn_backward
 echo "memcheck summary: $(timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 $B/test_dmattn_summary 2>&1 | grep -E 'ERROR SUMMARY' | tr '\n' ' ')"
 timeout 120 ncu --metrics gpu__time_duration.sum,dram__bytes_read.sum -k regex:"mask_summary|dma_forward_kernel" --launch-count 2 $F --B 1 --H 2 --Hkv 1 --N 32768 --D 128 --causal --mask topk --window 1024 --bias --iters 1 --warmup 0 2>&1 | grep -E "^  [a-z_]+.*\(|gpu__time|dram__" | cut -c1-120
 for N in 16384 32768; do

@@ -6,9 +6,9 @@
 cd "$(dirname "$0")/../.."
 . scripts/probes/common.sh
 probe_build flash_attn_mma test_dmattn test_dmattn_backward test_dmattn_summary
-timeout 300 $B/test_dmattn_backward > $L/bwd_tests.log 2>&1; el "test_dmattn_backward rc=$? $(tail -1 $L/bwd_tests.log)"; grep -m12 FAIL $L/bwd_tests.log | cut -c1-240
-timeout 100 $B/test_dmattn_summary > $L/sum_tests.log 2>&1; el "test_dmattn_summary rc=$? $(tail -1 $L/sum_tests.log)"; grep -m8 FAIL $L/sum_tests.log | cut -c1-220
-timeout 240 $B/test_dmattn > $L/fwd_tests.log 2>&1; el "test_dmattn rc=$? $(tail -1 $L/fwd_tests.log)"; grep -m8 FAIL $L/fwd_tests.log | cut -c1-220
+run_test 300 test_dmattn_backward
+run_test 100 test_dmattn_summary
+run_test 240 test_dmattn
 for tool in memcheck racecheck; do
   for shape in "--Nq 200 --Nk 130 --D 64 --Hkv 1 --causal --mask topk --window 48 --bias --bwd-chunks 3" \
                "--Nq 130 --Nk 333 --D 128 --mask topk --window 64 --bias --bwd" \

@@ -6,7 +6,7 @@
 cd "$(dirname "$0")/../.."
 . scripts/probes/common.sh
 probe_build flash_attn_mma test_dmattn test_dmattn_summary
-timeout 100 $B/test_dmattn_summary > $L/sum_tests.log 2>&1; el "test_dmattn_summary rc=$? $(tail -1 $L/sum_tests.log)"; grep -m8 FAIL $L/sum_tests.log | cut -c1-220
+run_test 100 test_dmattn_summary
 timeout 300 $B/test_dmattn > $L/fwd_tests.log 2>&1; el "test_dmattn rc=$? $(head -1 $L/fwd_tests.log | cut -c1-150) $(tail -1 $L/fwd_tests.log)"; grep -m12 FAIL $L/fwd_tests.log | cut -c1-240
 for tool in memcheck racecheck; do
   for shape in "--Nq 200 --Nk 1000 --D 128 --Hkv 1 --causal --mask topk --window 48 --bias" \

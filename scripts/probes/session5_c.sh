@@ -4,7 +4,7 @@
 cd "$(dirname "$0")/../.."
 . scripts/probes/common.sh
 probe_build flash_attn_mma test_dmattn
-timeout 300 $B/test_dmattn > $L/fwd_tests.log 2>&1; el "test_dmattn rc=$? $(tail -1 $L/fwd_tests.log)"; grep -m12 FAIL $L/fwd_tests.log | cut -c1-240
+run_test 300 test_dmattn
 t() { $F "$@" --iters 20 --warmup 3 2>&1 | grep -E "^ *dmattn" | sed -E 's/ +dmattn: time:/ /; s/, effective TFLOPS:/ ms /' | cut -c1-40; }
 for H in 2 8; do
   for N in 8192 16384 32768; do

@@ -9,7 +9,7 @@ for shape in "--N 129 --D 512" "--Nq 127 --Nk 1000 --D 1024 --causal" "--N 1000 
   $F --B 1 --H 2 $shape --check --iters 2 --warmup 1 > $L/rungs.log 2>&1; rc=$?
   el "check [$shape] rc=$rc: $(grep -cE 'PASS' $L/rungs.log) PASS, $(grep -cE 'FAIL' $L/rungs.log) FAIL; $(grep -E 'split-d' $L/rungs.log | cut -c1-60 | tr '\n' ' ')"
 done
-timeout 200 $B/test_dmattn > $L/fwd_tests.log 2>&1; el "test_dmattn rc=$? $(tail -1 $L/fwd_tests.log)"; grep -m8 FAIL $L/fwd_tests.log | cut -c1-220
+run_test 200 test_dmattn
 D="--B 1 --H 2 --Hkv 1 --D 128 --causal --mask topk --window 1024 --bias"
 $F $D --N 32768 --iters 20 --warmup 3 2>&1 | grep -E "^ *dmattn" | cut -c1-80
 $F $D --block 0 --Nq 1 --Nk 524288 --iters 20 --warmup 3 2>&1 | grep -E "^ *dmattn" | cut -c1-80

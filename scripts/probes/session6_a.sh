@@ -5,7 +5,7 @@
 cd "$(dirname "$0")/../.."
 . scripts/probes/common.sh
 probe_build flash_attn_mma test_dmattn
-timeout 300 $B/test_dmattn > $L/fwd_tests.log 2>&1; el "test_dmattn rc=$? $(tail -1 $L/fwd_tests.log)"; grep -m12 FAIL $L/fwd_tests.log | cut -c1-240
+run_test 300 test_dmattn
 t() { $F "$@" --iters 20 --warmup 3 2>&1 | grep -E "^ *dmattn" | sed -E 's/ +dmattn: time:/ /; s/, effective TFLOPS:/ ms /' | cut -c1-40; }
 T="--B 1 --H 2 --Hkv 1 --D 128 --causal --mask topk --bias"
 for W in 32 256 1024 2048; do echo "L=32K W=$W: $(t $T --N 32768 --window $W) | again $(t $T --N 32768 --window $W)"; done
