@@ -35,3 +35,10 @@ run_test() {
   el "$name rc=$? $(tail -1 "$log")"
   grep -m12 FAIL "$log" | cut -c1-240
 }
+
+# dm_time ARGS... : one dmattn row of the harness, as "time ms TFLOPS" (20
+# timed runs after 3 warm-ups, under a timeout).
+dm_time() {
+  timeout 30 $F "$@" --iters 20 --warmup 3 2>&1 | grep -E "^ *dmattn" |
+    sed -E 's/ +dmattn: time:/ /; s/, effective TFLOPS:/ ms /' | cut -c1-40
+}

@@ -6,17 +6,16 @@ cd "$(dirname "$0")/../.."
 . scripts/probes/common.sh
 probe_build flash_attn_mma test_dmattn
 run_test 300 test_dmattn
-t() { $F "$@" --iters 20 --warmup 3 2>&1 | grep -E "^ *dmattn" | sed -E 's/ +dmattn: time:/ /; s/, effective TFLOPS:/ ms /' | cut -c1-40; }
 T="--B 1 --H 2 --Hkv 1 --D 128 --causal --mask topk --bias"
-for W in 32 256 1024 2048; do echo "L=32K W=$W: $(t $T --N 32768 --window $W) | again $(t $T --N 32768 --window $W)"; done
-echo "L=16K W=1024: $(t $T --N 16384 --window 1024)   L=8K: $(t $T --N 8192 --window 1024)"
-echo "L=32K W=1024 in-kernel: $(t $T --N 32768 --window 1024 --dma-mask-scan in-kernel)"
+for W in 32 256 1024 2048; do echo "L=32K W=$W: $(dm_time $T --N 32768 --window $W) | again $(dm_time $T --N 32768 --window $W)"; done
+echo "L=16K W=1024: $(dm_time $T --N 16384 --window 1024)   L=8K: $(dm_time $T --N 8192 --window 1024)"
+echo "L=32K W=1024 in-kernel: $(dm_time $T --N 32768 --window 1024 --dma-mask-scan in-kernel)"
 for s in 0 64 256 512; do
   sp=""; [ $s != 0 ] && sp="--splits $s"
-  echo "decode 512K splits=${s:-auto}: $(t $T --window 1024 --block 0 --Nq 1 --Nk 524288 $sp)"
+  echo "decode 512K splits=${s:-auto}: $(dm_time $T --window 1024 --block 0 --Nq 1 --Nk 524288 $sp)"
 done
-echo "decode 32K: $(t $T --window 1024 --block 0 --Nq 1 --Nk 32768)"
-for d in 128 64; do echo "all-ones D=$d: $(t --B 1 --H 8 --N 8192 --D $d --mask ones --bias)"; done
+echo "decode 32K: $(dm_time $T --window 1024 --block 0 --Nq 1 --Nk 32768)"
+for d in 128 64; do echo "all-ones D=$d: $(dm_time --B 1 --H 8 --N 8192 --D $d --mask ones --bias)"; done
 M="--clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum,sm__warps_active.avg.pct_of_peak_sustained_active,launch__grid_size"
 for W in 32 1024; do
   timeout 100 ncu $M -k regex:"mask_summary|dma_forward_kernel" --launch-skip 2 --launch-count 2 $F $T --N 32768 --window $W --iters 1 --warmup 0 > $L/ncu_w$W.txt 2>&1

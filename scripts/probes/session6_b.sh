@@ -6,10 +6,9 @@ cd "$(dirname "$0")/../.."
 . scripts/probes/common.sh
 probe_build flash_attn_mma test_dmattn
 run_test 300 test_dmattn
-t() { $F "$@" --iters 20 --warmup 3 2>&1 | grep -E "^ *dmattn" | sed -E 's/ +dmattn: time:/ /; s/, effective TFLOPS:/ ms /' | cut -c1-40; }
 T="--B 1 --H 2 --Hkv 1 --D 128 --causal --mask topk --bias"
-for W in 32 1024; do echo "L=32K W=$W: $(t $T --N 32768 --window $W) | again $(t $T --N 32768 --window $W)"; done
-echo "decode 512K: $(t $T --window 1024 --block 0 --Nq 1 --Nk 524288)"
+for W in 32 1024; do echo "L=32K W=$W: $(dm_time $T --N 32768 --window $W) | again $(dm_time $T --N 32768 --window $W)"; done
+echo "decode 512K: $(dm_time $T --window 1024 --block 0 --Nq 1 --Nk 524288)"
 M="--clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum,sm__warps_active.avg.pct_of_peak_sustained_active"
 for W in 32 1024; do
   timeout 100 ncu $M -k regex:"dma_forward_kernel" --launch-skip 1 --launch-count 1 $F $T --N 32768 --window $W --iters 1 --warmup 0 > $L/ncu_w$W.txt 2>&1
