@@ -15,4 +15,12 @@ echo "== dmattn forward, all-ones + bias, D=64, plain pre-pass"; n dma_forward_k
 echo "== dmattn forward, all-ones, no bias"; n dma_forward_kernel $A --mask ones --dma-mask-scan prepass
 echo "== rung 02 split-q+stage2"; n split_q $A --variant 'split-q+stage2'
 echo "== rung 07 wgmma+stage2+overlap"; n wgmma $A --variant 'wgmma+stage2+overlap'
+echo "== mask summary pre-pass kernel"; n mask_summary_kernel $A --mask ones --bias --dma-mask-scan prepass
+echo "== call times (ms TFLOPS)"
+for s in in-kernel prepass pipelined; do echo "ones+bias $s: $(dm_time $A --mask ones --bias --dma-mask-scan $s)"; done
+echo "ones, no bias: $(dm_time $A --mask ones)"
+echo "no mask, bias: $(dm_time $A --mask none --bias)"
+echo "no mask, no bias: $(dm_time $A --mask none)"
+echo "D=128 ones+bias: $(dm_time --B 1 --H 8 --N 8192 --D 128 --mask ones --bias)"
+echo "D=128 no mask, bias: $(dm_time --B 1 --H 8 --N 8192 --D 128 --mask none --bias)"
 el done
