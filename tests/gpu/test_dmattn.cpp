@@ -41,6 +41,7 @@ struct Case {
   int mb, mh, mq;  // mh: 0 = H, -1 = Hkv, 1 = 1
   int bb, bh, bq;
   double keep = 0.4;        // random mask density
+  int band_from = 0;        // the all-zero band (a quarter of the 64-key tiles) starts at this key
   bool zero_rows = false;   // some fully masked rows
   int topk_window = 0;      // > 0: mask = top-W of the bias (CPU builder), block-smoothed by 64
   int splits = 1;           // split-KV parts (0: automatic)
@@ -61,6 +62,9 @@ struct Case {
     if (mask_scan == DmaMaskScan::kPrepass) s += " scan=prepass";
     if (mask_scan == DmaMaskScan::kInKernel) s += " scan=in-kernel";
     if (mask_scan == DmaMaskScan::kPipelined) s += " scan=pipelined(3)";
+    if (mask_scan == DmaMaskScan::kStreamed) s += " scan=streamed";
+    if (keep != 0.4) s += " keep=" + std::to_string(keep).substr(0, 6);
+    if (band_from != 0) s += " band from " + std::to_string(band_from);
     return s;
   }
 };
@@ -118,9 +122,10 @@ void run_case(const Case& c, uint64_t seed, bool corrupt = false) {
     in.mask.resize(size_t(mp.mask_shape.elems()));
     std::bernoulli_distribution keep(c.keep);
     for (auto& m : in.mask) m = keep(rng) ? 1 : 0;
-    // A sparse band: a quarter of the 64-key tiles are all zero, so skipping has work to do.
+    // A sparse band: a quarter of the 64-key tiles are all zero, so skipping
+    // has work to do (from key band_from on: dense before it).
     for (int64_t r = 0; r < mp.mask_shape.elems() / c.Nk; ++r)
-      for (int j = 0; j < c.Nk; ++j)
+      for (int j = c.band_from; j < c.Nk; ++j)
         if ((j / 64) % 4 == 1) in.mask[size_t(r * c.Nk + j)] = 0;
     if (c.zero_rows && c.mq > 1)
       for (int64_t r = 0; r < mp.mask_shape.elems() / c.Nk; r += 3)
@@ -165,6 +170,9 @@ void run_case(const Case& c, uint64_t seed, bool corrupt = false) {
   a.core = c.core;
   a.mask_scan = c.mask_scan;
   a.prepass_chunks = 3;  // pipelined: three chunks (an odd count, a middle chunk), as many as there are query tiles
+  // A streamed case on the wgmma core must run as such (else it checks in-kernel twice).
+  if (c.mask_scan == DmaMaskScan::kStreamed && dma_forward_core_name(p, c.core).rfind("wgmma", 0) == 0)
+    record(dma_forward_mask_scan_name(p, c.mask_scan, a.splits, c.core) == "streamed", "runs streamed: " + c.name());
   float* d_ws = nullptr;
   if (dma_forward_workspace_bytes(p, a.splits) > 0) {  // the mask summary and/or the split partials
     a.workspace_bytes = dma_forward_workspace_bytes(p, a.splits);
@@ -223,7 +231,7 @@ void run_case(const Case& c, uint64_t seed, bool corrupt = false) {
     record(int64_t(counters[2]) == pairs_cpu, "pair count " + std::to_string(counters[2]) + " vs CPU " +
                                                   std::to_string(pairs_cpu) + ": " + c.name());
     // A mask with all-zero tile columns must make the kernel skip tiles.
-    if (c.mask && c.Nk > 128 && c.topk_window == 0)
+    if (c.mask && c.Nk > 128 && c.topk_window == 0 && c.band_from + 128 < c.Nk)
       record(counters[0] < counters[1], "tiles skipped (" + std::to_string(counters[0]) + " of " +
                                             std::to_string(counters[1]) + " run): " + c.name());
   }
@@ -270,6 +278,30 @@ int main() {
       tk.topk_window = 96;  // mask from the bias: top-96 keys per query, block-smoothed by 64
       cases.push_back(tk);
     }
+  // The streamed mask scan (wgmma core, rows of the mask 16-byte aligned:
+  // Nk % 16 == 0): all ones (every "all" bit set; a ragged last tile of 16
+  // keys), nearly all ones (some tiles with a zero: "any" but not "all"),
+  // dense up to a key then the sparse band (segments read ahead, then
+  // segments with inactive and empty tiles listed on demand), a random mask
+  // with the band from key 0 (the first segment not all active: the rest
+  // read word by word), split-KV (splits starting mid-segment), GQA and
+  // batch-broadcast masks.
+  for (int D : {64, 128})
+    for (DType dt : {DType::kFloat16, DType::kBFloat16})
+      for (bool causal : {false, true}) {
+        auto streamed = [&](Case c, double keep, int band_from, int splits = 1) {
+          c.keep = keep;
+          c.band_from = band_from;
+          c.splits = splits;
+          c.mask_scan = DmaMaskScan::kStreamed;
+          cases.push_back(c);
+        };
+        streamed(Case{1, 4, 2, 127, 1040, D, dt, causal, 0.f, true, true, 1, -1, 127, 1, -1, 1}, 1.0, 1040);
+        streamed(Case{2, 4, 2, 200, 2048, D, dt, causal, 0.f, true, true, 1, -1, 200, 1, -1, 1}, 0.9995, 1024);
+        streamed(Case{1, 2, 1, 300, 1536, D, dt, causal, 0.f, true, true, 1, 0, 300, 1, -1, 1}, 0.9, 600);
+        streamed(Case{1, 2, 2, 129, 1024, D, dt, causal, 0.f, true, true, 2, -1, 129, 1, 0, 1}, 0.4, 0);
+        streamed(Case{1, 4, 2, 17, 4096, D, dt, causal, 0.f, true, true, 1, -1, 17, 1, -1, 1}, 1.0, 2048, 3);
+      }
   // Split-KV (decoding): every split count, including more splits than KV
   // tiles (empty splits), automatic, with and without a mask, causal, GQA.
   for (DType dt : {DType::kFloat16, DType::kBFloat16})
@@ -308,9 +340,10 @@ int main() {
     static uint8_t any_byte;
     probe.mask.data = &any_byte;
     probe.mask.set_shape(c.mb, heads_of(c.mh, c), c.mq, c.Nk, c.H);
-    const bool auto_in_kernel =
-        dma_forward_mask_scan_name(probe, DmaMaskScan::kAuto, dma_resolve_splits(probe, c.splits)) == "in-kernel";
-    c.mask_scan = auto_in_kernel ? DmaMaskScan::kPrepass : DmaMaskScan::kInKernel;
+    const std::string auto_scan =
+        dma_forward_mask_scan_name(probe, DmaMaskScan::kAuto, dma_resolve_splits(probe, c.splits));
+    if (c.mask_scan != DmaMaskScan::kAuto) continue;  // the cases that name their scan
+    c.mask_scan = auto_scan == "in-kernel" || auto_scan == "streamed" ? DmaMaskScan::kPrepass : DmaMaskScan::kInKernel;
     cases.push_back(c);
     // And pipelined (pre-pass chunks, forward per chunk on side streams)
     // where it runs as such: one split, a mask with rows per query.
