@@ -102,8 +102,6 @@ dynamic-mask attention (flash-dmattn semantics; any of these selects it):
                     byte and a block scans at most 16K keys, else pipelined
                     where it can be, else prepass), prepass (a kernel summarises the mask
                     into tile bits first), in-kernel (each block reads its rows),
-                    streamed (in-kernel, the mask of the next key tiles copied
-                    while the current ones are computed; wgmma core),
                     pipelined (the pre-pass in chunks of query tiles, each
                     chunk's forward on a side stream as soon as its bits exist)
   --dma-prepass-chunks N  pipelined: the pre-pass's chunks (0: automatic, 4;
@@ -216,11 +214,9 @@ ParseResult parse_args(const std::vector<std::string>& args) {
     }
     else if (flag == "--dma-mask-scan") {
       if (take_value()) {
-        if (value == "auto" || value == "prepass" || value == "in-kernel" || value == "streamed" ||
-            value == "pipelined")
+        if (value == "auto" || value == "prepass" || value == "in-kernel" || value == "pipelined")
           o.dma_mask_scan = value;
-        else
-          r.error = "--dma-mask-scan must be auto, prepass, in-kernel, streamed or pipelined, got '" + value + "'";
+        else r.error = "--dma-mask-scan must be auto, prepass, in-kernel or pipelined, got '" + value + "'";
       }
     }
     else if (flag == "--dma-prepass-chunks") int_flag(0, 16, &o.dma_prepass_chunks);

@@ -188,7 +188,6 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
                                                 : DmaCore::kAuto;
     a.mask_scan = opt.dma_mask_scan == "prepass"     ? DmaMaskScan::kPrepass
                   : opt.dma_mask_scan == "in-kernel" ? DmaMaskScan::kInKernel
-                  : opt.dma_mask_scan == "streamed"  ? DmaMaskScan::kStreamed
                   : opt.dma_mask_scan == "pipelined" ? DmaMaskScan::kPipelined
                                                      : DmaMaskScan::kAuto;
     a.prepass_chunks = opt.dma_prepass_chunks;
@@ -209,7 +208,7 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
     cudaMemcpy(tiles, counters, sizeof tiles, cudaMemcpyDeviceToHost);
     a.tile_counters = nullptr;  // counted once; the timed launches do not pay for the atomics
     const double grid_tiles = double(p.B) * p.H * ((p.Nq + kDmaBr - 1) / kDmaBr) * ((p.Nk + kDmaBc - 1) / kDmaBc);
-    std::string scan = dma_forward_mask_scan_name(p, a.mask_scan, a.splits, a.core);
+    std::string scan = dma_forward_mask_scan_name(p, a.mask_scan, a.splits);
     if (scan == "pipelined") scan += " (" + std::to_string(dma_resolve_prepass_chunks(p, a.prepass_chunks)) + " chunks)";
     char note[260];
     std::snprintf(note, sizeof note,

@@ -103,17 +103,10 @@ std::string dma_forward_core_name(const DynamicMaskProblem& p, DmaCore requested
 // soon as that chunk's bits are written, so that the forward's compute runs
 // under the rest of the pre-pass's memory traffic; only with one split and a
 // mask that is not broadcast over the queries (else it is the pre-pass).
-// kStreamed: in-kernel, but after the first 4 or 8 key tiles each block
-// copies the mask rows of the next ones into shared memory while it computes
-// the current ones (the mask read hides under the block's own compute rather
-// than preceding it), for as long as every tile is active, then as
-// kInKernel; only on the wgmma core with a mask with rows per query and
-// 16-byte aligned rows (else it is kInKernel).
-enum class DmaMaskScan { kAuto = 0, kPrepass = 1, kInKernel = 2, kPipelined = 3, kStreamed = 4 };
-// "prepass", "in-kernel", "streamed", "pipelined", or "none" without a mask,
-// for `splits` resolved split-KV parts (dma_resolve_splits) on `core`.
-std::string dma_forward_mask_scan_name(const DynamicMaskProblem& p, DmaMaskScan requested, int splits = 1,
-                                       DmaCore core = DmaCore::kAuto);
+enum class DmaMaskScan { kAuto = 0, kPrepass = 1, kInKernel = 2, kPipelined = 3 };
+// "prepass", "in-kernel", "pipelined", or "none" without a mask, for `splits`
+// resolved split-KV parts (dma_resolve_splits).
+std::string dma_forward_mask_scan_name(const DynamicMaskProblem& p, DmaMaskScan requested, int splits = 1);
 // The chunk count a DmaForwardArgs::prepass_chunks of `requested` resolves to
 // for the pipelined pre-pass: `requested` (0: kDmaPrepassChunks) capped at
 // the query tiles. (L = 32K: 2 to 8 chunks measured alike, 0.157-0.159 ms.)

@@ -130,21 +130,8 @@ struct DmaConfig {
   // D = 64 (42 KiB of shared memory each; <= 168 registers), else whatever
   // fits (shared memory decides).
   static constexpr int kMinBlocksPerSm = kWgmma && kHeadDim == 64 ? 3 : 1;
-  // The streamed mask scan (DmaMaskScan::kStreamed, wgmma core only): the
-  // mask rows of the next kSegTiles key tiles — one "segment", 64 rows x
-  // kSegTiles x 64 bytes — are copied into shared memory by cp.async while
-  // the tiles before them are computed; kSpreadSteps of the segment's
-  // kSegTiles row steps are issued per computed tile. 32 KiB at D = 64 (three
-  // blocks per SM still fit), 16 KiB at D = 128 (two).
-  static constexpr int kSegTiles = kWgmma ? (kHeadDim == 64 ? 8 : 4) : 0;
-  static constexpr int kSegBytes = kBr * kSegTiles * kBc;
-  static constexpr int kSpreadSteps = 2;
-  // Blocks per SM the registers allow (the streamed scan's buffer must not cost one).
-  static constexpr int kRegisterBlocksPerSm = kWgmma ? (kHeadDim == 64 ? 3 : 2) : 1;
   static_assert(kBr == 16 * kMTiles * kWarps, "the warps split the rows");
   static_assert(!kWgmma || (kSubTiles == 1 && kWarps == 4), "wgmma: one warpgroup, all 64 keys at once");
-  static_assert(kSegTiles == 0 || (kSpreadSteps >= 1 && kSegTiles % kSpreadSteps == 0 && kRegisterBlocksPerSm >= 1),
-                "the streamed scan issues a segment in whole spread steps");
 };
 static_assert(DmaConfig<32>::kTileBytes == 25600 && DmaConfig<64>::kTileBytes == 46080 &&
                   DmaConfig<96>::kTileBytes == 66560 && DmaConfig<128>::kTileBytes == 87040 &&
@@ -152,8 +139,6 @@ static_assert(DmaConfig<32>::kTileBytes == 25600 && DmaConfig<64>::kTileBytes ==
               "header: shared memory per head dim");
 static_assert(DmaConfig<64, true>::kTileBytes == 41984 && DmaConfig<128, true>::kTileBytes == 82944,
               "header: shared memory per head dim, wgmma");
-static_assert(DmaConfig<64, true>::kSegBytes == 32768 && DmaConfig<128, true>::kSegBytes == 16384,
-              "header: the streamed scan's segment buffer");
 
 // Bytes after the tiles: the active-tile list (uint16) and the bitmap.
 __host__ __device__ inline int dma_list_bytes(int n_tiles) { return ((n_tiles * 2 + 15) / 16) * 16; }
@@ -223,20 +208,13 @@ __device__ __forceinline__ void zero_fill(void* dst, size_t bytes) {
   }
 }
 
-// How a forward block learns its active tiles (the kernel's scan_mode).
-enum DmaKernelScan : int {
-  kScanFromSummary = 0,  // the pre-pass's bits (DmaMaskScan::kPrepass, kPipelined)
-  kScanWords = 1,        // DmaMaskScan::kInKernel: its own rows, every word before the first tile
-  kScanStreamed = 2,     // DmaMaskScan::kStreamed: its own rows, a segment ahead of the compute
-};
-
 template <typename Cfg, typename T>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
 dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
                    float* __restrict__ lse, const DynamicMaskProblem p, const MaskSummary summary,
                    unsigned long long* counters, float* __restrict__ partials, int splits,
                    const __grid_constant__ CUtensorMap tma_k, const __grid_constant__ CUtensorMap tma_v, bool use_tma,
-                   int scan_mode, int m_first) {
+                   bool scan_in_kernel, int m_first) {
   constexpr int D = Cfg::kHeadDim, Br = Cfg::kBr, Bc = Cfg::kBc, kStride = Cfg::kRowStride;
   // Launched overlapped with the mask pre-pass (sm_90): nothing may be read
   // or written before that grid, or whatever ran before, has completed. The
@@ -284,189 +262,64 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
   }
   T* sK = sQ + Br * kStride;
   T* sV = sK + 2 * Bc * kStride;
-  // The streamed scan's segment buffer (kSegBytes, only in that mode), then
-  // the active-tile list and the two bitmaps.
-  const bool streamed_scan = Cfg::kSegTiles > 0 && scan_mode == kScanStreamed;
-  uint8_t* seg_buf = smem_raw + Cfg::kTileBytes;
-  const int list_offset = Cfg::kTileBytes + (streamed_scan ? Cfg::kSegBytes : 0);
-  uint16_t* active = reinterpret_cast<uint16_t*>(smem_raw + list_offset);
+  uint16_t* active = reinterpret_cast<uint16_t*>(smem_raw + Cfg::kTileBytes);
   const int max_tiles = (p.Nk + Bc - 1) / Bc;
-  uint32_t* bitmap = reinterpret_cast<uint32_t*>(smem_raw + list_offset + dma_list_bytes(max_tiles));
+  uint32_t* bitmap = reinterpret_cast<uint32_t*>(smem_raw + Cfg::kTileBytes + dma_list_bytes(max_tiles));
   uint32_t* full_bitmap = bitmap + dma_bitmap_words(max_tiles);  // tiles whose mask is all ones
   __shared__ int n_active_shared;
 
   // ---- 1. which KV tiles does any row of this block see? ----------------------
-  // Appends the active tiles in [first_tile, tile_end) of the bitmap to the
-  // list after its first n_listed entries (warp 0, in tile order: ascending,
-  // deterministic); returns the new length, the same in every thread.
-  auto compact = [&](int first_tile, int n_listed) {
-    __syncthreads();  // the bitmap is complete
-    if (warp == 0) {
-      int base = n_listed;
-      for (int w = first_tile / 32; w < dma_bitmap_words(tile_end); ++w) {
-        const int lo = max(0, first_tile - 32 * w), hi = min(32, tile_end - 32 * w);
-        const uint32_t range = (hi == 32 ? ~0u : (1u << hi) - 1u) & ~((1u << lo) - 1u);
-        const uint32_t bits = bitmap[w] & range;
+  // The mask pre-pass's bits of this query tile, restricted to [tile_begin, tile_end).
+  int n_active = tile_end - tile_begin;
+  if (p.mask.data != nullptr) {
+    // Bits of [tile_begin, tile_end) only: a word may hold tiles of the split
+    // before or after this one.
+    auto in_range = [&](int w) {
+      const int lo = max(0, tile_begin - 32 * w), hi = min(32, tile_end - 32 * w);
+      return hi <= lo ? 0u : (hi == 32 ? ~0u : (1u << hi) - 1u) & ~((1u << lo) - 1u);
+    };
+    if (scan_in_kernel) {
+      // Read this query tile's rows of the mask here (dmattn_mask_scan.cuh):
+      // warp w takes rows w, w + 4, ...; kScanRowBatch x 4 loads of 16 bytes
+      // per lane in flight. Words are OR-ed / AND-ed across the warps.
+      for (int w = threadIdx.x; w < dma_bitmap_words(tile_end); w += Cfg::kThreads) {
+        bitmap[w] = 0u;
+        full_bitmap[w] = ~0u;
+      }
+      __syncthreads();
+      const mask_scan::TileRows rows = mask_scan::tile_rows(p, p.mask.b == 1 ? 0 : b,
+                                                            p.mask.h == 1 ? 0 : h / p.mask.head_group, m_block);
+      const int key_end = min(rows.key_end, tile_end * Bc);
+      mask_scan::scan_words<Cfg::kWarps, Cfg::kScanRowBatch>(rows.row0, p.mask.stride_q, rows.rows, p.Nk, key_end,
+                                                             tile_begin / 32, mask_scan::mask_vector_loads(p), bitmap,
+                                                             full_bitmap);
+      __syncthreads();
+      for (int w = threadIdx.x; w < dma_bitmap_words(tile_end); w += Cfg::kThreads) bitmap[w] &= in_range(w);
+    } else {
+      const int64_t srow = summary.row(p, b, h, m_block);
+      for (int w = threadIdx.x; w < dma_bitmap_words(tile_end); w += Cfg::kThreads) {
+        const uint32_t range = in_range(w);
+        bitmap[w] = range != 0u ? __ldg(summary.any + srow + w) & range : 0u;
+        full_bitmap[w] = range != 0u ? __ldg(summary.all + srow + w) : 0u;
+      }
+    }
+    __syncthreads();
+    if (warp == 0) {  // compaction in tile order: deterministic, ascending
+      int base = 0;
+      for (int w = tile_begin / 32; w < dma_bitmap_words(tile_end); ++w) {
+        const uint32_t bits = bitmap[w];
         if (bits >> lane & 1u) active[base + __popc(bits & ((1u << lane) - 1u))] = uint16_t(w * 32 + lane);
         base += __popc(bits);
       }
       if (lane == 0) n_active_shared = base;
     }
     __syncthreads();
-    return n_active_shared;
-  };
-  // The in-kernel scans: this query tile's rows of the mask, keys before key_end.
-  mask_scan::TileRows scan_rows{nullptr, 0, 0};
-  int key_end = 0;
-  // Reads the rows over the words from first_tile's (dmattn_mask_scan.cuh:
-  // warp w takes rows w, w + 4, ...; kScanRowBatch x 4 loads of 16 bytes per
-  // lane in flight; words OR-ed / AND-ed into the bitmaps across the warps)
-  // and lists the active tiles from first_tile on.
-  auto scan_words_from = [&](int first_tile, int n_listed) {
-    mask_scan::scan_words<Cfg::kWarps, Cfg::kScanRowBatch>(scan_rows.row0, p.mask.stride_q, scan_rows.rows, p.Nk,
-                                                           key_end, first_tile / 32, mask_scan::mask_vector_loads(p),
-                                                           bitmap, full_bitmap);
-    return compact(first_tile, n_listed);
-  };
-  // The streamed scan (kScanStreamed). A segment is kSegTiles key tiles of
-  // the 64 rows; the thread owns 32 bytes (two 16-byte pieces) of one tile,
-  // column pair seg_cp, in rows seg_rg + kSegRowGroups·j, j = 0 .. kSegTiles - 1
-  // (its "row steps"); the buffer holds the segment row after row. Tiles at or
-  // past scan_end_tile (the causal end, the split's end) are not read.
-  constexpr int kSeg = Cfg::kSegTiles > 0 ? Cfg::kSegTiles : 1;
-  constexpr int kSegPairs = 2 * kSeg, kSegRowGroups = Cfg::kThreads / kSegPairs, kSegRowBytes = kSeg * Bc;
-  static_assert(kSegRowGroups * kSeg == Br && 32 % kSegPairs == 0, "a segment's pieces: two per thread per row step");
-  const int seg_cp = threadIdx.x % kSegPairs, seg_rg = threadIdx.x / kSegPairs;
-  int scan_end_tile = tile_end;
-  // Copies row steps [j0, j1) of the segment at seg_tile0 (cp.async; the
-  // caller commits). Pieces past Nk are cut short (zeros after Nk), pieces not
-  // read are zero-filled without a global read.
-  auto seg_issue = [&](int seg_tile0, int j0, int j1) {
-    const int tile = seg_tile0 + seg_cp / 2, key = tile * Bc + (seg_cp % 2) * 32;
-    const bool needed = tile < scan_end_tile;
-#pragma unroll 1
-    for (int j = j0; j < j1; ++j) {
-      const int r = seg_rg + kSegRowGroups * j;
-      const bool read = needed && r < scan_rows.rows;
-      uint8_t* dst = seg_buf + r * kSegRowBytes + seg_cp * 32;
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int bytes = read ? max(0, min(16, p.Nk - key - 16 * e)) : 0;
-        cp_async_16_bytes(dst + 16 * e, bytes > 0 ? scan_rows.row0 + int64_t(r) * p.mask.stride_q + key + 16 * e
-                                                  : scan_rows.row0, bytes);
-      }
-    }
-  };
-  // After every copy of the segment has landed (cp_async_wait<0>): its tiles'
-  // bits into the bitmaps, its active tiles appended to the list; returns the
-  // new length (uniform).
-  auto seg_finish = [&](int seg_tile0, int n_listed) {
-    const int tile = seg_tile0 + seg_cp / 2, key = tile * Bc + (seg_cp % 2) * 32;
-    const bool needed = tile < scan_end_tile;
-    uint32_t ored = 0u, zeros = 0u;  // OR of the bytes (any), has-zero-byte tests (not all)
-    if (needed) {
-#pragma unroll 1
-      for (int j = 0; j < kSeg; ++j) {
-        const int r = seg_rg + kSegRowGroups * j;
-        if (r >= scan_rows.rows) break;
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int valid = p.Nk - key - 16 * e;  // bytes before Nk
-          if (valid <= 0) continue;
-          uint4 v = *reinterpret_cast<const uint4*>(seg_buf + r * kSegRowBytes + seg_cp * 32 + 16 * e);
-          ored |= v.x | v.y | v.z | v.w;
-          if (valid < 16) {  // bytes past Nk (zeros) count as ones for "all"
-            uint32_t* w = &v.x;
-#pragma unroll
-            for (int q4 = 0; q4 < 4; ++q4) {
-              const int b = valid - 4 * q4;
-              const uint32_t keep = b >= 4 ? ~0u : (b <= 0 ? 0u : (1u << (8 * b)) - 1u);
-              w[q4] |= 0x01010101u & ~keep;
-            }
-          }
-          zeros |= mask_scan::zero_byte(v.x) | mask_scan::zero_byte(v.y) | mask_scan::zero_byte(v.z) |
-                   mask_scan::zero_byte(v.w);
-        }
-      }
-    }
-    // The threads of one tile: lanes seg_cp + kSegPairs·n of each warp, and
-    // the tile's two column pairs (neighbouring lanes); then across the warps.
-#pragma unroll
-    for (int off = kSegPairs; off < 32; off *= 2) {
-      ored |= __shfl_xor_sync(0xffffffffu, ored, off);
-      zeros |= __shfl_xor_sync(0xffffffffu, zeros, off);
-    }
-    ored |= __shfl_xor_sync(0xffffffffu, ored, 1);
-    zeros |= __shfl_xor_sync(0xffffffffu, zeros, 1);
-    if (lane < kSegPairs && lane % 2 == 0 && needed) {
-      if (ored != 0u) atomicOr(&bitmap[tile / 32], 1u << (tile % 32));
-      if (zeros != 0u) atomicAnd(&full_bitmap[tile / 32], ~(1u << (tile % 32)));
-    }
-    return compact(seg_tile0, n_listed);
-  };
-  // Streamed-scan state: `streaming` (uniform) while mask is left to read;
-  // seg_next: the segment being read ahead, of which seg_steps row steps are
-  // issued.
-  bool streaming = false;
-  int seg_next = 0, seg_steps = 0;
-  // Finishes the segment read ahead (its remaining row steps, then the wait)
-  // and lists its tiles. (No fallback to scan_words_from in here: its call
-  // inside the tile loop spilled the wgmma core's registers, 161 -> 168 + 512
-  // bytes of spills at D = 64.)
-  auto seg_complete = [&](int n_listed) {
-    seg_issue(seg_next, seg_steps, kSeg);
-    cp_async_commit();
-    cp_async_wait<0>();
-    const int n = seg_finish(seg_next, n_listed);
-    seg_next += kSeg;
-    seg_steps = 0;
-    streaming = seg_next < scan_end_tile;
-    return n;
-  };
-
-  // The pre-pass's bits of this query tile, restricted to [tile_begin, tile_end).
-  int n_active = tile_end - tile_begin;
-  if (p.mask.data != nullptr) {
-    if (scan_mode != kScanFromSummary) {
-      for (int w = threadIdx.x; w < dma_bitmap_words(tile_end); w += Cfg::kThreads) {
-        bitmap[w] = 0u;
-        full_bitmap[w] = ~0u;
-      }
-      __syncthreads();
-      scan_rows = mask_scan::tile_rows(p, p.mask.b == 1 ? 0 : b, p.mask.h == 1 ? 0 : h / p.mask.head_group, m_block);
-      key_end = min(scan_rows.key_end, tile_end * Bc);
-      if (streamed_scan) {
-        // The first segment read at once (nothing to hide it behind). If all
-        // its tiles are active, the rest is read a segment ahead by the tile
-        // loop; else the mask is taken for a sparse one and the rest read
-        // word by word with every load in flight (one segment per round trip
-        // would be latency-bound where few tiles are computed in between).
-        scan_end_tile = min(tile_end, (key_end + Bc - 1) / Bc);
-        seg_next = tile_begin;
-        n_active = tile_begin < scan_end_tile ? seg_complete(0) : 0;
-        if (streaming && n_active < kSeg) {
-          streaming = false;
-          n_active = scan_words_from(seg_next, n_active);
-        }
-      } else {
-        n_active = scan_words_from(tile_begin, 0);
-      }
-    } else {
-      const int64_t srow = summary.row(p, b, h, m_block);
-      for (int w = threadIdx.x; w < dma_bitmap_words(tile_end); w += Cfg::kThreads) {
-        const bool any_tile = w >= tile_begin / 32;
-        bitmap[w] = any_tile ? __ldg(summary.any + srow + w) : 0u;
-        full_bitmap[w] = any_tile ? __ldg(summary.all + srow + w) : 0u;
-      }
-      n_active = compact(tile_begin, 0);
-    }
+    n_active = n_active_shared;
   }
-  auto count_tiles = [&](int n) {  // the harness's "tiles skipped" column
-    if (counters != nullptr && threadIdx.x == 0) {
-      atomicAdd(counters, (unsigned long long)n);
-      atomicAdd(counters + 1, (unsigned long long)(tile_end - tile_begin));
-    }
-  };
+  if (counters != nullptr && threadIdx.x == 0) {
+    atomicAdd(counters, (unsigned long long)n_active);
+    atomicAdd(counters + 1, (unsigned long long)(tile_end - tile_begin));
+  }
   // No active tile: every row of the block is fully masked — O = 0, LSE =
   // -inf (a split's partial likewise), written straight away with wide
   // stores; no Q load, no barrier setup, no epilogue. (A top-W mask at
@@ -474,7 +327,6 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
   // L = 32K, where every block is empty: 14.4 us for the kernel against 22.8
   // through the full epilogue; the whole call 0.146 against 0.155 ms.)
   if (n_active == 0) {
-    count_tiles(0);
     const int n_rows = min(Br, p.Nq - q_start);
     const int64_t rows_total = int64_t(p.B) * p.H * p.Nq;
     const int64_t first = (splits == 1 ? q_head : int64_t(split) * p.B * p.H + q_head) * p.Nq + q_start;
@@ -642,25 +494,10 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
       load_tile_async<Br, D, Sw128Blocks<Br>, Cfg::kThreads>(sQ, q + (q_head * p.Nq + q_start) * D, D, p.Nq - q_start);
       load_kv_wgmma(0, tile);  // Q joins K's group
     }
-    cp_async_commit();  // (the streamed scan's group of "iteration -1": empty)
-    // cp.async groups per iteration i: K_{i+1}, V_{i+1}, then the streamed
-    // scan's row steps M_i (empty groups where there is nothing to copy), so
-    // waiting for K_i, V_i leaves 4 groups in flight: M_{i-1}, K_{i+1},
-    // V_{i+1}, M_i — a segment's copies get two tiles' time before anyone waits.
     for (int i = 0; i < n_active; ++i) {
-      // Streamed scan: the list ends at this tile and more of the mask is
-      // unread — finish the segment read ahead and list its tiles (then, where
-      // it was not all active, the rest of the row word by word).
-      while (streaming && i + 1 >= n_active) n_active = seg_complete(n_active);
       const int next_tile = i + 1 < n_active ? tile_at(i + 1) : 0;
       if (i + 1 < n_active) load_kv_wgmma(i + 1, next_tile);
       else { cp_async_commit(); cp_async_commit(); }
-      if (streaming && seg_steps < kSeg) {  // the next row steps of the segment ahead
-        const int j1 = min(kSeg, seg_steps + Cfg::kSpreadSteps);
-        seg_issue(seg_next, seg_steps, j1);
-        seg_steps = j1;
-      }
-      cp_async_commit();
       const bool mask_full = is_full(tile);
       // Bias and mask pairs issued now: their round trips (the mask's from
       // DRAM: it is read once) overlap the wait for K and V instead of
@@ -671,7 +508,7 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
       uint32_t bias_bits[2][Cfg::kTilesS], mask_bits[2][Cfg::kTilesS];
       load_bias(bias_bits, tile * Bc);
       if (!mask_full) load_mask(mask_bits, tile * Bc);
-      cp_async_wait<4>();          // K_i, V_i (and Q) have landed
+      cp_async_wait<2>();          // K_i, V_i (and Q) have landed
       if (use_tma) mbarrier_wait(&kv_full[i % 2], (i / 2) & 1);  // TMA: K_i, V_i
       fence_proxy_async_shared();  // cp.async wrote Q (and K, V): wgmma reads through the async proxy
       __syncthreads();
@@ -757,7 +594,6 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
     }
   }
 
-  count_tiles(n_active);
   if (splits == 1) {
     store_output<T>(O, stats, dp, q_head, row0, /*col0=*/0, t, /*write_lse=*/true, o, lse);
     return;
@@ -838,28 +674,9 @@ dma_combine_kernel(const float* __restrict__ partials, T* __restrict__ o, float*
 #define DMA_HEAD_DIMS 32, 64, 96, 128, 192, 256
 #define DMA_WGMMA_HEAD_DIMS 64, 128  // (D = 256: S, P and O of 64 keys exceed 255 registers by a few)
 
-// (seg_bytes: the streamed scan's segment buffer, between the tiles and the list)
-size_t dma_smem_bytes(int tile_bytes, int Nk, int seg_bytes = 0) {
+size_t dma_smem_bytes(int tile_bytes, int Nk) {
   const int n_tiles = (Nk + kDmaBc - 1) / kDmaBc;
-  return size_t(tile_bytes) + size_t(seg_bytes) + dma_list_bytes(n_tiles) + 2 * 4 * size_t(dma_bitmap_words(n_tiles));
-}
-
-// Whether the streamed scan's segment buffer fits without costing a block
-// per SM: the blocks the registers allow must still fit the shared memory
-// (1 KiB of it reserved per block).
-template <typename Cfg>
-bool dma_streamed_scan_fits(int Nk) {
-  static int per_sm = -1, optin = 0;
-  if (per_sm < 0) {
-    int device = 0;
-    per_sm = 0;
-    if (cudaGetDevice(&device) == cudaSuccess) {
-      cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
-      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-    }
-  }
-  const size_t need = dma_smem_bytes(Cfg::kTileBytes, Nk, Cfg::kSegBytes);
-  return Cfg::kSegTiles > 0 && need <= size_t(optin) && size_t(per_sm) / (need + 1024) >= Cfg::kRegisterBlocksPerSm;
+  return size_t(tile_bytes) + dma_list_bytes(n_tiles) + 2 * 4 * size_t(dma_bitmap_words(n_tiles));
 }
 
 std::string operand_unsupported(const char* what, const BroadcastOperand& x, const DynamicMaskProblem& p) {
@@ -952,20 +769,10 @@ std::string dma_forward_core_name(const DynamicMaskProblem& p, DmaCore requested
   return wgmma ? "wgmma" : "mma";
 }
 
-std::string dma_forward_mask_scan_name(const DynamicMaskProblem& p, DmaMaskScan requested, int splits,
-                                       DmaCore core) {
+std::string dma_forward_mask_scan_name(const DynamicMaskProblem& p, DmaMaskScan requested, int splits) {
   if (p.mask.data == nullptr) return "none";
   if (requested == DmaMaskScan::kPrepass) return "prepass";
   if (requested == DmaMaskScan::kInKernel) return "in-kernel";
-  if (requested == DmaMaskScan::kStreamed) {
-    // The wgmma core, a mask with rows per query and 16-byte aligned rows
-    // (cp.async pieces), and the segment buffer costing no block per SM.
-    bool fits = false;
-    if (p.mask.q > 1 && mask_scan::mask_vector_loads(p) && dma_forward_core_name(p, core).rfind("wgmma", 0) == 0)
-      dispatch_head_dim<DMA_WGMMA_HEAD_DIMS>(
-          p.D, [&](auto d) { fits = dma_streamed_scan_fits<DmaConfig<decltype(d)::value, true>>(p.Nk); });
-    return fits ? "streamed" : "in-kernel";
-  }
   if (requested == DmaMaskScan::kPipelined) return splits == 1 && p.mask.q > 1 ? "pipelined" : "prepass";
   // How many forward blocks would read each mask byte in-kernel: one per
   // query head, batch and (for a query-broadcast mask) query tile it serves.
@@ -989,7 +796,7 @@ std::string dma_forward_mask_scan_name(const DynamicMaskProblem& p, DmaMaskScan 
 }
 
 const uint32_t* dma_forward_mask_summary(const DynamicMaskProblem& p, const DmaForwardArgs& a) {
-  const std::string scan = dma_forward_mask_scan_name(p, a.mask_scan, dma_resolve_splits(p, a.splits), a.core);
+  const std::string scan = dma_forward_mask_scan_name(p, a.mask_scan, dma_resolve_splits(p, a.splits));
   // The summary is the workspace's first part (dma_forward_workspace_bytes).
   return scan == "prepass" || scan == "pipelined" ? reinterpret_cast<const uint32_t*>(a.workspace) : nullptr;
 }
@@ -1071,9 +878,8 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
   if (need > 0 && (a.workspace == nullptr || a.workspace_bytes < need)) return cudaErrorInvalidValue;
   const std::string core = dma_forward_core_name(p, a.core);
   if (core.empty()) return cudaErrorInvalidValue;
-  const std::string scan = dma_forward_mask_scan_name(p, a.mask_scan, splits, a.core);
-  const bool scan_in_kernel = scan == "in-kernel" || scan == "streamed";
-  const int scan_mode = scan == "streamed" ? kScanStreamed : scan == "in-kernel" ? kScanWords : kScanFromSummary;
+  const std::string scan = dma_forward_mask_scan_name(p, a.mask_scan, splits);
+  const bool scan_in_kernel = scan == "in-kernel";
   uint32_t* summary_storage = reinterpret_cast<uint32_t*>(a.workspace);
   PrepassPipeline* pipeline = scan == "pipelined" ? prepass_pipeline() : nullptr;
   MaskSummary summary;
@@ -1098,7 +904,7 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
       if constexpr (Cfg::kWgmma)
         use_tma = core == "wgmma" && encode_head_tiles<Cfg::kBc>(&tma_k, a.k, p.dtype, int64_t(p.B) * p.Hkv, p.Nk, p.D) &&
                   encode_head_tiles<Cfg::kBc>(&tma_v, a.v, p.dtype, int64_t(p.B) * p.Hkv, p.Nk, p.D);
-      const int smem = int(dma_smem_bytes(Cfg::kTileBytes, p.Nk, scan_mode == kScanStreamed ? Cfg::kSegBytes : 0));
+      const int smem = int(dma_smem_bytes(Cfg::kTileBytes, p.Nk));
       if (pipeline != nullptr) {
         // Side stream c, after everything before on the caller's stream:
         // pre-pass of chunk c's query tiles, then their forward; the caller's
@@ -1120,8 +926,8 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
           if (e == cudaSuccess) {
             kernel<<<chunk_grid, Cfg::kThreads, smem, side>>>(
                 static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
-                static_cast<T*>(a.o), a.lse, p, summary, a.tile_counters, partials, 1, tma_k, tma_v, use_tma,
-                int(kScanFromSummary), bounds[c]);
+                static_cast<T*>(a.o), a.lse, p, summary, a.tile_counters, partials, 1, tma_k, tma_v, use_tma, false,
+                bounds[c]);
             e = cudaGetLastError();
           }
           // Recorded even after an error, so that the join below covers
@@ -1140,7 +946,7 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
                                                   static_cast<const T*>(a.q), static_cast<const T*>(a.k),
                                                   static_cast<const T*>(a.v), static_cast<T*>(a.o), a.lse, p, summary,
                                                   a.tile_counters, partials, splits, tma_k, tma_v, use_tma,
-                                                  scan_mode, 0);
+                                                  scan_in_kernel, 0);
       if (e == cudaSuccess && splits > 1) {
         const int64_t rows = int64_t(p.B) * p.H * p.Nq;
         const bool many = splits > 16;

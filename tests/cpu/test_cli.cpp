@@ -117,7 +117,7 @@ TEST_CASE(cli_dynamic_mask_flags) {
   EXPECT_TRUE(parse({"--dma-mask-scan", "in-kernel"}).options.dma_mask_scan == "in-kernel" &&
               parse({"--dma-mask-scan", "prepass"}).options.dynamic_mask());
   EXPECT_CONTAINS(parse({"--dma-mask-scan", "fused"}).error,
-                  "--dma-mask-scan must be auto, prepass, in-kernel, streamed or pipelined, got 'fused'");
+                  "--dma-mask-scan must be auto, prepass, in-kernel or pipelined, got 'fused'");
   EXPECT_TRUE(parse({"--dma-mask-scan", "pipelined"}).options.dma_mask_scan == "pipelined");
   EXPECT_EQ(parse({"--dma-prepass-chunks", "4"}).options.dma_prepass_chunks, 4);
   EXPECT_TRUE(parse({"--dma-prepass-chunks", "4"}).options.dynamic_mask());

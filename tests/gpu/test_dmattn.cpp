@@ -62,7 +62,6 @@ struct Case {
     if (mask_scan == DmaMaskScan::kPrepass) s += " scan=prepass";
     if (mask_scan == DmaMaskScan::kInKernel) s += " scan=in-kernel";
     if (mask_scan == DmaMaskScan::kPipelined) s += " scan=pipelined(3)";
-    if (mask_scan == DmaMaskScan::kStreamed) s += " scan=streamed";
     if (keep != 0.4) s += " keep=" + std::to_string(keep).substr(0, 6);
     if (band_from != 0) s += " band from " + std::to_string(band_from);
     return s;
@@ -170,9 +169,6 @@ void run_case(const Case& c, uint64_t seed, bool corrupt = false) {
   a.core = c.core;
   a.mask_scan = c.mask_scan;
   a.prepass_chunks = 3;  // pipelined: three chunks (an odd count, a middle chunk), as many as there are query tiles
-  // A streamed case on the wgmma core must run as such (else it checks in-kernel twice).
-  if (c.mask_scan == DmaMaskScan::kStreamed && dma_forward_core_name(p, c.core).rfind("wgmma", 0) == 0)
-    record(dma_forward_mask_scan_name(p, c.mask_scan, a.splits, c.core) == "streamed", "runs streamed: " + c.name());
   float* d_ws = nullptr;
   if (dma_forward_workspace_bytes(p, a.splits) > 0) {  // the mask summary and/or the split partials
     a.workspace_bytes = dma_forward_workspace_bytes(p, a.splits);
@@ -278,29 +274,27 @@ int main() {
       tk.topk_window = 96;  // mask from the bias: top-96 keys per query, block-smoothed by 64
       cases.push_back(tk);
     }
-  // The streamed mask scan (wgmma core, rows of the mask 16-byte aligned:
-  // Nk % 16 == 0): all ones (every "all" bit set; a ragged last tile of 16
-  // keys), nearly all ones (some tiles with a zero: "any" but not "all"),
-  // dense up to a key then the sparse band (segments read ahead, then
-  // segments with inactive and empty tiles listed on demand), a random mask
-  // with the band from key 0 (the first segment not all active: the rest
-  // read word by word), split-KV (splits starting mid-segment), GQA and
-  // batch-broadcast masks.
+  // Masks whose rows are 16-byte aligned (Nk % 16 == 0), so that the mask
+  // scans take their vector loads (every size above has Nk % 16 != 0, where
+  // they read bytes): all ones (every "all" bit set; a ragged last tile of 16
+  // keys), nearly all ones (tiles with a zero: "any" but not "all"), dense up
+  // to a key then the sparse band, a random mask with the band from key 0,
+  // split-KV (splits starting mid-word), GQA and batch-broadcast masks; on
+  // the automatic scan, and below on the other one.
   for (int D : {64, 128})
     for (DType dt : {DType::kFloat16, DType::kBFloat16})
       for (bool causal : {false, true}) {
-        auto streamed = [&](Case c, double keep, int band_from, int splits = 1) {
+        auto aligned = [&](Case c, double keep, int band_from, int splits = 1) {
           c.keep = keep;
           c.band_from = band_from;
           c.splits = splits;
-          c.mask_scan = DmaMaskScan::kStreamed;
           cases.push_back(c);
         };
-        streamed(Case{1, 4, 2, 127, 1040, D, dt, causal, 0.f, true, true, 1, -1, 127, 1, -1, 1}, 1.0, 1040);
-        streamed(Case{2, 4, 2, 200, 2048, D, dt, causal, 0.f, true, true, 1, -1, 200, 1, -1, 1}, 0.9995, 1024);
-        streamed(Case{1, 2, 1, 300, 1536, D, dt, causal, 0.f, true, true, 1, 0, 300, 1, -1, 1}, 0.9, 600);
-        streamed(Case{1, 2, 2, 129, 1024, D, dt, causal, 0.f, true, true, 2, -1, 129, 1, 0, 1}, 0.4, 0);
-        streamed(Case{1, 4, 2, 17, 4096, D, dt, causal, 0.f, true, true, 1, -1, 17, 1, -1, 1}, 1.0, 2048, 3);
+        aligned(Case{1, 4, 2, 127, 1040, D, dt, causal, 0.f, true, true, 1, -1, 127, 1, -1, 1}, 1.0, 1040);
+        aligned(Case{2, 4, 2, 200, 2048, D, dt, causal, 0.f, true, true, 1, -1, 200, 1, -1, 1}, 0.9995, 1024);
+        aligned(Case{1, 2, 1, 300, 1536, D, dt, causal, 0.f, true, true, 1, 0, 300, 1, -1, 1}, 0.9, 600);
+        aligned(Case{2, 2, 2, 129, 1024, D, dt, causal, 0.f, true, true, 2, -1, 129, 1, 0, 1}, 0.4, 0);
+        aligned(Case{1, 4, 2, 17, 4096, D, dt, causal, 0.f, true, true, 1, -1, 17, 1, -1, 1}, 1.0, 2048, 3);
       }
   // Split-KV (decoding): every split count, including more splits than KV
   // tiles (empty splits), automatic, with and without a mask, causal, GQA.
@@ -340,10 +334,9 @@ int main() {
     static uint8_t any_byte;
     probe.mask.data = &any_byte;
     probe.mask.set_shape(c.mb, heads_of(c.mh, c), c.mq, c.Nk, c.H);
-    const std::string auto_scan =
-        dma_forward_mask_scan_name(probe, DmaMaskScan::kAuto, dma_resolve_splits(probe, c.splits));
-    if (c.mask_scan != DmaMaskScan::kAuto) continue;  // the cases that name their scan
-    c.mask_scan = auto_scan == "in-kernel" || auto_scan == "streamed" ? DmaMaskScan::kPrepass : DmaMaskScan::kInKernel;
+    const bool auto_in_kernel =
+        dma_forward_mask_scan_name(probe, DmaMaskScan::kAuto, dma_resolve_splits(probe, c.splits)) == "in-kernel";
+    c.mask_scan = auto_in_kernel ? DmaMaskScan::kPrepass : DmaMaskScan::kInKernel;
     cases.push_back(c);
     // And pipelined (pre-pass chunks, forward per chunk on side streams)
     // where it runs as such: one split, a mask with rows per query.
