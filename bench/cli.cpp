@@ -104,9 +104,6 @@ dynamic-mask attention (flash-dmattn semantics; any of these selects it):
                     into tile bits first), in-kernel (each block reads its rows),
                     pipelined (the pre-pass in chunks of query tiles, each
                     chunk's forward on a side stream as soon as its bits exist)
-  --dma-bias-per-score  the wgmma core adds a bias broadcast over queries per
-                    score after S = Q·Kᵀ (default: inside that MMA, one more
-                    k16 step; every other core and bias shape: per score)
   --dma-prepass-chunks N  pipelined: the pre-pass's chunks (0: automatic, 4;
                     at most 16)
   Rows: dmattn (ours; effective TFLOPS count unmasked pairs only; the share of
@@ -208,7 +205,6 @@ ParseResult parse_args(const std::vector<std::string>& args) {
     } else if (flag == "--window") int_flag(0, kMaxSeqLen, &o.window);
     else if (flag == "--block") int_flag(0, 65536, &o.block);
     else if (flag == "--bias") bool_flag(&o.bias);
-    else if (flag == "--dma-bias-per-score") bool_flag(&o.dma_bias_per_score);
     else if (flag == "--splits") int_flag(0, 1024, &o.splits);
     else if (flag == "--dma-core") {
       if (take_value()) {

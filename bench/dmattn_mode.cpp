@@ -191,7 +191,6 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
                   : opt.dma_mask_scan == "pipelined" ? DmaMaskScan::kPipelined
                                                      : DmaMaskScan::kAuto;
     a.prepass_chunks = opt.dma_prepass_chunks;
-    a.bias_in_mma = !opt.dma_bias_per_score;
     const std::string core = dma_forward_core_name(p, a.core);
     if (core.empty()) return fail("dmattn: --dma-core wgmma needs an sm_90 GPU, a build with sm_90a code and D in {64, 128}", 2);
     if (dma_forward_workspace_bytes(p, a.splits) > 0) {  // the mask summary and/or the split partials
@@ -213,9 +212,9 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
     if (scan == "pipelined") scan += " (" + std::to_string(dma_resolve_prepass_chunks(p, a.prepass_chunks)) + " chunks)";
     char note[260];
     std::snprintf(note, sizeof note,
-                  "tiles skipped %.1f%% (%llu of %.0f 64x64 tiles run; causal range %llu); splits %d; core %s; mask scan %s%s",
+                  "tiles skipped %.1f%% (%llu of %.0f 64x64 tiles run; causal range %llu); splits %d; core %s; mask scan %s",
                   100.0 * (1.0 - double(tiles[0]) / grid_tiles), tiles[0], grid_tiles, tiles[1], a.splits, core.c_str(),
-                  scan.c_str(), dma_forward_bias_in_mma(p, a) ? "; bias in the MMA" : "");
+                  scan.c_str());
     ours.note = note;
     ours.status = "unchecked";
     if (opt.check) {

@@ -58,17 +58,6 @@ __device__ __forceinline__ uint64_t make_sw128_desc(const void* smem, uint32_t l
   return desc;
 }
 
-// No-swizzle ("interleave") K-major operand: 8x8 core matrices of 8 rows x 16
-// bytes stored contiguously; LBO = bytes from a core matrix to the next along
-// K, SBO = from one 8-row group to the next (swizzle bits 62-63 = 0).
-__device__ __forceinline__ uint64_t make_noswizzle_desc(const void* smem, uint32_t lbo_bytes, uint32_t sbo_bytes) {
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  uint64_t desc = (addr & 0x3FFFFu) >> 4;
-  desc |= uint64_t((lbo_bytes >> 4) & 0x3FFFu) << 16;
-  desc |= uint64_t((sbo_bytes >> 4) & 0x3FFFu) << 32;
-  return desc;
-}
-
 // The descriptor `desc` with its start address moved `byte_offset` bytes on
 // (the start field counts 16-byte units and cannot overflow inside shared memory).
 __device__ __forceinline__ uint64_t advance_desc(uint64_t desc, uint32_t byte_offset) {

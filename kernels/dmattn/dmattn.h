@@ -146,11 +146,6 @@ struct DmaForwardArgs {
   // kDmaMaxPrepassChunks), cut so that each reads about the same share of
   // the mask.
   int prepass_chunks = 0;
-  // The wgmma core with a bias broadcast over the queries (flash-dmattn's
-  // (B, Hkv, 1, Nk)) adds it inside the S = Q·Kᵀ MMA, as one more k16 step
-  // (dmattn_fwd.cu); false: per score after the MMA, as every other core
-  // and shape does (the comparison, and its tests).
-  bool bias_in_mma = true;
 };
 
 // The split count `0 = automatic` resolves to: 1 when the query blocks already
@@ -166,10 +161,6 @@ size_t dma_forward_workspace_bytes(const DynamicMaskProblem& p, int splits);
 // pre-pass (mask scan "prepass" or "pipelined"; not "in-kernel" or "none").
 const uint32_t* dma_forward_mask_summary(const DynamicMaskProblem& p, const DmaForwardArgs& a);
 
-// Whether dma_forward adds the bias inside the S MMA (DmaForwardArgs::bias_in_mma
-// where it applies: the wgmma core, a bias broadcast over queries, 1/scale in
-// (1e-2, 3e4), 6 KiB more shared memory available).
-bool dma_forward_bias_in_mma(const DynamicMaskProblem& p, const DmaForwardArgs& a);
 // "" when the forward kernel runs this problem on the current device, else why not.
 std::string dma_forward_unsupported(const DynamicMaskProblem& p);
 cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cudaStream_t stream);

@@ -71,7 +71,6 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <cmath>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -140,16 +139,6 @@ static_assert(DmaConfig<32>::kTileBytes == 25600 && DmaConfig<64>::kTileBytes ==
               "header: shared memory per head dim");
 static_assert(DmaConfig<64, true>::kTileBytes == 41984 && DmaConfig<128, true>::kTileBytes == 82944,
               "header: shared memory per head dim, wgmma");
-
-// The bias-in-MMA operands of the wgmma core (DmaForwardArgs: a bias
-// broadcast over queries): A' [64 x 16] and two slots of B' [64 x 16], 16-bit,
-// each in wgmma's no-swizzle K-major layout — 8x8 "core matrices" of 8 rows x
-// 16 bytes, contiguous; the two core matrices of a row group along K
-// kBiasLbo bytes apart, row groups kBiasSbo apart (CUTLASS,
-// cute/arch/mma_sm90_desc.hpp: INTERLEAVE, ((8,m),(T,2)):((1T,SBO),(1,LBO))).
-constexpr int kBiasMmaElems = 64 * 16, kBiasMmaBytes = 3 * kBiasMmaElems * 2;
-constexpr uint32_t kBiasLbo = 128, kBiasSbo = 256;
-static_assert(kBiasLbo == 8 * 16 && kBiasSbo == 2 * kBiasLbo, "a row group: two 128-byte core matrices along K");
 
 // Bytes after the tiles: the active-tile list (uint16) and the bitmap.
 __host__ __device__ inline int dma_list_bytes(int n_tiles) { return ((n_tiles * 2 + 15) / 16) * 16; }
@@ -225,7 +214,7 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
                    float* __restrict__ lse, const DynamicMaskProblem p, const MaskSummary summary,
                    unsigned long long* counters, float* __restrict__ partials, int splits,
                    const __grid_constant__ CUtensorMap tma_k, const __grid_constant__ CUtensorMap tma_v, bool use_tma,
-                   bool scan_in_kernel, bool bias_in_mma, int m_first) {
+                   bool scan_in_kernel, int m_first) {
   constexpr int D = Cfg::kHeadDim, Br = Cfg::kBr, Bc = Cfg::kBc, kStride = Cfg::kRowStride;
   // Launched overlapped with the mask pre-pass (sm_90): nothing may be read
   // or written before that grid, or whatever ran before, has completed. The
@@ -273,13 +262,9 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
   }
   T* sK = sQ + Br * kStride;
   T* sV = sK + 2 * Bc * kStride;
-  // (wgmma core, bias_in_mma: the bias operands, kBiasMmaBytes, after the tiles)
-  T* sBiasA = reinterpret_cast<T*>(smem_raw + Cfg::kTileBytes);
-  T* sBiasB = sBiasA + kBiasMmaElems;
-  const int list_offset = Cfg::kTileBytes + (bias_in_mma ? kBiasMmaBytes : 0);
-  uint16_t* active = reinterpret_cast<uint16_t*>(smem_raw + list_offset);
+  uint16_t* active = reinterpret_cast<uint16_t*>(smem_raw + Cfg::kTileBytes);
   const int max_tiles = (p.Nk + Bc - 1) / Bc;
-  uint32_t* bitmap = reinterpret_cast<uint32_t*>(smem_raw + list_offset + dma_list_bytes(max_tiles));
+  uint32_t* bitmap = reinterpret_cast<uint32_t*>(smem_raw + Cfg::kTileBytes + dma_list_bytes(max_tiles));
   uint32_t* full_bitmap = bitmap + dma_bitmap_words(max_tiles);  // tiles whose mask is all ones
   __shared__ int n_active_shared;
 
@@ -378,9 +363,7 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
   const float softcap = p.softcap, inv_softcap = p.softcap > 0.f ? 1.f / p.softcap : 0.f;
   // Uniform facts about the operands: one row for all queries (broadcast), and
   // whether key pairs are aligned single loads (Nk even, aligned bases).
-  const bool has_mask = p.mask.data != nullptr;
-  // bias_in_mma: the bias is added by the S MMA (below), not per score here.
-  const bool has_bias = p.bias.data != nullptr && !bias_in_mma;
+  const bool has_bias = p.bias.data != nullptr, has_mask = p.mask.data != nullptr;
   const bool bias_one_row = p.bias.stride_q == 0, mask_one_row = p.mask.stride_q == 0;
   const bool bias_pairs = p.Nk % 2 == 0 && (reinterpret_cast<uintptr_t>(p.bias.data) & 3) == 0;
   const bool mask_pairs = p.Nk % 2 == 0 && (reinterpret_cast<uintptr_t>(p.mask.data) & 1) == 0;
@@ -396,7 +379,7 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
   const uint8_t* mask_rows[2] = {nullptr, nullptr};
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    if (p.bias.data != nullptr) bias_rows[r] = static_cast<const uint16_t*>(p.bias.data) + p.bias.row_offset(b, h, rows[r]);
+    if (has_bias) bias_rows[r] = static_cast<const uint16_t*>(p.bias.data) + p.bias.row_offset(b, h, rows[r]);
     if (has_mask) mask_rows[r] = static_cast<const uint8_t*>(p.mask.data) + p.mask.row_offset(b, h, rows[r]);
   }
 
@@ -511,44 +494,10 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
       load_tile_async<Br, D, Sw128Blocks<Br>, Cfg::kThreads>(sQ, q + (q_head * p.Nq + q_start) * D, D, p.Nq - q_start);
       load_kv_wgmma(0, tile);  // Q joins K's group
     }
-    // The bias as one more k16 step of S = Q·Kᵀ (bias_in_mma: a bias
-    // broadcast over the queries): A' [64 rows x 16] = (c_hi, c_lo, 0, ...) in
-    // every row, B' [64 keys x 16] = (bias_k, bias_k, 0, ...), so S gains
-    // bias_k · (c_hi + c_lo) = bias_k / scale to fp32 accuracy (c = 1/scale
-    // split into two 16-bit parts), and the softmax's scale makes it
-    // scale·Q·Kᵀ + bias — one wgmma instead of a load, an unpack and an FMA
-    // per score. Both operands no-swizzle K-major (bias_operand_offset); B'
-    // has a slot per K/V slot, written by threads 0-63 a tile ahead.
-    auto bias_operand_offset = [](int row, int col) {  // in elements
-      return (row / 8) * int(kBiasSbo / 2) + (col / 8) * int(kBiasLbo / 2) + (row % 8) * 8 + col % 8;
-    };
-    uint32_t bias_next = 0u;  // thread < 64: (bias, bias) of key `threadIdx.x` of the next tile
-    auto bias_pair = [&](int tile_index) -> uint32_t {
-      const int key = tile_index * Bc + int(threadIdx.x);
-      const uint32_t v = key < p.Nk ? uint32_t(__ldg(bias_rows[0] + key)) : 0u;  // keys past Nk: masked anyway
-      return v | v << 16;
-    };
-    auto store_bias_pair = [&](int slot, uint32_t pair) {
-      *reinterpret_cast<uint32_t*>(sBiasB + slot * kBiasMmaElems + bias_operand_offset(int(threadIdx.x), 0)) = pair;
-    };
-    if (bias_in_mma && n_active > 0) {
-      for (int e = threadIdx.x; e < 3 * kBiasMmaElems / 2; e += Cfg::kThreads)
-        reinterpret_cast<uint32_t*>(sBiasA)[e] = 0u;
-      __syncthreads();
-      const float c = 1.f / p.scale;
-      const T c_hi = T(c), c_lo = T(c - float(c_hi));  // round to nearest
-      if (threadIdx.x < Bc) {
-        sBiasA[bias_operand_offset(int(threadIdx.x), 0)] = c_hi;
-        sBiasA[bias_operand_offset(int(threadIdx.x), 1)] = c_lo;
-        store_bias_pair(0, bias_pair(tile));
-      }
-      // (visible to wgmma through the fence and barrier at the loop's top)
-    }
     for (int i = 0; i < n_active; ++i) {
       const int next_tile = i + 1 < n_active ? tile_at(i + 1) : 0;
       if (i + 1 < n_active) load_kv_wgmma(i + 1, next_tile);
       else { cp_async_commit(); cp_async_commit(); }
-      if (bias_in_mma && threadIdx.x < Bc && i + 1 < n_active) bias_next = bias_pair(next_tile);
       const bool mask_full = is_full(tile);
       // Bias and mask pairs issued now: their round trips (the mask's from
       // DRAM: it is read once) overlap the wait for K and V instead of
@@ -571,15 +520,9 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
       for (int kk = 0; kk < D / 16; ++kk)  // k-step kk: 64-column block kk/4, 32 bytes on inside it
         wgmma_ss<T, Bc>(S, make_sw128_desc(sQ + (kk / 4) * Br * 64 + (kk % 4) * 16, 0, 1024),
                         make_sw128_desc(sKi + (kk / 4) * Bc * 64 + (kk % 4) * 16, 0, 1024), kk > 0);
-      if (bias_in_mma)  // uniform: S += A'·B'ᵀ, the bias / scale
-        wgmma_ss<T, Bc>(S, make_noswizzle_desc(sBiasA, kBiasLbo, kBiasSbo),
-                        make_noswizzle_desc(sBiasB + (i % 2) * kBiasMmaElems, kBiasLbo, kBiasSbo), 1);
       wgmma_commit();
       wgmma_wait<0>();
       fence_accumulators(S);
-      // The next tile's bias into the other slot (its last reader, tile i - 1's
-      // S, has completed: the barrier at the end of that iteration).
-      if (bias_in_mma && threadIdx.x < Bc && i + 1 < n_active) store_bias_pair((i + 1) % 2, bias_next);
 
       logits(S, bias_bits, tile * Bc, mask_full, [&](uint32_t (&bits)[2][Cfg::kTilesS]) {
 #pragma unroll
@@ -852,17 +795,6 @@ std::string dma_forward_mask_scan_name(const DynamicMaskProblem& p, DmaMaskScan 
   return readers <= 2 && splits == 1 && p.mask.q > 1 ? "pipelined" : "prepass";
 }
 
-bool dma_forward_bias_in_mma(const DynamicMaskProblem& p, const DmaForwardArgs& a) {
-  if (!a.bias_in_mma || p.bias.data == nullptr || p.bias.stride_q != 0) return false;
-  if (dma_forward_core_name(p, a.core).rfind("wgmma", 0) != 0) return false;
-  const float c = std::fabs(1.f / p.scale);  // the A' operand: 1/scale in two 16-bit parts
-  if (!(c > 1e-2f && c < 3e4f)) return false;
-  int tile_bytes = 0;
-  dispatch_head_dim<DMA_WGMMA_HEAD_DIMS>(p.D, [&](auto d) { tile_bytes = DmaConfig<decltype(d)::value, true>::kTileBytes; });
-  const size_t limit = device_smem_optin_bytes();
-  return limit == 0 || dma_smem_bytes(tile_bytes + kBiasMmaBytes, p.Nk) <= limit;
-}
-
 const uint32_t* dma_forward_mask_summary(const DynamicMaskProblem& p, const DmaForwardArgs& a) {
   const std::string scan = dma_forward_mask_scan_name(p, a.mask_scan, dma_resolve_splits(p, a.splits));
   // The summary is the workspace's first part (dma_forward_workspace_bytes).
@@ -972,8 +904,7 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
       if constexpr (Cfg::kWgmma)
         use_tma = core == "wgmma" && encode_head_tiles<Cfg::kBc>(&tma_k, a.k, p.dtype, int64_t(p.B) * p.Hkv, p.Nk, p.D) &&
                   encode_head_tiles<Cfg::kBc>(&tma_v, a.v, p.dtype, int64_t(p.B) * p.Hkv, p.Nk, p.D);
-      const bool bias_in_mma = Cfg::kWgmma && dma_forward_bias_in_mma(p, a);
-      const int smem = int(dma_smem_bytes(Cfg::kTileBytes + (bias_in_mma ? kBiasMmaBytes : 0), p.Nk));
+      const int smem = int(dma_smem_bytes(Cfg::kTileBytes, p.Nk));
       if (pipeline != nullptr) {
         // Side stream c, after everything before on the caller's stream:
         // pre-pass of chunk c's query tiles, then their forward; the caller's
@@ -996,7 +927,7 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
             kernel<<<chunk_grid, Cfg::kThreads, smem, side>>>(
                 static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
                 static_cast<T*>(a.o), a.lse, p, summary, a.tile_counters, partials, 1, tma_k, tma_v, use_tma, false,
-                bias_in_mma, bounds[c]);
+                bounds[c]);
             e = cudaGetLastError();
           }
           // Recorded even after an error, so that the join below covers
@@ -1015,7 +946,7 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
                                                   static_cast<const T*>(a.q), static_cast<const T*>(a.k),
                                                   static_cast<const T*>(a.v), static_cast<T*>(a.o), a.lse, p, summary,
                                                   a.tile_counters, partials, splits, tma_k, tma_v, use_tma,
-                                                  scan_in_kernel, bias_in_mma, 0);
+                                                  scan_in_kernel, 0);
       if (e == cudaSuccess && splits > 1) {
         const int64_t rows = int64_t(p.B) * p.H * p.Nq;
         const bool many = splits > 16;

@@ -47,7 +47,6 @@ struct Case {
   int splits = 1;           // split-KV parts (0: automatic)
   DmaCore core = DmaCore::kAuto;  // the tensor-core path (auto: wgmma on sm_90 for D in {64, 128})
   DmaMaskScan mask_scan = DmaMaskScan::kAuto;  // where the forward reads the mask for its skip test
-  bool bias_per_score = false;  // wgmma core: a query-broadcast bias per score, not in the S MMA
   std::string name() const {
     char buf[256];
     std::snprintf(buf, sizeof buf, "B=%d H=%d Hkv=%d Nq=%d Nk=%d D=%d %s%s%s mask=%s bias=%s%s%s", B, H, Hkv, Nq,
@@ -63,7 +62,6 @@ struct Case {
     if (mask_scan == DmaMaskScan::kPrepass) s += " scan=prepass";
     if (mask_scan == DmaMaskScan::kInKernel) s += " scan=in-kernel";
     if (mask_scan == DmaMaskScan::kPipelined) s += " scan=pipelined(3)";
-    if (bias_per_score) s += " bias-per-score";
     if (keep != 0.4) s += " keep=" + std::to_string(keep).substr(0, 6);
     if (band_from != 0) s += " band from " + std::to_string(band_from);
     return s;
@@ -170,7 +168,6 @@ void run_case(const Case& c, uint64_t seed, bool corrupt = false) {
   a.splits = dma_resolve_splits(p, c.splits);
   a.core = c.core;
   a.mask_scan = c.mask_scan;
-  a.bias_in_mma = !c.bias_per_score;
   a.prepass_chunks = 3;  // pipelined: three chunks (an odd count, a middle chunk), as many as there are query tiles
   float* d_ws = nullptr;
   if (dma_forward_workspace_bytes(p, a.splits) > 0) {  // the mask summary and/or the split partials
@@ -323,11 +320,6 @@ int main() {
     cases.push_back(c);
     if (i % 3 == 0) {  // a third of them also with the wgmma core's cp.async copies
       c.core = DmaCore::kWgmmaCpAsync;
-      cases.push_back(c);
-    }
-    if (i % 3 == 1 && c.bias && c.bq == 1) {  // and a third with a query-broadcast bias per score, not in the MMA
-      c = cases[i];
-      c.bias_per_score = true;
       cases.push_back(c);
     }
   }
