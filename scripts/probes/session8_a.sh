@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Runs against commit 25d9ef6: --dma-mask-scan streamed was reverted with it.)
 # Session 8: the streamed in-kernel mask scan (DmaMaskScan::kStreamed) —
 # test_dmattn (its new streamed cases), memcheck and racecheck on a streamed
 # shape, then the call times it is for: the all-ones + bias forward at D=64
