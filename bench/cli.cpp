@@ -94,9 +94,11 @@ dynamic-mask attention (flash-dmattn semantics; any of these selects it):
   --splits N        split-KV parts per query block, merged by LSE (default 0 =
                     automatic: more than one only when the query blocks alone
                     would leave SMs idle, e.g. decoding with --Nq 1)
-  --dma-core C      the forward's tensor-core path: auto (default: wgmma on an
-                    sm_90 GPU for D in {64, 128}, else mma), mma, wgmma (K, V
-                    by TMA where aligned), wgmma-cp.async (K, V by cp.async)
+  --dma-core C      the forward's kernel: auto (default: gather for --Nq 1
+                    with a mask, else wgmma on an sm_90 GPU for D in {64, 128},
+                    else mma), mma, wgmma (K, V by TMA where aligned),
+                    wgmma-cp.async (K, V by cp.async), gather (decoding: the
+                    active keys' K and V rows only, not their 64-key tiles)
   --dma-mask-scan S where the forward reads the mask for its skip test: auto
                     (default: in-kernel when at most two blocks share a mask
                     byte and a block scans at most 16K keys, else pipelined
@@ -208,8 +210,9 @@ ParseResult parse_args(const std::vector<std::string>& args) {
     else if (flag == "--splits") int_flag(0, 1024, &o.splits);
     else if (flag == "--dma-core") {
       if (take_value()) {
-        if (value == "auto" || value == "mma" || value == "wgmma" || value == "wgmma-cp.async") o.dma_core = value;
-        else r.error = "--dma-core must be auto, mma, wgmma or wgmma-cp.async, got '" + value + "'";
+        if (value == "auto" || value == "mma" || value == "wgmma" || value == "wgmma-cp.async" || value == "gather")
+          o.dma_core = value;
+        else r.error = "--dma-core must be auto, mma, wgmma, wgmma-cp.async or gather, got '" + value + "'";
       }
     }
     else if (flag == "--dma-mask-scan") {

@@ -185,6 +185,7 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
     a.core = opt.dma_core == "mma"              ? DmaCore::kMma
              : opt.dma_core == "wgmma"          ? DmaCore::kWgmma
              : opt.dma_core == "wgmma-cp.async" ? DmaCore::kWgmmaCpAsync
+             : opt.dma_core == "gather"         ? DmaCore::kGather
                                                 : DmaCore::kAuto;
     a.mask_scan = opt.dma_mask_scan == "prepass"     ? DmaMaskScan::kPrepass
                   : opt.dma_mask_scan == "in-kernel" ? DmaMaskScan::kInKernel
@@ -192,7 +193,11 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
                                                      : DmaMaskScan::kAuto;
     a.prepass_chunks = opt.dma_prepass_chunks;
     const std::string core = dma_forward_core_name(p, a.core);
-    if (core.empty()) return fail("dmattn: --dma-core wgmma needs an sm_90 GPU, a build with sm_90a code and D in {64, 128}", 2);
+    if (core.empty())
+      return fail(a.core == DmaCore::kGather
+                      ? "dmattn: --dma-core gather needs one query row (--Nq 1) and a mask"
+                      : "dmattn: --dma-core wgmma needs an sm_90 GPU, a build with sm_90a code and D in {64, 128}",
+                  2);
     if (dma_forward_workspace_bytes(p, a.splits) > 0) {  // the mask summary and/or the split partials
       a.workspace_bytes = dma_forward_workspace_bytes(p, a.splits);
       if (std::string e2 = arena.alloc(a.workspace_bytes / sizeof(float), &a.workspace, "the forward workspace");
@@ -208,7 +213,7 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
     cudaMemcpy(tiles, counters, sizeof tiles, cudaMemcpyDeviceToHost);
     a.tile_counters = nullptr;  // counted once; the timed launches do not pay for the atomics
     const double grid_tiles = double(p.B) * p.H * ((p.Nq + kDmaBr - 1) / kDmaBr) * ((p.Nk + kDmaBc - 1) / kDmaBc);
-    std::string scan = dma_forward_mask_scan_name(p, a.mask_scan, a.splits);
+    std::string scan = dma_forward_mask_scan_name(p, a.mask_scan, a.splits, a.core);
     if (scan == "pipelined") scan += " (" + std::to_string(dma_resolve_prepass_chunks(p, a.prepass_chunks)) + " chunks)";
     char note[260];
     std::snprintf(note, sizeof note,

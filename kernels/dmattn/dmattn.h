@@ -82,10 +82,12 @@ ATTNLAB_HOST_DEVICE inline int dma_query_tile_order(int j, int n_m, bool zigzag)
 
 // kWgmma copies K and V by TMA where it can (16-byte aligned bases),
 // kWgmmaCpAsync always with cp.async (the comparison, and its tests).
-enum class DmaCore { kAuto = 0, kMma = 1, kWgmma = 2, kWgmmaCpAsync = 3 };
-// Which core dma_forward runs for this problem and request ("mma", "wgmma" or
-// "wgmma-cp.async"),
-// or "" where the request cannot run (kWgmma off Hopper or at another D).
+// kGather (automatic for Nq = 1 with a mask): decoding by key, not by tile —
+// a block lists its split's active keys and copies only their K and V rows.
+enum class DmaCore { kAuto = 0, kMma = 1, kWgmma = 2, kWgmmaCpAsync = 3, kGather = 4 };
+// Which core dma_forward runs for this problem and request ("mma", "wgmma",
+// "wgmma-cp.async" or "gather"), or "" where the request cannot run (kWgmma
+// off Hopper or at another D; kGather with Nq > 1 or without a mask).
 std::string dma_forward_core_name(const DynamicMaskProblem& p, DmaCore requested);
 
 // Where the forward reads the mask for its skip test. kPrepass: a pre-pass
@@ -105,8 +107,10 @@ std::string dma_forward_core_name(const DynamicMaskProblem& p, DmaCore requested
 // mask that is not broadcast over the queries (else it is the pre-pass).
 enum class DmaMaskScan { kAuto = 0, kPrepass = 1, kInKernel = 2, kPipelined = 3 };
 // "prepass", "in-kernel", "pipelined", or "none" without a mask, for `splits`
-// resolved split-KV parts (dma_resolve_splits).
-std::string dma_forward_mask_scan_name(const DynamicMaskProblem& p, DmaMaskScan requested, int splits = 1);
+// resolved split-KV parts (dma_resolve_splits) and the `core` requested (the
+// gather core always reads its own row: "in-kernel").
+std::string dma_forward_mask_scan_name(const DynamicMaskProblem& p, DmaMaskScan requested, int splits = 1,
+                                       DmaCore core = DmaCore::kAuto);
 // The chunk count a DmaForwardArgs::prepass_chunks of `requested` resolves to
 // for the pipelined pre-pass: `requested` (0: kDmaPrepassChunks) capped at
 // the query tiles. (L = 32K: 2 to 8 chunks measured alike, 0.157-0.159 ms.)

@@ -617,6 +617,208 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
   }
 }
 
+// ---- decoding: one query row, the active keys themselves ---------------------
+// With Nq = 1 a 64 x 64 tile holds one real row: the tile kernel above runs
+// its whole chain (K, V copy -> S -> softmax -> P·V) per active tile, ~5 µs
+// each on the H200, and a top-1024 row of 512K keys leaves ~8 scattered
+// active tiles in every split (session 6's ncu: the forward 40 µs of a 39-45
+// µs call). Here a block lists the split's active *keys* (its row of the
+// mask, kDecodeChunk keys per pass) and copies only their K and V rows, up to
+// kDecodeBatch keys per step into shared memory (cp.async, the next batch's
+// rows in flight while this one is computed): a sparse split is one round
+// trip. Scores on the CUDA cores — a warp per key, each lane D/32 elements
+// of q·k, a butterfly sum — then the online softmax per batch and O += p·V
+// with each thread owning D/128 (rounded up) output columns. The split-KV
+// partials and the combine are the tile kernel's. (The same gather appears
+// in FlashInfer's sparse decode kernels, which page K/V by index.)
+//   shared memory = 2 slots x 2 x kDecodeBatch x D x 2 (K, V) + kDecodeChunk x 2 (list) + scores
+//   D:  32 → 33600   64 → 49984   128 → 82752   256 → 148288 bytes
+constexpr int kDecodeBatch = 64, kDecodeChunk = 8192, kDecodeThreads = 128;
+template <int kHeadDim>
+constexpr int dma_decode_smem_bytes() {
+  return 2 * 2 * kDecodeBatch * kHeadDim * 2 + kDecodeChunk * 2 + 3 * kDecodeBatch * 4 + 16 * 4;
+}
+static_assert(dma_decode_smem_bytes<32>() == 33600 && dma_decode_smem_bytes<64>() == 49984 &&
+                  dma_decode_smem_bytes<128>() == 82752 && dma_decode_smem_bytes<256>() == 148288,
+              "header: decode shared memory per head dim");
+
+template <int kHeadDim, typename T>
+__global__ void __launch_bounds__(kDecodeThreads)
+dma_decode_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
+                  float* __restrict__ lse, const DynamicMaskProblem p, unsigned long long* counters,
+                  float* __restrict__ partials, int splits, bool kv_vec, bool mask_vec) {
+  constexpr int D = kHeadDim, kWarps = kDecodeThreads / 32, kPerLane = D / 32;
+  constexpr int kCols = (D + kDecodeThreads - 1) / kDecodeThreads;  // O columns per thread
+  constexpr int kKeysPerThread = kDecodeChunk / kDecodeThreads;      // mask bytes a thread lists (one tile)
+  static_assert(kKeysPerThread == kDmaBc, "a thread's keys of a chunk are one 64-key tile");
+  griddep_wait();
+  griddep_launch_dependents();
+
+  const int h = blockIdx.x, b = blockIdx.y / splits, split = blockIdx.y % splits;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t q_head = int64_t(b) * p.H + h;
+  const int64_t kv_head = int64_t(b) * p.Hkv + h / (p.H / p.Hkv);
+  const T* Kg = k + kv_head * p.Nk * D;
+  const T* Vg = v + kv_head * p.Nk * D;
+  // This split's keys: the tile kernel's partition of the causal range into
+  // 64-key tiles (row 0 sees keys < Nk - Nq + 1 under the causal rule).
+  const int key_limit = p.causal ? int(max(int64_t(0), min(int64_t(p.Nk), int64_t(p.Nk) - p.Nq + 1))) : p.Nk;
+  const int n_range = (key_limit + kDmaBc - 1) / kDmaBc;
+  const int per_split = (n_range + splits - 1) / splits;
+  const int tile_begin = min(n_range, split * per_split), tile_end = min(n_range, tile_begin + per_split);
+  const int key_begin = tile_begin * kDmaBc, key_end = min(key_limit, tile_end * kDmaBc);
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sKV = reinterpret_cast<T*>(smem_raw);  // [slot][K, V][kDecodeBatch][D]
+  uint16_t* list = reinterpret_cast<uint16_t*>(smem_raw + 2 * 2 * kDecodeBatch * D * sizeof(T));
+  float* s_score = reinterpret_cast<float*>(list + kDecodeChunk);
+  float* s_bias = s_score + kDecodeBatch;  // [slot][kDecodeBatch]
+  int* s_warp = reinterpret_cast<int*>(s_bias + 2 * kDecodeBatch);
+
+  const uint8_t* mrow = static_cast<const uint8_t*>(p.mask.data) + p.mask.row_offset(b, h, 0);
+  const T* brow = p.bias.data != nullptr ? static_cast<const T*>(p.bias.data) + p.bias.row_offset(b, h, 0) : nullptr;
+  float qr[kPerLane];
+#pragma unroll
+  for (int e = 0; e < kPerLane; ++e) qr[e] = float(q[q_head * D + lane * kPerLane + e]);
+  const float softcap = p.softcap, inv_softcap = softcap > 0.f ? 1.f / softcap : 0.f;
+
+  float m = -INFINITY, l = 0.f, acc[kCols] = {};
+  unsigned long long tiles_active = 0;
+  for (int chunk = key_begin; chunk < key_end; chunk += kDecodeChunk) {
+    const int chunk_end = min(key_end, chunk + kDecodeChunk);
+    // 1. This thread's 64 mask bytes (keys chunk + 64·tid ...): count, then
+    // a block-wide exclusive scan of the counts, then the offsets in key order.
+    const int k0 = chunk + threadIdx.x * kKeysPerThread;
+    uint4 bytes[kKeysPerThread / 16];
+#pragma unroll
+    for (int c = 0; c < kKeysPerThread / 16; ++c) {
+      const int kc = k0 + 16 * c;
+      if (mask_vec && kc + 16 <= chunk_end) {
+        bytes[c] = __ldg(reinterpret_cast<const uint4*>(mrow + kc));
+      } else {
+        uint32_t w[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+        for (int i = 0; i < 16; ++i)
+          if (kc + i < chunk_end) w[i / 4] |= uint32_t(mrow[kc + i] != 0) << (8 * (i % 4));
+        bytes[c] = make_uint4(w[0], w[1], w[2], w[3]);
+      }
+    }
+    uint64_t nonzero = 0;  // bit i: key k0 + i is active
+#pragma unroll
+    for (int c = 0; c < kKeysPerThread / 16; ++c) {
+      const uint32_t w[4] = {bytes[c].x, bytes[c].y, bytes[c].z, bytes[c].w};
+#pragma unroll
+      for (int i = 0; i < 16; ++i)
+        if ((w[i / 4] >> (8 * (i % 4))) & 0xffu) nonzero |= uint64_t(1) << (16 * c + i);
+    }
+    const int count = __popcll(nonzero);
+    int incl = count;  // inclusive scan over the warp, then over the warps
+#pragma unroll
+    for (int off = 1; off < 32; off *= 2) {
+      const int x = __shfl_up_sync(0xffffffffu, incl, off);
+      if (lane >= off) incl += x;
+    }
+    if (lane == 31) s_warp[warp] = incl;
+    tiles_active += __syncthreads_count(count > 0);
+    int base = incl - count, n = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      base += w < warp ? s_warp[w] : 0;
+      n += s_warp[w];
+    }
+    for (uint64_t bits = nonzero; bits != 0; bits &= bits - 1) list[base++] = uint16_t(k0 - chunk + __ffsll(bits) - 1);
+    __syncthreads();  // the list is complete
+
+    // 2. Batches of the listed keys: rows of batch j + 1 copied while j is computed.
+    auto issue = [&](int slot, int first, int nb) {
+      T* sK = sKV + slot * 2 * kDecodeBatch * D;
+      T* sV = sK + kDecodeBatch * D;
+      for (int c = threadIdx.x; c < nb * (D / 8); c += kDecodeThreads) {
+        const int j = c / (D / 8), part = c % (D / 8);
+        const int64_t key = chunk + list[first + j];
+        if (kv_vec) {
+          cp_async_16(sK + j * D + part * 8, Kg + key * D + part * 8, true);
+          cp_async_16(sV + j * D + part * 8, Vg + key * D + part * 8, true);
+        } else {
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            sK[j * D + part * 8 + e] = Kg[key * D + part * 8 + e];
+            sV[j * D + part * 8 + e] = Vg[key * D + part * 8 + e];
+          }
+        }
+      }
+      cp_async_commit();
+      if (threadIdx.x < nb)
+        s_bias[slot * kDecodeBatch + threadIdx.x] = brow != nullptr ? float(brow[chunk + list[first + threadIdx.x]]) : 0.f;
+    };
+    if (n > 0) issue(0, 0, min(kDecodeBatch, n));
+    for (int first = 0, slot = 0; first < n; first += kDecodeBatch, slot ^= 1) {
+      const int nb = min(kDecodeBatch, n - first);
+      if (first + kDecodeBatch < n) issue(slot ^ 1, first + kDecodeBatch, min(kDecodeBatch, n - first - kDecodeBatch));
+      else cp_async_commit();
+      cp_async_wait<1>();
+      __syncthreads();  // this batch's rows and biases are in
+      const T* sK = sKV + slot * 2 * kDecodeBatch * D;
+      const T* sV = sK + kDecodeBatch * D;
+      for (int j = warp; j < nb; j += kWarps) {  // a warp per key: s = scale·q·k + bias, softcap
+        float dot = 0.f;
+#pragma unroll
+        for (int e = 0; e < kPerLane; ++e) dot = fmaf(qr[e], float(sK[j * D + lane * kPerLane + e]), dot);
+#pragma unroll
+        for (int off = 16; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+        if (lane == 0) {
+          float s = fmaf(dot, p.scale, s_bias[slot * kDecodeBatch + j]);
+          if (softcap > 0.f) s = softcap * tanhf(s * inv_softcap);
+          s_score[j] = s;
+        }
+      }
+      __syncthreads();  // the batch's scores
+      float m_batch = -INFINITY;
+      for (int j = 0; j < nb; ++j) m_batch = fmaxf(m_batch, s_score[j]);
+      const float m_new = fmaxf(m, m_batch);  // finite: every listed key has a finite score
+      const float alpha = expf(m - m_new);    // 0 on the first batch (m = -inf)
+      l *= alpha;
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) acc[c] *= alpha;
+      for (int j = 0; j < nb; ++j) {
+        const float pj = expf(s_score[j] - m_new);
+        l += pj;
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) {
+          const int d = threadIdx.x + c * kDecodeThreads;
+          if (d < D) acc[c] = fmaf(pj, float(sV[j * D + d]), acc[c]);
+        }
+      }
+      m = m_new;
+      __syncthreads();  // slot and scores are reused by the next batches
+    }
+  }
+  if (counters != nullptr && threadIdx.x == 0) {
+    atomicAdd(counters, tiles_active);
+    atomicAdd(counters + 1, (unsigned long long)(tile_end - tile_begin));
+  }
+  // No key seen: O = 0, LSE = -inf (a split's partial likewise; the combine skips it).
+  const float inv_l = l > 0.f ? 1.f / l : 0.f;
+  const float row_lse = l > 0.f ? m + logf(l) : -INFINITY;
+  if (splits == 1) {
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) {
+      const int d = threadIdx.x + c * kDecodeThreads;
+      if (d < D) o[q_head * D + d] = T(acc[c] * inv_l);
+    }
+    if (threadIdx.x == 0) lse[q_head] = row_lse;
+    return;
+  }
+  const int64_t rows_total = int64_t(p.B) * p.H;  // Nq = 1
+  float* part_o = partials + (int64_t(split) * rows_total + q_head) * D;
+#pragma unroll
+  for (int c = 0; c < kCols; ++c) {
+    const int d = threadIdx.x + c * kDecodeThreads;
+    if (d < D) part_o[d] = acc[c] * inv_l;
+  }
+  if (threadIdx.x == 0) partials[int64_t(splits) * rows_total * D + int64_t(split) * rows_total + q_head] = row_lse;
+}
+
 // Split-KV merge, one block per output row: O = Σ_s w_s·O_s / Σ_s w_s with
 // w_s = exp(LSE_s - max LSE), LSE = max + log Σ w_s (FlashAttention's
 // combine_attn_seqk_parallel does the same). All-(-inf) rows: O = 0, LSE = -inf.
@@ -762,6 +964,10 @@ std::string hopper_wgmma_unsupported();  // rung 07: "" on an sm_90 GPU with sm_
 
 std::string dma_forward_core_name(const DynamicMaskProblem& p, DmaCore requested) {
   if (requested == DmaCore::kMma) return "mma";
+  // One query row with a mask: the key-gather decoding kernel (dma_decode_kernel).
+  if ((requested == DmaCore::kAuto || requested == DmaCore::kGather) && p.Nq == 1 && p.mask.data != nullptr)
+    return "gather";
+  if (requested == DmaCore::kGather) return "";
   static const bool hopper = hopper_wgmma_unsupported().empty();
   const bool wgmma = hopper && dispatch_head_dim<DMA_WGMMA_HEAD_DIMS>(p.D, [](auto) {});
   if (requested == DmaCore::kWgmma) return wgmma ? "wgmma" : "";
@@ -769,8 +975,10 @@ std::string dma_forward_core_name(const DynamicMaskProblem& p, DmaCore requested
   return wgmma ? "wgmma" : "mma";
 }
 
-std::string dma_forward_mask_scan_name(const DynamicMaskProblem& p, DmaMaskScan requested, int splits) {
+std::string dma_forward_mask_scan_name(const DynamicMaskProblem& p, DmaMaskScan requested, int splits,
+                                       DmaCore core) {
   if (p.mask.data == nullptr) return "none";
+  if (dma_forward_core_name(p, core) == "gather") return "in-kernel";  // it lists its row's keys itself
   if (requested == DmaMaskScan::kPrepass) return "prepass";
   if (requested == DmaMaskScan::kInKernel) return "in-kernel";
   if (requested == DmaMaskScan::kPipelined) return splits == 1 && p.mask.q > 1 ? "pipelined" : "prepass";
@@ -796,7 +1004,7 @@ std::string dma_forward_mask_scan_name(const DynamicMaskProblem& p, DmaMaskScan 
 }
 
 const uint32_t* dma_forward_mask_summary(const DynamicMaskProblem& p, const DmaForwardArgs& a) {
-  const std::string scan = dma_forward_mask_scan_name(p, a.mask_scan, dma_resolve_splits(p, a.splits));
+  const std::string scan = dma_forward_mask_scan_name(p, a.mask_scan, dma_resolve_splits(p, a.splits), a.core);
   // The summary is the workspace's first part (dma_forward_workspace_bytes).
   return scan == "prepass" || scan == "pipelined" ? reinterpret_cast<const uint32_t*>(a.workspace) : nullptr;
 }
@@ -878,7 +1086,7 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
   if (need > 0 && (a.workspace == nullptr || a.workspace_bytes < need)) return cudaErrorInvalidValue;
   const std::string core = dma_forward_core_name(p, a.core);
   if (core.empty()) return cudaErrorInvalidValue;
-  const std::string scan = dma_forward_mask_scan_name(p, a.mask_scan, splits);
+  const std::string scan = dma_forward_mask_scan_name(p, a.mask_scan, splits, a.core);
   const bool scan_in_kernel = scan == "in-kernel";
   uint32_t* summary_storage = reinterpret_cast<uint32_t*>(a.workspace);
   PrepassPipeline* pipeline = scan == "pipelined" ? prepass_pipeline() : nullptr;
@@ -891,6 +1099,35 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
   if (err != cudaSuccess) return err;
   float* partials = a.workspace ? a.workspace + (dma_mask_summary_bytes(p) + 15) / 16 * 4 : nullptr;
   err = cudaErrorInvalidValue;
+  // Split-KV: the partials merged by LSE (after either kernel).
+  auto combine_partials = [&](auto type) {
+    using T = decltype(type);
+    const int64_t rows = int64_t(p.B) * p.H * p.Nq;
+    const bool many = splits > 16;
+    const int threads = many ? 512 : 256;  // >= D: at least one group of D threads
+    const size_t smem = (splits + size_t(threads / p.D) * p.D) * sizeof(float);
+    auto combine = many ? dma_combine_kernel<T, 512> : dma_combine_kernel<T, 256>;
+    return launch_with_smem_overlapped(combine, dim3(unsigned(rows)), threads, int(smem), stream, partials,
+                                       static_cast<T*>(a.o), a.lse, splits, rows, p.D);
+  };
+  if (core == "gather") {
+    const auto aligned = [](const void* x) { return reinterpret_cast<uintptr_t>(x) % 16 == 0; };
+    const bool kv_vec = aligned(a.k) && aligned(a.v);
+    dispatch_head_dim<DMA_HEAD_DIMS>(p.D, [&](auto d) {
+      constexpr int Dh = decltype(d)::value;
+      err = dispatch_dtype(p.dtype, [&](auto type) {
+        using T = decltype(type);
+        cudaError_t e = launch_with_smem_overlapped(
+            dma_decode_kernel<Dh, T>, dim3(unsigned(p.H), unsigned(p.B * splits)), kDecodeThreads,
+            dma_decode_smem_bytes<Dh>(), stream, static_cast<const T*>(a.q), static_cast<const T*>(a.k),
+            static_cast<const T*>(a.v), static_cast<T*>(a.o), a.lse, p, a.tile_counters, partials, splits, kv_vec,
+            mask_scan::mask_vector_loads(p));
+        if (e == cudaSuccess && splits > 1) e = combine_partials(T{});
+        return e;
+      });
+    });
+    return err;
+  }
   auto run = [&](auto cfg) {
     using Cfg = decltype(cfg);
     err = dispatch_dtype(p.dtype, [&](auto type) {
@@ -947,15 +1184,7 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
                                                   static_cast<const T*>(a.v), static_cast<T*>(a.o), a.lse, p, summary,
                                                   a.tile_counters, partials, splits, tma_k, tma_v, use_tma,
                                                   scan_in_kernel, 0);
-      if (e == cudaSuccess && splits > 1) {
-        const int64_t rows = int64_t(p.B) * p.H * p.Nq;
-        const bool many = splits > 16;
-        const int threads = many ? 512 : 256;  // >= D: at least one group of D threads
-        const size_t smem = (splits + size_t(threads / p.D) * p.D) * sizeof(float);
-        auto combine = many ? dma_combine_kernel<T, 512> : dma_combine_kernel<T, 256>;
-        e = launch_with_smem_overlapped(combine, dim3(unsigned(rows)), threads, int(smem), stream, partials,
-                                        static_cast<T*>(a.o), a.lse, splits, rows, p.D);
-      }
+      if (e == cudaSuccess && splits > 1) e = combine_partials(T{});
       return e;
     });
   };

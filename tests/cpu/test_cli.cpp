@@ -112,7 +112,7 @@ TEST_CASE(cli_dynamic_mask_flags) {
   EXPECT_TRUE(parse({"--deterministic"}).options.deterministic && parse({"--deterministic"}).options.bwd);
   EXPECT_EQ(parse({"--bias"}).options.dma_core, std::string("auto"));
   EXPECT_TRUE(parse({"--dma-core", "mma"}).options.dma_core == "mma" && parse({"--dma-core", "mma"}).options.dynamic_mask());
-  EXPECT_CONTAINS(parse({"--dma-core", "tensor"}).error, "--dma-core must be auto, mma, wgmma or wgmma-cp.async");
+  EXPECT_CONTAINS(parse({"--dma-core", "tensor"}).error, "--dma-core must be auto, mma, wgmma, wgmma-cp.async or gather");
   EXPECT_EQ(parse({"--bias"}).options.dma_mask_scan, std::string("auto"));
   EXPECT_TRUE(parse({"--dma-mask-scan", "in-kernel"}).options.dma_mask_scan == "in-kernel" &&
               parse({"--dma-mask-scan", "prepass"}).options.dynamic_mask());

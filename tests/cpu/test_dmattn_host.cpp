@@ -155,10 +155,17 @@ TEST_CASE(dmattn_mask_scan_rule) {
   p.H = 2;
   p.mask.set_shape(1, 1, p.Nq, p.Nk, p.H);
   EXPECT_EQ(dma_forward_mask_scan_name(p, DmaMaskScan::kInKernel), std::string("in-kernel"));
-  p.Nq = 1; p.Nk = 524288;  // decoding: 64 splits leave 8K keys per block
+  p.Nq = 1; p.Nk = 524288;  // decoding on the tile kernel: 64 splits leave 8K keys per block
   p.mask.set_shape(1, 1, 1, p.Nk, p.H);
-  EXPECT_EQ(dma_forward_mask_scan_name(p, DmaMaskScan::kAuto, 1), std::string("prepass"));
-  EXPECT_EQ(dma_forward_mask_scan_name(p, DmaMaskScan::kAuto, 64), std::string("in-kernel"));
+  EXPECT_EQ(dma_forward_mask_scan_name(p, DmaMaskScan::kAuto, 1, DmaCore::kMma), std::string("prepass"));
+  EXPECT_EQ(dma_forward_mask_scan_name(p, DmaMaskScan::kAuto, 64, DmaCore::kMma), std::string("in-kernel"));
+  // ... and on the automatic core, the key-gather kernel, which reads its row itself.
+  EXPECT_EQ(dma_forward_core_name(p, DmaCore::kAuto), std::string("gather"));
+  EXPECT_EQ(dma_forward_mask_scan_name(p, DmaMaskScan::kAuto, 1), std::string("in-kernel"));
+  EXPECT_EQ(dma_forward_mask_scan_name(p, DmaMaskScan::kPrepass, 64), std::string("in-kernel"));
+  EXPECT_EQ(dma_forward_core_name(p, DmaCore::kMma), std::string("mma"));
+  p.Nq = 2;  // the gather kernel takes one query row only
+  EXPECT_EQ(dma_forward_core_name(p, DmaCore::kGather), std::string(""));
   p.H = 8; p.Nq = p.Nk = 4096;  // eight heads share the mask
   p.mask.set_shape(1, 1, p.Nq, p.Nk, p.H);
   EXPECT_EQ(dma_forward_mask_scan_name(p, DmaMaskScan::kAuto), std::string("prepass"));

@@ -43,6 +43,7 @@ struct Case {
   double keep = 0.4;        // random mask density
   int band_from = 0;        // the all-zero band (a quarter of the 64-key tiles) starts at this key
   bool zero_rows = false;   // some fully masked rows
+  bool kv_misaligned = false;  // K and V 8 bytes past a 16-byte boundary (no 16-byte copies)
   int topk_window = 0;      // > 0: mask = top-W of the bias (CPU builder), block-smoothed by 64
   int splits = 1;           // split-KV parts (0: automatic)
   DmaCore core = DmaCore::kAuto;  // the tensor-core path (auto: wgmma on sm_90 for D in {64, 128})
@@ -56,9 +57,11 @@ struct Case {
                   bias ? (std::to_string(bb) + "," + std::to_string(bh) + "," + std::to_string(bq)).c_str() : "none",
                   zero_rows ? " zero-rows" : "", topk_window > 0 ? (" topk " + std::to_string(topk_window)).c_str() : "");
     std::string s = buf;
+    if (kv_misaligned) s += " kv+8B";
     if (splits != 1) s += " splits=" + std::to_string(splits);
     if (core == DmaCore::kMma) s += " core=mma";
     if (core == DmaCore::kWgmmaCpAsync) s += " core=wgmma-cp.async";
+    if (core == DmaCore::kWgmma) s += " core=wgmma";
     if (mask_scan == DmaMaskScan::kPrepass) s += " scan=prepass";
     if (mask_scan == DmaMaskScan::kInKernel) s += " scan=in-kernel";
     if (mask_scan == DmaMaskScan::kPipelined) s += " scan=pipelined(3)";
@@ -147,6 +150,17 @@ void run_case(const Case& c, uint64_t seed, bool corrupt = false) {
   void* d_q = upload(qb);
   void* d_k = upload(kb);
   void* d_v = upload(vb);
+  void* kv_bases[2] = {nullptr, nullptr};  // the allocations behind misaligned K, V
+  if (c.kv_misaligned) {
+    const std::vector<uint16_t>* src[2] = {&kb, &vb};
+    void** dst[2] = {&d_k, &d_v};
+    for (int i = 0; i < 2; ++i) {
+      cudaFree(*dst[i]);
+      cudaMalloc(&kv_bases[i], src[i]->size() * 2 + 16);
+      *dst[i] = static_cast<char*>(kv_bases[i]) + 8;
+      cudaMemcpy(*dst[i], src[i]->data(), src[i]->size() * 2, cudaMemcpyHostToDevice);
+    }
+  }
   const int64_t o_elems = int64_t(c.B) * c.H * c.Nq * c.D, rows = int64_t(c.B) * c.H * c.Nq;
   void* d_o = nullptr;
   float* d_lse = nullptr;
@@ -231,6 +245,10 @@ void run_case(const Case& c, uint64_t seed, bool corrupt = false) {
       record(counters[0] < counters[1], "tiles skipped (" + std::to_string(counters[0]) + " of " +
                                             std::to_string(counters[1]) + " run): " + c.name());
   }
+  if (c.kv_misaligned) {
+    d_k = kv_bases[0];
+    d_v = kv_bases[1];
+  }
   for (void* ptr : {d_q, d_k, d_v, d_o, static_cast<void*>(d_lse), static_cast<void*>(d_olp),
                     static_cast<void*>(d_lselp), static_cast<void*>(d_counters), static_cast<void*>(d_mask),
                     d_bias, static_cast<void*>(d_ws)})
@@ -308,17 +326,53 @@ int main() {
         d.splits = splits;
         cases.push_back(d);
       }
+  // Decoding (one query row, the key-gather core): every head dim, sparse
+  // (the band, top-W) and dense masks, rows longer than one 8192-key list
+  // chunk without splits, many splits, GQA, softcap, a query-broadcast-free
+  // bias, K and V not 16-byte aligned.
+  for (int D : {32, 64, 96, 128, 192, 256})
+    for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+      Case c{1, 4, 2, 1, 3000, D, dt, true, 0.f, true, true, 1, -1, 1, 1, 0, 1};
+      c.splits = 0;
+      cases.push_back(c);  // band from key 0, automatic splits
+      Case d{2, 2, 1, 1, 20000, D, dt, false, D == 128 ? 20.f : 0.f, true, true, 2, 0, 1, 2, -1, 1};
+      d.keep = 0.03;
+      cases.push_back(d);  // 3 chunks of keys in one split
+      d.splits = 5;
+      cases.push_back(d);
+    }
+  for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+    Case c{1, 2, 1, 1, 4096, 128, dt, true, 0.f, true, true, 1, -1, 1, 1, -1, 1};
+    c.keep = 1.0;
+    c.band_from = 4096;  // all ones: every key gathered
+    c.splits = 3;
+    cases.push_back(c);
+    Case t{1, 2, 1, 1, 9000, 128, dt, true, 0.f, true, true, 1, -1, 1, 1, -1, 1};
+    t.topk_window = 300;
+    t.splits = 7;
+    cases.push_back(t);
+    Case m{1, 4, 2, 1, 777, 64, dt, false, 0.f, true, false, 1, 0, 1, 1, 0, 1};
+    m.kv_misaligned = true;
+    cases.push_back(m);
+  }
   // Where the automatic core is wgmma (sm_90, D in {64, 128}), every such
-  // case once more on the mma.sync core, so that both paths are checked.
+  // case once more on the mma.sync core, so that both paths are checked;
+  // decoding cases (the gather core) also on the tile kernels.
   const size_t n_auto = cases.size();
   for (size_t i = 0; i < n_auto; ++i) {
     Case c = cases[i];
     DynamicMaskProblem probe;
     probe.D = c.D;
-    if (dma_forward_core_name(probe, DmaCore::kAuto) != "wgmma") continue;
+    const bool wgmma = dma_forward_core_name(probe, DmaCore::kAuto) == "wgmma";
+    const bool gather = c.Nq == 1 && c.mask && !c.kv_misaligned;
+    if (!wgmma && !gather) continue;
     c.core = DmaCore::kMma;
     cases.push_back(c);
-    if (i % 3 == 0) {  // a third of them also with the wgmma core's cp.async copies
+    if (gather && wgmma) {
+      c.core = DmaCore::kWgmma;
+      cases.push_back(c);
+    }
+    if (wgmma && i % 3 == 0) {  // a third of them also with the wgmma core's cp.async copies
       c.core = DmaCore::kWgmmaCpAsync;
       cases.push_back(c);
     }
