@@ -634,6 +634,7 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
 //   shared memory = 2 slots x 2 x kDecodeBatch x D x 2 (K, V) + kDecodeChunk x 2 (list) + scores
 //   D:  32 → 33600   64 → 49984   128 → 82752   256 → 148288 bytes
 constexpr int kDecodeBatch = 64, kDecodeChunk = 8192, kDecodeThreads = 128;
+static_assert(kDecodeBatch == 64, "the softmax step: two keys per lane of one warp");
 template <int kHeadDim>
 constexpr int dma_decode_smem_bytes() {
   return 2 * 2 * kDecodeBatch * kHeadDim * 2 + kDecodeChunk * 2 + 3 * kDecodeBatch * 4 + 16 * 4;
@@ -673,7 +674,8 @@ dma_decode_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __r
   uint16_t* list = reinterpret_cast<uint16_t*>(smem_raw + 2 * 2 * kDecodeBatch * D * sizeof(T));
   float* s_score = reinterpret_cast<float*>(list + kDecodeChunk);
   float* s_bias = s_score + kDecodeBatch;  // [slot][kDecodeBatch]
-  int* s_warp = reinterpret_cast<int*>(s_bias + 2 * kDecodeBatch);
+  int* s_warp = reinterpret_cast<int*>(s_bias + 2 * kDecodeBatch);  // [0, 4): the list's scan
+  float* s_stats = reinterpret_cast<float*>(s_warp + 8);             // the batch's max and sum
 
   const uint8_t* mrow = static_cast<const uint8_t*>(p.mask.data) + p.mask.row_offset(b, h, 0);
   const T* brow = p.bias.data != nullptr ? static_cast<const T*>(p.bias.data) + p.bias.row_offset(b, h, 0) : nullptr;
@@ -760,6 +762,7 @@ dma_decode_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __r
       __syncthreads();  // this batch's rows and biases are in
       const T* sK = sKV + slot * 2 * kDecodeBatch * D;
       const T* sV = sK + kDecodeBatch * D;
+#pragma unroll 2
       for (int j = warp; j < nb; j += kWarps) {  // a warp per key: s = scale·q·k + bias, softcap
         float dot = 0.f;
 #pragma unroll
@@ -773,16 +776,33 @@ dma_decode_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __r
         }
       }
       __syncthreads();  // the batch's scores
-      float m_batch = -INFINITY;
-      for (int j = 0; j < nb; ++j) m_batch = fmaxf(m_batch, s_score[j]);
-      const float m_new = fmaxf(m, m_batch);  // finite: every listed key has a finite score
-      const float alpha = expf(m - m_new);    // 0 on the first batch (m = -inf)
-      l *= alpha;
+      // Warp 0, two keys per lane: the new running maximum, the batch's
+      // probabilities p_j = exp(s_j - m_new) in place of the scores, their sum.
+      if (warp == 0) {
+        const float s0 = lane < nb ? s_score[lane] : -INFINITY, s1 = lane + 32 < nb ? s_score[lane + 32] : -INFINITY;
+        float mx = fmaxf(m, fmaxf(s0, s1));  // finite: every listed key has a finite score
+#pragma unroll
+        for (int off = 16; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+        const float p0 = lane < nb ? expf(s0 - mx) : 0.f, p1 = lane + 32 < nb ? expf(s1 - mx) : 0.f;
+        if (lane < nb) s_score[lane] = p0;
+        if (lane + 32 < nb) s_score[lane + 32] = p1;
+        float sum = p0 + p1;
+#pragma unroll
+        for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+        if (lane == 0) {
+          s_stats[0] = mx;
+          s_stats[1] = sum;
+        }
+      }
+      __syncthreads();
+      const float m_new = s_stats[0];
+      const float alpha = expf(m - m_new);  // 0 on the first batch (m = -inf)
+      l = l * alpha + s_stats[1];
 #pragma unroll
       for (int c = 0; c < kCols; ++c) acc[c] *= alpha;
+#pragma unroll 4
       for (int j = 0; j < nb; ++j) {
-        const float pj = expf(s_score[j] - m_new);
-        l += pj;
+        const float pj = s_score[j];
 #pragma unroll
         for (int c = 0; c < kCols; ++c) {
           const int d = threadIdx.x + c * kDecodeThreads;
@@ -1128,6 +1148,9 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
     });
     return err;
   }
+  // The tile kernels copy Q, K, V in 16-byte pieces and store O in pairs.
+  const auto aligned16 = [](const void* x) { return reinterpret_cast<uintptr_t>(x) % 16 == 0; };
+  if (!aligned16(a.q) || !aligned16(a.k) || !aligned16(a.v) || !aligned16(a.o)) return cudaErrorInvalidValue;
   auto run = [&](auto cfg) {
     using Cfg = decltype(cfg);
     err = dispatch_dtype(p.dtype, [&](auto type) {
