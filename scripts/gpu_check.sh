@@ -46,6 +46,7 @@ if [ -z "${QUICK:-}" ] && [ "${SANITIZER:-1}" != 0 ] && command -v compute-sanit
     done
     # dynamic-mask attention: forward with a forced split count, and the backward
     for shape in "--Nq 1 --Nk 3000 --D 128 --Hkv 1 --mask topk --window 64 --bias --splits 4" \
+                 "--Nq 1 --Nk 20000 --D 256 --mask topk --window 3000 --block 0 --bias --softcap 20 --splits 1" \
                  "--Nq 70 --Nk 130 --D 64 --Hkv 1 --causal --mask topk --window 32 --bias --bwd" \
                  "--B 2 --Nq 130 --Nk 77 --D 128 --mask topk --window 16 --block 0 --bias --deterministic" \
                  "--Nq 130 --Nk 300 --D 128 --causal --mask topk --window 64 --bias" \
@@ -149,7 +150,10 @@ if [ "${DMATTN:-1}" != 0 ]; then
   dbench --B 1 --H 2 --Hkv 1 --Nq 1 --Nk 32768 --D 128 --causal --mask topk --window 1024 --block 0 --bias --check --splits 1
   dbench --B 1 --H 2 --Hkv 1 --Nq 1 --Nk 65536 --D 128 --causal --mask topk --window 1024 --block 0 --bias
   dbench --B 1 --H 2 --Hkv 1 --Nq 1 --Nk 524288 --D 128 --causal --mask topk --window 1024 --block 0 --bias
-  dbench --B 1 --H 2 --Hkv 1 --Nq 1 --Nk 524288 --D 128 --causal --mask topk --window 1024 --block 0 --bias --dma-mask-scan prepass
+  # decoding: the key-gather core (automatic) against the tile kernel, sparse and dense
+  dbench --B 1 --H 2 --Hkv 1 --Nq 1 --Nk 524288 --D 128 --causal --mask topk --window 1024 --block 0 --bias --dma-core wgmma
+  dbench --B 1 --H 2 --Hkv 1 --Nq 1 --Nk 65536 --D 128 --mask ones --bias
+  dbench --B 1 --H 2 --Hkv 1 --Nq 1 --Nk 65536 --D 128 --mask ones --bias --dma-core wgmma
   # backward: checked where the reference is quick
   dbench --B 1 --H 2 --Hkv 1 --N 2048 --D 128 --causal --mask topk --window 512 --bias --bwd --check
   dbench --B 2 --H 4 --Hkv 2 --N 2048 --D 128 --causal --mask topk --window 512 --bias --deterministic --check

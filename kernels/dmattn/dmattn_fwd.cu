@@ -44,6 +44,8 @@
 // is cut into `splits` equal parts run by separate blocks (grid.y = B·splits);
 // each writes its normalised O and LSE in fp32, and dma_combine_kernel merges
 // them by LSE. The split count is automatic (dma_auto_splits) unless given.
+// With one query row and a mask, dma_decode_kernel (below) replaces the tile
+// kernel: it lists the split's active keys and copies only their K, V rows.
 //
 // Tiles: Br = Bc = 64 (the seed's finding for masked kernels), 4 warps of
 // 16 rows, stage2 (two K/V slots), rows padded by 8 halves.
