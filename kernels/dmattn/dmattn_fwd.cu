@@ -253,8 +253,8 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
   const T* Vg = v + kv_head * p.Nk * D;
   const int n_range = kv_tiles_for_query_tile(dp, q_start, Br, Bc);  // causal pruning
   // Split-KV (decoding): this block takes tiles [tile_begin, tile_end) of the range.
-  const int per_split = (n_range + splits - 1) / splits;
-  const int tile_begin = min(n_range, split * per_split), tile_end = min(n_range, tile_begin + per_split);
+  const SplitTiles my_tiles = dma_split_tiles(n_range, splits, split);
+  const int tile_begin = my_tiles.begin, tile_end = my_tiles.end;
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);
@@ -663,12 +663,11 @@ dma_decode_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __r
   const int64_t kv_head = int64_t(b) * p.Hkv + h / (p.H / p.Hkv);
   const T* Kg = k + kv_head * p.Nk * D;
   const T* Vg = v + kv_head * p.Nk * D;
-  // This split's keys: the tile kernel's partition of the causal range into
-  // 64-key tiles (row 0 sees keys < Nk - Nq + 1 under the causal rule).
-  const int key_limit = p.causal ? int(max(int64_t(0), min(int64_t(p.Nk), int64_t(p.Nk) - p.Nq + 1))) : p.Nk;
-  const int n_range = (key_limit + kDmaBc - 1) / kDmaBc;
-  const int per_split = (n_range + splits - 1) / splits;
-  const int tile_begin = min(n_range, split * per_split), tile_end = min(n_range, tile_begin + per_split);
+  // This split's keys: the tile kernel's partition of the row's causal range
+  // into 64-key tiles.
+  const int key_limit = mask_scan::causal_key_end(p, 0);
+  const SplitTiles my_tiles = dma_split_tiles((key_limit + kDmaBc - 1) / kDmaBc, splits, split);
+  const int tile_begin = my_tiles.begin, tile_end = my_tiles.end;
   const int key_begin = tile_begin * kDmaBc, key_end = min(key_limit, tile_end * kDmaBc);
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -1132,9 +1131,9 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
     return launch_with_smem_overlapped(combine, dim3(unsigned(rows)), threads, int(smem), stream, partials,
                                        static_cast<T*>(a.o), a.lse, splits, rows, p.D);
   };
+  const auto aligned16 = [](const void* x) { return reinterpret_cast<uintptr_t>(x) % 16 == 0; };
   if (core == "gather") {
-    const auto aligned = [](const void* x) { return reinterpret_cast<uintptr_t>(x) % 16 == 0; };
-    const bool kv_vec = aligned(a.k) && aligned(a.v);
+    const bool kv_vec = aligned16(a.k) && aligned16(a.v);
     dispatch_head_dim<DMA_HEAD_DIMS>(p.D, [&](auto d) {
       constexpr int Dh = decltype(d)::value;
       err = dispatch_dtype(p.dtype, [&](auto type) {
@@ -1151,7 +1150,6 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
     return err;
   }
   // The tile kernels copy Q, K, V in 16-byte pieces and store O in pairs.
-  const auto aligned16 = [](const void* x) { return reinterpret_cast<uintptr_t>(x) % 16 == 0; };
   if (!aligned16(a.q) || !aligned16(a.k) || !aligned16(a.v) || !aligned16(a.o)) return cudaErrorInvalidValue;
   auto run = [&](auto cfg) {
     using Cfg = decltype(cfg);

@@ -45,6 +45,19 @@ struct MaskSummary {
 
 // Bytes of the two bitmaps (0 without a mask).
 size_t dma_mask_summary_bytes(const DynamicMaskProblem& p);
+// Split-KV: split `split` of `splits` takes key tiles [begin, end) of a range
+// of n_range tiles — equal parts, the last ones possibly short or empty. One
+// rule for the tile kernel and the gather kernel, whose partials one combine
+// merges.
+struct SplitTiles {
+  int begin, end;
+};
+__host__ __device__ inline SplitTiles dma_split_tiles(int n_range, int splits, int split) {
+  const int per_split = (n_range + splits - 1) / splits;
+  const int begin = split * per_split < n_range ? split * per_split : n_range;
+  return {begin, begin + per_split < n_range ? begin + per_split : n_range};
+}
+
 // Writes both bitmaps into `storage` (dma_mask_summary_bytes(p) bytes, 4-byte
 // aligned) and returns the view; a problem without a mask gets an empty view.
 cudaError_t dma_summarize_mask(const DynamicMaskProblem& p, uint32_t* storage, MaskSummary* out,
