@@ -628,21 +628,26 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
 // mask, kDecodeChunk keys per pass) and copies only their K and V rows, up to
 // kDecodeBatch keys per step into shared memory (cp.async, the next batch's
 // rows in flight while this one is computed): a sparse split is one round
-// trip. Scores on the CUDA cores — a warp per key, each lane D/32 elements
-// of q·k, a butterfly sum — then the online softmax per batch and O += p·V
-// with each thread owning D/128 (rounded up) output columns. The split-KV
+// trip. Scores on the tensor cores — warp w takes keys 16w .. 16w + 15 of the
+// step as mma.m16n8k16 with q as row 0 of A and the gathered K rows as B (a
+// first version, a warp per key with a butterfly sum, made dense masks 2x
+// slower than the tile kernel) — then the online softmax per batch and
+// O += p·V with each thread owning D/128 (rounded up) output columns. The split-KV
 // partials and the combine are the tile kernel's. (The same gather appears
 // in FlashInfer's sparse decode kernels, which page K/V by index.)
-//   shared memory = 2 slots x 2 x kDecodeBatch x D x 2 (K, V) + kDecodeChunk x 2 (list) + scores
-//   D:  32 → 33600   64 → 49984   128 → 82752   256 → 148288 bytes
+//   shared memory = 2 slots x 2 x kDecodeBatch x (D + 8) x 2 (K, V) + kDecodeChunk x 2 (list) + scores
+//   D:  32 → 37696   64 → 54080   128 → 86848   256 → 152384 bytes
 constexpr int kDecodeBatch = 64, kDecodeChunk = 8192, kDecodeThreads = 128;
-static_assert(kDecodeBatch == 64, "the softmax step: two keys per lane of one warp");
+static_assert(kDecodeBatch == 64 && kDecodeBatch == 16 * (kDecodeThreads / 32),
+              "the softmax step: two keys per lane of one warp; the scores: 16 keys per warp");
+// Gathered rows are padded by 8 halves (16 bytes) so that the ldmatrix of
+// the scores' B operand reads eight rows from eight different bank groups.
 template <int kHeadDim>
 constexpr int dma_decode_smem_bytes() {
-  return 2 * 2 * kDecodeBatch * kHeadDim * 2 + kDecodeChunk * 2 + 3 * kDecodeBatch * 4 + 16 * 4;
+  return 2 * 2 * kDecodeBatch * (kHeadDim + 8) * 2 + kDecodeChunk * 2 + 3 * kDecodeBatch * 4 + 16 * 4;
 }
-static_assert(dma_decode_smem_bytes<32>() == 33600 && dma_decode_smem_bytes<64>() == 49984 &&
-                  dma_decode_smem_bytes<128>() == 82752 && dma_decode_smem_bytes<256>() == 148288,
+static_assert(dma_decode_smem_bytes<32>() == 37696 && dma_decode_smem_bytes<64>() == 54080 &&
+                  dma_decode_smem_bytes<128>() == 86848 && dma_decode_smem_bytes<256>() == 152384,
               "header: decode shared memory per head dim");
 
 template <int kHeadDim, typename T>
@@ -650,7 +655,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
 dma_decode_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
                   float* __restrict__ lse, const DynamicMaskProblem p, unsigned long long* counters,
                   float* __restrict__ partials, int splits, bool kv_vec, bool mask_vec) {
-  constexpr int D = kHeadDim, kWarps = kDecodeThreads / 32, kPerLane = D / 32;
+  constexpr int D = kHeadDim, kWarps = kDecodeThreads / 32, kStride = D + 8;
   constexpr int kCols = (D + kDecodeThreads - 1) / kDecodeThreads;  // O columns per thread
   constexpr int kKeysPerThread = kDecodeChunk / kDecodeThreads;      // mask bytes a thread lists (one tile)
   static_assert(kKeysPerThread == kDmaBc, "a thread's keys of a chunk are one 64-key tile");
@@ -671,8 +676,8 @@ dma_decode_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __r
   const int key_begin = tile_begin * kDmaBc, key_end = min(key_limit, tile_end * kDmaBc);
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  T* sKV = reinterpret_cast<T*>(smem_raw);  // [slot][K, V][kDecodeBatch][D]
-  uint16_t* list = reinterpret_cast<uint16_t*>(smem_raw + 2 * 2 * kDecodeBatch * D * sizeof(T));
+  T* sKV = reinterpret_cast<T*>(smem_raw);  // [slot][K, V][kDecodeBatch][kStride]
+  uint16_t* list = reinterpret_cast<uint16_t*>(smem_raw + 2 * 2 * kDecodeBatch * kStride * sizeof(T));
   float* s_score = reinterpret_cast<float*>(list + kDecodeChunk);
   float* s_bias = s_score + kDecodeBatch;  // [slot][kDecodeBatch]
   int* s_warp = reinterpret_cast<int*>(s_bias + 2 * kDecodeBatch);  // [0, 4): the list's scan
@@ -680,9 +685,18 @@ dma_decode_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __r
 
   const uint8_t* mrow = static_cast<const uint8_t*>(p.mask.data) + p.mask.row_offset(b, h, 0);
   const T* brow = p.bias.data != nullptr ? static_cast<const T*>(p.bias.data) + p.bias.row_offset(b, h, 0) : nullptr;
-  float qr[kPerLane];
+  // The scores as mma.m16n8k16 with q as row 0 of A (rows 1-15 zero): lanes
+  // 0-3 hold q's pairs (2t, 2t+1) and (2t+8, 2t+9) of every 16-dim k-step,
+  // every other A register is zero.
+  uint32_t qa[D / 16][2];
 #pragma unroll
-  for (int e = 0; e < kPerLane; ++e) qr[e] = float(q[q_head * D + lane * kPerLane + e]);
+  for (int kk = 0; kk < D / 16; ++kk) {
+    // (16-bit loads: Q need not be 4-byte aligned here)
+    const uint16_t* qrow = reinterpret_cast<const uint16_t*>(q + q_head * D + kk * 16 + 2 * (lane % 4));
+    const bool row0 = lane < 4;
+    qa[kk][0] = row0 ? uint32_t(qrow[0]) | uint32_t(qrow[1]) << 16 : 0u;
+    qa[kk][1] = row0 ? uint32_t(qrow[8]) | uint32_t(qrow[9]) << 16 : 0u;
+  }
   const float softcap = p.softcap, inv_softcap = softcap > 0.f ? 1.f / softcap : 0.f;
 
   float m = -INFINITY, l = 0.f, acc[kCols] = {};
@@ -734,19 +748,19 @@ dma_decode_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __r
 
     // 2. Batches of the listed keys: rows of batch j + 1 copied while j is computed.
     auto issue = [&](int slot, int first, int nb) {
-      T* sK = sKV + slot * 2 * kDecodeBatch * D;
-      T* sV = sK + kDecodeBatch * D;
+      T* sK = sKV + slot * 2 * kDecodeBatch * kStride;
+      T* sV = sK + kDecodeBatch * kStride;
       for (int c = threadIdx.x; c < nb * (D / 8); c += kDecodeThreads) {
         const int j = c / (D / 8), part = c % (D / 8);
         const int64_t key = chunk + list[first + j];
         if (kv_vec) {
-          cp_async_16(sK + j * D + part * 8, Kg + key * D + part * 8, true);
-          cp_async_16(sV + j * D + part * 8, Vg + key * D + part * 8, true);
+          cp_async_16(sK + j * kStride + part * 8, Kg + key * D + part * 8, true);
+          cp_async_16(sV + j * kStride + part * 8, Vg + key * D + part * 8, true);
         } else {
 #pragma unroll
           for (int e = 0; e < 8; ++e) {
-            sK[j * D + part * 8 + e] = Kg[key * D + part * 8 + e];
-            sV[j * D + part * 8 + e] = Vg[key * D + part * 8 + e];
+            sK[j * kStride + part * 8 + e] = Kg[key * D + part * 8 + e];
+            sV[j * kStride + part * 8 + e] = Vg[key * D + part * 8 + e];
           }
         }
       }
@@ -761,19 +775,35 @@ dma_decode_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __r
       else cp_async_commit();
       cp_async_wait<1>();
       __syncthreads();  // this batch's rows and biases are in
-      const T* sK = sKV + slot * 2 * kDecodeBatch * D;
-      const T* sV = sK + kDecodeBatch * D;
-#pragma unroll 2
-      for (int j = warp; j < nb; j += kWarps) {  // a warp per key: s = scale·q·k + bias, softcap
-        float dot = 0.f;
+      const T* sK = sKV + slot * 2 * kDecodeBatch * kStride;
+      const T* sV = sK + kDecodeBatch * kStride;
+      // Warp w: keys 16w .. 16w + 15 of the step, two n8 tiles, D/16 k-steps;
+      // B from the gathered K rows by ldmatrix (lane l: key 16w + 8(l/16) +
+      // l%8, dims 16kk + 8((l/8)%2)). Rows past nb hold stale data: their
+      // scores (columns of their own) are never stored.
+      if (16 * warp < nb) {
+        float sc[2][4] = {};
+        const T* krow = sK + (16 * warp + (lane / 16) * 8 + lane % 8) * kStride + ((lane / 8) % 2) * 8;
 #pragma unroll
-        for (int e = 0; e < kPerLane; ++e) dot = fmaf(qr[e], float(sK[j * D + lane * kPerLane + e]), dot);
+        for (int kk = 0; kk < D / 16; ++kk) {
+          uint32_t bfrag[4];
+          ldmatrix_x4(bfrag, krow + kk * 16);
+          const uint32_t a[4] = {qa[kk][0], 0u, qa[kk][1], 0u};
+          mma_m16n8k16<T>(sc[0], a, bfrag[0], bfrag[1]);
+          mma_m16n8k16<T>(sc[1], a, bfrag[2], bfrag[3]);
+        }
+        if (lane < 4) {  // row 0: keys 16w + 8n + 2·lane, +1
 #pragma unroll
-        for (int off = 16; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
-        if (lane == 0) {
-          float s = fmaf(dot, p.scale, s_bias[slot * kDecodeBatch + j]);
-          if (softcap > 0.f) s = softcap * tanhf(s * inv_softcap);
-          s_score[j] = s;
+          for (int n = 0; n < 2; ++n)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int j = 16 * warp + 8 * n + 2 * lane + e;
+              if (j < nb) {
+                float s = fmaf(sc[n][e], p.scale, s_bias[slot * kDecodeBatch + j]);
+                if (softcap > 0.f) s = softcap * tanhf(s * inv_softcap);
+                s_score[j] = s;
+              }
+            }
         }
       }
       __syncthreads();  // the batch's scores
@@ -807,7 +837,7 @@ dma_decode_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __r
 #pragma unroll
         for (int c = 0; c < kCols; ++c) {
           const int d = threadIdx.x + c * kDecodeThreads;
-          if (d < D) acc[c] = fmaf(pj, float(sV[j * D + d]), acc[c]);
+          if (d < D) acc[c] = fmaf(pj, float(sV[j * kStride + d]), acc[c]);
         }
       }
       m = m_new;
