@@ -651,7 +651,7 @@ static_assert(dma_decode_smem_bytes<32>() == 37696 && dma_decode_smem_bytes<64>(
               "header: decode shared memory per head dim");
 
 template <int kHeadDim, typename T>
-__global__ void __launch_bounds__(kDecodeThreads)
+__global__ void __launch_bounds__(kDecodeThreads, 2)
 dma_decode_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
                   float* __restrict__ lse, const DynamicMaskProblem p, unsigned long long* counters,
                   float* __restrict__ partials, int splits, bool kv_vec, bool mask_vec) {
