@@ -1011,14 +1011,23 @@ size_t dma_forward_workspace_bytes(const DynamicMaskProblem& p, int splits) {
   return summary + size_t(splits) * size_t(p.B) * p.H * p.Nq * size_t(p.D + 1) * sizeof(float);
 }
 
+// Below this many keys the automatic core for one query row is the tile kernel:
+// a short row is a few tiles whatever the mask keeps, and the gather kernel's
+// key list and per-step softmax cost more than the tiles it could skip. H200,
+// D=128, causal top-1024 + bias, commit 506c3f8 (scores on tensor cores), same
+// run: Nk = 256: 0.0209 ms gather / 0.0128 tile kernel; 1024 (W keeps every
+// key): 0.0245 / 0.0161; 4096: 0.0144 / 0.0178; 512K: 0.0124 / 0.0384.
+constexpr int64_t kDmaGatherMinKeys = 2048;
+
 std::string hopper_wgmma_unsupported();  // rung 07: "" on an sm_90 GPU with sm_90a code in this build
 
 std::string dma_forward_core_name(const DynamicMaskProblem& p, DmaCore requested) {
   if (requested == DmaCore::kMma) return "mma";
-  // One query row with a mask: the key-gather decoding kernel (dma_decode_kernel).
-  if ((requested == DmaCore::kAuto || requested == DmaCore::kGather) && p.Nq == 1 && p.mask.data != nullptr)
-    return "gather";
-  if (requested == DmaCore::kGather) return "";
+  // One query row with a mask: the key-gather decoding kernel (dma_decode_kernel),
+  // requested, or automatic past kDmaGatherMinKeys keys.
+  const bool gather_fits = p.Nq == 1 && p.mask.data != nullptr;
+  if (requested == DmaCore::kGather) return gather_fits ? "gather" : "";
+  if (requested == DmaCore::kAuto && gather_fits && p.Nk > kDmaGatherMinKeys) return "gather";
   static const bool hopper = hopper_wgmma_unsupported().empty();
   const bool wgmma = hopper && dispatch_head_dim<DMA_WGMMA_HEAD_DIMS>(p.D, [](auto) {});
   if (requested == DmaCore::kWgmma) return wgmma ? "wgmma" : "";
@@ -1135,9 +1144,16 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
   if (splits > 65535 / p.B || splits > 4096) return cudaErrorInvalidValue;  // grid.y; combine weights in smem
   const size_t need = dma_forward_workspace_bytes(p, splits);
   if (need > 0 && (a.workspace == nullptr || a.workspace_bytes < need)) return cudaErrorInvalidValue;
-  const std::string core = dma_forward_core_name(p, a.core);
+  const auto aligned16 = [](const void* x) { return reinterpret_cast<uintptr_t>(x) % 16 == 0; };
+  const bool aligned = aligned16(a.q) && aligned16(a.k) && aligned16(a.v) && aligned16(a.o);
+  // A short decoding row whose tensors the tile kernels cannot copy (below):
+  // the gather kernel, which copies K and V rows at any alignment.
+  const DmaCore requested = a.core == DmaCore::kAuto && !aligned && dma_forward_core_name(p, DmaCore::kGather) == "gather"
+                                ? DmaCore::kGather
+                                : a.core;
+  const std::string core = dma_forward_core_name(p, requested);
   if (core.empty()) return cudaErrorInvalidValue;
-  const std::string scan = dma_forward_mask_scan_name(p, a.mask_scan, splits, a.core);
+  const std::string scan = dma_forward_mask_scan_name(p, a.mask_scan, splits, requested);
   const bool scan_in_kernel = scan == "in-kernel";
   uint32_t* summary_storage = reinterpret_cast<uint32_t*>(a.workspace);
   PrepassPipeline* pipeline = scan == "pipelined" ? prepass_pipeline() : nullptr;
@@ -1161,7 +1177,6 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
     return launch_with_smem_overlapped(combine, dim3(unsigned(rows)), threads, int(smem), stream, partials,
                                        static_cast<T*>(a.o), a.lse, splits, rows, p.D);
   };
-  const auto aligned16 = [](const void* x) { return reinterpret_cast<uintptr_t>(x) % 16 == 0; };
   if (core == "gather") {
     const bool kv_vec = aligned16(a.k) && aligned16(a.v);
     dispatch_head_dim<DMA_HEAD_DIMS>(p.D, [&](auto d) {
@@ -1180,7 +1195,7 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
     return err;
   }
   // The tile kernels copy Q, K, V in 16-byte pieces and store O in pairs.
-  if (!aligned16(a.q) || !aligned16(a.k) || !aligned16(a.v) || !aligned16(a.o)) return cudaErrorInvalidValue;
+  if (!aligned) return cudaErrorInvalidValue;
   auto run = [&](auto cfg) {
     using Cfg = decltype(cfg);
     err = dispatch_dtype(p.dtype, [&](auto type) {

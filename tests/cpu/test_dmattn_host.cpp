@@ -164,6 +164,12 @@ TEST_CASE(dmattn_mask_scan_rule) {
   EXPECT_EQ(dma_forward_mask_scan_name(p, DmaMaskScan::kAuto, 1), std::string("in-kernel"));
   EXPECT_EQ(dma_forward_mask_scan_name(p, DmaMaskScan::kPrepass, 64), std::string("in-kernel"));
   EXPECT_EQ(dma_forward_core_name(p, DmaCore::kMma), std::string("mma"));
+  p.Nk = 2048;  // a short row: the tile kernel unless the gather kernel is asked for
+  EXPECT_EQ(dma_forward_core_name(p, DmaCore::kAuto) != std::string("gather"), true);
+  EXPECT_EQ(dma_forward_core_name(p, DmaCore::kGather), std::string("gather"));
+  p.Nk = 2049;
+  EXPECT_EQ(dma_forward_core_name(p, DmaCore::kAuto), std::string("gather"));
+  p.Nk = 524288;
   p.Nq = 2;  // the gather kernel takes one query row only
   EXPECT_EQ(dma_forward_core_name(p, DmaCore::kGather), std::string(""));
   p.H = 8; p.Nq = p.Nk = 4096;  // eight heads share the mask

@@ -62,6 +62,7 @@ struct Case {
     if (core == DmaCore::kMma) s += " core=mma";
     if (core == DmaCore::kWgmmaCpAsync) s += " core=wgmma-cp.async";
     if (core == DmaCore::kWgmma) s += " core=wgmma";
+    if (core == DmaCore::kGather) s += " core=gather";
     if (mask_scan == DmaMaskScan::kPrepass) s += " scan=prepass";
     if (mask_scan == DmaMaskScan::kInKernel) s += " scan=in-kernel";
     if (mask_scan == DmaMaskScan::kPipelined) s += " scan=pipelined(3)";
@@ -362,7 +363,8 @@ int main() {
   }
   // Where the automatic core is wgmma (sm_90, D in {64, 128}), every such
   // case once more on the mma.sync core, so that both paths are checked;
-  // decoding cases (the gather core) also on the tile kernels.
+  // decoding cases also on the core auto did not take (the gather core, or the
+  // tile kernels below kDmaGatherMinKeys keys).
   const size_t n_auto = cases.size();
   for (size_t i = 0; i < n_auto; ++i) {
     Case c = cases[i];
@@ -371,6 +373,13 @@ int main() {
     const bool wgmma = dma_forward_core_name(probe, DmaCore::kAuto) == "wgmma";
     const bool gather = c.Nq == 1 && c.mask;
     if ((!wgmma && !gather) || c.kv_misaligned) continue;  // (the tile kernels refuse misaligned K, V)
+    probe.Nq = c.Nq; probe.Nk = c.Nk;
+    static uint8_t any_mask_byte;
+    if (c.mask) probe.mask.data = &any_mask_byte;
+    if (gather && dma_forward_core_name(probe, DmaCore::kAuto) != "gather") {
+      c.core = DmaCore::kGather;
+      cases.push_back(c);
+    }
     c.core = DmaCore::kMma;
     cases.push_back(c);
     if (gather && wgmma) {
