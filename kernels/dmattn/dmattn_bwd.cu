@@ -481,9 +481,20 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
           // dO rows of the slice (K-major) — the forward's S = Q·Kᵀ, roles swapped.
           // (Descriptors from one opaque base each, advanced per k-step: otherwise
           // the compiler keeps every step's descriptor in registers, as rung 08 found.)
-#pragma unroll 1
-          for (int qh = 0; qh < Br; qh += Cfg::kHalf) {
-            float St[Cfg::kTilesS][4], dPt[Cfg::kTilesS][4];
+          // Software-pipelined (FA3's intra-warpgroup overlap, Shah et al. 2024, §3.2):
+          // every slice's Sᵀ and dPᵀ are issued at once, one commit group per
+          // slice, so the tensor cores compute slice s + 1 while the warps turn
+          // slice s into P and dS; dV, dK of slice s are issued without a wait
+          // and run under slice s + 1's score code; both parts of dQ are issued
+          // together and the atomics of the first run under the second. Waits
+          // count commit groups (they complete in order): when slice s's
+          // scores are needed, the kSlices - 1 groups issued after it — later
+          // slices' Sᵀ, dPᵀ and earlier slices' dV, dK — may still run.
+          constexpr int kSlices = Br / Cfg::kHalf;
+          float St[kSlices][Cfg::kTilesS][4], dPt[kSlices][Cfg::kTilesS][4];
+#pragma unroll
+          for (int sl = 0; sl < kSlices; ++sl) {
+            const int qh = sl * Cfg::kHalf;
             wgmma_fence();
             {
               const uint64_t dk = opaque(make_sw128_desc(sK, 0, 1024));
@@ -491,7 +502,7 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
 #pragma unroll
               for (int kk = 0; kk < D / 16; ++kk) {  // k-step kk: 64-column block kk/4, 32 bytes on inside it
                 const uint32_t off = (kk / 4) * 64 * 128 + (kk % 4) * 32;
-                wgmma_ss<T, Cfg::kHalf>(St, advance_desc(dk, off), advance_desc(dq, off), kk > 0);
+                wgmma_ss<T, Cfg::kHalf>(St[sl], advance_desc(dk, off), advance_desc(dq, off), kk > 0);
               }
             }
             {
@@ -500,20 +511,26 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
 #pragma unroll
               for (int kk = 0; kk < D / 16; ++kk) {
                 const uint32_t off = (kk / 4) * 64 * 128 + (kk % 4) * 32;
-                wgmma_ss<T, Cfg::kHalf>(dPt, advance_desc(dv, off), advance_desc(ddo, off), kk > 0);
+                wgmma_ss<T, Cfg::kHalf>(dPt[sl], advance_desc(dv, off), advance_desc(ddo, off), kk > 0);
               }
             }
             wgmma_commit();
-            wgmma_wait<0>();
-            fence_accumulators(St);
-            fence_accumulators(dPt);
+          }
+          // Pᵀ and dSᵀ as 16-bit A fragments (rows: the warp's 16 keys; k: queries).
+          // One set: slice s + 1 packs into it only after slice s's dV, dK are done.
+          uint32_t Pa[Cfg::kTilesS / 2][4], dSa[Cfg::kTilesS / 2][4];
+#pragma unroll
+          for (int sl = 0; sl < kSlices; ++sl) {
+            const int qh = sl * Cfg::kHalf;
+            wgmma_wait<kSlices - 1>();
+            fence_accumulators(St[sl]);
+            fence_accumulators(dPt[sl]);
 
-            scores_to_ds(St, dPt, qh, q0, h, mask_full, key_bias);
+            scores_to_ds(St[sl], dPt[sl], qh, q0, h, mask_full, key_bias);
 
-            // Pᵀ and dSᵀ as 16-bit A fragments (rows: the warp's 16 keys; k: queries).
-            uint32_t Pa[Cfg::kTilesS / 2][4], dSa[Cfg::kTilesS / 2][4];
-            pack_p_fragments<T>(Pa, St);
-            pack_p_fragments<T>(dSa, dPt);
+            if (sl > 0) wgmma_wait<0>();  // the previous slice's dV, dK: Pa, dSa are free again
+            pack_p_fragments<T>(Pa, St[sl]);
+            pack_p_fragments<T>(dSa, dPt[sl]);
             // dSᵀ to shared memory for dQ, [key][query] in Sw128Blocks<64>: fragment
             // register i of k-step kk holds keys g (+8 for odd i), queries qh + 16kk
             // + 8·(i/2) + 2t, +1 — one 32-bit store each.
@@ -540,9 +557,6 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
                 wgmma_rs_vt<T, D>(dK, dSa[kk], advance_desc(dq, kk * 16 * 128));
             }
             wgmma_commit();
-            wgmma_wait<0>();  // dV, dK (their A fragments Pa, dSa are free again)
-            fence_accumulators(dK);
-            fence_accumulators(dV);
           }
           if (dq_here) {
             // dQ = dS·K: M = 64 queries, K = 64 keys, N = D in parts of 64 columns
@@ -560,7 +574,7 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
               for (int kk = 0; kk < Bc / 16; ++kk)  // 16 keys per k-step
                 wgmma_ss_tt<T, 64>(dQ, advance_desc(ds, kk * 16 * 128), advance_desc(dk, kk * 16 * 128), kk > 0);
               wgmma_commit();
-              wgmma_wait<0>();
+              wgmma_wait<0>();  // (and every slice's dV, dK before it)
               fence_accumulators(dQ);
               // Warp w holds query rows 16w + g (+8) of the tile, columns 64·part + 8n + 2t, +1.
 #pragma unroll
@@ -573,7 +587,11 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
                   atomic_add2(row + n * 8 + 2 * t, p.scale * dQ[n][2 * r], p.scale * dQ[n][2 * r + 1]);
               }
             }
+          } else {
+            wgmma_wait<0>();
           }
+          fence_accumulators(dK);
+          fence_accumulators(dV);
           __syncthreads();  // sQ, sdO, sdS are rewritten by the next tile
 #else
           __trap();  // never launched: the host picks this core only on sm_90 with sm_90a code
