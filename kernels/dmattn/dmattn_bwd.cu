@@ -65,7 +65,7 @@
 // treatment; H200, all-ones mask + bias, B=1 H=8 N=8192, D=128: 3.82 ms, 180
 // TFLOPS against 5.61 ms on mma.sync): the 4 warps are one warpgroup and the
 // five products are warpgroup MMAs on tiles in the 128-byte swizzle:
-//   Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ   SS, m64n32 (m64n64 at D = 64): A = K, V; B = Q, dO rows
+//   Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ   SS, m64n32 (a slice of 32 queries): A = K, V; B = Q, dO rows
 //   dV += Pᵀ·dO, dK += dSᵀ·Q  RS: Pᵀ, dSᵀ from registers; B = dO, Q (N-major, as V
 //                             in the forward's P·V)
 //   dQ = dS·K                 SS with both operands transposed (wgmma_ss_tt): A =
@@ -107,8 +107,9 @@ struct DmaBwdConfig {
   static constexpr int kDsStride = kWgmma ? kBr : kBr + 8;
   static constexpr int kSmemBytes = (4 * 64 * kStride + kBc * kDsStride) * 2 + 2 * kBr * 4 + (kWgmma ? 1024 : 0);
   // Queries per Sᵀ slice: two halves of 32 (registers: Sᵀ and dPᵀ next to dK
-  // and dV), or with wgmma at D = 64 all 64 at once (m64n64).
-  static constexpr int kHalf = kWgmma && kHeadDim <= 64 ? kBr : kBr / 2;
+  // and dV; on the wgmma core, two slices so that one's dV, dK run under the
+  // other's score code).
+  static constexpr int kHalf = kBr / 2;
   static constexpr int kTilesS = kHalf / 8;  // n8 tiles across the queries of a slice
   static constexpr int kTilesO = kHeadDim / 8;
   static constexpr int kDqParts = kHeadDim >= 128 ? 2 : 1;  // dQ columns in parts (registers)
@@ -481,19 +482,17 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
           // dO rows of the slice (K-major) — the forward's S = Q·Kᵀ, roles swapped.
           // (Descriptors from one opaque base each, advanced per k-step: otherwise
           // the compiler keeps every step's descriptor in registers, as rung 08 found.)
-          // Software-pipelined (FA3's intra-warpgroup overlap, Shah et al. 2024, §3.2):
-          // every slice's Sᵀ and dPᵀ are issued at once, one commit group per
-          // slice, so the tensor cores compute slice s + 1 while the warps turn
-          // slice s into P and dS; dV, dK of slice s are issued without a wait
-          // and run under slice s + 1's score code; both parts of dQ are issued
-          // together and the atomics of the first run under the second. Waits
-          // count commit groups (they complete in order): when slice s's
-          // scores are needed, the kSlices - 1 groups issued after it — later
-          // slices' Sᵀ, dPᵀ and earlier slices' dV, dK — may still run.
+          // Software-pipelined (FA3's intra-warpgroup overlap, Shah et al. 2024,
+          // §3.2): slice s + 1's Sᵀ and dPᵀ are issued before slice s's dV and dK,
+          // each its own commit group; groups complete in order, so waiting for
+          // slice s + 1's scores leaves slice s's dV, dK running on the tensor
+          // cores under slice s + 1's score code. (Issuing every slice's Sᵀ,
+          // dPᵀ up front overlaps more but keeps a second slice's accumulators
+          // live through the general score code: 255 registers and a spill at
+          // D = 128.)
           constexpr int kSlices = Br / Cfg::kHalf;
           float St[kSlices][Cfg::kTilesS][4], dPt[kSlices][Cfg::kTilesS][4];
-#pragma unroll
-          for (int sl = 0; sl < kSlices; ++sl) {
+          auto issue_s_dp = [&](int sl) {
             const int qh = sl * Cfg::kHalf;
             wgmma_fence();
             {
@@ -515,14 +514,16 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
               }
             }
             wgmma_commit();
-          }
+          };
+          issue_s_dp(0);
           // Pᵀ and dSᵀ as 16-bit A fragments (rows: the warp's 16 keys; k: queries).
           // One set: slice s + 1 packs into it only after slice s's dV, dK are done.
           uint32_t Pa[Cfg::kTilesS / 2][4], dSa[Cfg::kTilesS / 2][4];
 #pragma unroll
           for (int sl = 0; sl < kSlices; ++sl) {
             const int qh = sl * Cfg::kHalf;
-            wgmma_wait<kSlices - 1>();
+            if (sl == 0) wgmma_wait<0>();
+            else wgmma_wait<1>();  // this slice's Sᵀ, dPᵀ; the previous slice's dV, dK may run on
             fence_accumulators(St[sl]);
             fence_accumulators(dPt[sl]);
 
@@ -543,6 +544,7 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
                                                                              qh + kk * 16 + 8 * (i / 2) + 2 * t)) =
                       dSa[kk][i];
             }
+            if (sl + 1 < kSlices) issue_s_dp(sl + 1);
             // dV += Pᵀ·dO and dK += dSᵀ·Q over the slice's queries: A from registers,
             // B = dO or Q rows (along the reduction dim: N-major, as V in P·V).
             wgmma_fence();
