@@ -62,17 +62,19 @@
 // registers per thread).
 //
 // The wgmma core (DmaBwdConfig::kWgmma; sm_90 at D = 64, 128; the forward's
-// treatment; H200, all-ones mask + bias, B=1 H=8 N=8192, D=128: 3.82 ms, 180
+// treatment; H200, all-ones mask + bias, B=1 H=8 N=8192, D=128: 3.54 ms, 194
 // TFLOPS against 5.61 ms on mma.sync): the 4 warps are one warpgroup and the
 // five products are warpgroup MMAs on tiles in the 128-byte swizzle:
-//   Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ   SS, m64n32 (a slice of 32 queries): A = K, V; B = Q, dO rows
+//   Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ   SS, m64n32 slices (m64n64 at D = 64): A = K, V; B = Q, dO rows
 //   dV += Pᵀ·dO, dK += dSᵀ·Q  RS: Pᵀ, dSᵀ from registers; B = dO, Q (N-major, as V
 //                             in the forward's P·V)
 //   dQ = dS·K                 SS with both operands transposed (wgmma_ss_tt): A =
 //                             dSᵀ in shared memory read M-major, B = K N-major;
 //                             64 columns at a time, then fp32 atomics as before
 // The scores between them (P, dS, dBias) are the mma.sync core's code
-// (scores_to_ds). Shared memory 4·64·D·2 + 64·64·2 + 512 + 1024 (alignment):
+// (scores_to_ds). At D = 128 the two slices are software-pipelined: slice 2's
+// Sᵀ, dPᵀ are issued before slice 1's dV, dK, which then run under slice 2's
+// score code (3.82 -> 3.54 ms; 248 registers). Shared memory 4·64·D·2 + 64·64·2 + 512 + 1024 (alignment):
 // D = 64: 42 496, D = 128: 75 264 bytes.
 // ============================================================================
 
@@ -107,9 +109,10 @@ struct DmaBwdConfig {
   static constexpr int kDsStride = kWgmma ? kBr : kBr + 8;
   static constexpr int kSmemBytes = (4 * 64 * kStride + kBc * kDsStride) * 2 + 2 * kBr * 4 + (kWgmma ? 1024 : 0);
   // Queries per Sᵀ slice: two halves of 32 (registers: Sᵀ and dPᵀ next to dK
-  // and dV; on the wgmma core, two slices so that one's dV, dK run under the
-  // other's score code).
-  static constexpr int kHalf = kBr / 2;
+  // and dV), or with wgmma at D = 64 all 64 at once (m64n64). (Two slices
+  // there, so that one's dV, dK run under the other's score code as at D =
+  // 128, measured slower: 2.33 ms against 2.15 on the all-active shape.)
+  static constexpr int kHalf = kWgmma && kHeadDim <= 64 ? kBr : kBr / 2;
   static constexpr int kTilesS = kHalf / 8;  // n8 tiles across the queries of a slice
   static constexpr int kTilesO = kHeadDim / 8;
   static constexpr int kDqParts = kHeadDim >= 128 ? 2 : 1;  // dQ columns in parts (registers)
