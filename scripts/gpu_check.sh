@@ -47,7 +47,7 @@ if [ -z "${QUICK:-}" ] && [ "${SANITIZER:-1}" != 0 ] && command -v compute-sanit
     # dynamic-mask attention: forward with a forced split count, and the backward
     for shape in "--Nq 1 --Nk 3000 --D 128 --Hkv 1 --mask topk --window 64 --bias --splits 4" \
                  "--Nq 1 --Nk 20000 --D 256 --mask topk --window 3000 --block 0 --bias --softcap 20 --splits 1" \
-                 "--Nq 70 --Nk 130 --D 64 --Hkv 1 --causal --mask topk --window 32 --bias --bwd" \
+                 "--Nq 70 --Nk 130 --D 128 --Hkv 1 --causal --mask topk --window 32 --bias --bwd" \
                  "--B 2 --Nq 130 --Nk 77 --D 128 --mask topk --window 16 --block 0 --bias --deterministic" \
                  "--Nq 130 --Nk 300 --D 128 --causal --mask topk --window 64 --bias" \
                  "--Nq 130 --Nk 301 --D 64 --mask topk --window 64 --bias --dma-core wgmma-cp.async" \
