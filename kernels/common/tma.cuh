@@ -1,7 +1,8 @@
 // attnlab: the Tensor Memory Accelerator (TMA, sm_90), the mbarriers that
 // count its bytes, and the thread-block clusters that let one TMA copy land in
 // several blocks' shared memory (multicast). Used by rungs 09 and 10
-// (10 also reads a partner block's shared memory: mapa, ld.shared::cluster).
+// (10 also reads a partner block's shared memory: mapa, ld.shared::cluster);
+// the bulk reduction at the end, by the dmattn backward.
 //
 // TMA copies a box of a tensor between global and shared memory as one
 // instruction issued by one thread. The tensor's shape, strides, box size and
@@ -185,5 +186,31 @@ __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+// Bulk reduction (non-tensor cp.reduce.async.bulk, sm_90, the async proxy):
+// gdst[i] += ssrc[i] for bytes / 4 floats, gdst and ssrc 16-byte aligned,
+// bytes a multiple of 16; one instruction from one thread, in that
+// thread's bulk group (committed here), waited for with bulk_wait_read (ssrc
+// may be rewritten) or bulk_wait (the global writes done). FA3 adds its dQ
+// this way (a TMA reduce-add of a shared-memory tile) instead of
+// per-element atomics; the dmattn backward's wgmma core uses it per dQ row.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* gdst, const float* ssrc, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(gdst),
+               "r"(smem_addr(ssrc)), "r"(bytes)
+               : "memory");
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void bulk_wait_read() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void bulk_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+#endif
+}
 
 }  // namespace attnlab

@@ -186,7 +186,7 @@ struct DmaBackwardArgs {
   void* dk = nullptr;          // [B,Hkv,Nk,D]
   void* dv = nullptr;
   void* dbias = nullptr;       // the bias's own shape, summed over its broadcast dims; may be null
-  // dma_backward_workspace_bytes(p, deterministic, q_chunks): accumulators, Δ
+  // dma_backward_workspace_bytes(p, deterministic, q_chunks), 16-byte aligned: accumulators, Δ
   float* workspace = nullptr;
   size_t workspace_bytes = 0;
   // Deterministic: dQ, dK, dV and dBias bitwise identical run to run (no

@@ -12,7 +12,8 @@
 //   dPᵀ = V_j dO_iᵀ
 //   dSᵀ = Pᵀ ∘ (dPᵀ - Δ_q) ∘ softcap'    with Δ_q = rowsum(dO_q ∘ O_q) (pre-pass)
 //   dV_j += Pᵀ dO_i ;  dK_j += scale · dSᵀ Q_i
-//   dQ_i += scale · dS K_j  (dS through shared memory; fp32 atomics into dq_accum)
+//   dQ_i += scale · dS K_j  (dS through shared memory; fp32 atomics into dq_accum,
+//                            or on the wgmma core one bulk reduction per row)
 //   dBias += dS  (into an fp32 copy of the bias's own shape; summed over the
 //                 query tile first when the bias is broadcast over queries)
 // Then dQ and dBias are converted to the input dtype.
@@ -71,11 +72,16 @@
 //   dQ = dS·K                 SS with both operands transposed (wgmma_ss_tt): A =
 //                             dSᵀ in shared memory read M-major, B = K N-major;
 //                             64 columns at a time, then fp32 atomics as before
+// dQ's rows go through shared memory (fp32, kDqStride) and reach dq_accum by
+// one bulk reduction per row (cp.reduce.async.bulk ... add.f32), issued by
+// the row's thread and waited for before sdQ is written again — in place of
+// 8192 fp32 atomics per tile from every thread (FA3 adds dQ by TMA too).
 // The scores between them (P, dS, dBias) are the mma.sync core's code
 // (scores_to_ds). At D = 128 the two slices are software-pipelined: slice 2's
 // Sᵀ, dPᵀ are issued before slice 1's dV, dK, which then run under slice 2's
-// score code (3.82 -> 3.54 ms; 248 registers). Shared memory 4·64·D·2 + 64·64·2 + 512 + 1024 (alignment):
-// D = 64: 42 496, D = 128: 75 264 bytes.
+// score code (3.82 -> 3.54 ms; 248 registers). Shared memory 4·64·D·2 +
+// 64·64·2 + 512 + 64·(D+4)·4 (sdQ) + 1024 (alignment): D = 64: 59 904,
+// D = 128: 109 056 bytes (two blocks per SM).
 // ============================================================================
 
 #include <cuda_bf16.h>
@@ -90,6 +96,7 @@
 #include "../common/rung_host.cuh"
 #include "../common/split_q_parts.cuh"
 #include "../common/tile_copy.cuh"
+#include "../common/tma.cuh"
 #include "../common/wgmma.cuh"
 #include "dmattn.h"
 #include "dmattn_tiles.cuh"
@@ -107,7 +114,12 @@ struct DmaBwdConfig {
   // swizzle (Sw128Blocks<64>), tiles 1024-byte aligned (+ 1024 bytes slack).
   static constexpr int kStride = kWgmma ? kHeadDim : kHeadDim + 8;
   static constexpr int kDsStride = kWgmma ? kBr : kBr + 8;
-  static constexpr int kSmemBytes = (4 * 64 * kStride + kBc * kDsStride) * 2 + 2 * kBr * 4 + (kWgmma ? 1024 : 0);
+  // wgmma: dQ of a tile staged in fp32 (rows padded by 4 floats: 2-way bank
+  // conflicts at most) and added to dq_accum by one bulk reduction per row.
+  static constexpr int kDqStride = kHeadDim + 4;
+  static constexpr int kDqStageBytes = kWgmma ? kBr * kDqStride * 4 : 0;
+  static constexpr int kSmemBytes =
+      (4 * 64 * kStride + kBc * kDsStride) * 2 + 2 * kBr * 4 + kDqStageBytes + (kWgmma ? 1024 : 0);
   // Queries per Sᵀ slice: two halves of 32 (registers: Sᵀ and dPᵀ next to dK
   // and dV), or with wgmma at D = 64 all 64 at once (m64n64). (Two slices
   // there, so that one's dV, dK run under the other's score code as at D =
@@ -118,7 +130,7 @@ struct DmaBwdConfig {
   static constexpr int kDqParts = kHeadDim >= 128 ? 2 : 1;  // dQ columns in parts (registers)
   static_assert(kTilesO % (2 * kDqParts) == 0, "dQ parts of whole 16-column steps");
 };
-static_assert(DmaBwdConfig<64, true>::kSmemBytes == 42496 && DmaBwdConfig<128, true>::kSmemBytes == 75264,
+static_assert(DmaBwdConfig<64, true>::kSmemBytes == 59904 && DmaBwdConfig<128, true>::kSmemBytes == 109056,
               "header: the wgmma core's shared memory");
 
 template <typename T>
@@ -325,6 +337,7 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
   T* sdS = sdO + Br * kStride;  // [Bc keys][kDs] dSᵀ
   float* sLSE = reinterpret_cast<float*>(sdS + Bc * kDs);
   float* sDelta = sLSE + Br;
+  [[maybe_unused]] float* sdQ = sDelta + Br;  // wgmma: [Br][kDqStride] fp32, 16-byte aligned rows
   // Skip bits of this block's next kThreads slots: [0] any, [1] all ones; one word per warp.
   __shared__ uint32_t s_bits[2][Cfg::kWarps];
 
@@ -568,7 +581,8 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
             // (registers). A = dS read from dSᵀ ([key][query]: M-major), B = a
             // 64-column block of K ([key][d]: N-major): both transposed.
             fence_proxy_async_shared();  // the st.shared of dSᵀ, before the async proxy reads it
-            __syncthreads();             // every warp's dSᵀ rows are in place
+            if (threadIdx.x < Br) bulk_wait_read();  // the previous tile's dQ rows have left sdQ
+            __syncthreads();  // every warp's dSᵀ rows are in place; sdQ is free
 #pragma unroll 1
             for (int part = 0; part < D / 64; ++part) {
               float dQ[8][4];
@@ -583,15 +597,18 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
               fence_accumulators(dQ);
               // Warp w holds query rows 16w + g (+8) of the tile, columns 64·part + 8n + 2t, +1.
 #pragma unroll
-              for (int r = 0; r < 2; ++r) {
-                const int qi = q0 + warp * 16 + g + 8 * r;
-                if (qi >= p.Nq) continue;
-                float* row = dq_accum + (q_head * p.Nq + qi) * D + part * 64;
+              for (int r = 0; r < 2; ++r)
 #pragma unroll
                 for (int n = 0; n < 8; ++n)
-                  atomic_add2(row + n * 8 + 2 * t, p.scale * dQ[n][2 * r], p.scale * dQ[n][2 * r + 1]);
-              }
+                  *reinterpret_cast<float2*>(sdQ + (warp * 16 + g + 8 * r) * Cfg::kDqStride + part * 64 + n * 8 +
+                                             2 * t) = make_float2(p.scale * dQ[n][2 * r], p.scale * dQ[n][2 * r + 1]);
             }
+            fence_proxy_async_shared();  // the st.shared of dQ, before the bulk reduction reads them
+            __syncthreads();
+            // Thread i adds query row i of the tile (rows past Nq: none).
+            if (threadIdx.x < Br && q0 + int(threadIdx.x) < p.Nq)
+              bulk_reduce_add_f32(dq_accum + (q_head * p.Nq + q0 + threadIdx.x) * D, sdQ + threadIdx.x * Cfg::kDqStride,
+                                  D * 4);
           } else {
             wgmma_wait<0>();
           }
@@ -674,6 +691,9 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
       }
     }
   }
+
+  if constexpr (Cfg::kWgmma)
+    if (dq_accum != nullptr && threadIdx.x < Br) bulk_wait();  // dQ's reductions done, sdQ no longer read
 
   // ---- dK_j, dV_j of this KV head (keys < Nk) -------------------------------------------
   if (dkv_accum == nullptr) {  // one chunk: this block owns the key tile; scale now
@@ -827,6 +847,8 @@ cudaError_t dma_backward(const DynamicMaskProblem& p, const DmaBackwardArgs& a, 
     return cudaErrorInvalidValue;
   BwdWorkspace w = plan_workspace(p, a.deterministic, chunks);
   if (a.workspace == nullptr || a.workspace_bytes < w.total_floats * sizeof(float)) return cudaErrorInvalidValue;
+  // 16-byte aligned parts (cp.async; the wgmma core's bulk reductions into dq_accum).
+  if (reinterpret_cast<uintptr_t>(a.workspace) % 16 != 0) return cudaErrorInvalidValue;
   const int64_t rows = int64_t(p.B) * p.H * p.Nq;
   const int64_t kv_elems = int64_t(p.B) * p.Hkv * p.Nk * p.D;
   float* dq_accum = a.deterministic ? nullptr : a.workspace + w.dq;
