@@ -72,15 +72,16 @@
 //   dQ = dS·K                 SS with both operands transposed (wgmma_ss_tt): A =
 //                             dSᵀ in shared memory read M-major, B = K N-major;
 //                             64 columns at a time, then fp32 atomics as before
-// dQ's rows go through shared memory (fp32, kDqStride) and reach dq_accum by
-// one bulk reduction per row (cp.reduce.async.bulk ... add.f32), issued by
-// the row's thread and waited for before sdQ is written again — in place of
-// 8192 fp32 atomics per tile from every thread (FA3 adds dQ by TMA too).
+// At D = 128 dQ's rows go through shared memory (fp32, kDqStride) and reach
+// dq_accum by one bulk reduction per row (cp.reduce.async.bulk ... add.f32),
+// issued by the row's thread and waited for before sdQ is written again — in
+// place of 8192 fp32 atomics per tile from every thread (FA3 adds dQ by TMA
+// too): 3.54 -> 3.38 ms; at D = 64 it measured slower, atomics stay there.
 // The scores between them (P, dS, dBias) are the mma.sync core's code
 // (scores_to_ds). At D = 128 the two slices are software-pipelined: slice 2's
 // Sᵀ, dPᵀ are issued before slice 1's dV, dK, which then run under slice 2's
 // score code (3.82 -> 3.54 ms; 248 registers). Shared memory 4·64·D·2 +
-// 64·64·2 + 512 + 64·(D+4)·4 (sdQ) + 1024 (alignment): D = 64: 59 904,
+// 64·64·2 + 512 + 64·(D+4)·4 (sdQ, D = 128) + 1024 (alignment): D = 64: 42 496,
 // D = 128: 109 056 bytes (two blocks per SM).
 // ============================================================================
 
@@ -114,10 +115,13 @@ struct DmaBwdConfig {
   // swizzle (Sw128Blocks<64>), tiles 1024-byte aligned (+ 1024 bytes slack).
   static constexpr int kStride = kWgmma ? kHeadDim : kHeadDim + 8;
   static constexpr int kDsStride = kWgmma ? kBr : kBr + 8;
-  // wgmma: dQ of a tile staged in fp32 (rows padded by 4 floats: 2-way bank
-  // conflicts at most) and added to dq_accum by one bulk reduction per row.
+  // wgmma at D = 128: dQ of a tile staged in fp32 (rows padded by 4 floats:
+  // 2-way bank conflicts at most) and added to dq_accum by one bulk reduction
+  // per row. H200, all-ones + bias, N = 8192, same run: D = 128 3.38 ms
+  // against 3.54 with atomics; D = 64 2.30 against 2.09 — there the atomics stay.
+  static constexpr bool kDqBulk = kWgmma && kHeadDim >= 128;
   static constexpr int kDqStride = kHeadDim + 4;
-  static constexpr int kDqStageBytes = kWgmma ? kBr * kDqStride * 4 : 0;
+  static constexpr int kDqStageBytes = kDqBulk ? kBr * kDqStride * 4 : 0;
   static constexpr int kSmemBytes =
       (4 * 64 * kStride + kBc * kDsStride) * 2 + 2 * kBr * 4 + kDqStageBytes + (kWgmma ? 1024 : 0);
   // Queries per Sᵀ slice: two halves of 32 (registers: Sᵀ and dPᵀ next to dK
@@ -130,7 +134,7 @@ struct DmaBwdConfig {
   static constexpr int kDqParts = kHeadDim >= 128 ? 2 : 1;  // dQ columns in parts (registers)
   static_assert(kTilesO % (2 * kDqParts) == 0, "dQ parts of whole 16-column steps");
 };
-static_assert(DmaBwdConfig<64, true>::kSmemBytes == 59904 && DmaBwdConfig<128, true>::kSmemBytes == 109056,
+static_assert(DmaBwdConfig<64, true>::kSmemBytes == 42496 && DmaBwdConfig<128, true>::kSmemBytes == 109056,
               "header: the wgmma core's shared memory");
 
 template <typename T>
@@ -337,7 +341,7 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
   T* sdS = sdO + Br * kStride;  // [Bc keys][kDs] dSᵀ
   float* sLSE = reinterpret_cast<float*>(sdS + Bc * kDs);
   float* sDelta = sLSE + Br;
-  [[maybe_unused]] float* sdQ = sDelta + Br;  // wgmma: [Br][kDqStride] fp32, 16-byte aligned rows
+  [[maybe_unused]] float* sdQ = sDelta + Br;  // kDqBulk: [Br][kDqStride] fp32, 16-byte aligned rows
   // Skip bits of this block's next kThreads slots: [0] any, [1] all ones; one word per warp.
   __shared__ uint32_t s_bits[2][Cfg::kWarps];
 
@@ -581,8 +585,8 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
             // (registers). A = dS read from dSᵀ ([key][query]: M-major), B = a
             // 64-column block of K ([key][d]: N-major): both transposed.
             fence_proxy_async_shared();  // the st.shared of dSᵀ, before the async proxy reads it
-            if (threadIdx.x < Br) bulk_wait_read();  // the previous tile's dQ rows have left sdQ
-            __syncthreads();  // every warp's dSᵀ rows are in place; sdQ is free
+            if (Cfg::kDqBulk && threadIdx.x < Br) bulk_wait_read();  // the previous tile's dQ rows have left sdQ
+            __syncthreads();  // every warp's dSᵀ rows are in place (and sdQ is free)
 #pragma unroll 1
             for (int part = 0; part < D / 64; ++part) {
               float dQ[8][4];
@@ -596,19 +600,33 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
               wgmma_wait<0>();  // (and every slice's dV, dK before it)
               fence_accumulators(dQ);
               // Warp w holds query rows 16w + g (+8) of the tile, columns 64·part + 8n + 2t, +1.
+              if constexpr (Cfg::kDqBulk) {
 #pragma unroll
-              for (int r = 0; r < 2; ++r)
+                for (int r = 0; r < 2; ++r)
 #pragma unroll
-                for (int n = 0; n < 8; ++n)
-                  *reinterpret_cast<float2*>(sdQ + (warp * 16 + g + 8 * r) * Cfg::kDqStride + part * 64 + n * 8 +
-                                             2 * t) = make_float2(p.scale * dQ[n][2 * r], p.scale * dQ[n][2 * r + 1]);
+                  for (int n = 0; n < 8; ++n)
+                    *reinterpret_cast<float2*>(sdQ + (warp * 16 + g + 8 * r) * Cfg::kDqStride + part * 64 + n * 8 +
+                                               2 * t) = make_float2(p.scale * dQ[n][2 * r], p.scale * dQ[n][2 * r + 1]);
+              } else {
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                  const int qi = q0 + warp * 16 + g + 8 * r;
+                  if (qi >= p.Nq) continue;
+                  float* row = dq_accum + (q_head * p.Nq + qi) * D + part * 64;
+#pragma unroll
+                  for (int n = 0; n < 8; ++n)
+                    atomic_add2(row + n * 8 + 2 * t, p.scale * dQ[n][2 * r], p.scale * dQ[n][2 * r + 1]);
+                }
+              }
             }
-            fence_proxy_async_shared();  // the st.shared of dQ, before the bulk reduction reads them
-            __syncthreads();
-            // Thread i adds query row i of the tile (rows past Nq: none).
-            if (threadIdx.x < Br && q0 + int(threadIdx.x) < p.Nq)
-              bulk_reduce_add_f32(dq_accum + (q_head * p.Nq + q0 + threadIdx.x) * D, sdQ + threadIdx.x * Cfg::kDqStride,
-                                  D * 4);
+            if constexpr (Cfg::kDqBulk) {
+              fence_proxy_async_shared();  // the st.shared of dQ, before the bulk reduction reads them
+              __syncthreads();
+              // Thread i adds query row i of the tile (rows past Nq: none).
+              if (threadIdx.x < Br && q0 + int(threadIdx.x) < p.Nq)
+                bulk_reduce_add_f32(dq_accum + (q_head * p.Nq + q0 + threadIdx.x) * D,
+                                    sdQ + threadIdx.x * Cfg::kDqStride, D * 4);
+            }
           } else {
             wgmma_wait<0>();
           }
@@ -692,7 +710,7 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
     }
   }
 
-  if constexpr (Cfg::kWgmma)
+  if constexpr (Cfg::kDqBulk)
     if (dq_accum != nullptr && threadIdx.x < Br) bulk_wait();  // dQ's reductions done, sdQ no longer read
 
   // ---- dK_j, dV_j of this KV head (keys < Nk) -------------------------------------------

@@ -4,7 +4,8 @@
 # (test_dmattn_backward; racecheck and memcheck at D = 128 default and
 # deterministic, D = 64), then the all-active rows and the sparse L = 16K /
 # 32K rows. Before (9b081d0, gpu_check/tables): D=128 3.535 ms, L=16K
-# 0.1857, 32K 0.1728; D=64 2.15 ms (46f8744).
+# 0.1857, 32K 0.1728; D=64 2.09 ms (same-run A/B: session9_bwd_dq_bulk_ab.txt).
+# Second run: the bulk reduction at D = 128 only (kDqBulk).
 cd "$(dirname "$0")/../.."
 . scripts/probes/common.sh
 probe_build flash_attn_mma test_dmattn_backward
