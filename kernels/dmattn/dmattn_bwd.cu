@@ -80,7 +80,7 @@
 // The scores between them (P, dS, dBias) are the mma.sync core's code
 // (scores_to_ds). At D = 128 the two slices are software-pipelined: slice 2's
 // Sᵀ, dPᵀ are issued before slice 1's dV, dK, which then run under slice 2's
-// score code (3.82 -> 3.54 ms; 248 registers). Shared memory 4·64·D·2 +
+// score code (3.82 -> 3.54 ms). 250 registers at D = 128. Shared memory 4·64·D·2 +
 // 64·64·2 + 512 + 64·(D+4)·4 (sdQ, D = 128) + 1024 (alignment): D = 64: 42 496,
 // D = 128: 109 056 bytes (two blocks per SM).
 // ============================================================================
