@@ -865,7 +865,7 @@ cudaError_t dma_backward(const DynamicMaskProblem& p, const DmaBackwardArgs& a, 
     return cudaErrorInvalidValue;
   BwdWorkspace w = plan_workspace(p, a.deterministic, chunks);
   if (a.workspace == nullptr || a.workspace_bytes < w.total_floats * sizeof(float)) return cudaErrorInvalidValue;
-  // 16-byte aligned parts (cp.async; the wgmma core's bulk reductions into dq_accum).
+  // Every part 16-byte aligned: the wgmma core's bulk reductions into dq_accum need it.
   if (reinterpret_cast<uintptr_t>(a.workspace) % 16 != 0) return cudaErrorInvalidValue;
   const int64_t rows = int64_t(p.B) * p.H * p.Nq;
   const int64_t kv_elems = int64_t(p.B) * p.Hkv * p.Nk * p.D;

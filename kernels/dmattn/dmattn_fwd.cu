@@ -1148,9 +1148,9 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
   const bool aligned = aligned16(a.q) && aligned16(a.k) && aligned16(a.v) && aligned16(a.o);
   // A short decoding row whose tensors the tile kernels cannot copy (below):
   // the gather kernel, which copies K and V rows at any alignment.
-  const DmaCore requested = a.core == DmaCore::kAuto && !aligned && dma_forward_core_name(p, DmaCore::kGather) == "gather"
-                                ? DmaCore::kGather
-                                : a.core;
+  const bool gather_instead =
+      a.core == DmaCore::kAuto && !aligned && dma_forward_core_name(p, DmaCore::kGather) == "gather";
+  const DmaCore requested = gather_instead ? DmaCore::kGather : a.core;
   const std::string core = dma_forward_core_name(p, requested);
   if (core.empty()) return cudaErrorInvalidValue;
   const std::string scan = dma_forward_mask_scan_name(p, a.mask_scan, splits, requested);

@@ -366,6 +366,8 @@ int main() {
   // decoding cases also on the core auto did not take (the gather core, or the
   // tile kernels below kDmaGatherMinKeys keys).
   const size_t n_auto = cases.size();
+  // The core and scan rules only test whether a mask is given: any address will do.
+  static uint8_t any_mask_byte;
   for (size_t i = 0; i < n_auto; ++i) {
     Case c = cases[i];
     DynamicMaskProblem probe;
@@ -374,7 +376,6 @@ int main() {
     const bool gather = c.Nq == 1 && c.mask;
     if ((!wgmma && !gather) || c.kv_misaligned) continue;  // (the tile kernels refuse misaligned K, V)
     probe.Nq = c.Nq; probe.Nk = c.Nk;
-    static uint8_t any_mask_byte;
     if (c.mask) probe.mask.data = &any_mask_byte;
     if (gather && dma_forward_core_name(probe, DmaCore::kAuto) != "gather") {
       c.core = DmaCore::kGather;
@@ -399,8 +400,7 @@ int main() {
     if (!c.mask) continue;
     DynamicMaskProblem probe;
     probe.B = c.B; probe.H = c.H; probe.Hkv = c.Hkv; probe.Nq = c.Nq; probe.Nk = c.Nk; probe.D = c.D;
-    static uint8_t any_byte;
-    probe.mask.data = &any_byte;
+    probe.mask.data = &any_mask_byte;
     probe.mask.set_shape(c.mb, heads_of(c.mh, c), c.mq, c.Nk, c.H);
     const bool auto_in_kernel =
         dma_forward_mask_scan_name(probe, DmaMaskScan::kAuto, dma_resolve_splits(probe, c.splits)) == "in-kernel";
