@@ -168,6 +168,21 @@ __device__ __forceinline__ float4 ld_shared_cluster_f4(uint32_t cluster_addr) {
                : "memory");
   return v;
 }
+// NEW (rung 10's push exchange): an asynchronous 16-byte store into the
+// shared memory of block `cta_rank` (the same offset as `p` there), whose
+// bytes complete on that block's mbarrier at `bar`'s offset, as a TMA load's
+// do: the receiver waits on its own barrier (expecting the bytes), the sender
+// neither waits nor needs a fence (PTX ISA, "st.async"; sm_90).
+__device__ __forceinline__ void st_async_f4(const void* p, const uint64_t* bar, uint32_t cta_rank, float4 v) {
+  asm volatile(
+      "{\n.reg .b32 dst, remote_bar;\n"
+      "mapa.shared::cluster.u32 dst, %0, %2;\n"
+      "mapa.shared::cluster.u32 remote_bar, %1, %2;\n"
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [dst], {%3, %4, %5, %6}, [remote_bar];\n}\n" ::"r"(
+          smem_addr(p)),
+      "r"(smem_addr(bar)), "r"(cta_rank), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
+      : "memory");
+}
 // mbarrier_wait with acquire at cluster scope: what the arriving threads of
 // other blocks wrote before their (release.cluster) arrivals is visible to
 // this thread afterwards. The plain wait acquires at CTA scope only.

@@ -104,7 +104,7 @@ struct ClusterSplitDConfig : SplitDTiles<kHeadDim_ / kClusterBlocks> {  // a blo
   static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
   static_assert(kLaunchRegs == 168 && kComputeRegs > kLaunchRegs, "header: 168 registers at launch");
   static_assert(32 * (kProducerRegs + 2 * kComputeRegs) <= 65536 / 4, "one warp of each warpgroup per sub-partition");
-  static constexpr int kBarriers = 7;  // Q full, K full/empty, V full/empty, NEW: s_ready, red_free
+  static constexpr int kBarriers = 8;  // Q full, K full/empty, V full/empty, NEW: s_ready, red_free, recv_full
   static constexpr int kSmemBytes = ClusterSplitDConfig::kTileBytes + 8 * kBarriers + 1024;  // + alignment slack
   static constexpr int kBoxesPerTile = kBlockCols / 64;  // TMA boxes of 64 rows x 64 columns per tile
   static constexpr int kSumThreads = 128 * kClusterBlocks;  // NEW: s_ready's arrivals: warpgroup 0 of each block
@@ -116,7 +116,7 @@ struct ClusterSplitDConfig : SplitDTiles<kHeadDim_ / kClusterBlocks> {  // a blo
                 "a tile is whole boxes");
 };
 using Cfg1024 = ClusterSplitDConfig<1024, 1>;
-static_assert(Cfg1024::kTileBytes + 8 * Cfg1024::kBarriers == 229432, "header: D=1024 shared memory per block");
+static_assert(Cfg1024::kTileBytes + 8 * Cfg1024::kBarriers == 229440, "header: D=1024 shared memory per block");
 static_assert(Cfg1024::kSmemBytes <= 232448, "fits the 227 KiB a block may have on sm_90");
 static_assert(Cfg1024::kTileBytes + 8 * Cfg1024::kBarriers + Cfg1024::kBr * Cfg1024::kBc * 4 + 1024 > 232448,
               "header: a separate 16 KiB exchange buffer would not fit, so Σ reuses sRed[0]");
@@ -131,6 +131,19 @@ static_assert(Cfg1024::kThreads == 384, "header: 2 compute warpgroups + 1 produc
 // The barriers are addressed from one base (bars[0] is Q full) and the
 // cluster rank is read again where it is needed: six pointers and the rank
 // held through the loop made the compute threads spill (ptxas, 32 bytes).
+//
+// Two ways to get the partner's Σ (kPush):
+//   pull  — each block stores its Σ in its own sRed[0]; after s_ready every
+//           warpgroup of the partner reads it with ld.shared::cluster: a
+//           signal across the SM-to-SM network, then a read that crosses it
+//           twice (request, reply), 32 KiB per block per tile;
+//   push  — NEW: each block stores its Σ straight into the partner's sRed[0]
+//           with st.async, whose bytes complete on the partner's recv_full
+//           mbarrier (as a TMA load's do); the receiver waits on its own
+//           barrier: one crossing, 16 KiB per block per tile. Each warpgroup
+//           forms and sends Σ for half of the key columns (S tiles n < 4 or
+//           n >= 4), so all 256 threads share the work.
+template <bool kPush>
 struct ClusterSlots {
   uint64_t* bars;
   int n_tiles;
@@ -139,8 +152,11 @@ struct ClusterSlots {
   __device__ __forceinline__ uint64_t* k_empty() const { return bars + 2; }
   __device__ __forceinline__ uint64_t* v_full() const { return bars + 3; }
   __device__ __forceinline__ uint64_t* v_empty() const { return bars + 4; }
-  __device__ __forceinline__ uint64_t* s_ready() const { return bars + 5; }   // NEW: both blocks' Σ of tile j written
-  __device__ __forceinline__ uint64_t* red_free() const { return bars + 6; }  // NEW: the partner has read our Σ of tile j
+  __device__ __forceinline__ uint64_t* s_ready() const { return bars + 5; }   // pull: both blocks' Σ of tile j written
+  // pull: the partner has read our Σ of tile j (out of our sRed[0]);
+  // push: the partner has read what we sent it for tile j (out of its sRed[0])
+  __device__ __forceinline__ uint64_t* red_free() const { return bars + 6; }
+  __device__ __forceinline__ uint64_t* recv_full() const { return bars + 7; }  // push: the partner's Σ of tile j arrived
 
   __device__ __forceinline__ void sync() const { named_barrier_sync(1, 256); }  // the compute warps only
   __device__ __forceinline__ void wait_k(int j) const { mbarrier_wait(k_full(), j & 1); }
@@ -148,27 +164,38 @@ struct ClusterSlots {
     if (threadIdx.x == 0 && j + 1 < n_tiles) mbarrier_arrive(k_empty());
   }
   __device__ __forceinline__ void wait_v(int j) const { mbarrier_wait(v_full(), j & 1); }
-  // Called by every compute thread after the tile's last sync(): V_j and the
-  // partner's Σ are no longer read.
+  // Called by every compute thread after the tile's last sync(): V_j is no
+  // longer read.
   __device__ __forceinline__ void release_v(int j) const {
-    if (j + 1 >= n_tiles) return;
-    if (threadIdx.x == 0) mbarrier_arrive(v_empty());
-    // NEW: the partner may overwrite its Σ. Every thread that read it
-    // arrives itself (release.cluster orders its own reads), as on s_ready:
-    // one thread 0 arrival after the block barrier was correct only through
-    // the barrier's cumulativity, and compute-sanitizer's racecheck, which
-    // does not follow that, reported the partner's next write as a race with
-    // these reads in 2 of 6 runs (D = 1024, session 7).
-    mbarrier_arrive_cluster(red_free(), cluster_cta_rank() ^ 1u);
+    if (threadIdx.x == 0 && j + 1 < n_tiles) mbarrier_arrive(v_empty());
+  }
+  // After a thread's last read of the Σ it was given for tile j: the
+  // partner may overwrite it (pull: its own sRed[0]; push: ours). Every thread
+  // that read it arrives itself (release.cluster orders its own reads), as on
+  // s_ready: one thread 0 arrival after the block barrier was correct only
+  // through the barrier's cumulativity, and compute-sanitizer's racecheck,
+  // which does not follow that, reported the partner's next write as a race
+  // with these reads in 2 of 6 runs (D = 1024, session 7).
+  __device__ __forceinline__ void release_sum(int j) const {
+    if (j + 1 < n_tiles) mbarrier_arrive_cluster(red_free(), cluster_cta_rank() ^ 1u);
   }
 
-  // NEW: S over all 1024 columns. On entry S is this warpgroup's partial (its
-  // 256 columns), on exit Σ_0 + Σ_1, where Σ_r = partial 0 + partial 1 of block
-  // r. sRed[w]: [kTilesS][128 threads][4] fp32 in fragment order, so a thread
+  // S over all 1024 columns. On entry S is this warpgroup's partial (its 256
+  // columns), on exit Σ_0 + Σ_1, where Σ_r = partial 0 + partial 1 of block r.
+  // sRed[w]: [kTilesS][128 threads][4] fp32 in fragment order, so a thread
   // finds its own entries of every partial at the same index.
   template <int kTilesS, typename T, typename Pipeline>
   __device__ __forceinline__ void operator()(float (&S)[kTilesS][4], const SplitDSmem<T>& sm, Pipeline& pipe,
                                              int j) const {
+    if constexpr (kPush)
+      push_sum(S, sm, pipe, j);
+    else
+      pull_sum(S, sm, pipe, j);
+  }
+
+  template <int kTilesS, typename T, typename Pipeline>
+  __device__ __forceinline__ void pull_sum(float (&S)[kTilesS][4], const SplitDSmem<T>& sm, Pipeline& pipe,
+                                           int j) const {
     const int warpgroup = threadIdx.x / 128, tid_in_wg = threadIdx.x % 128;
     float* red_sum = sm.sRed + tid_in_wg * 4;                           // sRed[0]: Σ of this block
     float* red_wg1 = sm.sRed + (kTilesS * 128 + tid_in_wg) * 4;         // sRed[1]: warpgroup 1's partial
@@ -212,11 +239,138 @@ struct ClusterSlots {
       S[n][2] += other.z;
       S[n][3] += other.w;
     }
+    release_sum(j);
+  }
+
+  // NEW (push). sRed[1] first carries the partial halves the other warpgroup
+  // sums, then this block's Σ halves (each thread overwrites the entries it
+  // has just read); sRed[0] receives the partner's Σ.
+  template <int kTilesS, typename T, typename Pipeline>
+  __device__ __forceinline__ void push_sum(float (&S)[kTilesS][4], const SplitDSmem<T>& sm, Pipeline& pipe,
+                                           int j) const {
+    constexpr int kHalf = kTilesS / 2;
+    const int warpgroup = threadIdx.x / 128, tid_in_wg = threadIdx.x % 128;
+    // S tile n is summed by warpgroup n / kHalf. (A predicate on every n, not
+    // a loop from a run-time start: S must stay in registers.)
+    auto summed_here = [&](int n) { return n / kHalf == warpgroup; };
+    float* recv = sm.sRed + tid_in_wg * 4;                     // sRed[0]: the partner's Σ lands here
+    float* share = sm.sRed + (kTilesS * 128 + tid_in_wg) * 4;  // sRed[1]: partials, then Σ, per half
+    const uint32_t partner = cluster_cta_rank() ^ 1u;
+    auto entry = [](float* base, int n) { return reinterpret_cast<float4*>(base + n * 128 * 4); };
+    // 1. Hand the other warpgroup the half of this partial that it sums.
+#pragma unroll
+    for (int n = 0; n < kTilesS; ++n)
+      if (!summed_here(n)) *entry(share, n) = make_float4(S[n][0], S[n][1], S[n][2], S[n][3]);
+    if (threadIdx.x == 0) mbarrier_arrive_expect_tx(recv_full(), kTilesS * 128 * 16);  // the partner's whole Σ
+    pipe.sync();  // the partials' halves written; K_j no longer read
+    pipe.release_k(j);
+    // 2. Σ of this block over my half: my partial + the other warpgroup's.
+    // 3. Send it to the partner once it has read the previous tile's, and
+    //    leave it in sRed[1] for the other warpgroup.
+    if (j > 0) mbarrier_wait_cluster(red_free(), (j - 1) & 1);
+#pragma unroll
+    for (int n = 0; n < kTilesS; ++n) {
+      if (!summed_here(n)) continue;
+      const float4 other = *entry(share, n);
+      S[n][0] += other.x;  // Σ = partial 0 + partial 1 (in either warpgroup: the same float)
+      S[n][1] += other.y;
+      S[n][2] += other.z;
+      S[n][3] += other.w;
+      const float4 sum = make_float4(S[n][0], S[n][1], S[n][2], S[n][3]);
+      st_async_f4(entry(recv, n), recv_full(), partner, sum);
+      *entry(share, n) = sum;
+    }
+    pipe.sync();  // both halves of this block's Σ in sRed[1]
+#pragma unroll
+    for (int n = 0; n < kTilesS; ++n) {
+      if (summed_here(n)) continue;
+      const float4 sum = *entry(share, n);
+      S[n][0] = sum.x, S[n][1] = sum.y, S[n][2] = sum.z, S[n][3] = sum.w;
+    }
+    mbarrier_wait_cluster(recv_full(), j & 1);  // the partner's Σ in sRed[0] (its bytes counted)
+#pragma unroll
+    for (int n = 0; n < kTilesS; ++n) {
+      const float4 other = *entry(recv, n);
+      S[n][0] += other.x;  // Σ_0 + Σ_1 in block 0, Σ_1 + Σ_0 in block 1: the same float
+      S[n][1] += other.y;
+      S[n][2] += other.z;
+      S[n][3] += other.w;
+    }
+    release_sum(j);  // the partner may send tile j+1
   }
 };
+
+// NEW (+overlap): the KV loop with the next tile's scores issued before this
+// tile's P·V, so that the exchange of S_{j+1} across the cluster runs while
+// the tensor cores do P_j·V_j (FlashAttention-3's intra-warpgroup overlap,
+// arXiv:2407.08608, §3.2; rung 07's +overlap does the same one level down).
+//   prologue:  S_0 = Q·K_0ᵀ, summed across the cluster; P_0
+//   tile j:    issue S_{j+1} = Q·K_{j+1}ᵀ        (wgmma group 1)
+//              issue O += P_j·V_j                 (wgmma group 2)
+//              wait group 1; sum S_{j+1} across the cluster   <- under P_j·V_j
+//              wait group 2; release V_j
+//              mask, softmax S_{j+1} -> P_{j+1}; rescale O
+// Costs S and P live together with O: 32 + 16 more registers per thread.
+template <typename Cfg, typename T, typename Slots>
+__device__ __forceinline__ void overlapped_kv_loop(float (&O)[Cfg::kTilesO][4], RowStats& stats,
+                                                   const SplitDSmem<T>& sm, const AttnProblem& p, int q_start,
+                                                   int row0, float scale_log2, const Slots& slots) {
+  constexpr int Br = Cfg::kBr, Bc = Cfg::kBc, kSlice = Cfg::kSliceCols;
+  constexpr int kBlocksPerSlice = kSlice / 64;
+  const int first_block = (threadIdx.x / 128) * kBlocksPerSlice;
+  const int n_tiles = slots.n_tiles;
+  const uint64_t desc_q = opaque(make_sw128_desc(sm.sQ + first_block * Br * 64, 0, 1024));
+  const uint64_t desc_k = opaque(make_sw128_desc(sm.sK + first_block * Bc * 64, 0, 1024));
+  const uint64_t desc_v = opaque(make_sw128_desc(sm.sV + first_block * Bc * 64, Bc * 128, 1024));
+  float S[Cfg::kTilesS][4];
+  uint32_t P[Cfg::kTilesS / 2][4];
+  auto issue_scores = [&](int j) {
+    slots.wait_k(j);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kSlice / 16; ++kk)
+      wgmma_ss<T, Bc>(S, advance_desc(desc_q, (kk / 4) * Br * 128 + (kk % 4) * 32),
+                      advance_desc(desc_k, (kk / 4) * Bc * 128 + (kk % 4) * 32), kk > 0);
+    wgmma_commit();
+  };
+  auto softmax_to_p = [&](int j) {
+    const int lane = threadIdx.x % 32;
+    mask_scores(S, p, j * Bc, q_start, row0, row0 + 8, lane % 4);
+    online_softmax_update(S, O, stats, scale_log2);
+    pack_p_fragments<T>(P, S);
+  };
+
+  issue_scores(0);
+  wgmma_wait<0>();
+  fence_accumulators(S);
+  slots(S, sm, slots, 0);
+  softmax_to_p(0);
+  auto issue_pv = [&](int j) {
+    slots.wait_v(j);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Bc / 16; ++kk) wgmma_rs_vt<T, kSlice>(O, P[kk], advance_desc(desc_v, kk * 16 * 128));
+    wgmma_commit();
+  };
+  for (int j = 0; j + 1 < n_tiles; ++j) {
+    issue_scores(j + 1);
+    issue_pv(j);
+    wgmma_wait<1>();  // S_{j+1}; P_j·V_j may still run
+    fence_accumulators(S);
+    slots(S, sm, slots, j + 1);
+    wgmma_wait<0>();
+    fence_accumulators(O);
+    slots.sync();  // V_j no longer read
+    slots.release_v(j);
+    softmax_to_p(j + 1);
+  }
+  issue_pv(n_tiles - 1);  // the last tile: nothing left to overlap
+  wgmma_wait<0>();
+  fence_accumulators(O);
+}
 #endif
 
-template <typename Cfg, typename T>
+template <typename Cfg, typename T, bool kPush, bool kOverlap>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
 cluster_split_d_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUtensorMap tma_k,
                        const __grid_constant__ CUtensorMap tma_v, T* __restrict__ o, float* __restrict__ lse,
@@ -238,7 +392,7 @@ cluster_split_d_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_c
   const SplitDSmem<T> sm = carve_split_d_smem<Cfg, T>(smem_raw);
   uint64_t* bars = reinterpret_cast<uint64_t*>(sm.end);
   uint64_t* q_full = bars;
-  const ClusterSlots slots{bars, n_tiles};
+  const ClusterSlots<kPush> slots{bars, n_tiles};
 
   if (threadIdx.x == 0) {
     mbarrier_init(q_full, 1);  // full: the producer's one arrive_expect_tx (+ the bytes)
@@ -246,8 +400,9 @@ cluster_split_d_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_c
     mbarrier_init(slots.v_full(), 1);
     mbarrier_init(slots.k_empty(), 1);  // empty: this block's thread 0
     mbarrier_init(slots.v_empty(), 1);
-    mbarrier_init(slots.s_ready(), Cfg::kSumThreads);  // NEW: warpgroup 0 of both blocks
-    mbarrier_init(slots.red_free(), Cfg::kComputeThreads);  // NEW: every compute thread of the partner
+    mbarrier_init(slots.s_ready(), Cfg::kSumThreads);  // pull: warpgroup 0 of both blocks
+    mbarrier_init(slots.red_free(), Cfg::kComputeThreads);  // every compute thread of the partner
+    mbarrier_init(slots.recv_full(), 1);  // push: thread 0's arrive_expect_tx (+ the partner's bytes)
     fence_mbarrier_init();
   }
   // No thread of the partner may arrive on a barrier here before it is initialised.
@@ -284,8 +439,12 @@ cluster_split_d_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_c
     RowStats stats;
     const float scale_log2 = p.scale * kLog2e;
     if (n_tiles > 0) mbarrier_wait(q_full, 0);
-    for (int j = 0; j < n_tiles; ++j)
-      split_d_kv_tile<Cfg>(O, stats, sm, p, j, q_start, row0, scale_log2, slots, slots);  // NEW: slots sum S
+    if constexpr (kOverlap) {
+      if (n_tiles > 0) overlapped_kv_loop<Cfg>(O, stats, sm, p, q_start, row0, scale_log2, slots);
+    } else {
+      for (int j = 0; j < n_tiles; ++j)
+        split_d_kv_tile<Cfg>(O, stats, sm, p, j, q_start, row0, scale_log2, slots, slots);  // NEW: slots sum S
+    }
     const uint32_t rank = cluster_cta_rank();
     store_output<T>(O, stats, p, head, row0, /*col0=*/int(rank) * Cfg::kBlockCols + warpgroup * kSlice, lane % 4,
                     /*write_lse=*/rank == 0 && warpgroup == 0, o, lse);
@@ -305,6 +464,7 @@ std::string unsupported(const AttnProblem& p) {
   return rung_unsupported<ClusterSplitDConfig, 1, CLUSTER_SPLIT_D_HEAD_DIMS>(p);
 }
 
+template <bool kPush, bool kOverlap>
 cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stream) {
   cudaError_t err = cudaErrorInvalidValue;
   dispatch_head_dim<CLUSTER_SPLIT_D_HEAD_DIMS>(p.D, [&](auto head_dim) {
@@ -316,28 +476,35 @@ cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stre
       if (!encode_qkv_maps<Cfg::kBr, Cfg::kBc>(maps, p, b.q, b.k, b.v)) return cudaErrorInvalidValue;
       const int m_blocks = (p.Nq + Cfg::kBr - 1) / Cfg::kBr;
       // NEW: a cluster of kClusterBlocks per query tile
-      return launch_clustered(cluster_split_d_kernel<Cfg, T>, dim3(m_blocks * kClusterBlocks, p.H, p.B),
-                              Cfg::kThreads, Cfg::kSmemBytes, kClusterBlocks, stream, maps[0], maps[1], maps[2],
-                              static_cast<T*>(b.o), b.lse, p);
+      return launch_clustered(cluster_split_d_kernel<Cfg, T, kPush, kOverlap>,
+                              dim3(m_blocks * kClusterBlocks, p.H, p.B), Cfg::kThreads, Cfg::kSmemBytes,
+                              kClusterBlocks, stream, maps[0], maps[1], maps[2], static_cast<T*>(b.o), b.lse, p);
     });
   });
   return err;
 }
 
-}  // namespace
-
-std::vector<Variant> make_cluster_split_d_variants() {
+template <bool kPush, bool kOverlap>
+Variant make_variant() {
   Variant v;
-  v.name = "cluster-split-d+stage1";
+  v.name = std::string("cluster-split-d+stage1") + (kPush ? "+push" : "") + (kOverlap ? "+overlap" : "");
   v.rung = "10_cluster_split_d";
   v.unsupported_reason = unsupported;
-  v.launch = launch;
+  v.launch = launch<kPush, kOverlap>;
   v.describe = [] {
-    return "sm_90a wgmma + TMA; a cluster of 2 blocks splits D = 1024 (512 columns each, rung 09's tile), "
+    return std::string(kOverlap ? "the next tile's scores issued before P·V, the exchange under P·V; " : "") +
+           (kPush ? "Σ pushed to the partner with st.async; " : "") +
+           "sm_90a wgmma + TMA; a cluster of 2 blocks splits D = 1024 (512 columns each, rung 09's tile), "
            "partial S summed across the cluster through distributed shared memory; " +
            rung_describe<ClusterSplitDConfig, 1, CLUSTER_SPLIT_D_HEAD_DIMS>();
   };
-  return {v};
+  return v;
+}
+
+}  // namespace
+
+std::vector<Variant> make_cluster_split_d_variants() {
+  return {make_variant<false, false>(), make_variant<true, false>(), make_variant<true, true>()};
 }
 
 }  // namespace attnlab
