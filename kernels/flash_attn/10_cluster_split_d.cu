@@ -1,9 +1,10 @@
 // ============================================================================
 // Rung 10 — rung 09 on a cluster of two blocks that split D = 1024
 // ============================================================================
-// Measured (H200, commit 877ecfd): B=1 H=8 N=8192 D=1024 fp16, 246 TFLOPS
-// (rung 06: 108; torch's unfused path: 392); every variant test at D = 1024
-// and compute-sanitizer pass. docs/10_cluster_split_d.md says what limits it.
+// Measured (H200, probe at 16f64f5, B=1 H=8 N=8192 D=1024 fp16, same run):
+// +push 303.2 TFLOPS, the pull version 225.9, torch's unfused path 402.2,
+// ours (cuBLAS) 584.1; rung 06: ~110. Every variant test at D = 1024 and
+// compute-sanitizer pass. docs/10_cluster_split_d.md says what limits it.
 //
 // Why a new rung: at D = 1024 the output of 64 query rows is 64 x 1024 fp32 =
 // 256 KiB, the whole register file of one SM, so no block can own a row
@@ -16,47 +17,57 @@
 //        tile on them (common/split_d_tile.cuh; the producer's TMA boxes just
 //        start at column 512r);
 //   NEW: S = Q·Kᵀ needs all 1024 columns. Each block sums its two warpgroups'
-//        partials in shared memory as rung 09 does — Σ_r = wg0 + wg1, computed
-//        once, by warpgroup 0 — and reads the partner's Σ through distributed
-//        shared memory (mapa + ld.shared::cluster). Every warpgroup of both
-//        blocks then holds S = Σ_0 + Σ_1, the same float (addition commutes
-//        exactly), hence the same m_i, l_i and P without exchanging them:
-//        rung 08's trick one level up. P·V needs no exchange (each block
-//        multiplies P by its own V columns); block 0 writes LSE.
-//   NEW: the exchange is ordered by two mbarriers per block, not by
-//        barrier.cluster (which would need the producer warpgroup at every
-//        tile): "s_ready" (256 arrivals: every thread of warpgroup 0 of both
-//        blocks, each arrive.release.cluster after storing its share of Σ;
-//        waited with try_wait.acquire.cluster) and "red_free" (256 arrivals:
-//        every compute thread of the partner once it has read this block's Σ
-//        of the tile, each arrive.release.cluster after its own reads; waited
-//        before Σ of the next tile overwrites it).
+//        partials into Σ_r and the blocks swap Σ through distributed shared
+//        memory; every warpgroup of both blocks then holds S = Σ_0 + Σ_1, the
+//        same float (addition commutes exactly), hence the same m_i, l_i and P
+//        without exchanging them: rung 08's trick one level up. P·V needs no
+//        exchange (each block multiplies P by its own V columns); block 0
+//        writes LSE. Two ways to swap (two rows of the benchmark):
+//   pull (cluster-split-d+stage1): warpgroup 0 stores Σ_r in its own sRed[0]
+//        and signals both blocks' "s_ready" mbarrier (256 arrivals: each
+//        thread arrive.release.cluster after its stores); then every
+//        warpgroup reads the partner's Σ with ld.shared::cluster (mapa) —
+//        a signal and a round trip over the SM-to-SM network, 32 KiB read per
+//        block per tile. "red_free" (256 arrivals, every reading thread of the
+//        partner) says when Σ may be overwritten.
+//   push (cluster-split-d+stage1+push, NEW, the faster): each warpgroup forms
+//        Σ_r for half of the tile's key columns and writes it straight into
+//        the partner's sRed[0] with st.async, whose bytes complete on the
+//        partner's "recv_full" mbarrier as a TMA load's do; a block waits only
+//        on its own barrier: one one-way crossing, 16 KiB per block per tile,
+//        no signal before the data. "red_free" now says the partner has read
+//        what we sent (it may receive the next tile's).
 // Sources: the cluster / distributed shared memory model of the CUDA C++
 // Programming Guide ("Thread Block Clusters", "Distributed Shared Memory");
-// PTX ISA 8.x, "mapa", "ld" (.shared::cluster), "mbarrier" (.release/.acquire
-// .cluster), "Memory Consistency Model"; CUTLASS's cutlass/arch/barrier.h
-// (ClusterBarrier::arrive(cta_id)) for remote arrivals; FlashAttention-3
-// (arXiv:2407.08608) for the producer warpgroup and setmaxnreg.
+// PTX ISA 8.x, "mapa", "ld" (.shared::cluster), "st.async", "mbarrier"
+// (.release/.acquire .cluster, complete_tx), "Memory Consistency Model";
+// CUTLASS's cutlass/arch/barrier.h (ClusterBarrier::arrive(cta_id)) for remote
+// arrivals; FlashAttention-3 (arXiv:2407.08608) for the producer warpgroup and
+// setmaxnreg.
 //
 // Why it should beat rung 06 at D = 1024: each SM runs rung 09's D = 512 tile
 // (wgmma from 128B-swizzled shared memory, TMA, no copy instructions on the
-// compute warps); what is added per 64-key tile is one 16 KiB DSMEM read per
-// warpgroup and two cross-SM barrier round trips, against 8.4 MFLOP of wgmma
-// per block. Where it is slower than rung 09 per SM: the two blocks run in
-// lock step (a stall of either stalls both — what made rung 09's multicast
-// variant slower), and warpgroup 1 waits for warpgroup 0's Σ. Not measured.
+// compute warps); what is added per 64-key tile is the exchange of a 16 KiB Σ
+// against 8.4 MFLOP of wgmma per block. Where it is slower than rung 09 per
+// SM: the two blocks run in lock step (a stall of either stalls both — what
+// made rung 09's multicast variant slower), and nothing else runs while Σ
+// crosses (issuing the next tile's scores before P·V to hide it was measured
+// slower: 280.7 against 303.2 TFLOPS, 16f64f5 — V's single slot is then
+// freed later and needed sooner; docs/10).
 //
 // Per block: 64 query rows x 512 columns of D; 2 compute warpgroups (256
 // columns each) + 1 producer warpgroup (384 threads); Bc = 64-row K/V tiles.
 //   sQ:   [64, 512]     sK: [64, 512]     sV: [64, 512]   (Sw128Blocks, 64 KiB each)
-//   sRed: [2][64, 64] fp32 (32 KiB): sRed[1] warpgroup 1's partial S,
-//         sRed[0] NEW: this block's Σ_r, read by the partner
-//   7 mbarriers: Q full, K full/empty, V full/empty, NEW: s_ready, red_free
-// Shared memory: 3·65536 + 32768 + 7·8 = 229432 bytes (+1024 alignment slack =
-// 230456) of the 232448 a block may have. The exchange needs no buffer of its
-// own: Σ_r reuses sRed[0], which rung 09 fills with warpgroup 0's partial (a
-// separate 16 KiB buffer would need 246840 bytes: it does not fit, nor does a
-// second K/V stage). kStages = 1. Cluster: 2 blocks.
+//   sRed: [2][64, 64] fp32 (32 KiB): sRed[1] the warpgroups' partial S
+//         (push: then this block's Σ_r), sRed[0] NEW: a Σ crossing the cluster
+//   8 mbarriers: Q full, K full/empty, V full/empty, NEW: s_ready (pull),
+//   red_free, recv_full (push)
+// Shared memory: 3·65536 + 32768 + 8·8 = 229440 bytes (+1024 alignment slack =
+// 230464) of the 232448 a block may have. The exchange needs no buffer of its
+// own: sRed[0] holds Σ (pull: ours, read by the partner; push: the partner's,
+// written by it) and sRed[1] the warpgroups' partials (a separate 16 KiB
+// buffer would need 246848 bytes: it does not fit, nor does a second K/V
+// stage). kStages = 1. Cluster: 2 blocks.
 // Registers: 168 per thread at launch; setmaxnreg gives the producer 40 and
 // the compute threads 232 (as rung 09); ptxas: 168, no spills.
 //
@@ -109,6 +120,8 @@ struct ClusterSplitDConfig : SplitDTiles<kHeadDim_ / kClusterBlocks> {  // a blo
   static constexpr int kBoxesPerTile = kBlockCols / 64;  // TMA boxes of 64 rows x 64 columns per tile
   static constexpr int kSumThreads = 128 * kClusterBlocks;  // NEW: s_ready's arrivals: warpgroup 0 of each block
   static_assert(kSumThreads < (1 << 20), "an mbarrier counts at most 2^20 - 1 arrivals");
+  static constexpr int kSumBytes = ClusterSplitDConfig::kBr * ClusterSplitDConfig::kBc * 4;  // Σ of one tile, fp32
+  static_assert(ClusterSplitDConfig::kTilesS * 128 * 16 == kSumBytes, "push: 128 threads x kTilesS float4 = Σ");
   static_assert(kStages == 1, "one K and one V slot: a second would not fit");
   static_assert(kBlockCols * kClusterBlocks == kHeadDim, "the cluster's blocks split D evenly");
   static_assert(ClusterSplitDConfig::kBr == ClusterSplitDConfig::kBc, "Q and K/V boxes share one shape");
@@ -120,6 +133,7 @@ static_assert(Cfg1024::kTileBytes + 8 * Cfg1024::kBarriers == 229440, "header: D
 static_assert(Cfg1024::kSmemBytes <= 232448, "fits the 227 KiB a block may have on sm_90");
 static_assert(Cfg1024::kTileBytes + 8 * Cfg1024::kBarriers + Cfg1024::kBr * Cfg1024::kBc * 4 + 1024 > 232448,
               "header: a separate 16 KiB exchange buffer would not fit, so Σ reuses sRed[0]");
+static_assert(Cfg1024::kSumBytes == 16384, "header: 16 KiB of Σ per block per tile");
 static_assert(Cfg1024::kThreads == 384, "header: 2 compute warpgroups + 1 producer warpgroup");
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -300,77 +314,9 @@ struct ClusterSlots {
   }
 };
 
-// NEW (+overlap): the KV loop with the next tile's scores issued before this
-// tile's P·V, so that the exchange of S_{j+1} across the cluster runs while
-// the tensor cores do P_j·V_j (FlashAttention-3's intra-warpgroup overlap,
-// arXiv:2407.08608, §3.2; rung 07's +overlap does the same one level down).
-//   prologue:  S_0 = Q·K_0ᵀ, summed across the cluster; P_0
-//   tile j:    issue S_{j+1} = Q·K_{j+1}ᵀ        (wgmma group 1)
-//              issue O += P_j·V_j                 (wgmma group 2)
-//              wait group 1; sum S_{j+1} across the cluster   <- under P_j·V_j
-//              wait group 2; release V_j
-//              mask, softmax S_{j+1} -> P_{j+1}; rescale O
-// Costs S and P live together with O: 32 + 16 more registers per thread.
-template <typename Cfg, typename T, typename Slots>
-__device__ __forceinline__ void overlapped_kv_loop(float (&O)[Cfg::kTilesO][4], RowStats& stats,
-                                                   const SplitDSmem<T>& sm, const AttnProblem& p, int q_start,
-                                                   int row0, float scale_log2, const Slots& slots) {
-  constexpr int Br = Cfg::kBr, Bc = Cfg::kBc, kSlice = Cfg::kSliceCols;
-  constexpr int kBlocksPerSlice = kSlice / 64;
-  const int first_block = (threadIdx.x / 128) * kBlocksPerSlice;
-  const int n_tiles = slots.n_tiles;
-  const uint64_t desc_q = opaque(make_sw128_desc(sm.sQ + first_block * Br * 64, 0, 1024));
-  const uint64_t desc_k = opaque(make_sw128_desc(sm.sK + first_block * Bc * 64, 0, 1024));
-  const uint64_t desc_v = opaque(make_sw128_desc(sm.sV + first_block * Bc * 64, Bc * 128, 1024));
-  float S[Cfg::kTilesS][4];
-  uint32_t P[Cfg::kTilesS / 2][4];
-  auto issue_scores = [&](int j) {
-    slots.wait_k(j);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kSlice / 16; ++kk)
-      wgmma_ss<T, Bc>(S, advance_desc(desc_q, (kk / 4) * Br * 128 + (kk % 4) * 32),
-                      advance_desc(desc_k, (kk / 4) * Bc * 128 + (kk % 4) * 32), kk > 0);
-    wgmma_commit();
-  };
-  auto softmax_to_p = [&](int j) {
-    const int lane = threadIdx.x % 32;
-    mask_scores(S, p, j * Bc, q_start, row0, row0 + 8, lane % 4);
-    online_softmax_update(S, O, stats, scale_log2);
-    pack_p_fragments<T>(P, S);
-  };
-
-  issue_scores(0);
-  wgmma_wait<0>();
-  fence_accumulators(S);
-  slots(S, sm, slots, 0);
-  softmax_to_p(0);
-  auto issue_pv = [&](int j) {
-    slots.wait_v(j);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < Bc / 16; ++kk) wgmma_rs_vt<T, kSlice>(O, P[kk], advance_desc(desc_v, kk * 16 * 128));
-    wgmma_commit();
-  };
-  for (int j = 0; j + 1 < n_tiles; ++j) {
-    issue_scores(j + 1);
-    issue_pv(j);
-    wgmma_wait<1>();  // S_{j+1}; P_j·V_j may still run
-    fence_accumulators(S);
-    slots(S, sm, slots, j + 1);
-    wgmma_wait<0>();
-    fence_accumulators(O);
-    slots.sync();  // V_j no longer read
-    slots.release_v(j);
-    softmax_to_p(j + 1);
-  }
-  issue_pv(n_tiles - 1);  // the last tile: nothing left to overlap
-  wgmma_wait<0>();
-  fence_accumulators(O);
-}
 #endif
 
-template <typename Cfg, typename T, bool kPush, bool kOverlap>
+template <typename Cfg, typename T, bool kPush>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
 cluster_split_d_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUtensorMap tma_k,
                        const __grid_constant__ CUtensorMap tma_v, T* __restrict__ o, float* __restrict__ lse,
@@ -439,12 +385,8 @@ cluster_split_d_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_c
     RowStats stats;
     const float scale_log2 = p.scale * kLog2e;
     if (n_tiles > 0) mbarrier_wait(q_full, 0);
-    if constexpr (kOverlap) {
-      if (n_tiles > 0) overlapped_kv_loop<Cfg>(O, stats, sm, p, q_start, row0, scale_log2, slots);
-    } else {
-      for (int j = 0; j < n_tiles; ++j)
-        split_d_kv_tile<Cfg>(O, stats, sm, p, j, q_start, row0, scale_log2, slots, slots);  // NEW: slots sum S
-    }
+    for (int j = 0; j < n_tiles; ++j)
+      split_d_kv_tile<Cfg>(O, stats, sm, p, j, q_start, row0, scale_log2, slots, slots);  // NEW: slots sum S
     const uint32_t rank = cluster_cta_rank();
     store_output<T>(O, stats, p, head, row0, /*col0=*/int(rank) * Cfg::kBlockCols + warpgroup * kSlice, lane % 4,
                     /*write_lse=*/rank == 0 && warpgroup == 0, o, lse);
@@ -464,7 +406,7 @@ std::string unsupported(const AttnProblem& p) {
   return rung_unsupported<ClusterSplitDConfig, 1, CLUSTER_SPLIT_D_HEAD_DIMS>(p);
 }
 
-template <bool kPush, bool kOverlap>
+template <bool kPush>
 cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stream) {
   cudaError_t err = cudaErrorInvalidValue;
   dispatch_head_dim<CLUSTER_SPLIT_D_HEAD_DIMS>(p.D, [&](auto head_dim) {
@@ -476,7 +418,7 @@ cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stre
       if (!encode_qkv_maps<Cfg::kBr, Cfg::kBc>(maps, p, b.q, b.k, b.v)) return cudaErrorInvalidValue;
       const int m_blocks = (p.Nq + Cfg::kBr - 1) / Cfg::kBr;
       // NEW: a cluster of kClusterBlocks per query tile
-      return launch_clustered(cluster_split_d_kernel<Cfg, T, kPush, kOverlap>,
+      return launch_clustered(cluster_split_d_kernel<Cfg, T, kPush>,
                               dim3(m_blocks * kClusterBlocks, p.H, p.B), Cfg::kThreads, Cfg::kSmemBytes,
                               kClusterBlocks, stream, maps[0], maps[1], maps[2], static_cast<T*>(b.o), b.lse, p);
     });
@@ -484,16 +426,15 @@ cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stre
   return err;
 }
 
-template <bool kPush, bool kOverlap>
+template <bool kPush>
 Variant make_variant() {
   Variant v;
-  v.name = std::string("cluster-split-d+stage1") + (kPush ? "+push" : "") + (kOverlap ? "+overlap" : "");
+  v.name = std::string("cluster-split-d+stage1") + (kPush ? "+push" : "");
   v.rung = "10_cluster_split_d";
   v.unsupported_reason = unsupported;
-  v.launch = launch<kPush, kOverlap>;
+  v.launch = launch<kPush>;
   v.describe = [] {
-    return std::string(kOverlap ? "the next tile's scores issued before P·V, the exchange under P·V; " : "") +
-           (kPush ? "Σ pushed to the partner with st.async; " : "") +
+    return std::string(kPush ? "Σ pushed to the partner with st.async; " : "Σ pulled from the partner; ") +
            "sm_90a wgmma + TMA; a cluster of 2 blocks splits D = 1024 (512 columns each, rung 09's tile), "
            "partial S summed across the cluster through distributed shared memory; " +
            rung_describe<ClusterSplitDConfig, 1, CLUSTER_SPLIT_D_HEAD_DIMS>();
@@ -504,7 +445,7 @@ Variant make_variant() {
 }  // namespace
 
 std::vector<Variant> make_cluster_split_d_variants() {
-  return {make_variant<false, false>(), make_variant<true, false>(), make_variant<true, true>()};
+  return {make_variant<false>(), make_variant<true>()};
 }
 
 }  // namespace attnlab
