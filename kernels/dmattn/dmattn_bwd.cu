@@ -74,15 +74,27 @@
 //                             64 columns at a time, then fp32 atomics as before
 // At D = 128 dQ's rows go through shared memory (fp32, kDqStride) and reach
 // dq_accum by one bulk reduction per row (cp.reduce.async.bulk ... add.f32),
-// issued by the row's thread and waited for before sdQ is written again — in
-// place of 8192 fp32 atomics per tile from every thread (FA3 adds dQ by TMA
-// too): 3.54 -> 3.38 ms; at D = 64 it measured slower, atomics stay there.
+// issued by the row's thread — in place of 8192 fp32 atomics per tile from
+// every thread (FA3 adds dQ by TMA too): 3.54 -> 3.38 ms; at D = 64 it
+// measured slower, atomics stay there.
+// Two Q/dO slots (kQdoStages; session 10): the next active slot's Q, dO, LSE
+// and Δ are copied (cp.async; LSE and Δ by 4-byte copies) while this tile is
+// computed, instead of every tile starting with a wait for its own loads.
+// The staging of dQ needs no buffer of its own: it goes into the tile's own
+// Q/dO slot, dead once dK and dV are done (the next tile's tiles are in the
+// other slot), padded by 1024 bytes for the rows' 4-float padding; the bulk
+// reads are waited for before the tile's last barrier, after which the slot
+// takes the prefetch of the tile after next. Same-run A/B (H200, all-ones +
+// bias, B=1 H=8 N=8192): D=128 3.32 / 3.35 ms against 3.37, D=64 2.02
+// against 2.10 (results/H200/probes/session10_bwd_prefetch.txt; with atomics
+// for dQ instead, D=128 gained nothing: 3.41 against 3.40).
 // The scores between them (P, dS, dBias) are the mma.sync core's code
 // (scores_to_ds). At D = 128 the two slices are software-pipelined: slice 2's
 // Sᵀ, dPᵀ are issued before slice 1's dV, dK, which then run under slice 2's
-// score code (3.82 -> 3.54 ms). 250 registers at D = 128. Shared memory 4·64·D·2 +
-// 64·64·2 + 512 + 64·(D+4)·4 (sdQ, D = 128) + 1024 (alignment): D = 64: 42 496,
-// D = 128: 109 056 bytes (two blocks per SM).
+// score code (3.82 -> 3.54 ms). 242 registers at D = 128, 211 at D = 64.
+// Shared memory 2·64·D·2 (K, V) + 2 slots·(2·64·D·2 + 1024 at D = 128) + 64·64·2
+// (dSᵀ) + 2·2·64·4 (LSE, Δ) + 1024 (alignment): D = 64: 59 392, D = 128:
+// 110 592 bytes (two blocks per SM; registers allow no more).
 // ============================================================================
 
 #include <cuda_bf16.h>
@@ -119,11 +131,20 @@ struct DmaBwdConfig {
   // 2-way bank conflicts at most) and added to dq_accum by one bulk reduction
   // per row. H200, all-ones + bias, N = 8192, same run: D = 128 3.38 ms
   // against 3.54 with atomics; D = 64 2.30 against 2.09 — there the atomics stay.
+  // wgmma: two slots for Q_i, dO_i (and LSE, Δ): the next active slot's
+  // tiles are copied while this one is computed, instead of every tile
+  // starting with a wait for its loads (latency: two blocks per SM).
+  static constexpr int kQdoStages = kWgmma ? 2 : 1;
+  // dQ of a tile is staged in the tile's own Q/dO slot, dead once dK and dV
+  // are done (the next tile's tiles are in the other slot): a slot is padded
+  // by 1024 bytes for the fp32 rows' 4-float padding.
   static constexpr bool kDqBulk = kWgmma && kHeadDim >= 128;
   static constexpr int kDqStride = kHeadDim + 4;
-  static constexpr int kDqStageBytes = kDqBulk ? kBr * kDqStride * 4 : 0;
-  static constexpr int kSmemBytes =
-      (4 * 64 * kStride + kBc * kDsStride) * 2 + 2 * kBr * 4 + kDqStageBytes + (kWgmma ? 1024 : 0);
+  static constexpr int kQdoSlotElems = 2 * 64 * kStride + (kDqBulk ? 512 : 0);  // Q, dO (+ padding), 16-bit
+  static_assert(!kDqBulk || kBr * kDqStride * 4 <= kQdoSlotElems * 2, "dQ's fp32 rows fit in a Q/dO slot");
+  static_assert(kQdoSlotElems * 2 % 1024 == 0, "slots keep the 128-byte swizzle's 1024-byte alignment");
+  static constexpr int kSmemBytes = (2 * 64 * kStride + kQdoStages * kQdoSlotElems + kBc * kDsStride) * 2 +
+                                    kQdoStages * 2 * kBr * 4 + (kWgmma ? 1024 : 0);
   // Queries per Sᵀ slice: two halves of 32 (registers: Sᵀ and dPᵀ next to dK
   // and dV), or with wgmma at D = 64 all 64 at once (m64n64). (Two slices
   // there, so that one's dV, dK run under the other's score code as at D =
@@ -134,7 +155,7 @@ struct DmaBwdConfig {
   static constexpr int kDqParts = kHeadDim >= 128 ? 2 : 1;  // dQ columns in parts (registers)
   static_assert(kTilesO % (2 * kDqParts) == 0, "dQ parts of whole 16-column steps");
 };
-static_assert(DmaBwdConfig<64, true>::kSmemBytes == 42496 && DmaBwdConfig<128, true>::kSmemBytes == 109056,
+static_assert(DmaBwdConfig<64, true>::kSmemBytes == 59392 && DmaBwdConfig<128, true>::kSmemBytes == 110592,
               "header: the wgmma core's shared memory");
 
 template <typename T>
@@ -335,13 +356,17 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
   // The tiles' layout: padded rows (mma.sync) or Sw128Blocks<64> (wgmma; Br = Bc = 64).
   using Layout = std::conditional_t<Cfg::kWgmma, Sw128Blocks<64>, StridedRows<kStride>>;
   static_assert(Br == 64 && Bc == 64, "one layout for all four tiles");
+  constexpr int kStages = Cfg::kQdoStages;
   T* sV = sK + Bc * kStride;
-  T* sQ = sV + Bc * kStride;
+  T* const sQ_slots = sV + Bc * kStride;  // slot s: Q at sQ_slots + s·kQdoSlotElems, dO after it
+  T* sdS = sQ_slots + kStages * Cfg::kQdoSlotElems;  // [Bc keys][kDs] dSᵀ
+  float* const sLSE_slots = reinterpret_cast<float*>(sdS + Bc * kDs);  // slot s: LSE, then Δ (2·Br floats)
+  // The tiles of the slot being computed (reassigned per tile; scores_to_ds reads sLSE, sDelta).
+  // kDqBulk: the slot then holds the tile's dQ, [Br][kDqStride] fp32.
+  T* sQ = sQ_slots;
   T* sdO = sQ + Br * kStride;
-  T* sdS = sdO + Br * kStride;  // [Bc keys][kDs] dSᵀ
-  float* sLSE = reinterpret_cast<float*>(sdS + Bc * kDs);
+  float* sLSE = sLSE_slots;
   float* sDelta = sLSE + Br;
-  [[maybe_unused]] float* sdQ = sDelta + Br;  // kDqBulk: [Br][kDqStride] fp32, 16-byte aligned rows
   // Skip bits of this block's next kThreads slots: [0] any, [1] all ones; one word per warp.
   __shared__ uint32_t s_bits[2][Cfg::kWarps];
 
@@ -430,6 +455,46 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
   // K_j, V_j are loaded with the first active tile: a chunk without one (most
   // blocks of a sparse mask) reads nothing but its skip bits.
   bool kv_loaded = false;
+  int base_of_batch = chunk;  // the batch's first slot (load_q_tiles' slot numbers are batch-relative)
+  // Q_i, dO_i, LSE_i, Δ_i of batch slot i into tile slot `slot`, one cp.async
+  // group. LSE and Δ by 4-byte copies (a plain load would hold the thread
+  // until it arrives); rows past Nq get +inf and 0 (P = 0, dS = 0) directly,
+  // and an LSE of -inf (a row that saw no key) becomes +inf after the wait.
+  auto load_q_tiles = [&](int i, int slot) {
+    int m, h;
+    slot_head(base_of_batch + i * chunks, m, h);
+    const int q0 = m * Br;
+    const int64_t q_head = int64_t(b) * p.H + h;
+    T* q_dst = sQ_slots + slot * Cfg::kQdoSlotElems;
+    load_tile_async_rolled<Br, D, Layout, Cfg::kThreads>(q_dst, q + (q_head * p.Nq + q0) * D, D, p.Nq - q0);
+    load_tile_async_rolled<Br, D, Layout, Cfg::kThreads>(q_dst + Br * kStride, dout + (q_head * p.Nq + q0) * D, D,
+                                                         p.Nq - q0);
+    if (threadIdx.x < Br) {
+      float* lse_dst = sLSE_slots + slot * 2 * Br + threadIdx.x;
+      const int qi = q0 + threadIdx.x;
+      if (qi < p.Nq) {
+        cp_async_4(lse_dst, lse + q_head * p.Nq + qi);
+        cp_async_4(lse_dst + Br, delta + q_head * p.Nq + qi);
+      } else {
+        lse_dst[0] = INFINITY;
+        lse_dst[Br] = 0.f;
+      }
+    }
+    cp_async_commit();
+  };
+  // The batch slot after the one in word w whose bits are `bits` (the current
+  // slot is bits' lowest set bit), or -1: the same in every thread.
+  [[maybe_unused]] auto next_active = [&](int w, uint32_t bits) {
+    const uint32_t rest = bits & (bits - 1);
+    if (rest != 0) return w * 32 + __ffs(rest) - 1;
+    for (int w2 = w + 1; w2 < Cfg::kWarps; ++w2)
+      if (s_bits[0][w2] != 0) return w2 * 32 + __ffs(s_bits[0][w2]) - 1;
+    return -1;
+  };
+  int stage = 0;              // the tile slot the next tile uses
+  int prefetched = -1;        // the batch slot whose tiles are already in flight (into `stage`)
+  float key_bias[2] = {0.f, 0.f};
+  int key_bias_head = -1;
 
   // This block's slots are chunk, chunk + chunks, chunk + 2·chunks, ... taken
   // kThreads at a time: every thread reads one slot's skip bits (independent
@@ -437,6 +502,8 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
   // per warp gathers them in shared memory, and the loop visits the set bits.
 #pragma unroll 1
   for (int base = chunk; base < n_slots; base += Cfg::kThreads * chunks) {  // int: the host bounds it
+    base_of_batch = base;
+    prefetched = -1;  // nothing is fetched across batches
     __syncthreads();  // every thread has read the previous batch's bits
     {
       const int s = base + int(threadIdx.x) * chunks;
@@ -465,31 +532,41 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
         const int q0 = m * Br;
         const int64_t q_head = int64_t(b) * p.H + h;
 
+        // This tile's slot; the next active slot of the batch gets the other one.
+        const int slot = stage;
+        stage = (stage + 1) % kStages;
+        sQ = sQ_slots + slot * Cfg::kQdoSlotElems;
+        sdO = sQ + Br * kStride;
+        sLSE = sLSE_slots + slot * 2 * Br;
+        sDelta = sLSE + Br;
         // Rolled copies keep their addresses out of the registers dK and dV need.
         if (!kv_loaded) {
           load_tile_async_rolled<Bc, D, Layout, Cfg::kThreads>(sK, k + (kv_head * p.Nk + kv0) * D, D, p.Nk - kv0);
           load_tile_async_rolled<Bc, D, Layout, Cfg::kThreads>(sV, v + (kv_head * p.Nk + kv0) * D, D, p.Nk - kv0);
           kv_loaded = true;
         }
-        load_tile_async_rolled<Br, D, Layout, Cfg::kThreads>(sQ, q + (q_head * p.Nq + q0) * D, D, p.Nq - q0);
-        load_tile_async_rolled<Br, D, Layout, Cfg::kThreads>(sdO, dout + (q_head * p.Nq + q0) * D, D, p.Nq - q0);
-        cp_async_commit();
-        if (threadIdx.x < Br) {
-          const int qi = q0 + threadIdx.x;
-          const float l = qi < p.Nq ? lse[q_head * p.Nq + qi] : -INFINITY;
-          // +inf: P = exp(s - inf) = 0 for rows past Nq and rows that saw no key.
-          sLSE[threadIdx.x] = l == -INFINITY ? INFINITY : l;
-          sDelta[threadIdx.x] = qi < p.Nq ? delta[q_head * p.Nq + qi] : 0.f;
+        if (prefetched != i) load_q_tiles(i, slot);  // (else in flight since the previous tile)
+        bool prefetching = false;
+        if constexpr (kStages > 1) {
+          const int next = next_active(w, bits);
+          if (next >= 0) {
+            load_q_tiles(next, stage);  // that slot was last read by the previous tile: free
+            prefetched = next;
+            prefetching = true;
+          }
         }
-        float key_bias[2] = {0.f, 0.f};
-        if (bias_by_key) {
+        if (bias_by_key && h != key_bias_head) {  // the same for every query tile of a head
+          key_bias_head = h;
 #pragma unroll
           for (int r = 0; r < 2; ++r)
             if (key_row[r] < p.Nk)
               key_bias[r] =
                   as_float(__ldg(static_cast<const T*>(p.bias.data) + p.bias.row_offset(b, h, 0) + key_row[r]));
         }
-        cp_async_wait<0>();
+        if (prefetching) cp_async_wait<1>();  // this tile's group (and K, V); the next one's may run on
+        else cp_async_wait<0>();
+        if (threadIdx.x < Br && sLSE[threadIdx.x] == -INFINITY)  // an entry this thread copied
+          sLSE[threadIdx.x] = INFINITY;  // a row that saw no key: P = exp(s - inf) = 0
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
         if constexpr (Cfg::kWgmma) fence_proxy_async_shared();  // cp.async wrote the tiles; wgmma reads via the async proxy
 #endif
@@ -585,8 +662,7 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
             // (registers). A = dS read from dSᵀ ([key][query]: M-major), B = a
             // 64-column block of K ([key][d]: N-major): both transposed.
             fence_proxy_async_shared();  // the st.shared of dSᵀ, before the async proxy reads it
-            if (Cfg::kDqBulk && threadIdx.x < Br) bulk_wait_read();  // the previous tile's dQ rows have left sdQ
-            __syncthreads();  // every warp's dSᵀ rows are in place (and sdQ is free)
+            __syncthreads();  // every warp's dSᵀ rows are in place
 #pragma unroll 1
             for (int part = 0; part < D / 64; ++part) {
               float dQ[8][4];
@@ -599,6 +675,9 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
               wgmma_commit();
               wgmma_wait<0>();  // (and every slice's dV, dK before it)
               fence_accumulators(dQ);
+              // The slot's Q and dO are dead once every warp is past that wait.
+              if (Cfg::kDqBulk && part == 0) __syncthreads();
+              [[maybe_unused]] float* sdQ = reinterpret_cast<float*>(sQ);
               // Warp w holds query rows 16w + g (+8) of the tile, columns 64·part + 8n + 2t, +1.
               if constexpr (Cfg::kDqBulk) {
 #pragma unroll
@@ -625,7 +704,9 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
               // Thread i adds query row i of the tile (rows past Nq: none).
               if (threadIdx.x < Br && q0 + int(threadIdx.x) < p.Nq)
                 bulk_reduce_add_f32(dq_accum + (q_head * p.Nq + q0 + threadIdx.x) * D,
-                                    sdQ + threadIdx.x * Cfg::kDqStride, D * 4);
+                                    reinterpret_cast<float*>(sQ) + threadIdx.x * Cfg::kDqStride, D * 4);
+              // The slot gets the tile after next's Q, dO (next tile's prefetch), after the barrier below.
+              if (threadIdx.x < Br) bulk_wait_read();
             }
           } else {
             wgmma_wait<0>();
@@ -711,7 +792,7 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
   }
 
   if constexpr (Cfg::kDqBulk)
-    if (dq_accum != nullptr && threadIdx.x < Br) bulk_wait();  // dQ's reductions done, sdQ no longer read
+    if (dq_accum != nullptr && threadIdx.x < Br) bulk_wait();  // dQ's reductions done
 
   // ---- dK_j, dV_j of this KV head (keys < Nk) -------------------------------------------
   if (dkv_accum == nullptr) {  // one chunk: this block owns the key tile; scale now
