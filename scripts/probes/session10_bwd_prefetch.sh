@@ -4,7 +4,8 @@
 # atomics at D = 128 (the bulk staging's 33 KiB would leave one block per SM).
 # Checks (test_dmattn_backward; racecheck/memcheck; --check runs with more
 # than one batch of 128 slots and with chunks), then a same-run A/B against
-# the file before (ab/dmattn_bwd_before.cu: bulk dQ at D = 128, one slot).
+# the file before (ab/dmattn_bwd_before.cu, untracked: `git show 533823c:kernels/dmattn/dmattn_bwd.cu`;
+# bulk dQ at D = 128, one slot).
 cd "$(dirname "$0")/../.."
 . scripts/probes/common.sh
 probe_build flash_attn_mma test_dmattn_backward
