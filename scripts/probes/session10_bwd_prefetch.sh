@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Session 10: the backward's wgmma core with two Q/dO (+LSE, Δ) slots — the
-# next active slot's tiles copied while this one is computed — and dQ back to
-# atomics at D = 128 (the bulk staging's 33 KiB would leave one block per SM).
+# next active slot's tiles copied while this one is computed. First run: dQ
+# back to atomics at D = 128 (a separate bulk staging buffer would leave one
+# block per SM; session10_bwd_prefetch_atomics.txt); second: dQ staged in the
+# tile's own, dead, Q/dO slot (session10_bwd_prefetch.txt, kept).
 # Checks (test_dmattn_backward; racecheck/memcheck; --check runs with more
 # than one batch of 128 slots and with chunks), then a same-run A/B against
 # the file before (ab/dmattn_bwd_before.cu, untracked: `git show 533823c:kernels/dmattn/dmattn_bwd.cu`;
