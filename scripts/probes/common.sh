@@ -42,3 +42,17 @@ dm_time() {
   timeout 30 $F "$@" --iters 20 --warmup 3 2>&1 | grep -E "^ *dmattn" |
     sed -E 's/ +dmattn: time:/ /; s/, effective TFLOPS:/ ms /' | cut -c1-40
 }
+
+# bwd_sanitizers : racecheck and memcheck of the backward (wgmma core) on three
+# ragged shapes: D = 128 with query chunks, D = 128 with Nk < Nq, D = 64 GQA.
+bwd_sanitizers() {
+  local s
+  for s in "--Nq 200 --Nk 130 --D 128 --Hkv 1 --causal --mask topk --window 48 --bias --bwd --bwd-chunks 3" \
+           "--Nq 130 --Nk 77 --D 128 --mask topk --window 16 --block 0 --bias --bwd" \
+           "--Nq 70 --Nk 130 --D 64 --Hkv 1 --causal --mask topk --window 32 --bias --bwd"; do
+    timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 $F --B 1 --H 2 $s --iters 1 --warmup 0 --check > $L/race.log 2>&1
+    el "racecheck rc=$? $s $(grep -E 'RACECHECK SUMMARY' $L/race.log)"
+    timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 $F --B 1 --H 2 $s --iters 1 --warmup 0 --check > $L/mem.log 2>&1
+    el "memcheck rc=$? $(grep -E 'ERROR SUMMARY' $L/mem.log)"
+  done
+}

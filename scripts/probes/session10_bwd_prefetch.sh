@@ -12,14 +12,7 @@ cd "$(dirname "$0")/../.."
 . scripts/probes/common.sh
 probe_build flash_attn_mma test_dmattn_backward
 run_test 300 test_dmattn_backward
-for s in "--Nq 200 --Nk 130 --D 128 --Hkv 1 --causal --mask topk --window 48 --bias --bwd --bwd-chunks 3" \
-         "--Nq 130 --Nk 77 --D 128 --mask topk --window 16 --block 0 --bias --bwd" \
-         "--Nq 70 --Nk 130 --D 64 --Hkv 1 --causal --mask topk --window 32 --bias --bwd"; do
-  timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 $F --B 1 --H 2 $s --iters 1 --warmup 0 --check > $L/race.log 2>&1
-  el "racecheck rc=$? $s $(grep -E 'RACECHECK SUMMARY' $L/race.log)"
-  timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 $F --B 1 --H 2 $s --iters 1 --warmup 0 --check > $L/mem.log 2>&1
-  el "memcheck rc=$? $(grep -E 'ERROR SUMMARY' $L/mem.log)"
-done
+bwd_sanitizers
 for s in "--H 4 --Hkv 1 --N 2500 --D 128 --mask ones --bias" "--H 4 --Hkv 1 --N 2500 --D 64 --mask topk --window 300 --bias --causal" \
          "--H 4 --Hkv 2 --Nq 3000 --Nk 1000 --D 128 --mask topk --window 200 --bias --bwd-chunks 3" "--H 4 --Hkv 1 --N 2500 --D 128 --mask ones --bias --deterministic"; do
   timeout 120 $F --B 2 $s --bwd --iters 1 --warmup 0 --check > $L/chk.log 2>&1
