@@ -663,6 +663,8 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
             // 64-column block of K ([key][d]: N-major): both transposed.
             fence_proxy_async_shared();  // the st.shared of dSᵀ, before the async proxy reads it
             __syncthreads();  // every warp's dSᵀ rows are in place
+            // kDqBulk: dQ is staged in this tile's own Q/dO slot, [Br][kDqStride] fp32.
+            [[maybe_unused]] float* const sdQ = reinterpret_cast<float*>(sQ);
 #pragma unroll 1
             for (int part = 0; part < D / 64; ++part) {
               float dQ[8][4];
@@ -677,7 +679,6 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
               fence_accumulators(dQ);
               // The slot's Q and dO are dead once every warp is past that wait.
               if (Cfg::kDqBulk && part == 0) __syncthreads();
-              [[maybe_unused]] float* sdQ = reinterpret_cast<float*>(sQ);
               // Warp w holds query rows 16w + g (+8) of the tile, columns 64·part + 8n + 2t, +1.
               if constexpr (Cfg::kDqBulk) {
 #pragma unroll
@@ -704,7 +705,7 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
               // Thread i adds query row i of the tile (rows past Nq: none).
               if (threadIdx.x < Br && q0 + int(threadIdx.x) < p.Nq)
                 bulk_reduce_add_f32(dq_accum + (q_head * p.Nq + q0 + threadIdx.x) * D,
-                                    reinterpret_cast<float*>(sQ) + threadIdx.x * Cfg::kDqStride, D * 4);
+                                    sdQ + threadIdx.x * Cfg::kDqStride, D * 4);
               // The slot gets the tile after next's Q, dO (next tile's prefetch), after the barrier below.
               if (threadIdx.x < Br) bulk_wait_read();
             }

@@ -313,7 +313,6 @@ struct ClusterSlots {
     release_sum(j);  // the partner may send tile j+1
   }
 };
-
 #endif
 
 template <typename Cfg, typename T, bool kPush>
