@@ -884,6 +884,10 @@ BwdWorkspace plan_workspace(const DynamicMaskProblem& p, bool deterministic, int
   return w;
 }
 constexpr int kMaxChunks = 4096;  // a forced count above this is refused
+// The automatic rule's slots per block with a mask (dma_backward_resolve_chunks):
+// narrow = the key tiles alone give fewer blocks than SMs, wide = at least one per SM.
+constexpr int kDmaBwdSlotsPerChunkNarrow = 16;
+constexpr int kDmaBwdSlotsPerChunkWide = 32;
 }  // namespace
 
 // The automatic query-chunk count.
@@ -899,20 +903,31 @@ constexpr int kMaxChunks = 4096;  // a forced count above this is refused
 //    tiles, and the measured case (causal top-W with a query-broadcast bias)
 //    puts ~all of them in ~48 of 256 key tiles: one block per key tile then
 //    walks ~100 active tiles serially while the rest of the GPU idles. So
-//    chunk by the worst case: at most ~16 slots per block (ceil(slots / 16),
-//    slots = group · query tiles, the longest column's). What that costs when
-//    the mask is in fact dense (the all-ones mask, B=1 H=8 N=8192 D=128: 1024
-//    unsplit blocks, 128 slots -> 8 chunks): each block adds 2·64·D floats of
-//    dK, dV once per >= 16 tiles, while every tile already adds 64·D floats
-//    of dQ, i.e. at most 2/16 = 12.5% more atomic traffic (half the
-//    operations on sm_90, vector reductions), plus a memset and a conversion
-//    pass over 2·B·Hkv·Nk·D floats — a few per cent of a dense backward.
+//    chunk by the worst case: at most a fixed number of slots per block
+//    (ceil(slots / that), slots = group · query tiles, the longest column's):
+//    kDmaBwdSlotsPerChunkNarrow = 16 while the key tiles alone (the unsplit
+//    grid) give fewer blocks than the GPU has SMs — the chunks must then make
+//    the parallelism as well as break the skew — and kDmaBwdSlotsPerChunkWide =
+//    32 once they give at least one per SM, where the chunks only break the
+//    skew and each extra one is a block that adds its dK, dV once more.
+//    Measured (H200, fp16, commit 8390bcb, same runs,
+//    results/H200/probes/session10_bwd_chunks.txt; D=128, causal top-1024 +
+//    query-broadcast bias, B=1 H=2 Hkv=1 unless noted): L=16K (256 key tiles)
+//    16 chunks 0.179 ms, 32 0.186; the all-ones mask + bias B=1 H=8 N=8192
+//    (1024 key tiles · heads, 128 slots) 4 chunks 3.241 ms, 8 3.334; L=8192
+//    (128 key tiles, below 132 SMs: 16 per block) 16 chunks 0.136 ms, 8
+//    0.147-0.150; L=4096 8 chunks 0.127-0.140, 4 0.167-0.179. What chunks
+//    cost when the mask is in fact dense (the all-ones shape above, now 4
+//    chunks): each block adds 2·64·D floats of dK, dV once per >= 32 tiles,
+//    while every tile already adds 64·D floats of dQ, i.e. at most 2/32 more
+//    atomic traffic (half the operations on sm_90, vector reductions), plus a
+//    memset and a conversion pass over 2·B·Hkv·Nk·D floats.
 //    Caps: at most 64 chunks and at most 64 blocks per SM in all (32 waves at
 //    two resident blocks per SM), because a block whose slots are all inactive
 //    still costs a launch and one round trip to read its skip bits. Measured
-//    (H200, B=1 H=2 Hkv=1 D=128 causal top-1024, commit f8f6645): L=32K gets
-//    16 chunks from that cap, the fastest of 8/16/32 (0.471/0.443/0.472 ms;
-//    1 chunk: 1.472); L=16K gets 32 (0.252 ms; 16: 0.248, 1: 1.385).
+//    (H200, B=1 H=2 Hkv=1 D=128 causal top-1024): L=32K gets 16 chunks from
+//    that cap, the fastest of 8/16/32 at commit f8f6645 (0.471/0.443/0.472 ms;
+//    1 chunk: 1.472) and of 4-64 at 8390bcb (16: 0.177 ms, 8: 0.186, 32: 0.221).
 //    --bwd-chunks overrides it.
 int dma_backward_resolve_chunks(const DynamicMaskProblem& p, bool deterministic, int requested) {
   if (deterministic) return 1;
@@ -926,7 +941,8 @@ int dma_backward_resolve_chunks(const DynamicMaskProblem& p, bool deterministic,
     if (unsplit >= 2 * int64_t(sms)) return 1;
     want = std::min<int64_t>((2 * int64_t(sms) + unsplit - 1) / unsplit, slots / 4);
   } else {
-    want = (slots + 15) / 16;
+    const int64_t per_chunk = unsplit >= sms ? kDmaBwdSlotsPerChunkWide : kDmaBwdSlotsPerChunkNarrow;
+    want = (slots + per_chunk - 1) / per_chunk;
   }
   const int64_t grid_cap = std::max<int64_t>(1, 64 * int64_t(sms) / std::max<int64_t>(1, unsplit));
   return int(std::max<int64_t>(1, std::min<int64_t>({want, 64, grid_cap, slots})));

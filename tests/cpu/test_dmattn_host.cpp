@@ -75,6 +75,9 @@ TEST_CASE(dmattn_split_kv_sizes) {
 // The backward's query chunks: the resolved count and the workspace it needs.
 // (The SM count is the device's, 132 without one; the checks hold for >= 8 SMs.)
 TEST_CASE(dmattn_backward_chunks) {
+  int device = 0, sms = 132;  // the rule's own SM count
+  if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  cudaGetLastError();
   DynamicMaskProblem p;
   p.B = 1;
   p.H = 2;
@@ -89,15 +92,25 @@ TEST_CASE(dmattn_backward_chunks) {
   static const uint8_t dummy = 1;
   p.mask.data = &dummy;
   p.mask.set_shape(1, 1, p.Nq, p.Nk, p.H);
+  // 2 heads x 256 query tiles = 512 slots; 256 key tiles: 32 slots per block
+  // where that is at least one block per SM (16 chunks), else 16 (32 chunks).
   const int masked = dma_backward_resolve_chunks(p, false, 0);
-  EXPECT_TRUE(masked > 1 && masked <= 32);  // 2 heads x 256 query tiles = 512 slots: ceil(512 / 16) = 32
-  // The all-active dense shape (B=1 H=8 N=8192, an all-ones mask): <= 8 chunks, >= 16 slots each.
-  p.H = p.Hkv = 8;
+  EXPECT_TRUE(masked > 1 && masked <= 32);
+  if (sms >= 64 && sms <= 256) EXPECT_EQ(masked, 16);  // (below 64 SMs the grid cap takes over)
+  if (sms > 256 && sms <= 528) EXPECT_EQ(masked, 32);
+  // Fewer key tiles than SMs (L = 8192 on the H200's 132): 16 slots per block.
   p.Nq = p.Nk = 8192;
+  p.mask.set_shape(1, 1, p.Nq, p.Nk, p.H);
+  if (sms > 128 && sms <= 528) EXPECT_EQ(dma_backward_resolve_chunks(p, false, 0), 16);  // 256 slots
+  if (sms >= 16 && sms <= 128) EXPECT_EQ(dma_backward_resolve_chunks(p, false, 0), 8);  // 256 / 32
+  // The all-active dense shape (B=1 H=8 N=8192, an all-ones mask): 1024 key
+  // tiles x heads, 128 slots each -> 4 chunks of 32 (8 of 16 past 1024 SMs).
+  p.H = p.Hkv = 8;
   p.causal = false;
   p.mask.set_shape(1, 1, p.Nq, p.Nk, p.H);
   const int dense = dma_backward_resolve_chunks(p, false, 0);
   EXPECT_TRUE(dense >= 1 && dense <= 8);
+  if (sms >= 64 && sms <= 1024) EXPECT_EQ(dense, 4);
   // Without a mask a grid of 1024 blocks is enough for up to 512 SMs: one chunk.
   p.mask = BroadcastOperand{};
   EXPECT_EQ(dma_backward_resolve_chunks(p, false, 0), 1);
