@@ -1,6 +1,9 @@
 # Sourced by the session probes (run from the repository root): where output
 # goes ($OUT: what the device returns; /tmp/logs: tarred at the end), the
 # harness path, a timer, and the build of the targets a probe needs.
+# The device's git sees the landed commit plus this session's as a diff, so a
+# run that writes a CSV names its commit only if told: start the device command
+# with ATTNLAB_COMMIT=<this checkout's short HEAD>.
 O=${OUT:-/tmp/out}; L=/tmp/logs; mkdir -p "$O" "$L"
 B=build-gpu; F=$B/flash_attn_mma
 exec > >(tee "$O/summary.txt") 2>&1
