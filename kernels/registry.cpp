@@ -29,4 +29,10 @@ size_t device_smem_optin_bytes() {
   return size_t(bytes);
 }
 
+int device_sm_count() {
+  int device = 0, sms = 132;
+  if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  return sms;
+}
+
 }  // namespace attnlab

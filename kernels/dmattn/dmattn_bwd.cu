@@ -932,8 +932,7 @@ constexpr int kDmaBwdSlotsPerChunkWide = 32;
 int dma_backward_resolve_chunks(const DynamicMaskProblem& p, bool deterministic, int requested) {
   if (deterministic) return 1;
   if (requested > 0) return requested;
-  int device = 0, sms = 132;
-  if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  const int sms = device_sm_count();
   const int64_t unsplit = int64_t((p.Nk + kDmaBc - 1) / kDmaBc) * p.Hkv * p.B;
   const int64_t slots = int64_t(p.H / p.Hkv) * ((p.Nq + kDmaBr - 1) / kDmaBr);
   int64_t want;

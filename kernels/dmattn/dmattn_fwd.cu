@@ -985,8 +985,7 @@ std::string dma_forward_unsupported(const DynamicMaskProblem& p) {
 }
 
 int dma_auto_splits(const DynamicMaskProblem& p) {
-  int device = 0, sms = 132;
-  if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  const int sms = device_sm_count();
   const int64_t blocks = int64_t((p.Nq + kDmaBr - 1) / kDmaBr) * p.H * p.B;
   // Half the SMs busy already: the combine pass (one block per output row)
   // costs more than the extra parallelism saves. H200, D=128, commit 39aeeec:

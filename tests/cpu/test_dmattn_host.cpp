@@ -1,5 +1,6 @@
 // Host-side parts of dynamic-mask attention: broadcast strides, the problem's
 // description, and the support checks the harness prints.
+#include "../../kernels/common/variant.h"
 #include "../../kernels/dmattn/dmattn.h"
 #include "testing.h"
 
@@ -75,9 +76,7 @@ TEST_CASE(dmattn_split_kv_sizes) {
 // The backward's query chunks: the resolved count and the workspace it needs.
 // (The SM count is the device's, 132 without one; the checks hold for >= 8 SMs.)
 TEST_CASE(dmattn_backward_chunks) {
-  int device = 0, sms = 132;  // the rule's own SM count
-  if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  cudaGetLastError();
+  const int sms = device_sm_count();  // the rule's own SM count
   DynamicMaskProblem p;
   p.B = 1;
   p.H = 2;
