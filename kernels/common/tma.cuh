@@ -2,7 +2,7 @@
 // count its bytes, and the thread-block clusters that let one TMA copy land in
 // several blocks' shared memory (multicast). Used by rungs 09 and 10
 // (10 also reads a partner block's shared memory: mapa, ld.shared::cluster);
-// the bulk reduction at the end, by the dmattn backward.
+// the tensor reduction at the end, by the dmattn backward.
 //
 // TMA copies a box of a tensor between global and shared memory as one
 // instruction issued by one thread. The tensor's shape, strides, box size and
@@ -66,6 +66,25 @@ inline bool encode_head_tiles(CUtensorMap* map, const void* base, DType dtype, i
   return encode(map, type, 3, const_cast<void*>(base), dims, strides, box, element_strides,
                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// A map of `heads` row-major [rows, cols] fp32 matrices stored back to back
+// (the dmattn backward's dq_accum), in boxes of 32 columns x kBoxRows rows of
+// one head: 32 floats are 128 bytes, the span of the 128-byte swizzle, so a
+// box is kBoxRows rows of 128 bytes, 16-byte chunk c of row r at chunk
+// c ^ (r % 8) (a 1024-byte-aligned shared-memory box). Used for reductions
+// into the matrix; rows past `rows` are not written. Returns false on failure.
+template <int kBoxRows>
+inline bool encode_f32_head_tiles(CUtensorMap* map, const float* base, int64_t heads, int rows, int cols) {
+  const auto encode = tensor_map_encoder();
+  if (!encode || (reinterpret_cast<uintptr_t>(base) % 16) != 0 || cols % 32 != 0) return false;
+  const cuuint64_t dims[3] = {cuuint64_t(cols), cuuint64_t(rows), cuuint64_t(heads)};  // innermost first
+  const cuuint64_t strides[2] = {cuuint64_t(cols) * 4, cuuint64_t(rows) * cols * 4};   // bytes, dims 1 and 2
+  const cuuint32_t box[3] = {32, kBoxRows, 1};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, const_cast<float*>(base), dims, strides, box,
+                element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 // Q, K and V maps of a dense problem: Q in boxes of kQRows rows, K and V of
@@ -202,18 +221,28 @@ __device__ __forceinline__ void cluster_sync() {
 }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
-// Bulk reduction (non-tensor cp.reduce.async.bulk, sm_90, the async proxy):
-// gdst[i] += ssrc[i] for bytes / 4 floats, gdst and ssrc 16-byte aligned,
-// bytes a multiple of 16; one instruction from one thread, in that
-// thread's bulk group (committed here), waited for with bulk_wait_read (ssrc
-// may be rewritten) or bulk_wait (the global writes done). FA3 adds its dQ
-// this way (a TMA reduce-add of a shared-memory tile) instead of
-// per-element atomics; the dmattn backward's wgmma core uses it per dQ row.
-__device__ __forceinline__ void bulk_reduce_add_f32(float* gdst, const float* ssrc, uint32_t bytes) {
+// Tensor reduction (cp.reduce.async.bulk.tensor, sm_90, the async proxy):
+// the global box (c0, c1, c2) of `map` += the box in shared memory at `smem`
+// (the map's layout: swizzled as the map says, 1024-byte aligned for the
+// 128-byte swizzle), element by element; rows of the box past the tensor's
+// end are not written. One instruction from one thread, in that thread's bulk
+// group (committed by bulk_commit), waited for with bulk_wait_read (`smem` may
+// be rewritten) or bulk_wait (the global writes done). FA3 adds its dQ this
+// way (a TMA reduce-add of a shared-memory tile, hopper/epilogue_bwd.hpp)
+// instead of per-element atomics; the dmattn backward's wgmma core does too.
+// (PTX ISA, "cp.reduce.async.bulk.tensor"; the form of CUTLASS's
+// SM90_TMA_REDUCE_ADD_3D.)
+__device__ __forceinline__ void tma_reduce_add_3d(const CUtensorMap* map, const void* smem, int c0, int c1,
+                                                  int c2) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(gdst),
-               "r"(smem_addr(ssrc)), "r"(bytes)
+  asm volatile("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(smem_addr(smem)), "r"(c0), "r"(c1), "r"(c2)
                : "memory");
+#endif
+}
+__device__ __forceinline__ void bulk_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
 #endif
 }

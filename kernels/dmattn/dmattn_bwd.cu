@@ -13,7 +13,7 @@
 //   dSᵀ = Pᵀ ∘ (dPᵀ - Δ_q) ∘ softcap'    with Δ_q = rowsum(dO_q ∘ O_q) (pre-pass)
 //   dV_j += Pᵀ dO_i ;  dK_j += scale · dSᵀ Q_i
 //   dQ_i += scale · dS K_j  (dS through shared memory; fp32 atomics into dq_accum,
-//                            or on the wgmma core one bulk reduction per row)
+//                            or on the wgmma core TMA tensor reductions of the tile)
 //   dBias += dS  (into an fp32 copy of the bias's own shape; summed over the
 //                 query tile first when the bias is broadcast over queries)
 // Then dQ and dBias are converted to the input dtype.
@@ -71,30 +71,31 @@
 //                             in the forward's P·V)
 //   dQ = dS·K                 SS with both operands transposed (wgmma_ss_tt): A =
 //                             dSᵀ in shared memory read M-major, B = K N-major;
-//                             64 columns at a time, then fp32 atomics as before
-// At D = 128 dQ's rows go through shared memory (fp32, kDqStride) and reach
-// dq_accum by one bulk reduction per row (cp.reduce.async.bulk ... add.f32),
-// issued by the row's thread — in place of 8192 fp32 atomics per tile from
-// every thread (FA3 adds dQ by TMA too): 3.54 -> 3.38 ms; at D = 64 it
-// measured slower, atomics stay there.
+//                             64 columns at a time
+// dQ of a tile goes through shared memory (fp32, scaled, in the 128-byte
+// swizzle) and reaches dq_accum by TMA tensor reductions (cp.reduce.async.bulk
+// .tensor ... add, one per 32-column box, all issued by one thread; FA3 adds
+// its dQ by TMA too). History: 8192 fp32 atomics per tile from every thread
+// (D=128 3.54 ms), one bulk reduction per row from the row's thread (3.38 ms;
+// slower at D = 64, which kept the atomics), the boxes (session 12: SESSION12_DQ).
 // Two Q/dO slots (kQdoStages; session 10): the next active slot's Q, dO, LSE
 // and Δ are copied (cp.async; LSE and Δ by 4-byte copies) while this tile is
 // computed, instead of every tile starting with a wait for its own loads.
 // The staging of dQ needs no buffer of its own: it goes into the tile's own
 // Q/dO slot, dead once dK and dV are done (the next tile's tiles are in the
-// other slot), padded by 1024 bytes for the rows' 4-float padding; the bulk
-// reads are waited for before the tile's last barrier, after which the slot
-// takes the prefetch of the tile after next. Same-run A/B (H200, all-ones +
-// bias, B=1 H=8 N=8192): D=128 3.32 / 3.35 ms against 3.37, D=64 2.02
-// against 2.10 (results/H200/probes/session10_bwd_prefetch.txt; with atomics
-// for dQ instead, D=128 gained nothing: 3.41 against 3.40).
+// other slot); the reductions' reads are waited for (by their thread) just
+// before the next tile's first barrier, after which the slot takes the
+// prefetch of the tile after next — so a tile ends without a barrier or a wait.
+// Session 10's A/B of the slots (H200, all-ones + bias, B=1 H=8 N=8192): D=128
+// 3.32 / 3.35 ms against 3.37, D=64 2.02 against 2.10
+// (results/H200/probes/session10_bwd_prefetch.txt).
 // The scores between them (P, dS, dBias) are the mma.sync core's code
 // (scores_to_ds). At D = 128 the two slices are software-pipelined: slice 2's
 // Sᵀ, dPᵀ are issued before slice 1's dV, dK, which then run under slice 2's
 // score code (3.82 -> 3.54 ms). 242 registers at D = 128, 211 at D = 64.
-// Shared memory 2·64·D·2 (K, V) + 2 slots·(2·64·D·2 + 1024 at D = 128) + 64·64·2
-// (dSᵀ) + 2·2·64·4 (LSE, Δ) + 1024 (alignment): D = 64: 59 392, D = 128:
-// 110 592 bytes (two blocks per SM; registers allow no more).
+// Shared memory 2·64·D·2 (K, V) + 2 slots·2·64·D·2 (Q, dO) + 64·64·2 (dSᵀ) +
+// 2·2·64·4 (LSE, Δ) + 1024 (alignment): D = 64: 59 392, D = 128: 108 544 bytes
+// (two blocks per SM; registers allow no more).
 // ============================================================================
 
 #include <cuda_bf16.h>
@@ -127,21 +128,21 @@ struct DmaBwdConfig {
   // swizzle (Sw128Blocks<64>), tiles 1024-byte aligned (+ 1024 bytes slack).
   static constexpr int kStride = kWgmma ? kHeadDim : kHeadDim + 8;
   static constexpr int kDsStride = kWgmma ? kBr : kBr + 8;
-  // wgmma at D = 128: dQ of a tile staged in fp32 (rows padded by 4 floats:
-  // 2-way bank conflicts at most) and added to dq_accum by one bulk reduction
-  // per row. H200, all-ones + bias, N = 8192, same run: D = 128 3.38 ms
-  // against 3.54 with atomics; D = 64 2.30 against 2.09 — there the atomics stay.
   // wgmma: two slots for Q_i, dO_i (and LSE, Δ): the next active slot's
   // tiles are copied while this one is computed, instead of every tile
   // starting with a wait for its loads (latency: two blocks per SM).
   static constexpr int kQdoStages = kWgmma ? 2 : 1;
-  // dQ of a tile is staged in the tile's own Q/dO slot, dead once dK and dV
-  // are done (the next tile's tiles are in the other slot): a slot is padded
-  // by 1024 bytes for the fp32 rows' 4-float padding.
-  static constexpr bool kDqBulk = kWgmma && kHeadDim >= 128;
-  static constexpr int kDqStride = kHeadDim + 4;
-  static constexpr int kQdoSlotElems = 2 * 64 * kStride + (kDqBulk ? 512 : 0);  // Q, dO (+ padding), 16-bit
-  static_assert(!kDqBulk || kBr * kDqStride * 4 <= kQdoSlotElems * 2, "dQ's fp32 rows fit in a Q/dO slot");
+  // wgmma: dQ of a tile (64 x D fp32, scaled) is staged in the tile's own Q/dO
+  // slot, dead once dK and dV are done (the next tile's tiles are in the other
+  // slot) — 64·D·4 bytes, exactly the slot's Q and dO — as D/32 boxes of 32
+  // columns in the 128-byte swizzle, and added to dq_accum by one TMA tensor
+  // reduction per box, all issued by one thread (session 12; before it, one
+  // bulk reduction per row from 64 threads at D = 128, atomics at D = 64).
+  static constexpr bool kDqTma = kWgmma;
+  static constexpr int kDqBoxCols = 32;  // fp32 columns per 128-byte swizzle row
+  static_assert(kDqBoxCols * 4 == 128, "a dQ box row is the 128-byte swizzle's span");
+  static constexpr int kQdoSlotElems = 2 * 64 * kStride;  // Q, dO, 16-bit
+  static_assert(!kDqTma || kBr * kHeadDim * 4 == kQdoSlotElems * 2, "dQ's fp32 boxes fill a Q/dO slot");
   static_assert(kQdoSlotElems * 2 % 1024 == 0, "slots keep the 128-byte swizzle's 1024-byte alignment");
   static constexpr int kSmemBytes = (2 * 64 * kStride + kQdoStages * kQdoSlotElems + kBc * kDsStride) * 2 +
                                     kQdoStages * 2 * kBr * 4 + (kWgmma ? 1024 : 0);
@@ -155,7 +156,7 @@ struct DmaBwdConfig {
   static constexpr int kDqParts = kHeadDim >= 128 ? 2 : 1;  // dQ columns in parts (registers)
   static_assert(kTilesO % (2 * kDqParts) == 0, "dQ parts of whole 16-column steps");
 };
-static_assert(DmaBwdConfig<64, true>::kSmemBytes == 59392 && DmaBwdConfig<128, true>::kSmemBytes == 110592,
+static_assert(DmaBwdConfig<64, true>::kSmemBytes == 59392 && DmaBwdConfig<128, true>::kSmemBytes == 108544,
               "header: the wgmma core's shared memory");
 
 template <typename T>
@@ -337,8 +338,9 @@ template <typename Cfg, typename T>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
 dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                const T* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
-               float* __restrict__ dq_accum, T* __restrict__ dk, T* __restrict__ dv, float* __restrict__ dkv_accum,
-               DbiasTarget dbias_target, const DynamicMaskProblem p, const MaskSummary summary, int chunks) {
+               float* __restrict__ dq_accum, const __grid_constant__ CUtensorMap tma_dq, T* __restrict__ dk,
+               T* __restrict__ dv, float* __restrict__ dkv_accum, DbiasTarget dbias_target, const DynamicMaskProblem p,
+               const MaskSummary summary, int chunks) {
   constexpr int D = Cfg::kHeadDim, Br = Cfg::kBr, Bc = Cfg::kBc, kStride = Cfg::kStride;
   constexpr int kDs = Cfg::kDsStride;
   const int j_tile = blockIdx.x / chunks, chunk = blockIdx.x % chunks, hk = blockIdx.y, b = blockIdx.z;
@@ -362,7 +364,7 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
   T* sdS = sQ_slots + kStages * Cfg::kQdoSlotElems;  // [Bc keys][kDs] dSᵀ
   float* const sLSE_slots = reinterpret_cast<float*>(sdS + Bc * kDs);  // slot s: LSE, then Δ (2·Br floats)
   // The tiles of the slot being computed (reassigned per tile; scores_to_ds reads sLSE, sDelta).
-  // kDqBulk: the slot then holds the tile's dQ, [Br][kDqStride] fp32.
+  // kDqTma: the slot then holds the tile's dQ, D/32 boxes of [Br][32] fp32.
   T* sQ = sQ_slots;
   T* sdO = sQ + Br * kStride;
   float* sLSE = sLSE_slots;
@@ -546,15 +548,6 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
           kv_loaded = true;
         }
         if (prefetched != i) load_q_tiles(i, slot);  // (else in flight since the previous tile)
-        bool prefetching = false;
-        if constexpr (kStages > 1) {
-          const int next = next_active(w, bits);
-          if (next >= 0) {
-            load_q_tiles(next, stage);  // that slot was last read by the previous tile: free
-            prefetched = next;
-            prefetching = true;
-          }
-        }
         if (bias_by_key && h != key_bias_head) {  // the same for every query tile of a head
           key_bias_head = h;
 #pragma unroll
@@ -563,14 +556,28 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
               key_bias[r] =
                   as_float(__ldg(static_cast<const T*>(p.bias.data) + p.bias.row_offset(b, h, 0) + key_row[r]));
         }
-        if (prefetching) cp_async_wait<1>();  // this tile's group (and K, V); the next one's may run on
-        else cp_async_wait<0>();
+        cp_async_wait<0>();  // this tile's group (and K, V)
         if (threadIdx.x < Br && sLSE[threadIdx.x] == -INFINITY)  // an entry this thread copied
           sLSE[threadIdx.x] = INFINITY;  // a row that saw no key: P = exp(s - inf) = 0
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
         if constexpr (Cfg::kWgmma) fence_proxy_async_shared();  // cp.async wrote the tiles; wgmma reads via the async proxy
 #endif
+        // kDqTma: the previous tile's dQ reductions have read its slot (thread 0
+        // issued them), so that after this barrier the slot may be refilled.
+        if (Cfg::kDqTma && threadIdx.x == 0) bulk_wait_read();
         __syncthreads();
+        // The next active slot's tiles into the other slot, read last by the
+        // previous tile (every warp is past it: the barrier above), while this
+        // tile is computed. (Before session 12 issued ahead of this tile's wait,
+        // which the slot's last readers then had to clear at the previous
+        // tile's end with one more barrier.)
+        if constexpr (kStages > 1) {
+          const int next = next_active(w, bits);
+          if (next >= 0) {
+            load_q_tiles(next, stage);
+            prefetched = next;
+          }
+        }
 
         if constexpr (Cfg::kWgmma) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -663,7 +670,7 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
             // 64-column block of K ([key][d]: N-major): both transposed.
             fence_proxy_async_shared();  // the st.shared of dSᵀ, before the async proxy reads it
             __syncthreads();  // every warp's dSᵀ rows are in place
-            // kDqBulk: dQ is staged in this tile's own Q/dO slot, [Br][kDqStride] fp32.
+            // kDqTma: dQ is staged in this tile's own Q/dO slot, D/32 boxes of [Br][32] fp32.
             [[maybe_unused]] float* const sdQ = reinterpret_cast<float*>(sQ);
 #pragma unroll 1
             for (int part = 0; part < D / 64; ++part) {
@@ -678,15 +685,23 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
               wgmma_wait<0>();  // (and every slice's dV, dK before it)
               fence_accumulators(dQ);
               // The slot's Q and dO are dead once every warp is past that wait.
-              if (Cfg::kDqBulk && part == 0) __syncthreads();
+              if (Cfg::kDqTma && part == 0) __syncthreads();
               // Warp w holds query rows 16w + g (+8) of the tile, columns 64·part + 8n + 2t, +1.
-              if constexpr (Cfg::kDqBulk) {
+              if constexpr (Cfg::kDqTma) {
+                // Column c of row r: box c/32, 16-byte chunk (c%32)/4 ^ (r%8) of the
+                // row's 128 bytes (the map's 128-byte swizzle). A warp's 8 rows
+                // then spread over all 32 banks: 2 wavefronts per 256-byte store.
+                constexpr int kBoxFloats = Br * Cfg::kDqBoxCols;
 #pragma unroll
                 for (int r = 0; r < 2; ++r)
 #pragma unroll
-                  for (int n = 0; n < 8; ++n)
-                    *reinterpret_cast<float2*>(sdQ + (warp * 16 + g + 8 * r) * Cfg::kDqStride + part * 64 + n * 8 +
-                                               2 * t) = make_float2(p.scale * dQ[n][2 * r], p.scale * dQ[n][2 * r + 1]);
+                  for (int n = 0; n < 8; ++n) {
+                    const int row = warp * 16 + g + 8 * r, col = part * 64 + n * 8 + 2 * t;
+                    const int in_box = col % Cfg::kDqBoxCols;
+                    *reinterpret_cast<float2*>(sdQ + (col / Cfg::kDqBoxCols) * kBoxFloats + row * Cfg::kDqBoxCols +
+                                               ((in_box / 4) ^ (row % 8)) * 4 + in_box % 4) =
+                        make_float2(p.scale * dQ[n][2 * r], p.scale * dQ[n][2 * r + 1]);
+                  }
               } else {
 #pragma unroll
                 for (int r = 0; r < 2; ++r) {
@@ -699,22 +714,27 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
                 }
               }
             }
-            if constexpr (Cfg::kDqBulk) {
-              fence_proxy_async_shared();  // the st.shared of dQ, before the bulk reduction reads them
+            if constexpr (Cfg::kDqTma) {
+              fence_proxy_async_shared();  // the st.shared of dQ, before the tensor reduction reads them
               __syncthreads();
-              // Thread i adds query row i of the tile (rows past Nq: none).
-              if (threadIdx.x < Br && q0 + int(threadIdx.x) < p.Nq)
-                bulk_reduce_add_f32(dq_accum + (q_head * p.Nq + q0 + threadIdx.x) * D,
-                                    sdQ + threadIdx.x * Cfg::kDqStride, D * 4);
-              // The slot gets the tile after next's Q, dO (next tile's prefetch), after the barrier below.
-              if (threadIdx.x < Br) bulk_wait_read();
+              // One thread adds the tile's D/32 boxes (rows past Nq: not written, the
+              // map's bounds). Their reads are waited for before the next tile's first
+              // barrier, after which the slot takes the tile after next's Q, dO.
+              if (threadIdx.x == 0) {
+#pragma unroll
+                for (int box = 0; box < D / Cfg::kDqBoxCols; ++box)
+                  tma_reduce_add_3d(&tma_dq, sdQ + box * Br * Cfg::kDqBoxCols, box * Cfg::kDqBoxCols, q0,
+                                    int(q_head));
+                bulk_commit();
+              }
             }
           } else {
             wgmma_wait<0>();
           }
           fence_accumulators(dK);
           fence_accumulators(dV);
-          __syncthreads();  // sQ, sdO, sdS are rewritten by the next tile
+          // No barrier here: sQ, sdO and sdS are rewritten only after the next
+          // tile's first barrier (its dSᵀ stores, the prefetch into this slot).
 #else
           __trap();  // never launched: the host picks this core only on sm_90 with sm_90a code
 #endif
@@ -792,8 +812,8 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
     }
   }
 
-  if constexpr (Cfg::kDqBulk)
-    if (dq_accum != nullptr && threadIdx.x < Br) bulk_wait();  // dQ's reductions done
+  if constexpr (Cfg::kDqTma)
+    if (dq_accum != nullptr && threadIdx.x == 0) bulk_wait();  // dQ's reductions done (their thread)
 
   // ---- dK_j, dV_j of this KV head (keys < Nk) -------------------------------------------
   if (dkv_accum == nullptr) {  // one chunk: this block owns the key tile; scale now
@@ -962,7 +982,7 @@ cudaError_t dma_backward(const DynamicMaskProblem& p, const DmaBackwardArgs& a, 
     return cudaErrorInvalidValue;
   BwdWorkspace w = plan_workspace(p, a.deterministic, chunks);
   if (a.workspace == nullptr || a.workspace_bytes < w.total_floats * sizeof(float)) return cudaErrorInvalidValue;
-  // Every part 16-byte aligned: the wgmma core's bulk reductions into dq_accum need it.
+  // Every part 16-byte aligned: the wgmma core's tensor map of dq_accum needs it.
   if (reinterpret_cast<uintptr_t>(a.workspace) % 16 != 0) return cudaErrorInvalidValue;
   const int64_t rows = int64_t(p.B) * p.H * p.Nq;
   const int64_t kv_elems = int64_t(p.B) * p.Hkv * p.Nk * p.D;
@@ -984,8 +1004,16 @@ cudaError_t dma_backward(const DynamicMaskProblem& p, const DmaBackwardArgs& a, 
   if (err == cudaSuccess && dkv_accum)  // both halves, dK then dV
     err = cudaMemsetAsync(dkv_accum, 0, size_t(2 * kv_elems) * sizeof(float), stream);
   if (err != cudaSuccess) return err;
-  const std::string core = dma_backward_core_name(p, a.core);
+  std::string core = dma_backward_core_name(p, a.core);
   if (core.empty()) return cudaErrorInvalidValue;
+  // The wgmma core adds dQ by TMA tensor reductions: the map of dq_accum. (The
+  // workspace is 16-byte aligned and D a multiple of 32, so this fails only
+  // without the driver's encoder; then the mma.sync core, which uses atomics.)
+  CUtensorMap tma_dq{};
+  if (core == "wgmma" && dq_accum && !encode_f32_head_tiles<DmaBwdConfig<64, true>::kBr>(&tma_dq, dq_accum, int64_t(p.B) * p.H, p.Nq, p.D)) {
+    if (a.core != DmaCore::kAuto) return cudaErrorNotSupported;
+    core = "mma";
+  }
   auto run = [&](auto main_cfg) {
     using Cfg = decltype(main_cfg);                     // the main kernel's core
     using MmaCfg = DmaBwdConfig<Cfg::kHeadDim, false>;  // the deterministic dQ kernel is mma.sync
@@ -1002,8 +1030,8 @@ cudaError_t dma_backward(const DynamicMaskProblem& p, const DmaBackwardArgs& a, 
       e = launch_with_smem(dma_bwd_kernel<Cfg, T>, grid, Cfg::kThreads, Cfg::kSmemBytes, stream,
                            static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
                            static_cast<const T*>(a.dout), static_cast<const float*>(a.lse),
-                           static_cast<const float*>(delta), dq_accum, static_cast<T*>(a.dk), static_cast<T*>(a.dv),
-                           dkv_accum, w.target, p, summary, chunks);
+                           static_cast<const float*>(delta), dq_accum, tma_dq, static_cast<T*>(a.dk),
+                           static_cast<T*>(a.dv), dkv_accum, w.target, p, summary, chunks);
       if (e != cudaSuccess) return e;
       if (dkv_accum) {  // dK = scale · Σ chunks, dV = Σ chunks, in the input dtype
         sum_copies_to_dtype_kernel<T><<<1024, 256, 0, stream>>>(dkv_accum, 1, static_cast<T*>(a.dk), kv_elems,
