@@ -36,7 +36,10 @@
 //        partner's "recv_full" mbarrier as a TMA load's do; a block waits only
 //        on its own barrier: one one-way crossing, 16 KiB per block per tile,
 //        no signal before the data. "red_free" now says the partner has read
-//        what we sent (it may receive the next tile's).
+//        what we sent (it may receive the next tile's); session 12: the
+//        readers tell their own producer thread (a block-local "recv_read"
+//        mbarrier, 256 arrivals at block scope) and that one thread sends the
+//        cluster-scope release, so no compute warp pays for a cluster fence.
 // Sources: the cluster / distributed shared memory model of the CUDA C++
 // Programming Guide ("Thread Block Clusters", "Distributed Shared Memory");
 // PTX ISA 8.x, "mapa", "ld" (.shared::cluster), "st.async", "mbarrier"
@@ -60,10 +63,10 @@
 //   sQ:   [64, 512]     sK: [64, 512]     sV: [64, 512]   (Sw128Blocks, 64 KiB each)
 //   sRed: [2][64, 64] fp32 (32 KiB): sRed[1] the warpgroups' partial S
 //         (push: then this block's Σ_r), sRed[0] NEW: a Σ crossing the cluster
-//   8 mbarriers: Q full, K full/empty, V full/empty, NEW: s_ready (pull),
-//   red_free, recv_full (push)
-// Shared memory: 3·65536 + 32768 + 8·8 = 229440 bytes (+1024 alignment slack =
-// 230464) of the 232448 a block may have. The exchange needs no buffer of its
+//   9 mbarriers: Q full, K full/empty, V full/empty, NEW: s_ready (pull),
+//   red_free, recv_full, recv_read (push)
+// Shared memory: 3·65536 + 32768 + 9·8 = 229448 bytes (+1024 alignment slack =
+// 230472) of the 232448 a block may have. The exchange needs no buffer of its
 // own: sRed[0] holds Σ (pull: ours, read by the partner; push: the partner's,
 // written by it) and sRed[1] the warpgroups' partials (a separate 16 KiB
 // buffer would need 246848 bytes: it does not fit, nor does a second K/V
@@ -115,7 +118,7 @@ struct ClusterSplitDConfig : SplitDTiles<kHeadDim_ / kClusterBlocks> {  // a blo
   static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
   static_assert(kLaunchRegs == 168 && kComputeRegs > kLaunchRegs, "header: 168 registers at launch");
   static_assert(32 * (kProducerRegs + 2 * kComputeRegs) <= 65536 / 4, "one warp of each warpgroup per sub-partition");
-  static constexpr int kBarriers = 8;  // Q full, K full/empty, V full/empty, NEW: s_ready, red_free, recv_full
+  static constexpr int kBarriers = 9;  // Q full, K full/empty, V full/empty, NEW: s_ready, red_free, recv_full, recv_read
   static constexpr int kSmemBytes = ClusterSplitDConfig::kTileBytes + 8 * kBarriers + 1024;  // + alignment slack
   static constexpr int kBoxesPerTile = kBlockCols / 64;  // TMA boxes of 64 rows x 64 columns per tile
   static constexpr int kSumThreads = 128 * kClusterBlocks;  // NEW: s_ready's arrivals: warpgroup 0 of each block
@@ -129,7 +132,7 @@ struct ClusterSplitDConfig : SplitDTiles<kHeadDim_ / kClusterBlocks> {  // a blo
                 "a tile is whole boxes");
 };
 using Cfg1024 = ClusterSplitDConfig<1024, 1>;
-static_assert(Cfg1024::kTileBytes + 8 * Cfg1024::kBarriers == 229440, "header: D=1024 shared memory per block");
+static_assert(Cfg1024::kTileBytes + 8 * Cfg1024::kBarriers == 229448, "header: D=1024 shared memory per block");
 static_assert(Cfg1024::kSmemBytes <= 232448, "fits the 227 KiB a block may have on sm_90");
 static_assert(Cfg1024::kTileBytes + 8 * Cfg1024::kBarriers + Cfg1024::kBr * Cfg1024::kBc * 4 + 1024 > 232448,
               "header: a separate 16 KiB exchange buffer would not fit, so Σ reuses sRed[0]");
@@ -171,6 +174,9 @@ struct ClusterSlots {
   // push: the partner has read what we sent it for tile j (out of its sRed[0])
   __device__ __forceinline__ uint64_t* red_free() const { return bars + 6; }
   __device__ __forceinline__ uint64_t* recv_full() const { return bars + 7; }  // push: the partner's Σ of tile j arrived
+  // push: every compute thread of this block has read the partner's Σ of tile j
+  // (block scope; the producer thread relays it to the partner's red_free)
+  __device__ __forceinline__ uint64_t* recv_read() const { return bars + 8; }
 
   __device__ __forceinline__ void sync() const { named_barrier_sync(1, 256); }  // the compute warps only
   __device__ __forceinline__ void wait_k(int j) const { mbarrier_wait(k_full(), j & 1); }
@@ -310,7 +316,22 @@ struct ClusterSlots {
       S[n][2] += other.z;
       S[n][3] += other.w;
     }
-    release_sum(j);  // the partner may send tile j+1
+    // The partner may send tile j+1 once every thread here has read this one:
+    // each reader arrives on the block-local recv_read (a block-scope release,
+    // no cluster fence on the compute warps); the producer thread waits for all
+    // 256 and sends one release.cluster arrival to the partner's red_free
+    // (relay_release). The first push version had every reader arrive on
+    // red_free itself: each compute warp then stalled in the cluster-scope
+    // fence (MEMBAR.ALL.GPU + ERRBAR in the SASS; ncu, session 12: ~14% of the
+    // compute warps' stall samples).
+    if (j + 1 < n_tiles) mbarrier_arrive(recv_read());
+  }
+  // push, the producer thread: after this block has read the partner's Σ of
+  // tile j, release the partner's buffer (acquire at block scope, then a
+  // cluster-scope release: cumulative over what the readers released to us).
+  __device__ __forceinline__ void relay_release(int j) const {
+    mbarrier_wait(recv_read(), j & 1);
+    mbarrier_arrive_cluster(red_free(), cluster_cta_rank() ^ 1u);
   }
 };
 #endif
@@ -346,8 +367,10 @@ cluster_split_d_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_c
     mbarrier_init(slots.k_empty(), 1);  // empty: this block's thread 0
     mbarrier_init(slots.v_empty(), 1);
     mbarrier_init(slots.s_ready(), Cfg::kSumThreads);  // pull: warpgroup 0 of both blocks
-    mbarrier_init(slots.red_free(), Cfg::kComputeThreads);  // every compute thread of the partner
+    // pull: every compute thread of the partner; push: the partner's producer thread
+    mbarrier_init(slots.red_free(), kPush ? 1 : Cfg::kComputeThreads);
     mbarrier_init(slots.recv_full(), 1);  // push: thread 0's arrive_expect_tx (+ the partner's bytes)
+    mbarrier_init(slots.recv_read(), Cfg::kComputeThreads);  // push: every compute thread of this block
     fence_mbarrier_init();
   }
   // No thread of the partner may arrive on a barrier here before it is initialised.
@@ -373,6 +396,10 @@ cluster_split_d_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_c
         if (j > 0) mbarrier_wait(slots.v_empty(), (j - 1) & 1);
         load_tile(sm.sV, &tma_v, slots.v_full(), j * Bc);
       }
+    } else if (kPush && warp == Cfg::kProducerWarp + 1 && lane == 0) {
+      // push: the next warp's first thread relays "tile j's Σ read here" to the
+      // partner (it may send tile j+1), apart from the loads' thread.
+      for (int j = 0; j + 1 < n_tiles; ++j) slots.relay_release(j);
     }
     __syncwarp();
   } else {
