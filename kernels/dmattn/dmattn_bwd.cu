@@ -63,8 +63,8 @@
 // registers per thread).
 //
 // The wgmma core (DmaBwdConfig::kWgmma; sm_90 at D = 64, 128; the forward's
-// treatment; H200, all-ones mask + bias, B=1 H=8 N=8192, D=128: 3.54 ms, 194
-// TFLOPS against 5.61 ms on mma.sync): the 4 warps are one warpgroup and the
+// treatment; H200, all-ones mask + bias, B=1 H=8 N=8192, D=128: 2.99 ms, 229
+// TFLOPS at session 12, against 5.61 ms on mma.sync): the 4 warps are one warpgroup and the
 // five products are warpgroup MMAs on tiles in the 128-byte swizzle:
 //   Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ   SS, m64n32 slices (m64n64 at D = 64): A = K, V; B = Q, dO rows
 //   dV += Pᵀ·dO, dK += dSᵀ·Q  RS: Pᵀ, dSᵀ from registers; B = dO, Q (N-major, as V
@@ -77,7 +77,11 @@
 // .tensor ... add, one per 32-column box, all issued by one thread; FA3 adds
 // its dQ by TMA too). History: 8192 fp32 atomics per tile from every thread
 // (D=128 3.54 ms), one bulk reduction per row from the row's thread (3.38 ms;
-// slower at D = 64, which kept the atomics), the boxes (session 12: SESSION12_DQ).
+// slower at D = 64, which kept the atomics), the boxes (session 12; same-run A/B,
+// all-ones + bias, N = 8192: D=128 2.99 ms against 3.25, D=64 1.82 against 1.97;
+// results/H200/probes/session12_dq_tma_relay.txt). The row reductions had been
+// issued by 64 threads whose issues the hardware serialises lane by lane (ncu:
+// ~10 % of the stall samples), and each tile closed on a barrier behind them.
 // Two Q/dO slots (kQdoStages; session 10): the next active slot's Q, dO, LSE
 // and Δ are copied (cp.async; LSE and Δ by 4-byte copies) while this tile is
 // computed, instead of every tile starting with a wait for its own loads.
@@ -92,7 +96,7 @@
 // The scores between them (P, dS, dBias) are the mma.sync core's code
 // (scores_to_ds). At D = 128 the two slices are software-pipelined: slice 2's
 // Sᵀ, dPᵀ are issued before slice 1's dV, dK, which then run under slice 2's
-// score code (3.82 -> 3.54 ms). 242 registers at D = 128, 211 at D = 64.
+// score code (3.82 -> 3.54 ms). 250 registers at D = 128, 217 at D = 64.
 // Shared memory 2·64·D·2 (K, V) + 2 slots·2·64·D·2 (Q, dO) + 64·64·2 (dSᵀ) +
 // 2·2·64·4 (LSE, Δ) + 1024 (alignment): D = 64: 59 392, D = 128: 108 544 bytes
 // (two blocks per SM; registers allow no more).

@@ -1,9 +1,10 @@
 // ============================================================================
 // Rung 10 — rung 09 on a cluster of two blocks that split D = 1024
 // ============================================================================
-// Measured (H200, probe at 16f64f5, B=1 H=8 N=8192 D=1024 fp16, same run):
-// +push 303.2 TFLOPS, the pull version 225.9, torch's unfused path 402.2,
-// ours (cuBLAS) 584.1; rung 06: ~110. Every variant test at D = 1024 and
+// Measured (H200, commit 9a98750, B=1 H=8 N=8192 D=1024 fp16, same run):
+// +push 353.2 TFLOPS (305.5 before session 12's release relay, same-run A/B
+// 365.9 against 305.5), the pull version 226.3, torch's unfused path 391.1,
+// ours (cuBLAS) 554.3; rung 06: ~108. Every variant test at D = 1024 and
 // compute-sanitizer pass. docs/10_cluster_split_d.md says what limits it.
 //
 // Why a new rung: at D = 1024 the output of 64 query rows is 64 x 1024 fp32 =
@@ -318,15 +319,15 @@ struct ClusterSlots {
     }
     // The partner may send tile j+1 once every thread here has read this one:
     // each reader arrives on the block-local recv_read (a block-scope release,
-    // no cluster fence on the compute warps); the producer thread waits for all
-    // 256 and sends one release.cluster arrival to the partner's red_free
-    // (relay_release). The first push version had every reader arrive on
+    // no cluster fence on the compute warps); one thread of the producer
+    // warpgroup (warp kProducerWarp + 1) waits for all 256 and sends one
+    // release.cluster arrival to the partner's red_free (relay_release). The first push version had every reader arrive on
     // red_free itself: each compute warp then stalled in the cluster-scope
     // fence (MEMBAR.ALL.GPU + ERRBAR in the SASS; ncu, session 12: ~14% of the
     // compute warps' stall samples).
     if (j + 1 < n_tiles) mbarrier_arrive(recv_read());
   }
-  // push, the producer thread: after this block has read the partner's Σ of
+  // push, the relay thread: after this block has read the partner's Σ of
   // tile j, release the partner's buffer (acquire at block scope, then a
   // cluster-scope release: cumulative over what the readers released to us).
   __device__ __forceinline__ void relay_release(int j) const {
