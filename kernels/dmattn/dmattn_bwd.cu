@@ -63,7 +63,7 @@
 // registers per thread).
 //
 // The wgmma core (DmaBwdConfig::kWgmma; sm_90 at D = 64, 128; the forward's
-// treatment; H200, all-ones mask + bias, B=1 H=8 N=8192, D=128: 2.99 ms, 229
+// treatment; H200, all-ones mask + bias, B=1 H=8 N=8192, D=128: 2.70 ms, 254
 // TFLOPS at session 12, against 5.61 ms on mma.sync): the 4 warps are one warpgroup and the
 // five products are warpgroup MMAs on tiles in the 128-byte swizzle:
 //   Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ   SS, m64n32 slices (m64n64 at D = 64): A = K, V; B = Q, dO rows
@@ -83,8 +83,12 @@
 // issued by 64 threads whose issues the hardware serialises lane by lane (ncu:
 // ~10 % of the stall samples), and each tile closed on a barrier behind them.
 // Two Q/dO slots (kQdoStages; session 10): the next active slot's Q, dO, LSE
-// and Δ are copied (cp.async; LSE and Δ by 4-byte copies) while this tile is
-// computed, instead of every tile starting with a wait for its own loads.
+// and Δ are loaded while this tile is computed, instead of every tile
+// starting with a wait for its own loads — Q and dO by TMA where their bases
+// are 16-byte aligned (one thread, 2·D/64 boxes onto the slot's mbarrier;
+// session 12: D=128 2.70 ms against 3.00 with cp.async from every thread,
+// D=64 1.62 against 1.82, same run, results/H200/probes/session12_qdo_tma.txt),
+// else cp.async; LSE and Δ by 4-byte cp.async copies.
 // The staging of dQ needs no buffer of its own: it goes into the tile's own
 // Q/dO slot, dead once dK and dV are done (the next tile's tiles are in the
 // other slot); the reductions' reads are waited for (by their thread) just
@@ -96,7 +100,7 @@
 // The scores between them (P, dS, dBias) are the mma.sync core's code
 // (scores_to_ds). At D = 128 the two slices are software-pipelined: slice 2's
 // Sᵀ, dPᵀ are issued before slice 1's dV, dK, which then run under slice 2's
-// score code (3.82 -> 3.54 ms). 250 registers at D = 128, 217 at D = 64.
+// score code (3.82 -> 3.54 ms). 228 registers at D = 128, 229 at D = 64.
 // Shared memory 2·64·D·2 (K, V) + 2 slots·2·64·D·2 (Q, dO) + 64·64·2 (dSᵀ) +
 // 2·2·64·4 (LSE, Δ) + 1024 (alignment): D = 64: 59 392, D = 128: 108 544 bytes
 // (two blocks per SM; registers allow no more).
@@ -342,9 +346,10 @@ template <typename Cfg, typename T>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
 dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                const T* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
-               float* __restrict__ dq_accum, const __grid_constant__ CUtensorMap tma_dq, T* __restrict__ dk,
-               T* __restrict__ dv, float* __restrict__ dkv_accum, DbiasTarget dbias_target, const DynamicMaskProblem p,
-               const MaskSummary summary, int chunks) {
+               float* __restrict__ dq_accum, const __grid_constant__ CUtensorMap tma_dq,
+               const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUtensorMap tma_do, bool qdo_tma,
+               T* __restrict__ dk, T* __restrict__ dv, float* __restrict__ dkv_accum, DbiasTarget dbias_target,
+               const DynamicMaskProblem p, const MaskSummary summary, int chunks) {
   constexpr int D = Cfg::kHeadDim, Br = Cfg::kBr, Bc = Cfg::kBc, kStride = Cfg::kStride;
   constexpr int kDs = Cfg::kDsStride;
   const int j_tile = blockIdx.x / chunks, chunk = blockIdx.x % chunks, hk = blockIdx.y, b = blockIdx.z;
@@ -461,6 +466,24 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
   // K_j, V_j are loaded with the first active tile: a chunk without one (most
   // blocks of a sparse mask) reads nothing but its skip bits.
   bool kv_loaded = false;
+  // wgmma with qdo_tma (uniform: the host built the maps of Q and dO): a slot's
+  // Q_i, dO_i arrive by TMA — one thread issues 2·D/64 boxes of 64 x 64 onto
+  // the slot's mbarrier — instead of 2·64·D·2/16 cp.async copies spread over
+  // the threads, each with its address arithmetic (ncu, session 12: ~5 % of
+  // the stall samples in those loops). Slot s's phase k completes with its
+  // k-th load; every load is waited for exactly once (a prefetch never
+  // crosses a batch), so one parity bit per slot follows it.
+  __shared__ alignas(8) uint64_t qdo_full[2];
+  uint32_t qdo_parity = 0;  // bit s: the parity of slot s's next wait
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  if constexpr (Cfg::kWgmma) {
+    if (qdo_tma && threadIdx.x == 0) {
+      mbarrier_init(&qdo_full[0], 1);
+      mbarrier_init(&qdo_full[1], 1);
+      fence_mbarrier_init();  // before the batch loop's first barrier, ahead of any use
+    }
+  }
+#endif
   int base_of_batch = chunk;  // the batch's first slot (load_q_tiles' slot numbers are batch-relative)
   // Q_i, dO_i, LSE_i, Δ_i of batch slot i into tile slot `slot`, one cp.async
   // group. LSE and Δ by 4-byte copies (a plain load would hold the thread
@@ -472,9 +495,28 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
     const int q0 = m * Br;
     const int64_t q_head = int64_t(b) * p.H + h;
     T* q_dst = sQ_slots + slot * Cfg::kQdoSlotElems;
-    load_tile_async_rolled<Br, D, Layout, Cfg::kThreads>(q_dst, q + (q_head * p.Nq + q0) * D, D, p.Nq - q0);
-    load_tile_async_rolled<Br, D, Layout, Cfg::kThreads>(q_dst + Br * kStride, dout + (q_head * p.Nq + q0) * D, D,
-                                                         p.Nq - q0);
+    bool by_tma = false;
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    if constexpr (Cfg::kWgmma) {
+      if (qdo_tma) {
+        by_tma = true;
+        if (threadIdx.x == 0) {  // column block c of a tile: Sw128Blocks<64> at c·64·64 (rows past Nq: zeros)
+          uint64_t* bar = &qdo_full[slot];
+          mbarrier_arrive_expect_tx(bar, 2 * Br * D * int(sizeof(T)));
+#pragma unroll 1
+          for (int c = 0; c < D / 64; ++c) {
+            tma_load_3d(q_dst + c * Br * 64, &tma_q, bar, c * 64, q0, int(q_head));
+            tma_load_3d(q_dst + Br * kStride + c * Br * 64, &tma_do, bar, c * 64, q0, int(q_head));
+          }
+        }
+      }
+    }
+#endif
+    if (!by_tma) {
+      load_tile_async_rolled<Br, D, Layout, Cfg::kThreads>(q_dst, q + (q_head * p.Nq + q0) * D, D, p.Nq - q0);
+      load_tile_async_rolled<Br, D, Layout, Cfg::kThreads>(q_dst + Br * kStride, dout + (q_head * p.Nq + q0) * D, D,
+                                                           p.Nq - q0);
+    }
     if (threadIdx.x < Br) {
       float* lse_dst = sLSE_slots + slot * 2 * Br + threadIdx.x;
       const int qi = q0 + threadIdx.x;
@@ -561,6 +603,14 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
                   as_float(__ldg(static_cast<const T*>(p.bias.data) + p.bias.row_offset(b, h, 0) + key_row[r]));
         }
         cp_async_wait<0>();  // this tile's group (and K, V)
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+        if constexpr (Cfg::kWgmma) {
+          if (qdo_tma) {  // this tile's Q, dO (TMA)
+            mbarrier_wait(&qdo_full[slot], (qdo_parity >> slot) & 1u);
+            qdo_parity ^= 1u << slot;
+          }
+        }
+#endif
         if (threadIdx.x < Br && sLSE[threadIdx.x] == -INFINITY)  // an entry this thread copied
           sLSE[threadIdx.x] = INFINITY;  // a row that saw no key: P = exp(s - inf) = 0
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -1013,11 +1063,16 @@ cudaError_t dma_backward(const DynamicMaskProblem& p, const DmaBackwardArgs& a, 
   // The wgmma core adds dQ by TMA tensor reductions: the map of dq_accum. (The
   // workspace is 16-byte aligned and D a multiple of 32, so this fails only
   // without the driver's encoder; then the mma.sync core, which uses atomics.)
-  CUtensorMap tma_dq{};
+  CUtensorMap tma_dq{}, tma_q{}, tma_do{};
   if (core == "wgmma" && dq_accum && !encode_f32_head_tiles<DmaBwdConfig<64, true>::kBr>(&tma_dq, dq_accum, int64_t(p.B) * p.H, p.Nq, p.D)) {
     if (a.core != DmaCore::kAuto) return cudaErrorNotSupported;
     core = "mma";
   }
+  // Q and dO by TMA on the wgmma core where their bases are 16-byte aligned
+  // (else cp.async, as before).
+  const int64_t q_heads = int64_t(p.B) * p.H;
+  const bool qdo_tma = core == "wgmma" && encode_head_tiles<64>(&tma_q, a.q, p.dtype, q_heads, p.Nq, p.D) &&
+                       encode_head_tiles<64>(&tma_do, a.dout, p.dtype, q_heads, p.Nq, p.D);
   auto run = [&](auto main_cfg) {
     using Cfg = decltype(main_cfg);                     // the main kernel's core
     using MmaCfg = DmaBwdConfig<Cfg::kHeadDim, false>;  // the deterministic dQ kernel is mma.sync
@@ -1034,8 +1089,8 @@ cudaError_t dma_backward(const DynamicMaskProblem& p, const DmaBackwardArgs& a, 
       e = launch_with_smem(dma_bwd_kernel<Cfg, T>, grid, Cfg::kThreads, Cfg::kSmemBytes, stream,
                            static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
                            static_cast<const T*>(a.dout), static_cast<const float*>(a.lse),
-                           static_cast<const float*>(delta), dq_accum, tma_dq, static_cast<T*>(a.dk),
-                           static_cast<T*>(a.dv), dkv_accum, w.target, p, summary, chunks);
+                           static_cast<const float*>(delta), dq_accum, tma_dq, tma_q, tma_do, qdo_tma,
+                           static_cast<T*>(a.dk), static_cast<T*>(a.dv), dkv_accum, w.target, p, summary, chunks);
       if (e != cudaSuccess) return e;
       if (dkv_accum) {  // dK = scale · Σ chunks, dV = Σ chunks, in the input dtype
         sum_copies_to_dtype_kernel<T><<<1024, 256, 0, stream>>>(dkv_accum, 1, static_cast<T*>(a.dk), kv_elems,
