@@ -16,7 +16,7 @@ probe_build flash_attn_mma test_dmattn_backward
 wait $old_pid; el "old built"; FO=$OLD/build-gpu/flash_attn_mma
 run_test 300 test_dmattn_backward
 bwd_sanitizers
-bw() { timeout 60 $1 "${@:2}" --bwd --iters 20 --warmup 3 2>&1 | grep -E "dmattn bwd:" | cut -c1-100; }
+bw() { timeout 60 $1 "${@:2}" --bwd --iters 20 --warmup 3 2>&1 | grep -E "dmattn bwd( \(deterministic\))?:" | cut -c1-100; }
 dense="--B 1 --H 8 --N 8192 --mask ones --bias"
 sparse="--B 1 --H 2 --Hkv 1 --D 128 --causal --mask topk --window 1024 --bias"
 for rep in 1 2; do
