@@ -473,8 +473,8 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
   // the stall samples in those loops). Slot s's phase k completes with its
   // k-th load; every load is waited for exactly once (a prefetch never
   // crosses a batch), so one parity bit per slot follows it.
-  __shared__ alignas(8) uint64_t qdo_full[2];
-  uint32_t qdo_parity = 0;  // bit s: the parity of slot s's next wait
+  [[maybe_unused]] __shared__ alignas(8) uint64_t qdo_full[2];
+  [[maybe_unused]] uint32_t qdo_parity = 0;  // bit s: the parity of slot s's next wait
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   if constexpr (Cfg::kWgmma) {
     if (qdo_tma && threadIdx.x == 0) {
