@@ -347,4 +347,51 @@ std::vector<MaskedTorchPeer> make_masked_torch_peers(const DynamicMaskProblem& p
           make_bwd("torch(unfused)+mask bwd", 2), make_bwd("sdpa(default)+mask bwd", 3)};
 }
 
+MaskedTorchPeer make_flash_reference_bwd_peer(const DynamicMaskProblem& p, const void* q, const void* k,
+                                              const void* v, const void* dout, std::string* setup_error) {
+  setup_error->clear();
+  MaskedTorchPeer peer;
+  peer.name = "sdpa(flash) bwd, no mask";
+  if (p.causal && p.Nq != p.Nk) {
+    *setup_error = "torch's causal flag is aligned top-left, ours bottom-right (Nq != Nk)";
+    return peer;
+  }
+  struct State {
+    at::Tensor q, k, v, dout, out;
+  };
+  auto st = std::make_shared<State>();
+  try {
+    const auto t = scalar_type(p.dtype);
+    st->q = wrap(q, {p.B, p.H, p.Nq, p.D}, t).detach().clone().requires_grad_(true);
+    st->k = wrap(k, {p.B, p.Hkv, p.Nk, p.D}, t).detach().clone().requires_grad_(true);
+    st->v = wrap(v, {p.B, p.Hkv, p.Nk, p.D}, t).detach().clone().requires_grad_(true);
+    st->dout = wrap(dout, {p.B, p.H, p.Nq, p.D}, t);
+    cudaDeviceSynchronize();
+  } catch (const c10::Error& e) {
+    *setup_error = first_line(e.what_without_backtrace());
+    return peer;
+  }
+  const double scale = p.scale;
+  const bool causal = p.causal;
+  const int group = p.H / p.Hkv;
+  // As the masked peers' backward: the graph is built on the first (untimed)
+  // call, then each call is one backward through it.
+  peer.run = [st, scale, causal, group](cudaStream_t stream) {
+    std::string err;
+    on_stream(stream, &err, [&] {
+      if (!st->out.defined()) {
+        const at::Tensor kh = group > 1 ? st->k.repeat_interleave(group, 1) : st->k;
+        const at::Tensor vh = group > 1 ? st->v.repeat_interleave(group, 1) : st->v;
+        st->out = std::get<0>(at::_scaled_dot_product_flash_attention(st->q, kh, vh, 0.0, causal, false, scale));
+      }
+      for (at::Tensor* leaf : {&st->q, &st->k, &st->v})
+        if (leaf->grad().defined()) leaf->mutable_grad().zero_();
+      st->out.backward(st->dout, /*retain_graph=*/true);
+    });
+    return err;
+  };
+  peer.about = "FA2 on the same Q, K, V, dO without mask or bias: the issue's reference";
+  return peer;
+}
+
 }  // namespace attnlab

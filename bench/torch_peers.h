@@ -48,5 +48,14 @@ struct MaskedTorchPeer {
 std::vector<MaskedTorchPeer> make_masked_torch_peers(const DynamicMaskProblem& p, const void* q, const void* k,
                                                      const void* v, std::string* setup_error,
                                                      const void* dout = nullptr);
+// FlashAttention-2's backward through torch (aten::_scaled_dot_product_flash_attention)
+// on the same Q, K, V and dout with no mask and no bias (causal when the
+// problem is): the reference issue 5's all-active target names ("sdpa(flash)
+// backward"). It computes the dense function, so the harness adds it only
+// where ours has every pair active (an all-ones mask, or none). `setup_error`
+// says why it cannot run (e.g. causal with Nq != Nk: torch's causal flag is
+// aligned top-left, ours bottom-right).
+MaskedTorchPeer make_flash_reference_bwd_peer(const DynamicMaskProblem& p, const void* q, const void* k,
+                                              const void* v, const void* dout, std::string* setup_error);
 
 }  // namespace attnlab

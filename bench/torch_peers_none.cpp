@@ -16,5 +16,10 @@ std::vector<MaskedTorchPeer> make_masked_torch_peers(const DynamicMaskProblem&, 
   *setup_error = "this build has no torch";
   return {};
 }
+MaskedTorchPeer make_flash_reference_bwd_peer(const DynamicMaskProblem&, const void*, const void*, const void*,
+                                              const void*, std::string* setup_error) {
+  *setup_error = "this build has no torch";
+  return {};
+}
 
 }  // namespace attnlab
