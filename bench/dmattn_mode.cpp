@@ -487,20 +487,13 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
 
       if (opt.sdpa || opt.torch) {
         std::string setup;
-        const std::vector<MaskedTorchPeer> peers = make_masked_torch_peers(p, q, k, v, &setup, dout);
+        // Every pair active (no mask, --mask causal or ones): with
+        // --sdpa also FA2's backward without the mask and bias, the issue's
+        // reference (the same pair count).
+        const bool all_active = (opt.mask.empty() || opt.mask == "none" || opt.mask == "causal" || opt.mask == "ones");
+        const std::vector<MaskedTorchPeer> peers =
+            make_masked_torch_peers(p, q, k, v, &setup, dout, opt.sdpa && all_active);
         add_peer_rows(peers, setup, "torch+mask bwd", bwd_flops, bwd.ms, "dmattn bwd");
-        // Every pair active (no mask or an all-ones one, no softcap): FA2's
-        // backward on the same inputs without the mask and bias, the
-        // reference of the all-active target (the same pair count).
-        if (opt.sdpa && (opt.mask.empty() || opt.mask == "none" || opt.mask == "causal" || opt.mask == "ones") &&
-            !(p.softcap > 0.f)) {
-          std::string fa2_setup;
-          MaskedTorchPeer fa2 = make_flash_reference_bwd_peer(p, q, k, v, dout, &fa2_setup);
-          if (fa2.run)
-            add_peer_rows({fa2}, "", "", bwd_flops, bwd.ms, "dmattn bwd");
-          else
-            add_peer_rows({}, fa2_setup, fa2.name, bwd_flops, bwd.ms, "dmattn bwd");
-        }
       }
     }
   }

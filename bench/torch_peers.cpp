@@ -237,12 +237,13 @@ at::Tensor operand_tensor(const BroadcastOperand& x, at::ScalarType type, const 
 }  // namespace
 
 std::vector<MaskedTorchPeer> make_masked_torch_peers(const DynamicMaskProblem& p, const void* q, const void* k,
-                                                     const void* v, std::string* setup_error, const void* dout) {
+                                                     const void* v, std::string* setup_error, const void* dout,
+                                                     bool fa2_reference) {
   setup_error->clear();
   struct State {
     at::Tensor q, k, v, additive;
     at::Tensor q_leaf, k_leaf, v_leaf, dout;  // backward: leaves that take gradients
-    at::Tensor out[4];                        // backward: each peer's forward graph, built once
+    at::Tensor out[5];                        // backward: each peer's forward graph, built once
     std::string default_backend;              // what scaled_dot_product_attention picks here
   };
   auto st = std::make_shared<State>();
@@ -312,11 +313,16 @@ std::vector<MaskedTorchPeer> make_masked_torch_peers(const DynamicMaskProblem& p
   // the gradients of the leaves reset first. GQA: K, V repeated inside the
   // graph, so their gradients sum over the group as ours do.
   const int group = p.H / p.Hkv;
+  // which == 4: FA2 (the flash backend) on the same leaves without the additive
+  // mask, causal by torch's flag: the reference of issue 5's all-active target.
+  const bool causal = p.causal, top_left_differs = p.causal && p.Nq != p.Nk;
   auto make_bwd = [&](const std::string& name, int which) {
     MaskedTorchPeer peer;
     peer.name = name;
-    peer.run = [st, scale, which, softcap, group](cudaStream_t stream) {
+    peer.run = [st, scale, which, softcap, group, causal, top_left_differs](cudaStream_t stream) {
       if (softcap) return std::string("torch SDPA has no softcap");
+      if (which == 4 && top_left_differs)
+        return std::string("torch's causal flag is aligned top-left, ours bottom-right (Nq != Nk)");
       std::string err;
       on_stream(stream, &err, [&] {
         if (!st->out[which].defined()) {
@@ -330,6 +336,9 @@ std::vector<MaskedTorchPeer> make_masked_torch_peers(const DynamicMaskProblem& p
                                                                               0.0, false, false, scale));
           else if (which == 3)
             st->out[3] = at::scaled_dot_product_attention(st->q_leaf, kh, vh, st->additive, 0.0, false, scale);
+          else if (which == 4)
+            st->out[4] =
+                std::get<0>(at::_scaled_dot_product_flash_attention(st->q_leaf, kh, vh, 0.0, causal, false, scale));
           else
             st->out[2] = at::matmul(
                 at::softmax(at::matmul(st->q_leaf, kh.transpose(-2, -1)).mul(scale).add(st->additive), -1), vh);
@@ -341,57 +350,13 @@ std::vector<MaskedTorchPeer> make_masked_torch_peers(const DynamicMaskProblem& p
       return err;
     };
     if (which == 3) peer.about = "torch picks " + st->default_backend;
+    if (which == 4) peer.about = "FA2 on the same Q, K, V, dO without mask or bias: the issue's reference";
     return peer;
   };
-  return {make_bwd("sdpa(efficient)+mask bwd", 0), make_bwd("sdpa(cudnn)+mask bwd", 1),
-          make_bwd("torch(unfused)+mask bwd", 2), make_bwd("sdpa(default)+mask bwd", 3)};
-}
-
-MaskedTorchPeer make_flash_reference_bwd_peer(const DynamicMaskProblem& p, const void* q, const void* k,
-                                              const void* v, const void* dout, std::string* setup_error) {
-  setup_error->clear();
-  MaskedTorchPeer peer;
-  peer.name = "sdpa(flash) bwd, no mask";
-  if (p.causal && p.Nq != p.Nk) {
-    *setup_error = "torch's causal flag is aligned top-left, ours bottom-right (Nq != Nk)";
-    return peer;
-  }
-  struct State {
-    at::Tensor q, k, v, dout, out;
-  };
-  auto st = std::make_shared<State>();
-  try {
-    const auto t = scalar_type(p.dtype);
-    st->q = wrap(q, {p.B, p.H, p.Nq, p.D}, t).detach().clone().requires_grad_(true);
-    st->k = wrap(k, {p.B, p.Hkv, p.Nk, p.D}, t).detach().clone().requires_grad_(true);
-    st->v = wrap(v, {p.B, p.Hkv, p.Nk, p.D}, t).detach().clone().requires_grad_(true);
-    st->dout = wrap(dout, {p.B, p.H, p.Nq, p.D}, t);
-    cudaDeviceSynchronize();
-  } catch (const c10::Error& e) {
-    *setup_error = first_line(e.what_without_backtrace());
-    return peer;
-  }
-  const double scale = p.scale;
-  const bool causal = p.causal;
-  const int group = p.H / p.Hkv;
-  // As the masked peers' backward: the graph is built on the first (untimed)
-  // call, then each call is one backward through it.
-  peer.run = [st, scale, causal, group](cudaStream_t stream) {
-    std::string err;
-    on_stream(stream, &err, [&] {
-      if (!st->out.defined()) {
-        const at::Tensor kh = group > 1 ? st->k.repeat_interleave(group, 1) : st->k;
-        const at::Tensor vh = group > 1 ? st->v.repeat_interleave(group, 1) : st->v;
-        st->out = std::get<0>(at::_scaled_dot_product_flash_attention(st->q, kh, vh, 0.0, causal, false, scale));
-      }
-      for (at::Tensor* leaf : {&st->q, &st->k, &st->v})
-        if (leaf->grad().defined()) leaf->mutable_grad().zero_();
-      st->out.backward(st->dout, /*retain_graph=*/true);
-    });
-    return err;
-  };
-  peer.about = "FA2 on the same Q, K, V, dO without mask or bias: the issue's reference";
-  return peer;
+  std::vector<MaskedTorchPeer> peers = {make_bwd("sdpa(efficient)+mask bwd", 0), make_bwd("sdpa(cudnn)+mask bwd", 1),
+                                        make_bwd("torch(unfused)+mask bwd", 2), make_bwd("sdpa(default)+mask bwd", 3)};
+  if (fa2_reference) peers.push_back(make_bwd("sdpa(flash) bwd, no mask", 4));
+  return peers;
 }
 
 }  // namespace attnlab

@@ -40,6 +40,11 @@ std::string torch_reference(const AttnProblem& p, const void* q, const void* k, 
 // additive mask itself cannot be built (e.g. out of memory). With `dout`, the
 // rows are the backward of each (" bwd"): the first call builds the forward
 // graph, every call runs one backward of L = Σ O ⊙ dout through it.
+// `fa2_reference` (backward only) adds "sdpa(flash) bwd, no mask": FA2's
+// backward on the same Q, K, V, dout without the mask or bias (causal by
+// torch's top-left flag; unsupported where that differs, Nq != Nk) — the
+// reference of issue 5's all-active target, so the caller asks for it only
+// where every pair is active (the same pair count).
 struct MaskedTorchPeer {
   std::string name;
   std::function<std::string(cudaStream_t)> run;
@@ -47,15 +52,6 @@ struct MaskedTorchPeer {
 };
 std::vector<MaskedTorchPeer> make_masked_torch_peers(const DynamicMaskProblem& p, const void* q, const void* k,
                                                      const void* v, std::string* setup_error,
-                                                     const void* dout = nullptr);
-// FlashAttention-2's backward through torch (aten::_scaled_dot_product_flash_attention)
-// on the same Q, K, V and dout with no mask and no bias (causal when the
-// problem is): the reference issue 5's all-active target names ("sdpa(flash)
-// backward"). It computes the dense function, so the harness adds it only
-// where ours has every pair active (an all-ones mask, or none). `setup_error`
-// says why it cannot run (e.g. causal with Nq != Nk: torch's causal flag is
-// aligned top-left, ours bottom-right).
-MaskedTorchPeer make_flash_reference_bwd_peer(const DynamicMaskProblem& p, const void* q, const void* k,
-                                              const void* v, const void* dout, std::string* setup_error);
+                                                     const void* dout = nullptr, bool fa2_reference = false);
 
 }  // namespace attnlab

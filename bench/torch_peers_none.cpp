@@ -12,12 +12,8 @@ std::string torch_reference(const AttnProblem&, const void*, const void*, const 
 }
 
 std::vector<MaskedTorchPeer> make_masked_torch_peers(const DynamicMaskProblem&, const void*, const void*,
-                                                     const void*, std::string* setup_error, const void*) {
-  *setup_error = "this build has no torch";
-  return {};
-}
-MaskedTorchPeer make_flash_reference_bwd_peer(const DynamicMaskProblem&, const void*, const void*, const void*,
-                                              const void*, std::string* setup_error) {
+                                                     const void*, std::string* setup_error, const void*,
+                                                     bool) {
   *setup_error = "this build has no torch";
   return {};
 }
