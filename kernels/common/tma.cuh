@@ -46,45 +46,40 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return fn;
 }
 
-// A map of `heads` row-major [rows, cols] matrices of 16-bit elements stored
-// back to back (Q, K or V of every (batch, head)), read in boxes of 64 columns
-// x kBoxRows rows of one head. 64 columns are 128 bytes, the span of the
-// 128-byte swizzle: a box lands in shared memory exactly as one column block
-// of Sw128Blocks<kBoxRows> (wgmma.cuh) — row r at 128·r bytes, 16-byte chunk c
-// at chunk c ^ (r % 8) — given a 1024-byte-aligned destination. Rows past
-// `rows` (a ragged last tile) are zero-filled. Returns false on failure.
-template <int kBoxRows>
-inline bool encode_head_tiles(CUtensorMap* map, const void* base, DType dtype, int64_t heads, int rows, int cols) {
+// A map of `heads` row-major [rows, cols] matrices stored back to back, read
+// (or reduced into) in boxes of box_cols x box_rows of one head, with the
+// 128-byte swizzle (box_cols · elem_bytes must be 128). Rows past `rows` are
+// zero-filled on loads and not written by reductions. False on failure.
+inline bool encode_head_boxes(CUtensorMap* map, const void* base, CUtensorMapDataType type, int elem_bytes,
+                              int64_t heads, int rows, int cols, int box_cols, int box_rows) {
   const auto encode = tensor_map_encoder();
-  if (!encode || (reinterpret_cast<uintptr_t>(base) % 16) != 0) return false;
+  if (!encode || (reinterpret_cast<uintptr_t>(base) % 16) != 0 || cols % box_cols != 0) return false;
   const cuuint64_t dims[3] = {cuuint64_t(cols), cuuint64_t(rows), cuuint64_t(heads)};  // innermost first
-  const cuuint64_t strides[2] = {cuuint64_t(cols) * 2, cuuint64_t(rows) * cols * 2};   // bytes, dims 1 and 2
-  const cuuint32_t box[3] = {64, kBoxRows, 1};
+  const cuuint64_t strides[2] = {cuuint64_t(cols) * elem_bytes, cuuint64_t(rows) * cols * elem_bytes};  // bytes
+  const cuuint32_t box[3] = {cuuint32_t(box_cols), cuuint32_t(box_rows), 1};
   const cuuint32_t element_strides[3] = {1, 1, 1};
-  const CUtensorMapDataType type =
-      dtype == DType::kFloat16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
   return encode(map, type, 3, const_cast<void*>(base), dims, strides, box, element_strides,
                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// A map of `heads` row-major [rows, cols] fp32 matrices stored back to back
-// (the dmattn backward's dq_accum), in boxes of 32 columns x kBoxRows rows of
-// one head: 32 floats are 128 bytes, the span of the 128-byte swizzle, so a
-// box is kBoxRows rows of 128 bytes, 16-byte chunk c of row r at chunk
-// c ^ (r % 8) (a 1024-byte-aligned shared-memory box). Used for reductions
-// into the matrix; rows past `rows` are not written. Returns false on failure.
+// 16-bit elements (Q, K or V of every (batch, head)) in boxes of 64 columns x
+// kBoxRows rows: 64 columns are 128 bytes, so a box lands in shared memory
+// exactly as one column block of Sw128Blocks<kBoxRows> (wgmma.cuh) — row r at
+// 128·r bytes, 16-byte chunk c at chunk c ^ (r % 8) — given a 1024-byte-aligned
+// destination.
+template <int kBoxRows>
+inline bool encode_head_tiles(CUtensorMap* map, const void* base, DType dtype, int64_t heads, int rows, int cols) {
+  return encode_head_boxes(map, base,
+                           dtype == DType::kFloat16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                           2, heads, rows, cols, 64, kBoxRows);
+}
+
+// fp32 elements (the dmattn backward's dq_accum) in boxes of 32 columns x
+// kBoxRows rows: 32 floats are 128 bytes, the same swizzle span.
 template <int kBoxRows>
 inline bool encode_f32_head_tiles(CUtensorMap* map, const float* base, int64_t heads, int rows, int cols) {
-  const auto encode = tensor_map_encoder();
-  if (!encode || (reinterpret_cast<uintptr_t>(base) % 16) != 0 || cols % 32 != 0) return false;
-  const cuuint64_t dims[3] = {cuuint64_t(cols), cuuint64_t(rows), cuuint64_t(heads)};  // innermost first
-  const cuuint64_t strides[2] = {cuuint64_t(cols) * 4, cuuint64_t(rows) * cols * 4};   // bytes, dims 1 and 2
-  const cuuint32_t box[3] = {32, kBoxRows, 1};
-  const cuuint32_t element_strides[3] = {1, 1, 1};
-  return encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, const_cast<float*>(base), dims, strides, box,
-                element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  return encode_head_boxes(map, base, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, heads, rows, cols, 32, kBoxRows);
 }
 
 // Q, K and V maps of a dense problem: Q in boxes of kQRows rows, K and V of
