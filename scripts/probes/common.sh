@@ -46,6 +46,26 @@ dm_time() {
     sed -E 's/ +dmattn: time:/ /; s/, effective TFLOPS:/ ms /' | cut -c1-40
 }
 
+# bwd_row BINARY ARGS... : the backward row (plain or deterministic) of one
+# harness run of BINARY (this tree's $F or an A/B's other build), 20 timed
+# runs after 3 warm-ups, under a timeout. BWD_DENSE / BWD_SPARSE: the
+# all-active shape (add --D) and the training shape's causal top-1024 (add --N).
+bwd_row() {
+  timeout 60 "$1" "${@:2}" --bwd --iters 20 --warmup 3 2>&1 | grep -E "dmattn bwd( \(deterministic\))?:" | cut -c1-100
+}
+# bwd_ab LABEL ARGS... : the same row from $FO (the A/B's other build) then $F.
+bwd_ab() {
+  echo "$1 old: $(bwd_row "$FO" "${@:2}")"
+  echo "$1 new: $(bwd_row "$F" "${@:2}")"
+}
+# bwd_peers ARGS... : this tree's backward row and the torch peers' backward
+# rows of one run (10 timed runs after 2 warm-ups).
+bwd_peers() {
+  timeout 120 "$F" "$@" --bwd --torch --sdpa --iters 10 --warmup 2 2>&1 | grep -E "bwd[^:]*:" | cut -c1-150
+}
+BWD_DENSE="--B 1 --H 8 --N 8192 --mask ones --bias"
+BWD_SPARSE="--B 1 --H 2 --Hkv 1 --D 128 --causal --mask topk --window 1024 --bias"
+
 # bwd_sanitizers : racecheck and memcheck of the backward (wgmma core) on three
 # ragged shapes: D = 128 with query chunks, D = 128 with Nk < Nq, D = 64 GQA.
 bwd_sanitizers() {

@@ -36,18 +36,15 @@ for tool in memcheck synccheck; do
     --variant 'cluster*' --iters 1 --warmup 0 --check > $L/san.log 2>&1
   el "rung 10 $tool rc=$? $(grep -E 'SUMMARY' $L/san.log) $(grep -c FAIL $L/san.log) FAIL"
 done
-bw() { timeout 60 $1 "${@:2}" --bwd --iters 20 --warmup 3 2>&1 | grep -E "dmattn bwd:" | cut -c1-100; }
-dense="--B 1 --H 8 --N 8192 --mask ones --bias"
-sparse="--B 1 --H 2 --Hkv 1 --D 128 --causal --mask topk --window 1024 --bias"
+dense=$BWD_DENSE
+sparse=$BWD_SPARSE
 r10() { timeout 120 $1 --B 1 --H 8 --N 8192 --D 1024 --variant 'cluster-split-d+stage1+push' --iters 10 --warmup 2 "${@:2}" 2>&1 | grep -E "cluster" | cut -c1-110; }
 for rep in 1 2; do
   for D in 128 64; do
-    echo "all-active D=$D old: $(bw $FO $dense --D $D)"
-    echo "all-active D=$D new: $(bw $F $dense --D $D)"
+    bwd_ab "all-active D=$D" $dense --D $D
   done
   for N in 16384 32768; do
-    echo "top-1024 L=$N old: $(bw $FO $sparse --N $N)"
-    echo "top-1024 L=$N new: $(bw $F $sparse --N $N)"
+    bwd_ab "top-1024 L=$N" $sparse --N $N
   done
   echo "rung 10 old: $(r10 $FO)"
   echo "rung 10 new: $(r10 $F)"
@@ -55,9 +52,8 @@ done
 echo "rung 10 causal old: $(r10 $FO --causal)"
 echo "rung 10 causal new: $(r10 $F --causal)"
 el "A/B done"
-peers() { timeout 120 $F "$@" --bwd --torch --sdpa --iters 10 --warmup 2 2>&1 | grep -E "bwd:" | cut -c1-120; }
-peers $dense --D 128
-peers $dense --D 64
+bwd_peers $dense --D 128
+bwd_peers $dense --D 64
 timeout 200 $F --B 1 --H 8 --N 8192 --D 1024 --variant 'cluster*' --torch --sdpa --check --iters 10 --warmup 2 > $L/r10peers.txt 2>&1
 grep -E "cluster|unfused|efficient|cudnn|rel" $L/r10peers.txt | cut -c1-150
 el done

@@ -16,25 +16,20 @@ probe_build flash_attn_mma test_dmattn_backward
 wait $old_pid; el "old built"; FO=$OLD/build-gpu/flash_attn_mma
 run_test 300 test_dmattn_backward
 bwd_sanitizers
-bw() { timeout 60 $1 "${@:2}" --bwd --iters 20 --warmup 3 2>&1 | grep -E "dmattn bwd( \(deterministic\))?:" | cut -c1-100; }
-dense="--B 1 --H 8 --N 8192 --mask ones --bias"
-sparse="--B 1 --H 2 --Hkv 1 --D 128 --causal --mask topk --window 1024 --bias"
+dense=$BWD_DENSE
+sparse=$BWD_SPARSE
 for rep in 1 2; do
   for D in 128 64; do
-    echo "all-active D=$D old: $(bw $FO $dense --D $D)"
-    echo "all-active D=$D new: $(bw $F $dense --D $D)"
+    bwd_ab "all-active D=$D" $dense --D $D
   done
   for N in 16384 32768; do
-    echo "top-1024 L=$N old: $(bw $FO $sparse --N $N)"
-    echo "top-1024 L=$N new: $(bw $F $sparse --N $N)"
+    bwd_ab "top-1024 L=$N" $sparse --N $N
   done
 done
-echo "deterministic D=128 old: $(bw $FO $dense --D 128 --deterministic)"
-echo "deterministic D=128 new: $(bw $F $dense --D 128 --deterministic)"
+bwd_ab "deterministic D=128" $dense --D 128 --deterministic
 el "A/B done"
-peers() { timeout 120 $F "$@" --bwd --torch --sdpa --iters 10 --warmup 2 2>&1 | grep -E "bwd:" | cut -c1-120; }
-peers $dense --D 128
-peers $dense --D 64
+bwd_peers $dense --D 128
+bwd_peers $dense --D 64
 for s in "--B 2 --H 4 --Hkv 2 --Nq 1000 --Nk 777 --D 128 --causal --mask topk --window 100 --bias" \
          "--B 1 --H 2 --Nq 129 --Nk 1000 --D 64 --mask topk --window 64 --bias --dtype bf16"; do
   echo "check $s: $(timeout 60 $F $s --bwd --check --iters 2 --warmup 1 2>&1 | grep -E 'dmattn bwd:' | grep -oE 'PASS|FAIL' | head -1)"
