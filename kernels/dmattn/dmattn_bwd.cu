@@ -1063,16 +1063,16 @@ cudaError_t dma_backward(const DynamicMaskProblem& p, const DmaBackwardArgs& a, 
   // The wgmma core adds dQ by TMA tensor reductions: the map of dq_accum. (The
   // workspace is 16-byte aligned and D a multiple of 32, so this fails only
   // without the driver's encoder; then the mma.sync core, which uses atomics.)
+  const int64_t q_heads = int64_t(p.B) * p.H;  // the maps' heads: rows·D blocks of dq_accum, Q, dO
   CUtensorMap tma_dq{}, tma_q{}, tma_do{};
-  if (core == "wgmma" && dq_accum && !encode_f32_head_tiles<DmaBwdConfig<64, true>::kBr>(&tma_dq, dq_accum, int64_t(p.B) * p.H, p.Nq, p.D)) {
+  if (core == "wgmma" && dq_accum && !encode_f32_head_tiles<kDmaBr>(&tma_dq, dq_accum, q_heads, p.Nq, p.D)) {
     if (a.core != DmaCore::kAuto) return cudaErrorNotSupported;
     core = "mma";
   }
   // Q and dO by TMA on the wgmma core where their bases are 16-byte aligned
   // (else cp.async, as before).
-  const int64_t q_heads = int64_t(p.B) * p.H;
-  const bool qdo_tma = core == "wgmma" && encode_head_tiles<64>(&tma_q, a.q, p.dtype, q_heads, p.Nq, p.D) &&
-                       encode_head_tiles<64>(&tma_do, a.dout, p.dtype, q_heads, p.Nq, p.D);
+  const bool qdo_tma = core == "wgmma" && encode_head_tiles<kDmaBr>(&tma_q, a.q, p.dtype, q_heads, p.Nq, p.D) &&
+                       encode_head_tiles<kDmaBr>(&tma_do, a.dout, p.dtype, q_heads, p.Nq, p.D);
   auto run = [&](auto main_cfg) {
     using Cfg = decltype(main_cfg);                     // the main kernel's core
     using MmaCfg = DmaBwdConfig<Cfg::kHeadDim, false>;  // the deterministic dQ kernel is mma.sync
