@@ -339,6 +339,35 @@ dma_bwd_dq_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __r
   }
 }
 
+// The backward's chunk plan (next/bwd-dense-chunks; automatic count, with a
+// mask, where the key tiles alone give every SM several blocks): block (j, hk,
+// b) counts the active slots of key tile j — the query tiles m >= m_first(j)
+// of the group's query heads whose 64x64 tile the mask pass marked active —
+// and adds the count to plan[1] and its maximum to plan[0] (both zeroed).
+// One block per key tile, its threads over the slots: a few loads each.
+__global__ void __launch_bounds__(128)
+dma_bwd_chunk_plan_kernel(const DynamicMaskProblem p, const MaskSummary summary, unsigned long long* plan) {
+  const int j = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+  const int group = p.H / p.Hkv;
+  const int m_first = (p.causal ? max(0, j * kDmaBc - (p.Nk - p.Nq)) : 0) / kDmaBr;
+  const int n_m = max(0, (p.Nq + kDmaBr - 1) / kDmaBr - m_first);
+  unsigned int count = 0;
+  for (int s = threadIdx.x; s < n_m * group; s += blockDim.x)
+    count += summary.tile_any(p, b, hk * group + s / n_m, m_first + s % n_m, j) ? 1u : 0u;
+  for (int off = 16; off > 0; off /= 2) count += __shfl_xor_sync(0xffffffffu, count, off);
+  __shared__ unsigned int warp_counts[4];
+  if (threadIdx.x % 32 == 0) warp_counts[threadIdx.x / 32] = count;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned long long total =
+        (unsigned long long)warp_counts[0] + warp_counts[1] + warp_counts[2] + warp_counts[3];
+    if (total > 0) {
+      atomicMax(plan, total);
+      atomicAdd(plan + 1, total);
+    }
+  }
+}
+
 // The main backward kernel: block (j·chunks + c, KV head, batch) holds key
 // tile j and walks chunk c's share of the key tile's (query head, query tile)
 // slots (see the file's opening comment: query chunks).
@@ -349,10 +378,28 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
                float* __restrict__ dq_accum, const __grid_constant__ CUtensorMap tma_dq,
                const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUtensorMap tma_do, bool qdo_tma,
                T* __restrict__ dk, T* __restrict__ dv, float* __restrict__ dkv_accum, DbiasTarget dbias_target,
-               const DynamicMaskProblem p, const MaskSummary summary, int chunks) {
+               const DynamicMaskProblem p, const MaskSummary summary, int chunks,
+               const unsigned long long* __restrict__ chunk_plan) {
   constexpr int D = Cfg::kHeadDim, Br = Cfg::kBr, Bc = Cfg::kBc, kStride = Cfg::kStride;
   constexpr int kDs = Cfg::kDsStride;
   const int j_tile = blockIdx.x / chunks, chunk = blockIdx.x % chunks, hk = blockIdx.y, b = blockIdx.z;
+  // The chunks this key tile's slots are dealt to: `chunks` as launched, or 1
+  // when the mask pass found the active slots spread evenly over the key tiles
+  // (chunk_plan: the busiest key tile's count and the sum over all of them,
+  // dma_bwd_chunk_plan_kernel; nullptr: as launched). Evenly = the busiest
+  // holds at most twice the mean — a dense mask, causal or not — where the
+  // key tiles alone already load every SM (the host passes the plan only
+  // then) and the chunks only cost: K, V loaded once per chunk, dK and dV
+  // added through atomics. A skewed sparse mask (causal top-W: the active
+  // tiles in a few key tiles) keeps its chunks. Blocks of the other chunks
+  // leave at once.
+  int live_chunks = chunks;
+  if (chunk_plan != nullptr) {
+    const unsigned long long busiest = chunk_plan[0], total = chunk_plan[1];
+    const unsigned long long key_tiles = (unsigned long long)(gridDim.x / chunks) * gridDim.y * gridDim.z;
+    if (busiest * key_tiles <= 2 * total) live_chunks = 1;
+  }
+  if (chunk >= live_chunks) return;  // uniform: the whole block
   const int kv0 = j_tile * Bc;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int group = p.H / p.Hkv;
@@ -491,7 +538,7 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
   // and an LSE of -inf (a row that saw no key) becomes +inf after the wait.
   auto load_q_tiles = [&](int i, int slot) {
     int m, h;
-    slot_head(base_of_batch + i * chunks, m, h);
+    slot_head(base_of_batch + i * live_chunks, m, h);
     const int q0 = m * Br;
     const int64_t q_head = int64_t(b) * p.H + h;
     T* q_dst = sQ_slots + slot * Cfg::kQdoSlotElems;
@@ -549,12 +596,12 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
   // loads, one round trip for the batch instead of one per slot), a ballot
   // per warp gathers them in shared memory, and the loop visits the set bits.
 #pragma unroll 1
-  for (int base = chunk; base < n_slots; base += Cfg::kThreads * chunks) {  // int: the host bounds it
+  for (int base = chunk; base < n_slots; base += Cfg::kThreads * live_chunks) {  // int: the host bounds it
     base_of_batch = base;
     prefetched = -1;  // nothing is fetched across batches
     __syncthreads();  // every thread has read the previous batch's bits
     {
-      const int s = base + int(threadIdx.x) * chunks;
+      const int s = base + int(threadIdx.x) * live_chunks;
       bool any = false, all = false;
       if (s < n_slots) {
         int m, h;
@@ -576,7 +623,7 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
         const int i = w * 32 + __ffs(bits) - 1;
         const bool mask_full = s_bits[1][w] >> (i % 32) & 1u;  // no per-element mask reads
         int m, h;
-        slot_head(base + i * chunks, m, h);
+        slot_head(base + i * live_chunks, m, h);
         const int q0 = m * Br;
         const int64_t q_head = int64_t(b) * p.H + h;
 
@@ -928,7 +975,7 @@ namespace {
 // and with more than one query chunk the dK and dV accumulators
 // [B·Hkv·Nk·D] each.
 struct BwdWorkspace {
-  size_t dq = 0, delta = 0, dbias = 0, summary = 0, dkv = 0;  // offsets in floats
+  size_t dq = 0, delta = 0, dbias = 0, summary = 0, plan = 0, dkv = 0;  // offsets in floats
   size_t total_floats = 0;
   DbiasTarget target;
 };
@@ -952,6 +999,8 @@ BwdWorkspace plan_workspace(const DynamicMaskProblem& p, bool deterministic, int
   }
   w.summary = at;
   at += round4(dma_mask_summary_bytes(p) / sizeof(float));
+  w.plan = at;  // the chunk plan: two 64-bit counters (dma_bwd_chunk_plan_kernel)
+  at += 4;
   w.dkv = at;
   if (chunks > 1) at += 2 * round4(size_t(p.B) * p.Hkv * p.Nk * p.D);
   w.total_floats = at;
@@ -1003,6 +1052,16 @@ constexpr int kDmaBwdSlotsPerChunkWide = 32;
 //    that cap, the fastest of 8/16/32 at commit f8f6645 (0.471/0.443/0.472 ms;
 //    1 chunk: 1.472) and of 4-64 at 8390bcb (16: 0.177 ms, 8: 0.186, 32: 0.221).
 //    --bwd-chunks overrides it.
+//  - Branch next/bwd-dense-chunks (not yet run on a GPU): with a mask and at
+//    least 4 blocks per SM from the key tiles alone, the count is launched as
+//    above but dma_bwd_chunk_plan_kernel counts every key tile's active slots
+//    after the mask pass, and the blocks deal the slots to one chunk when the
+//    busiest key tile holds at most twice the mean (dma_bwd_kernel's
+//    live_chunks; the other chunks' blocks leave at once). Expected from
+//    session 12's sweep (results/H200/probes/session12_chunks.txt): all-active
+//    N = 8192 D = 128 2.69 -> ~2.54 ms (1 chunk), D = 64 1.63 -> ~1.54; the
+//    sparse causal shapes keep their chunks (skewed; and at L <= 32K with
+//    H = 2 the key tiles give fewer than 4 blocks per SM: no plan at all).
 int dma_backward_resolve_chunks(const DynamicMaskProblem& p, bool deterministic, int requested) {
   if (deterministic) return 1;
   if (requested > 0) return requested;
@@ -1057,6 +1116,21 @@ cudaError_t dma_backward(const DynamicMaskProblem& p, const DmaBackwardArgs& a, 
     err = cudaMemsetAsync(w.target.base, 0, size_t(w.target.copies()) * w.target.copy_elems * sizeof(float), stream);
   if (err == cudaSuccess && dkv_accum)  // both halves, dK then dV
     err = cudaMemsetAsync(dkv_accum, 0, size_t(2 * kv_elems) * sizeof(float), stream);
+  // The automatic count with a mask, where the key tiles alone give every SM
+  // two waves of two blocks: let the mask pass's counts drop the chunks on
+  // the device when the active slots are spread evenly (a dense mask).
+  unsigned long long* chunk_plan = nullptr;
+  const int64_t unsplit = kv_tiles * p.Hkv * p.B;
+  if (err == cudaSuccess && chunks > 1 && a.q_chunks <= 0 && p.mask.data != nullptr &&
+      unsplit >= 4 * int64_t(device_sm_count())) {
+    chunk_plan = reinterpret_cast<unsigned long long*>(a.workspace + w.plan);
+    err = cudaMemsetAsync(chunk_plan, 0, 2 * sizeof(unsigned long long), stream);
+    if (err == cudaSuccess) {
+      dma_bwd_chunk_plan_kernel<<<dim3(unsigned(kv_tiles), unsigned(p.Hkv), unsigned(p.B)), 128, 0, stream>>>(
+          p, summary, chunk_plan);
+      err = cudaGetLastError();
+    }
+  }
   if (err != cudaSuccess) return err;
   std::string core = dma_backward_core_name(p, a.core);
   if (core.empty()) return cudaErrorInvalidValue;
@@ -1090,7 +1164,8 @@ cudaError_t dma_backward(const DynamicMaskProblem& p, const DmaBackwardArgs& a, 
                            static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
                            static_cast<const T*>(a.dout), static_cast<const float*>(a.lse),
                            static_cast<const float*>(delta), dq_accum, tma_dq, tma_q, tma_do, qdo_tma,
-                           static_cast<T*>(a.dk), static_cast<T*>(a.dv), dkv_accum, w.target, p, summary, chunks);
+                           static_cast<T*>(a.dk), static_cast<T*>(a.dv), dkv_accum, w.target, p, summary, chunks,
+                           static_cast<const unsigned long long*>(chunk_plan));
       if (e != cudaSuccess) return e;
       if (dkv_accum) {  // dK = scale · Σ chunks, dV = Σ chunks, in the input dtype
         sum_copies_to_dtype_kernel<T><<<1024, 256, 0, stream>>>(dkv_accum, 1, static_cast<T*>(a.dk), kv_elems,
