@@ -389,7 +389,7 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
       ba.workspace = ws;
       ba.workspace_bytes = ws_bytes;
       ba.deterministic = opt.deterministic;
-      ba.q_chunks = bwd_chunks;
+      ba.q_chunks = opt.bwd_chunks;  // as asked (0: automatic, which may plan the chunks on the device)
       ba.core = opt.dma_core == "mma" ? DmaCore::kMma : opt.dma_core == "auto" ? DmaCore::kAuto : DmaCore::kWgmma;
       // As in training: where the forward ran a mask pre-pass, the backward
       // reads its tile bits instead of running its own (the forward's
@@ -478,7 +478,9 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
       }
       bwd.ms = timing.median_ms;
       bwd.tflops = bwd_flops / (bwd.ms * 1e-3) / 1e12;
-      bwd.note += "q chunks " + std::to_string(bwd_chunks) + "; core " + dma_backward_core_name(p, ba.core) +
+      bwd.note += "q chunks " + std::to_string(bwd_chunks) +
+                  (dma_backward_plans_chunks(p, opt.deterministic, opt.bwd_chunks) ? " (1 if the mask pass finds the slots even)" : "") +
+                  "; core " + dma_backward_core_name(p, ba.core) +
                   (p.mask.data == nullptr       ? ""
                    : ba.mask_summary != nullptr ? "; mask summary: the forward's"
                                                 : "; mask summary: its own pre-pass") +

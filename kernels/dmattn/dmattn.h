@@ -215,6 +215,11 @@ std::string dma_backward_core_name(const DynamicMaskProblem& p, DmaCore requeste
 // current device: 1 in deterministic mode, `requested` when > 0, else the
 // automatic rule (dmattn_bwd.cu, next to the definition, gives its reasoning).
 int dma_backward_resolve_chunks(const DynamicMaskProblem& p, bool deterministic, int requested);
+// Whether dma_backward, with this request, counts every key tile's active
+// slots after the mask pass and deals them to one chunk on the device when
+// they are spread evenly (the automatic count with a mask, where the key tiles
+// alone give every SM 4 blocks; dmattn_bwd.cu: the chunk plan).
+bool dma_backward_plans_chunks(const DynamicMaskProblem& p, bool deterministic, int requested);
 // Workspace bytes for dma_backward with the same `deterministic` and `q_chunks`
 // (the requested count, resolved as above).
 size_t dma_backward_workspace_bytes(const DynamicMaskProblem& p, bool deterministic = false, int q_chunks = 0);

@@ -1080,6 +1080,13 @@ int dma_backward_resolve_chunks(const DynamicMaskProblem& p, bool deterministic,
   return int(std::max<int64_t>(1, std::min<int64_t>({want, 64, grid_cap, slots})));
 }
 
+bool dma_backward_plans_chunks(const DynamicMaskProblem& p, bool deterministic, int requested) {
+  if (deterministic || requested > 0 || p.mask.data == nullptr) return false;
+  const int64_t key_tile_blocks = (p.Nk + kDmaBc - 1) / kDmaBc * int64_t(p.Hkv) * p.B;
+  return dma_backward_resolve_chunks(p, deterministic, requested) > 1 &&
+         key_tile_blocks >= 4 * int64_t(device_sm_count());
+}
+
 size_t dma_backward_workspace_bytes(const DynamicMaskProblem& p, bool deterministic, int q_chunks) {
   return plan_workspace(p, deterministic, dma_backward_resolve_chunks(p, deterministic, q_chunks)).total_floats *
          sizeof(float);
@@ -1120,9 +1127,7 @@ cudaError_t dma_backward(const DynamicMaskProblem& p, const DmaBackwardArgs& a, 
   // two waves of two blocks: let the mask pass's counts drop the chunks on
   // the device when the active slots are spread evenly (a dense mask).
   unsigned long long* chunk_plan = nullptr;
-  const int64_t unsplit = kv_tiles * p.Hkv * p.B;
-  if (err == cudaSuccess && chunks > 1 && a.q_chunks <= 0 && p.mask.data != nullptr &&
-      unsplit >= 4 * int64_t(device_sm_count())) {
+  if (err == cudaSuccess && dma_backward_plans_chunks(p, a.deterministic, a.q_chunks)) {
     chunk_plan = reinterpret_cast<unsigned long long*>(a.workspace + w.plan);
     err = cudaMemsetAsync(chunk_plan, 0, 2 * sizeof(unsigned long long), stream);
     if (err == cudaSuccess) {

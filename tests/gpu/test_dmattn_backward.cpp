@@ -12,7 +12,8 @@
 // tiles are inactive: the skew chunks are for) and chunk counts above the slots;
 // with 3 and automatic chunks the backward reads the forward's mask summary
 // (its pipelined pre-pass) instead of running its own, and every masked
-// deterministic case checks that this gives the same bits.
+// deterministic case checks that this gives the same bits. Two large cases
+// take the chunk plan (dma_backward_plans_chunks): an even and a skewed mask.
 // Pass rule (FlashAttention's tests, the issue's): for each gradient
 // separately, max |g - g_ref| <= 2 x max |g_lp - g_ref| + 1e-3 x max |g_ref| +
 // 1e-4, where g_ref is the fp32 reference and g_lp the same reference with S,
@@ -264,6 +265,23 @@ int main() {
           run_case({2, 2, 1, 17, 1000, 96, dt, causal, 0.f, 0, 0, 0, 1, 1, 1, false}, ++seed, false, chunks);
           run_case({1, 2, 2, 1000, 17, 32, dt, causal, 0.f, 0, 0, 0, 0, 0, 0, false}, ++seed, false, chunks);
         }
+        // The chunk plan (automatic count with a mask, where the key tiles alone
+        // give every SM 4 blocks: 10 x 2 x 35 = 700 here, up to 175 SMs): the
+        // device deals a key tile's slots to one chunk when the mask pass finds
+        // them even — the random half-dense mask, every tile active — and keeps
+        // the chunks when not — the top-W mask of a query-broadcast bias
+        // (W = Nk/2: whole key tiles inactive).
+        const MaskedCase dense_plan{10, 2, 2, 2100, 2200, 64, dt, causal, 0.f, 1, -1, 2100, 1, -1, 1, false};
+        const MaskedCase skewed_plan{10, 2, 2, 2100, 2200, 128, dt, causal, 0.f, 0, 0, 0, 1, 1, 1, false};
+        DynamicMaskProblem plan_probe;
+        plan_probe.B = 10; plan_probe.H = plan_probe.Hkv = 2; plan_probe.Nq = 2100; plan_probe.Nk = 2200;
+        plan_probe.D = 64;
+        const uint8_t any_mask = 1;
+        plan_probe.mask.data = &any_mask;  // only its presence is read
+        record(dma_backward_plans_chunks(plan_probe, false, 0),
+               "the chunk plan applies (key tile blocks >= 4 per SM): " + dense_plan.name());
+        run_case(dense_plan, ++seed);
+        run_case(skewed_plan, ++seed, false, 0, 1100, true);
       }
   }
   return finish();
