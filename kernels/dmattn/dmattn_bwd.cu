@@ -220,9 +220,15 @@ __global__ void dma_bwd_delta_kernel(const T* __restrict__ o, const T* __restric
 // out[i] = scale · Σ_c in[c·n + i] over `copies` fp32 copies, in copy order (a
 // fixed order: deterministic), converted to the input dtype. (scale = 1 is
 // exact: the same value as no multiply.)
+// The backward's chunk plan, 64-bit words (dma_bwd_chunk_plan_kernel below).
+enum : int { kPlanBusiest = 0, kPlanTotal, kPlanDone, kPlanLiveChunks, kPlanWords };
+
+// skip_if_one: the backward's chunk plan (nullptr: none); a decision of one
+// chunk means the kernel stored `out` itself, and this pass has nothing to do.
 template <typename T>
 __global__ void sum_copies_to_dtype_kernel(const float* __restrict__ in, int copies, T* __restrict__ out, int64_t n,
-                                           float scale = 1.f) {
+                                           float scale = 1.f, const unsigned long long* skip_if_one = nullptr) {
+  if (skip_if_one != nullptr && skip_if_one[kPlanLiveChunks] == 1) return;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     float acc = in[i];
     for (int c = 1; c < copies; ++c) acc += in[int64_t(c) * n + i];
@@ -339,14 +345,21 @@ dma_bwd_dq_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __r
   }
 }
 
-// The backward's chunk plan (next/bwd-dense-chunks; automatic count, with a
-// mask, where the key tiles alone give every SM several blocks): block (j, hk,
-// b) counts the active slots of key tile j — the query tiles m >= m_first(j)
+// The backward's chunk plan (automatic count, with a mask, where the key
+// tiles alone give every SM 4 blocks: dma_backward_plans_chunks). Block (j,
+// hk, b) counts the active slots of key tile j — the query tiles m >= m_first(j)
 // of the group's query heads whose 64x64 tile the mask pass marked active —
-// and adds the count to plan[1] and its maximum to plan[0] (both zeroed).
-// One block per key tile, its threads over the slots: a few loads each.
+// into plan[kPlanBusiest] (maximum) and plan[kPlanTotal] (sum); the last block
+// to finish (plan[kPlanDone]) writes the decision, plan[kPlanLiveChunks]: 1
+// when the busiest key tile holds at most 5/4 of the mean (a dense mask, not
+// causal: every key tile the same work, the chunks only cost — K, V loaded
+// once per chunk, dK and dV through fp32 atomics, a zeroing and a sum pass),
+// else the launched count (causal, dense or sparse: the busiest key tile holds
+// about twice the mean or more — the work the chunks spread). The plan is
+// zeroed by the host. One block per key tile, its threads over the slots.
 __global__ void __launch_bounds__(128)
-dma_bwd_chunk_plan_kernel(const DynamicMaskProblem p, const MaskSummary summary, unsigned long long* plan) {
+dma_bwd_chunk_plan_kernel(const DynamicMaskProblem p, const MaskSummary summary, int chunks,
+                          unsigned long long* plan) {
   const int j = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
   const int group = p.H / p.Hkv;
   const int m_first = (p.causal ? max(0, j * kDmaBc - (p.Nk - p.Nq)) : 0) / kDmaBr;
@@ -358,14 +371,29 @@ dma_bwd_chunk_plan_kernel(const DynamicMaskProblem p, const MaskSummary summary,
   __shared__ unsigned int warp_counts[4];
   if (threadIdx.x % 32 == 0) warp_counts[threadIdx.x / 32] = count;
   __syncthreads();
-  if (threadIdx.x == 0) {
-    const unsigned long long total =
-        (unsigned long long)warp_counts[0] + warp_counts[1] + warp_counts[2] + warp_counts[3];
-    if (total > 0) {
-      atomicMax(plan, total);
-      atomicAdd(plan + 1, total);
-    }
+  if (threadIdx.x != 0) return;
+  const unsigned long long total =
+      (unsigned long long)warp_counts[0] + warp_counts[1] + warp_counts[2] + warp_counts[3];
+  if (total > 0) {
+    atomicMax(plan + kPlanBusiest, total);
+    atomicAdd(plan + kPlanTotal, total);
   }
+  // The last block decides (threadfence reduction, CUDA programming guide):
+  // every block's sums are visible before its count is.
+  __threadfence();
+  const unsigned long long blocks = (unsigned long long)gridDim.x * gridDim.y * gridDim.z;
+  if (atomicAdd(plan + kPlanDone, 1ull) != blocks - 1) return;
+  __threadfence();
+  const unsigned long long busiest = atomicAdd(plan + kPlanBusiest, 0ull), all = atomicAdd(plan + kPlanTotal, 0ull);
+  plan[kPlanLiveChunks] = 4 * busiest * blocks <= 5 * all ? 1ull : (unsigned long long)chunks;
+}
+
+// dK, dV's fp32 accumulators zeroed where the chunks stay (plan: nullptr, or
+// the chunk plan's decision above 1).
+__global__ void zero_dkv_accum_kernel(float* __restrict__ a, int64_t n, const unsigned long long* __restrict__ plan) {
+  if (plan != nullptr && plan[kPlanLiveChunks] == 1) return;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n / 4; i += int64_t(gridDim.x) * blockDim.x)
+    reinterpret_cast<float4*>(a)[i] = make_float4(0.f, 0.f, 0.f, 0.f);
 }
 
 // The main backward kernel: block (j·chunks + c, KV head, batch) holds key
@@ -383,22 +411,11 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
   constexpr int D = Cfg::kHeadDim, Br = Cfg::kBr, Bc = Cfg::kBc, kStride = Cfg::kStride;
   constexpr int kDs = Cfg::kDsStride;
   const int j_tile = blockIdx.x / chunks, chunk = blockIdx.x % chunks, hk = blockIdx.y, b = blockIdx.z;
-  // The chunks this key tile's slots are dealt to: `chunks` as launched, or 1
-  // when the mask pass found the active slots spread evenly over the key tiles
-  // (chunk_plan: the busiest key tile's count and the sum over all of them,
-  // dma_bwd_chunk_plan_kernel; nullptr: as launched). Evenly = the busiest
-  // holds at most twice the mean — a dense mask, causal or not — where the
-  // key tiles alone already load every SM (the host passes the plan only
-  // then) and the chunks only cost: K, V loaded once per chunk, dK and dV
-  // added through atomics. A skewed sparse mask (causal top-W: the active
-  // tiles in a few key tiles) keeps its chunks. Blocks of the other chunks
-  // leave at once.
-  int live_chunks = chunks;
-  if (chunk_plan != nullptr) {
-    const unsigned long long busiest = chunk_plan[0], total = chunk_plan[1];
-    const unsigned long long key_tiles = (unsigned long long)(gridDim.x / chunks) * gridDim.y * gridDim.z;
-    if (busiest * key_tiles <= 2 * total) live_chunks = 1;
-  }
+  // The chunks this key tile's slots are dealt to: `chunks` as launched, or
+  // the chunk plan's decision (dma_bwd_chunk_plan_kernel: 1 where the mask
+  // pass found the active slots even over the key tiles). Blocks of the other
+  // chunks leave at once; with one live chunk dK, dV are stored directly.
+  const int live_chunks = chunk_plan != nullptr ? int(chunk_plan[kPlanLiveChunks]) : chunks;
   if (chunk >= live_chunks) return;  // uniform: the whole block
   const int kv0 = j_tile * Bc;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -917,7 +934,7 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
     if (dq_accum != nullptr && threadIdx.x == 0) bulk_wait();  // dQ's reductions done (their thread)
 
   // ---- dK_j, dV_j of this KV head (keys < Nk) -------------------------------------------
-  if (dkv_accum == nullptr) {  // one chunk: this block owns the key tile; scale now
+  if (dkv_accum == nullptr || live_chunks == 1) {  // one chunk: this block owns the key tile; scale now
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       if (key_row[r] >= p.Nk) continue;
@@ -999,8 +1016,8 @@ BwdWorkspace plan_workspace(const DynamicMaskProblem& p, bool deterministic, int
   }
   w.summary = at;
   at += round4(dma_mask_summary_bytes(p) / sizeof(float));
-  w.plan = at;  // the chunk plan: two 64-bit counters (dma_bwd_chunk_plan_kernel)
-  at += 4;
+  w.plan = at;  // the chunk plan: kPlanWords 64-bit words (dma_bwd_chunk_plan_kernel)
+  at += round4(2 * kPlanWords);
   w.dkv = at;
   if (chunks > 1) at += 2 * round4(size_t(p.B) * p.Hkv * p.Nk * p.D);
   w.total_floats = at;
@@ -1052,16 +1069,17 @@ constexpr int kDmaBwdSlotsPerChunkWide = 32;
 //    that cap, the fastest of 8/16/32 at commit f8f6645 (0.471/0.443/0.472 ms;
 //    1 chunk: 1.472) and of 4-64 at 8390bcb (16: 0.177 ms, 8: 0.186, 32: 0.221).
 //    --bwd-chunks overrides it.
-//  - Branch next/bwd-dense-chunks (not yet run on a GPU): with a mask and at
-//    least 4 blocks per SM from the key tiles alone, the count is launched as
-//    above but dma_bwd_chunk_plan_kernel counts every key tile's active slots
-//    after the mask pass, and the blocks deal the slots to one chunk when the
-//    busiest key tile holds at most twice the mean (dma_bwd_kernel's
-//    live_chunks; the other chunks' blocks leave at once). Expected from
-//    session 12's sweep (results/H200/probes/session12_chunks.txt): all-active
-//    N = 8192 D = 128 2.69 -> ~2.54 ms (1 chunk), D = 64 1.63 -> ~1.54; the
-//    sparse causal shapes keep their chunks (skewed; and at L <= 32K with
-//    H = 2 the key tiles give fewer than 4 blocks per SM: no plan at all).
+//  - The chunk plan (dma_backward_plans_chunks): with a mask and at least 4
+//    blocks per SM from the key tiles alone, the count is launched as above,
+//    but dma_bwd_chunk_plan_kernel counts every key tile's active slots after
+//    the mask pass, and where the busiest key tile holds at most 5/4 of the
+//    mean the blocks deal the slots to one chunk (dma_bwd_kernel's
+//    live_chunks; the other chunks' blocks leave at once, dK and dV stored
+//    directly). The host cannot tell a dense mask from a skewed sparse one
+//    with as many active key-tile blocks; the mask pass can. Session 13
+//    (H200, all-ones + bias, B=1 H=8 N=8192): forced 4 chunks 2.739 ms,
+//    forced 1 2.521, the plan with the accumulators kept 2.649; causal keeps
+//    its chunks (busiest = 2x the mean; 1 chunk 1.695 against 1.570 ms).
 int dma_backward_resolve_chunks(const DynamicMaskProblem& p, bool deterministic, int requested) {
   if (deterministic) return 1;
   if (requested > 0) return requested;
@@ -1121,20 +1139,22 @@ cudaError_t dma_backward(const DynamicMaskProblem& p, const DmaBackwardArgs& a, 
   if (err == cudaSuccess && dq_accum) err = cudaMemsetAsync(dq_accum, 0, size_t(rows) * p.D * sizeof(float), stream);
   if (err == cudaSuccess && w.target.base)
     err = cudaMemsetAsync(w.target.base, 0, size_t(w.target.copies()) * w.target.copy_elems * sizeof(float), stream);
-  if (err == cudaSuccess && dkv_accum)  // both halves, dK then dV
-    err = cudaMemsetAsync(dkv_accum, 0, size_t(2 * kv_elems) * sizeof(float), stream);
   // The automatic count with a mask, where the key tiles alone give every SM
   // two waves of two blocks: let the mask pass's counts drop the chunks on
   // the device when the active slots are spread evenly (a dense mask).
   unsigned long long* chunk_plan = nullptr;
   if (err == cudaSuccess && dma_backward_plans_chunks(p, a.deterministic, a.q_chunks)) {
     chunk_plan = reinterpret_cast<unsigned long long*>(a.workspace + w.plan);
-    err = cudaMemsetAsync(chunk_plan, 0, 2 * sizeof(unsigned long long), stream);
+    err = cudaMemsetAsync(chunk_plan, 0, kPlanWords * sizeof(unsigned long long), stream);
     if (err == cudaSuccess) {
       dma_bwd_chunk_plan_kernel<<<dim3(unsigned(kv_tiles), unsigned(p.Hkv), unsigned(p.B)), 128, 0, stream>>>(
-          p, summary, chunk_plan);
+          p, summary, chunks, chunk_plan);
       err = cudaGetLastError();
     }
+  }
+  if (err == cudaSuccess && dkv_accum) {  // both halves, dK then dV (not where the plan decides one chunk)
+    zero_dkv_accum_kernel<<<1024, 256, 0, stream>>>(dkv_accum, 2 * kv_elems, chunk_plan);
+    err = cudaGetLastError();
   }
   if (err != cudaSuccess) return err;
   std::string core = dma_backward_core_name(p, a.core);
@@ -1174,9 +1194,9 @@ cudaError_t dma_backward(const DynamicMaskProblem& p, const DmaBackwardArgs& a, 
       if (e != cudaSuccess) return e;
       if (dkv_accum) {  // dK = scale · Σ chunks, dV = Σ chunks, in the input dtype
         sum_copies_to_dtype_kernel<T><<<1024, 256, 0, stream>>>(dkv_accum, 1, static_cast<T*>(a.dk), kv_elems,
-                                                                p.scale);
+                                                                p.scale, chunk_plan);
         sum_copies_to_dtype_kernel<T><<<1024, 256, 0, stream>>>(dkv_accum + kv_elems, 1, static_cast<T*>(a.dv),
-                                                                kv_elems);
+                                                                kv_elems, 1.f, chunk_plan);
       }
       if (a.deterministic) {
         const dim3 dq_grid(unsigned((p.Nq + MmaCfg::kBr - 1) / MmaCfg::kBr), unsigned(p.H), unsigned(p.B));
