@@ -172,7 +172,7 @@ if [ "${DMATTN:-1}" != 0 ]; then
   dbench --B 1 --H 8 --N 8192 --D 128 --mask ones
   dbench --B 1 --H 8 --N 8192 --D 64 --mask ones --bias
   dbench --B 1 --H 8 --N 8192 --D 64 --mask ones --bias --dma-core mma
-  dbench --B 1 --H 8 --N 8192 --D 64 --mask ones --bias --bwd --dma-core mma
+  dbench --B 1 --H 8 --N 8192 --D 64 --mask ones --bias --bwd
   dbench --B 1 --H 8 --N 8192 --D 128 --mask ones --bias --dma-mask-scan in-kernel
   dbench --B 1 --H 8 --N 8192 --D 128 --mask ones --bias --dma-mask-scan pipelined
   dbench --B 1 --H 8 --N 8192 --D 64 --mask ones --bias --dma-mask-scan pipelined

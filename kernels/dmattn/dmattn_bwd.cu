@@ -410,14 +410,22 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
                const unsigned long long* __restrict__ chunk_plan) {
   constexpr int D = Cfg::kHeadDim, Br = Cfg::kBr, Bc = Cfg::kBc, kStride = Cfg::kStride;
   constexpr int kDs = Cfg::kDsStride;
+  // The chunks this key tile's slots are dealt to: `chunks` as launched, or
+  // the chunk plan's decision (dma_bwd_chunk_plan_kernel: 1 where the mask
+  // pass found the active slots even over the key tiles). Blocks of the other
+  // chunks leave at once; with one live chunk dK, dV are stored directly.
+  const int live_chunks = chunk_plan != nullptr ? int(chunk_plan[kPlanLiveChunks]) : chunks;
   // Block -> (key tile, chunk, KV head, batch). As launched: chunks of one key
   // tile neighbours in grid.x (they run at the same time and share K_j, V_j
-  // through L2). With the chunk plan, chunk is the slowest index of the whole
-  // grid instead, so that the blocks of chunks the plan drops come last: they
-  // leave at once, but each still takes an SM's one block place while it
-  // starts (session 13: 2.597 ms with them interleaved, 2.528 with 1 chunk).
+  // through L2; the causal range's long columns start first). Where the plan
+  // drops the chunks, chunk is the slowest index of the whole grid instead,
+  // so that the dropped chunks' blocks come last: they leave at once, but each
+  // still takes an SM's one block place while it starts (session 13, all-ones
+  // D=128: 2.597 ms interleaved, 2.545 last, 2.525 with 1 chunk launched). Not
+  // where the chunks stay (chunk-major there: causal all-ones 1.607 against
+  // 1.533 ms, top-1024 B=2 L=32K 0.336 against 0.299).
   int j_tile, chunk, hk, b;
-  if (chunk_plan == nullptr) {
+  if (live_chunks == chunks) {
     j_tile = blockIdx.x / chunks, chunk = blockIdx.x % chunks, hk = blockIdx.y, b = blockIdx.z;
   } else {
     const int key_tiles = gridDim.x / chunks;
@@ -427,11 +435,6 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
     chunk = int(linear / per_chunk);
     j_tile = int(rest % key_tiles), hk = int(rest / key_tiles % gridDim.y), b = int(rest / key_tiles / gridDim.y);
   }
-  // The chunks this key tile's slots are dealt to: `chunks` as launched, or
-  // the chunk plan's decision (dma_bwd_chunk_plan_kernel: 1 where the mask
-  // pass found the active slots even over the key tiles). Blocks of the other
-  // chunks leave at once; with one live chunk dK, dV are stored directly.
-  const int live_chunks = chunk_plan != nullptr ? int(chunk_plan[kPlanLiveChunks]) : chunks;
   if (chunk >= live_chunks) return;  // uniform: the whole block
   const int kv0 = j_tile * Bc;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -1199,8 +1202,8 @@ cudaError_t dma_backward(const DynamicMaskProblem& p, const DmaBackwardArgs& a, 
       if (e != cudaSuccess) return e;
       // Chunks of one key tile are neighbours in grid.x (j·chunks + c): they run
       // at the same time and share K_j, V_j through L2, and the key tiles of
-      // the causal range's long columns (small j) start first. (With the chunk
-      // plan the kernel reads the grid chunk-major: dma_bwd_kernel.)
+      // the causal range's long columns (small j) start first. (Where the chunk
+      // plan drops the chunks the kernel reads the grid chunk-major: dma_bwd_kernel.)
       const dim3 grid(unsigned(kv_tiles * chunks), unsigned(p.Hkv), unsigned(p.B));
       e = launch_with_smem(dma_bwd_kernel<Cfg, T>, grid, Cfg::kThreads, Cfg::kSmemBytes, stream,
                            static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
