@@ -1119,6 +1119,11 @@ int dma_backward_resolve_chunks(const DynamicMaskProblem& p, bool deterministic,
 
 bool dma_backward_plans_chunks(const DynamicMaskProblem& p, bool deterministic, int requested) {
   if (deterministic || requested > 0 || p.mask.data == nullptr) return false;
+  // Causal with Nq > 0.4·Nk: the causal range alone puts the busiest key tile
+  // above 5/4 of the mean (Nq >= Nk: twice; below, Tk / (Tk - Tq/2) in tiles),
+  // so the plan could only keep the chunks; skip its kernel (~20 us at
+  // top-1024 B=2 L=32K, session 13).
+  if (p.causal && 5 * int64_t(p.Nq) > 2 * int64_t(p.Nk)) return false;
   const int64_t key_tile_blocks = (p.Nk + kDmaBc - 1) / kDmaBc * int64_t(p.Hkv) * p.B;
   return dma_backward_resolve_chunks(p, deterministic, requested) > 1 &&
          key_tile_blocks >= 4 * int64_t(device_sm_count());
