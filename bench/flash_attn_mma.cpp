@@ -115,7 +115,7 @@ ShapeResult run_shape(const Options& opt, const AttnProblem& p, const std::vecto
     if (opt.check) {
       char baseline[32] = "unavailable";
       if (ref.baseline_err >= 0) std::snprintf(baseline, sizeof baseline, "%.2e", ref.baseline_err);
-      std::printf("%32s  vs %s; pass: err <= 2 x unfused err (%s) + 2 x rounding (%.2e), lse <= %.0e\n", "check",
+      std::printf("%32s  vs %s; pass: err <= 2 x unfused err (%s) + 2 x rounding (%.2e), lse <= %.0e (unfused: + its S rounding)\n", "check",
                   opt.torch_reference ? "torch fp32 math SDPA" : "fp32 reference", baseline, ref.rounding_err,
                   kLseTolerance);
     }

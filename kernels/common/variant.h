@@ -39,6 +39,11 @@ struct Variant {
   // False for a peer that has no LSE output of its own (eager PyTorch): its
   // check then judges O alone.
   bool writes_lse = true;
+  // True for a peer that stores S in the input dtype before its softmax (the
+  // unfused baseline): its LSE then carries S's rounding, up to u·|S| (u the
+  // dtype's unit roundoff), and is held to lse_tolerance_rounded_scores
+  // instead of kLseTolerance (reference.h).
+  bool rounds_scores_to_input_dtype = false;
   // A readable message for the last failed launch (e.g. the library's own).
   std::function<std::string()> last_error;
 };

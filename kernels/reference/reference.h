@@ -55,13 +55,20 @@ double output_rounding_error(const float* ref, int64_t n, DType dtype, cudaStrea
 //   max|O - O_ref| <= 2 · max|O_unfused - O_ref| + 2 · rounding error   (FlashAttention's rule)
 //   max|LSE - LSE_ref| <= kLseTolerance
 //   and no element is NaN, Inf or unwritten (outputs are poisoned with NaN first).
+//   (kLseTolerance for every variant that keeps S in fp32; a peer that rounds
+//   S to the input dtype first — the unfused baseline — gets
+//   lse_tolerance_rounded_scores: LSE = log Σ exp S moves by Σ P·ΔS, at most
+//   u·max|S| <= u·max|LSE| plus the exp's spread, so 2·u·max|LSE_ref| on top.
+//   Session 13: its causal D=128 N=8192 fp16 row measured 1.23e-3.)
 constexpr double kLseTolerance = 1e-3;
+double lse_tolerance_rounded_scores(DType dtype, double max_abs_lse_ref);
 
 struct CheckResult {
   bool pass = false;
   double err = 0;      // max |O - O_ref|
   double tol = 0;      // the bound err is held to
   double lse_err = 0;  // max |LSE - LSE_ref|
+  double lse_tol = kLseTolerance;  // the bound lse_err is held to
   int64_t nonfinite = 0;
   std::string summary() const;  // "PASS err 9.8e-04 <= 2.4e-03, lse 2.1e-06"
 };
@@ -70,7 +77,8 @@ struct CheckResult {
 // when no baseline could run, in which case the tolerance is the rounding error
 // times kNoBaselineFactor).
 constexpr double kNoBaselineFactor = 8.0;
-CheckResult judge(const ErrorStats& out, const ErrorStats& lse, double baseline_err, double rounding_err);
+CheckResult judge(const ErrorStats& out, const ErrorStats& lse, double baseline_err, double rounding_err,
+                  double lse_tol = kLseTolerance);
 
 // Everything needed to check a variant's outputs on one problem.
 struct ReferenceData {
@@ -80,8 +88,11 @@ struct ReferenceData {
   double rounding_err = 0;         // output_rounding_error(o_ref)
 };
 // `lse` may be null for an output without LSE; then only O is judged.
+// lse_tol: kLseTolerance, or lse_tolerance_rounded_scores for a peer that rounds S.
 CheckResult check_outputs(const AttnProblem& p, const void* o, const float* lse, const ReferenceData& ref,
-                          cudaStream_t stream);
+                          cudaStream_t stream, double lse_tol = kLseTolerance);
+// max |LSE_ref| over the finite entries (a fully masked row's -inf is left out).
+double max_abs_finite_lse(const float* lse_ref, int64_t n, cudaStream_t stream);
 
 // Poisons O and LSE with NaN (0xFF bytes) so unwritten elements are caught.
 cudaError_t poison_outputs(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stream);

@@ -117,6 +117,7 @@ Variant make_unfused_baseline() {
   v.workspace_bytes = [](const AttnProblem& p) { return score_bytes_per_head(p) * size_t(p.heads()); };
   v.launch = launch_unfused;
   v.is_peer = true;
+  v.rounds_scores_to_input_dtype = true;
   v.describe = [] { return std::string("cuBLAS Q·Kᵀ -> softmax kernel -> cuBLAS P·V, S in the input dtype"); };
   return v;
 }
