@@ -21,7 +21,10 @@ summary="$out/summary.md"
 csv="$out/bench.csv"
 rm -f "$csv"
 
-step() { printf '\n=== %s\n' "$*"; }
+step() { printf '\n=== [%d s] %s\n' "$SECONDS" "$*"; }
+# Read now, not in the summary: the whole run is close to one 10-minute device
+# call (session 13's was cut there, at this line).
+torch_version=$(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null || echo none)
 
 step "configure + build (sm_$arch)"
 # With PyTorch when the python3 on PATH has it; without, if its CMake config fails.
@@ -194,7 +197,7 @@ step "summary -> $summary"
   echo "- GPU variant tests${ONLY:+ (only $ONLY)}: $tests_line"
   echo "- ctest: $(grep -E 'tests passed' "$out/tests.log")"
   echo "- pytest (tests/python): ${python_line:-see ctest (label gpu); ctest prints the pytest output only on failure}"
-  echo "- torch: $(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null || echo none)"
+  echo "- torch: $torch_version"
   [ -f "$out/sanitizer_summary.txt" ] && { echo "- compute-sanitizer:"; sed 's/^/  - /' "$out/sanitizer_summary.txt"; }
   echo
   echo "## Benchmarks (fp16 unless noted; TFLOPS = 2·B·H·(D+Dv)·unmasked pairs / median time)"
