@@ -37,8 +37,11 @@ grep -E "attnlab:|error|spill|lmem|retrying" "$out/build.log" | grep -v "0 bytes
 [ $build_rc -eq 0 ] || { echo "build failed (see build.log)"; tail -30 "$out/build.log"; exit 1; }
 grep -A2 "split_q_kernel" "$out/build.log" | grep -E "registers|Compiling" | sed 's/_ZN7attnlab[^ ]*SplitQConfigIL//' > "$out/ptxas_split_q.txt"
 
-if [ -z "${QUICK:-}" ] && [ "${SANITIZER:-1}" != 0 ] && command -v compute-sanitizer >/dev/null; then
-  step "compute-sanitizer (memcheck, racecheck) on ragged shapes"
+# The sanitizers and the tests check correctness only, so they share the GPU:
+# the sanitizers run in the background while the tests run, and the
+# benchmarks run after both, alone. (Session 13: the whole run in sequence
+# took ~550 s, at the edge of one 10-minute device call.)
+run_sanitizers() {
   for tool in memcheck racecheck; do
     for shape in "--Nq 129 --Nk 77 --D 64 --causal" "--Nq 17 --Nk 200 --D 256 --dtype bf16" "--Nq 70 --Nk 130 --D 512 --causal" \
                  "--Nq 70 --Nk 130 --D 1024 --causal"; do
@@ -63,7 +66,43 @@ if [ -z "${QUICK:-}" ] && [ "${SANITIZER:-1}" != 0 ] && command -v compute-sanit
       rc=$?
       echo "$tool $shape: rc=$rc $(grep -E 'ERROR SUMMARY' "$out/sanitizer.log" | tail -1)"
     done
-  done 2>&1 | tee "$out/sanitizer_summary.txt"
+  done
+}
+san_pid=
+if [ -z "${QUICK:-}" ] && [ "${SANITIZER:-1}" != 0 ] && command -v compute-sanitizer >/dev/null; then
+  step "compute-sanitizer (memcheck, racecheck) on ragged shapes: started in the background"
+  run_sanitizers > "$out/sanitizer_summary.txt" 2>&1 &
+  san_pid=$!
+fi
+
+step "tests (cpu + gpu)"
+if [ -n "${SKIP_TESTS:-}" ]; then echo "skipped (SKIP_TESTS)" > "$out/tests.log"; echo "skipped" > "$out/gpu_variants.log"; tests_line=skipped; python_line=; else
+# (test_gpu_variants and the dynamic-mask tests run on their own below, with their logs)
+timeout 300 ctest --test-dir "$build" -E "gpu_variants|gpu_dmattn" --output-on-failure 2>&1 | tee "$out/tests.log" | tail -8
+python_line=$(grep -E "[0-9]+ passed" "$out/tests.log" | grep -vE "^[0-9]+ passed, [0-9]+ failed$" | tail -1)
+timeout 300 "$build/test_gpu_variants" "${ONLY:-*}" > "$out/gpu_variants.log" 2>&1 || echo "test_gpu_variants: exit $? (124 = timed out)" >> "$out/gpu_variants.log"
+tests_line=$(tail -1 "$out/gpu_variants.log")
+echo "gpu variants: $tests_line"
+fi
+
+if [ "${DMATTN:-1}" != 0 ]; then
+  step "dynamic-mask attention (issue 5): tests"
+  timeout 240 "$build/test_dmattn_reference" > "$out/dmattn_reference_tests.log" 2>&1; echo "test_dmattn_reference: rc=$? $(tail -1 "$out/dmattn_reference_tests.log")"
+  timeout 300 "$build/test_dmattn" > "$out/dmattn_tests.log" 2>&1; echo "test_dmattn: rc=$? $(tail -1 "$out/dmattn_tests.log")"
+  timeout 120 "$build/test_dmattn_summary" > "$out/dmattn_summary_tests.log" 2>&1
+  echo "test_dmattn_summary: rc=$? $(tail -1 "$out/dmattn_summary_tests.log")"
+  timeout 120 "$build/test_dmattn_backward_reference" > "$out/dmattn_backward_reference_tests.log" 2>&1
+  echo "test_dmattn_backward_reference: rc=$? $(tail -1 "$out/dmattn_backward_reference_tests.log")"
+  timeout 180 "$build/test_dmattn_backward" > "$out/dmattn_backward_tests.log" 2>&1
+  echo "test_dmattn_backward: rc=$? $(tail -1 "$out/dmattn_backward_tests.log")"
+  grep -m 20 FAIL "$out/dmattn_tests.log" "$out/dmattn_summary_tests.log" "$out/dmattn_reference_tests.log" \
+    "$out/dmattn_backward_reference_tests.log" \
+    "$out/dmattn_backward_tests.log" | cut -c1-220
+fi
+if [ -n "$san_pid" ]; then
+  wait "$san_pid"
+  step "compute-sanitizer results"
+  cat "$out/sanitizer_summary.txt"
 fi
 
 if [ "${NCU:-1}" != 0 ] && command -v ncu >/dev/null; then
@@ -112,29 +151,8 @@ if [ -z "${SKIP_TORCH_REF:-}" ] && [[ " ${peers[*]} " == *" --sdpa "* ]]; then
   done
 fi
 
-step "tests (cpu + gpu)"
-if [ -n "${SKIP_TESTS:-}" ]; then echo "skipped (SKIP_TESTS)" > "$out/tests.log"; echo "skipped" > "$out/gpu_variants.log"; tests_line=skipped; python_line=; else
-# (test_gpu_variants and the dynamic-mask tests run on their own below, with their logs)
-timeout 300 ctest --test-dir "$build" -E "gpu_variants|gpu_dmattn" --output-on-failure 2>&1 | tee "$out/tests.log" | tail -8
-python_line=$(grep -E "[0-9]+ passed" "$out/tests.log" | grep -vE "^[0-9]+ passed, [0-9]+ failed$" | tail -1)
-timeout 300 "$build/test_gpu_variants" "${ONLY:-*}" > "$out/gpu_variants.log" 2>&1 || echo "test_gpu_variants: exit $? (124 = timed out)" >> "$out/gpu_variants.log"
-tests_line=$(tail -1 "$out/gpu_variants.log")
-echo "gpu variants: $tests_line"
-fi
-
 if [ "${DMATTN:-1}" != 0 ]; then
-  step "dynamic-mask attention (issue 5): tests and benchmarks"
-  timeout 240 "$build/test_dmattn_reference" > "$out/dmattn_reference_tests.log" 2>&1; echo "test_dmattn_reference: rc=$? $(tail -1 "$out/dmattn_reference_tests.log")"
-  timeout 300 "$build/test_dmattn" > "$out/dmattn_tests.log" 2>&1; echo "test_dmattn: rc=$? $(tail -1 "$out/dmattn_tests.log")"
-  timeout 120 "$build/test_dmattn_summary" > "$out/dmattn_summary_tests.log" 2>&1
-  echo "test_dmattn_summary: rc=$? $(tail -1 "$out/dmattn_summary_tests.log")"
-  timeout 120 "$build/test_dmattn_backward_reference" > "$out/dmattn_backward_reference_tests.log" 2>&1
-  echo "test_dmattn_backward_reference: rc=$? $(tail -1 "$out/dmattn_backward_reference_tests.log")"
-  timeout 180 "$build/test_dmattn_backward" > "$out/dmattn_backward_tests.log" 2>&1
-  echo "test_dmattn_backward: rc=$? $(tail -1 "$out/dmattn_backward_tests.log")"
-  grep -m 20 FAIL "$out/dmattn_tests.log" "$out/dmattn_summary_tests.log" "$out/dmattn_reference_tests.log" \
-    "$out/dmattn_backward_reference_tests.log" \
-    "$out/dmattn_backward_tests.log" | cut -c1-220
+  step "dynamic-mask attention (issue 5): benchmarks"
   : > "$out/dmattn_bench.txt"
   dbench() { timeout 180 "$build/flash_attn_mma" "$@" "${peers[@]}" --iters 10 --warmup 2 --csv "$out/dmattn.csv" 2>&1 | tee -a "$out/dmattn_bench.txt" | grep -vE "^-+$"; }
   # flash-dmattn's training shape: B=1 H=2 Hkv=1 D=128 causal, top-1024 keys of the bias per query
