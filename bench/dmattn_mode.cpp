@@ -478,8 +478,11 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
       }
       bwd.ms = timing.median_ms;
       bwd.tflops = bwd_flops / (bwd.ms * 1e-3) / 1e12;
-      bwd.note += "q chunks " + std::to_string(bwd_chunks) +
-                  (dma_backward_plans_chunks(p, opt.deterministic, opt.bwd_chunks) ? " (1 if the mask pass finds the slots even)" : "") +
+      const int walked = dma_backward_walked_chunks(p, opt.deterministic, opt.bwd_chunks, ws);
+      bwd.note += "q chunks " + std::to_string(walked) +
+                  (!dma_backward_plans_chunks(p, opt.deterministic, opt.bwd_chunks) ? ""
+                   : walked == bwd_chunks ? " (the chunk plan kept them: skewed)"
+                                          : " (of " + std::to_string(bwd_chunks) + " launched: the chunk plan found the slots even)") +
                   "; core " + dma_backward_core_name(p, ba.core) +
                   (p.mask.data == nullptr       ? ""
                    : ba.mask_summary != nullptr ? "; mask summary: the forward's"

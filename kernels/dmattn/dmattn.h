@@ -220,6 +220,11 @@ int dma_backward_resolve_chunks(const DynamicMaskProblem& p, bool deterministic,
 // they are spread evenly (the automatic count with a mask, where the key tiles
 // alone give every SM 4 blocks; dmattn_bwd.cu: the chunk plan).
 bool dma_backward_plans_chunks(const DynamicMaskProblem& p, bool deterministic, int requested);
+// The chunk count the last dma_backward with this workspace (and the same
+// problem and request) walked: the plan's decision where it planned (after
+// that call has finished: a synchronous read of the workspace), else
+// dma_backward_resolve_chunks. For reports (the harness's row).
+int dma_backward_walked_chunks(const DynamicMaskProblem& p, bool deterministic, int requested, const float* workspace);
 // Workspace bytes for dma_backward with the same `deterministic` and `q_chunks`
 // (the requested count, resolved as above).
 size_t dma_backward_workspace_bytes(const DynamicMaskProblem& p, bool deterministic = false, int q_chunks = 0);

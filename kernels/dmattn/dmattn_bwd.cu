@@ -1129,6 +1129,17 @@ bool dma_backward_plans_chunks(const DynamicMaskProblem& p, bool deterministic, 
          key_tile_blocks >= 4 * int64_t(device_sm_count());
 }
 
+int dma_backward_walked_chunks(const DynamicMaskProblem& p, bool deterministic, int requested, const float* workspace) {
+  const int chunks = dma_backward_resolve_chunks(p, deterministic, requested);
+  if (!dma_backward_plans_chunks(p, deterministic, requested) || workspace == nullptr) return chunks;
+  unsigned long long live = 0;
+  const BwdWorkspace w = plan_workspace(p, deterministic, chunks);
+  if (cudaMemcpy(&live, reinterpret_cast<const unsigned long long*>(workspace + w.plan) + kPlanLiveChunks, sizeof live,
+                 cudaMemcpyDeviceToHost) != cudaSuccess)
+    return chunks;
+  return int(live);
+}
+
 size_t dma_backward_workspace_bytes(const DynamicMaskProblem& p, bool deterministic, int q_chunks) {
   return plan_workspace(p, deterministic, dma_backward_resolve_chunks(p, deterministic, q_chunks)).total_floats *
          sizeof(float);
