@@ -1099,11 +1099,16 @@ constexpr int kDmaBwdSlotsPerChunkWide = 32;
 //    (H200, all-ones + bias, B=1 H=8 N=8192): forced 4 chunks 2.739 ms,
 //    forced 1 2.521, the plan with the accumulators kept 2.649; causal keeps
 //    its chunks (busiest = 2x the mean; 1 chunk 1.695 against 1.570 ms).
+namespace {
+// The unsplit grid: one block per (64-key tile, KV head, batch).
+int64_t key_tile_blocks(const DynamicMaskProblem& p) { return int64_t((p.Nk + kDmaBc - 1) / kDmaBc) * p.Hkv * p.B; }
+}  // namespace
+
 int dma_backward_resolve_chunks(const DynamicMaskProblem& p, bool deterministic, int requested) {
   if (deterministic) return 1;
   if (requested > 0) return requested;
   const int sms = device_sm_count();
-  const int64_t unsplit = int64_t((p.Nk + kDmaBc - 1) / kDmaBc) * p.Hkv * p.B;
+  const int64_t unsplit = key_tile_blocks(p);
   const int64_t slots = int64_t(p.H / p.Hkv) * ((p.Nq + kDmaBr - 1) / kDmaBr);
   int64_t want;
   if (p.mask.data == nullptr) {
@@ -1124,9 +1129,8 @@ bool dma_backward_plans_chunks(const DynamicMaskProblem& p, bool deterministic, 
   // so the plan could only keep the chunks; skip its kernel (~20 us at
   // top-1024 B=2 L=32K, session 13).
   if (p.causal && 5 * int64_t(p.Nq) > 2 * int64_t(p.Nk)) return false;
-  const int64_t key_tile_blocks = (p.Nk + kDmaBc - 1) / kDmaBc * int64_t(p.Hkv) * p.B;
   return dma_backward_resolve_chunks(p, deterministic, requested) > 1 &&
-         key_tile_blocks >= 4 * int64_t(device_sm_count());
+         key_tile_blocks(p) >= 4 * int64_t(device_sm_count());
 }
 
 int dma_backward_walked_chunks(const DynamicMaskProblem& p, bool deterministic, int requested, const float* workspace) {
