@@ -58,6 +58,13 @@ bwd_ab() {
   echo "$1 old: $(bwd_row "$FO" "${@:2}")"
   echo "$1 new: $(bwd_row "$F" "${@:2}")"
 }
+# bwd_ab_shapes : bwd_ab on the all-active shape (D = 128, 64) and the
+# training shape's top-1024 (L = 16K, 32K).
+bwd_ab_shapes() {
+  local D N
+  for D in 128 64; do bwd_ab "all-active D=$D" $BWD_DENSE --D $D; done
+  for N in 16384 32768; do bwd_ab "top-1024 L=$N" $BWD_SPARSE --N $N; done
+}
 # bwd_peers ARGS... : this tree's backward row and the torch peers' backward
 # rows of one run (10 timed runs after 2 warm-ups).
 bwd_peers() {

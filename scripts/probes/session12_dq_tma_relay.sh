@@ -36,24 +36,17 @@ for tool in memcheck synccheck; do
     --variant 'cluster*' --iters 1 --warmup 0 --check > $L/san.log 2>&1
   el "rung 10 $tool rc=$? $(grep -E 'SUMMARY' $L/san.log) $(grep -c FAIL $L/san.log) FAIL"
 done
-dense=$BWD_DENSE
-sparse=$BWD_SPARSE
 r10() { timeout 120 $1 --B 1 --H 8 --N 8192 --D 1024 --variant 'cluster-split-d+stage1+push' --iters 10 --warmup 2 "${@:2}" 2>&1 | grep -E "cluster" | cut -c1-110; }
 for rep in 1 2; do
-  for D in 128 64; do
-    bwd_ab "all-active D=$D" $dense --D $D
-  done
-  for N in 16384 32768; do
-    bwd_ab "top-1024 L=$N" $sparse --N $N
-  done
+  bwd_ab_shapes
   echo "rung 10 old: $(r10 $FO)"
   echo "rung 10 new: $(r10 $F)"
 done
 echo "rung 10 causal old: $(r10 $FO --causal)"
 echo "rung 10 causal new: $(r10 $F --causal)"
 el "A/B done"
-bwd_peers $dense --D 128
-bwd_peers $dense --D 64
+bwd_peers $BWD_DENSE --D 128
+bwd_peers $BWD_DENSE --D 64
 timeout 200 $F --B 1 --H 8 --N 8192 --D 1024 --variant 'cluster*' --torch --sdpa --check --iters 10 --warmup 2 > $L/r10peers.txt 2>&1
 grep -E "cluster|unfused|efficient|cudnn|rel" $L/r10peers.txt | cut -c1-150
 el done

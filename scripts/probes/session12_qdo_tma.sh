@@ -16,20 +16,13 @@ probe_build flash_attn_mma test_dmattn_backward
 wait $old_pid; el "old built"; FO=$OLD/build-gpu/flash_attn_mma
 run_test 300 test_dmattn_backward
 bwd_sanitizers
-dense=$BWD_DENSE
-sparse=$BWD_SPARSE
 for rep in 1 2; do
-  for D in 128 64; do
-    bwd_ab "all-active D=$D" $dense --D $D
-  done
-  for N in 16384 32768; do
-    bwd_ab "top-1024 L=$N" $sparse --N $N
-  done
+  bwd_ab_shapes
 done
-bwd_ab "deterministic D=128" $dense --D 128 --deterministic
+bwd_ab "deterministic D=128" $BWD_DENSE --D 128 --deterministic
 el "A/B done"
-bwd_peers $dense --D 128
-bwd_peers $dense --D 64
+bwd_peers $BWD_DENSE --D 128
+bwd_peers $BWD_DENSE --D 64
 for s in "--B 2 --H 4 --Hkv 2 --Nq 1000 --Nk 777 --D 128 --causal --mask topk --window 100 --bias" \
          "--B 1 --H 2 --Nq 129 --Nk 1000 --D 64 --mask topk --window 64 --bias --dtype bf16"; do
   echo "check $s: $(timeout 60 $F $s --bwd --check --iters 2 --warmup 1 2>&1 | grep -E 'dmattn bwd:' | grep -oE 'PASS|FAIL' | head -1)"
