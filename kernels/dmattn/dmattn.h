@@ -211,6 +211,10 @@ struct DmaBackwardArgs {
   // mask pre-pass (at L = 32K, 538 MB of mask read again). nullptr: it runs
   // its own.
   const uint32_t* mask_summary = nullptr;
+  // Experiment (session 13, not yet measured): each key tile walks its query
+  // tiles starting at its own offset (key tile j: from m_first + j, wrapping),
+  // so that the blocks reduce dQ into different query tiles at a time.
+  bool rotate_slots = false;
 };
 std::string dma_backward_unsupported(const DynamicMaskProblem& p);
 // "mma" or "wgmma" for this problem and request; "" where the request cannot run.

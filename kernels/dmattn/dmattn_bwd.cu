@@ -407,7 +407,7 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
                const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUtensorMap tma_do, bool qdo_tma,
                T* __restrict__ dk, T* __restrict__ dv, float* __restrict__ dkv_accum, DbiasTarget dbias_target,
                const DynamicMaskProblem p, const MaskSummary summary, int chunks,
-               const unsigned long long* __restrict__ chunk_plan) {
+               const unsigned long long* __restrict__ chunk_plan, bool rotate_slots) {
   constexpr int D = Cfg::kHeadDim, Br = Cfg::kBr, Bc = Cfg::kBc, kStride = Cfg::kStride;
   constexpr int kDs = Cfg::kDsStride;
   // The chunks this key tile's slots are dealt to: `chunks` as launched, or
@@ -482,9 +482,15 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
   // so that its fp32 sums (and the deterministic mode's bits) are unchanged.
   const int n_m = max(0, n_q_tiles - m_first), n_slots = n_m * group;
   const int slot_major = chunks > 1 ? group : n_m;  // s = major·slot_major + minor
+  // Experiment (DmaBackwardArgs::rotate_slots): key tile j walks its query
+  // tiles from m_first + j mod n_m on, wrapping, instead of from m_first, so
+  // that the key tiles' blocks, which run in step, reduce their dQ into
+  // different query tiles at a time instead of all into the same one.
+  const int m_rot = rotate_slots && n_m > 0 ? j_tile % n_m : 0;
   auto slot_head = [&](int s, int& m, int& h) {
     const int major = s / slot_major, minor = s % slot_major;
-    m = m_first + (chunks > 1 ? major : minor);
+    const int mi = chunks > 1 ? major : minor;
+    m = m_first + (mi + m_rot < n_m ? mi + m_rot : mi + m_rot - n_m);
     h = hk * group + (chunks > 1 ? minor : major);
   };
   // ---- P, dS (in place of Sᵀ, dPᵀ) and dBias, for a slice of Cfg::kHalf queries
@@ -1230,7 +1236,7 @@ cudaError_t dma_backward(const DynamicMaskProblem& p, const DmaBackwardArgs& a, 
                            static_cast<const T*>(a.dout), static_cast<const float*>(a.lse),
                            static_cast<const float*>(delta), dq_accum, tma_dq, tma_q, tma_do, qdo_tma,
                            static_cast<T*>(a.dk), static_cast<T*>(a.dv), dkv_accum, w.target, p, summary, chunks,
-                           static_cast<const unsigned long long*>(chunk_plan));
+                           static_cast<const unsigned long long*>(chunk_plan), a.rotate_slots);
       if (e != cudaSuccess) return e;
       if (dkv_accum) {  // dK = scale · Σ chunks, dV = Σ chunks, in the input dtype
         sum_copies_to_dtype_kernel<T><<<1024, 256, 0, stream>>>(dkv_accum, 1, static_cast<T*>(a.dk), kv_elems,
