@@ -110,9 +110,6 @@ dynamic-mask attention (flash-dmattn semantics; any of these selects it):
                     chunk's forward on a side stream as soon as its bits exist)
   --dma-prepass-chunks N  pipelined: the pre-pass's chunks (0: automatic, 4;
                     at most 16)
-  --dma-scan-segments W  in-kernel scan on the wgmma core, one split: scan the
-                    mask rows W words of 32 key tiles at a time between the
-                    computed segments (an experiment; 0: all first, the default)
   Rows: dmattn (ours; effective TFLOPS count unmasked pairs only; the share of
   64x64 tiles skipped), the dense split-q+stage2 rung on the same shape, and
   with --sdpa/--torch torch given the same mask as an additive float mask:
@@ -228,7 +225,6 @@ ParseResult parse_args(const std::vector<std::string>& args) {
       }
     }
     else if (flag == "--dma-prepass-chunks") int_flag(0, 16, &o.dma_prepass_chunks);
-    else if (flag == "--dma-scan-segments") int_flag(0, 64, &o.dma_scan_segments);
     else if (flag == "--bwd") bool_flag(&o.bwd);
     else if (flag == "--deterministic") { bool_flag(&o.deterministic); o.bwd = o.bwd || o.deterministic; }
     else if (flag == "--bwd-chunks") { int_flag(0, 4096, &o.bwd_chunks); o.bwd = true; }

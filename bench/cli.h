@@ -38,14 +38,13 @@ struct Options {
   std::string dma_core = "auto";  // the forward's tensor-core path: auto | mma | wgmma
   std::string dma_mask_scan = "auto";  // where the forward reads the mask: auto | prepass | in-kernel | pipelined
   int dma_prepass_chunks = 0;          // the pipelined pre-pass's chunks (0: automatic)
-  int dma_scan_segments = 0;           // the in-kernel scan's segment, in 32-tile words (0: one pass)
   bool bwd = false;           // also time (and with --check, check) the backward
   bool deterministic = false;  // the backward's deterministic mode (bitwise reproducible)
   int bwd_chunks = 0;         // the backward's query chunks per key tile (0: automatic)
   bool bwd_rotate = false;    // the backward's query tiles walked from per-key-tile offsets (experiment)
   bool dynamic_mask() const {
     return !mask.empty() || Hkv > 0 || bias || softcap > 0.f || bwd || deterministic || dma_core != "auto" ||
-           dma_mask_scan != "auto" || dma_prepass_chunks != 0 || dma_scan_segments != 0;
+           dma_mask_scan != "auto" || dma_prepass_chunks != 0;
   }
   bool list = false;
   bool help = false;

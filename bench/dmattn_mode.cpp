@@ -192,7 +192,6 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
                   : opt.dma_mask_scan == "pipelined" ? DmaMaskScan::kPipelined
                                                      : DmaMaskScan::kAuto;
     a.prepass_chunks = opt.dma_prepass_chunks;
-    a.scan_segment_words = opt.dma_scan_segments;
     const std::string core = dma_forward_core_name(p, a.core);
     if (core.empty())
       return fail(a.core == DmaCore::kGather
@@ -216,8 +215,6 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
     const double grid_tiles = double(p.B) * p.H * ((p.Nq + kDmaBr - 1) / kDmaBr) * ((p.Nk + kDmaBc - 1) / kDmaBc);
     std::string scan = dma_forward_mask_scan_name(p, a.mask_scan, a.splits, a.core);
     if (scan == "pipelined") scan += " (" + std::to_string(dma_resolve_prepass_chunks(p, a.prepass_chunks)) + " chunks)";
-    if (scan == "in-kernel" && a.scan_segment_words > 0 && core.rfind("wgmma", 0) == 0 && a.splits == 1)
-      scan += " (segments of " + std::to_string(a.scan_segment_words) + " words)";
     char note[260];
     std::snprintf(note, sizeof note,
                   "tiles skipped %.1f%% (%llu of %.0f 64x64 tiles run; causal range %llu); splits %d; core %s; mask scan %s",

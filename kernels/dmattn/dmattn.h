@@ -150,10 +150,6 @@ struct DmaForwardArgs {
   // kDmaMaxPrepassChunks), cut so that each reads about the same share of
   // the mask.
   int prepass_chunks = 0;
-  // Experiment (session 13, not yet measured): with the in-kernel scan on the
-  // wgmma core and one split, scan the mask rows this many 32-tile words at a
-  // time between the computed segments (0: all before the first tile).
-  int scan_segment_words = 0;
 };
 
 // The split count `0 = automatic` resolves to: 1 when the query blocks already

@@ -99,15 +99,10 @@ namespace {
 // padded by 8 halves. The 4 warps are one warpgroup either way, and the
 // accumulator layout is the same, so everything between the two matrix
 // products is one code.
-template <int kHeadDim_, bool kWgmma_ = false, bool kSegmentedScan_ = false>
+template <int kHeadDim_, bool kWgmma_ = false>
 struct DmaConfig {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kWgmma = kWgmma_;
-  // The in-kernel scan in segments between computed tiles (an experiment,
-  // DmaForwardArgs::scan_segment_words; its own instantiation, so that the
-  // default kernel carries none of its code or registers).
-  static constexpr bool kSegmentedScan = kSegmentedScan_;
-  static_assert(!kSegmentedScan || kWgmma, "the segmented scan is the wgmma core's");
   static constexpr int kBr = kDmaBr, kBc = kDmaBc;
   static constexpr int kWarps = 4;
   static constexpr int kThreads = 32 * kWarps;
@@ -221,7 +216,7 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
                    float* __restrict__ lse, const DynamicMaskProblem p, const MaskSummary summary,
                    unsigned long long* counters, float* __restrict__ partials, int splits,
                    const __grid_constant__ CUtensorMap tma_k, const __grid_constant__ CUtensorMap tma_v, bool use_tma,
-                   bool scan_in_kernel, int m_first, int scan_segment_words) {
+                   bool scan_in_kernel, int m_first) {
   constexpr int D = Cfg::kHeadDim, Br = Cfg::kBr, Bc = Cfg::kBc, kStride = Cfg::kRowStride;
   // Launched overlapped with the mask pre-pass (sm_90): nothing may be read
   // or written before that grid, or whatever ran before, has completed. The
@@ -278,53 +273,42 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
   // ---- 1. which KV tiles does any row of this block see? ----------------------
   // The mask pre-pass's bits of this query tile, restricted to [tile_begin, tile_end).
   int n_active = tile_end - tile_begin;
-  // The in-kernel scan in segments (wgmma core, one split; scan_segment_words
-  // > 0, an experiment, DmaForwardArgs::scan_segment_words): the block scans
-  // its mask rows that many 32-tile words at a time, computes the segment's
-  // active tiles, then scans the next, so that blocks that started together
-  // do not all read the mask at once while none computes. The first segment
-  // is 1 to scan_segment_words words longer, by block, to spread the phases.
-  const int words_end = dma_bitmap_words(tile_end);
-  const bool segmented = Cfg::kSegmentedScan && scan_in_kernel && scan_segment_words > 0 && splits == 1 &&
-                         p.mask.data != nullptr;
-  int scan_word_next = words_end;  // the first word not yet scanned
-  mask_scan::TileRows scan_rows{};
-  int scan_key_end = 0;
-  // Bits of [tile_begin, tile_end) only: a word may hold tiles of the split
-  // before or after this one.
-  auto in_range = [&](int w) {
-    const int lo = max(0, tile_begin - 32 * w), hi = min(32, tile_end - 32 * w);
-    return hi <= lo ? 0u : (hi == 32 ? ~0u : (1u << hi) - 1u) & ~((1u << lo) - 1u);
-  };
-  // Read this query tile's rows of the mask over words [w_lo, w_hi) here
-  // (dmattn_mask_scan.cuh): warp w takes rows w, w + 4, ...; kScanRowBatch x 4
-  // loads of 16 bytes per lane in flight. Words are OR-ed / AND-ed across the warps.
-  // inline_scan: between tiles (O live), the inlined scan with 2-row batches.
-  auto scan_range = [&](int w_lo, int w_hi, auto inline_scan) {
-    for (int w = w_lo + int(threadIdx.x); w < w_hi; w += Cfg::kThreads) {
-      bitmap[w] = 0u;
-      full_bitmap[w] = ~0u;
+  if (p.mask.data != nullptr) {
+    // Bits of [tile_begin, tile_end) only: a word may hold tiles of the split
+    // before or after this one.
+    auto in_range = [&](int w) {
+      const int lo = max(0, tile_begin - 32 * w), hi = min(32, tile_end - 32 * w);
+      return hi <= lo ? 0u : (hi == 32 ? ~0u : (1u << hi) - 1u) & ~((1u << lo) - 1u);
+    };
+    if (scan_in_kernel) {
+      // Read this query tile's rows of the mask here (dmattn_mask_scan.cuh):
+      // warp w takes rows w, w + 4, ...; kScanRowBatch x 4 loads of 16 bytes
+      // per lane in flight. Words are OR-ed / AND-ed across the warps.
+      for (int w = threadIdx.x; w < dma_bitmap_words(tile_end); w += Cfg::kThreads) {
+        bitmap[w] = 0u;
+        full_bitmap[w] = ~0u;
+      }
+      __syncthreads();
+      const mask_scan::TileRows rows = mask_scan::tile_rows(p, p.mask.b == 1 ? 0 : b,
+                                                            p.mask.h == 1 ? 0 : h / p.mask.head_group, m_block);
+      const int key_end = min(rows.key_end, tile_end * Bc);
+      mask_scan::scan_words<Cfg::kWarps, Cfg::kScanRowBatch>(rows.row0, p.mask.stride_q, rows.rows, p.Nk, key_end,
+                                                             tile_begin / 32, mask_scan::mask_vector_loads(p), bitmap,
+                                                             full_bitmap);
+      __syncthreads();
+      for (int w = threadIdx.x; w < dma_bitmap_words(tile_end); w += Cfg::kThreads) bitmap[w] &= in_range(w);
+    } else {
+      const int64_t srow = summary.row(p, b, h, m_block);
+      for (int w = threadIdx.x; w < dma_bitmap_words(tile_end); w += Cfg::kThreads) {
+        const uint32_t range = in_range(w);
+        bitmap[w] = range != 0u ? __ldg(summary.any + srow + w) & range : 0u;
+        full_bitmap[w] = range != 0u ? __ldg(summary.all + srow + w) : 0u;
+      }
     }
     __syncthreads();
-    const int key_end = min(scan_key_end, w_hi * 32 * Bc);
-    if constexpr (decltype(inline_scan)::value)
-      mask_scan::scan_words_inline<Cfg::kWarps, 2>(scan_rows.row0, p.mask.stride_q, scan_rows.rows, p.Nk, key_end,
-                                                   w_lo, mask_scan::mask_vector_loads(p), bitmap, full_bitmap);
-    else
-      mask_scan::scan_words<Cfg::kWarps, Cfg::kScanRowBatch>(scan_rows.row0, p.mask.stride_q, scan_rows.rows, p.Nk,
-                                                             key_end, w_lo, mask_scan::mask_vector_loads(p), bitmap,
-                                                             full_bitmap);
-    __syncthreads();
-    for (int w = w_lo + int(threadIdx.x); w < w_hi; w += Cfg::kThreads) bitmap[w] &= in_range(w);
-  };
-  // The active tiles of words [w_lo, w_hi) appended to the list after its
-  // first `listed` entries (in tile order: deterministic, ascending); the new
-  // length, the same in every thread.
-  auto append_words = [&](int w_lo, int w_hi, int listed) {
-    __syncthreads();
-    if (warp == 0) {
-      int base = listed;
-      for (int w = w_lo; w < w_hi; ++w) {
+    if (warp == 0) {  // compaction in tile order: deterministic, ascending
+      int base = 0;
+      for (int w = tile_begin / 32; w < dma_bitmap_words(tile_end); ++w) {
         const uint32_t bits = bitmap[w];
         if (bits >> lane & 1u) active[base + __popc(bits & ((1u << lane) - 1u))] = uint16_t(w * 32 + lane);
         base += __popc(bits);
@@ -332,97 +316,11 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
       if (lane == 0) n_active_shared = base;
     }
     __syncthreads();
-    return n_active_shared;
-  };
-  // Scans segments from scan_word_next until the list holds more than
-  // `listed` tiles or the mask rows are done (segmented scan only).
-  auto scan_more = [&](int listed, auto inline_scan) {
-    int n = listed;
-    while (n == listed && scan_word_next < words_end) {
-      const int hi = min(words_end, scan_word_next + scan_segment_words);
-      scan_range(scan_word_next, hi, inline_scan);
-      n = append_words(scan_word_next, hi, listed);
-      scan_word_next = hi;
-    }
-    return n;
-  };
-  if constexpr (Cfg::kSegmentedScan) {
-    if (p.mask.data != nullptr) {
-      const int w_begin = tile_begin / 32;
-      if (scan_in_kernel) {
-        scan_rows = mask_scan::tile_rows(p, p.mask.b == 1 ? 0 : b, p.mask.h == 1 ? 0 : h / p.mask.head_group, m_block);
-        scan_key_end = min(scan_rows.key_end, tile_end * Bc);
-        scan_word_next = segmented ? min(words_end, w_begin + scan_segment_words +
-                                                        int((blockIdx.x * 2654435761u) >> 16) % scan_segment_words)
-                                   : words_end;
-        scan_range(w_begin, scan_word_next, std::false_type{});
-        n_active = append_words(w_begin, scan_word_next, 0);
-        if (segmented && n_active == 0) n_active = scan_more(0, std::false_type{});
-      } else {
-        const int64_t srow = summary.row(p, b, h, m_block);
-        for (int w = threadIdx.x; w < words_end; w += Cfg::kThreads) {
-          const uint32_t range = in_range(w);
-          bitmap[w] = range != 0u ? __ldg(summary.any + srow + w) & range : 0u;
-          full_bitmap[w] = range != 0u ? __ldg(summary.all + srow + w) : 0u;
-        }
-        n_active = append_words(w_begin, words_end, 0);
-      }
-    }
-    // (segmented: counted after the loop, when the list is complete)
-    if (counters != nullptr && threadIdx.x == 0 && !segmented) {
-      atomicAdd(counters, (unsigned long long)n_active);
-      atomicAdd(counters + 1, (unsigned long long)(tile_end - tile_begin));
-    }
-  } else {  // (the default kernel: one pass, as before the experiment)
-    if (p.mask.data != nullptr) {
-      // Bits of [tile_begin, tile_end) only: a word may hold tiles of the split
-      // before or after this one.
-      auto in_range = [&](int w) {
-        const int lo = max(0, tile_begin - 32 * w), hi = min(32, tile_end - 32 * w);
-        return hi <= lo ? 0u : (hi == 32 ? ~0u : (1u << hi) - 1u) & ~((1u << lo) - 1u);
-      };
-      if (scan_in_kernel) {
-        // Read this query tile's rows of the mask here (dmattn_mask_scan.cuh):
-        // warp w takes rows w, w + 4, ...; kScanRowBatch x 4 loads of 16 bytes
-        // per lane in flight. Words are OR-ed / AND-ed across the warps.
-        for (int w = threadIdx.x; w < dma_bitmap_words(tile_end); w += Cfg::kThreads) {
-          bitmap[w] = 0u;
-          full_bitmap[w] = ~0u;
-        }
-        __syncthreads();
-        const mask_scan::TileRows rows = mask_scan::tile_rows(p, p.mask.b == 1 ? 0 : b,
-                                                              p.mask.h == 1 ? 0 : h / p.mask.head_group, m_block);
-        const int key_end = min(rows.key_end, tile_end * Bc);
-        mask_scan::scan_words<Cfg::kWarps, Cfg::kScanRowBatch>(rows.row0, p.mask.stride_q, rows.rows, p.Nk, key_end,
-                                                               tile_begin / 32, mask_scan::mask_vector_loads(p), bitmap,
-                                                               full_bitmap);
-        __syncthreads();
-        for (int w = threadIdx.x; w < dma_bitmap_words(tile_end); w += Cfg::kThreads) bitmap[w] &= in_range(w);
-      } else {
-        const int64_t srow = summary.row(p, b, h, m_block);
-        for (int w = threadIdx.x; w < dma_bitmap_words(tile_end); w += Cfg::kThreads) {
-          const uint32_t range = in_range(w);
-          bitmap[w] = range != 0u ? __ldg(summary.any + srow + w) & range : 0u;
-          full_bitmap[w] = range != 0u ? __ldg(summary.all + srow + w) : 0u;
-        }
-      }
-      __syncthreads();
-      if (warp == 0) {  // compaction in tile order: deterministic, ascending
-        int base = 0;
-        for (int w = tile_begin / 32; w < dma_bitmap_words(tile_end); ++w) {
-          const uint32_t bits = bitmap[w];
-          if (bits >> lane & 1u) active[base + __popc(bits & ((1u << lane) - 1u))] = uint16_t(w * 32 + lane);
-          base += __popc(bits);
-        }
-        if (lane == 0) n_active_shared = base;
-      }
-      __syncthreads();
-      n_active = n_active_shared;
-    }
-    if (counters != nullptr && threadIdx.x == 0) {
-      atomicAdd(counters, (unsigned long long)n_active);
-      atomicAdd(counters + 1, (unsigned long long)(tile_end - tile_begin));
-    }
+    n_active = n_active_shared;
+  }
+  if (counters != nullptr && threadIdx.x == 0) {
+    atomicAdd(counters, (unsigned long long)n_active);
+    atomicAdd(counters + 1, (unsigned long long)(tile_end - tile_begin));
   }
   // No active tile: every row of the block is fully masked — O = 0, LSE =
   // -inf (a split's partial likewise), written straight away with wide
@@ -599,7 +497,7 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
       load_kv_wgmma(0, tile);  // Q joins K's group
     }
     for (int i = 0; i < n_active; ++i) {
-      int next_tile = i + 1 < n_active ? tile_at(i + 1) : 0;
+      const int next_tile = i + 1 < n_active ? tile_at(i + 1) : 0;
       if (i + 1 < n_active) load_kv_wgmma(i + 1, next_tile);
       else { cp_async_commit(); cp_async_commit(); }
       const bool mask_full = is_full(tile);
@@ -651,18 +549,7 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
       wgmma_wait<0>();
       fence_accumulators(O);
       __syncthreads();  // slot i % 2 is refilled next iteration
-      if (segmented && i + 1 == n_active) {  // uniform: the list ran out; scan on
-        n_active = scan_more(n_active, std::true_type{});
-        if (i + 1 < n_active) {
-          next_tile = tile_at(i + 1);
-          load_kv_wgmma(i + 1, next_tile);  // no copy in flight across the scan
-        }
-      }
       tile = next_tile;
-    }
-    if (segmented && counters != nullptr && threadIdx.x == 0) {
-      atomicAdd(counters, (unsigned long long)n_active);
-      atomicAdd(counters + 1, (unsigned long long)(tile_end - tile_begin));
     }
 #else
     __trap();  // never launched: the host picks this core only on sm_90 with sm_90a code
@@ -1344,7 +1231,7 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
             kernel<<<chunk_grid, Cfg::kThreads, smem, side>>>(
                 static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
                 static_cast<T*>(a.o), a.lse, p, summary, a.tile_counters, partials, 1, tma_k, tma_v, use_tma, false,
-                bounds[c], 0);
+                bounds[c]);
             e = cudaGetLastError();
           }
           // Recorded even after an error, so that the join below covers
@@ -1363,18 +1250,13 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
                                                   static_cast<const T*>(a.q), static_cast<const T*>(a.k),
                                                   static_cast<const T*>(a.v), static_cast<T*>(a.o), a.lse, p, summary,
                                                   a.tile_counters, partials, splits, tma_k, tma_v, use_tma,
-                                                  scan_in_kernel, 0, a.scan_segment_words);
+                                                  scan_in_kernel, 0);
       if (e == cudaSuccess && splits > 1) e = combine_partials(T{});
       return e;
     });
   };
   if (core != "mma")
-    dispatch_head_dim<DMA_WGMMA_HEAD_DIMS>(p.D, [&](auto d) {
-      if (scan_in_kernel && splits == 1 && a.scan_segment_words > 0 && p.mask.data != nullptr)
-        run(DmaConfig<decltype(d)::value, true, true>{});
-      else
-        run(DmaConfig<decltype(d)::value, true>{});
-    });
+    dispatch_head_dim<DMA_WGMMA_HEAD_DIMS>(p.D, [&](auto d) { run(DmaConfig<decltype(d)::value, true>{}); });
   else
     dispatch_head_dim<DMA_HEAD_DIMS>(p.D, [&](auto d) { run(DmaConfig<decltype(d)::value>{}); });
   return err;

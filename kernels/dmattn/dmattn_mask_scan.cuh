@@ -169,26 +169,6 @@ __device__ __noinline__ void scan_words(const uint8_t* tile_row0, int64_t stride
   }
 }
 
-// The same, inlined, for a caller with live accumulators (the forward's
-// segmented scan between tiles): a call would save them around it (spills),
-// so the words are read here with a small row batch instead (its loads in
-// registers the tile's scores no longer hold).
-template <int kWarps, int kRowBatch>
-__device__ __forceinline__ void scan_words_inline(const uint8_t* tile_row0, int64_t stride_q, int rows, int Nk,
-                                                  int key_end, int word_begin, bool vec, uint32_t* any_words,
-                                                  uint32_t* all_words) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-#pragma unroll 1
-  for (int w = word_begin; w * 32 * kDmaBc < key_end; ++w) {
-    uint32_t any, all;
-    scan_word<kWarps, kRowBatch>(tile_row0, stride_q, rows, Nk, key_end, w, vec, warp, lane, any, all);
-    if (lane == 0) {
-      atomicOr(any_words + w, any);
-      atomicAnd(all_words + w, all);
-    }
-  }
-}
-
 // Where the mask rows of query tile m start, and how many there are: one row
 // for a query-broadcast mask. Keys at or past the returned key_end are never
 // seen by any row of the tile (causal, bottom-right aligned) and not read.

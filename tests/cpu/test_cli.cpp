@@ -122,9 +122,6 @@ TEST_CASE(cli_dynamic_mask_flags) {
   EXPECT_EQ(parse({"--dma-prepass-chunks", "4"}).options.dma_prepass_chunks, 4);
   EXPECT_TRUE(parse({"--dma-prepass-chunks", "4"}).options.dynamic_mask());
   EXPECT_CONTAINS(parse({"--dma-prepass-chunks", "17"}).error, "--dma-prepass-chunks must be between 0 and 16");
-  EXPECT_EQ(parse({"--dma-scan-segments", "1"}).options.dma_scan_segments, 1);
-  EXPECT_TRUE(parse({"--dma-scan-segments", "1"}).options.dynamic_mask());
-  EXPECT_CONTAINS(parse({"--dma-scan-segments", "65"}).error, "--dma-scan-segments must be between 0 and 64");
   EXPECT_TRUE(parse({"--mask", "causal"}).options.causal);    // --mask causal implies --causal
   EXPECT_CONTAINS(parse({"--mask", "random"}).error, "--mask must be none, causal, ones or topk, got 'random'");
   EXPECT_CONTAINS(parse({"--H", "8", "--Hkv", "3"}).error, "--H must be a multiple of --Hkv");

@@ -48,7 +48,6 @@ struct Case {
   int splits = 1;           // split-KV parts (0: automatic)
   DmaCore core = DmaCore::kAuto;  // the tensor-core path (auto: wgmma on sm_90 for D in {64, 128})
   DmaMaskScan mask_scan = DmaMaskScan::kAuto;  // where the forward reads the mask for its skip test
-  int scan_segments = 0;    // DmaForwardArgs::scan_segment_words (the in-kernel scan in segments)
   std::string name() const {
     char buf[256];
     std::snprintf(buf, sizeof buf, "B=%d H=%d Hkv=%d Nq=%d Nk=%d D=%d %s%s%s mask=%s bias=%s%s%s", B, H, Hkv, Nq,
@@ -67,7 +66,6 @@ struct Case {
     if (mask_scan == DmaMaskScan::kPrepass) s += " scan=prepass";
     if (mask_scan == DmaMaskScan::kInKernel) s += " scan=in-kernel";
     if (mask_scan == DmaMaskScan::kPipelined) s += " scan=pipelined(3)";
-    if (scan_segments > 0) s += " segments of " + std::to_string(scan_segments) + " words";
     if (keep != 0.4) s += " keep=" + std::to_string(keep).substr(0, 6);
     if (band_from != 0) s += " band from " + std::to_string(band_from);
     return s;
@@ -186,7 +184,6 @@ void run_case(const Case& c, uint64_t seed, bool corrupt = false) {
   a.core = c.core;
   a.mask_scan = c.mask_scan;
   a.prepass_chunks = 3;  // pipelined: three chunks (an odd count, a middle chunk), as many as there are query tiles
-  a.scan_segment_words = c.scan_segments;
   float* d_ws = nullptr;
   if (dma_forward_workspace_bytes(p, a.splits) > 0) {  // the mask summary and/or the split partials
     a.workspace_bytes = dma_forward_workspace_bytes(p, a.splits);
@@ -415,49 +412,8 @@ int main() {
     if (dma_forward_mask_scan_name(probe, DmaMaskScan::kPipelined, dma_resolve_splits(probe, c.splits)) == "pipelined")
       cases.push_back(c);
   }
-  // The in-kernel scan in segments (session 13's experiment; wgmma core, one
-  // split): rows of several 32-tile words, so that the block scans, computes,
-  // scans on — one word per segment, the first 1-2 words (by block); dense,
-  // the sparse band (its first word nearly empty from key 64), aligned and
-  // ragged rows, all ones, zero rows, top-W, causal with Nq < Nk and Nq > Nk.
-  const size_t n_before_segments = cases.size();
-  for (int D : {64, 128})
-    for (DType dt : {DType::kFloat16, DType::kBFloat16})
-      for (bool causal : {false, true}) {
-        std::vector<Case> seg;
-        Case a{1, 4, 2, 200, 7000, D, dt, causal, 0.f, true, true, 1, -1, 200, 1, -1, 1};
-        seg.push_back(a);                                  // random, the band from key 0
-        a.band_from = 64;
-        seg.push_back(a);                                  // the first word's tiles 1-32 in the band
-        Case o{1, 2, 2, 130, 8192, D, dt, causal, 0.f, true, true, 1, 0, 130, 1, 0, 1};
-        o.keep = 1.0;
-        o.band_from = 8192;
-        seg.push_back(o);                                  // all ones, aligned rows
-        Case z{2, 2, 1, 300, 5000, D, dt, causal, 10.f, true, true, 2, -1, 300, 1, -1, 1};
-        z.zero_rows = true;
-        seg.push_back(z);                                  // zero rows, softcap, per-batch mask
-        Case t{1, 2, 1, 4500, 4100, D, dt, causal, 0.f, true, true, 1, -1, 1, 1, -1, 1};
-        t.topk_window = 200;
-        seg.push_back(t);                                  // top-W of a query-broadcast bias, Nq > Nk
-        DynamicMaskProblem probe;
-        probe.D = D;
-        if (dma_forward_core_name(probe, DmaCore::kWgmma).empty()) continue;  // no wgmma core here
-        for (size_t i = 0; i < seg.size(); ++i) {
-          Case c = seg[i];
-          c.core = DmaCore::kWgmma;
-          c.mask_scan = DmaMaskScan::kInKernel;
-          c.scan_segments = 1;
-          cases.push_back(c);
-          if (i == 1) {  // the band case also with cp.async copies (no TMA) and 2-word segments
-            c.core = DmaCore::kWgmmaCpAsync;
-            c.scan_segments = 2;
-            cases.push_back(c);
-          }
-        }
-      }
-  std::printf("%zu cases (%zu more on the mma.sync core or wgmma with cp.async, %zu with the other mask scans, "
-              "%zu with the scan in segments)\n",
-              cases.size(), n_cores - n_auto, n_before_segments - n_cores, cases.size() - n_before_segments);
+  std::printf("%zu cases (%zu more on the mma.sync core or wgmma with cp.async, %zu with the other mask scans)\n",
+              cases.size(), n_cores - n_auto, cases.size() - n_cores);
   for (const Case& c : cases) run_case(c, ++seed);
   // The check can fail: the same rule on a corrupted output.
   run_case(Case{1, 2, 1, 129, 200, 64, DType::kFloat16, true, 0.f, true, true, 1, 0, 129, 1, 0, 1}, 77, true);
