@@ -484,7 +484,7 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
                   (!dma_backward_plans_chunks(p, opt.deterministic, opt.bwd_chunks) ? ""
                    : walked == bwd_chunks ? " (the chunk plan kept them: skewed)"
                                           : " (of " + std::to_string(bwd_chunks) + " launched: the chunk plan found the slots even)") +
-                  (ba.rotate_slots ? "; slots rotated" : "") + "; core " + dma_backward_core_name(p, ba.core) +
+                  (ba.rotate_slots ? "" : "; query tiles in order") + "; core " + dma_backward_core_name(p, ba.core) +
                   (p.mask.data == nullptr       ? ""
                    : ba.mask_summary != nullptr ? "; mask summary: the forward's"
                                                 : "; mask summary: its own pre-pass") +

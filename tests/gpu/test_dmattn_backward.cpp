@@ -71,8 +71,9 @@ std::vector<uint8_t> bytes_of(const void* dev, size_t n) {
 // The main kernel's core for every case (main() runs the suite once per core
 // where the automatic one is wgmma).
 DmaCore g_core = DmaCore::kAuto;
-// DmaBackwardArgs::rotate_slots for every case (main() runs a selection again with it).
-bool g_rotate = false;
+// DmaBackwardArgs::rotate_slots for every case (main() runs a selection again
+// without it: every key tile walking its query tiles in order).
+bool g_rotate = true;
 
 // q_chunks: DmaBackwardArgs::q_chunks (0 automatic). topk_window > 0: the
 // case's mask (give it none) is replaced by dma_build_topk_mask's top-W mask of
@@ -166,7 +167,7 @@ void run_case(const MaskedCase& c, uint64_t seed, bool deterministic = false, in
                            (deterministic ? " deterministic" : "") + " q_chunks " + std::to_string(q_chunks) +
                            " (resolved " + std::to_string(dma_backward_resolve_chunks(p, deterministic, q_chunks)) +
                            ") core " + dma_backward_core_name(p, g_core) +
-                           (reuse_summary ? " forward's summary" : "") + (g_rotate ? " slots rotated" : "");
+                           (reuse_summary ? " forward's summary" : "") + (g_rotate ? "" : " query tiles in order");
   if (e != cudaSuccess) {
     record(false, std::string("CUDA error ") + cudaGetErrorString(e) + ": " + name);
     cudaGetLastError();
@@ -286,10 +287,11 @@ int main() {
                "the chunk plan applies (key tile blocks >= 4 per SM): " + dense_plan.name());
         run_case(dense_plan, ++seed);
         run_case(skewed_plan, ++seed, false, 0, 1100, true);
-        // The query tiles walked from per-key-tile offsets (rotate_slots, an
-        // experiment): one chunk, 3 chunks, automatic (with the plan), the
-        // deterministic mode; GQA, causal with Nq != Nk, top-W, zero rows.
-        g_rotate = true;
+        // Every key tile walking its query tiles in order (rotate_slots off;
+        // the suite above runs the default, rotated walk): one chunk, 3
+        // chunks, automatic (with the plan), the deterministic mode; GQA,
+        // causal with Nq != Nk, top-W, zero rows.
+        g_rotate = false;
         for (int chunks : {1, 3, 0}) {
           run_case({1, 4, 2, 129, 200, 64, dt, causal, 0.f, 1, -1, 129, 1, -1, 1, false}, ++seed, false, chunks);
           run_case({1, 4, 2, 600, 700, 128, dt, causal, 0.f, 0, 0, 0, 1, 1, 1, false}, ++seed, false, chunks, 350, true);
@@ -297,7 +299,7 @@ int main() {
         }
         run_case({2, 4, 2, 130, 77, 128, dt, causal, 0.f, 1, 1, 130, 1, 1, 1, false}, ++seed, true);
         run_case(dense_plan, ++seed);
-        g_rotate = false;
+        g_rotate = true;
       }
   }
   return finish();
