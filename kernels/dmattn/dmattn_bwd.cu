@@ -126,9 +126,13 @@
 namespace attnlab {
 namespace {
 
-template <int kHeadDim_, bool kWgmma_ = false>
+template <int kHeadDim_, bool kWgmma_ = false, int kD64Variant_ = 0>
 struct DmaBwdConfig {
   static constexpr int kHeadDim = kHeadDim_;
+  // Experiment (DmaBackwardArgs::d64_variant): the blocks per SM the
+  // registers are bounded for (launch bounds), and the Sᵀ slices.
+  static constexpr int kD64Variant = kD64Variant_;
+  static constexpr int kMinBlocks = kD64Variant_ == 0 ? 1 : 3;
   // kWgmma: the five products as warpgroup MMAs (sm_90a; see the kernel).
   static constexpr bool kWgmma = kWgmma_;
   static constexpr int kBr = 64, kBc = 64, kWarps = 4, kThreads = 32 * kWarps;
@@ -158,7 +162,7 @@ struct DmaBwdConfig {
   // and dV), or with wgmma at D = 64 all 64 at once (m64n64). (Two slices
   // there, so that one's dV, dK run under the other's score code as at D =
   // 128, measured slower: 2.33 ms against 2.15 on the all-active shape.)
-  static constexpr int kHalf = kWgmma && kHeadDim <= 64 ? kBr : kBr / 2;
+  static constexpr int kHalf = kWgmma && kHeadDim <= 64 && kD64Variant != 1 ? kBr : kBr / 2;
   static constexpr int kTilesS = kHalf / 8;  // n8 tiles across the queries of a slice
   static constexpr int kTilesO = kHeadDim / 8;
   static constexpr int kDqParts = kHeadDim >= 128 ? 2 : 1;  // dQ columns in parts (registers)
@@ -400,7 +404,7 @@ __global__ void zero_dkv_accum_kernel(float* __restrict__ a, int64_t n, const un
 // tile j and walks chunk c's share of the key tile's (query head, query tile)
 // slots (see the file's opening comment: query chunks).
 template <typename Cfg, typename T>
-__global__ void __launch_bounds__(Cfg::kThreads, 1)
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                const T* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
                float* __restrict__ dq_accum, const __grid_constant__ CUtensorMap tma_dq,
@@ -1261,7 +1265,11 @@ cudaError_t dma_backward(const DynamicMaskProblem& p, const DmaBackwardArgs& a, 
       return cudaGetLastError();
     });
   };
-  if (core == "wgmma")
+  if (core == "wgmma" && p.D == 64 && a.d64_variant == 1)
+    run(DmaBwdConfig<64, true, 1>{});
+  else if (core == "wgmma" && p.D == 64 && a.d64_variant == 2)
+    run(DmaBwdConfig<64, true, 2>{});
+  else if (core == "wgmma")
     dispatch_head_dim<DMA_BWD_WGMMA_HEAD_DIMS>(p.D, [&](auto d) { run(DmaBwdConfig<decltype(d)::value, true>{}); });
   else
     dispatch_head_dim<DMA_BWD_HEAD_DIMS>(p.D, [&](auto d) { run(DmaBwdConfig<decltype(d)::value>{}); });
