@@ -90,9 +90,6 @@ dynamic-mask attention (flash-dmattn semantics; any of these selects it):
   --bwd-walk-in-order  the backward's key tiles all walk their query tiles
                     from the first (default: key tile j from query tile j,
                     wrapping); for A/B runs; implies --bwd
-  --bwd-d64-variant N  experiment: the wgmma backward at D = 64 with 2 blocks
-                    per SM (0, default), 3 blocks and two 32-query slices (1),
-                    3 blocks and one slice (2); implies --bwd
   --bwd-chunks N    the backward's query chunks: blocks sharing one 64-key
                     tile's walk over the query tiles, adding dK, dV through
                     fp32 atomics (implies --bwd; default 0 = automatic, 1 = one
@@ -231,7 +228,6 @@ ParseResult parse_args(const std::vector<std::string>& args) {
     else if (flag == "--dma-prepass-chunks") int_flag(0, 16, &o.dma_prepass_chunks);
     else if (flag == "--bwd") bool_flag(&o.bwd);
     else if (flag == "--deterministic") { bool_flag(&o.deterministic); o.bwd = o.bwd || o.deterministic; }
-    else if (flag == "--bwd-d64-variant") { int_flag(0, 2, &o.bwd_d64_variant); o.bwd = true; }
     else if (flag == "--bwd-chunks") { int_flag(0, 4096, &o.bwd_chunks); o.bwd = true; }
     else if (flag == "--bwd-walk-in-order") { o.bwd_rotate = false; o.bwd = true; }
     else if (flag == "--softcap") {

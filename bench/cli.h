@@ -40,7 +40,6 @@ struct Options {
   int dma_prepass_chunks = 0;          // the pipelined pre-pass's chunks (0: automatic)
   bool bwd = false;           // also time (and with --check, check) the backward
   bool deterministic = false;  // the backward's deterministic mode (bitwise reproducible)
-  int bwd_d64_variant = 0;    // experiment: DmaBackwardArgs::d64_variant
   int bwd_chunks = 0;         // the backward's query chunks per key tile (0: automatic)
   bool bwd_rotate = true;     // the backward's query tiles walked from per-key-tile offsets (--bwd-walk-in-order: false)
   bool dynamic_mask() const {

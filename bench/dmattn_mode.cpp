@@ -390,7 +390,6 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
       ba.workspace_bytes = ws_bytes;
       ba.deterministic = opt.deterministic;
       ba.rotate_slots = opt.bwd_rotate;
-      ba.d64_variant = opt.bwd_d64_variant;
       ba.q_chunks = opt.bwd_chunks;  // as asked (0: automatic, which may plan the chunks on the device)
       ba.core = opt.dma_core == "mma" ? DmaCore::kMma : opt.dma_core == "auto" ? DmaCore::kAuto : DmaCore::kWgmma;
       // As in training: where the forward ran a mask pre-pass, the backward

@@ -213,11 +213,6 @@ struct DmaBackwardArgs {
   // 0.170 against 0.181 ms in order; all-active and causal unchanged.
   // false: every key tile from m_first (the A/B's other arm).
   bool rotate_slots = true;
-  // Experiment (session 14): the wgmma core's D = 64 kernel. 0: two blocks
-  // per SM, one 64-query slice (229 registers); 1: three blocks per SM, two
-  // 32-query slices (168 registers); 2: three blocks per SM, one slice (168
-  // registers, 60 bytes spilled). Other head dims ignore it.
-  int d64_variant = 0;
 };
 std::string dma_backward_unsupported(const DynamicMaskProblem& p);
 // "mma" or "wgmma" for this problem and request; "" where the request cannot run.

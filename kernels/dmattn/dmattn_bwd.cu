@@ -100,10 +100,12 @@
 // The scores between them (P, dS, dBias) are the mma.sync core's code
 // (scores_to_ds). At D = 128 the two slices are software-pipelined: slice 2's
 // Sᵀ, dPᵀ are issued before slice 1's dV, dK, which then run under slice 2's
-// score code (3.82 -> 3.54 ms). 228 registers at D = 128, 229 at D = 64.
+// score code (3.82 -> 3.54 ms). 228 registers at D = 128 (two blocks per SM);
+// at D = 64 bounded to 168 for three blocks per SM (60 bytes spilled: 1.471
+// against 1.557 ms unbounded at 233, all-active; DmaBwdConfig::kMinBlocks).
 // Shared memory 2·64·D·2 (K, V) + 2 slots·2·64·D·2 (Q, dO) + 64·64·2 (dSᵀ) +
 // 2·2·64·4 (LSE, Δ) + 1024 (alignment): D = 64: 59 392, D = 128: 108 544 bytes
-// (two blocks per SM; registers allow no more).
+// (three / two blocks per SM).
 // ============================================================================
 
 #include <cuda_bf16.h>
@@ -126,13 +128,17 @@
 namespace attnlab {
 namespace {
 
-template <int kHeadDim_, bool kWgmma_ = false, int kD64Variant_ = 0>
+template <int kHeadDim_, bool kWgmma_ = false>
 struct DmaBwdConfig {
   static constexpr int kHeadDim = kHeadDim_;
-  // Experiment (DmaBackwardArgs::d64_variant): the blocks per SM the
-  // registers are bounded for (launch bounds), and the Sᵀ slices.
-  static constexpr int kD64Variant = kD64Variant_;
-  static constexpr int kMinBlocks = kD64Variant_ == 0 ? 1 : 3;
+  // The blocks per SM the registers are bounded for (launch bounds): the
+  // wgmma core at D = 64 three (168 registers, 60 bytes spilled; 12 warps per
+  // SM instead of 8, session 14: all-active 1.471 ms against 1.557 at two
+  // blocks, causal 0.805 against 0.951, top-1024 L=16K 0.148 against 0.142;
+  // two 32-query slices would avoid the spill and measured 1.530 / 0.875,
+  // results/H200/probes/session14_bwd_d64_blocks.txt). Elsewhere 1: dK, dV
+  // alone take 2·D/2 registers per thread, so D = 128 stays at 228, two blocks.
+  static constexpr int kMinBlocks = kWgmma_ && kHeadDim_ == 64 ? 3 : 1;
   // kWgmma: the five products as warpgroup MMAs (sm_90a; see the kernel).
   static constexpr bool kWgmma = kWgmma_;
   static constexpr int kBr = 64, kBc = 64, kWarps = 4, kThreads = 32 * kWarps;
@@ -162,7 +168,7 @@ struct DmaBwdConfig {
   // and dV), or with wgmma at D = 64 all 64 at once (m64n64). (Two slices
   // there, so that one's dV, dK run under the other's score code as at D =
   // 128, measured slower: 2.33 ms against 2.15 on the all-active shape.)
-  static constexpr int kHalf = kWgmma && kHeadDim <= 64 && kD64Variant != 1 ? kBr : kBr / 2;
+  static constexpr int kHalf = kWgmma && kHeadDim <= 64 ? kBr : kBr / 2;
   static constexpr int kTilesS = kHalf / 8;  // n8 tiles across the queries of a slice
   static constexpr int kTilesO = kHeadDim / 8;
   static constexpr int kDqParts = kHeadDim >= 128 ? 2 : 1;  // dQ columns in parts (registers)
@@ -1265,11 +1271,7 @@ cudaError_t dma_backward(const DynamicMaskProblem& p, const DmaBackwardArgs& a, 
       return cudaGetLastError();
     });
   };
-  if (core == "wgmma" && p.D == 64 && a.d64_variant == 1)
-    run(DmaBwdConfig<64, true, 1>{});
-  else if (core == "wgmma" && p.D == 64 && a.d64_variant == 2)
-    run(DmaBwdConfig<64, true, 2>{});
-  else if (core == "wgmma")
+  if (core == "wgmma")
     dispatch_head_dim<DMA_BWD_WGMMA_HEAD_DIMS>(p.D, [&](auto d) { run(DmaBwdConfig<decltype(d)::value, true>{}); });
   else
     dispatch_head_dim<DMA_BWD_HEAD_DIMS>(p.D, [&](auto d) { run(DmaBwdConfig<decltype(d)::value>{}); });
