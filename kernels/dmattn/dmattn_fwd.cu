@@ -99,7 +99,7 @@ namespace {
 // padded by 8 halves. The 4 warps are one warpgroup either way, and the
 // accumulator layout is the same, so everything between the two matrix
 // products is one code.
-template <int kHeadDim_, bool kWgmma_ = false>
+template <int kHeadDim_, bool kWgmma_ = false, int kMinBlocksOverride_ = 0>
 struct DmaConfig {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kWgmma = kWgmma_;
@@ -131,7 +131,7 @@ struct DmaConfig {
   // Blocks per SM the register count must allow: three for the wgmma core at
   // D = 64 (42 KiB of shared memory each; <= 168 registers), else whatever
   // fits (shared memory decides).
-  static constexpr int kMinBlocksPerSm = kWgmma && kHeadDim == 64 ? 3 : 1;
+  static constexpr int kMinBlocksPerSm = kMinBlocksOverride_ ? kMinBlocksOverride_ : kWgmma && kHeadDim == 64 ? 3 : 1;
   static_assert(kBr == 16 * kMTiles * kWarps, "the warps split the rows");
   static_assert(!kWgmma || (kSubTiles == 1 && kWarps == 4), "wgmma: one warpgroup, all 64 keys at once");
 };
@@ -1255,7 +1255,9 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
       return e;
     });
   };
-  if (core != "mma")
+  if (core != "mma" && p.D == 64 && a.d64_blocks == 4)
+    run(DmaConfig<64, true, 4>{});
+  else if (core != "mma")
     dispatch_head_dim<DMA_WGMMA_HEAD_DIMS>(p.D, [&](auto d) { run(DmaConfig<decltype(d)::value, true>{}); });
   else
     dispatch_head_dim<DMA_HEAD_DIMS>(p.D, [&](auto d) { run(DmaConfig<decltype(d)::value>{}); });

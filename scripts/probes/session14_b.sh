@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 14, second device call: the backward's wgmma kernel at D = 64 with
+# Session 14, second device call (ran at 0a184c0, where the switch existed): the backward's wgmma kernel at D = 64 with
 # three blocks per SM (DmaBackwardArgs::d64_variant; --bwd-d64-variant N):
 # 0 = two blocks per SM, one 64-query slice (229 registers, the default);
 # 1 = three blocks, two 32-query slices (168 registers, no spills);
