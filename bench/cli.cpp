@@ -103,7 +103,7 @@ dynamic-mask attention (flash-dmattn semantics; any of these selects it):
                     wgmma-cp.async (K, V by cp.async), gather (decoding: the
                     active keys' K and V rows only, not their 64-key tiles)
   --dma-d64-blocks N  experiment: the wgmma forward at D = 64 bounded for N
-                    blocks per SM (0 = default, three; 4)
+                    blocks per SM (0 = default, four; 3)
   --dma-mask-scan S where the forward reads the mask for its skip test: auto
                     (default: in-kernel when at most two blocks share a mask
                     byte and a block scans at most 16K keys, else pipelined

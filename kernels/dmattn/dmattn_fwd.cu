@@ -127,11 +127,11 @@ struct DmaConfig {
   // The in-kernel mask scan (DmaMaskScan::kInKernel): rows of 16-byte loads
   // per lane in flight (x 4 loads each): 16 KiB per warp, 128 KiB per SM with
   // two blocks, as the pre-pass kernel keeps in flight.
-  static constexpr int kScanRowBatch = 8;
+  static constexpr int kScanRowBatch = kMinBlocksOverride_ == 3 || !(kWgmma && kHeadDim == 64) ? 8 : 4;
   // Blocks per SM the register count must allow: three for the wgmma core at
   // D = 64 (42 KiB of shared memory each; <= 168 registers), else whatever
   // fits (shared memory decides).
-  static constexpr int kMinBlocksPerSm = kMinBlocksOverride_ ? kMinBlocksOverride_ : kWgmma && kHeadDim == 64 ? 3 : 1;
+  static constexpr int kMinBlocksPerSm = kMinBlocksOverride_ ? kMinBlocksOverride_ : kWgmma && kHeadDim == 64 ? 4 : 1;
   static_assert(kBr == 16 * kMTiles * kWarps, "the warps split the rows");
   static_assert(!kWgmma || (kSubTiles == 1 && kWarps == 4), "wgmma: one warpgroup, all 64 keys at once");
 };
@@ -1255,8 +1255,8 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
       return e;
     });
   };
-  if (core != "mma" && p.D == 64 && a.d64_blocks == 4)
-    run(DmaConfig<64, true, 4>{});
+  if (core != "mma" && p.D == 64 && a.d64_blocks == 3)
+    run(DmaConfig<64, true, 3>{});
   else if (core != "mma")
     dispatch_head_dim<DMA_WGMMA_HEAD_DIMS>(p.D, [&](auto d) { run(DmaConfig<decltype(d)::value, true>{}); });
   else
