@@ -102,8 +102,6 @@ dynamic-mask attention (flash-dmattn semantics; any of these selects it):
                     else mma), mma, wgmma (K, V by TMA where aligned),
                     wgmma-cp.async (K, V by cp.async), gather (decoding: the
                     active keys' K and V rows only, not their 64-key tiles)
-  --dma-d64-blocks N  experiment: the wgmma forward at D = 64 bounded for N
-                    blocks per SM (0 = default, four; 3)
   --dma-mask-scan S where the forward reads the mask for its skip test: auto
                     (default: in-kernel when at most two blocks share a mask
                     byte and a block scans at most 16K keys, else pipelined
@@ -220,7 +218,6 @@ ParseResult parse_args(const std::vector<std::string>& args) {
         else r.error = "--dma-core must be auto, mma, wgmma, wgmma-cp.async or gather, got '" + value + "'";
       }
     }
-    else if (flag == "--dma-d64-blocks") { int_flag(0, 4, &o.dma_d64_blocks); }
     else if (flag == "--dma-mask-scan") {
       if (take_value()) {
         if (value == "auto" || value == "prepass" || value == "in-kernel" || value == "pipelined")

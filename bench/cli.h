@@ -36,7 +36,6 @@ struct Options {
   float softcap = 0.f;
   int splits = 0;             // split-KV parts (0: automatic)
   std::string dma_core = "auto";  // the forward's tensor-core path: auto | mma | wgmma
-  int dma_d64_blocks = 0;     // experiment: DmaForwardArgs::d64_blocks
   std::string dma_mask_scan = "auto";  // where the forward reads the mask: auto | prepass | in-kernel | pipelined
   int dma_prepass_chunks = 0;          // the pipelined pre-pass's chunks (0: automatic)
   bool bwd = false;           // also time (and with --check, check) the backward

@@ -187,7 +187,6 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
              : opt.dma_core == "wgmma-cp.async" ? DmaCore::kWgmmaCpAsync
              : opt.dma_core == "gather"         ? DmaCore::kGather
                                                 : DmaCore::kAuto;
-    a.d64_blocks = opt.dma_d64_blocks;
     a.mask_scan = opt.dma_mask_scan == "prepass"     ? DmaMaskScan::kPrepass
                   : opt.dma_mask_scan == "in-kernel" ? DmaMaskScan::kInKernel
                   : opt.dma_mask_scan == "pipelined" ? DmaMaskScan::kPipelined

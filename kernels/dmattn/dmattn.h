@@ -150,9 +150,6 @@ struct DmaForwardArgs {
   // kDmaMaxPrepassChunks), cut so that each reads about the same share of
   // the mask.
   int prepass_chunks = 0;
-  // Experiment (session 14): the wgmma core's D = 64 kernel bounded for this
-  // many blocks per SM (0: the default, four, 128 registers; 3: 161).
-  int d64_blocks = 0;
 };
 
 // The split count `0 = automatic` resolves to: 1 when the query blocks already

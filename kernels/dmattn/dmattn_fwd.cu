@@ -99,7 +99,7 @@ namespace {
 // padded by 8 halves. The 4 warps are one warpgroup either way, and the
 // accumulator layout is the same, so everything between the two matrix
 // products is one code.
-template <int kHeadDim_, bool kWgmma_ = false, int kMinBlocksOverride_ = 0>
+template <int kHeadDim_, bool kWgmma_ = false>
 struct DmaConfig {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kWgmma = kWgmma_;
@@ -124,14 +124,21 @@ struct DmaConfig {
   static constexpr int kSubTiles = kBc / kSubCols;
   static constexpr int kTilesS = kSubCols / 8;
   static constexpr int kTilesO = kHeadDim / 8;
+  // Blocks per SM the register count must allow: four for the wgmma core at
+  // D = 64 (41 KiB of shared memory each; 128 registers, 4 bytes spilled),
+  // else whatever fits (shared memory decides). Session 14, same run, twice
+  // (results/H200/probes/session14_fwd_d64_four_blocks.txt), against three
+  // (161 registers): all-ones + bias B=1 H=8 N=8192 0.604 ms against 0.676,
+  // bias alone 0.480 against 0.527, causal 0.200 against 0.228, top-1024
+  // L=32K 0.152 against 0.153, L=16K 0.0586 against 0.0530 (its scan-bound
+  // one wave pays the smaller scan batch below).
+  static constexpr int kMinBlocksPerSm = kWgmma && kHeadDim == 64 ? 4 : 1;
   // The in-kernel mask scan (DmaMaskScan::kInKernel): rows of 16-byte loads
   // per lane in flight (x 4 loads each): 16 KiB per warp, 128 KiB per SM with
-  // two blocks, as the pre-pass kernel keeps in flight.
-  static constexpr int kScanRowBatch = kMinBlocksOverride_ == 3 || !(kWgmma && kHeadDim == 64) ? 8 : 4;
-  // Blocks per SM the register count must allow: three for the wgmma core at
-  // D = 64 (42 KiB of shared memory each; <= 168 registers), else whatever
-  // fits (shared memory decides).
-  static constexpr int kMinBlocksPerSm = kMinBlocksOverride_ ? kMinBlocksOverride_ : kWgmma && kHeadDim == 64 ? 4 : 1;
+  // two blocks, as the pre-pass kernel keeps in flight. At four blocks per SM
+  // 4 rows (8 spilled inside scan_words at 128 registers: top-1024 L=16K
+  // 0.093 ms against 0.052).
+  static constexpr int kScanRowBatch = kMinBlocksPerSm >= 4 ? 4 : 8;
   static_assert(kBr == 16 * kMTiles * kWarps, "the warps split the rows");
   static_assert(!kWgmma || (kSubTiles == 1 && kWarps == 4), "wgmma: one warpgroup, all 64 keys at once");
 };
@@ -1255,9 +1262,7 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
       return e;
     });
   };
-  if (core != "mma" && p.D == 64 && a.d64_blocks == 3)
-    run(DmaConfig<64, true, 3>{});
-  else if (core != "mma")
+  if (core != "mma")
     dispatch_head_dim<DMA_WGMMA_HEAD_DIMS>(p.D, [&](auto d) { run(DmaConfig<decltype(d)::value, true>{}); });
   else
     dispatch_head_dim<DMA_HEAD_DIMS>(p.D, [&](auto d) { run(DmaConfig<decltype(d)::value>{}); });

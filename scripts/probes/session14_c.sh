@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 14, third device call: (1) the backward's tests on the D = 64
+# Session 14, third device call (ran at abd8556, where --dma-d64-blocks existed): (1) the backward's tests on the D = 64
 # three-blocks default (3f79d6c); (2) the forward's wgmma kernel at D = 64
 # bounded for four blocks per SM (DmaForwardArgs::d64_blocks,
 # --dma-d64-blocks 4: 128 registers, 32 / 96 bytes spilled) against the

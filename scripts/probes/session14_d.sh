@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 14, fourth device call: the forward's wgmma kernel at D = 64 with
+# Session 14, fourth device call (ran at a1df5ea, where --dma-d64-blocks existed): the forward's wgmma kernel at D = 64 with
 # four blocks per SM as the default (128 registers, 4 bytes spilled; the
 # in-kernel scan's row batch 4 instead of 8, which at 128 registers spilled
 # inside scan_words and made top-1024 L=16K 0.093 ms against 0.052 in
