@@ -41,14 +41,23 @@ grep -A2 "split_q_kernel" "$out/build.log" | grep -E "registers|Compiling" | sed
 # the sanitizers run in the background while the tests run, and the
 # benchmarks run after both, alone. (Session 13: the whole run in sequence
 # took ~550 s, at the edge of one 10-minute device call.)
+# sanitize TOOL "SHAPE" [FLAGS...] : one checked run of the harness under
+# compute-sanitizer, a line with its exit status and the tool's summary (and a
+# warning where a dynamic-mask run's mask left no tile to compute).
+sanitize() {
+  local tool=$1 shape=$2 rc
+  shift 2
+  timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 "$build/flash_attn_mma" --B 1 --H 2 $shape \
+    --iters 1 --warmup 0 --check "$@" > "$out/sanitizer.log" 2>&1
+  rc=$?
+  echo "$tool $shape: rc=$rc $(grep -E '(ERROR|RACECHECK) SUMMARY' "$out/sanitizer.log" | tail -1)$(
+    grep -q 'tiles skipped 100.0%' "$out/sanitizer.log" && echo ' (EMPTY MASK: only the fully-masked path ran)')"
+}
 run_sanitizers() {
   for tool in memcheck racecheck; do
     for shape in "--Nq 129 --Nk 77 --D 64 --causal" "--Nq 17 --Nk 200 --D 256 --dtype bf16" "--Nq 70 --Nk 130 --D 512 --causal" \
                  "--Nq 70 --Nk 130 --D 1024 --causal"; do
-      timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 "$build/flash_attn_mma" --B 1 --H 2 $shape \
-        --iters 1 --warmup 0 --check --show-all > "$out/sanitizer.log" 2>&1
-      rc=$?
-      echo "$tool $shape: rc=$rc $(grep -E '(ERROR|RACECHECK) SUMMARY' "$out/sanitizer.log" | tail -1)"
+      sanitize $tool "$shape" --show-all
     done
     # dynamic-mask attention: forward with a forced split count, and the backward.
     # The top-W masks are block-smoothed by majority (--block 64) unless --block 0:
@@ -65,11 +74,7 @@ run_sanitizers() {
                  "--Nq 200 --Nk 1000 --D 128 --Hkv 1 --causal --mask topk --window 500 --bias --dma-mask-scan in-kernel" \
                  "--Nq 130 --Nk 2333 --D 64 --mask topk --window 1166 --bias --dma-mask-scan prepass" \
                  "--Nq 600 --Nk 800 --D 64 --Hkv 1 --causal --mask topk --window 400 --bias --dma-mask-scan pipelined --dma-prepass-chunks 5"; do
-      timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 "$build/flash_attn_mma" --B 1 --H 2 $shape \
-        --iters 1 --warmup 0 --check > "$out/sanitizer.log" 2>&1
-      rc=$?
-      echo "$tool $shape: rc=$rc $(grep -E '(ERROR|RACECHECK) SUMMARY' "$out/sanitizer.log" | tail -1)$(
-        grep -q 'tiles skipped 100.0%' "$out/sanitizer.log" && echo ' (EMPTY MASK: only the fully-masked path ran)')"
+      sanitize $tool "$shape"
     done
   done
 }
