@@ -233,6 +233,13 @@ __global__ void dma_bwd_delta_kernel(const T* __restrict__ o, const T* __restric
 // The backward's chunk plan, 64-bit words (dma_bwd_chunk_plan_kernel below).
 enum : int { kPlanBusiest = 0, kPlanTotal, kPlanDone, kPlanLiveChunks, kPlanWords };
 
+// The first query tile that can see a key of the key tile starting at kv0:
+// q >= kv0 - (Nk - Nq) under the causal rule (bottom-right aligned). The
+// chunk plan counts exactly the slots the main kernel walks from it.
+__device__ __forceinline__ int first_query_tile(const DynamicMaskProblem& p, int kv0) {
+  return (p.causal ? max(0, kv0 - (p.Nk - p.Nq)) : 0) / kDmaBr;
+}
+
 // skip_if_one: the backward's chunk plan (nullptr: none); a decision of one
 // chunk means the kernel stored `out` itself, and this pass has nothing to do.
 template <typename T>
@@ -372,7 +379,7 @@ dma_bwd_chunk_plan_kernel(const DynamicMaskProblem p, const MaskSummary summary,
                           unsigned long long* plan) {
   const int j = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
   const int group = p.H / p.Hkv;
-  const int m_first = (p.causal ? max(0, j * kDmaBc - (p.Nk - p.Nq)) : 0) / kDmaBr;
+  const int m_first = first_query_tile(p, j * kDmaBc);
   const int n_m = max(0, (p.Nq + kDmaBr - 1) / kDmaBr - m_first);
   unsigned int count = 0;
   for (int s = threadIdx.x; s < n_m * group; s += blockDim.x)
@@ -449,7 +456,6 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
   const int kv0 = j_tile * Bc;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int group = p.H / p.Hkv;
-  const int causal_offset = p.Nk - p.Nq;
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sK = reinterpret_cast<T*>(smem_raw);
@@ -483,8 +489,8 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
 
   float dK[Cfg::kTilesO][4] = {}, dV[Cfg::kTilesO][4] = {};
   const int key_row[2] = {kv0 + warp * 16 + g, kv0 + warp * 16 + g + 8};  // keys of c0,c1 / c2,c3
-  // Query tiles that can see a key of this tile: q >= kv0 - (Nk - Nq) under the causal rule.
-  const int m_first = (p.causal ? max(0, kv0 - causal_offset) : 0) / Br;
+  static_assert(Br == kDmaBr, "first_query_tile's tiles");
+  const int m_first = first_query_tile(p, kv0);  // query tiles that can see a key of this tile
   const int n_q_tiles = (p.Nq + Br - 1) / Br;
   // Slots of this key tile: with several chunks query tile major, s = (m -
   // m_first)·group + hq (the heads of one query tile go to different chunks);
