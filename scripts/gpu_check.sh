@@ -5,7 +5,7 @@
 #
 #   scripts/gpu_check.sh            # everything
 #   QUICK=1 scripts/gpu_check.sh    # skip the sanitizer and the causal benchmarks
-# Switches (environment): SANITIZER=0, NCU=0, SKIP_BENCH=1, SKIP_TESTS=1,
+# Switches (environment): SANITIZER=0, NCU=0, SKIP_BENCH=1 (issue 4's and issue 5's benchmarks), SKIP_TESTS=1,
 # SKIP_TORCH_REF=1, DMATTN=0 (skip issue 5's tests and benchmarks; DMATTN_L="1024 8192"), ONLY='wgmma*' (GPU variant tests of matching variants only), SWEEP=1 (SWEEP_ARGS="--iters 5", SWEEP_TIMEOUT=400 seconds).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -161,7 +161,7 @@ if [ -z "${SKIP_TORCH_REF:-}" ] && [[ " ${peers[*]} " == *" --sdpa "* ]]; then
   done
 fi
 
-if [ "${DMATTN:-1}" != 0 ]; then
+if [ "${DMATTN:-1}" != 0 ] && [ -z "${SKIP_BENCH:-}" ]; then
   step "dynamic-mask attention (issue 5): benchmarks"
   : > "$out/dmattn_bench.txt"
   dbench() { timeout 180 "$build/flash_attn_mma" "$@" "${peers[@]}" --iters 10 --warmup 2 --csv "$out/dmattn.csv" 2>&1 | tee -a "$out/dmattn_bench.txt" | grep -vE "^-+$"; }
