@@ -14,7 +14,8 @@
 cd "$(dirname "$0")/../.."
 . scripts/probes/common.sh
 probe_build flash_attn_mma test_dmattn_backward
-run_test 240 test_dmattn_backward
+if [ -n "${TESTS_LOG:-}" ]; then cp "$TESTS_LOG" $L/test_dmattn_backward.log; el "test_dmattn_backward (gpu_check's run): $(tail -1 $L/test_dmattn_backward.log)"
+else run_test 240 test_dmattn_backward; fi
 echo "paired cases: $(grep -c 'paired key tiles' $L/test_dmattn_backward.log) lines naming them"
 C="--iters 1 --warmup 0 --check"
 for s in "--B 1 --H 2 --Nq 200 --Nk 130 --D 128 --Hkv 1 --causal --mask topk --window 64 --bias" \

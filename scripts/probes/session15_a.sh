@@ -11,5 +11,5 @@ OUT=/tmp/check SKIP_BENCH=1 NCU=0 timeout ${CHECK_S:-340} scripts/gpu_check.sh >
 grep -E "^(gpu variants|test_dmattn|memcheck|racecheck)|tests passed|build failed|error|^=== " $O/check.log | cut -c1-220 | head -60
 cp /tmp/check/summary.md $O/check_summary.md 2>/dev/null
 tar czf $O/check.tgz -C /tmp check
-OUT=$O/paired timeout ${PAIRED_S:-230} bash scripts/probes/next_bwd_paired.sh > /dev/null 2>&1; echo "paired rc=$?"
+OUT=$O/paired TESTS_LOG=/tmp/check/dmattn_backward_tests.log timeout ${PAIRED_S:-230} bash scripts/probes/next_bwd_paired.sh > /dev/null 2>&1; echo "paired rc=$?"
 cat $O/paired/summary.txt
