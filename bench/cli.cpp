@@ -87,8 +87,6 @@ dynamic-mask attention (flash-dmattn semantics; any of these selects it):
   --deterministic   the backward in its deterministic mode (implies --bwd):
                     gradients bitwise identical run to run; with --check also
                     verified over 5 runs
-  --bwd-paired      experiment: the wgmma backward's blocks as two warpgroups
-                    on 128 keys sharing each Q/dO tile; implies --bwd
   --bwd-walk-in-order  the backward's key tiles all walk their query tiles
                     from the first (default: key tile j from query tile j,
                     wrapping); for A/B runs; implies --bwd
@@ -231,7 +229,6 @@ ParseResult parse_args(const std::vector<std::string>& args) {
     else if (flag == "--bwd") bool_flag(&o.bwd);
     else if (flag == "--deterministic") { bool_flag(&o.deterministic); o.bwd = o.bwd || o.deterministic; }
     else if (flag == "--bwd-chunks") { int_flag(0, 4096, &o.bwd_chunks); o.bwd = true; }
-    else if (flag == "--bwd-paired") { o.bwd_paired = true; o.bwd = true; }
     else if (flag == "--bwd-walk-in-order") { o.bwd_rotate = false; o.bwd = true; }
     else if (flag == "--softcap") {
       if (take_value()) {

@@ -41,7 +41,6 @@ struct Options {
   bool bwd = false;           // also time (and with --check, check) the backward
   bool deterministic = false;  // the backward's deterministic mode (bitwise reproducible)
   int bwd_chunks = 0;         // the backward's query chunks per key tile (0: automatic)
-  bool bwd_paired = false;    // experiment: DmaBackwardArgs::paired_key_tiles
   bool bwd_rotate = true;     // the backward's query tiles walked from per-key-tile offsets (--bwd-walk-in-order: false)
   bool dynamic_mask() const {
     return !mask.empty() || Hkv > 0 || bias || softcap > 0.f || bwd || deterministic || dma_core != "auto" ||

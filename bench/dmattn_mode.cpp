@@ -390,7 +390,6 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
       ba.workspace_bytes = ws_bytes;
       ba.deterministic = opt.deterministic;
       ba.rotate_slots = opt.bwd_rotate;
-      ba.paired_key_tiles = opt.bwd_paired;
       ba.q_chunks = opt.bwd_chunks;  // as asked (0: automatic, which may plan the chunks on the device)
       ba.core = opt.dma_core == "mma" ? DmaCore::kMma : opt.dma_core == "auto" ? DmaCore::kAuto : DmaCore::kWgmma;
       // As in training: where the forward ran a mask pre-pass, the backward
@@ -485,7 +484,7 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
                   (!dma_backward_plans_chunks(p, opt.deterministic, opt.bwd_chunks) ? ""
                    : walked == bwd_chunks ? " (the chunk plan kept them: skewed)"
                                           : " (of " + std::to_string(bwd_chunks) + " launched: the chunk plan found the slots even)") +
-                  (ba.rotate_slots ? "" : "; query tiles in order") + (ba.paired_key_tiles ? "; paired key tiles" : "") + "; core " + dma_backward_core_name(p, ba.core) +
+                  (ba.rotate_slots ? "" : "; query tiles in order") + "; core " + dma_backward_core_name(p, ba.core) +
                   (p.mask.data == nullptr       ? ""
                    : ba.mask_summary != nullptr ? "; mask summary: the forward's"
                                                 : "; mask summary: its own pre-pass") +

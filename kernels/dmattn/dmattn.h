@@ -213,11 +213,6 @@ struct DmaBackwardArgs {
   // 0.170 against 0.181 ms in order; all-active and causal unchanged.
   // false: every key tile from m_first (the A/B's other arm).
   bool rotate_slots = true;
-  // Experiment (session 14, written without a GPU; off by default): the wgmma
-  // core's blocks as two warpgroups on 128 keys sharing each Q/dO tile, dQ
-  // summed over both in shared memory before its TMA reductions (see
-  // DmaBwdConfig::kKeySubTiles). Ignored on the mma.sync core.
-  bool paired_key_tiles = false;
 };
 std::string dma_backward_unsupported(const DynamicMaskProblem& p);
 // "mma" or "wgmma" for this problem and request; "" where the request cannot run.

@@ -128,20 +128,9 @@
 namespace attnlab {
 namespace {
 
-template <int kHeadDim_, bool kWgmma_ = false, int kKeySubTiles_ = 1>
+template <int kHeadDim_, bool kWgmma_ = false>
 struct DmaBwdConfig {
   static constexpr int kHeadDim = kHeadDim_;
-  // Experiment (session 14, DmaBackwardArgs::paired_key_tiles; wgmma only):
-  // kKeySubTiles = 2 makes a block two warpgroups on 128 keys — each
-  // warpgroup its own 64-key sub-tile exactly as the one-warpgroup block
-  // (its K, V, dK, dV, dSᵀ) — sharing every Q/dO slot (loaded once per 128
-  // keys instead of per 64), and the tile's dQ = dS·K summed over both
-  // sub-tiles in shared memory before one set of TMA reductions (half the
-  // dq_accum traffic per key). FA3's backward blocks (Shah et al. 2024)
-  // pair warpgroups on 128 keys the same way. ncu, session 14: ours reads
-  // 2.7x and reduces 2.15x the L2 sectors of FA2's 128 x 128 backward.
-  static constexpr int kKeySubTiles = kKeySubTiles_;
-  static_assert(kKeySubTiles_ == 1 || (kKeySubTiles_ == 2 && kWgmma_), "paired key tiles: the wgmma core only");
   // The blocks per SM the registers are bounded for (launch bounds): the
   // wgmma core at D = 64 three (168 registers, 60 bytes spilled; 12 warps per
   // SM instead of 8, session 14: all-active 1.471 ms against 1.557 at two
@@ -149,11 +138,10 @@ struct DmaBwdConfig {
   // two 32-query slices would avoid the spill and measured 1.530 / 0.875,
   // results/H200/probes/session14_bwd_d64_blocks.txt). Elsewhere 1: dK, dV
   // alone take 2·D/2 registers per thread, so D = 128 stays at 228, two blocks.
-  static constexpr int kMinBlocks = kWgmma_ && kHeadDim_ == 64 && kKeySubTiles_ == 1 ? 3 : 1;
+  static constexpr int kMinBlocks = kWgmma_ && kHeadDim_ == 64 ? 3 : 1;
   // kWgmma: the five products as warpgroup MMAs (sm_90a; see the kernel).
   static constexpr bool kWgmma = kWgmma_;
-  static constexpr int kBr = 64, kBc = 64, kWarps = 4 * kKeySubTiles, kThreads = 32 * kWarps;
-  static constexpr int kKeyTile = kBc * kKeySubTiles;  // keys per block (grid.x: key tiles of this size)
+  static constexpr int kBr = 64, kBc = 64, kWarps = 4, kThreads = 32 * kWarps;
   // mma.sync: rows padded by 8 halves; wgmma: dense rows in the 128-byte
   // swizzle (Sw128Blocks<64>), tiles 1024-byte aligned (+ 1024 bytes slack).
   static constexpr int kStride = kWgmma ? kHeadDim : kHeadDim + 8;
@@ -174,9 +162,8 @@ struct DmaBwdConfig {
   static constexpr int kQdoSlotElems = 2 * 64 * kStride;  // Q, dO, 16-bit
   static_assert(!kDqTma || kBr * kHeadDim * 4 == kQdoSlotElems * 2, "dQ's fp32 boxes fill a Q/dO slot");
   static_assert(kQdoSlotElems * 2 % 1024 == 0, "slots keep the 128-byte swizzle's 1024-byte alignment");
-  static constexpr int kSmemBytes =
-      (2 * kKeyTile * kStride + kQdoStages * kQdoSlotElems + kKeyTile * kDsStride) * 2 + kQdoStages * 2 * kBr * 4 +
-      (kWgmma ? 1024 : 0);
+  static constexpr int kSmemBytes = (2 * 64 * kStride + kQdoStages * kQdoSlotElems + kBc * kDsStride) * 2 +
+                                    kQdoStages * 2 * kBr * 4 + (kWgmma ? 1024 : 0);
   // Queries per Sᵀ slice: two halves of 32 (registers: Sᵀ and dPᵀ next to dK
   // and dV), or with wgmma at D = 64 all 64 at once (m64n64). (Two slices
   // there, so that one's dV, dK run under the other's score code as at D =
@@ -189,8 +176,6 @@ struct DmaBwdConfig {
 };
 static_assert(DmaBwdConfig<64, true>::kSmemBytes == 59392 && DmaBwdConfig<128, true>::kSmemBytes == 108544,
               "header: the wgmma core's shared memory");
-static_assert(DmaBwdConfig<64, true, 2>::kSmemBytes == 83968 && DmaBwdConfig<128, true, 2>::kSmemBytes == 149504,
-              "the paired key tiles' shared memory");
 
 template <typename T>
 __device__ __forceinline__ float as_float(T x);
@@ -468,14 +453,8 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
     j_tile = int(rest % key_tiles), hk = int(rest / key_tiles % gridDim.y), b = int(rest / key_tiles / gridDim.y);
   }
   if (chunk >= live_chunks) return;  // uniform: the whole block
-  // kKeySubTiles = 2: warpgroup wg owns keys kv0_tile + 64·wg on (its own
-  // sub-tile, as the one-warpgroup block); wwarp is the warp within it.
-  constexpr int kSub = Cfg::kKeySubTiles;
-  const int kv0_tile = j_tile * Cfg::kKeyTile;
-  const int wg = kSub > 1 ? int(threadIdx.x) / 128 : 0;
-  const int kv0 = kv0_tile + wg * Bc;
+  const int kv0 = j_tile * Bc;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int wwarp = kSub > 1 ? warp % 4 : warp;
   const int group = p.H / p.Hkv;
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -488,24 +467,18 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
   using Layout = std::conditional_t<Cfg::kWgmma, Sw128Blocks<64>, StridedRows<kStride>>;
   static_assert(Br == 64 && Bc == 64, "one layout for all four tiles");
   constexpr int kStages = Cfg::kQdoStages;
-  T* sV = sK + Cfg::kKeyTile * kStride;
-  T* const sQ_slots = sV + Cfg::kKeyTile * kStride;  // slot s: Q at sQ_slots + s·kQdoSlotElems, dO after it
-  T* sdS = sQ_slots + kStages * Cfg::kQdoSlotElems;  // sub-tile e: [Bc keys][kDs] dSᵀ at e·Bc·kDs
-  float* const sLSE_slots = reinterpret_cast<float*>(sdS + Cfg::kKeyTile * kDs);  // slot s: LSE, then Δ (2·Br floats)
-  // This warpgroup's sub-tile of K, V and dSᵀ (the whole tile where kKeySubTiles = 1).
-  T* const sKw = sK + wg * Bc * kStride;
-  T* const sVw = sV + wg * Bc * kStride;
-  T* const sdSw = sdS + wg * Bc * kDs;
+  T* sV = sK + Bc * kStride;
+  T* const sQ_slots = sV + Bc * kStride;  // slot s: Q at sQ_slots + s·kQdoSlotElems, dO after it
+  T* sdS = sQ_slots + kStages * Cfg::kQdoSlotElems;  // [Bc keys][kDs] dSᵀ
+  float* const sLSE_slots = reinterpret_cast<float*>(sdS + Bc * kDs);  // slot s: LSE, then Δ (2·Br floats)
   // The tiles of the slot being computed (reassigned per tile; scores_to_ds reads sLSE, sDelta).
   // kDqTma: the slot then holds the tile's dQ, D/32 boxes of [Br][32] fp32.
   T* sQ = sQ_slots;
   T* sdO = sQ + Br * kStride;
   float* sLSE = sLSE_slots;
   float* sDelta = sLSE + Br;
-  // Skip bits of this block's next kThreads slots: [0] any (of the block's
-  // sub-tiles), [1 + e] sub-tile e all ones; one word per warp.
-  __shared__ uint32_t s_bits[1 + kSub][Cfg::kWarps];
-  const int kv_tiles64 = (p.Nk + Bc - 1) / Bc;
+  // Skip bits of this block's next kThreads slots: [0] any, [1] all ones; one word per warp.
+  __shared__ uint32_t s_bits[2][Cfg::kWarps];
 
   const int64_t kv_head = int64_t(b) * p.Hkv + hk;
   float* dbias_accum = dbias_target.for_block(b, hk);
@@ -515,9 +488,9 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
   const bool bias_by_key = p.bias.data != nullptr && p.bias.stride_q == 0;
 
   float dK[Cfg::kTilesO][4] = {}, dV[Cfg::kTilesO][4] = {};
-  const int key_row[2] = {kv0 + wwarp * 16 + g, kv0 + wwarp * 16 + g + 8};  // keys of c0,c1 / c2,c3
+  const int key_row[2] = {kv0 + warp * 16 + g, kv0 + warp * 16 + g + 8};  // keys of c0,c1 / c2,c3
   static_assert(Br == kDmaBr, "first_query_tile's tiles");
-  const int m_first = first_query_tile(p, kv0_tile);  // query tiles that can see a key of this block's tile
+  const int m_first = first_query_tile(p, kv0);  // query tiles that can see a key of this tile
   const int n_q_tiles = (p.Nq + Br - 1) / Br;
   // Slots of this key tile: with several chunks query tile major, s = (m -
   // m_first)·group + hq (the heads of one query tile go to different chunks);
@@ -688,24 +661,17 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
     __syncthreads();  // every thread has read the previous batch's bits
     {
       const int s = base + int(threadIdx.x) * live_chunks;
-      bool any = false, all[kSub] = {};
+      bool any = false, all = false;
       if (s < n_slots) {
         int m, h;
         slot_head(s, m, h);
-#pragma unroll
-        for (int e = 0; e < kSub; ++e) {
-          const int jt = j_tile * kSub + e;  // the 64-key tile of sub-tile e
-          const bool any_e = (kSub == 1 || jt < kv_tiles64) && summary.tile_any(p, b, h, m, jt);
-          all[e] = any_e && summary.tile_all(p, b, h, m, jt);
-          any = any || any_e;
-        }
+        any = summary.tile_any(p, b, h, m, j_tile);
+        all = any && summary.tile_all(p, b, h, m, j_tile);
       }
-      const uint32_t any_bits = __ballot_sync(0xffffffffu, any);
-      if (lane == 0) s_bits[0][warp] = any_bits;
-#pragma unroll
-      for (int e = 0; e < kSub; ++e) {
-        const uint32_t all_bits = __ballot_sync(0xffffffffu, all[e]);
-        if (lane == 0) s_bits[1 + e][warp] = all_bits;
+      const uint32_t any_bits = __ballot_sync(0xffffffffu, any), all_bits = __ballot_sync(0xffffffffu, all);
+      if (lane == 0) {
+        s_bits[0][warp] = any_bits;
+        s_bits[1][warp] = all_bits;
       }
     }
     __syncthreads();
@@ -714,7 +680,7 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
 #pragma unroll 1
       for (uint32_t bits = s_bits[0][w]; bits != 0; bits &= bits - 1) {  // the same in every thread
         const int i = w * 32 + __ffs(bits) - 1;
-        const bool mask_full = s_bits[1 + wg][w] >> (i % 32) & 1u;  // no per-element mask reads (this sub-tile)
+        const bool mask_full = s_bits[1][w] >> (i % 32) & 1u;  // no per-element mask reads
         int m, h;
         slot_head(base + i * live_chunks, m, h);
         const int q0 = m * Br;
@@ -729,14 +695,8 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
         sDelta = sLSE + Br;
         // Rolled copies keep their addresses out of the registers dK and dV need.
         if (!kv_loaded) {
-#pragma unroll
-          for (int e = 0; e < kSub; ++e) {  // sub-tile e: keys kv0_tile + 64·e on (rows past Nk: zeros)
-            const int k0 = kv0_tile + e * Bc;
-            load_tile_async_rolled<Bc, D, Layout, Cfg::kThreads>(sK + e * Bc * kStride, k + (kv_head * p.Nk + k0) * D,
-                                                                 D, p.Nk - k0);
-            load_tile_async_rolled<Bc, D, Layout, Cfg::kThreads>(sV + e * Bc * kStride, v + (kv_head * p.Nk + k0) * D,
-                                                                 D, p.Nk - k0);
-          }
+          load_tile_async_rolled<Bc, D, Layout, Cfg::kThreads>(sK, k + (kv_head * p.Nk + kv0) * D, D, p.Nk - kv0);
+          load_tile_async_rolled<Bc, D, Layout, Cfg::kThreads>(sV, v + (kv_head * p.Nk + kv0) * D, D, p.Nk - kv0);
           kv_loaded = true;
         }
         if (prefetched != i) load_q_tiles(i, slot);  // (else in flight since the previous tile)
@@ -800,7 +760,7 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
             const int qh = sl * Cfg::kHalf;
             wgmma_fence();
             {
-              const uint64_t dk = opaque(make_sw128_desc(sKw, 0, 1024));
+              const uint64_t dk = opaque(make_sw128_desc(sK, 0, 1024));
               const uint64_t dq = opaque(make_sw128_desc(sQ + qh * 64, 0, 1024));
 #pragma unroll
               for (int kk = 0; kk < D / 16; ++kk) {  // k-step kk: 64-column block kk/4, 32 bytes on inside it
@@ -809,7 +769,7 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
               }
             }
             {
-              const uint64_t dv = opaque(make_sw128_desc(sVw, 0, 1024));
+              const uint64_t dv = opaque(make_sw128_desc(sV, 0, 1024));
               const uint64_t ddo = opaque(make_sw128_desc(sdO + qh * 64, 0, 1024));
 #pragma unroll
               for (int kk = 0; kk < D / 16; ++kk) {
@@ -844,7 +804,7 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
               for (int kk = 0; kk < Cfg::kTilesS / 2; ++kk)
 #pragma unroll
                 for (int i = 0; i < 4; ++i)
-                  *reinterpret_cast<uint32_t*>(sdSw + Sw128Blocks<64>::offset(wwarp * 16 + g + 8 * (i & 1),
+                  *reinterpret_cast<uint32_t*>(sdS + Sw128Blocks<64>::offset(warp * 16 + g + 8 * (i & 1),
                                                                              qh + kk * 16 + 8 * (i / 2) + 2 * t)) =
                       dSa[kk][i];
             }
@@ -876,8 +836,8 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
             for (int part = 0; part < D / 64; ++part) {
               float dQ[8][4];
               wgmma_fence();
-              const uint64_t ds = opaque(make_sw128_desc(sdSw, Bc * 128, 1024));
-              const uint64_t dk = opaque(make_sw128_desc(sKw + part * Bc * 64, Bc * 128, 1024));
+              const uint64_t ds = opaque(make_sw128_desc(sdS, Bc * 128, 1024));
+              const uint64_t dk = opaque(make_sw128_desc(sK + part * Bc * 64, Bc * 128, 1024));
 #pragma unroll
               for (int kk = 0; kk < Bc / 16; ++kk)  // 16 keys per k-step
                 wgmma_ss_tt<T, 64>(dQ, advance_desc(ds, kk * 16 * 128), advance_desc(dk, kk * 16 * 128), kk > 0);
@@ -886,44 +846,26 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
               fence_accumulators(dQ);
               // The slot's Q and dO are dead once every warp is past that wait.
               if (Cfg::kDqTma && part == 0) __syncthreads();
-              // Warp w (of its warpgroup) holds query rows 16w + g (+8) of the tile,
-              // columns 64·part + 8n + 2t, +1.
+              // Warp w holds query rows 16w + g (+8) of the tile, columns 64·part + 8n + 2t, +1.
               if constexpr (Cfg::kDqTma) {
                 // Column c of row r: box c/32, 16-byte chunk (c%32)/4 ^ (r%8) of the
                 // row's 128 bytes (the map's 128-byte swizzle). A warp's 8 rows
                 // then spread over all 32 banks: 2 wavefronts per 256-byte store.
                 constexpr int kBoxFloats = Br * Cfg::kDqBoxCols;
-                // kKeySubTiles = 2: warpgroup 0 stores its sub-tile's dS·K, then
-                // warpgroup 1 adds its own to it (each element by the thread of
-                // the same fragment position in the other warpgroup).
 #pragma unroll
-                for (int sub_wg = 0; sub_wg < kSub; ++sub_wg) {
-                  if constexpr (kSub > 1)
-                    if (sub_wg > 0) __syncthreads();  // warpgroup 0's stores are in place
-                  if (wg == sub_wg) {
+                for (int r = 0; r < 2; ++r)
 #pragma unroll
-                    for (int r = 0; r < 2; ++r)
-#pragma unroll
-                      for (int n = 0; n < 8; ++n) {
-                        const int row = wwarp * 16 + g + 8 * r, col = part * 64 + n * 8 + 2 * t;
-                        const int in_box = col % Cfg::kDqBoxCols;
-                        float2* dst = reinterpret_cast<float2*>(sdQ + (col / Cfg::kDqBoxCols) * kBoxFloats +
-                                                                row * Cfg::kDqBoxCols +
-                                                                ((in_box / 4) ^ (row % 8)) * 4 + in_box % 4);
-                        float2 val = make_float2(p.scale * dQ[n][2 * r], p.scale * dQ[n][2 * r + 1]);
-                        if (sub_wg > 0) {
-                          const float2 prev = *dst;
-                          val.x += prev.x;
-                          val.y += prev.y;
-                        }
-                        *dst = val;
-                      }
+                  for (int n = 0; n < 8; ++n) {
+                    const int row = warp * 16 + g + 8 * r, col = part * 64 + n * 8 + 2 * t;
+                    const int in_box = col % Cfg::kDqBoxCols;
+                    *reinterpret_cast<float2*>(sdQ + (col / Cfg::kDqBoxCols) * kBoxFloats + row * Cfg::kDqBoxCols +
+                                               ((in_box / 4) ^ (row % 8)) * 4 + in_box % 4) =
+                        make_float2(p.scale * dQ[n][2 * r], p.scale * dQ[n][2 * r + 1]);
                   }
-                }
               } else {
 #pragma unroll
                 for (int r = 0; r < 2; ++r) {
-                  const int qi = q0 + wwarp * 16 + g + 8 * r;
+                  const int qi = q0 + warp * 16 + g + 8 * r;
                   if (qi >= p.Nq) continue;
                   float* row = dq_accum + (q_head * p.Nq + qi) * D + part * 64;
 #pragma unroll
@@ -1236,7 +1178,7 @@ cudaError_t dma_backward(const DynamicMaskProblem& p, const DmaBackwardArgs& a, 
   const int64_t kv_tiles = (p.Nk + kDmaBc - 1) / kDmaBc;
   const int64_t slots = int64_t(p.H / p.Hkv) * ((p.Nq + kDmaBr - 1) / kDmaBr);
   if (chunks > kMaxChunks || kv_tiles * chunks > 2147483647 || p.Hkv > 65535 || p.B > 65535 ||
-      slots + int64_t(DmaBwdConfig<64, true, 2>::kThreads + 1) * chunks > 2147483647)  // grid; the kernel's int slot indices
+      slots + int64_t(DmaBwdConfig<64>::kThreads + 1) * chunks > 2147483647)  // grid; the kernel's int slot indices
     return cudaErrorInvalidValue;
   BwdWorkspace w = plan_workspace(p, a.deterministic, chunks);
   if (a.workspace == nullptr || a.workspace_bytes < w.total_floats * sizeof(float)) return cudaErrorInvalidValue;
@@ -1305,8 +1247,7 @@ cudaError_t dma_backward(const DynamicMaskProblem& p, const DmaBackwardArgs& a, 
       // at the same time and share K_j, V_j through L2, and the key tiles of
       // the causal range's long columns (small j) start first. (Where the chunk
       // plan drops the chunks the kernel reads the grid chunk-major: dma_bwd_kernel.)
-      const int64_t key_tiles = (p.Nk + Cfg::kKeyTile - 1) / Cfg::kKeyTile;  // 64 keys, or 128 paired
-      const dim3 grid(unsigned(key_tiles * chunks), unsigned(p.Hkv), unsigned(p.B));
+      const dim3 grid(unsigned(kv_tiles * chunks), unsigned(p.Hkv), unsigned(p.B));
       e = launch_with_smem(dma_bwd_kernel<Cfg, T>, grid, Cfg::kThreads, Cfg::kSmemBytes, stream,
                            static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
                            static_cast<const T*>(a.dout), static_cast<const float*>(a.lse),
@@ -1336,9 +1277,7 @@ cudaError_t dma_backward(const DynamicMaskProblem& p, const DmaBackwardArgs& a, 
       return cudaGetLastError();
     });
   };
-  if (core == "wgmma" && a.paired_key_tiles)
-    dispatch_head_dim<DMA_BWD_WGMMA_HEAD_DIMS>(p.D, [&](auto d) { run(DmaBwdConfig<decltype(d)::value, true, 2>{}); });
-  else if (core == "wgmma")
+  if (core == "wgmma")
     dispatch_head_dim<DMA_BWD_WGMMA_HEAD_DIMS>(p.D, [&](auto d) { run(DmaBwdConfig<decltype(d)::value, true>{}); });
   else
     dispatch_head_dim<DMA_BWD_HEAD_DIMS>(p.D, [&](auto d) { run(DmaBwdConfig<decltype(d)::value>{}); });

@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Ran in session 15 with the patch applied: correct, half the L2 sectors,
+# 17-24 % slower (results/H200/probes/session15_bwd_paired.txt); the patch
+# was reverted and this script needs it (git am -3 next_bwd_paired.patch).
 # For the next session (written in session 14 without a GPU; compile-checked
 # for sm_80 / sm_90a: 247 registers at D = 128, 243 at D = 64, no spills;
 # 149 504 / 83 968 bytes of shared memory, one block of 8 warps per SM):

@@ -74,8 +74,6 @@ DmaCore g_core = DmaCore::kAuto;
 // DmaBackwardArgs::rotate_slots for every case (main() runs a selection again
 // without it: every key tile walking its query tiles in order).
 bool g_rotate = true;
-// DmaBackwardArgs::paired_key_tiles for every case (main() runs a selection with it).
-bool g_paired = false;
 
 // q_chunks: DmaBackwardArgs::q_chunks (0 automatic). topk_window > 0: the
 // case's mask (give it none) is replaced by dma_build_topk_mask's top-W mask of
@@ -145,7 +143,6 @@ void run_case(const MaskedCase& c, uint64_t seed, bool deterministic = false, in
   ba.q_chunks = q_chunks;
   ba.core = g_core;
   ba.rotate_slots = g_rotate;
-  ba.paired_key_tiles = g_paired;
   float* d_fws = nullptr;  // the forward's workspace (the mask summary)
   if (const size_t fws = dma_forward_workspace_bytes(p, 1); fws > 0) {
     cudaMalloc(&d_fws, fws);
@@ -170,7 +167,7 @@ void run_case(const MaskedCase& c, uint64_t seed, bool deterministic = false, in
                            (deterministic ? " deterministic" : "") + " q_chunks " + std::to_string(q_chunks) +
                            " (resolved " + std::to_string(dma_backward_resolve_chunks(p, deterministic, q_chunks)) +
                            ") core " + dma_backward_core_name(p, g_core) +
-                           (reuse_summary ? " forward's summary" : "") + (g_rotate ? "" : " query tiles in order") + (g_paired ? " paired key tiles" : "");
+                           (reuse_summary ? " forward's summary" : "") + (g_rotate ? "" : " query tiles in order");
   if (e != cudaSuccess) {
     record(false, std::string("CUDA error ") + cudaGetErrorString(e) + ": " + name);
     cudaGetLastError();
@@ -303,26 +300,6 @@ int main() {
         run_case({2, 4, 2, 130, 77, 128, dt, causal, 0.f, 1, 1, 130, 1, 1, 1, false}, ++seed, true);
         run_case(dense_plan, ++seed);
         g_rotate = true;
-        // Paired key tiles (an experiment; the wgmma core's blocks as two
-        // warpgroups on 128 keys): Nk = 60 (the second warpgroup's keys all
-        // past Nk), 77, 130, 200 (a partial last pair), 1000; one chunk, 3,
-        // automatic; GQA, softcap, top-W, zero rows, a bias per query, the
-        // deterministic mode, the plan's shape; D = 64 and 128.
-        if (g_core != DmaCore::kMma) {
-          g_paired = true;
-          for (int chunks : {1, 3, 0}) {
-            run_case({1, 4, 2, 129, 200, 64, dt, causal, 0.f, 1, -1, 129, 1, -1, 1, false}, ++seed, false, chunks);
-            run_case({1, 4, 2, 600, 700, 128, dt, causal, 0.f, 0, 0, 0, 1, 1, 1, false}, ++seed, false, chunks, 350, true);
-            run_case({1, 4, 1, 100, 300, 128, dt, causal, 15.f, 1, 0, 100, 1, 1, 1, true}, ++seed, false, chunks);
-            run_case({2, 2, 1, 70, 60, 64, dt, causal, 0.f, 1, 0, 70, 1, 0, 70, false}, ++seed, false, chunks);
-            run_case({1, 2, 2, 130, 77, 128, dt, causal, 0.f, 1, 1, 130, 1, 1, 1, true}, ++seed, false, chunks);
-            run_case({1, 2, 2, 1000, 1000, 64, dt, causal, 0.f, 1, -1, 1000, 1, -1, 1, false}, ++seed, false, chunks);
-          }
-          run_case({2, 4, 2, 130, 77, 128, dt, causal, 0.f, 1, 1, 130, 1, 1, 1, false}, ++seed, true);
-          run_case(dense_plan, ++seed);
-          run_case(skewed_plan, ++seed, false, 0, 1100, true);
-          g_paired = false;
-        }
       }
   }
   return finish();
