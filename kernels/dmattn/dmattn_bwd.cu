@@ -172,6 +172,13 @@ struct DmaBwdConfig {
   static constexpr int kTilesS = kHalf / 8;  // n8 tiles across the queries of a slice
   static constexpr int kTilesO = kHeadDim / 8;
   static constexpr int kDqParts = kHeadDim >= 128 ? 2 : 1;  // dQ columns in parts (registers)
+  // wgmma at D = 128: both dQ parts' products issued before the first wait
+  // (two commit groups), so part 1's runs under part 0's stores into the
+  // staging boxes; at that point only dK, dV and both dQ parts are live.
+#ifndef ATTNLAB_PROBE_DQ_PARTS_TOGETHER
+#define ATTNLAB_PROBE_DQ_PARTS_TOGETHER 0
+#endif
+  static constexpr bool kDqPartsTogether = ATTNLAB_PROBE_DQ_PARTS_TOGETHER && kWgmma && kHeadDim == 128;
   static_assert(kTilesO % (2 * kDqParts) == 0, "dQ parts of whole 16-column steps");
 };
 static_assert(DmaBwdConfig<64, true>::kSmemBytes == 59392 && DmaBwdConfig<128, true>::kSmemBytes == 108544,
@@ -832,17 +839,35 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
             __syncthreads();  // every warp's dSᵀ rows are in place
             // kDqTma: dQ is staged in this tile's own Q/dO slot, D/32 boxes of [Br][32] fp32.
             [[maybe_unused]] float* const sdQ = reinterpret_cast<float*>(sQ);
-#pragma unroll 1
-            for (int part = 0; part < D / 64; ++part) {
-              float dQ[8][4];
+            constexpr bool kTogether = Cfg::kDqPartsTogether;
+            [[maybe_unused]] float dQ_all[kTogether ? 2 : 1][8][4];
+            auto issue_dq = [&](float (&acc)[8][4], int part) {
               wgmma_fence();
               const uint64_t ds = opaque(make_sw128_desc(sdS, Bc * 128, 1024));
               const uint64_t dk = opaque(make_sw128_desc(sK + part * Bc * 64, Bc * 128, 1024));
 #pragma unroll
               for (int kk = 0; kk < Bc / 16; ++kk)  // 16 keys per k-step
-                wgmma_ss_tt<T, 64>(dQ, advance_desc(ds, kk * 16 * 128), advance_desc(dk, kk * 16 * 128), kk > 0);
+                wgmma_ss_tt<T, 64>(acc, advance_desc(ds, kk * 16 * 128), advance_desc(dk, kk * 16 * 128), kk > 0);
               wgmma_commit();
-              wgmma_wait<0>();  // (and every slice's dV, dK before it)
+            };
+            if constexpr (kTogether) {
+              issue_dq(dQ_all[0], 0);
+              issue_dq(dQ_all[1], 1);
+            }
+#pragma unroll(kTogether ? 2 : 1)
+            for (int part = 0; part < D / 64; ++part) {
+              float dQ[8][4];
+              if constexpr (kTogether) {
+                if (part == 0) wgmma_wait<1>();  // part 0 (and every slice's dV, dK before it)
+                else wgmma_wait<0>();
+#pragma unroll
+                for (int n = 0; n < 8; ++n)
+#pragma unroll
+                  for (int i = 0; i < 4; ++i) dQ[n][i] = dQ_all[part][n][i];
+              } else {
+                issue_dq(dQ, part);
+                wgmma_wait<0>();  // (and every slice's dV, dK before it)
+              }
               fence_accumulators(dQ);
               // The slot's Q and dO are dead once every warp is past that wait.
               if (Cfg::kDqTma && part == 0) __syncthreads();
