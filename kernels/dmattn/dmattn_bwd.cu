@@ -100,7 +100,9 @@
 // The scores between them (P, dS, dBias) are the mma.sync core's code
 // (scores_to_ds). At D = 128 the two slices are software-pipelined: slice 2's
 // Sᵀ, dPᵀ are issued before slice 1's dV, dK, which then run under slice 2's
-// score code (3.82 -> 3.54 ms). 228 registers at D = 128 (two blocks per SM);
+// score code (3.82 -> 3.54 ms); the tile's two dQ parts are issued together
+// (kDqPartsTogether, session 15: 2.49 against 2.54 ms). 248 registers at D =
+// 128 (two blocks per SM);
 // at D = 64 bounded to 168 for three blocks per SM (60 bytes spilled: 1.471
 // against 1.557 ms unbounded at 233, all-active; DmaBwdConfig::kMinBlocks).
 // Shared memory 2·64·D·2 (K, V) + 2 slots·2·64·D·2 (Q, dO) + 64·64·2 (dSᵀ) +
@@ -137,7 +139,7 @@ struct DmaBwdConfig {
   // blocks, causal 0.805 against 0.951, top-1024 L=16K 0.148 against 0.142;
   // two 32-query slices would avoid the spill and measured 1.530 / 0.875,
   // results/H200/probes/session14_bwd_d64_blocks.txt). Elsewhere 1: dK, dV
-  // alone take 2·D/2 registers per thread, so D = 128 stays at 228, two blocks.
+  // alone take 2·D/2 registers per thread, so D = 128 stays at 248, two blocks.
   static constexpr int kMinBlocks = kWgmma_ && kHeadDim_ == 64 ? 3 : 1;
   // kWgmma: the five products as warpgroup MMAs (sm_90a; see the kernel).
   static constexpr bool kWgmma = kWgmma_;
@@ -174,11 +176,13 @@ struct DmaBwdConfig {
   static constexpr int kDqParts = kHeadDim >= 128 ? 2 : 1;  // dQ columns in parts (registers)
   // wgmma at D = 128: both dQ parts' products issued before the first wait
   // (two commit groups), so part 1's runs under part 0's stores into the
-  // staging boxes; at that point only dK, dV and both dQ parts are live.
-#ifndef ATTNLAB_PROBE_DQ_PARTS_TOGETHER
-#define ATTNLAB_PROBE_DQ_PARTS_TOGETHER 0
-#endif
-  static constexpr bool kDqPartsTogether = ATTNLAB_PROBE_DQ_PARTS_TOGETHER && kWgmma && kHeadDim == 128;
+  // staging boxes; at that point only dK, dV and both dQ parts are live
+  // (248 registers instead of 228, no spill, still two blocks per SM).
+  // Session 15, same run, A/B twice: all-active 2.495 / 2.491 ms against
+  // 2.540 / 2.544, causal 1.484 / 1.489 against 1.525 / 1.523, GQA causal
+  // 0.975 / 0.971 against 1.002 / 1.003; sparse top-1024 unchanged
+  // (results/H200/probes/session15_dq_parts_together.txt).
+  static constexpr bool kDqPartsTogether = kWgmma && kHeadDim == 128;
   static_assert(kTilesO % (2 * kDqParts) == 0, "dQ parts of whole 16-column steps");
 };
 static_assert(DmaBwdConfig<64, true>::kSmemBytes == 59392 && DmaBwdConfig<128, true>::kSmemBytes == 108544,

@@ -4,7 +4,8 @@
 # 248 registers, no spill, still two blocks per SM; the default 228): part 1's
 # dQ = dS·K runs under part 0's stores. Two builds (A: this tree as is, B:
 # with the macro), --check and sanitizers on B, then A against B alternating,
-# twice, on the all-active, causal and sparse D = 128 shapes.
+# twice, on the all-active, causal and sparse D = 128 shapes. (It won; the
+# macro is gone since: kDqPartsTogether is the default at D = 128.)
 cd "$(dirname "$0")/../.."
 . scripts/probes/common.sh
 tp=$(python3 -c "import torch; print(torch.utils.cmake_prefix_path)" 2>/dev/null)
