@@ -40,49 +40,57 @@ grep -A2 "split_q_kernel" "$out/build.log" | grep -E "registers|Compiling" | sed
 # The sanitizers and the tests check correctness only, so they share the GPU:
 # the sanitizers run in the background while the tests run, and the
 # benchmarks run after both, alone. (Session 13: the whole run in sequence
-# took ~550 s, at the edge of one 10-minute device call.)
-# sanitize TOOL "SHAPE" [FLAGS...] : one checked run of the harness under
-# compute-sanitizer, a line with its exit status and the tool's summary (and a
-# warning where a dynamic-mask run's mask left no tile to compute).
+# took ~550 s, at the edge of one 10-minute device call; session 15's took
+# ~590 s with the sanitizers in one stream.)
+# sanitize LOG TOOL "SHAPE" [FLAGS...] : one checked run of the harness under
+# compute-sanitizer (its output in LOG), a line with its exit status and the
+# tool's summary (and a warning where a dynamic-mask run's mask left no tile
+# to compute).
 sanitize() {
-  local tool=$1 shape=$2 rc
-  shift 2
+  local log=$1 tool=$2 shape=$3 rc
+  shift 3
   timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 "$build/flash_attn_mma" --B 1 --H 2 $shape \
-    --iters 1 --warmup 0 --check "$@" > "$out/sanitizer.log" 2>&1
+    --iters 1 --warmup 0 --check "$@" > "$log" 2>&1
   rc=$?
-  echo "$tool $shape: rc=$rc $(grep -E '(ERROR|RACECHECK) SUMMARY' "$out/sanitizer.log" | tail -1)$(
-    grep -q 'tiles skipped 100.0%' "$out/sanitizer.log" && echo ' (EMPTY MASK: only the fully-masked path ran)')"
+  echo "$tool $shape: rc=$rc $(grep -E '(ERROR|RACECHECK) SUMMARY' "$log" | tail -1)$(
+    grep -q 'tiles skipped 100.0%' "$log" && echo ' (EMPTY MASK: only the fully-masked path ran)')"
 }
+# The shapes: the rungs (every variant: --show-all), then dynamic-mask
+# attention — forward with a forced split count, and the backward. The top-W
+# masks are block-smoothed by majority (--block 64) unless --block 0: W must
+# be about Nk/2 for some key blocks to survive (session 14 found seven of
+# these eight shapes with W <= Nk/10, so an all-zero mask: they exercised
+# only the fully-masked path). A run whose mask is empty says so.
+rung_shapes=("--Nq 129 --Nk 77 --D 64 --causal" "--Nq 17 --Nk 200 --D 256 --dtype bf16" "--Nq 70 --Nk 130 --D 512 --causal"
+             "--Nq 70 --Nk 130 --D 1024 --causal")
+dmattn_shapes=("--Nq 1 --Nk 3000 --D 128 --Hkv 1 --mask topk --window 64 --block 0 --bias --splits 4"
+               "--Nq 1 --Nk 20000 --D 256 --mask topk --window 3000 --block 0 --bias --softcap 20 --splits 1"
+               "--Nq 70 --Nk 130 --D 128 --Hkv 1 --causal --mask topk --window 64 --bias --bwd"
+               "--B 2 --Nq 130 --Nk 77 --D 128 --mask topk --window 16 --block 0 --bias --deterministic"
+               "--Nq 130 --Nk 300 --D 128 --causal --mask topk --window 150 --bias"
+               "--Nq 130 --Nk 301 --D 64 --mask topk --window 64 --block 0 --bias --dma-core wgmma-cp.async"
+               "--Nq 200 --Nk 130 --D 64 --Hkv 1 --causal --mask topk --window 64 --bias --bwd-chunks 3"
+               "--Nq 200 --Nk 1000 --D 128 --Hkv 1 --causal --mask topk --window 500 --bias --dma-mask-scan in-kernel"
+               "--Nq 130 --Nk 2333 --D 64 --mask topk --window 1166 --bias --dma-mask-scan prepass"
+               "--Nq 600 --Nk 800 --D 64 --Hkv 1 --causal --mask topk --window 400 --bias --dma-mask-scan pipelined --dma-prepass-chunks 5")
+# run_sanitizers TOOL STREAM FIRST COUNT : shapes FIRST .. FIRST+COUNT-1 of the
+# rung shapes followed by the dynamic-mask ones, under TOOL, into
+# sanitizer_STREAM.txt. Three streams run at once (memcheck; racecheck in two
+# halves): in one stream the 28 runs took ~280 s, the run's longest phase.
 run_sanitizers() {
-  for tool in memcheck racecheck; do
-    for shape in "--Nq 129 --Nk 77 --D 64 --causal" "--Nq 17 --Nk 200 --D 256 --dtype bf16" "--Nq 70 --Nk 130 --D 512 --causal" \
-                 "--Nq 70 --Nk 130 --D 1024 --causal"; do
-      sanitize $tool "$shape" --show-all
-    done
-    # dynamic-mask attention: forward with a forced split count, and the backward.
-    # The top-W masks are block-smoothed by majority (--block 64) unless --block 0:
-    # W must be about Nk/2 for some key blocks to survive (session 14 found
-    # seven of these eight shapes with W <= Nk/10, so an all-zero mask: they
-    # exercised only the fully-masked path). A run whose mask is empty says so.
-    for shape in "--Nq 1 --Nk 3000 --D 128 --Hkv 1 --mask topk --window 64 --block 0 --bias --splits 4" \
-                 "--Nq 1 --Nk 20000 --D 256 --mask topk --window 3000 --block 0 --bias --softcap 20 --splits 1" \
-                 "--Nq 70 --Nk 130 --D 128 --Hkv 1 --causal --mask topk --window 64 --bias --bwd" \
-                 "--B 2 --Nq 130 --Nk 77 --D 128 --mask topk --window 16 --block 0 --bias --deterministic" \
-                 "--Nq 130 --Nk 300 --D 128 --causal --mask topk --window 150 --bias" \
-                 "--Nq 130 --Nk 301 --D 64 --mask topk --window 64 --block 0 --bias --dma-core wgmma-cp.async" \
-                 "--Nq 200 --Nk 130 --D 64 --Hkv 1 --causal --mask topk --window 64 --bias --bwd-chunks 3" \
-                 "--Nq 200 --Nk 1000 --D 128 --Hkv 1 --causal --mask topk --window 500 --bias --dma-mask-scan in-kernel" \
-                 "--Nq 130 --Nk 2333 --D 64 --mask topk --window 1166 --bias --dma-mask-scan prepass" \
-                 "--Nq 600 --Nk 800 --D 64 --Hkv 1 --causal --mask topk --window 400 --bias --dma-mask-scan pipelined --dma-prepass-chunks 5"; do
-      sanitize $tool "$shape"
-    done
-  done
+  local tool=$1 stream=$2 first=$3 count=$4 i
+  for ((i = first; i < first + count; ++i)); do
+    if ((i < ${#rung_shapes[@]})); then sanitize "$out/sanitizer_$stream.log" $tool "${rung_shapes[i]}" --show-all
+    else sanitize "$out/sanitizer_$stream.log" $tool "${dmattn_shapes[i - ${#rung_shapes[@]}]}"; fi
+  done > "$out/sanitizer_$stream.txt" 2>&1
 }
-san_pid=
+san_pids=()
 if [ -z "${QUICK:-}" ] && [ "${SANITIZER:-1}" != 0 ] && command -v compute-sanitizer >/dev/null; then
   step "compute-sanitizer (memcheck, racecheck) on ragged shapes: started in the background"
-  run_sanitizers > "$out/sanitizer_summary.txt" 2>&1 &
-  san_pid=$!
+  n_shapes=$(( ${#rung_shapes[@]} + ${#dmattn_shapes[@]} ))
+  run_sanitizers memcheck memcheck 0 $n_shapes & san_pids+=($!)
+  run_sanitizers racecheck racecheck1 0 $(( n_shapes / 2 )) & san_pids+=($!)
+  run_sanitizers racecheck racecheck2 $(( n_shapes / 2 )) $(( n_shapes - n_shapes / 2 )) & san_pids+=($!)
 fi
 
 step "tests (cpu + gpu)"
@@ -115,8 +123,10 @@ if [ -z "${SKIP_TESTS:-}" ]; then
   wait "$variants_pid"
   echo "gpu variants: $(tail -1 "$out/gpu_variants.log")"
 fi
-if [ -n "$san_pid" ]; then
-  wait "$san_pid"
+if [ ${#san_pids[@]} -gt 0 ]; then
+  wait "${san_pids[@]}"
+  cat "$out"/sanitizer_{memcheck,racecheck1,racecheck2}.txt > "$out/sanitizer_summary.txt"
+  rm -f "$out"/sanitizer_{memcheck,racecheck1,racecheck2}.txt
   step "compute-sanitizer results"
   cat "$out/sanitizer_summary.txt"
 fi
