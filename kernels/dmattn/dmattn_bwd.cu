@@ -183,6 +183,7 @@ struct DmaBwdConfig {
   // 0.975 / 0.971 against 1.002 / 1.003; sparse top-1024 unchanged
   // (results/H200/probes/session15_dq_parts_together.txt).
   static constexpr bool kDqPartsTogether = kWgmma && kHeadDim == 128;
+  static_assert(!kDqPartsTogether || kHeadDim / 64 == 2, "the kernel holds two dQ parts of 64 columns");
   static_assert(kTilesO % (2 * kDqParts) == 0, "dQ parts of whole 16-column steps");
 };
 static_assert(DmaBwdConfig<64, true>::kSmemBytes == 59392 && DmaBwdConfig<128, true>::kSmemBytes == 108544,
