@@ -95,10 +95,11 @@ fi
 
 step "tests (cpu + gpu)"
 if [ -n "${SKIP_TESTS:-}" ]; then echo "skipped (SKIP_TESTS)" > "$out/tests.log"; echo "skipped" > "$out/gpu_variants.log"; else
-# (test_gpu_variants and the dynamic-mask tests run on their own below, with their logs.)
-# test_gpu_variants runs in the background beside ctest and the dynamic-mask
-# tests: all check correctness only, on small shapes (session 15: in sequence
-# the tests took ~300 s and the whole run no longer fitted one 10-minute call).
+# ctest leaves out test_gpu_variants and the dynamic-mask tests: they run
+# with their own logs, test_gpu_variants in the background beside ctest and
+# the dynamic-mask tests below. All check correctness only, on small shapes
+# (session 15: in sequence the tests took ~300 s and the whole run no longer
+# fitted one 10-minute call).
 { timeout 300 "$build/test_gpu_variants" "${ONLY:-*}" > "$out/gpu_variants.log" 2>&1 ||
   echo "test_gpu_variants: exit $? (124 = timed out)" >> "$out/gpu_variants.log"; } &
 variants_pid=$!
