@@ -57,7 +57,8 @@
 // made rung 09's multicast variant slower), and nothing else runs while Σ
 // crosses (issuing the next tile's scores before P·V to hide it was measured
 // slower: 280.7 against 303.2 TFLOPS, 16f64f5 — V's single slot is then
-// freed later and needed sooner; docs/10).
+// freed later and needed sooner; so was session 16's two 32-key slots per
+// operand pipelined two tiles deep: 331 against 369 — docs/10).
 //
 // Per block: 64 query rows x 512 columns of D; 2 compute warpgroups (256
 // columns each) + 1 producer warpgroup (384 threads); Bc = 64-row K/V tiles.
