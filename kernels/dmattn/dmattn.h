@@ -150,7 +150,22 @@ struct DmaForwardArgs {
   // kDmaMaxPrepassChunks), cut so that each reads about the same share of
   // the mask.
   int prepass_chunks = 0;
+  // Optional: the tile summary of this same mask, unchanged since it was made
+  // (dma_build_mask_summary, or a previous call's dma_forward_mask_summary) —
+  // for a mask used more than once (forward after forward, layers or calls
+  // sharing it). The forward then scans nothing: mask_scan is ignored and
+  // only the active tiles' mask bytes are read. The gather core (decoding)
+  // lists its row's keys itself and ignores it. nullptr: scan as mask_scan says.
+  const uint32_t* mask_summary = nullptr;
 };
+
+// The tile summary of a mask, as the forward's and backward's pre-pass write
+// it — one "any" and one "all ones" bit per (mask batch, mask head, 64-query
+// tile, 64-key tile) — into `storage` (dma_mask_summary_bytes(p) bytes,
+// 4-byte aligned; 0 without a mask), for DmaForwardArgs::mask_summary and
+// DmaBackwardArgs::mask_summary.
+size_t dma_mask_summary_bytes(const DynamicMaskProblem& p);
+cudaError_t dma_build_mask_summary(const DynamicMaskProblem& p, uint32_t* storage, cudaStream_t stream);
 
 // The split count `0 = automatic` resolves to: 1 when the query blocks already
 // fill half the GPU's SMs, else enough splits for two blocks per SM (at most
@@ -162,7 +177,8 @@ size_t dma_forward_workspace_bytes(const DynamicMaskProblem& p, int splits);
 // The mask summary a dma_forward call with these arguments writes into its
 // workspace (the tile bits of the mask pre-pass), for the backward to reuse
 // (DmaBackwardArgs::mask_summary): non-null only where that call runs a
-// pre-pass (mask scan "prepass" or "pipelined"; not "in-kernel" or "none").
+// pre-pass (mask scan "prepass" or "pipelined"; not "in-kernel" or "none"),
+// or was given one (DmaForwardArgs::mask_summary: then that one).
 const uint32_t* dma_forward_mask_summary(const DynamicMaskProblem& p, const DmaForwardArgs& a);
 
 // "" when the forward kernel runs this problem on the current device, else why not.

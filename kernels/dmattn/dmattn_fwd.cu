@@ -1070,6 +1070,7 @@ std::string dma_forward_mask_scan_name(const DynamicMaskProblem& p, DmaMaskScan 
 }
 
 const uint32_t* dma_forward_mask_summary(const DynamicMaskProblem& p, const DmaForwardArgs& a) {
+  if (a.mask_summary != nullptr && p.mask.data != nullptr) return a.mask_summary;  // given: still this mask's
   const std::string scan = dma_forward_mask_scan_name(p, a.mask_scan, dma_resolve_splits(p, a.splits), a.core);
   // The summary is the workspace's first part (dma_forward_workspace_bytes).
   return scan == "prepass" || scan == "pipelined" ? reinterpret_cast<const uint32_t*>(a.workspace) : nullptr;
@@ -1159,13 +1160,18 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
   const DmaCore requested = gather_instead ? DmaCore::kGather : a.core;
   const std::string core = dma_forward_core_name(p, requested);
   if (core.empty()) return cudaErrorInvalidValue;
-  const std::string scan = dma_forward_mask_scan_name(p, a.mask_scan, splits, requested);
+  // A summary given (DmaForwardArgs::mask_summary): no scan at all (the
+  // gather core reads its own row whatever it is given).
+  const bool summary_given = a.mask_summary != nullptr && p.mask.data != nullptr && core != "gather";
+  const std::string scan = summary_given ? "given" : dma_forward_mask_scan_name(p, a.mask_scan, splits, requested);
   const bool scan_in_kernel = scan == "in-kernel";
   uint32_t* summary_storage = reinterpret_cast<uint32_t*>(a.workspace);
   PrepassPipeline* pipeline = scan == "pipelined" ? prepass_pipeline() : nullptr;
   MaskSummary summary;
   cudaError_t err = cudaSuccess;
-  if (pipeline != nullptr)
+  if (summary_given)
+    summary = dma_mask_summary_view(p, const_cast<uint32_t*>(a.mask_summary));  // read only
+  else if (pipeline != nullptr)
     summary = dma_mask_summary_view(p, summary_storage);  // written chunk by chunk below
   else if (!scan_in_kernel)
     err = dma_summarize_mask(p, summary_storage, &summary, stream);

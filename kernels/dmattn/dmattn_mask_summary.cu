@@ -137,4 +137,10 @@ cudaError_t dma_summarize_mask(const DynamicMaskProblem& p, uint32_t* storage, M
   return err;
 }
 
+cudaError_t dma_build_mask_summary(const DynamicMaskProblem& p, uint32_t* storage, cudaStream_t stream) {
+  if (p.mask.data != nullptr && storage == nullptr) return cudaErrorInvalidValue;
+  MaskSummary view;
+  return dma_summarize_mask(p, storage, &view, stream);
+}
+
 }  // namespace attnlab

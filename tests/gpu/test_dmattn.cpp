@@ -214,32 +214,71 @@ void run_case(const Case& c, uint64_t seed, bool corrupt = false) {
   cudaMemcpy(counters, d_counters, sizeof counters, cudaMemcpyDeviceToHost);
   if (corrupt) ob[size_t(o_elems / 2)] = to_bits(from_bits(ob[size_t(o_elems / 2)], c.dtype) + 0.05, c.dtype);
 
-  double err = 0, base = 0, rounding = 0, lse_err = 0;
-  int64_t bad = 0;
-  const double ulp = c.dtype == DType::kFloat16 ? 1.0 / 2048 : 1.0 / 256;
-  for (int64_t i = 0; i < o_elems; ++i) {
-    const double x = from_bits(ob[size_t(i)], c.dtype);
-    if (!std::isfinite(x)) { ++bad; continue; }
-    err = std::max(err, std::fabs(x - o_ref[size_t(i)]));
-    base = std::max(base, std::fabs(double(olp[size_t(i)]) - o_ref[size_t(i)]));
-    rounding = std::max(rounding, std::fabs(o_ref[size_t(i)]) * ulp / 2);
-  }
-  for (int64_t r = 0; r < rows; ++r) {
-    if (std::isinf(lse_ref[size_t(r)])) {
-      if (!(std::isinf(lse[size_t(r)]) && lse[size_t(r)] < 0)) ++bad;
-    } else if (!std::isfinite(lse[size_t(r)])) {
-      ++bad;
-    } else {
-      lse_err = std::max(lse_err, std::fabs(double(lse[size_t(r)]) - lse_ref[size_t(r)]));
+  // The pass rule on an output (ob, lse) against the fp32 reference.
+  auto judge = [&](const std::vector<uint16_t>& ob, const std::vector<float>& lse, std::string* msg_out) {
+    double err = 0, base = 0, rounding = 0, lse_err = 0;
+    int64_t bad = 0;
+    const double ulp = c.dtype == DType::kFloat16 ? 1.0 / 2048 : 1.0 / 256;
+    for (int64_t i = 0; i < o_elems; ++i) {
+      const double x = from_bits(ob[size_t(i)], c.dtype);
+      if (!std::isfinite(x)) { ++bad; continue; }
+      err = std::max(err, std::fabs(x - o_ref[size_t(i)]));
+      base = std::max(base, std::fabs(double(olp[size_t(i)]) - o_ref[size_t(i)]));
+      rounding = std::max(rounding, std::fabs(o_ref[size_t(i)]) * ulp / 2);
     }
-  }
-  const double tol = 2 * base + 2 * rounding + 1e-6;
-  const bool ok = bad == 0 && err <= tol && lse_err <= 1e-3;
-  char msg[200];
-  std::snprintf(msg, sizeof msg, "err %.2e tol %.2e lse %.1e bad %lld tiles %llu/%llu: ", err, tol, lse_err,
-                (long long)bad, counters[0], counters[1]);
+    for (int64_t r = 0; r < rows; ++r) {
+      if (std::isinf(lse_ref[size_t(r)])) {
+        if (!(std::isinf(lse[size_t(r)]) && lse[size_t(r)] < 0)) ++bad;
+      } else if (!std::isfinite(lse[size_t(r)])) {
+        ++bad;
+      } else {
+        lse_err = std::max(lse_err, std::fabs(double(lse[size_t(r)]) - lse_ref[size_t(r)]));
+      }
+    }
+    const double tol = 2 * base + 2 * rounding + 1e-6;
+    char msg[200];
+    std::snprintf(msg, sizeof msg, "err %.2e tol %.2e lse %.1e bad %lld tiles %llu/%llu: ", err, tol, lse_err,
+                  (long long)bad, counters[0], counters[1]);
+    *msg_out = msg;
+    return bad == 0 && err <= tol && lse_err <= 1e-3;
+  };
+  std::string msg;
+  const bool ok = judge(ob, lse, &msg);
   if (corrupt) record(!ok, std::string("negative control detected: ") + msg + c.name());
   else record(ok, msg + c.name());
+
+  // The same forward given the mask's summary (DmaForwardArgs::mask_summary,
+  // built by dma_build_mask_summary into storage poisoned with ones — a tile
+  // whose bits it failed to write would then count as active and all ones):
+  // no scan, the same pass rule, and the same bits as the scanning run.
+  if (!corrupt && c.mask && dma_forward_core_name(p, c.core) != "gather" && !c.kv_misaligned) {
+    uint32_t* d_summary = nullptr;
+    cudaMalloc(&d_summary, dma_mask_summary_bytes(p) + 16);
+    cudaMemset(d_summary, 0xFF, dma_mask_summary_bytes(p) + 16);
+    cudaMemset(d_o, 0xFF, size_t(o_elems) * 2);
+    cudaMemset(d_lse, 0xFF, size_t(rows) * 4);
+    DmaForwardArgs given = a;
+    given.tile_counters = nullptr;
+    given.mask_summary = d_summary;
+    cudaError_t e2 = dma_build_mask_summary(p, d_summary, 0);
+    if (e2 == cudaSuccess) e2 = dma_forward(p, given, 0);
+    if (e2 == cudaSuccess) e2 = cudaDeviceSynchronize();
+    if (e2 != cudaSuccess) {
+      record(false, std::string("CUDA error ") + cudaGetErrorString(e2) + " (summary given): " + c.name());
+      cudaGetLastError();
+    } else {
+      std::vector<uint16_t> ob2(ob.size());
+      std::vector<float> lse2(lse.size());
+      cudaMemcpy(ob2.data(), d_o, ob2.size() * 2, cudaMemcpyDeviceToHost);
+      cudaMemcpy(lse2.data(), d_lse, lse2.size() * 4, cudaMemcpyDeviceToHost);
+      std::string msg2;
+      const bool ok2 = judge(ob2, lse2, &msg2);
+      record(ok2, "summary given: " + msg2 + c.name());
+      record(ob2 == ob && std::memcmp(lse2.data(), lse.data(), lse.size() * 4) == 0,
+             "summary given: output bitwise equal to the scanning run's: " + c.name());
+    }
+    cudaFree(d_summary);
+  }
 
   if (!corrupt) {
     // Pair count: GPU == CPU.
