@@ -33,6 +33,10 @@ TABLES = {  # name: (x column label, how to read x from a row)
 }
 OURS = "dmattn"
 OURS_BWD = "dmattn bwd"
+# The harness's second forward row (session 16): the same forward given the
+# mask's summary built beforehand. Ours too, so neither a peer column nor a
+# speed-up curve: its own time column and time curve.
+OURS_GIVEN = "dmattn (mask summary given)"
 
 
 def window_of(row):
@@ -101,7 +105,7 @@ def plot(name, rows, out_dir):
             continue
         style = "-o" if variant == ours_name else "--s"
         ax_t.plot(xs, [float(pts[x]["time_ms"]) for x in xs], style, label=variant, markersize=4)
-        if variant != ours_name:
+        if variant != ours_name and variant != OURS_GIVEN:
             both = [x for x in xs if x in ours and ran(ours[x])]
             if both:
                 ax_s.plot(both, [float(pts[x]["time_ms"]) / float(ours[x]["time_ms"]) for x in both], "-o",
@@ -130,8 +134,10 @@ def table(name, rows):
     by = series(only(name, rows), x_of)
     if ours_name not in by:
         return ""
-    peers = [v for v in by if v != ours_name]
-    head = [label, "unmasked pairs", "tiles skipped", f"{ours_name} ms"] + [f"{p} ms (speed-up)" for p in peers]
+    peers = [v for v in by if v not in (ours_name, OURS_GIVEN)]
+    given = by.get(OURS_GIVEN, {})
+    head = ([label, "unmasked pairs", "tiles skipped", f"{ours_name} ms"] +
+            ([f"{OURS_GIVEN} ms"] if given else []) + [f"{p} ms (speed-up)" for p in peers])
     lines = [f"### {name}", "", "| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
     for x in sorted(by[ours_name]):
         r = by[ours_name][x]
@@ -140,6 +146,9 @@ def table(name, rows):
         cells = [str(x), f"{100 * share:.2f}%" if share is not None else "–",
                  f"{skipped:.1f}%" if skipped is not None else "–",
                  f"{float(r['time_ms']):.4f}" if ran(r) else r["status"]]
+        if given:
+            g = given.get(x)
+            cells.append(f"{float(g['time_ms']):.4f}" if g is not None and ran(g) else "–")
         for p in peers:
             pr = by[p].get(x)
             if pr is not None and ran(pr) and ran(r):
