@@ -5,6 +5,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/extension.h>
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <string>
@@ -245,7 +246,7 @@ std::tuple<at::Tensor, at::Tensor, std::optional<at::Tensor>> dma_forward(const 
                                                const std::optional<at::Tensor>& mask,
                                                const std::optional<at::Tensor>& bias, bool is_causal,
                                                std::optional<double> scale, std::optional<double> softcap,
-                                               bool check_backward) {
+                                               bool check_backward, const std::optional<at::Tensor>& mask_summary) {
   const DynamicMaskProblem p = make_dma_problem(q, k, v, mask, bias, is_causal, scale, softcap);
   const c10::cuda::CUDAGuard guard(q.device());
   const std::string why = attnlab::dma_forward_unsupported(p);
@@ -270,13 +271,39 @@ std::tuple<at::Tensor, at::Tensor, std::optional<at::Tensor>> dma_forward(const 
     a.workspace = static_cast<float*>(workspace.data_ptr());
     a.workspace_bytes = bytes;
   }
+  const bool given = mask_summary.has_value() && mask.has_value();
+  if (given) {  // dma_build_mask_summary's output for this same mask and shape (attnlab.build_mask_summary checks)
+    DMA_REQUIRE_VALUE(mask_summary->is_cuda() && mask_summary->device() == q.device() &&
+                          mask_summary->scalar_type() == at::kByte && mask_summary->is_contiguous() &&
+                          size_t(mask_summary->numel()) >= attnlab::dma_mask_summary_bytes(p),
+                      "mask_summary must be attnlab.build_mask_summary's for the same inputs");
+    a.mask_summary = static_cast<const uint32_t*>(mask_summary->data_ptr());
+  }
   const cudaError_t err = attnlab::dma_forward(p, a, at::cuda::getCurrentCUDAStream());
   if (err != cudaSuccess)
     throw std::runtime_error(std::string(kDmaName) + ": forward of " + p.shape_string() +
                              " failed: " + cudaGetErrorString(err));
   std::optional<at::Tensor> summary;
-  if (check_backward && attnlab::dma_forward_mask_summary(p, a) != nullptr) summary = workspace;
+  if (check_backward && attnlab::dma_forward_mask_summary(p, a) != nullptr) summary = given ? *mask_summary : workspace;
   return {o, lse, summary};
+}
+
+// The mask's tile summary (dma_build_mask_summary) as a uint8 tensor, for
+// dma_forward's mask_summary: depends on the mask and on q's and k's shapes
+// and is_causal, not on the values of q, k, v or the bias.
+at::Tensor dma_build_mask_summary(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  const at::Tensor& mask, bool is_causal) {
+  const DynamicMaskProblem p = make_dma_problem(q, k, v, mask, std::nullopt, is_causal, std::nullopt, std::nullopt);
+  const c10::cuda::CUDAGuard guard(q.device());
+  // Sized as dma_forward's workspace for one split, whose first bytes are the
+  // summary: so that dma_backward takes it as it takes that workspace.
+  at::Tensor out = workspace_tensor(std::max<size_t>(attnlab::dma_forward_workspace_bytes(p, 1), 16), q);
+  const cudaError_t err = attnlab::dma_build_mask_summary(p, static_cast<uint32_t*>(out.data_ptr()),
+                                                          at::cuda::getCurrentCUDAStream());
+  if (err != cudaSuccess)
+    throw std::runtime_error(std::string(kDmaName) + ": mask summary of " + p.shape_string() +
+                             " failed: " + cudaGetErrorString(err));
+  return out;
 }
 
 // dQ, dK, dV (the input dtype) and, with `need_dbias`, dBias in the bias's own
@@ -355,9 +382,12 @@ PYBIND11_MODULE(_C, m) {
   m.attr("lse_tolerance") = attnlab::kLseTolerance;
   m.def("dma_forward", &dma_forward, pybind11::arg("q"), pybind11::arg("k"), pybind11::arg("v"),
         pybind11::arg("mask"), pybind11::arg("bias"), pybind11::arg("is_causal"), pybind11::arg("scale"),
-        pybind11::arg("softcap"), pybind11::arg("check_backward"),
+        pybind11::arg("softcap"), pybind11::arg("check_backward"), pybind11::arg("mask_summary") = pybind11::none(),
         "Dynamic-mask attention forward (use attnlab.dynamic_mask_attention); returns (out, lse, mask summary "
-        "for the backward or None).");
+        "for the backward or None). mask_summary: dma_build_mask_summary's output (no mask scan then).");
+  m.def("dma_build_mask_summary", &dma_build_mask_summary, pybind11::arg("q"), pybind11::arg("k"),
+        pybind11::arg("v"), pybind11::arg("mask"), pybind11::arg("is_causal"),
+        "The mask's 64x64 tile summary as uint8 (use attnlab.build_mask_summary).");
   m.def("dma_backward", &dma_backward, pybind11::arg("q"), pybind11::arg("k"), pybind11::arg("v"),
         pybind11::arg("out"), pybind11::arg("lse"), pybind11::arg("grad_out"), pybind11::arg("mask"),
         pybind11::arg("bias"), pybind11::arg("is_causal"), pybind11::arg("scale"), pybind11::arg("softcap"),

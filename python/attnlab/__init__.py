@@ -16,9 +16,10 @@ softcap), differentiable, for use inside a model:
 import torch  # noqa: F401  (loads libtorch before the extension)
 
 from . import _C
-from .dynamic_mask import dynamic_mask_attention
+from .dynamic_mask import MaskSummary, build_mask_summary, dynamic_mask_attention
 
-__all__ = ["variants", "forward", "default_variant", "judge", "unsupported_reason", "dynamic_mask_attention"]
+__all__ = ["variants", "forward", "default_variant", "judge", "unsupported_reason", "dynamic_mask_attention",
+           "build_mask_summary", "MaskSummary"]
 
 judge = _C.judge
 unsupported_reason = _C.unsupported_reason

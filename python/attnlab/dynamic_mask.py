@@ -8,7 +8,47 @@ from torch.autograd.function import once_differentiable
 
 from . import _C
 
-__all__ = ["dynamic_mask_attention"]
+__all__ = ["dynamic_mask_attention", "build_mask_summary", "MaskSummary"]
+
+
+class MaskSummary:
+    """A mask's 64x64 tile summary (which tiles have any kept pair, which keep
+    all), made by build_mask_summary for one mask tensor, one q/k shape and
+    one is_causal. Pass it to dynamic_mask_attention(mask_summary=...) when the
+    same mask is used more than once (layers or calls sharing it): the forward
+    then does not read the whole mask again. It remembers the mask tensor and
+    its version counter, so that using it with another mask, or after the mask
+    was modified in place, raises instead of giving a wrong answer."""
+
+    def __init__(self, tensor, mask, q_shape, k_shape, is_causal):
+        self.tensor = tensor
+        self._mask = mask
+        self._version = mask._version
+        self._key = (tuple(q_shape), tuple(k_shape), bool(is_causal))
+
+    def check(self, attn_mask, q, k, is_causal):
+        """Raises ValueError unless this summary was made for exactly these inputs."""
+        if attn_mask is None:
+            raise ValueError("attnlab.dynamic_mask_attention: mask_summary given without attn_mask")
+        if attn_mask is not self._mask:
+            raise ValueError("attnlab.dynamic_mask_attention: mask_summary was built for another attn_mask tensor")
+        if attn_mask._version != self._version:
+            raise ValueError("attnlab.dynamic_mask_attention: attn_mask was modified after its mask_summary was built")
+        if (tuple(q.shape), tuple(k.shape), bool(is_causal)) != self._key:
+            raise ValueError("attnlab.dynamic_mask_attention: mask_summary was built for other q/k shapes or is_causal "
+                             f"{self._key}, got {(tuple(q.shape), tuple(k.shape), bool(is_causal))}")
+
+
+def build_mask_summary(q, k, attn_mask, is_causal=False):
+    """The tile summary of attn_mask for attention of q [B, H, Nq, D] over
+    k [B, Hkv, Nk, D] (only their shapes, dtype and device matter), as
+    dynamic_mask_attention would compute it on every call; see MaskSummary."""
+    if not all(isinstance(t, torch.Tensor) for t in (q, k, attn_mask)):
+        raise TypeError("attnlab.build_mask_summary: q, k and attn_mask must be torch.Tensors")
+    q, k = q.contiguous(), k.contiguous()
+    mask = _as_4d(attn_mask, "attn_mask")
+    tensor = _C.dma_build_mask_summary(q, k, k, mask, bool(is_causal))
+    return MaskSummary(tensor, attn_mask, q.shape, k.shape, is_causal)
 
 
 class DynamicMaskAttention(torch.autograd.Function):
@@ -16,12 +56,13 @@ class DynamicMaskAttention(torch.autograd.Function):
     kernels' layout (dynamic_mask_attention prepares them)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, mask, bias, is_causal, scale, softcap, deterministic):
+    def forward(ctx, q, k, v, mask, bias, is_causal, scale, softcap, deterministic, given_summary):
         # A backward that could not run should fail now, not after the forward.
         needs_grad = any(ctx.needs_input_grad[:3]) or ctx.needs_input_grad[4]
         # summary: where the forward ran a mask pre-pass, its tile bits (in its
-        # workspace), so that the backward need not read the mask again.
-        out, lse, summary = _C.dma_forward(q, k, v, mask, bias, is_causal, scale, softcap, needs_grad)
+        # workspace), or the summary it was given, so that the backward need
+        # not read the mask again.
+        out, lse, summary = _C.dma_forward(q, k, v, mask, bias, is_causal, scale, softcap, needs_grad, given_summary)
         ctx.save_for_backward(q, k, v, out, lse, mask, bias, summary)
         ctx.is_causal, ctx.scale, ctx.softcap, ctx.deterministic = is_causal, scale, softcap, deterministic
         ctx.mark_non_differentiable(lse)
@@ -34,7 +75,7 @@ class DynamicMaskAttention(torch.autograd.Function):
         need_dbias = bias is not None and ctx.needs_input_grad[4]
         dq, dk, dv, dbias = _C.dma_backward(q, k, v, out, lse, grad_out.contiguous(), mask, bias, ctx.is_causal,
                                             ctx.scale, ctx.softcap, need_dbias, ctx.deterministic, summary)
-        return dq, dk, dv, None, dbias, None, None, None, None
+        return dq, dk, dv, None, dbias, None, None, None, None, None
 
 
 def _as_4d(x, name):
@@ -52,7 +93,7 @@ def _as_4d(x, name):
 
 
 def dynamic_mask_attention(q, k, v, attn_mask=None, attn_bias=None, is_causal=False, scale=None, softcap=None,
-                           deterministic=False, return_lse=False):
+                           deterministic=False, return_lse=False, mask_summary=None):
     """Attention with an optional boolean mask and additive bias (flash-dmattn
     semantics), differentiable in q, k, v and attn_bias.
 
@@ -84,13 +125,25 @@ def dynamic_mask_attention(q, k, v, attn_mask=None, attn_bias=None, is_causal=Fa
 
     return_lse=True returns (out, lse) with lse [B, H, Nq] float32, the natural
     log of each row's softmax denominator (not differentiable).
+
+    mask_summary: build_mask_summary(q, k, attn_mask, is_causal) made once for
+    a mask used more than once; the forward then skips its scan of the whole
+    mask (the same output, bit for bit). It must have been made for this very
+    attn_mask tensor, unmodified since, and the same shapes and is_causal, or
+    this raises ValueError.
     """
     q, k, v = (t.contiguous() if isinstance(t, torch.Tensor) else t for t in (q, k, v))
     if not all(isinstance(t, torch.Tensor) for t in (q, k, v)):
         raise TypeError("attnlab.dynamic_mask_attention: q, k and v must be torch.Tensors")
+    given = None
+    if mask_summary is not None:
+        if not isinstance(mask_summary, MaskSummary):
+            raise TypeError("attnlab.dynamic_mask_attention: mask_summary must come from attnlab.build_mask_summary")
+        mask_summary.check(attn_mask, q, k, is_causal)
+        given = mask_summary.tensor
     mask = _as_4d(attn_mask, "attn_mask")
     bias = _as_4d(attn_bias, "attn_bias")
     out, lse = DynamicMaskAttention.apply(q, k, v, mask, bias, bool(is_causal),
                                           None if scale is None else float(scale),
-                                          None if softcap is None else float(softcap), bool(deterministic))
+                                          None if softcap is None else float(softcap), bool(deterministic), given)
     return (out, lse) if return_lse else out

@@ -83,7 +83,8 @@ def make_inputs(B, H, Hkv, nq, nk, d, dtype, mask_shape=None, bias_shape=None, k
     return q, k, v, mask, bias, dout
 
 
-def check(q, k, v, mask, bias, dout, causal=False, scale=None, softcap=None, deterministic=False, label=""):
+def check(q, k, v, mask, bias, dout, causal=False, scale=None, softcap=None, deterministic=False, label="",
+          mask_summary=None):
     """Runs attnlab and both references; asserts the pass rule. Returns ours."""
     d = q.shape[-1]
     ref_scale = d ** -0.5 if scale is None else scale
@@ -91,7 +92,7 @@ def check(q, k, v, mask, bias, dout, causal=False, scale=None, softcap=None, det
     def ours(q_, k_, v_, b_):
         return attnlab.dynamic_mask_attention(q_, k_, v_, attn_mask=mask, attn_bias=b_, is_causal=causal,
                                               scale=scale, softcap=softcap, deterministic=deterministic,
-                                              return_lse=True)
+                                              return_lse=True, mask_summary=mask_summary)
 
     def dense(q_, k_, v_, b_):
         return dense_attention(q_, k_, v_, mask, b_, causal, ref_scale, softcap)
@@ -206,6 +207,57 @@ def test_deterministic_gradients_are_bitwise_identical(dtype):
                               [runs[r][0], runs[r][1]] + runs[r][2]):
             assert torch.equal(a, b), f"{dtype} run {r}: {name} differs from run 0 " \
                                       f"(max diff {float((a.float() - b.float()).abs().max()):.3e})"
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("causal", [False, True], ids=["dense", "causal"])
+def test_mask_summary_gives_the_same_bits(dtype, causal):
+    """build_mask_summary once, then dynamic_mask_attention(mask_summary=...):
+    the pass rule, and the same bits as without it (forward and, deterministic,
+    every gradient; the backward then reads the given summary)."""
+    B, H, Hkv, nq, nk = 2, 4, 2, 200, 300
+    q, k, v, mask, bias, dout = make_inputs(B, H, Hkv, nq, nk, 64, dtype, mask_shape=(B, Hkv, nq, nk),
+                                            bias_shape=(1, Hkv, 1, nk), keep=0.3)
+    mask[:, :, :, 64:192] = False  # two all-zero key tiles: tiles to skip
+    summary = attnlab.build_mask_summary(q, k, mask, is_causal=causal)
+    assert isinstance(summary, attnlab.MaskSummary) and summary.tensor.dtype == torch.uint8
+    given = check(q, k, v, mask, bias, dout, causal=causal, deterministic=True, mask_summary=summary,
+                  label=f"{dtype} summary given")
+    scanned = check(q, k, v, mask, bias, dout, causal=causal, deterministic=True, label=f"{dtype} scanned")
+    for name, a, b in zip(["O", "LSE", "dQ", "dK", "dV", "dBias"], [given[0], given[1]] + given[2],
+                          [scanned[0], scanned[1]] + scanned[2]):
+        assert torch.equal(a, b), f"{dtype}: {name} with the summary given differs from the scanning run"
+
+
+@needs_gpu
+def test_mask_summary_misuse_raises():
+    """A summary used with another mask tensor, after the mask changed in place,
+    with other shapes or is_causal, or without a mask: a clear error, never a
+    silently wrong answer."""
+    q, k, v, mask, bias, _ = make_inputs(1, 2, 1, 100, 150, 64, torch.float16, mask_shape=(1, 1, 100, 150),
+                                         bias_shape=(1, 1, 1, 150))
+    summary = attnlab.build_mask_summary(q, k, mask, is_causal=True)
+
+    def run(**kw):
+        args = dict(attn_mask=mask, attn_bias=bias, is_causal=True, mask_summary=summary)
+        args.update(kw)
+        return attnlab.dynamic_mask_attention(args.pop("q", q), k, v, **args)
+
+    run()  # the right use works
+    with pytest.raises(ValueError, match="another attn_mask"):
+        run(attn_mask=mask.clone())
+    with pytest.raises(ValueError, match="is_causal"):
+        run(is_causal=False)
+    with pytest.raises(ValueError, match="shapes"):
+        run(q=q[:, :, :50])
+    with pytest.raises(ValueError, match="without attn_mask"):
+        run(attn_mask=None)
+    with pytest.raises(TypeError, match="build_mask_summary"):
+        run(mask_summary=summary.tensor)
+    mask[0, 0, 0, 0] = ~mask[0, 0, 0, 0]
+    with pytest.raises(ValueError, match="modified"):
+        run()
 
 
 # ---- as a module inside a model ---------------------------------------------------------
