@@ -4,7 +4,8 @@
 # P·V). Build; a one-tile check; the variant tests of rung 10; memcheck,
 # racecheck (3 runs), synccheck of the new row at gpu_check's shape; then the
 # D = 1024 benchmark twice (all three rung-10 rows in one process, peers in the
-# same run) and causal once.
+# same run) and causal once. SHOW=--show-all also prints the rows slower
+# than the best so far (session16_b.sh).
 cd "$(dirname "$0")/../.."
 . scripts/probes/common.sh
 probe_build flash_attn_mma test_gpu_variants
@@ -19,8 +20,8 @@ for tool in memcheck racecheck racecheck racecheck synccheck; do
   [ $rc != 0 ] && { grep -v "^=========     " $L/san.log | grep -E "=========|FAIL|rror" | head -12 | cut -c1-200; }
 done
 for rep in 1 2; do
-  timeout 150 $F --B 1 --H 8 --N 8192 --D 1024 --variant 'cluster*' --sdpa --torch --check 2>&1 | grep -vE "^ *$" | cut -c1-150
+  timeout 150 $F --B 1 --H 8 --N 8192 --D 1024 --variant 'cluster*' --sdpa --torch --check ${SHOW:-} 2>&1 | grep -vE "^ *$" | cut -c1-150
   el "bench $rep"
 done
-timeout 120 $F --B 1 --H 8 --N 8192 --D 1024 --causal --variant 'cluster*' --torch --check 2>&1 | grep -vE "^ *$" | cut -c1-150
+timeout 120 $F --B 1 --H 8 --N 8192 --D 1024 --causal --variant 'cluster*' --torch --check ${SHOW:-} 2>&1 | grep -vE "^ *$" | cut -c1-150
 el "causal done"

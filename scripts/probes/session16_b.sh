@@ -1,26 +1,6 @@
 #!/usr/bin/env bash
 # Session 16, third device call: rung 10 +stage2 pipelined over three tiles (Σ of
-# tile j+2 sent while tile j+1 is finished, both under P_j·V_j), the rest as
-# session16_a.sh. Build; a one-tile check; the variant tests of rung 10; memcheck,
-# racecheck (3 runs), synccheck of the new row at gpu_check's shape; then the
-# D = 1024 benchmark twice (all three rung-10 rows in one process, peers in the
-# same run) and causal once.
-cd "$(dirname "$0")/../.."
-. scripts/probes/common.sh
-probe_build flash_attn_mma test_gpu_variants
-timeout 60 $F --B 1 --H 1 --Nq 64 --Nk 64 --D 1024 --variant 'cluster*' --check --iters 1 --warmup 0 --show-all 2>&1 | grep -E "cluster|rror" | cut -c1-160
-el "one tile done"
-run_test 300 test_gpu_variants 'cluster*'
-V='cluster-split-d+stage2+push'
-for tool in memcheck racecheck racecheck racecheck synccheck; do
-  timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 $F --B 1 --H 2 --Nq 70 --Nk 130 --D 1024 --causal \
-    --variant "$V" --iters 1 --warmup 0 --check > $L/san.log 2>&1; rc=$?
-  el "$V $tool rc=$rc $(grep -E 'SUMMARY' $L/san.log) $(grep -c FAIL $L/san.log) FAIL"
-  [ $rc != 0 ] && { grep -v "^=========     " $L/san.log | grep -E "=========|FAIL|rror" | head -12 | cut -c1-200; }
-done
-for rep in 1 2; do
-  timeout 150 $F --B 1 --H 8 --N 8192 --D 1024 --variant 'cluster*' --sdpa --torch --check --show-all 2>&1 | grep -vE "^ *$" | cut -c1-150
-  el "bench $rep"
-done
-timeout 120 $F --B 1 --H 8 --N 8192 --D 1024 --causal --variant 'cluster*' --torch --check --show-all 2>&1 | grep -vE "^ *$" | cut -c1-150
-el "causal done"
+# tile j+2 sent while tile j+1 is finished, both under P_j·V_j). The same
+# calls as session16_a.sh (build, one-tile check, variant tests, sanitizers,
+# the D = 1024 benchmark twice and causal once), every row shown.
+SHOW=--show-all exec bash "$(dirname "$0")/session16_a.sh"
