@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Session 17, first device call: the backward's dQ epilogue without two of its
+# block barriers (wgmma core). A: the tree then — each warp's lane 0 added its
+# 16 rows of the staged dQ (boxes of 16 x 32) after a __syncwarp, and at D = 64
+# dQ was staged in a 16 KiB buffer of its own, so no barrier waited for the
+# Q/dO slot to die. B: -DATTNLAB_BWD_DQ_BLOCK_REDUCE=1
+# -DATTNLAB_BWD_DQ_STAGE_IN_SLOT=1, the tree before (thread 0 adds the tile's
+# 64-row boxes after a barrier; D = 64 stages in the slot). --check on A,
+# test_dmattn_backward on A, the backward sanitizers on A, then B against A
+# alternating, twice, and the peers once at D = 64 and 128. (A lost; the
+# macro is now ATTNLAB_BWD_DQ_WARP_REDUCE=1, off by default. session17_b.sh
+# measures the own stage alone.)
+cd "$(dirname "$0")/../.."
+. scripts/probes/common.sh
+tp=$(python3 -c "import torch; print(torch.utils.cmake_prefix_path)" 2>/dev/null)
+{ cmake -S . -B build-gpu-b -DCMAKE_CUDA_ARCHITECTURES=90a -DATTNLAB_WITH_TORCH=OFF \
+    "-DCMAKE_CUDA_FLAGS=-DATTNLAB_BWD_DQ_BLOCK_REDUCE=1 -DATTNLAB_BWD_DQ_STAGE_IN_SLOT=1" &&
+  cmake --build build-gpu-b -j 6 --target flash_attn_mma; } > $L/build_b.log 2>&1 &
+pb=$!
+{ cmake -S . -B "$B" -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_PREFIX_PATH="$tp" -DATTNLAB_WITH_TORCH=ON &&
+  cmake --build "$B" -j 10 --target flash_attn_mma test_dmattn_backward; } > $L/build.log 2>&1 || { tail -30 $L/build.log; exit 1; }
+wait $pb || { tail -30 $L/build_b.log; exit 1; }
+el built
+FB=build-gpu-b/flash_attn_mma
+C="--iters 1 --warmup 0 --check"
+for s in "--B 1 --H 2 --Nq 200 --Nk 130 --D 64 --Hkv 1 --causal --mask topk --window 64 --bias" \
+         "--B 2 --H 4 --Hkv 2 --Nq 1000 --Nk 777 --D 64 --causal --mask topk --window 400 --bias --dtype bf16" \
+         "--B 1 --H 3 --Hkv 1 --Nq 127 --Nk 17 --D 64 --mask topk --window 8 --block 0 --bias --softcap 15" \
+         "--B 1 --H 2 --Nq 1 --Nk 1000 --D 64 --bias" \
+         "--B 1 --H 2 --Nq 129 --Nk 60 --D 128 --causal --bias --bwd-chunks 3" \
+         "--B 2 --H 4 --Hkv 2 --Nq 1000 --Nk 777 --D 128 --causal --mask topk --window 400 --bias --dtype bf16" \
+         "--B 1 --H 8 --N 1024 --D 64 --mask ones --bias" \
+         "--B 1 --H 8 --N 1024 --D 128 --mask ones --bias"; do
+  echo "A $s: $($F $s --bwd $C 2>&1 | grep -E 'dmattn bwd:' | cut -c30-150)"
+  echo "A det: $($F $s --bwd --deterministic $C 2>&1 | grep -E 'dmattn bwd \(det' | cut -c30-150)"
+done
+run_test 200 test_dmattn_backward
+bwd_sanitizers
+FO=$FB  # bwd_ab: "old" = B (the tree before), "new" = A (this tree)
+for rep in 1 2; do
+  bwd_ab "all-active D=64" $BWD_DENSE --D 64
+  bwd_ab "all-active D=128" $BWD_DENSE --D 128
+  bwd_ab "all-active causal D=64" $BWD_DENSE --D 64 --causal
+  bwd_ab "all-active causal D=128" $BWD_DENSE --D 128 --causal
+  bwd_ab "top-1024 L=16K" $BWD_SPARSE --N 16384
+  bwd_ab "top-1024 L=16K D=64" $BWD_SPARSE --N 16384 --D 64
+done
+el "A/B done"
+for D in 64 128; do bwd_peers $BWD_DENSE --D $D; done
+el done
