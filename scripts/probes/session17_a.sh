@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Runs on 18322cd with scripts/probes/next_bwd_dq_epilogue.patch applied: the macros it names are in the patch.)
 # Session 17, first device call: the backward's dQ epilogue without two of its
 # block barriers (wgmma core). A: the tree then — each warp's lane 0 added its
 # 16 rows of the staged dQ (boxes of 16 x 32) after a __syncwarp, and at D = 64

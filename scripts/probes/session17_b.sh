@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Runs on 18322cd with scripts/probes/next_bwd_dq_epilogue.patch applied: the macros it names are in the patch.)
 # Session 17, second device call: the backward at D = 64 with dQ staged in a
 # 16 KiB buffer of its own (DmaBwdConfig::kDqOwnStage; three blocks of 75 776
 # bytes per SM) instead of the tile's Q/dO slot, so the barrier that waited
