@@ -8,8 +8,8 @@ for s in "--Nq 1 --Nk 3000 --D 128 --Hkv 1 --mask topk --window 64 --bias --spli
   echo "memcheck $s: $(timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 $F --H 2 $s --iters 1 --warmup 0 --check 2>&1 | grep -E 'ERROR SUMMARY|FAIL' | tr '\n' ' ')"
 done > $OUT/memcheck.txt 2>&1
 cat $OUT/memcheck.txt
-timeout 120 ncu --metrics gpu__time_duration.sum -k regex:"mask_summary|dma_forward_kernel|dma_combine|dma_bwd" --launch-count 8 $F --B 1 --H 2 --Hkv 1 --N 32768 --D 128 --causal --mask topk --window 1024 --bias --iters 1 --warmup 0 --bwd > $OUT/ncu.txt 2>&1
-timeout 60 ncu --metrics gpu__time_duration.sum,dram__bytes_read.sum -k regex:"mask_summary|dma_forward_kernel|dma_combine" --launch-count 3 $F --B 1 --H 2 --Hkv 1 --Nq 1 --Nk 32768 --D 128 --causal --mask topk --window 1024 --block 0 --bias --iters 1 --warmup 0 >> $OUT/ncu.txt 2>&1
+timeout 120 ncu --clock-control none --metrics gpu__time_duration.sum -k regex:"mask_summary|dma_forward_kernel|dma_combine|dma_bwd" --launch-count 8 $F --B 1 --H 2 --Hkv 1 --N 32768 --D 128 --causal --mask topk --window 1024 --bias --iters 1 --warmup 0 --bwd > $OUT/ncu.txt 2>&1
+timeout 60 ncu --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum -k regex:"mask_summary|dma_forward_kernel|dma_combine" --launch-count 3 $F --B 1 --H 2 --Hkv 1 --Nq 1 --Nk 32768 --D 128 --causal --mask topk --window 1024 --block 0 --bias --iters 1 --warmup 0 >> $OUT/ncu.txt 2>&1
 grep -E "^  [a-z_]+.*\(|gpu__time|dram__" $OUT/ncu.txt | sed 's/(int, int, int)//' | cut -c1-150
 timeout 200 $B/test_dmattn > $OUT/fwd_tests.txt 2>&1; echo "test_dmattn rc=$? $(tail -1 $OUT/fwd_tests.txt)"; grep -m5 FAIL $OUT/fwd_tests.txt | cut -c1-200
 timeout 200 $B/test_dmattn_backward > $OUT/bwd_tests.txt 2>&1; echo "test_dmattn_backward rc=$? $(tail -1 $OUT/bwd_tests.txt)"; grep -m5 FAIL $OUT/bwd_tests.txt | cut -c1-200

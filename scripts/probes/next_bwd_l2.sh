@@ -11,7 +11,7 @@
 cd "$(dirname "$0")/../.." && . scripts/probes/common.sh
 probe_build flash_attn_mma
 M="--clock-control none --metrics gpu__time_duration.sum,lts__t_sectors_op_red.sum,lts__t_sectors_op_read.sum,lts__t_sectors_op_atom.sum,lts__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__average_warp_latency_issue_stalled_barrier.ratio,smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio,smsp__average_warp_latency_issue_stalled_membar.ratio,smsp__average_warp_latency_issue_stalled_lg_throttle.ratio,smsp__average_warp_latency_issue_stalled_wait.ratio"
-n() { timeout 200 ncu $M -k regex:"$1" --launch-count 1 $F "${@:2}" --iters 1 --warmup 0 2>&1 | grep -E "^  [a-zA-Z_].*\(|gpu__|lts__|dram__|sm__|smsp__" | cut -c1-130; }
+n() { timeout 200 ncu --clock-control none $M -k regex:"$1" --launch-count 1 $F "${@:2}" --iters 1 --warmup 0 2>&1 | grep -E "^  [a-zA-Z_].*\(|gpu__|lts__|dram__|sm__|smsp__" | cut -c1-130; }
 for D in 64 128; do
   echo "== dmattn backward kernel, all-ones + bias, N=4096 D=$D"; n dma_bwd_kernel --B 1 --H 8 --N 4096 --D $D --mask ones --bias --bwd
   echo "== FA2's backward (its main kernel, flash_bwd_dq_dk_dv_*), same Q, K, V, dO, no mask, D=$D"

@@ -47,7 +47,7 @@ for D in 128 64; do bwd_peers $BWD_DENSE --D $D --bwd-paired; done
 M="--clock-control none --metrics gpu__time_duration.sum,launch__registers_per_thread,lts__t_sectors_op_red.sum,lts__t_sectors_op_read.sum,lts__throughput.avg.pct_of_peak_sustained_elapsed,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"
 for D in 128 64; do
   echo "== ncu paired D=$D (N=4096)"
-  timeout 120 ncu $M -k regex:dma_bwd_kernel --launch-count 1 $F --B 1 --H 8 --N 4096 --D $D --mask ones --bias --bwd --bwd-paired \
+  timeout 120 ncu --clock-control none $M -k regex:dma_bwd_kernel --launch-count 1 $F --B 1 --H 8 --N 4096 --D $D --mask ones --bias --bwd --bwd-paired \
     --iters 1 --warmup 0 2>&1 | grep -E "gpu__|lts__|sm__|launch__" | cut -c1-130
 done
 el done

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/../.."
 probe_build flash_attn_mma
 A="--B 1 --H 8 --N 8192 --D 64"
 M="--clock-control none --metrics gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,launch__occupancy_limit_registers,launch__occupancy_limit_shared_mem,smsp__average_warp_latency_issue_stalled_barrier.ratio,smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio,smsp__average_warp_latency_issue_stalled_wait.ratio,smsp__average_warp_latency_issue_stalled_math_pipe_throttle.ratio,smsp__inst_executed.sum"
-n() { timeout 120 ncu $M -k regex:"$1" --launch-skip 1 --launch-count 1 $F "${@:2}" --iters 1 --warmup 1 2>&1 | grep -E "^  [a-zA-Z_].*\(|gpu__|sm__|launch__|smsp__" | cut -c1-120; }
+n() { timeout 120 ncu --clock-control none $M -k regex:"$1" --launch-skip 1 --launch-count 1 $F "${@:2}" --iters 1 --warmup 1 2>&1 | grep -E "^  [a-zA-Z_].*\(|gpu__|sm__|launch__|smsp__" | cut -c1-120; }
 echo "== dmattn forward, all-ones + bias, D=64, plain pre-pass"; n dma_forward_kernel $A --mask ones --bias --dma-mask-scan prepass
 echo "== dmattn forward, all-ones, no bias"; n dma_forward_kernel $A --mask ones --dma-mask-scan prepass
 echo "== rung 02 split-q+stage2"; n split_q $A --variant 'split-q+stage2'

@@ -5,7 +5,7 @@
 # stall-reason breakdown; both reports come back under $OUT.
 cd "$(dirname "$0")/../.." && . scripts/probes/common.sh
 probe_build flash_attn_mma
-NCU="timeout 240 ncu --section SpeedOfLight --section WarpStateStats --section SourceCounters --section Occupancy --section MemoryWorkloadAnalysis --import-source yes"
+NCU="timeout 240 ncu --clock-control none --section SpeedOfLight --section WarpStateStats --section SourceCounters --section Occupancy --section MemoryWorkloadAnalysis --import-source yes"
 $NCU -k regex:dma_bwd_kernel --launch-count 1 -f -o $L/bwd $F --B 1 --H 8 --N 4096 --D 128 --mask ones --bias --bwd --iters 1 --warmup 0 > $L/bwd_run.txt 2>&1
 el "ncu bwd rc=$?"; tail -3 $L/bwd_run.txt
 $NCU -k regex:cluster --launch-count 1 -f -o $L/r10 $F --B 1 --H 8 --N 4096 --D 1024 --variant 'cluster-split-d+stage1+push' --iters 1 --warmup 0 > $L/r10_run.txt 2>&1

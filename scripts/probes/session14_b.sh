@@ -41,7 +41,7 @@ done
 el "A/B done"
 bwd_peers $BWD_DENSE --D 64 --bwd-d64-variant 1
 M="--clock-control none --metrics gpu__time_duration.sum,launch__registers_per_thread,launch__occupancy_limit_registers,launch__occupancy_limit_shared_mem,sm__warps_active.avg.pct_of_peak_sustained_active,lts__t_sectors_op_red.sum,lts__t_sectors_op_read.sum,lts__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__average_warp_latency_issue_stalled_barrier.ratio,smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio,smsp__average_warp_latency_issue_stalled_wait.ratio,smsp__average_warp_latency_issue_stalled_math_pipe_throttle.ratio"
-n() { timeout 120 ncu $M -k regex:"$1" --launch-count 1 $F "${@:2}" --iters 1 --warmup 0 2>&1 | grep -E "^  [a-zA-Z_].*\(|gpu__|lts__|dram__|sm__|smsp__|launch__" | cut -c1-130; }
+n() { timeout 120 ncu --clock-control none $M -k regex:"$1" --launch-count 1 $F "${@:2}" --iters 1 --warmup 0 2>&1 | grep -E "^  [a-zA-Z_].*\(|gpu__|lts__|dram__|sm__|smsp__|launch__" | cut -c1-130; }
 A4="--B 1 --H 8 --N 4096 --mask ones --bias --bwd"
 echo "== ours D=64 v0"; n dma_bwd_kernel $A4 --D 64
 echo "== ours D=64 v1"; n dma_bwd_kernel $A4 --D 64 --bwd-d64-variant 1

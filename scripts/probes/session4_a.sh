@@ -33,7 +33,7 @@ el "speed A/B"
 for shape in "--B 1 --H 8" "--B 8 --H 1"; do
   timeout 60 $F $shape --N 8192 --D 128 --mask ones --iters 10 --warmup 2 2>&1 | grep -E "^ *(dmattn|split-q)" | cut -c1-170
 done
-NCU="timeout 120 ncu --import-source no --section WarpStateStats --section SourceCounters --section SpeedOfLight --section Occupancy --section MemoryWorkloadAnalysis --launch-count 1"
+NCU="timeout 120 ncu --clock-control none --import-source no --section WarpStateStats --section SourceCounters --section SpeedOfLight --section Occupancy --section MemoryWorkloadAnalysis --launch-count 1"
 $NCU -k regex:dma_forward_kernel -o $L/fwd $F --B 1 --H 8 --N 8192 --D 128 --mask ones --iters 1 --warmup 0 > $L/ncu_fwd.log 2>&1
 $NCU -k regex:split_q_kernel -o $L/splitq $F --B 1 --H 8 --N 8192 --D 128 --variant 'split-q+stage2' --iters 1 --warmup 0 > $L/ncu_sq.log 2>&1
 for r in fwd splitq; do

@@ -14,7 +14,7 @@ for a in "--H 8 --N 8192 --D 128 --mask ones" "--H 8 --N 8192 --D 128 --mask one
   echo "== $a"; timeout 90 $F --B 1 $a --iters 10 --warmup 2 ${BENCH_PEERS:-} 2>&1 | grep -E "^ *(dmattn|split-q|sdpa|torch)" | cut -c1-200
 done
 el benches
-NCU="timeout 120 ncu --import-source no --section WarpStateStats --section SourceCounters --section SpeedOfLight --launch-count 1"
+NCU="timeout 120 ncu --clock-control none --import-source no --section WarpStateStats --section SourceCounters --section SpeedOfLight --launch-count 1"
 $NCU -k regex:dma_forward_kernel -o $L/fwd $F --B 1 --H 8 --N 8192 --D 128 --mask ones --bias --iters 1 --warmup 0 > $L/ncu_fwd.log 2>&1
 ncu -i $L/fwd.ncu-rep --page source --csv --print-source sass > $O/fwd_sass.csv 2>$L/fwd_src.err || head -3 $L/fwd_src.err
 ncu -i $L/fwd.ncu-rep --page details 2>&1 | grep -E "Duration|Registers Per|Warp Cycles Per Issued|Compute \(SM\)" | cut -c1-150

@@ -16,7 +16,7 @@ row --H 8 --N 8192 --D 128 --mask ones
 row --H 8 --N 8192 --D 128 --mask ones --bias --causal
 row --H 2 --Hkv 1 --N 32768 --D 128 --causal --mask topk --window 1024 --bias
 el fwd
-timeout 120 ncu --metrics gpu__time_duration.sum -k regex:"mask_summary|dma_forward_kernel" --launch-count 2 $F --B 1 --H 2 --Hkv 1 --N 32768 --D 128 --causal --mask topk --window 1024 --bias --iters 1 --warmup 0 2>&1 | grep -E "^  [a-z_]+.*\(|gpu__time" | cut -c1-120
-timeout 120 ncu --metrics gpu__time_duration.sum,sm__cycles_active.avg,smsp__warps_launched.sum -k regex:"dma_forward_kernel" --launch-count 1 $F --B 1 --H 8 --N 8192 --D 128 --mask ones --bias --iters 1 --warmup 0 2>&1 | grep -E "gpu__time|sm__cyc|warps_l" | cut -c1-120
+timeout 120 ncu --clock-control none --metrics gpu__time_duration.sum -k regex:"mask_summary|dma_forward_kernel" --launch-count 2 $F --B 1 --H 2 --Hkv 1 --N 32768 --D 128 --causal --mask topk --window 1024 --bias --iters 1 --warmup 0 2>&1 | grep -E "^  [a-z_]+.*\(|gpu__time" | cut -c1-120
+timeout 120 ncu --clock-control none --metrics gpu__time_duration.sum,sm__cycles_active.avg,smsp__warps_launched.sum -k regex:"dma_forward_kernel" --launch-count 1 $F --B 1 --H 8 --N 8192 --D 128 --mask ones --bias --iters 1 --warmup 0 2>&1 | grep -E "gpu__time|sm__cyc|warps_l" | cut -c1-120
 el ncu
 tar czf $O/logs.tgz -C /tmp logs

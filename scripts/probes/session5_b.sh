@@ -41,7 +41,7 @@ for s in in-kernel prepass; do
   $F --B 1 --H 8 --N 16384 --D 128 --causal --mask topk --window 1024 --bias --dma-mask-scan $s --iters 10 --warmup 2 2>&1 | grep -E "^ *dmattn" | cut -c1-100 | sed "s/^/H8 $s /"
 done
 el "ncu: the wgmma backward, all-ones + bias D=128 H=8 N=4096"
-timeout 150 ncu --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats --section MemoryWorkloadAnalysis -k regex:"dma_bwd_(kernel|dq)" --launch-count 2 $F --B 1 --H 8 --N 4096 --D 128 --mask ones --bias --bwd --iters 1 --warmup 0 > $L/ncu_bwd.txt 2>&1; el "ncu rc=$?"
+timeout 150 ncu --clock-control none --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats --section MemoryWorkloadAnalysis -k regex:"dma_bwd_(kernel|dq)" --launch-count 2 $F --B 1 --H 8 --N 4096 --D 128 --mask ones --bias --bwd --iters 1 --warmup 0 > $L/ncu_bwd.txt 2>&1; el "ncu rc=$?"
 grep -E "^  [a-z_].*\(|Duration|Registers Per|Achieved Occ|Theoretical Occ|Compute \(SM\) Thr|Memory Thr|Stall|Warp Cycles Per Issued|Block Limit|Dynamic Shared" $L/ncu_bwd.txt | cut -c1-130 | head -60
 el done
 tar czf $O/logs.tgz -C /tmp logs

@@ -18,10 +18,10 @@ echo "decode 32K: $(dm_time $T --window 1024 --block 0 --Nq 1 --Nk 32768)"
 for d in 128 64; do echo "all-ones D=$d: $(dm_time --B 1 --H 8 --N 8192 --D $d --mask ones --bias)"; done
 M="--clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum,sm__warps_active.avg.pct_of_peak_sustained_active,launch__grid_size"
 for W in 32 1024; do
-  timeout 100 ncu $M -k regex:"mask_summary|dma_forward_kernel" --launch-skip 2 --launch-count 2 $F $T --N 32768 --window $W --iters 1 --warmup 0 > $L/ncu_w$W.txt 2>&1
+  timeout 100 ncu --clock-control none $M -k regex:"mask_summary|dma_forward_kernel" --launch-skip 2 --launch-count 2 $F $T --N 32768 --window $W --iters 1 --warmup 0 > $L/ncu_w$W.txt 2>&1
   el "ncu W=$W rc=$?"; grep -E "^  [a-zA-Z_].*\(|gpu__time|dram__bytes|warps_active|grid_size" $L/ncu_w$W.txt | sed 's/(int, int, int)//' | cut -c1-110
 done
-timeout 100 ncu $M -k regex:"dma_forward_kernel|dma_combine" --launch-skip 2 --launch-count 2 $F $T --window 1024 --block 0 --Nq 1 --Nk 524288 --iters 1 --warmup 0 > $L/ncu_dec.txt 2>&1
+timeout 100 ncu --clock-control none $M -k regex:"dma_forward_kernel|dma_combine" --launch-skip 2 --launch-count 2 $F $T --window 1024 --block 0 --Nq 1 --Nk 524288 --iters 1 --warmup 0 > $L/ncu_dec.txt 2>&1
 el "ncu decode rc=$?"; grep -E "^  [a-zA-Z_].*\(|gpu__time|dram__bytes|warps_active|grid_size" $L/ncu_dec.txt | cut -c1-110
 timeout 120 ncu --clock-control none --section WarpStateStats --section Occupancy -k regex:"dma_forward_kernel" --launch-skip 1 --launch-count 1 $F $T --N 32768 --window 1024 --iters 1 --warmup 0 > $L/ncu_fwd_stalls.txt 2>&1
 grep -E "Stall|Warp Cycles|Achieved Occ|Duration" $L/ncu_fwd_stalls.txt | cut -c1-110

@@ -11,12 +11,12 @@ for W in 32 1024; do echo "L=32K W=$W: $(dm_time $T --N 32768 --window $W) | aga
 echo "decode 512K: $(dm_time $T --window 1024 --block 0 --Nq 1 --Nk 524288)"
 M="--clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum,sm__warps_active.avg.pct_of_peak_sustained_active"
 for W in 32 1024; do
-  timeout 100 ncu $M -k regex:"dma_forward_kernel" --launch-skip 1 --launch-count 1 $F $T --N 32768 --window $W --iters 1 --warmup 0 > $L/ncu_w$W.txt 2>&1
+  timeout 100 ncu --clock-control none $M -k regex:"dma_forward_kernel" --launch-skip 1 --launch-count 1 $F $T --N 32768 --window $W --iters 1 --warmup 0 > $L/ncu_w$W.txt 2>&1
   el "ncu W=$W rc=$? $(grep -E 'gpu__time|warps_active' $L/ncu_w$W.txt | tr -s ' ' | tr '\n' ' ')"
 done
 S="--clock-control none --section SourceCounters --section WarpStateStats --import-source no"
-timeout 150 ncu $S -k regex:"dma_forward_kernel" --launch-skip 1 --launch-count 1 -o $L/rep_w1024 $F $T --N 32768 --window 1024 --iters 1 --warmup 0 > $L/ncu_src_run.txt 2>&1; el "ncu src W=1024 rc=$?"
-timeout 150 ncu $S -k regex:"dma_forward_kernel" --launch-skip 1 --launch-count 1 -o $L/rep_dec $F $T --window 1024 --block 0 --Nq 1 --Nk 524288 --iters 1 --warmup 0 >> $L/ncu_src_run.txt 2>&1; el "ncu src decode rc=$?"
+timeout 150 ncu --clock-control none $S -k regex:"dma_forward_kernel" --launch-skip 1 --launch-count 1 -o $L/rep_w1024 $F $T --N 32768 --window 1024 --iters 1 --warmup 0 > $L/ncu_src_run.txt 2>&1; el "ncu src W=1024 rc=$?"
+timeout 150 ncu --clock-control none $S -k regex:"dma_forward_kernel" --launch-skip 1 --launch-count 1 -o $L/rep_dec $F $T --window 1024 --block 0 --Nq 1 --Nk 524288 --iters 1 --warmup 0 >> $L/ncu_src_run.txt 2>&1; el "ncu src decode rc=$?"
 for r in w1024 dec; do
   ncu -i $L/rep_$r.ncu-rep --page source --csv --print-source sass > $L/src_$r.csv 2> $L/src_$r.err; el "source page $r: $(wc -l < $L/src_$r.csv) lines $(head -c 300 $L/src_$r.err)"
   ncu -i $L/rep_$r.ncu-rep --print-details all 2>/dev/null | grep -E "Stall|Duration|Warp Cycles" | head -30 > $L/stalls_$r.txt
