@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# (Runs on 461d485 with scripts/probes/next_r10_shared_acquire.patch applied: the macro it names is in the patch.)
+# (Runs on 461d485 with scripts/probes/next_rung10_shared_acquire.patch applied: the macro it names is in the patch.)
 # Session 17: rung 10's push waits (red_free, recv_full) acquiring for shared
 # memory only — a relaxed try_wait and fence.acquire.sync_restrict::shared::
 # cluster.cluster — instead of mbarrier.try_wait.acquire.cluster, whose L1
