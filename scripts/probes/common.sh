@@ -12,8 +12,23 @@ probe_build() {  # probe_build TARGET... : configure (with torch when python3 ha
   local tp
   tp=$(python3 -c "import torch; print(torch.utils.cmake_prefix_path)" 2>/dev/null)
   { cmake -S . -B "$B" -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_PREFIX_PATH="$tp" &&
-    cmake --build "$B" -j 16 --target "$@"; } > "$L/build.log" 2>&1 || { tail -40 "$L/build.log"; exit 1; }
+    cmake --build "$B" -j "${PROBE_JOBS:-16}" --target "$@"; } > "$L/build.log" 2>&1 || { tail -40 "$L/build.log"; exit 1; }
   el built
+}
+# probe_build_ab "FLAGS" TARGET... : an A/B's two builds side by side — this
+# tree (probe_build TARGET...) and, in build-gpu-b, the harness compiled with
+# -DCMAKE_CUDA_FLAGS="FLAGS" (the compile-time switch that gives the other
+# side; no torch) — or exit. FB: that other harness.
+probe_build_ab() {
+  local flags=$1 pb
+  shift
+  { cmake -S . -B build-gpu-b -DCMAKE_CUDA_ARCHITECTURES=90a -DATTNLAB_WITH_TORCH=OFF "-DCMAKE_CUDA_FLAGS=$flags" &&
+    cmake --build build-gpu-b -j 6 --target flash_attn_mma; } > "$L/build_b.log" 2>&1 &
+  pb=$!
+  PROBE_JOBS=10 probe_build "$@"
+  wait $pb || { tail -30 "$L/build_b.log"; exit 1; }
+  FB=build-gpu-b/flash_attn_mma
+  el "built both"
 }
 
 # racecheck_runs N : gpu_check's racecheck of the rungs at D=1024 causal (the shape
@@ -26,6 +41,19 @@ racecheck_runs() {
       --iters 1 --warmup 0 --check --show-all > $L/race$i.log 2>&1; rc=$?
     el "racecheck $i rc=$rc $(grep -E 'RACECHECK SUMMARY' $L/race$i.log)"
     [ $rc != 0 ] && { grep -v "^=========     " $L/race$i.log | grep -E "=========|FAIL|rror" | head -20 | cut -c1-220; cp $L/race$i.log $O/; }
+  done
+}
+
+# variant_sanitizers VARIANT : memcheck, racecheck three times and synccheck of
+# one rung's row at gpu_check's D = 1024 causal shape; a failing run's
+# hazards are printed.
+variant_sanitizers() {
+  local tool rc
+  for tool in memcheck racecheck racecheck racecheck synccheck; do
+    timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 $F --B 1 --H 2 --Nq 70 --Nk 130 --D 1024 --causal \
+      --variant "$1" --iters 1 --warmup 0 --check > $L/san.log 2>&1; rc=$?
+    el "$1 $tool rc=$rc $(grep -E 'SUMMARY' $L/san.log) $(grep -c FAIL $L/san.log) FAIL"
+    [ $rc != 0 ] && { grep -v "^=========     " $L/san.log | grep -E "=========|FAIL|rror" | head -12 | cut -c1-200; }
   done
 }
 
@@ -44,6 +72,15 @@ run_test() {
 dm_time() {
   timeout 30 $F "$@" --iters 20 --warmup 3 2>&1 | grep -E "^ *dmattn" |
     sed -E 's/ +dmattn: time:/ /; s/, effective TFLOPS:/ ms /' | cut -c1-40
+}
+# dm_ab LABEL ARGS... : the plain dmattn row (not the summary-given one) of
+# $FO (the A/B's other build) then of $F.
+dm_ab() {
+  local bin
+  for bin in "$FO" "$F"; do
+    echo "$1 $([ "$bin" = "$F" ] && echo new || echo old): $(timeout 30 "$bin" "${@:2}" --iters 20 --warmup 3 2>&1 |
+      grep -m1 -E "^ *dmattn:" | sed -E 's/ +dmattn: time:/ /; s/, effective TFLOPS:/ ms /' | cut -c1-40)"
+  done
 }
 
 # bwd_row BINARY ARGS... : the backward row (plain or deterministic) of one

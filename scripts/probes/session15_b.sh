@@ -8,15 +8,7 @@
 # macro is gone since: kDqPartsTogether is the default at D = 128.)
 cd "$(dirname "$0")/../.."
 . scripts/probes/common.sh
-tp=$(python3 -c "import torch; print(torch.utils.cmake_prefix_path)" 2>/dev/null)
-{ cmake -S . -B build-gpu-b -DCMAKE_CUDA_ARCHITECTURES=90a -DATTNLAB_WITH_TORCH=OFF \
-    -DCMAKE_CUDA_FLAGS=-DATTNLAB_PROBE_DQ_PARTS_TOGETHER=1 && cmake --build build-gpu-b -j 8 --target flash_attn_mma; } > $L/build_b.log 2>&1 &
-pb=$!
-{ cmake -S . -B "$B" -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_PREFIX_PATH="$tp" && cmake --build "$B" -j 8 --target flash_attn_mma; } > $L/build.log 2>&1 || { tail -30 $L/build.log; exit 1; }
-wait $pb || { tail -30 $L/build_b.log; exit 1; }
-el built
-FB=build-gpu-b/flash_attn_mma
-grep -c 'Lb1ELi1E\|Lb1EEE' $L/build_b.log >/dev/null
+probe_build_ab "-DATTNLAB_PROBE_DQ_PARTS_TOGETHER=1" flash_attn_mma
 C="--iters 1 --warmup 0 --check"
 for s in "--B 1 --H 2 --Nq 200 --Nk 130 --D 128 --Hkv 1 --causal --mask topk --window 64 --bias" \
          "--B 2 --H 4 --Hkv 2 --Nq 1000 --Nk 777 --D 128 --causal --mask topk --window 400 --bias --dtype bf16" \

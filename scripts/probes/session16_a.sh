@@ -12,13 +12,7 @@ probe_build flash_attn_mma test_gpu_variants
 timeout 60 $F --B 1 --H 1 --Nq 64 --Nk 64 --D 1024 --variant 'cluster*' --check --iters 1 --warmup 0 --show-all 2>&1 | grep -E "cluster|rror" | cut -c1-160
 el "one tile done"
 run_test 300 test_gpu_variants 'cluster*'
-V='cluster-split-d+stage2+push'
-for tool in memcheck racecheck racecheck racecheck synccheck; do
-  timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 $F --B 1 --H 2 --Nq 70 --Nk 130 --D 1024 --causal \
-    --variant "$V" --iters 1 --warmup 0 --check > $L/san.log 2>&1; rc=$?
-  el "$V $tool rc=$rc $(grep -E 'SUMMARY' $L/san.log) $(grep -c FAIL $L/san.log) FAIL"
-  [ $rc != 0 ] && { grep -v "^=========     " $L/san.log | grep -E "=========|FAIL|rror" | head -12 | cut -c1-200; }
-done
+variant_sanitizers 'cluster-split-d+stage2+push'
 for rep in 1 2; do
   timeout 150 $F --B 1 --H 8 --N 8192 --D 1024 --variant 'cluster*' --sdpa --torch --check ${SHOW:-} 2>&1 | grep -vE "^ *$" | cut -c1-150
   el "bench $rep"

@@ -13,16 +13,7 @@
 # measures the own stage alone.)
 cd "$(dirname "$0")/../.."
 . scripts/probes/common.sh
-tp=$(python3 -c "import torch; print(torch.utils.cmake_prefix_path)" 2>/dev/null)
-{ cmake -S . -B build-gpu-b -DCMAKE_CUDA_ARCHITECTURES=90a -DATTNLAB_WITH_TORCH=OFF \
-    "-DCMAKE_CUDA_FLAGS=-DATTNLAB_BWD_DQ_BLOCK_REDUCE=1 -DATTNLAB_BWD_DQ_STAGE_IN_SLOT=1" &&
-  cmake --build build-gpu-b -j 6 --target flash_attn_mma; } > $L/build_b.log 2>&1 &
-pb=$!
-{ cmake -S . -B "$B" -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_PREFIX_PATH="$tp" -DATTNLAB_WITH_TORCH=ON &&
-  cmake --build "$B" -j 10 --target flash_attn_mma test_dmattn_backward; } > $L/build.log 2>&1 || { tail -30 $L/build.log; exit 1; }
-wait $pb || { tail -30 $L/build_b.log; exit 1; }
-el built
-FB=build-gpu-b/flash_attn_mma
+probe_build_ab "-DATTNLAB_BWD_DQ_BLOCK_REDUCE=1 -DATTNLAB_BWD_DQ_STAGE_IN_SLOT=1" flash_attn_mma test_dmattn_backward
 C="--iters 1 --warmup 0 --check"
 for s in "--B 1 --H 2 --Nq 200 --Nk 130 --D 64 --Hkv 1 --causal --mask topk --window 64 --bias" \
          "--B 2 --H 4 --Hkv 2 --Nq 1000 --Nk 777 --D 64 --causal --mask topk --window 400 --bias --dtype bf16" \

@@ -9,15 +9,7 @@
 # twice.
 cd "$(dirname "$0")/../.."
 . scripts/probes/common.sh
-{ cmake -S . -B build-gpu-b -DCMAKE_CUDA_ARCHITECTURES=90a -DATTNLAB_WITH_TORCH=OFF \
-    "-DCMAKE_CUDA_FLAGS=-DATTNLAB_DMA_NO_STREAMED_SCAN=1" &&
-  cmake --build build-gpu-b -j 6 --target flash_attn_mma; } > $L/build_b.log 2>&1 &
-pb=$!
-{ cmake -S . -B "$B" -DCMAKE_CUDA_ARCHITECTURES=90a -DATTNLAB_WITH_TORCH=OFF &&
-  cmake --build "$B" -j 10 --target flash_attn_mma test_dmattn; } > $L/build.log 2>&1 || { tail -30 $L/build.log; exit 1; }
-wait $pb || { tail -30 $L/build_b.log; exit 1; }
-el built
-FB=build-gpu-b/flash_attn_mma
+probe_build_ab "-DATTNLAB_DMA_NO_STREAMED_SCAN=1" flash_attn_mma test_dmattn
 C="--iters 1 --warmup 0 --check"
 for s in "--B 1 --H 2 --Nq 130 --Nk 1040 --D 64 --mask ones --bias" \
          "--B 1 --H 2 --Nq 200 --Nk 1024 --D 128 --Hkv 1 --causal --mask topk --window 500 --bias --dma-mask-scan in-kernel" \
@@ -29,14 +21,13 @@ for s in "--B 1 --H 2 --Nq 130 --Nk 1040 --D 64 --mask ones --bias" \
   done
 done
 run_test 240 test_dmattn
-row() { timeout 30 "$1" "${@:2}" --iters 20 --warmup 3 2>&1 | grep -m1 -E "^ *dmattn:" | sed -E 's/ +dmattn: time:/ /; s/, effective TFLOPS:/ ms /' | cut -c1-40; }
-ab() { echo "$1 old: $(row $FB "${@:2}")"; echo "$1 new: $(row $F "${@:2}")"; }
+FO=$FB  # dm_ab: "old" = B (streaming off), "new" = A (this tree)
 for rep in 1 2; do
-  ab "ones+bias D=64" --B 1 --H 8 --N 8192 --D 64 --mask ones --bias
-  ab "ones+bias D=128" --B 1 --H 8 --N 8192 --D 128 --mask ones --bias
-  ab "ones+bias causal D=64" --B 1 --H 8 --N 8192 --D 64 --mask ones --bias --causal
-  ab "top-1024 L=8K" --B 1 --H 2 --Hkv 1 --N 8192 --D 128 --causal --mask topk --window 1024 --bias
-  ab "top-1024 L=16K in-kernel" --B 1 --H 2 --Hkv 1 --N 16384 --D 128 --causal --mask topk --window 1024 --bias --dma-mask-scan in-kernel
+  dm_ab "ones+bias D=64" --B 1 --H 8 --N 8192 --D 64 --mask ones --bias
+  dm_ab "ones+bias D=128" --B 1 --H 8 --N 8192 --D 128 --mask ones --bias
+  dm_ab "ones+bias causal D=64" --B 1 --H 8 --N 8192 --D 64 --mask ones --bias --causal
+  dm_ab "top-1024 L=8K" --B 1 --H 2 --Hkv 1 --N 8192 --D 128 --causal --mask topk --window 1024 --bias
+  dm_ab "top-1024 L=16K in-kernel" --B 1 --H 2 --Hkv 1 --N 16384 --D 128 --causal --mask topk --window 1024 --bias --dma-mask-scan in-kernel
 done
 timeout 60 $F --B 1 --H 8 --N 8192 --D 64 --mask ones --bias --show-all --iters 20 --warmup 3 2>&1 | grep -E "^ *(dmattn|split-q)" | cut -c1-170
 el done
