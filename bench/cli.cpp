@@ -90,6 +90,10 @@ dynamic-mask attention (flash-dmattn semantics; any of these selects it):
   --bwd-walk-in-order  the backward's key tiles all walk their query tiles
                     from the first (default: key tile j from query tile j,
                     wrapping); for A/B runs; implies --bwd
+  --bwd-own-prepass  the backward runs its own mask pre-pass (default: it
+                    reads the tile bits the forward's pre-pass or in-kernel
+                    scan stored, as in training); the time of a backward
+                    called alone; implies --bwd
   --bwd-chunks N    the backward's query chunks: blocks sharing one 64-key
                     tile's walk over the query tiles, adding dK, dV through
                     fp32 atomics (implies --bwd; default 0 = automatic, 1 = one
@@ -229,7 +233,13 @@ ParseResult parse_args(const std::vector<std::string>& args) {
     else if (flag == "--bwd") bool_flag(&o.bwd);
     else if (flag == "--deterministic") { bool_flag(&o.deterministic); o.bwd = o.bwd || o.deterministic; }
     else if (flag == "--bwd-chunks") { int_flag(0, 4096, &o.bwd_chunks); o.bwd = true; }
-    else if (flag == "--bwd-walk-in-order") { o.bwd_rotate = false; o.bwd = true; }
+    else if (flag == "--bwd-walk-in-order") {
+      bool in_order = false;
+      bool_flag(&in_order);
+      o.bwd_rotate = o.bwd_rotate && !in_order;
+      o.bwd = true;
+    }
+    else if (flag == "--bwd-own-prepass") { bool_flag(&o.bwd_own_prepass); o.bwd = true; }
     else if (flag == "--softcap") {
       if (take_value()) {
         char* end = nullptr;

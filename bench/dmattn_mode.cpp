@@ -451,10 +451,12 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
       ba.rotate_slots = opt.bwd_rotate;
       ba.q_chunks = opt.bwd_chunks;  // as asked (0: automatic, which may plan the chunks on the device)
       ba.core = opt.dma_core == "mma" ? DmaCore::kMma : opt.dma_core == "auto" ? DmaCore::kAuto : DmaCore::kWgmma;
-      // As in training: where the forward ran a mask pre-pass, the backward
-      // reads its tile bits instead of running its own (the forward's
-      // workspace is not touched between the forward above and these calls).
-      ba.mask_summary = dma_forward_mask_summary(p, a);
+      // As in training: where the forward stored the mask's tile bits (its
+      // pre-pass, or its in-kernel scan with one split), the backward reads
+      // them instead of running its own pre-pass (the forward's workspace is
+      // not touched between the forward above and these calls).
+      // --bwd-own-prepass: the backward alone, its own pre-pass timed with it.
+      ba.mask_summary = opt.bwd_own_prepass ? nullptr : dma_forward_mask_summary(p, a);
       if (opt.deterministic) bwd.name += " (deterministic)";
       e = dma_backward(p, ba, stream);
       if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
@@ -545,8 +547,12 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
                                           : " (of " + std::to_string(bwd_chunks) + " launched: the chunk plan found the slots even)") +
                   (ba.rotate_slots ? "" : "; query tiles in order") + "; core " + dma_backward_core_name(p, ba.core) +
                   (p.mask.data == nullptr       ? ""
-                   : ba.mask_summary != nullptr ? "; mask summary: the forward's"
-                                                : "; mask summary: its own pre-pass") +
+                   : ba.mask_summary != nullptr
+                       ? (a.mask_summary != nullptr ? std::string("; mask summary: the one given to the forward")
+                                                    : "; mask summary: the forward's " +
+                                                          dma_forward_mask_scan_name(p, a.mask_scan, a.splits, a.core)) +
+                             " (the mask not read again)"
+                       : "; mask summary: its own pre-pass (the mask read again, in this time)") +
                   "; TFLOPS count 2·(3D+2Dv)·unmasked pairs";
       out_rows.push_back(bwd);
 

@@ -176,9 +176,12 @@ size_t dma_forward_workspace_bytes(const DynamicMaskProblem& p, int splits);
 
 // The mask summary a dma_forward call with these arguments writes into its
 // workspace (the tile bits of the mask pre-pass), for the backward to reuse
-// (DmaBackwardArgs::mask_summary): non-null only where that call runs a
-// pre-pass (mask scan "prepass" or "pipelined"; not "in-kernel" or "none"),
-// or was given one (DmaForwardArgs::mask_summary: then that one).
+// (DmaBackwardArgs::mask_summary): non-null where that call runs a pre-pass
+// (mask scan "prepass" or "pipelined"), or the in-kernel scan of the tile
+// kernel with one split (each summary row stored by one of the blocks that
+// scanned it: the same bits), or was given one (DmaForwardArgs::mask_summary:
+// then that one); null without a mask, for the gather core and for a split
+// in-kernel scan (each block scans part of a row).
 const uint32_t* dma_forward_mask_summary(const DynamicMaskProblem& p, const DmaForwardArgs& a);
 
 // "" when the forward kernel runs this problem on the current device, else why not.

@@ -223,7 +223,7 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
                    float* __restrict__ lse, const DynamicMaskProblem p, const MaskSummary summary,
                    unsigned long long* counters, float* __restrict__ partials, int splits,
                    const __grid_constant__ CUtensorMap tma_k, const __grid_constant__ CUtensorMap tma_v, bool use_tma,
-                   bool scan_in_kernel, int m_first) {
+                   bool scan_in_kernel, uint32_t* __restrict__ summary_out, int m_first) {
   constexpr int D = Cfg::kHeadDim, Br = Cfg::kBr, Bc = Cfg::kBc, kStride = Cfg::kRowStride;
   // Launched overlapped with the mask pre-pass (sm_90): nothing may be read
   // or written before that grid, or whatever ran before, has completed. The
@@ -303,6 +303,28 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
                                                              tile_begin / 32, mask_scan::mask_vector_loads(p), bitmap,
                                                              full_bitmap);
       __syncthreads();
+      // The scan's bits are the pre-pass's bits of this summary row (the same
+      // scan_word over the same keys: with one split the block's key_end is
+      // the row's causal end, or Nk), so one block per row stores them for
+      // the backward (dma_forward_mask_summary), which then reads the mask
+      // no second time: the row's first batch and head, and for a
+      // query-broadcast mask the last query tile (it sees every key). Words
+      // past key_end get 0, as from the pre-pass. Each thread stores the
+      // words it then restricts below (same thread, same word: no race).
+      const bool summary_writer =
+          summary_out != nullptr && (p.mask.b != 1 || b == 0) &&
+          (p.mask.h == 1 ? h == 0 : h % p.mask.head_group == 0) &&
+          (p.mask.q != 1 || m_block == (p.Nq + Br - 1) / Br - 1);
+      if (summary_writer) {
+        const int64_t srow = summary.row(p, b, h, m_block);
+        uint32_t* any_out = summary_out + srow;
+        uint32_t* all_out = summary_out + (summary.all - summary.any) + srow;
+        for (int w = threadIdx.x; w < summary.words; w += Cfg::kThreads) {
+          const bool read = w * 32 * Bc < key_end;
+          any_out[w] = read ? bitmap[w] : 0u;
+          all_out[w] = read ? full_bitmap[w] : 0u;
+        }
+      }
       for (int w = threadIdx.x; w < dma_bitmap_words(tile_end); w += Cfg::kThreads) bitmap[w] &= in_range(w);
     } else {
       const int64_t srow = summary.row(p, b, h, m_block);
@@ -1069,11 +1091,41 @@ std::string dma_forward_mask_scan_name(const DynamicMaskProblem& p, DmaMaskScan 
   return readers <= 2 && splits == 1 && p.mask.q > 1 ? "pipelined" : "prepass";
 }
 
+namespace {
+
+bool aligned16(const void* x) { return reinterpret_cast<uintptr_t>(x) % 16 == 0; }
+
+// The core request dma_forward runs: a.core, except that a short decoding row
+// whose tensors the tile kernels cannot copy goes to the gather kernel, which
+// copies K and V rows at any alignment.
+DmaCore forward_core_request(const DynamicMaskProblem& p, const DmaForwardArgs& a) {
+  const bool aligned = aligned16(a.q) && aligned16(a.k) && aligned16(a.v) && aligned16(a.o);
+  const bool gather_instead =
+      a.core == DmaCore::kAuto && !aligned && dma_forward_core_name(p, DmaCore::kGather) == "gather";
+  return gather_instead ? DmaCore::kGather : a.core;
+}
+
+// Whether dma_forward's in-kernel scan also writes the mask summary into the
+// workspace (for the backward): where the tile kernel scans, with one split,
+// so that every block's scan covers its whole row (its causal reach).
+bool forward_writes_summary(const DynamicMaskProblem& p, const DmaForwardArgs& a) {
+  const DmaCore requested = forward_core_request(p, a);
+  const std::string core = dma_forward_core_name(p, requested);
+  const int splits = dma_resolve_splits(p, a.splits);
+  return p.mask.data != nullptr && a.workspace != nullptr && a.mask_summary == nullptr && !core.empty() &&
+         core != "gather" && splits == 1 && dma_forward_mask_scan_name(p, a.mask_scan, splits, requested) == "in-kernel";
+}
+
+}  // namespace
+
 const uint32_t* dma_forward_mask_summary(const DynamicMaskProblem& p, const DmaForwardArgs& a) {
   if (a.mask_summary != nullptr && p.mask.data != nullptr) return a.mask_summary;  // given: still this mask's
-  const std::string scan = dma_forward_mask_scan_name(p, a.mask_scan, dma_resolve_splits(p, a.splits), a.core);
-  // The summary is the workspace's first part (dma_forward_workspace_bytes).
-  return scan == "prepass" || scan == "pipelined" ? reinterpret_cast<const uint32_t*>(a.workspace) : nullptr;
+  const std::string scan =
+      dma_forward_mask_scan_name(p, a.mask_scan, dma_resolve_splits(p, a.splits), forward_core_request(p, a));
+  // The summary is the workspace's first part (dma_forward_workspace_bytes):
+  // written by the pre-pass, or by the in-kernel scan where it covers whole rows.
+  const bool written = scan == "prepass" || scan == "pipelined" || forward_writes_summary(p, a);
+  return written ? reinterpret_cast<const uint32_t*>(a.workspace) : nullptr;
 }
 
 int dma_resolve_prepass_chunks(const DynamicMaskProblem& p, int requested) {
@@ -1151,13 +1203,8 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
   if (splits > 65535 / p.B || splits > 4096) return cudaErrorInvalidValue;  // grid.y; combine weights in smem
   const size_t need = dma_forward_workspace_bytes(p, splits);
   if (need > 0 && (a.workspace == nullptr || a.workspace_bytes < need)) return cudaErrorInvalidValue;
-  const auto aligned16 = [](const void* x) { return reinterpret_cast<uintptr_t>(x) % 16 == 0; };
   const bool aligned = aligned16(a.q) && aligned16(a.k) && aligned16(a.v) && aligned16(a.o);
-  // A short decoding row whose tensors the tile kernels cannot copy (below):
-  // the gather kernel, which copies K and V rows at any alignment.
-  const bool gather_instead =
-      a.core == DmaCore::kAuto && !aligned && dma_forward_core_name(p, DmaCore::kGather) == "gather";
-  const DmaCore requested = gather_instead ? DmaCore::kGather : a.core;
+  const DmaCore requested = forward_core_request(p, a);  // (the gather core where the tile kernels cannot copy)
   const std::string core = dma_forward_core_name(p, requested);
   if (core.empty()) return cudaErrorInvalidValue;
   // A summary given (DmaForwardArgs::mask_summary): no scan at all (the
@@ -1175,6 +1222,13 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
     summary = dma_mask_summary_view(p, summary_storage);  // written chunk by chunk below
   else if (!scan_in_kernel)
     err = dma_summarize_mask(p, summary_storage, &summary, stream);
+  // The in-kernel scan over whole rows (one split) writes the summary too, for
+  // the backward (the kernel's view: where each row goes).
+  uint32_t* summary_out = nullptr;
+  if (scan_in_kernel && forward_writes_summary(p, a)) {
+    summary = dma_mask_summary_view(p, summary_storage);
+    summary_out = summary_storage;
+  }
   if (err != cudaSuccess) return err;
   float* partials = a.workspace ? a.workspace + (dma_mask_summary_bytes(p) + 15) / 16 * 4 : nullptr;
   err = cudaErrorInvalidValue;
@@ -1244,7 +1298,7 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
             kernel<<<chunk_grid, Cfg::kThreads, smem, side>>>(
                 static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
                 static_cast<T*>(a.o), a.lse, p, summary, a.tile_counters, partials, 1, tma_k, tma_v, use_tma, false,
-                bounds[c]);
+                nullptr, bounds[c]);
             e = cudaGetLastError();
           }
           // Recorded even after an error, so that the join below covers
@@ -1263,7 +1317,7 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
                                                   static_cast<const T*>(a.q), static_cast<const T*>(a.k),
                                                   static_cast<const T*>(a.v), static_cast<T*>(a.o), a.lse, p, summary,
                                                   a.tile_counters, partials, splits, tma_k, tma_v, use_tma,
-                                                  scan_in_kernel, 0);
+                                                  scan_in_kernel, summary_out, 0);
       if (e == cudaSuccess && splits > 1) e = combine_partials(T{});
       return e;
     });

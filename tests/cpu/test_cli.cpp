@@ -110,6 +110,11 @@ TEST_CASE(cli_dynamic_mask_flags) {
   EXPECT_TRUE(parse({"--bwd-chunks", "7"}).options.bwd_chunks == 7 && parse({"--bwd-chunks", "7"}).options.bwd);
   EXPECT_CONTAINS(parse({"--bwd-chunks", "5000"}).error, "--bwd-chunks must be between 0 and 4096");
   EXPECT_TRUE(parse({"--deterministic"}).options.deterministic && parse({"--deterministic"}).options.bwd);
+  EXPECT_TRUE(!parse({"--bwd"}).options.bwd_own_prepass);  // default: the forward's mask summary
+  EXPECT_TRUE(parse({"--bwd-own-prepass"}).options.bwd_own_prepass && parse({"--bwd-own-prepass"}).options.bwd);
+  EXPECT_CONTAINS(parse({"--bwd-own-prepass=1"}).error, "--bwd-own-prepass takes no value");
+  EXPECT_TRUE(!parse({"--bwd-walk-in-order"}).options.bwd_rotate && parse({"--bwd-walk-in-order"}).options.bwd);
+  EXPECT_CONTAINS(parse({"--bwd-walk-in-order=1"}).error, "--bwd-walk-in-order takes no value");
   EXPECT_EQ(parse({"--bias"}).options.dma_core, std::string("auto"));
   EXPECT_TRUE(parse({"--dma-core", "mma"}).options.dma_core == "mma" && parse({"--dma-core", "mma"}).options.dynamic_mask());
   EXPECT_CONTAINS(parse({"--dma-core", "tensor"}).error, "--dma-core must be auto, mma, wgmma, wgmma-cp.async or gather");

@@ -78,11 +78,14 @@ bool g_rotate = true;
 // q_chunks: DmaBackwardArgs::q_chunks (0 automatic). topk_window > 0: the
 // case's mask (give it none) is replaced by dma_build_topk_mask's top-W mask of
 // the bias (block smoothing 64), dense in the bias's shape (b, h, Nq, Nk).
-// reuse_summary: the forward runs its pipelined pre-pass (the plain one
-// where that does not apply) and the backward reads the forward's mask
-// summary (DmaBackwardArgs::mask_summary) instead of running its own.
+// reuse: the backward reads the forward's mask summary
+// (DmaBackwardArgs::mask_summary) instead of running its own pre-pass — a
+// forward that runs its pipelined pre-pass (the plain one where that does not
+// apply), or its in-kernel scan, which stores the same bits as it goes.
+enum class Reuse { kNone, kPipelined, kInKernel };
 void run_case(const MaskedCase& c, uint64_t seed, bool deterministic = false, int q_chunks = 0,
-              int topk_window = 0, bool reuse_summary = false) {
+              int topk_window = 0, Reuse reuse = Reuse::kNone) {
+  const bool reuse_summary = reuse != Reuse::kNone;
   MaskedCaseInputs x(c, seed);
   DynamicMaskProblem p = x.p;
   void* const d_bias = x.d_bias;
@@ -146,11 +149,12 @@ void run_case(const MaskedCase& c, uint64_t seed, bool deterministic = false, in
   float* d_fws = nullptr;  // the forward's workspace (the mask summary)
   if (const size_t fws = dma_forward_workspace_bytes(p, 1); fws > 0) {
     cudaMalloc(&d_fws, fws);
+    cudaMemset(d_fws, 0xab, fws);  // poison: a summary word the forward does not write fails the backward
     fa.workspace = d_fws;
     fa.workspace_bytes = fws;
   }
   if (reuse_summary) {
-    fa.mask_scan = DmaMaskScan::kPipelined;
+    fa.mask_scan = reuse == Reuse::kInKernel ? DmaMaskScan::kInKernel : DmaMaskScan::kPipelined;
     fa.prepass_chunks = 3;
     ba.mask_summary = dma_forward_mask_summary(p, fa);
     if (p.mask.data != nullptr && ba.mask_summary == nullptr) record(false, "no forward summary: " + c.name());
@@ -167,7 +171,8 @@ void run_case(const MaskedCase& c, uint64_t seed, bool deterministic = false, in
                            (deterministic ? " deterministic" : "") + " q_chunks " + std::to_string(q_chunks) +
                            " (resolved " + std::to_string(dma_backward_resolve_chunks(p, deterministic, q_chunks)) +
                            ") core " + dma_backward_core_name(p, g_core) +
-                           (reuse_summary ? " forward's summary" : "") + (g_rotate ? "" : " query tiles in order");
+                           (reuse == Reuse::kPipelined ? " forward's summary (pre-pass)"
+                            : reuse == Reuse::kInKernel ? " forward's summary (in-kernel scan)" : "") + (g_rotate ? "" : " query tiles in order");
   if (e != cudaSuccess) {
     record(false, std::string("CUDA error ") + cudaGetErrorString(e) + ": " + name);
     cudaGetLastError();
@@ -192,22 +197,27 @@ void run_case(const MaskedCase& c, uint64_t seed, bool deterministic = false, in
       }
       record(e == cudaSuccess && same, "bitwise identical over 5 runs: " + name);
       if (p.mask.data != nullptr && !reuse_summary && e == cudaSuccess) {
-        // Once more with the forward's summary (a pre-pass forward, then the
-        // backward without its own): the same bits.
-        fa.mask_scan = DmaMaskScan::kPrepass;
-        ba.mask_summary = dma_forward_mask_summary(p, fa);
-        cudaMemset(d_dq, 0xFF, q_n * 2);
-        cudaMemset(d_dk, 0xFF, kv_n * 2);
-        cudaMemset(d_dv, 0xFF, kv_n * 2);
-        cudaMemset(d_db, 0xFF, std::max<size_t>(1, bias_n) * 2);
-        e = dma_forward(p, fa, 0);
-        if (e == cudaSuccess) e = dma_backward(p, ba, 0);
-        if (e == cudaSuccess) e = cudaDeviceSynchronize();
-        record(e == cudaSuccess && ba.mask_summary != nullptr && bytes_of(d_dq, q_n * 2) == dq0 &&
-                   bytes_of(d_dk, kv_n * 2) == dk0 && bytes_of(d_dv, kv_n * 2) == dv0 &&
-                   bytes_of(d_db, bias_n * 2) == db0,
-               "bitwise identical with the forward's mask summary: " + name);
-        ba.mask_summary = nullptr;
+        // Once more with the forward's summary (a pre-pass forward, then one
+        // with the in-kernel scan, each followed by the backward without its
+        // own pre-pass): the same bits.
+        for (DmaMaskScan scan : {DmaMaskScan::kPrepass, DmaMaskScan::kInKernel}) {
+          fa.mask_scan = scan;
+          ba.mask_summary = dma_forward_mask_summary(p, fa);
+          cudaMemset(d_fws, 0xab, dma_forward_workspace_bytes(p, 1));  // poison: the forward writes it
+          cudaMemset(d_dq, 0xFF, q_n * 2);
+          cudaMemset(d_dk, 0xFF, kv_n * 2);
+          cudaMemset(d_dv, 0xFF, kv_n * 2);
+          cudaMemset(d_db, 0xFF, std::max<size_t>(1, bias_n) * 2);
+          e = dma_forward(p, fa, 0);
+          if (e == cudaSuccess) e = dma_backward(p, ba, 0);
+          if (e == cudaSuccess) e = cudaDeviceSynchronize();
+          record(e == cudaSuccess && ba.mask_summary != nullptr && bytes_of(d_dq, q_n * 2) == dq0 &&
+                     bytes_of(d_dk, kv_n * 2) == dk0 && bytes_of(d_dv, kv_n * 2) == dv0 &&
+                     bytes_of(d_db, bias_n * 2) == db0,
+                 std::string("bitwise identical with the forward's mask summary (") +
+                     (scan == DmaMaskScan::kPrepass ? "pre-pass" : "in-kernel scan") + "): " + name);
+          ba.mask_summary = nullptr;
+        }
       }
     }
   }
@@ -253,7 +263,10 @@ int main() {
         run_case({2, 4, 2, 130, 77, 128, dt, causal, 0.f, 1, 1, 130, 1, 1, 1, false}, ++seed, true, 7);  // ignored: 1
         // Query chunks: forced 1, 2, 3, 7 and automatic (0), each against the same rule.
         for (int chunks : {1, 2, 3, 7, 0}) {
-          const bool reuse = chunks == 3 || chunks == 0;  // these two with the forward's summary
+          // With the forward's summary: from its pre-pass (3, 0), its in-kernel scan (1, 2).
+          const Reuse reuse = chunks == 3 || chunks == 0 ? Reuse::kPipelined
+                              : chunks == 7             ? Reuse::kNone
+                                                        : Reuse::kInKernel;
           // Ragged sizes, GQA, mask per KV head, bias (1, Hkv, 1, Nk) (stride_q 0).
           run_case({1, 4, 2, 129, 200, 64, dt, causal, 0.f, 1, -1, 129, 1, -1, 1, false}, ++seed, false, chunks, 0, reuse);
           // Top-W of a query-broadcast bias (1, 1, 1, Nk), W = Nk/2 with 64-key smoothing:
@@ -286,7 +299,7 @@ int main() {
         record(dma_backward_plans_chunks(plan_probe, false, 0),
                "the chunk plan applies (key tile blocks >= 4 per SM): " + dense_plan.name());
         run_case(dense_plan, ++seed);
-        run_case(skewed_plan, ++seed, false, 0, 1100, true);
+        run_case(skewed_plan, ++seed, false, 0, 1100, Reuse::kPipelined);
         // Every key tile walking its query tiles in order (rotate_slots off;
         // the suite above runs the default, rotated walk): one chunk, 3
         // chunks, automatic (with the plan), the deterministic mode; GQA,
@@ -294,7 +307,7 @@ int main() {
         g_rotate = false;
         for (int chunks : {1, 3, 0}) {
           run_case({1, 4, 2, 129, 200, 64, dt, causal, 0.f, 1, -1, 129, 1, -1, 1, false}, ++seed, false, chunks);
-          run_case({1, 4, 2, 600, 700, 128, dt, causal, 0.f, 0, 0, 0, 1, 1, 1, false}, ++seed, false, chunks, 350, true);
+          run_case({1, 4, 2, 600, 700, 128, dt, causal, 0.f, 0, 0, 0, 1, 1, 1, false}, ++seed, false, chunks, 350, Reuse::kPipelined);
           run_case({1, 4, 1, 100, 300, 128, dt, causal, 15.f, 1, 0, 100, 1, 1, 1, true}, ++seed, false, chunks);
         }
         run_case({2, 4, 2, 130, 77, 128, dt, causal, 0.f, 1, 1, 130, 1, 1, 1, false}, ++seed, true);

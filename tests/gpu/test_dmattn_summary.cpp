@@ -16,14 +16,18 @@
 // last key any row of the query tile sees); tiles past it must be 0 (the
 // kernel writes 0 there; no attention kernel asks). Output words are poisoned
 // first, so a word never written fails.
+// Then the forward's in-kernel scan (one split), which stores the same
+// summary for the backward: its words against the pre-pass's, bitwise.
 // Compiled as CUDA (CMakeLists.txt): dmattn_tiles.cuh has device code.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "../../kernels/dmattn/dmattn.h"
@@ -173,6 +177,104 @@ void run_case(const SummaryCase& c, uint64_t seed) {
          "summary bits past the causal reach are 0: " + std::to_string(wrong_unread) + " wrong: " + c.name());
 }
 
+// The forward's in-kernel scan with one split stores the summary as a
+// by-product (dma_forward_mask_summary, for the backward): every word of it
+// must equal the pre-pass's (checked above against the CPU), with the
+// workspace poisoned first, across broadcasts over batch, heads (GQA groups)
+// and queries — where only one of the blocks sharing a summary row stores it.
+struct ForwardCase {
+  int B, H, Hkv, Nq, Nk, D;
+  bool causal;
+  int mb, mh, mq;  // mask sizes: mb in {1, B}, mh in {1, Hkv, H}, mq in {1, Nq}
+  int splits;      // > 1: no summary (each block scans part of a row)
+  std::string name() const {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "forward B=%d H=%d Hkv=%d Nq=%d Nk=%d D=%d%s mask (%d, %d, %d, %d) splits %d", B, H,
+                  Hkv, Nq, Nk, D, causal ? " causal" : "", mb, mh, mq, Nk, splits);
+    return buf;
+  }
+};
+
+void run_forward_case(const ForwardCase& c, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  DynamicMaskProblem p;
+  p.B = c.B;
+  p.H = c.H;
+  p.Hkv = c.Hkv;
+  p.Nq = c.Nq;
+  p.Nk = c.Nk;
+  p.D = c.D;
+  p.causal = c.causal;
+  p.scale = 1.0f / std::sqrt(float(c.D));
+  // Tiles of five kinds (all zero, all one, random dense / sparse, one odd byte).
+  std::vector<uint8_t> mask(size_t(c.mb) * c.mh * c.mq * c.Nk);
+  std::uniform_int_distribution<int> byte(1, 255);
+  const int q_tiles = (c.mq + kDmaBr - 1) / kDmaBr, k_tiles = (c.Nk + kDmaBc - 1) / kDmaBc;
+  for (int bh = 0; bh < c.mb * c.mh; ++bh)
+    for (int m = 0; m < q_tiles; ++m)
+      for (int n = 0; n < k_tiles; ++n) {
+        const int kind = int(rng() % 5);
+        for (int i = m * kDmaBr; i < std::min(c.mq, (m + 1) * kDmaBr); ++i)
+          for (int j = n * kDmaBc; j < std::min(c.Nk, (n + 1) * kDmaBc); ++j)
+            mask[(size_t(bh) * c.mq + i) * c.Nk + j] =
+                kind == 0 ? 0 : kind == 1 ? 1 : kind == 2 ? uint8_t(rng() % 8 != 0) : uint8_t(rng() % 50 == 0) * 7;
+      }
+  std::vector<uint16_t> qb, kb, vb;
+  std::vector<double> vals;
+  random_tensor(rng, int64_t(c.B) * c.H * c.Nq * c.D, p.dtype, 1.0, qb, vals);
+  random_tensor(rng, int64_t(c.B) * c.Hkv * c.Nk * c.D, p.dtype, 1.0, kb, vals);
+  random_tensor(rng, int64_t(c.B) * c.Hkv * c.Nk * c.D, p.dtype, 1.0, vb, vals);
+  uint8_t* d_mask = upload(mask);
+  uint16_t *d_q = upload(qb), *d_k = upload(kb), *d_v = upload(vb), *d_o = upload(qb);
+  float* d_lse = nullptr;
+  cudaMalloc(&d_lse, size_t(c.B) * c.H * c.Nq * sizeof(float));
+  p.mask.data = d_mask;
+  p.mask.set_shape(c.mb, c.mh, c.mq, c.Nk, c.H);
+  const size_t ws_bytes = dma_forward_workspace_bytes(p, c.splits), summary_bytes = dma_mask_summary_bytes(p);
+  float* d_ws = nullptr;
+  uint32_t* d_ref = nullptr;
+  cudaMalloc(&d_ws, ws_bytes);
+  cudaMalloc(&d_ref, summary_bytes);
+  cudaMemset(d_ws, 0xab, ws_bytes);  // poison: a word never written fails
+  DmaForwardArgs a;
+  a.q = d_q;
+  a.k = d_k;
+  a.v = d_v;
+  a.o = d_o;
+  a.lse = d_lse;
+  a.splits = c.splits;
+  a.workspace = d_ws;
+  a.workspace_bytes = ws_bytes;
+  a.mask_scan = DmaMaskScan::kInKernel;
+  const bool expect = c.splits == 1 && dma_forward_core_name(p, DmaCore::kAuto) != "gather";
+  const uint32_t* reported = dma_forward_mask_summary(p, a);
+  record(reported == (expect ? reinterpret_cast<const uint32_t*>(d_ws) : nullptr),
+         std::string("dma_forward_mask_summary ") + (expect ? "is the workspace" : "is null") + ": " + c.name());
+  cudaError_t e = d_mask && d_q && d_k && d_v && d_o && d_lse && d_ws && d_ref ? cudaSuccess : cudaErrorMemoryAllocation;
+  if (e == cudaSuccess) e = dma_forward(p, a, 0);
+  if (e == cudaSuccess) e = dma_build_mask_summary(p, d_ref, 0);
+  if (e == cudaSuccess) e = cudaDeviceSynchronize();
+  std::vector<uint32_t> got(summary_bytes / 4), want(summary_bytes / 4);
+  if (e == cudaSuccess) {
+    cudaMemcpy(got.data(), d_ws, summary_bytes, cudaMemcpyDeviceToHost);
+    cudaMemcpy(want.data(), d_ref, summary_bytes, cudaMemcpyDeviceToHost);
+  }
+  for (void* ptr : {(void*)d_mask, (void*)d_q, (void*)d_k, (void*)d_v, (void*)d_o, (void*)d_lse, (void*)d_ws,
+                    (void*)d_ref})
+    cudaFree(ptr);
+  if (e != cudaSuccess) {
+    record(false, "dma_forward (" + std::string(cudaGetErrorString(e)) + "): " + c.name());
+    return;
+  }
+  if (!expect) return;
+  size_t wrong = 0, first = got.size();
+  for (size_t i = 0; i < got.size(); ++i)
+    if (got[i] != want[i] && wrong++ == 0) first = i;
+  record(wrong == 0, "in-kernel scan's summary words equal the pre-pass's: " + std::to_string(wrong) + " of " +
+                         std::to_string(got.size()) + " wrong" +
+                         (wrong ? " (first: word " + std::to_string(first) + ")" : std::string()) + ": " + c.name());
+}
+
 }  // namespace
 
 int main() {
@@ -199,5 +301,23 @@ int main() {
   cases.push_back(SummaryCase{1, 2, 1100, 16384 + 64 + 17, true, false, Layout::kPadded, 0.02});
   std::printf("%zu cases\n", cases.size());
   for (const SummaryCase& c : cases) run_case(c, ++seed);
+
+  // The forward's in-kernel scan writing the same summary.
+  std::vector<ForwardCase> fwd;
+  const std::pair<int, int> shapes[] = {{1, 1}, {17, 17}, {127, 129}, {1000, 1000}, {70, 4111}, {3000, 2100},
+                                        {64, 8192}, {200, 130}};
+  for (auto [nq, nk] : shapes)
+    for (bool causal : {false, true})
+      for (int d : {32, 64, 128}) fwd.push_back(ForwardCase{1, 1, 1, nq, nk, d, causal, 1, 1, nq, 1});
+  // Broadcasts: B = 2, H = 4, Hkv = 2; the mask over batch, heads, GQA groups, queries.
+  for (auto [nq, nk] : {std::pair{130, 300}, std::pair{200, 2100}})
+    for (bool causal : {false, true})
+      for (auto [mb, mh, qb] : {std::tuple{1, 1, false}, std::tuple{2, 2, false}, std::tuple{1, 4, false},
+                                std::tuple{2, 4, false}, std::tuple{2, 1, true}, std::tuple{1, 2, true}})
+        fwd.push_back(ForwardCase{2, 4, 2, nq, nk, 64, causal, mb, mh, qb ? 1 : nq, 1});
+  fwd.push_back(ForwardCase{1, 2, 1, 1, 4111, 64, false, 1, 1, 1, 1});   // one query row: the gather core, no summary
+  fwd.push_back(ForwardCase{1, 2, 1, 70, 4111, 64, true, 1, 1, 70, 3});  // split: no summary
+  std::printf("%zu forward cases\n", fwd.size());
+  for (const ForwardCase& c : fwd) run_forward_case(c, ++seed);
   return finish();
 }
