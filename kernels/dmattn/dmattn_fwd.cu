@@ -18,6 +18,9 @@
 //     (dmattn_mask_scan.cuh) — no pre-pass launch, and the mask streams while
 //     other blocks compute; automatic where few blocks share a mask byte and
 //     rows are at most 16K keys (measured in dma_forward_mask_scan_name).
+//     With one split a block's scan covers exactly its summary row's keys, so
+//     one block per row also stores its bits as the pre-pass would
+//     (dma_forward_mask_summary): the backward then reads no mask again.
 //     A block left with no active tile writes O = 0, LSE = -inf with wide
 //     stores and exits (no Q load, no barrier set-up).
 //  2. Rung 02's stage2 loop over the list only: K, V of tile list[i+1] are

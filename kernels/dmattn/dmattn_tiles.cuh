@@ -11,7 +11,9 @@
 // scans inside its tile loop waits on one dependent round trip per tile (at
 // L = 32K, 512 tiles per query tile), and every query head that shares the
 // mask (GQA, broadcast) scans it again; the pre-pass has every tile's loads
-// in flight at once and reads a shared mask once.
+// in flight at once and reads a shared mask once. (The forward's in-kernel
+// scan, DmaMaskScan::kInKernel, computes the same bits in its blocks and,
+// with one split, stores them in this same layout for the backward.)
 // Ragged tiles are clipped to Nq and Nk; query tiles past the causal
 // diagonal's reach are never read (their bits stay 0: no kernel asks).
 #pragma once
