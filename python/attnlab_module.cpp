@@ -36,6 +36,13 @@ namespace py = pybind11;
 #define DMA_REQUIRE_TYPE(ok, message) ATTNLAB_RAISE_UNLESS(ok, py::type_error, kDmaName, message)
 constexpr const char* kDmaName = "attnlab.dynamic_mask_attention";
 
+// The kernels copy Q, K, V and dO in 16-byte pieces: a contiguous tensor that
+// starts off a 16-byte boundary (a view at an odd offset into its storage) is
+// copied to a fresh allocation first, so that every input works.
+at::Tensor aligned16(const at::Tensor& t) {
+  return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 ? t : t.clone();
+}
+
 std::string str(at::IntArrayRef v) {
   std::string s = "[";
   for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
@@ -259,9 +266,10 @@ std::tuple<at::Tensor, at::Tensor, std::optional<at::Tensor>> dma_forward(const 
   at::Tensor o = at::empty(q.sizes(), q.options());
   at::Tensor lse = at::empty({p.B, p.H, p.Nq}, q.options().dtype(at::kFloat));
   attnlab::DmaForwardArgs a;
-  a.q = q.data_ptr();
-  a.k = k.data_ptr();
-  a.v = v.data_ptr();
+  const at::Tensor q16 = aligned16(q), k16 = aligned16(k), v16 = aligned16(v);
+  a.q = q16.data_ptr();
+  a.k = k16.data_ptr();
+  a.v = v16.data_ptr();
   a.o = o.data_ptr();
   a.lse = lse.data_ptr<float>();
   a.splits = attnlab::dma_resolve_splits(p, 0);
@@ -337,12 +345,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, std::optional<at::Tensor>> dma_ba
   std::optional<at::Tensor> dbias;
   if (need_dbias) dbias = at::empty(bias->sizes(), bias->options());
   attnlab::DmaBackwardArgs a;
-  a.q = q.data_ptr();
-  a.k = k.data_ptr();
-  a.v = v.data_ptr();
+  const at::Tensor q16 = aligned16(q), k16 = aligned16(k), v16 = aligned16(v);
+  a.q = q16.data_ptr();
+  a.k = k16.data_ptr();
+  a.v = v16.data_ptr();
   a.o = o.data_ptr();
   a.lse = lse.data_ptr<float>();
-  a.dout = dout.data_ptr();
+  const at::Tensor dout16 = aligned16(dout);
+  a.dout = dout16.data_ptr();
   a.dq = dq.data_ptr();
   a.dk = dk.data_ptr();
   a.dv = dv.data_ptr();

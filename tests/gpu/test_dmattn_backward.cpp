@@ -74,6 +74,10 @@ DmaCore g_core = DmaCore::kAuto;
 // DmaBackwardArgs::rotate_slots for every case (main() runs a selection again
 // without it: every key tile walking its query tiles in order).
 bool g_rotate = true;
+// The backward's O at 2 bytes past a 16-byte boundary and dQ at 4 (the
+// scalar Δ pass with a memset, the scalar dQ conversion), and a dO 2 bytes
+// off, which dma_backward must refuse (its tile copies are 16-byte).
+bool g_offset_o_dq = false;
 
 // q_chunks: DmaBackwardArgs::q_chunks (0 automatic). topk_window > 0: the
 // case's mask (give it none) is replaced by dma_build_topk_mask's top-W mask of
@@ -116,9 +120,12 @@ void run_case(const MaskedCase& c, uint64_t seed, bool deterministic = false, in
   void *d_o = nullptr, *d_dq = nullptr, *d_dk = nullptr, *d_dv = nullptr, *d_db = nullptr;
   float *d_lse = nullptr, *d_ws = nullptr, *r_dq = nullptr, *r_dk = nullptr, *r_dv = nullptr, *r_db = nullptr;
   float *l_dq = nullptr, *l_dk = nullptr, *l_dv = nullptr, *l_db = nullptr;  // the same-precision reference
+  void *d_o_off = nullptr, *d_dq_base = nullptr;  // g_offset_o_dq: O's copy at +2 bytes, dQ at +4
   cudaMalloc(&d_o, q_n * 2);
+  cudaMalloc(&d_o_off, q_n * 2 + 16);
   cudaMalloc(&d_lse, rows * 4);
-  cudaMalloc(&d_dq, q_n * 2);
+  cudaMalloc(&d_dq_base, q_n * 2 + 16);
+  d_dq = static_cast<char*>(d_dq_base) + (g_offset_o_dq ? 4 : 0);
   cudaMalloc(&d_dk, kv_n * 2);
   cudaMalloc(&d_dv, kv_n * 2);
   cudaMalloc(&d_db, std::max<size_t>(1, bias_n) * 2);
@@ -160,6 +167,17 @@ void run_case(const MaskedCase& c, uint64_t seed, bool deterministic = false, in
     if (p.mask.data != nullptr && ba.mask_summary == nullptr) record(false, "no forward summary: " + c.name());
   }
   cudaError_t e = dma_forward(p, fa, 0);
+  if (e == cudaSuccess && g_offset_o_dq) {
+    void* o_off = static_cast<char*>(d_o_off) + 2;
+    e = cudaMemcpy(o_off, d_o, q_n * 2, cudaMemcpyDeviceToDevice);
+    ba.o = o_off;
+    DmaBackwardArgs bad = ba;  // dO 2 bytes off 16: refused, nothing launched
+    void* do_off = static_cast<char*>(d_o_off) + 2;
+    bad.dout = do_off;
+    const cudaError_t r = dma_backward(p, bad, 0);
+    record(r == cudaErrorInvalidValue, std::string("a dO not 16-byte aligned is refused (") + cudaGetErrorString(r) +
+                                           "): " + c.name());
+  }
   if (e == cudaSuccess) e = dma_backward(p, ba, 0);
   if (e == cudaSuccess)
     e = dma_reference_backward_fp32(p, d_q, d_k, d_v, d_do, r_dq, r_dk, r_dv, d_bias ? r_db : nullptr, 0);
@@ -172,7 +190,8 @@ void run_case(const MaskedCase& c, uint64_t seed, bool deterministic = false, in
                            " (resolved " + std::to_string(dma_backward_resolve_chunks(p, deterministic, q_chunks)) +
                            ") core " + dma_backward_core_name(p, g_core) +
                            (reuse == Reuse::kPipelined ? " forward's summary (pre-pass)"
-                            : reuse == Reuse::kInKernel ? " forward's summary (in-kernel scan)" : "") + (g_rotate ? "" : " query tiles in order");
+                            : reuse == Reuse::kInKernel ? " forward's summary (in-kernel scan)" : "") + (g_rotate ? "" : " query tiles in order") +
+                           (g_offset_o_dq ? " O at +2 bytes, dQ at +4" : "");
   if (e != cudaSuccess) {
     record(false, std::string("CUDA error ") + cudaGetErrorString(e) + ": " + name);
     cudaGetLastError();
@@ -223,7 +242,7 @@ void run_case(const MaskedCase& c, uint64_t seed, bool deterministic = false, in
   }
   if (d_fws) cudaFree(d_fws);
   if (d_topk) cudaFree(d_topk);
-  for (void* ptr : {d_o, static_cast<void*>(d_lse), d_dq, d_dk, d_dv, d_db, static_cast<void*>(d_ws),
+  for (void* ptr : {d_o, d_o_off, d_dq_base, static_cast<void*>(d_lse), d_dk, d_dv, d_db, static_cast<void*>(d_ws),
                     static_cast<void*>(r_dq), static_cast<void*>(r_dk), static_cast<void*>(r_dv),
                     static_cast<void*>(r_db), static_cast<void*>(l_dq), static_cast<void*>(l_dk),
                     static_cast<void*>(l_dv), static_cast<void*>(l_db)})
@@ -313,6 +332,12 @@ int main() {
         run_case({2, 4, 2, 130, 77, 128, dt, causal, 0.f, 1, 1, 130, 1, 1, 1, false}, ++seed, true);
         run_case(dense_plan, ++seed);
         g_rotate = true;
+        // O and dQ off their 16-byte boundaries (plain, chunked, deterministic).
+        g_offset_o_dq = true;
+        run_case({1, 4, 2, 129, 200, 64, dt, causal, 0.f, 1, -1, 129, 1, -1, 1, false}, ++seed);
+        run_case({1, 4, 1, 100, 300, 128, dt, causal, 15.f, 1, 0, 100, 1, 1, 1, true}, ++seed, false, 3);
+        run_case({2, 4, 2, 130, 77, 128, dt, causal, 0.f, 1, 1, 130, 1, 1, 1, false}, ++seed, true);
+        g_offset_o_dq = false;
       }
   }
   return finish();

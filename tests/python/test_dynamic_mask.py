@@ -345,3 +345,29 @@ def test_bad_inputs_raise_clear_errors():
     for error, pattern, call in cases:
         with pytest.raises(error, match=pattern):
             call()
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_inputs_off_16_byte_boundaries(dtype):
+    """q, k, v and the output gradient as contiguous views that start 2 bytes
+    past a 16-byte boundary (the kernels copy in 16-byte pieces; the binding
+    copies such a tensor to a fresh allocation first): the pass rule, and the
+    same bits as the same values in aligned tensors (deterministic)."""
+    B, H, Hkv, nq, nk, d = 1, 4, 2, 130, 200, 64
+    q, k, v, mask, bias, dout = make_inputs(B, H, Hkv, nq, nk, d, dtype, mask_shape=(B, Hkv, nq, nk),
+                                            bias_shape=(1, Hkv, 1, nk))
+
+    def off_by_one_element(t):
+        buf = torch.empty(t.numel() + 8, device=DEVICE, dtype=t.dtype)
+        view = buf[1:1 + t.numel()].view(t.shape)
+        view.copy_(t)
+        assert view.is_contiguous() and view.data_ptr() % 16 != 0
+        return view
+
+    off = check(*(off_by_one_element(t) for t in (q, k, v)), mask, bias, off_by_one_element(dout), causal=True,
+                deterministic=True, label=f"{dtype} off 16 bytes")
+    ref = check(q, k, v, mask, bias, dout, causal=True, deterministic=True, label=f"{dtype} aligned")
+    for name, a, b in zip(["O", "LSE", "dQ", "dK", "dV", "dBias"], [off[0], off[1]] + off[2],
+                          [ref[0], ref[1]] + ref[2]):
+        assert torch.equal(a, b), f"{dtype}: {name} from inputs off 16 bytes differs from the aligned run"
