@@ -59,9 +59,9 @@ class DynamicMaskAttention(torch.autograd.Function):
     def forward(ctx, q, k, v, mask, bias, is_causal, scale, softcap, deterministic, given_summary):
         # A backward that could not run should fail now, not after the forward.
         needs_grad = any(ctx.needs_input_grad[:3]) or ctx.needs_input_grad[4]
-        # summary: where the forward ran a mask pre-pass, its tile bits (in its
-        # workspace), or the summary it was given, so that the backward need
-        # not read the mask again.
+        # summary: the forward's tile bits (in its workspace: from its mask
+        # pre-pass, or its in-kernel scan with one split), or the summary it
+        # was given, so that the backward need not read the mask again.
         out, lse, summary = _C.dma_forward(q, k, v, mask, bias, is_causal, scale, softcap, needs_grad, given_summary)
         ctx.save_for_backward(q, k, v, out, lse, mask, bias, summary)
         ctx.is_causal, ctx.scale, ctx.softcap, ctx.deterministic = is_causal, scale, softcap, deterministic
@@ -99,7 +99,8 @@ def dynamic_mask_attention(q, k, v, attn_mask=None, attn_bias=None, is_causal=Fa
 
         q [B, H, Nq, D];  k, v [B, Hkv, Nk, D]   H % Hkv == 0 (GQA/MQA): query
             head h reads KV head h // (H // Hkv); fp16 or bf16, one dtype, on
-            one CUDA device.
+            one CUDA device (a contiguous view that starts off a 16-byte
+            boundary is copied first: the kernels read 16-byte pieces).
         attn_mask  bool or uint8, True/nonzero = keep, False/0 = masked out;
         attn_bias  q's dtype;
             each of shape ({B|1}, {H|Hkv|1}, {Nq|1}, Nk) (fewer dims get leading
