@@ -194,6 +194,9 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
 cudaError_t dma_count_visible_pairs(const DynamicMaskProblem& p, unsigned long long* d_count, cudaStream_t stream);
 
 // ---- backward (dmattn_bwd.cu) ------------------------------------------------
+// q, k, v and dout 16-byte aligned (the kernels copy them in 16-byte pieces),
+// dq, dk, dv 4-byte aligned; otherwise dma_backward returns
+// cudaErrorInvalidValue and launches nothing. o may sit anywhere.
 struct DmaBackwardArgs {
   const void* q = nullptr;
   const void* k = nullptr;
