@@ -72,6 +72,10 @@ struct DynamicMaskProblem {
 // Tiles of the forward kernel: the skip test works on Br x Bc blocks.
 constexpr int kDmaBr = 64, kDmaBc = 64;
 
+// Whether a tensor's base address is a multiple of `bytes` (the kernels' 16-byte
+// copies, TMA bases, paired and vector stores).
+inline bool dma_aligned(const void* x, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(x) % bytes == 0; }
+
 // The forward's block order: the query tile that the j-th block (in launch
 // order, per head) of n_m computes — the last first (causally the heaviest),
 // or, with a mask, from both ends in turn (last, first, last - 1, second, ...)

@@ -1263,14 +1263,13 @@ cudaError_t dma_backward(const DynamicMaskProblem& p, const DmaBackwardArgs& a, 
   BwdWorkspace w = plan_workspace(p, a.deterministic, chunks);
   if (a.workspace == nullptr || a.workspace_bytes < w.total_floats * sizeof(float)) return cudaErrorInvalidValue;
   // Every part 16-byte aligned: the wgmma core's tensor map of dq_accum needs it.
-  if (reinterpret_cast<uintptr_t>(a.workspace) % 16 != 0) return cudaErrorInvalidValue;
+  if (!dma_aligned(a.workspace, 16)) return cudaErrorInvalidValue;
   // The main kernels copy Q, K, V and dO in 16-byte pieces (cp.async, TMA)
   // and store dK, dV (and the deterministic dQ) in pairs: refused, not a
   // misaligned-address fault. (O and dQ otherwise may sit anywhere: the Δ
   // pass and the dQ conversion have element-wise versions.)
-  const auto at = [](const void* x, uintptr_t n) { return reinterpret_cast<uintptr_t>(x) % n == 0; };
-  if (!at(a.q, 16) || !at(a.k, 16) || !at(a.v, 16) || !at(a.dout, 16) || !at(a.dk, 4) || !at(a.dv, 4) ||
-      !at(a.dq, 4))
+  if (!dma_aligned(a.q, 16) || !dma_aligned(a.k, 16) || !dma_aligned(a.v, 16) || !dma_aligned(a.dout, 16) ||
+      !dma_aligned(a.dk, 4) || !dma_aligned(a.dv, 4) || !dma_aligned(a.dq, 4))
     return cudaErrorInvalidValue;
   const int64_t rows = int64_t(p.B) * p.H * p.Nq;
   const int64_t kv_elems = int64_t(p.B) * p.Hkv * p.Nk * p.D;
@@ -1288,8 +1287,7 @@ cudaError_t dma_backward(const DynamicMaskProblem& p, const DmaBackwardArgs& a, 
     err = dma_summarize_mask(p, reinterpret_cast<uint32_t*>(a.workspace + w.summary), &summary, stream);
   // Δ by 16-byte loads where O and dO allow, which also zeroes dq_accum;
   // else the warp-per-row kernel and a memset.
-  const auto aligned16 = [](const void* x) { return reinterpret_cast<uintptr_t>(x) % 16 == 0; };
-  const bool delta_vec = aligned16(a.o) && aligned16(a.dout);
+  const bool delta_vec = dma_aligned(a.o, 16);  // (dO: 16-byte aligned, checked above)
   if (err == cudaSuccess && dq_accum && !delta_vec)
     err = cudaMemsetAsync(dq_accum, 0, size_t(rows) * p.D * sizeof(float), stream);
   if (err == cudaSuccess && w.target.base)
@@ -1365,7 +1363,7 @@ cudaError_t dma_backward(const DynamicMaskProblem& p, const DmaBackwardArgs& a, 
                              static_cast<const T*>(a.dout), static_cast<const float*>(a.lse),
                              static_cast<const float*>(delta), static_cast<T*>(a.dq), p, summary);
         if (e != cudaSuccess) return e;
-      } else if (reinterpret_cast<uintptr_t>(a.dq) % 8 == 0) {  // rows·D is a multiple of 4 (D of 32)
+      } else if (dma_aligned(a.dq, 8)) {  // rows·D is a multiple of 4 (D of 32)
         f32_to_dtype_vec4_kernel<T><<<1024, 256, 0, stream>>>(dq_accum, static_cast<T*>(a.dq), rows * p.D);
       } else {
         sum_copies_to_dtype_kernel<T><<<1024, 256, 0, stream>>>(dq_accum, 1, static_cast<T*>(a.dq), rows * p.D);

@@ -1096,38 +1096,29 @@ std::string dma_forward_mask_scan_name(const DynamicMaskProblem& p, DmaMaskScan 
 
 namespace {
 
-bool aligned16(const void* x) { return reinterpret_cast<uintptr_t>(x) % 16 == 0; }
-
 // The core request dma_forward runs: a.core, except that a short decoding row
 // whose tensors the tile kernels cannot copy goes to the gather kernel, which
 // copies K and V rows at any alignment.
 DmaCore forward_core_request(const DynamicMaskProblem& p, const DmaForwardArgs& a) {
-  const bool aligned = aligned16(a.q) && aligned16(a.k) && aligned16(a.v) && aligned16(a.o);
+  const bool aligned =
+      dma_aligned(a.q, 16) && dma_aligned(a.k, 16) && dma_aligned(a.v, 16) && dma_aligned(a.o, 16);
   const bool gather_instead =
       a.core == DmaCore::kAuto && !aligned && dma_forward_core_name(p, DmaCore::kGather) == "gather";
   return gather_instead ? DmaCore::kGather : a.core;
-}
-
-// Whether dma_forward's in-kernel scan also writes the mask summary into the
-// workspace (for the backward): where the tile kernel scans, with one split,
-// so that every block's scan covers its whole row (its causal reach).
-bool forward_writes_summary(const DynamicMaskProblem& p, const DmaForwardArgs& a) {
-  const DmaCore requested = forward_core_request(p, a);
-  const std::string core = dma_forward_core_name(p, requested);
-  const int splits = dma_resolve_splits(p, a.splits);
-  return p.mask.data != nullptr && a.workspace != nullptr && a.mask_summary == nullptr && !core.empty() &&
-         core != "gather" && splits == 1 && dma_forward_mask_scan_name(p, a.mask_scan, splits, requested) == "in-kernel";
 }
 
 }  // namespace
 
 const uint32_t* dma_forward_mask_summary(const DynamicMaskProblem& p, const DmaForwardArgs& a) {
   if (a.mask_summary != nullptr && p.mask.data != nullptr) return a.mask_summary;  // given: still this mask's
-  const std::string scan =
-      dma_forward_mask_scan_name(p, a.mask_scan, dma_resolve_splits(p, a.splits), forward_core_request(p, a));
+  const DmaCore requested = forward_core_request(p, a);
+  const int splits = dma_resolve_splits(p, a.splits);
+  const std::string scan = dma_forward_mask_scan_name(p, a.mask_scan, splits, requested);
   // The summary is the workspace's first part (dma_forward_workspace_bytes):
-  // written by the pre-pass, or by the in-kernel scan where it covers whole rows.
-  const bool written = scan == "prepass" || scan == "pipelined" || forward_writes_summary(p, a);
+  // written by the pre-pass, or by the tile kernel's in-kernel scan where it
+  // covers whole rows (one split; the gather core reads its row itself).
+  const bool in_kernel_rows = scan == "in-kernel" && splits == 1 && dma_forward_core_name(p, requested) != "gather";
+  const bool written = scan == "prepass" || scan == "pipelined" || in_kernel_rows;
   return written ? reinterpret_cast<const uint32_t*>(a.workspace) : nullptr;
 }
 
@@ -1206,7 +1197,7 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
   if (splits > 65535 / p.B || splits > 4096) return cudaErrorInvalidValue;  // grid.y; combine weights in smem
   const size_t need = dma_forward_workspace_bytes(p, splits);
   if (need > 0 && (a.workspace == nullptr || a.workspace_bytes < need)) return cudaErrorInvalidValue;
-  const bool aligned = aligned16(a.q) && aligned16(a.k) && aligned16(a.v) && aligned16(a.o);
+  const bool aligned = dma_aligned(a.q, 16) && dma_aligned(a.k, 16) && dma_aligned(a.v, 16) && dma_aligned(a.o, 16);
   const DmaCore requested = forward_core_request(p, a);  // (the gather core where the tile kernels cannot copy)
   const std::string core = dma_forward_core_name(p, requested);
   if (core.empty()) return cudaErrorInvalidValue;
@@ -1226,9 +1217,10 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
   else if (!scan_in_kernel)
     err = dma_summarize_mask(p, summary_storage, &summary, stream);
   // The in-kernel scan over whole rows (one split) writes the summary too, for
-  // the backward (the kernel's view: where each row goes).
+  // the backward (the kernel's view: where each row goes; the gather core,
+  // below, returns before it).
   uint32_t* summary_out = nullptr;
-  if (scan_in_kernel && forward_writes_summary(p, a)) {
+  if (scan_in_kernel && splits == 1) {
     summary = dma_mask_summary_view(p, summary_storage);
     summary_out = summary_storage;
   }
@@ -1247,7 +1239,7 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
                                        static_cast<T*>(a.o), a.lse, splits, rows, p.D);
   };
   if (core == "gather") {
-    const bool kv_vec = aligned16(a.k) && aligned16(a.v);
+    const bool kv_vec = dma_aligned(a.k, 16) && dma_aligned(a.v, 16);
     dispatch_head_dim<DMA_HEAD_DIMS>(p.D, [&](auto d) {
       constexpr int Dh = decltype(d)::value;
       err = dispatch_dtype(p.dtype, [&](auto type) {
