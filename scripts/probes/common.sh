@@ -90,6 +90,18 @@ dm_ab() {
 bwd_row() {
   timeout 60 "$1" "${@:2}" --bwd --iters 20 --warmup 3 2>&1 | grep -E "dmattn bwd( \(deterministic\))?:" | cut -c1-100
 }
+# bwd_checks SHAPE... : the backward row of this tree's $F with --check on
+# each shape (one quoted string of flags), plain and deterministic; then
+# test_dmattn_backward and bwd_sanitizers — an A/B's correctness half.
+bwd_checks() {
+  local s c="--iters 1 --warmup 0 --check"
+  for s in "$@"; do
+    echo "A $s: $($F $s --bwd $c 2>&1 | grep -E 'dmattn bwd:' | cut -c30-150)"
+    echo "A det: $($F $s --bwd --deterministic $c 2>&1 | grep -E 'dmattn bwd \(det' | cut -c30-150)"
+  done
+  run_test 200 test_dmattn_backward
+  bwd_sanitizers
+}
 # bwd_ab LABEL ARGS... : the same row from $FO (the A/B's other build) then $F.
 bwd_ab() {
   echo "$1 old: $(bwd_row "$FO" "${@:2}")"

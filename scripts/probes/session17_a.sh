@@ -14,20 +14,14 @@
 cd "$(dirname "$0")/../.."
 . scripts/probes/common.sh
 probe_build_ab "-DATTNLAB_BWD_DQ_BLOCK_REDUCE=1 -DATTNLAB_BWD_DQ_STAGE_IN_SLOT=1" flash_attn_mma test_dmattn_backward
-C="--iters 1 --warmup 0 --check"
-for s in "--B 1 --H 2 --Nq 200 --Nk 130 --D 64 --Hkv 1 --causal --mask topk --window 64 --bias" \
+bwd_checks "--B 1 --H 2 --Nq 200 --Nk 130 --D 64 --Hkv 1 --causal --mask topk --window 64 --bias" \
          "--B 2 --H 4 --Hkv 2 --Nq 1000 --Nk 777 --D 64 --causal --mask topk --window 400 --bias --dtype bf16" \
          "--B 1 --H 3 --Hkv 1 --Nq 127 --Nk 17 --D 64 --mask topk --window 8 --block 0 --bias --softcap 15" \
          "--B 1 --H 2 --Nq 1 --Nk 1000 --D 64 --bias" \
          "--B 1 --H 2 --Nq 129 --Nk 60 --D 128 --causal --bias --bwd-chunks 3" \
          "--B 2 --H 4 --Hkv 2 --Nq 1000 --Nk 777 --D 128 --causal --mask topk --window 400 --bias --dtype bf16" \
          "--B 1 --H 8 --N 1024 --D 64 --mask ones --bias" \
-         "--B 1 --H 8 --N 1024 --D 128 --mask ones --bias"; do
-  echo "A $s: $($F $s --bwd $C 2>&1 | grep -E 'dmattn bwd:' | cut -c30-150)"
-  echo "A det: $($F $s --bwd --deterministic $C 2>&1 | grep -E 'dmattn bwd \(det' | cut -c30-150)"
-done
-run_test 200 test_dmattn_backward
-bwd_sanitizers
+         "--B 1 --H 8 --N 1024 --D 128 --mask ones --bias"
 FO=$FB  # bwd_ab: "old" = B (the tree before), "new" = A (this tree)
 for rep in 1 2; do
   bwd_ab "all-active D=64" $BWD_DENSE --D 64

@@ -17,19 +17,7 @@ for D in 64 128; do
   timeout 120 ncu --clock-control none --metrics gpu__time_duration.sum --print-units base --csv \
     $F --B 1 --H 8 --N 8192 --D $D --mask ones --bias --bwd --iters 1 --warmup 0 > $L/ncu_$D.csv 2>&1
   el "ncu D=$D rc=$?"
-  python3 - "$L/ncu_$D.csv" <<'PY'
-import csv, sys
-rows = [r for r in csv.reader(open(sys.argv[1]))]
-at = next(i for i, r in enumerate(rows) if "Kernel Name" in r)
-head = rows[at]; rows = [r for r in rows[at + 1:] if len(r) == len(head)]
-iname, ival, iid = head.index("Kernel Name"), head.index("Metric Value"), head.index("ID")
-seen = False
-for r in rows:
-    name = r[iname]
-    seen = seen or "dma_bwd" in name
-    if seen:
-        print(f"{r[iid]:>4} {float(r[ival].replace(',', '')) / 1000:10.1f} us  {name[:100]}")
-PY
+  python3 scripts/probes/ncu_kernel_times.py "$L/ncu_$D.csv" --from dma_bwd
 done
 for rep in 1 2; do for D in 128 64; do echo "all-active D=$D: $(bwd_row $F $BWD_DENSE --D $D)"; done; done
 echo "all-active causal D=64: $(bwd_row $F $BWD_DENSE --D 64 --causal)"
