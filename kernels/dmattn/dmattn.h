@@ -42,14 +42,44 @@ struct BroadcastOperand {
   std::string shape_string(int Nk) const;  // "(1, 2, 1, 4096)"
 };
 
+// How the mask's elements are stored.
+//   kBytes: one uint8_t per (query, key), 0 = masked (flash-dmattn's bool mask).
+//   kBits:  one bit per (query, key), bit k % 32 of 32-bit word k / 32 of the
+//           row, 1 = attends; each row padded to a whole number of 64-key
+//           tiles (dma_mask_bit_row_words(Nk) words; the padding bits are
+//           never read as keys). An eighth of the bytes: at L = 32K the
+//           mask's read, which no kernel can hide behind the little compute
+//           a sparse mask leaves, shrinks from 512 MiB to 64 MiB. The
+//           operand's strides count words; base 8-byte aligned, strides even
+//           (each row's tile is one 8-byte load). dma_pack_mask_bits makes
+//           one from a byte mask.
+enum class DmaMaskFormat { kBytes = 0, kBits = 1 };
+
+// Words of one row of a bit-packed mask (DmaMaskFormat::kBits) over Nk keys:
+// two per 64-key tile.
+ATTNLAB_HOST_DEVICE inline int64_t dma_mask_bit_row_words(int Nk) { return 2 * ((int64_t(Nk) + 63) / 64); }
+
 struct DynamicMaskProblem {
   int B = 1, H = 1, Hkv = 1, Nq = 1, Nk = 1, D = 64;  // Dv = D
   DType dtype = DType::kFloat16;
   bool causal = false;
   float scale = 0.125f;
   float softcap = 0.f;  // 0: off
-  BroadcastOperand mask;  // uint8_t
+  BroadcastOperand mask;  // uint8_t, or uint32_t words (mask_format)
   BroadcastOperand bias;  // the input dtype
+  DmaMaskFormat mask_format = DmaMaskFormat::kBytes;
+
+  // Whether query i of (batch b, query head h) may attend key j by the mask
+  // alone (true without one); either format. For the scalar readers (the
+  // references, the backward's per-score test); the kernels' fast paths read
+  // whole tiles.
+  ATTNLAB_HOST_DEVICE bool mask_allows(int b_, int h_, int i, int j) const {
+    if (mask.data == nullptr) return true;
+    const int64_t at = mask.row_offset(b_, h_, i);
+    if (mask_format == DmaMaskFormat::kBits)
+      return (static_cast<const uint32_t*>(mask.data)[at + j / 32] >> (j % 32) & 1u) != 0u;
+    return static_cast<const uint8_t*>(mask.data)[at + j] != 0;
+  }
 
   // The same problem as a dense AttnProblem (H query heads), for the shared
   // masking helpers and the FLOP count's causal part.
@@ -101,7 +131,8 @@ std::string dma_forward_core_name(const DynamicMaskProblem& p, DmaCore requested
 // streamed while other blocks compute. kAuto: in-kernel when each mask byte is
 // read by at most two blocks (the mask is not broadcast over more than two
 // heads x batches, nor over the queries of more than one 64-row tile) and a
-// block scans at most 16K keys (Nk / splits), else the pre-pass, which reads
+// block scans at most 16K keys (Nk / splits; 128K for a bit-packed mask),
+// else the pre-pass, which reads
 // a shared mask once and has every load in flight at once — pipelined
 // (below) where it can be and at most two blocks share a mask byte.
 // kPipelined: the pre-pass in chunks of query tiles (DmaForwardArgs::
@@ -285,6 +316,19 @@ cudaError_t dma_reference_backward_fp32(const DynamicMaskProblem& p, const void*
                                         const void* dout, float* dq, float* dk, float* dv, float* dbias,
                                         cudaStream_t stream, bool low_precision = false);
 int dma_reference_backward_max_nk();
+
+// The bit-packed form (DmaMaskFormat::kBits) of p's byte mask: `bits_out`
+// (dma_mask_bits_bytes(p) bytes, 8-byte aligned) dense in the mask's own
+// broadcast shape (mask.b, mask.h, mask.q rows of dma_mask_bit_row_words(Nk)
+// words), padding bits 0. One read of the byte mask; for a mask used by more
+// than one call (layers, forward and backward) pack it once.
+size_t dma_mask_bits_bytes(const DynamicMaskProblem& p);
+// "" unless p's mask is bit-packed and not laid out as the kernels read it
+// (base 8-byte aligned, strides even word counts); then why not.
+std::string dma_mask_bits_unsupported(const DynamicMaskProblem& p);
+cudaError_t dma_pack_mask_bits(const DynamicMaskProblem& p, uint32_t* bits_out, cudaStream_t stream);
+// p with its mask replaced by that packed copy (same shape; strides in words).
+DynamicMaskProblem dma_with_bit_mask(const DynamicMaskProblem& p, const uint32_t* bits);
 
 // flash-dmattn's dynamic mask on the GPU: for every (b, mask head, query) row,
 // keep the `window` keys with the largest bias among those the causal rule

@@ -197,7 +197,7 @@ template <>
 __device__ __forceinline__ float as_float<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
 
 // One score of the backward, recomputed: visible (in range, causal, mask —
-// the mask byte read only when the tile is not all ones), the logit
+// the mask byte or bit read only when the tile is not all ones), the logit
 // scale·s + bias and its softcap, P = exp(logit - LSE) (0 where not visible),
 // and the softcap's derivative dcap = 1 - tanh² for dS.
 struct ScoreProb {
@@ -206,13 +206,21 @@ struct ScoreProb {
 };
 // `bias_given`: the caller has loaded this score's bias element already
 // (`bias_value`, the same element converted the same way: the same float).
-template <typename T>
+// kMaskBits: the mask is bit-packed (DmaMaskFormat::kBits; the kernels'
+// template flag: one kernel for both formats cost 4-7 registers, and spills
+// on the mma.sync core at D = 128).
+template <typename T, bool kMaskBits>
 __device__ __forceinline__ ScoreProb score_prob(const DynamicMaskProblem& p, int b, int h, int qi, int key, float s,
                                                 float lse, bool mask_full, bool bias_given = false,
                                                 float bias_value = 0.f) {
   bool visible = key < p.Nk && qi < p.Nq && (!p.causal || key <= qi + (p.Nk - p.Nq));
-  if (visible && !mask_full)
-    visible = __ldg(static_cast<const uint8_t*>(p.mask.data) + p.mask.row_offset(b, h, qi) + key) != 0;
+  if (visible && !mask_full) {
+    if constexpr (kMaskBits)  // the byte of the row (little-endian words) that holds the key's bit
+      visible = (__ldg(static_cast<const uint8_t*>(p.mask.data) + 4 * p.mask.row_offset(b, h, qi) +
+                       (unsigned(key) >> 3)) >> (key & 7) & 1u) != 0u;
+    else
+      visible = __ldg(static_cast<const uint8_t*>(p.mask.data) + p.mask.row_offset(b, h, qi) + key) != 0;
+  }
   float x = s * p.scale;
   if (p.bias.data != nullptr && visible)
     x += bias_given ? bias_value
@@ -348,7 +356,7 @@ struct DbiasTarget {
 // forms dS exactly as the main kernel does, and accumulates dQ += dS K_j in
 // registers (dS is already an A fragment's values, as P is in the forward's
 // P·V). The same four 64-row tiles of shared memory as the main kernel.
-template <typename Cfg, typename T>
+template <typename Cfg, typename T, bool kMaskBits>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
 dma_bwd_dq_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                   const T* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
@@ -407,7 +415,7 @@ dma_bwd_dq_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __r
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const ScoreProb sp =
-            score_prob<T>(p, b, h, rows[e / 2], kv0 + n * 8 + 2 * t + (e & 1), S[n][e], row_lse[e / 2], mask_full);
+            score_prob<T, kMaskBits>(p, b, h, rows[e / 2], kv0 + n * 8 + 2 * t + (e & 1), S[n][e], row_lse[e / 2], mask_full);
         S[n][e] = sp.p * (dP[n][e] - row_delta[e / 2]) * sp.dcap;  // dS
       }
     pv_tile<T, kTilesS, Cfg::kTilesO, kStride>(dQ, S, sK, lane);  // dQ += dS K_j
@@ -478,7 +486,7 @@ __global__ void zero_dkv_accum_kernel(float* __restrict__ a, int64_t n, const un
 // The main backward kernel: block (j·chunks + c, KV head, batch) holds key
 // tile j and walks chunk c's share of the key tile's (query head, query tile)
 // slots (see the file's opening comment: query chunks).
-template <typename Cfg, typename T>
+template <typename Cfg, typename T, bool kMaskBits>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                const T* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
@@ -609,7 +617,7 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
           const int qc = qh + n * 8 + 2 * t + (e & 1);  // query column in the tile
           const int qi = q0 + qc;
           const ScoreProb sp =
-              score_prob<T>(p, b, h, qi, key, St[n][e], sLSE[qc], mask_full, bias_by_key, key_bias[e / 2]);
+              score_prob<T, kMaskBits>(p, b, h, qi, key, St[n][e], sLSE[qc], mask_full, bias_by_key, key_bias[e / 2]);
           const float ds = sp.p * (dPt[n][e] - sDelta[qc]) * sp.dcap;
           St[n][e] = sp.p;
           dPt[n][e] = ds;
@@ -1343,7 +1351,8 @@ cudaError_t dma_backward(const DynamicMaskProblem& p, const DmaBackwardArgs& a, 
       // the causal range's long columns (small j) start first. (Where the chunk
       // plan drops the chunks the kernel reads the grid chunk-major: dma_bwd_kernel.)
       const dim3 grid(unsigned(kv_tiles * chunks), unsigned(p.Hkv), unsigned(p.B));
-      e = launch_with_smem(dma_bwd_kernel<Cfg, T>, grid, Cfg::kThreads, Cfg::kSmemBytes, stream,
+      const bool bits = p.mask_format == DmaMaskFormat::kBits;
+      e = launch_with_smem(bits ? dma_bwd_kernel<Cfg, T, true> : dma_bwd_kernel<Cfg, T, false>, grid, Cfg::kThreads, Cfg::kSmemBytes, stream,
                            static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
                            static_cast<const T*>(a.dout), static_cast<const float*>(a.lse),
                            static_cast<const float*>(delta), dq_accum, tma_dq, tma_q, tma_do, qdo_tma,
@@ -1358,7 +1367,7 @@ cudaError_t dma_backward(const DynamicMaskProblem& p, const DmaBackwardArgs& a, 
       }
       if (a.deterministic) {
         const dim3 dq_grid(unsigned((p.Nq + MmaCfg::kBr - 1) / MmaCfg::kBr), unsigned(p.H), unsigned(p.B));
-        e = launch_with_smem(dma_bwd_dq_kernel<MmaCfg, T>, dq_grid, MmaCfg::kThreads, MmaCfg::kSmemBytes, stream,
+        e = launch_with_smem(bits ? dma_bwd_dq_kernel<MmaCfg, T, true> : dma_bwd_dq_kernel<MmaCfg, T, false>, dq_grid, MmaCfg::kThreads, MmaCfg::kSmemBytes, stream,
                              static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
                              static_cast<const T*>(a.dout), static_cast<const float*>(a.lse),
                              static_cast<const float*>(delta), static_cast<T*>(a.dq), p, summary);

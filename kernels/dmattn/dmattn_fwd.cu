@@ -142,6 +142,9 @@ struct DmaConfig {
   // 4 rows (8 spilled inside scan_words at 128 registers: top-1024 L=16K
   // 0.093 ms against 0.052).
   static constexpr int kScanRowBatch = kMinBlocksPerSm >= 4 ? 4 : 8;
+  // A bit-packed mask: a warp's 16 rows of a word in flight at once, one
+  // 8-byte load per lane and row (a warp load: 256 bytes of one row).
+  static constexpr int kScanBitRowBatch = kBr / kWarps;
   static_assert(kBr == 16 * kMTiles * kWarps, "the warps split the rows");
   static_assert(!kWgmma || (kSubTiles == 1 && kWarps == 4), "wgmma: one warpgroup, all 64 keys at once");
 };
@@ -220,7 +223,10 @@ __device__ __forceinline__ void zero_fill(void* dst, size_t bytes) {
   }
 }
 
-template <typename Cfg, typename T>
+// kMaskBits: the mask is bit-packed (DmaMaskFormat::kBits) — its own
+// instantiation, so that the byte-mask kernels keep their registers (one
+// kernel for both formats spilled 84 bytes at D = 64 on the wgmma core).
+template <typename Cfg, typename T, bool kMaskBits = false>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
 dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
                    float* __restrict__ lse, const DynamicMaskProblem p, const MaskSummary summary,
@@ -302,9 +308,13 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
       const mask_scan::TileRows rows = mask_scan::tile_rows(p, p.mask.b == 1 ? 0 : b,
                                                             p.mask.h == 1 ? 0 : h / p.mask.head_group, m_block);
       const int key_end = min(rows.key_end, tile_end * Bc);
-      mask_scan::scan_words<Cfg::kWarps, Cfg::kScanRowBatch>(rows.row0, p.mask.stride_q, rows.rows, p.Nk, key_end,
-                                                             tile_begin / 32, mask_scan::mask_vector_loads(p), bitmap,
-                                                             full_bitmap);
+      if constexpr (kMaskBits)
+        mask_scan::scan_words_bits<Cfg::kWarps, Cfg::kScanBitRowBatch>(rows.bits(), p.mask.stride_q, rows.rows, p.Nk,
+                                                                       key_end, tile_begin / 32, bitmap, full_bitmap);
+      else
+        mask_scan::scan_words<Cfg::kWarps, Cfg::kScanRowBatch>(rows.row0, p.mask.stride_q, rows.rows, p.Nk, key_end,
+                                                               tile_begin / 32, mask_scan::mask_vector_loads(p),
+                                                               bitmap, full_bitmap);
       __syncthreads();
       // The scan's bits are the pre-pass's bits of this summary row (the same
       // scan_word over the same keys: with one split the block's key_end is
@@ -401,6 +411,7 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
   const bool bias_one_row = p.bias.stride_q == 0, mask_one_row = p.mask.stride_q == 0;
   const bool bias_pairs = p.Nk % 2 == 0 && (reinterpret_cast<uintptr_t>(p.bias.data) & 3) == 0;
   const bool mask_pairs = p.Nk % 2 == 0 && (reinterpret_cast<uintptr_t>(p.mask.data) & 1) == 0;
+  constexpr bool mask_in_bits = kMaskBits;
   // Without bias and softcap S needs no rewriting: the softmax takes the scale
   // (one FFMA before exp2, as rung 02). With either, S is turned into the
   // logit first and the softmax scale is 1.
@@ -414,7 +425,8 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (has_bias) bias_rows[r] = static_cast<const uint16_t*>(p.bias.data) + p.bias.row_offset(b, h, rows[r]);
-    if (has_mask) mask_rows[r] = static_cast<const uint8_t*>(p.mask.data) + p.mask.row_offset(b, h, rows[r]);
+    if (has_mask)  // (bits: the row's first word, as a byte address)
+      mask_rows[r] = static_cast<const uint8_t*>(p.mask.data) + (mask_in_bits ? 4 : 1) * p.mask.row_offset(b, h, rows[r]);
   }
 
   // The bias of a lane's scores in the slice at kv_start, as packed 16-bit
@@ -426,9 +438,49 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
   // The mask of a lane's scores in the slice at kv_start, as packed byte
   // pairs (none on an all-ones tile). The wgmma core issues them with the
   // bias, before it waits for K and V; the mma.sync core after its MMAs.
+  // A bit-packed mask: the slice's raw words instead, kSubCols / 32 per row in
+  // mask_bits[r][0..] (one 8- or 4-byte load; the rows are padded to whole
+  // tiles, so no key clamp), turned into the byte pairs by expand_mask_bits
+  // once they are needed (the wgmma core loads them before its MMAs).
   auto load_mask = [&](uint32_t (&mask_bits)[2][Cfg::kTilesS], int kv_start) {
-    const bool in_range = kv_start + Cfg::kSubCols <= p.Nk;
-    load_pairs(mask_bits, mask_rows, mask_one_row, kv_start + 2 * t, p.Nk, in_range && mask_pairs);
+    if constexpr (mask_in_bits) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        if (r == 1 && mask_one_row) {  // (row 1 is row 0's: left 0, as load_pairs does)
+#pragma unroll
+          for (int i = 0; i < Cfg::kSubCols / 32; ++i) mask_bits[1][i] = 0u;
+          break;
+        }
+        const uint32_t* w = reinterpret_cast<const uint32_t*>(mask_rows[r]) + kv_start / 32;
+        if constexpr (Cfg::kSubCols == 64) {
+          const uint2 x = __ldg(reinterpret_cast<const uint2*>(w));
+          mask_bits[r][0] = x.x;
+          mask_bits[r][1] = x.y;
+        } else {
+          mask_bits[r][0] = __ldg(w);
+        }
+      }
+    } else {
+      const bool in_range = kv_start + Cfg::kSubCols <= p.Nk;
+      load_pairs(mask_bits, mask_rows, mask_one_row, kv_start + 2 * t, p.Nk, in_range && mask_pairs);
+    }
+  };
+  // The raw words of load_mask (bit-packed mask) as the byte pairs logits()
+  // tests: pair n of row r = keys 8n + 2t, +1 of the slice, bits
+  // 8 (n % 4) + 2t, +1 of word n / 4, moved to bits 0 and 8. In place, the
+  // words copied first; every index static (no local memory).
+  auto expand_mask_bits = [&](uint32_t (&bits)[2][Cfg::kTilesS]) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      uint32_t words[Cfg::kSubCols / 32];
+#pragma unroll
+      for (int w = 0; w < Cfg::kSubCols / 32; ++w) words[w] = bits[r][w];
+#pragma unroll
+      for (int n = 0; n < Cfg::kTilesS; ++n) {
+        const uint32_t x = words[n / 4] >> (8 * (n % 4) + 2 * t);
+        bits[r][n] = (x & 1u) | (x & 2u) << 7;
+      }
+    }
   };
   // ---- 3. logits: scale, bias, softcap, mask (uniform branches, none per element)
   // get_mask(bits) fills the mask pairs where the tile is not all ones: a load
@@ -563,6 +615,7 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
         for (int r = 0; r < 2; ++r)
 #pragma unroll
           for (int n = 0; n < Cfg::kTilesS; ++n) bits[r][n] = mask_bits[r][n];
+        if constexpr (mask_in_bits) expand_mask_bits(bits);
       });
       float alpha[2];
       online_softmax_scores(S, stats, softmax_scale_log2, alpha);
@@ -619,7 +672,10 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
           qk_slice<T, Cfg::kTilesS, kStride>(S, a, sKj + kk * 16, lane);
         }
         // (the mask pairs after the MMAs: registers)
-        logits(S, bias_bits, kv_start, mask_full, [&](uint32_t (&bits)[2][Cfg::kTilesS]) { load_mask(bits, kv_start); });
+        logits(S, bias_bits, kv_start, mask_full, [&](uint32_t (&bits)[2][Cfg::kTilesS]) {
+          load_mask(bits, kv_start);
+          if constexpr (mask_in_bits) expand_mask_bits(bits);
+        });
         online_softmax_update(S, O, stats, softmax_scale_log2);
         pv_tile<T, Cfg::kTilesS, Cfg::kTilesO, kStride>(O, S, sV + ((i % 2) * Bc + key_off) * kStride, lane);
       }
@@ -716,6 +772,7 @@ dma_decode_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __r
   float* s_stats = reinterpret_cast<float*>(s_warp + 8);             // the batch's max and sum
 
   const uint8_t* mrow = static_cast<const uint8_t*>(p.mask.data) + p.mask.row_offset(b, h, 0);
+  const uint32_t* mrow_bits = static_cast<const uint32_t*>(p.mask.data) + p.mask.row_offset(b, h, 0);  // kBits
   const T* brow = p.bias.data != nullptr ? static_cast<const T*>(p.bias.data) + p.bias.row_offset(b, h, 0) : nullptr;
   // The scores as mma.m16n8k16 with q as row 0 of A (rows 1-15 zero): lanes
   // 0-3 hold q's pairs (2t, 2t+1) and (2t+8, 2t+9) of every 16-dim k-step,
@@ -738,27 +795,37 @@ dma_decode_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __r
     // 1. This thread's 64 mask bytes (keys chunk + 64·tid ...): count, then
     // a block-wide exclusive scan of the counts, then the offsets in key order.
     const int k0 = chunk + threadIdx.x * kKeysPerThread;
-    uint4 bytes[kKeysPerThread / 16];
+    uint64_t nonzero = 0;  // bit i: key k0 + i is active
+    if (p.mask_format == DmaMaskFormat::kBits) {
+      // The tile's 64 bits are one 8-byte load (k0 is a multiple of 64), the
+      // keys at or past chunk_end cut off.
+      if (k0 < chunk_end) {
+        const uint2 x = __ldg(reinterpret_cast<const uint2*>(mrow_bits + k0 / 32));
+        const int left = chunk_end - k0;
+        nonzero = (uint64_t(x.y) << 32 | x.x) & (left >= 64 ? ~0ull : (uint64_t(1) << left) - 1ull);
+      }
+    } else {
+      uint4 bytes[kKeysPerThread / 16];
 #pragma unroll
-    for (int c = 0; c < kKeysPerThread / 16; ++c) {
-      const int kc = k0 + 16 * c;
-      if (mask_vec && kc + 16 <= chunk_end) {
-        bytes[c] = __ldg(reinterpret_cast<const uint4*>(mrow + kc));
-      } else {
-        uint32_t w[4] = {0u, 0u, 0u, 0u};
+      for (int c = 0; c < kKeysPerThread / 16; ++c) {
+        const int kc = k0 + 16 * c;
+        if (mask_vec && kc + 16 <= chunk_end) {
+          bytes[c] = __ldg(reinterpret_cast<const uint4*>(mrow + kc));
+        } else {
+          uint32_t w[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+          for (int i = 0; i < 16; ++i)
+            if (kc + i < chunk_end) w[i / 4] |= uint32_t(mrow[kc + i] != 0) << (8 * (i % 4));
+          bytes[c] = make_uint4(w[0], w[1], w[2], w[3]);
+        }
+      }
+#pragma unroll
+      for (int c = 0; c < kKeysPerThread / 16; ++c) {
+        const uint32_t w[4] = {bytes[c].x, bytes[c].y, bytes[c].z, bytes[c].w};
 #pragma unroll
         for (int i = 0; i < 16; ++i)
-          if (kc + i < chunk_end) w[i / 4] |= uint32_t(mrow[kc + i] != 0) << (8 * (i % 4));
-        bytes[c] = make_uint4(w[0], w[1], w[2], w[3]);
+          if ((w[i / 4] >> (8 * (i % 4))) & 0xffu) nonzero |= uint64_t(1) << (16 * c + i);
       }
-    }
-    uint64_t nonzero = 0;  // bit i: key k0 + i is active
-#pragma unroll
-    for (int c = 0; c < kKeysPerThread / 16; ++c) {
-      const uint32_t w[4] = {bytes[c].x, bytes[c].y, bytes[c].z, bytes[c].w};
-#pragma unroll
-      for (int i = 0; i < 16; ++i)
-        if ((w[i / 4] >> (8 * (i % 4))) & 0xffu) nonzero |= uint64_t(1) << (16 * c + i);
     }
     const int count = __popcll(nonzero);
     int incl = count;  // inclusive scan over the warp, then over the warps
@@ -981,6 +1048,12 @@ __global__ void count_visible_pairs_kernel(const DynamicMaskProblem p, unsigned 
   int n = 0;
   if (p.mask.data == nullptr) {
     n = threadIdx.x == 0 ? limit : 0;
+  } else if (p.mask_format == DmaMaskFormat::kBits) {  // a word per thread: the bits of keys < limit
+    const uint32_t* row = static_cast<const uint32_t*>(p.mask.data) + p.mask.row_offset(b, h, i);
+    for (int w = threadIdx.x; w * 32 < limit; w += blockDim.x) {
+      const int left = limit - w * 32;
+      n += __popc(row[w] & (left >= 32 ? ~0u : (1u << left) - 1u));
+    }
   } else {
     const uint8_t* row = static_cast<const uint8_t*>(p.mask.data) + p.mask.row_offset(b, h, i);
     for (int j = threadIdx.x; j < limit; j += blockDim.x) n += row[j] != 0;
@@ -1006,6 +1079,7 @@ std::string dma_forward_unsupported(const DynamicMaskProblem& p) {
   if ((p.Nk + kDmaBc - 1) / kDmaBc > 65535) return "Nk too large for the 16-bit tile list";
   if (std::string e = operand_unsupported("mask", p.mask, p); !e.empty()) return e;
   if (std::string e = operand_unsupported("bias", p.bias, p); !e.empty()) return e;
+  if (std::string e = dma_mask_bits_unsupported(p); !e.empty()) return e;
   int tile_bytes = 0;
   if (!dispatch_head_dim<DMA_HEAD_DIMS>(p.D, [&](auto d) { tile_bytes = DmaConfig<decltype(d)::value>::kTileBytes; }))
     return "head dim " + std::to_string(p.D) + " not in " + head_dim_list<DMA_HEAD_DIMS>();
@@ -1082,8 +1156,14 @@ std::string dma_forward_mask_scan_name(const DynamicMaskProblem& p, DmaMaskScan 
   // 0.201 vs 0.183 (a block's scan of up to 2 MiB is too long a serial part);
   // eight readers: 8K 0.103 vs 0.077, 32K 0.62 vs 0.23; decoding, Nk = 512K
   // in 64 splits, 0.044 vs 0.046.
+  // A bit-packed mask (an eighth of the bytes per block) scans rows 8 times
+  // as long in-kernel: H200, D = 128, causal top-1024 + bias, B=1 H=2 Hkv=1,
+  // session 19 (results/H200/probes/session19_bits.txt): L = 32K in-kernel
+  // 0.0553 ms, pipelined 0.0699, pre-pass 0.0801; L = 16K 0.0457 against
+  // 0.0584 / 0.0582.
   const int keys_per_block = (p.Nk + splits - 1) / splits;
-  if (readers <= 2 && keys_per_block <= 16384) return "in-kernel";
+  const int in_kernel_keys = p.mask_format == DmaMaskFormat::kBits ? 8 * 16384 : 16384;
+  if (readers <= 2 && keys_per_block <= in_kernel_keys) return "in-kernel";
   // Longer rows: the pre-pass, pipelined with the forward where it can be
   // (one split, rows per query) and the mask is not shared by more than two
   // heads. H200, D = 128, causal top-1024 + bias, commit 8305d2e: B=1 H=2
@@ -1280,7 +1360,8 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
         std::lock_guard<std::mutex> guard(pipeline->lock);
         const int chunks = dma_resolve_prepass_chunks(p, a.prepass_chunks);
         const std::vector<int> bounds = dma_prepass_chunk_bounds(p, chunks);
-        auto kernel = dma_forward_kernel<Cfg, T>;
+        auto kernel = p.mask_format == DmaMaskFormat::kBits ? dma_forward_kernel<Cfg, T, true>
+                                                            : dma_forward_kernel<Cfg, T, false>;
         cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         if (e == cudaSuccess) e = cudaEventRecord(pipeline->fork, stream);
         int launched = 0;
@@ -1308,7 +1389,9 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
         }
         return e;
       }
-      cudaError_t e = launch_with_smem_overlapped(dma_forward_kernel<Cfg, T>, grid, Cfg::kThreads, smem, stream,
+      auto kernel = p.mask_format == DmaMaskFormat::kBits ? dma_forward_kernel<Cfg, T, true>
+                                                          : dma_forward_kernel<Cfg, T, false>;
+      cudaError_t e = launch_with_smem_overlapped(kernel, grid, Cfg::kThreads, smem, stream,
                                                   static_cast<const T*>(a.q), static_cast<const T*>(a.k),
                                                   static_cast<const T*>(a.v), static_cast<T*>(a.o), a.lse, p, summary,
                                                   a.tile_counters, partials, splits, tma_k, tma_v, use_tma,

@@ -148,6 +148,57 @@ __device__ __forceinline__ void scan_word(const uint8_t* tile_row0, int64_t stri
   }
 }
 
+// The same bits from a bit-packed mask (DmaMaskFormat::kBits): lane L takes
+// key tile 32 word + L, one 8-byte load per row (a warp load: 256 contiguous
+// bytes of one row), kRowBatch rows in flight; any = OR of the tile's bits
+// over the warp's rows, all = every bit of keys < Nk set in every row. The
+// bits past Nk (the ragged tile's padding) are masked off first, so either
+// format gives the same words for the same mask. `tile_row0`: the row's
+// first word (8-byte aligned: dmattn.h's layout); `stride_q` in words.
+template <int kWarps, int kRowBatch>
+__device__ __forceinline__ void scan_word_bits(const uint32_t* tile_row0, int64_t stride_q, int rows, int Nk,
+                                               int key_end, int word, int warp, int lane, uint32_t& any,
+                                               uint32_t& all) {
+  constexpr int kRowsPerWarp = kDmaBr / kWarps;
+  static_assert(kDmaBr % kWarps == 0 && kRowsPerWarp % kRowBatch == 0, "rows split evenly into batches");
+  const int tile = 32 * word + lane, k0 = tile * kDmaBc;
+  const bool needed = k0 < key_end;
+  const int left = Nk - k0;  // keys of this tile before Nk
+  const uint64_t valid = !needed ? 0ull : left >= 64 ? ~0ull : (uint64_t(1) << left) - 1ull;
+  const uint32_t* lane_row0 = tile_row0 + 2 * int64_t(tile);
+  uint64_t ored = 0ull, anded = ~0ull;
+  const int64_t step = int64_t(kWarps) * stride_q;
+  const uint32_t* row = lane_row0 + int64_t(warp) * stride_q;
+#pragma unroll 1
+  for (int b = 0; b < kRowsPerWarp; b += kRowBatch) {
+    if (warp + kWarps * b >= rows) break;  // warp-uniform
+    uint2 x[kRowBatch];
+#pragma unroll
+    for (int j = 0; j < kRowBatch; ++j, row += step) {
+      const bool pred = needed && warp + kWarps * (b + j) < rows;
+      asm volatile(
+          "{\n"
+          "  .reg .pred g;\n"
+          "  setp.ne.b32 g, %3, 0;\n"
+          "  mov.b32 %0, 0;\n"
+          "  mov.b32 %1, 0;\n"
+          "  @g ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];\n"
+          "}\n"
+          : "=r"(x[j].x), "=r"(x[j].y)
+          : "l"(row), "r"(int(pred)));
+    }
+#pragma unroll
+    for (int j = 0; j < kRowBatch; ++j)
+      if (warp + kWarps * (b + j) < rows) {
+        const uint64_t v = (uint64_t(x[j].y) << 32 | x[j].x) & valid;
+        ored |= v;
+        anded &= v | ~valid;
+      }
+  }
+  any = __ballot_sync(0xffffffffu, ored != 0ull);
+  all = __ballot_sync(0xffffffffu, needed && anded == ~0ull);
+}
+
 // A block of kWarps warps reads its query tile's rows over the words from
 // `word_begin` while a word starts before key_end, OR-ing / AND-ing each
 // word's bits into any_words / all_words (shared memory, set to 0 / ~0 by the
@@ -168,14 +219,29 @@ __device__ __noinline__ void scan_words(const uint8_t* tile_row0, int64_t stride
     }
   }
 }
+// scan_words for a bit-packed mask (stride_q in words).
+template <int kWarps, int kRowBatch>
+__device__ __noinline__ void scan_words_bits(const uint32_t* tile_row0, int64_t stride_q, int rows, int Nk,
+                                             int key_end, int word_begin, uint32_t* any_words, uint32_t* all_words) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int w = word_begin; w * 32 * kDmaBc < key_end; ++w) {
+    uint32_t any, all;
+    scan_word_bits<kWarps, kRowBatch>(tile_row0, stride_q, rows, Nk, key_end, w, warp, lane, any, all);
+    if (lane == 0) {
+      atomicOr(any_words + w, any);
+      atomicAnd(all_words + w, all);
+    }
+  }
+}
 
 // Where the mask rows of query tile m start, and how many there are: one row
 // for a query-broadcast mask. Keys at or past the returned key_end are never
 // seen by any row of the tile (causal, bottom-right aligned) and not read.
 struct TileRows {
-  const uint8_t* row0;
+  const uint8_t* row0;  // a byte mask's first byte, or a bit-packed mask's first word (bits())
   int rows;
   int key_end;
+  __device__ const uint32_t* bits() const { return reinterpret_cast<const uint32_t*>(row0); }
 };
 // One past the last key any row of query tile m sees under the causal rule
 // (Nk without it): tile_rows's key_end for a mask with rows per query, and the
@@ -191,14 +257,17 @@ __device__ __forceinline__ TileRows tile_rows(const DynamicMaskProblem& p, int m
   const int rows = p.mask.q == 1 ? 1 : min(kDmaBr, p.Nq - q0);
   int key_end = p.Nk;  // (a query-broadcast mask: one row serves every query tile)
   if (p.causal && p.mask.q != 1) key_end = causal_key_end(p, m);
-  const uint8_t* row0 = static_cast<const uint8_t*>(p.mask.data) + int64_t(mask_b) * p.mask.stride_b +
-                        int64_t(mask_h) * p.mask.stride_h + (p.mask.q == 1 ? 0 : int64_t(q0) * p.mask.stride_q);
+  const int64_t at = int64_t(mask_b) * p.mask.stride_b + int64_t(mask_h) * p.mask.stride_h +
+                     (p.mask.q == 1 ? 0 : int64_t(q0) * p.mask.stride_q);  // elements: bytes or words
+  const uint8_t* row0 =
+      static_cast<const uint8_t*>(p.mask.data) + (p.mask_format == DmaMaskFormat::kBits ? 4 * at : at);
   return {row0, rows, key_end};
 }
 
 // True when every 16-byte piece of the mask that starts at a key multiple of
 // 16 is an aligned load (base and strides multiples of 16).
 __host__ __device__ inline bool mask_vector_loads(const DynamicMaskProblem& p) {
+  if (p.mask_format == DmaMaskFormat::kBits) return true;  // (its layout rule: dma_mask_bits_unsupported)
   const auto aligned = [](int64_t x) { return x % 16 == 0; };
   return reinterpret_cast<uintptr_t>(p.mask.data) % 16 == 0 && aligned(p.mask.stride_b) &&
          aligned(p.mask.stride_h) && aligned(p.mask.stride_q);

@@ -49,6 +49,7 @@ namespace {
 // measured the same as 8 alone and in the pipelined pre-pass, session 7.)
 constexpr int kSummaryWarps = 8;
 constexpr int kRowBatch = 4;  // rows whose loads are in flight together: 16 loads per lane
+constexpr int kBitRowBatch = 8;  // bit-packed mask: 8 rows of 8 bytes per lane, a warp's whole share
 
 int summary_q_tiles(const DynamicMaskProblem& p) { return p.mask.q == 1 ? 1 : (p.Nq + kDmaBr - 1) / kDmaBr; }
 int summary_words(const DynamicMaskProblem& p) { return ((p.Nk + kDmaBc - 1) / kDmaBc + 31) / 32; }
@@ -74,8 +75,12 @@ mask_summary_kernel(const DynamicMaskProblem p, MaskSummary s, uint32_t* any_out
     return;
   }
   uint32_t my_any, my_all;
-  mask_scan::scan_word<kSummaryWarps, kRowBatch>(t.row0, p.mask.stride_q, t.rows, p.Nk, t.key_end, word, vec, warp,
-                                                 lane, my_any, my_all);
+  if (p.mask_format == DmaMaskFormat::kBits)  // 64 rows x 256 bytes: one batch of 8 rows per warp
+    mask_scan::scan_word_bits<kSummaryWarps, kBitRowBatch>(t.bits(), p.mask.stride_q, t.rows, p.Nk, t.key_end, word,
+                                                           warp, lane, my_any, my_all);
+  else
+    mask_scan::scan_word<kSummaryWarps, kRowBatch>(t.row0, p.mask.stride_q, t.rows, p.Nk, t.key_end, word, vec, warp,
+                                                   lane, my_any, my_all);
   __shared__ uint32_t any_bits[kSummaryWarps], all_bits[kSummaryWarps];
   if (lane == 0) {
     any_bits[warp] = my_any;

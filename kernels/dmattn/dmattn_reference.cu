@@ -29,7 +29,8 @@ template <> __device__ __forceinline__ float round_to<__nv_bfloat16>(float x) {
 bool operand_ok(const BroadcastOperand& op, const DynamicMaskProblem& p) {
   if (!op.data) return true;
   return (op.b == 1 || op.b == p.B) && (op.h == 1 || op.h == p.H || op.h == p.Hkv) && (op.q == 1 || op.q == p.Nq) &&
-         op.head_group >= 1 && (op.h == 1 || op.h * op.head_group == p.H);
+         op.head_group >= 1 && (op.h == 1 || op.h * op.head_group == p.H) &&
+         (&op != &p.mask || dma_mask_bits_unsupported(p).empty());
 }
 
 // Largest dynamic shared memory one block of `kernel` may use on the current
@@ -72,7 +73,6 @@ dma_reference_kernel(const T* q, const T* k, const T* v, float* o, float* lse, D
   const T* Q = q + row * p.D;
   const T* K = k + (int64_t(b) * p.Hkv + hk) * p.Nk * p.D;
   const T* V = v + (int64_t(b) * p.Hkv + hk) * p.Nk * p.D;
-  const uint8_t* mask = p.mask.data ? static_cast<const uint8_t*>(p.mask.data) + p.mask.row_offset(b, h, i) : nullptr;
   const T* bias = p.bias.data ? static_cast<const T*>(p.bias.data) + p.bias.row_offset(b, h, i) : nullptr;
   for (int d = threadIdx.x; d < p.D; d += kRefThreads) q_row[d] = to_float(Q[d]);
   const int n_keys = int(visible_keys(i, dense));  // the causal rule hides keys >= n_keys
@@ -81,7 +81,7 @@ dma_reference_kernel(const T* q, const T* k, const T* v, float* o, float* lse, D
 
   for (int j = warp; j < n_keys; j += kRefWarps) {  // one warp per key: lanes split D
     float x = -INFINITY;
-    if (!mask || mask[j] != 0) {
+    if (p.mask_allows(b, h, i, j)) {
       const T* Kj = K + int64_t(j) * p.D;
       float dot = 0.f;
       for (int d = lane; d < p.D; d += 32) dot += q_row[d] * to_float(Kj[d]);
@@ -171,7 +171,6 @@ dma_reference_backward_kernel(const T* q, const T* k, const T* v, const T* dout,
   const int hk = h / (p.H / p.Hkv);
   const int64_t row = (int64_t(b) * p.H + h) * p.Nq + i;
   const int64_t kv_base = (int64_t(b) * p.Hkv + hk) * p.Nk;
-  const uint8_t* mask = p.mask.data ? static_cast<const uint8_t*>(p.mask.data) + p.mask.row_offset(b, h, i) : nullptr;
   const T* bias = p.bias.data ? static_cast<const T*>(p.bias.data) + p.bias.row_offset(b, h, i) : nullptr;
   float* dbias_row = (dbias && p.bias.data) ? dbias + p.bias.row_offset(b, h, i) : nullptr;
   for (int d = threadIdx.x; d < p.D; d += kRefThreads) {
@@ -185,7 +184,7 @@ dma_reference_backward_kernel(const T* q, const T* k, const T* v, const T* dout,
 
   for (int j = warp; j < n_keys; j += kRefWarps) {
     float x = -INFINITY, sj = -INFINITY;
-    if (!mask || mask[j] != 0) {
+    if (p.mask_allows(b, h, i, j)) {
       const T* Kj = k + (kv_base + j) * p.D;
       float dot = 0.f;
       for (int d = lane; d < p.D; d += 32) dot += q_row[d] * to_float(Kj[d]);
@@ -397,7 +396,46 @@ topk_mask_kernel(const uint16_t* __restrict__ bias, BroadcastOperand bs, AttnPro
   }
 }
 
+// dma_pack_mask_bits: one thread per output word (32 keys of one row), block
+// row blockIdx.x of the byte mask's own (b, h, q) rows; two 16-byte loads
+// where the row's bytes are 16-byte aligned, else byte loads. Keys >= Nk
+// (the row's padding to whole 64-key tiles) get 0 bits.
+__global__ void __launch_bounds__(256)
+pack_mask_bits_kernel(const uint8_t* __restrict__ mask, BroadcastOperand m, int Nk, int64_t row_words,
+                      uint32_t* __restrict__ out) {
+  const int64_t r = blockIdx.x;  // (b, h, q) of the mask's own shape, q fastest
+  const int q = int(r % m.q), h = int(r / m.q % m.h), b = int(r / m.q / m.h);
+  const int64_t w = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (w >= row_words) return;
+  const uint8_t* row = mask + int64_t(b) * m.stride_b + int64_t(h) * m.stride_h + int64_t(q) * m.stride_q;
+  const int64_t k0 = 32 * w;
+  uint32_t bits = 0u;
+  if (k0 + 32 <= Nk && reinterpret_cast<uintptr_t>(row + k0) % 16 == 0) {
+    const uint4 lo = __ldg(reinterpret_cast<const uint4*>(row + k0));
+    const uint4 hi = __ldg(reinterpret_cast<const uint4*>(row + k0) + 1);
+    const uint32_t words[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+    for (int i = 0; i < 32; ++i) bits |= uint32_t(((words[i / 4] >> (8 * (i % 4))) & 0xffu) != 0u) << i;
+  } else {
+    for (int i = 0; i < 32 && k0 + i < Nk; ++i) bits |= uint32_t(__ldg(row + k0 + i) != 0) << i;
+  }
+  out[r * row_words + w] = bits;
+}
+
 }  // namespace
+
+cudaError_t dma_pack_mask_bits(const DynamicMaskProblem& p, uint32_t* bits_out, cudaStream_t stream) {
+  if (p.mask.data == nullptr) return cudaSuccess;
+  if (p.mask_format != DmaMaskFormat::kBytes || bits_out == nullptr || !operand_ok(p.mask, p) || p.Nk < 1 ||
+      reinterpret_cast<uintptr_t>(bits_out) % 8 != 0)
+    return cudaErrorInvalidValue;
+  const int64_t rows = int64_t(p.mask.b) * p.mask.h * p.mask.q, row_words = dma_mask_bit_row_words(p.Nk);
+  const int64_t word_blocks = (row_words + 255) / 256;
+  if (rows > 2147483647 || word_blocks > 65535) return cudaErrorInvalidValue;
+  pack_mask_bits_kernel<<<dim3(unsigned(rows), unsigned(word_blocks)), 256, 0, stream>>>(
+      static_cast<const uint8_t*>(p.mask.data), p.mask, p.Nk, row_words, bits_out);
+  return cudaGetLastError();
+}
 
 int dma_reference_max_nk() {
   return int(max_dynamic_smem(dma_reference_kernel<half>) / sizeof(float));  // both dtypes: the same static smem

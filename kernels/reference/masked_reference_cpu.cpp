@@ -163,4 +163,13 @@ int64_t masked_unmasked_pairs(const MaskedProblem& p, const std::vector<uint8_t>
   return pairs;
 }
 
+std::vector<uint32_t> pack_mask_bits_cpu(const std::vector<uint8_t>& mask, int64_t rows, int Nk) {
+  const int64_t row_words = 2 * ((int64_t(Nk) + 63) / 64);
+  std::vector<uint32_t> bits(size_t(rows * row_words), 0u);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int k = 0; k < Nk; ++k)
+      if (mask[size_t(r * Nk + k)] != 0) bits[size_t(r * row_words + k / 32)] |= 1u << (k % 32);
+  return bits;
+}
+
 }  // namespace attnlab

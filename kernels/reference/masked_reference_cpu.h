@@ -65,4 +65,10 @@ std::vector<uint8_t> build_topk_mask_cpu(const MaskedProblem& p, const std::vect
 // Exact number of (query, key) pairs that are not masked, over all B·H heads.
 int64_t masked_unmasked_pairs(const MaskedProblem& p, const std::vector<uint8_t>& mask);
 
+// The bit-packed form of a dense byte mask of `rows` rows of Nk keys, as
+// dma_pack_mask_bits writes it (dmattn.h, DmaMaskFormat::kBits): rows of
+// 2·ceil(Nk / 64) 32-bit words, bit k % 32 of word k / 32 set where byte k is
+// nonzero, padding bits 0. The reference the GPU packer is tested against.
+std::vector<uint32_t> pack_mask_bits_cpu(const std::vector<uint8_t>& mask, int64_t rows, int Nk);
+
 }  // namespace attnlab

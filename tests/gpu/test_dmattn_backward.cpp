@@ -78,6 +78,9 @@ bool g_rotate = true;
 // scalar Δ pass with a memset, the scalar dQ conversion), and a dO 2 bytes
 // off, which dma_backward must refuse (its tile copies are 16-byte).
 bool g_offset_o_dq = false;
+// The kernels given the case's mask bit-packed (DmaMaskFormat::kBits,
+// dma_pack_mask_bits); the references keep the byte mask.
+bool g_mask_bits = false;
 
 // q_chunks: DmaBackwardArgs::q_chunks (0 automatic). topk_window > 0: the
 // case's mask (give it none) is replaced by dma_build_topk_mask's top-W mask of
@@ -110,6 +113,14 @@ void run_case(const MaskedCase& c, uint64_t seed, bool deterministic = false, in
     record(false, "unsupported: " + why);
     if (d_topk) cudaFree(d_topk);
     return;
+  }
+  // pk: the problem the kernels run — p, or p with its mask bit-packed.
+  uint32_t* d_bits = nullptr;
+  DynamicMaskProblem pk = p;
+  if (g_mask_bits && p.mask.data != nullptr) {
+    cudaMalloc(&d_bits, dma_mask_bits_bytes(p));
+    if (dma_pack_mask_bits(p, d_bits, 0) != cudaSuccess) record(false, "dma_pack_mask_bits failed: " + c.name());
+    pk = dma_with_bit_mask(p, d_bits);
   }
   const size_t q_n = size_t(c.B) * c.H * c.Nq * c.D, kv_n = size_t(c.B) * c.Hkv * c.Nk * c.D;
   const size_t rows = size_t(c.B) * c.H * c.Nq, bias_n = c.bb > 0 ? size_t(p.bias.elems(c.Nk)) : 0;
@@ -163,10 +174,10 @@ void run_case(const MaskedCase& c, uint64_t seed, bool deterministic = false, in
   if (reuse_summary) {
     fa.mask_scan = reuse == Reuse::kInKernel ? DmaMaskScan::kInKernel : DmaMaskScan::kPipelined;
     fa.prepass_chunks = 3;
-    ba.mask_summary = dma_forward_mask_summary(p, fa);
+    ba.mask_summary = dma_forward_mask_summary(pk, fa);
     if (p.mask.data != nullptr && ba.mask_summary == nullptr) record(false, "no forward summary: " + c.name());
   }
-  cudaError_t e = dma_forward(p, fa, 0);
+  cudaError_t e = dma_forward(pk, fa, 0);
   if (e == cudaSuccess && g_offset_o_dq) {
     void* o_off = static_cast<char*>(d_o_off) + 2;
     e = cudaMemcpy(o_off, d_o, q_n * 2, cudaMemcpyDeviceToDevice);
@@ -174,11 +185,11 @@ void run_case(const MaskedCase& c, uint64_t seed, bool deterministic = false, in
     DmaBackwardArgs bad = ba;  // dO 2 bytes off 16: refused, nothing launched
     void* do_off = static_cast<char*>(d_o_off) + 2;
     bad.dout = do_off;
-    const cudaError_t r = dma_backward(p, bad, 0);
+    const cudaError_t r = dma_backward(pk, bad, 0);
     record(r == cudaErrorInvalidValue, std::string("a dO not 16-byte aligned is refused (") + cudaGetErrorString(r) +
                                            "): " + c.name());
   }
-  if (e == cudaSuccess) e = dma_backward(p, ba, 0);
+  if (e == cudaSuccess) e = dma_backward(pk, ba, 0);
   if (e == cudaSuccess)
     e = dma_reference_backward_fp32(p, d_q, d_k, d_v, d_do, r_dq, r_dk, r_dv, d_bias ? r_db : nullptr, 0);
   if (e == cudaSuccess)
@@ -191,7 +202,8 @@ void run_case(const MaskedCase& c, uint64_t seed, bool deterministic = false, in
                            ") core " + dma_backward_core_name(p, g_core) +
                            (reuse == Reuse::kPipelined ? " forward's summary (pre-pass)"
                             : reuse == Reuse::kInKernel ? " forward's summary (in-kernel scan)" : "") + (g_rotate ? "" : " query tiles in order") +
-                           (g_offset_o_dq ? " O at +2 bytes, dQ at +4" : "");
+                           (g_offset_o_dq ? " O at +2 bytes, dQ at +4" : "") +
+                           (d_bits ? " bit-packed mask" : "");
   if (e != cudaSuccess) {
     record(false, std::string("CUDA error ") + cudaGetErrorString(e) + ": " + name);
     cudaGetLastError();
@@ -209,7 +221,7 @@ void run_case(const MaskedCase& c, uint64_t seed, bool deterministic = false, in
         cudaMemset(d_dk, 0xFF, kv_n * 2);
         cudaMemset(d_dv, 0xFF, kv_n * 2);
         cudaMemset(d_db, 0xFF, std::max<size_t>(1, bias_n) * 2);
-        e = dma_backward(p, ba, 0);
+        e = dma_backward(pk, ba, 0);
         if (e == cudaSuccess) e = cudaDeviceSynchronize();
         same = same && bytes_of(d_dq, q_n * 2) == dq0 && bytes_of(d_dk, kv_n * 2) == dk0 &&
                bytes_of(d_dv, kv_n * 2) == dv0 && bytes_of(d_db, bias_n * 2) == db0;
@@ -221,14 +233,14 @@ void run_case(const MaskedCase& c, uint64_t seed, bool deterministic = false, in
         // own pre-pass): the same bits.
         for (DmaMaskScan scan : {DmaMaskScan::kPrepass, DmaMaskScan::kInKernel}) {
           fa.mask_scan = scan;
-          ba.mask_summary = dma_forward_mask_summary(p, fa);
+          ba.mask_summary = dma_forward_mask_summary(pk, fa);
           cudaMemset(d_fws, 0xab, dma_forward_workspace_bytes(p, 1));  // poison: the forward writes it
           cudaMemset(d_dq, 0xFF, q_n * 2);
           cudaMemset(d_dk, 0xFF, kv_n * 2);
           cudaMemset(d_dv, 0xFF, kv_n * 2);
           cudaMemset(d_db, 0xFF, std::max<size_t>(1, bias_n) * 2);
-          e = dma_forward(p, fa, 0);
-          if (e == cudaSuccess) e = dma_backward(p, ba, 0);
+          e = dma_forward(pk, fa, 0);
+          if (e == cudaSuccess) e = dma_backward(pk, ba, 0);
           if (e == cudaSuccess) e = cudaDeviceSynchronize();
           record(e == cudaSuccess && ba.mask_summary != nullptr && bytes_of(d_dq, q_n * 2) == dq0 &&
                      bytes_of(d_dk, kv_n * 2) == dk0 && bytes_of(d_dv, kv_n * 2) == dv0 &&
@@ -237,9 +249,37 @@ void run_case(const MaskedCase& c, uint64_t seed, bool deterministic = false, in
                      (scan == DmaMaskScan::kPrepass ? "pre-pass" : "in-kernel scan") + "): " + name);
           ba.mask_summary = nullptr;
         }
+        // And with the mask bit-packed: its own pre-pass, then the forward's
+        // in-kernel scan's summary — the same bits as the byte mask's.
+        if (d_bits == nullptr) {
+          uint32_t* d_packed = nullptr;
+          cudaMalloc(&d_packed, dma_mask_bits_bytes(p));
+          cudaMemset(d_packed, 0xFF, dma_mask_bits_bytes(p));
+          const DynamicMaskProblem pb = dma_with_bit_mask(p, d_packed);
+          e = dma_pack_mask_bits(p, d_packed, 0);
+          for (int with_summary = 0; with_summary < 2 && e == cudaSuccess; ++with_summary) {
+            fa.mask_scan = DmaMaskScan::kInKernel;
+            ba.mask_summary = with_summary ? dma_forward_mask_summary(pb, fa) : nullptr;
+            cudaMemset(d_fws, 0xab, dma_forward_workspace_bytes(p, 1));
+            cudaMemset(d_dq, 0xFF, q_n * 2);
+            cudaMemset(d_dk, 0xFF, kv_n * 2);
+            cudaMemset(d_dv, 0xFF, kv_n * 2);
+            cudaMemset(d_db, 0xFF, std::max<size_t>(1, bias_n) * 2);
+            e = dma_forward(pb, fa, 0);
+            if (e == cudaSuccess) e = dma_backward(pb, ba, 0);
+            if (e == cudaSuccess) e = cudaDeviceSynchronize();
+            record(e == cudaSuccess && bytes_of(d_dq, q_n * 2) == dq0 && bytes_of(d_dk, kv_n * 2) == dk0 &&
+                       bytes_of(d_dv, kv_n * 2) == dv0 && bytes_of(d_db, bias_n * 2) == db0,
+                   std::string("bit-packed mask: bitwise identical to the byte mask's (") +
+                       (with_summary ? "the forward's in-kernel summary" : "its own pre-pass") + "): " + name);
+            ba.mask_summary = nullptr;
+          }
+          cudaFree(d_packed);
+        }
       }
     }
   }
+  if (d_bits) cudaFree(d_bits);
   if (d_fws) cudaFree(d_fws);
   if (d_topk) cudaFree(d_topk);
   for (void* ptr : {d_o, d_o_off, d_dq_base, static_cast<void*>(d_lse), d_dk, d_dv, d_db, static_cast<void*>(d_ws),
@@ -338,6 +378,20 @@ int main() {
         run_case({1, 4, 1, 100, 300, 128, dt, causal, 15.f, 1, 0, 100, 1, 1, 1, true}, ++seed, false, 3);
         run_case({2, 4, 2, 130, 77, 128, dt, causal, 0.f, 1, 1, 130, 1, 1, 1, false}, ++seed, true);
         g_offset_o_dq = false;
+        // The kernels on the bit-packed mask (non-deterministic: against the
+        // reference; every masked deterministic case above compares it bit for
+        // bit): GQA with a per-KV-head mask, zero rows and softcap, top-W with
+        // query chunks and the forward's summaries (pre-pass, in-kernel).
+        g_mask_bits = true;
+        run_case({1, 4, 2, 129, 200, 64, dt, causal, 0.f, 1, -1, 129, 1, -1, 1, false}, ++seed);
+        run_case({1, 4, 1, 100, 300, 128, dt, causal, 15.f, 1, 0, 100, 1, 1, 1, true}, ++seed, false, 3, 0,
+                 Reuse::kInKernel);
+        run_case({1, 4, 2, 600, 700, 64, dt, causal, 0.f, 0, 0, 0, 1, 1, 1, false}, ++seed, false, 0, 350,
+                 Reuse::kPipelined);
+        run_case({2, 2, 1, 333, 260, 128, dt, causal, 0.f, 0, 0, 0, 2, 0, 333, false}, ++seed, false, 2, 130,
+                 Reuse::kInKernel);
+        run_case({1, 4, 2, 129, 200, 96, dt, causal, 0.f, 1, -1, 1, 1, -1, 1, false}, ++seed);  // query-broadcast mask
+        g_mask_bits = false;
       }
   }
   return finish();

@@ -130,6 +130,58 @@ void run_case(const SummaryCase& c, uint64_t seed) {
     cudaMemcpy(any.data(), s.any, n_words * sizeof(uint32_t), cudaMemcpyDeviceToHost);
     cudaMemcpy(all.data(), s.all, n_words * sizeof(uint32_t), cudaMemcpyDeviceToHost);
   }
+
+  // The same mask bit-packed (DmaMaskFormat::kBits) must give the same words.
+  // Dense and misaligned layouts: packed on the GPU from this byte layout
+  // (dma_pack_mask_bits, checked against a CPU packing); padded: rows of
+  // extra words, with random bits in the gaps and in the padding bits past
+  // Nk, which the scan must not read as keys.
+  if (ok) {
+    const int64_t row_words = dma_mask_bit_row_words(c.Nk);
+    const bool padded = c.layout == Layout::kPadded;
+    const int64_t pitch_w = padded ? row_words + 2 * int64_t(1 + rng() % 2) : row_words;
+    const int64_t n_rows = int64_t(c.mb) * c.mh * mq;
+    std::vector<uint32_t> bits(size_t(n_rows * pitch_w), 0u);
+    for (int b = 0; b < c.mb; ++b)
+      for (int h = 0; h < c.mh; ++h)
+        for (int i = 0; i < mq; ++i) {
+          uint32_t* row = bits.data() + ((int64_t(b) * c.mh + h) * mq + i) * pitch_w;
+          if (padded)
+            for (int64_t w = 0; w < pitch_w; ++w) row[w] = uint32_t(rng());
+          for (int64_t w = 0; w < row_words; ++w)
+            for (int k = 0; k < 32 && 32 * w + k < c.Nk; ++k) {
+              const uint32_t bit = 1u << k;
+              row[w] = at(b, h, i, int(32 * w + k)) != 0 ? row[w] | bit : row[w] & ~bit;
+            }
+        }
+    DynamicMaskProblem pb = p;
+    pb.mask_format = DmaMaskFormat::kBits;
+    pb.mask.stride_q = mq > 1 ? pitch_w : 0;
+    pb.mask.stride_h = c.mh > 1 ? int64_t(mq) * pitch_w : 0;
+    pb.mask.stride_b = c.mb > 1 ? int64_t(c.mh) * mq * pitch_w : 0;
+    uint32_t* d_bits = upload(bits);
+    cudaError_t eb = d_bits ? cudaSuccess : cudaErrorMemoryAllocation;
+    std::vector<uint32_t> packed(bits.size());
+    if (!padded && eb == cudaSuccess) {
+      cudaMemset(d_bits, 0xFF, bits.size() * 4);
+      eb = dma_pack_mask_bits(p, d_bits, 0);
+      if (eb == cudaSuccess) eb = cudaMemcpy(packed.data(), d_bits, bits.size() * 4, cudaMemcpyDeviceToHost);
+      record(eb == cudaSuccess && packed == bits, "dma_pack_mask_bits == CPU packing: " + c.name());
+    }
+    pb.mask.data = d_bits;
+    cudaMemset(d_storage, 0xab, summary_bytes);
+    MaskSummary sb;
+    if (eb == cudaSuccess) eb = dma_summarize_mask(pb, d_storage, &sb, 0);
+    if (eb == cudaSuccess) eb = cudaDeviceSynchronize();
+    std::vector<uint32_t> got(2 * n_words);
+    if (eb == cudaSuccess) cudaMemcpy(got.data(), d_storage, summary_bytes, cudaMemcpyDeviceToHost);
+    std::vector<uint32_t> want(any);
+    want.insert(want.end(), all.begin(), all.end());
+    record(eb == cudaSuccess && got == want,
+           std::string("bit-packed mask's summary == the byte mask's") + (padded ? " (padded rows, random padding)" : "") +
+               ": " + c.name());
+    if (d_bits) cudaFree(d_bits);
+  }
   cudaFree(d_storage);
   cudaFree(d_buf);
   if (!ok) {
@@ -267,6 +319,35 @@ void run_forward_case(const ForwardCase& c, uint64_t seed) {
     return;
   }
   if (!expect) return;
+  // The in-kernel scan of the same mask bit-packed: the same words.
+  if (c.splits == 1) {
+    uint8_t* d_mask2 = upload(mask);
+    uint32_t* d_bits = nullptr;
+    cudaMalloc(&d_bits, dma_mask_bits_bytes(p) + 8);
+    uint16_t *d_q2 = upload(qb), *d_k2 = upload(kb), *d_v2 = upload(vb), *d_o2 = upload(qb);
+    float *d_lse2 = nullptr, *d_ws2 = nullptr;
+    cudaMalloc(&d_lse2, size_t(c.B) * c.H * c.Nq * sizeof(float));
+    cudaMalloc(&d_ws2, ws_bytes);
+    cudaMemset(d_ws2, 0xab, ws_bytes);
+    DynamicMaskProblem pbytes = p;
+    pbytes.mask.data = d_mask2;
+    const DynamicMaskProblem pb = dma_with_bit_mask(pbytes, d_bits);
+    DmaForwardArgs ab = a;
+    ab.q = d_q2; ab.k = d_k2; ab.v = d_v2; ab.o = d_o2; ab.lse = d_lse2; ab.workspace = d_ws2;
+    cudaError_t eb = d_mask2 && d_bits && d_q2 && d_k2 && d_v2 && d_o2 && d_lse2 && d_ws2 ? cudaSuccess
+                                                                                          : cudaErrorMemoryAllocation;
+    if (eb == cudaSuccess) eb = dma_pack_mask_bits(pbytes, d_bits, 0);
+    if (eb == cudaSuccess) eb = dma_forward(pb, ab, 0);
+    if (eb == cudaSuccess) eb = cudaDeviceSynchronize();
+    std::vector<uint32_t> got_bits(summary_bytes / 4);
+    if (eb == cudaSuccess) cudaMemcpy(got_bits.data(), d_ws2, summary_bytes, cudaMemcpyDeviceToHost);
+    record(eb == cudaSuccess && dma_forward_mask_summary(pb, ab) == reinterpret_cast<const uint32_t*>(d_ws2) &&
+               got_bits == want,
+           "in-kernel scan of the bit-packed mask: summary words equal the pre-pass's: " + c.name());
+    for (void* ptr : {(void*)d_mask2, (void*)d_bits, (void*)d_q2, (void*)d_k2, (void*)d_v2, (void*)d_o2,
+                      (void*)d_lse2, (void*)d_ws2})
+      cudaFree(ptr);
+  }
   size_t wrong = 0, first = got.size();
   for (size_t i = 0; i < got.size(); ++i)
     if (got[i] != want[i] && wrong++ == 0) first = i;
