@@ -94,6 +94,11 @@ dynamic-mask attention (flash-dmattn semantics; any of these selects it):
                     reads the tile bits the forward's pre-pass or in-kernel
                     scan stored, as in training); the time of a backward
                     called alone; implies --bwd
+  --mask-bits       also run dmattn on the same mask bit-packed (one bit per
+                    query and key, DmaMaskFormat::kBits; packed once by
+                    dma_pack_mask_bits, outside the timed calls): rows
+                    'dmattn (bit-packed mask)' and, with --bwd, 'dmattn bwd
+                    (bit-packed mask)'; needs --mask ones or topk
   --bwd-chunks N    the backward's query chunks: blocks sharing one 64-key
                     tile's walk over the query tiles, adding dK, dV through
                     fp32 atomics (implies --bwd; default 0 = automatic, 1 = one
@@ -240,6 +245,7 @@ ParseResult parse_args(const std::vector<std::string>& args) {
       o.bwd = true;
     }
     else if (flag == "--bwd-own-prepass") { bool_flag(&o.bwd_own_prepass); o.bwd = true; }
+    else if (flag == "--mask-bits") bool_flag(&o.mask_bits);
     else if (flag == "--softcap") {
       if (take_value()) {
         char* end = nullptr;
@@ -260,6 +266,8 @@ ParseResult parse_args(const std::vector<std::string>& args) {
   if (o.mask == "causal") o.causal = true;
   if (o.Hkv > 0 && o.H % o.Hkv != 0) r.error = "--H must be a multiple of --Hkv";
   if (o.mask == "topk" && !o.bias) r.error = "--mask topk selects keys by the bias: add --bias";
+  if (o.mask_bits && o.mask != "topk" && o.mask != "ones")
+    r.error = "--mask-bits packs the mask: add --mask ones or --mask topk";
   if (o.dynamic_mask() && o.sweep) r.error = "--sweep does not apply to dynamic-mask runs";
   if (o.dynamic_mask() && o.Dv != o.D) r.error = "dynamic-mask attention needs Dv == D";
   return r;

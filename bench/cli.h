@@ -43,9 +43,10 @@ struct Options {
   int bwd_chunks = 0;         // the backward's query chunks per key tile (0: automatic)
   bool bwd_rotate = true;     // the backward's query tiles walked from per-key-tile offsets (--bwd-walk-in-order: false)
   bool bwd_own_prepass = false;  // the backward's own mask pre-pass, not the forward's summary (--bwd-own-prepass)
+  bool mask_bits = false;        // also rows on the mask bit-packed (--mask-bits)
   bool dynamic_mask() const {
     return !mask.empty() || Hkv > 0 || bias || softcap > 0.f || bwd || deterministic || dma_core != "auto" ||
-           dma_mask_scan != "auto" || dma_prepass_chunks != 0;
+           dma_mask_scan != "auto" || dma_prepass_chunks != 0 || mask_bits;
   }
   bool list = false;
   bool help = false;

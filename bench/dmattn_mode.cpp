@@ -321,6 +321,66 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
     out_rows.push_back(given_row);
   }
 
+  // ---- ours again, the mask bit-packed ---------------------------------------------------
+  // --mask-bits: the same mask as one bit per (query, key) (DmaMaskFormat::
+  // kBits), packed once by dma_pack_mask_bits outside the timed calls (its
+  // own time is in the note) — a mask builder could write it so directly.
+  // The scan reads an eighth of the bytes. Checked bitwise against the
+  // dmattn row's output.
+  DynamicMaskProblem pb;  // p with the packed mask (for the backward's row too)
+  DmaForwardArgs ab;
+  double bits_ms = 0;
+  if (opt.mask_bits && ours.ms > 0 && p.mask.data != nullptr) {
+    DmaRow bits_row;
+    bits_row.name = "dmattn (bit-packed mask)";
+    uint32_t* bits = nullptr;
+    if (std::string e2 = arena.alloc(dma_mask_bits_bytes(p) / 4 + 2, &bits, "the bit-packed mask"); !e2.empty())
+      return fail(e2, 1);
+    Timing pack_timing, timing;
+    if (std::string t = time_calls(
+            [&] {
+              const cudaError_t r = dma_pack_mask_bits(p, bits, stream);
+              return r == cudaSuccess ? std::string() : cuda_error_text("dma_pack_mask_bits", r);
+            },
+            opt.warmup, opt.iters, flush, flush_bytes, stream, &pack_timing);
+        !t.empty())
+      return fail(t, 1);
+    pb = dma_with_bit_mask(p, bits);
+    ab = a;
+    ab.mask_summary = nullptr;
+    std::vector<uint16_t> o_bytes(static_cast<size_t>(q_elems)), o_bits(static_cast<size_t>(q_elems));
+    e = dma_forward(p, a, stream);  // the byte mask's output, to compare against
+    if (e == cudaSuccess) e = cudaMemcpyAsync(o_bytes.data(), o, o_bytes.size() * 2, cudaMemcpyDeviceToHost, stream);
+    if (e == cudaSuccess) e = cudaMemsetAsync(o, 0xFF, size_t(q_elems) * 2, stream);
+    if (e == cudaSuccess) e = dma_forward(pb, ab, stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+    if (e != cudaSuccess) return fail(cuda_error_text("dmattn (bit-packed mask)", e), 1);
+    cudaMemcpy(o_bits.data(), o, o_bits.size() * 2, cudaMemcpyDeviceToHost);
+    const bool same = o_bits == o_bytes;
+    if (!same) ++failures;
+    if (std::string t = time_calls(
+            [&] {
+              const cudaError_t r = dma_forward(pb, ab, stream);
+              return r == cudaSuccess ? std::string() : cuda_error_text("dmattn (bit-packed mask)", r);
+            },
+            opt.warmup, opt.iters, flush, flush_bytes, stream, &timing);
+        !t.empty())
+      return fail(t, 1);
+    bits_ms = timing.median_ms;
+    bits_row.ms = bits_ms;
+    bits_row.tflops = flops / (bits_ms * 1e-3) / 1e12;
+    bits_row.status = same ? "PASS" : "FAIL";
+    char note[300];
+    std::snprintf(note, sizeof note,
+                  "%s the dmattn row's output; the mask as bits (%.1f MiB instead of %.1f), packed once beforehand by "
+                  "dma_pack_mask_bits (%.4f ms, not in this time); mask scan %s",
+                  same ? "bitwise equal to" : "DIFFERS from", double(dma_mask_bits_bytes(p)) / (1 << 20),
+                  double(p.mask.elems(p.Nk)) / (1 << 20), pack_timing.median_ms,
+                  dma_forward_mask_scan_name(pb, ab.mask_scan, ab.splits, ab.core).c_str());
+    bits_row.note = note;
+    out_rows.push_back(bits_row);
+  }
+
   // ---- the dense rung on the same Q, K, V ----------------------------------------------
   if (p.Hkv == p.H) {
     DmaRow dense;
@@ -364,7 +424,7 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
   // calls; a peer that cannot run, or a setup that failed, is an unsupported row.
   auto add_peer_rows = [&](const std::vector<MaskedTorchPeer>& peers, const std::string& setup,
                            const std::string& setup_row, double row_flops, double ours_ms, const char* ours_name,
-                           double row_given_ms = 0) {
+                           double row_given_ms = 0, double row_bits_ms = 0) {
     if (!setup.empty()) {
       DmaRow r;
       r.name = setup_row;
@@ -395,6 +455,10 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
           std::snprintf(note, sizeof note, " (%.2fx with the mask summary given)", r.ms / row_given_ms);
           r.note += note;
         }
+        if (row_bits_ms > 0) {
+          std::snprintf(note, sizeof note, " (%.2fx with the bit-packed mask)", r.ms / row_bits_ms);
+          r.note += note;
+        }
         if (!peer.about.empty()) r.note += "; " + peer.about;
       }
       out_rows.push_back(r);
@@ -403,7 +467,7 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
   if (opt.sdpa || opt.torch) {
     std::string setup;
     const std::vector<MaskedTorchPeer> peers = make_masked_torch_peers(p, q, k, v, &setup);
-    add_peer_rows(peers, setup, "torch+mask", flops, ours.ms, "dmattn", given_ms);
+    add_peer_rows(peers, setup, "torch+mask", flops, ours.ms, "dmattn", given_ms, bits_ms);
   }
 
   // ---- backward ---------------------------------------------------------------------
@@ -462,12 +526,35 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
       if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
       if (e != cudaSuccess) return fail(cuda_error_text("dmattn backward", e), 1);
       bwd.status = "unchecked";
+      // The references (with --check), kept for the bit-packed mask's row.
+      float *rq = nullptr, *rk = nullptr, *rv = nullptr, *rb = nullptr;
+      float *lq = nullptr, *lk = nullptr, *lv = nullptr, *lb = nullptr;
+      // The rule, per gradient: max |g - g_ref| <= 2 x the error of the
+      // same-precision reference (S, P, dP, dS rounded to the dtype) + 1e-3 x
+      // max |g_ref| + 1e-4. Adds "dQ err/tol" to *summary, false on a failure.
+      auto judge_grad = [&](const char* what, const void* g, const float* ref, const float* lp, int64_t n,
+                            std::string* summary) {
+        std::vector<float> host(static_cast<size_t>(n));
+        cudaMemcpy(host.data(), ref, size_t(n) * sizeof(float), cudaMemcpyDeviceToHost);
+        double scale = 0;
+        for (float x : host) scale = std::max(scale, double(std::fabs(x)));
+        const ErrorStats s = compare_output(g, p.dtype, ref, n, stream);
+        const ErrorStats base = compare_output_fp32(lp, ref, n, stream);
+        const double tol = 2 * base.max_abs_err + 1e-3 * scale + 1e-4;
+        const bool ok = s.nonfinite == 0 && s.max_abs_err <= tol;
+        char buf[96];
+        std::snprintf(buf, sizeof buf, "%s%s %.1e/%.1e", summary->empty() ? "" : ", ", what, s.max_abs_err, tol);
+        *summary += buf;
+        return ok;
+      };
+      auto judge_grads = [&](std::string* summary) {
+        bool pass = judge_grad("dQ", dq, rq, lq, q_elems, summary);
+        pass = judge_grad("dK", dk, rk, lk, kv_elems, summary) && pass;
+        pass = judge_grad("dV", dv, rv, lv, kv_elems, summary) && pass;
+        if (bias_elems) pass = judge_grad("dBias", dbias, rb, lb, bias_elems, summary) && pass;
+        return pass;
+      };
       if (opt.check && p.Nk <= dma_reference_backward_max_nk()) {
-        // The rule, per gradient: max |g - g_ref| <= 2 x the error of the
-        // same-precision reference (S, P, dP, dS rounded to the dtype) + 1e-3 x
-        // max |g_ref| + 1e-4.
-        float *rq = nullptr, *rk = nullptr, *rv = nullptr, *rb = nullptr;
-        float *lq = nullptr, *lk = nullptr, *lv = nullptr, *lb = nullptr;
         const size_t nb = size_t(std::max<int64_t>(1, bias_elems));
         if (e2.empty()) e2 = arena.alloc(size_t(q_elems), &rq, "the reference dQ");
         if (e2.empty()) e2 = arena.alloc(size_t(kv_elems), &rk, "the reference dK");
@@ -484,26 +571,8 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
                                           /*low_precision=*/true);
         if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
         if (e != cudaSuccess) return fail(cuda_error_text("dmattn reference backward", e), 1);
-        bool pass = true;
         std::string summary;
-        auto judge_grad = [&](const char* what, const void* g, const float* ref, const float* lp, int64_t n) {
-          std::vector<float> host(static_cast<size_t>(n));
-          cudaMemcpy(host.data(), ref, size_t(n) * sizeof(float), cudaMemcpyDeviceToHost);
-          double scale = 0;
-          for (float x : host) scale = std::max(scale, double(std::fabs(x)));
-          const ErrorStats s = compare_output(g, p.dtype, ref, n, stream);
-          const ErrorStats base = compare_output_fp32(lp, ref, n, stream);
-          const double tol = 2 * base.max_abs_err + 1e-3 * scale + 1e-4;
-          const bool ok = s.nonfinite == 0 && s.max_abs_err <= tol;
-          pass = pass && ok;
-          char buf[96];
-          std::snprintf(buf, sizeof buf, "%s%s %.1e/%.1e", summary.empty() ? "" : ", ", what, s.max_abs_err, tol);
-          summary += buf;
-        };
-        judge_grad("dQ", dq, rq, lq, q_elems);
-        judge_grad("dK", dk, rk, lk, kv_elems);
-        judge_grad("dV", dv, rv, lv, kv_elems);
-        if (bias_elems) judge_grad("dBias", dbias, rb, lb, bias_elems);
+        const bool pass = judge_grads(&summary);
         bwd.status = pass ? "PASS" : "FAIL";
         bwd.note = summary + " (err/tol: 2 x same-precision err + floor); ";
         if (!pass) ++failures;
@@ -556,6 +625,58 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
                   "; TFLOPS count 2·(3D+2Dv)·unmasked pairs";
       out_rows.push_back(bwd);
 
+      // --mask-bits: the same backward on the bit-packed mask, after a forward
+      // on it (whose summary it reads, as the byte row does); checked against
+      // the same references, and in deterministic mode bitwise against the
+      // byte row's gradients.
+      double bwd_bits_ms = 0;
+      if (opt.mask_bits && bits_ms > 0) {
+        DmaRow brow;
+        brow.name = bwd.name + " (bit-packed mask)";
+        DmaBackwardArgs bb = ba;
+        bb.mask_summary = opt.bwd_own_prepass ? nullptr : dma_forward_mask_summary(pb, ab);
+        const std::vector<uint8_t> bytes_grads = opt.deterministic ? grad_bytes() : std::vector<uint8_t>{};
+        e = dma_forward(pb, ab, stream);
+        if (e == cudaSuccess) e = cudaMemsetAsync(dq, 0xFF, size_t(q_elems) * 2, stream);
+        if (e == cudaSuccess) e = cudaMemsetAsync(dk, 0xFF, size_t(kv_elems) * 2, stream);
+        if (e == cudaSuccess) e = cudaMemsetAsync(dv, 0xFF, size_t(kv_elems) * 2, stream);
+        if (e == cudaSuccess) e = dma_backward(pb, bb, stream);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+        if (e != cudaSuccess) return fail(cuda_error_text("dmattn backward (bit-packed mask)", e), 1);
+        brow.status = "unchecked";
+        if (rq != nullptr) {
+          std::string summary;
+          const bool pass = judge_grads(&summary);
+          brow.status = pass ? "PASS" : "FAIL";
+          brow.note = summary + " (err/tol: 2 x same-precision err + floor); ";
+          if (!pass) ++failures;
+        }
+        if (!bytes_grads.empty()) {
+          const bool same = grad_bytes() == bytes_grads;
+          brow.note += same ? "bitwise identical to the byte mask's gradients; " : "DIFFERS from the byte mask's gradients; ";
+          if (!same) {
+            brow.status = "FAIL";
+            ++failures;
+          }
+        }
+        Timing bits_timing;
+        if (std::string t = time_calls(
+                [&] {
+                  const cudaError_t r = dma_backward(pb, bb, stream);
+                  return r == cudaSuccess ? std::string() : cuda_error_text("dmattn backward (bit-packed mask)", r);
+                },
+                opt.warmup, opt.iters, flush, flush_bytes, stream, &bits_timing);
+            !t.empty())
+          return fail(t, 1);
+        bwd_bits_ms = bits_timing.median_ms;
+        brow.ms = bwd_bits_ms;
+        brow.tflops = bwd_flops / (brow.ms * 1e-3) / 1e12;
+        brow.note += bb.mask_summary != nullptr
+                         ? "mask summary: the bit-packed forward's " + dma_forward_mask_scan_name(pb, ab.mask_scan, ab.splits, ab.core)
+                         : std::string("mask summary: its own pre-pass of the bits, in this time");
+        out_rows.push_back(brow);
+      }
+
       if (opt.sdpa || opt.torch) {
         std::string setup;
         // Every pair active (no mask, --mask causal or ones): with
@@ -564,7 +685,7 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
         const bool all_active = (opt.mask.empty() || opt.mask == "none" || opt.mask == "causal" || opt.mask == "ones");
         const std::vector<MaskedTorchPeer> peers =
             make_masked_torch_peers(p, q, k, v, &setup, dout, opt.sdpa && all_active);
-        add_peer_rows(peers, setup, "torch+mask bwd", bwd_flops, bwd.ms, "dmattn bwd");
+        add_peer_rows(peers, setup, "torch+mask bwd", bwd_flops, bwd.ms, "dmattn bwd", 0, bwd_bits_ms);
       }
     }
   }

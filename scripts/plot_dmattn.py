@@ -37,6 +37,16 @@ OURS_BWD = "dmattn bwd"
 # mask's summary built beforehand. Ours too, so neither a peer column nor a
 # speed-up curve: its own time column and time curve.
 OURS_GIVEN = "dmattn (mask summary given)"
+# --mask-bits (session 19): the same forward and backward on the mask
+# bit-packed. Ours too: own time columns, and the peers' speed-up over them.
+OURS_BITS = "dmattn (bit-packed mask)"
+OURS_BWD_BITS = "dmattn bwd (bit-packed mask)"
+OURS_EXTRA = (OURS_GIVEN, OURS_BITS, OURS_BWD_BITS)
+
+
+def is_bwd(variant):
+    """A backward row: 'dmattn bwd', 'dmattn bwd (deterministic)', 'sdpa(cudnn)+mask bwd', ..."""
+    return re.search(r"\bbwd\b", variant) is not None
 
 
 def window_of(row):
@@ -76,7 +86,7 @@ def unmasked_share(row):
     digits = row["tflops"].replace(".", "").lstrip("0")
     if "e" not in row["tflops"] and len(digits) < 3:
         return None
-    per_pair = (10 if row["variant"].endswith("bwd") else 4) * int(row["D"])
+    per_pair = (10 if is_bwd(row["variant"]) else 4) * int(row["D"])
     pairs = float(row["tflops"]) * 1e12 * float(row["time_ms"]) * 1e-3 / per_pair
     return pairs / (int(row["B"]) * int(row["H"]) * int(row["Nq"]) * int(row["Nk"]))
 
@@ -87,8 +97,8 @@ def ours_for(name):
 
 def only(name, rows):
     """The bwd table shows the backward rows; the others the forward rows."""
-    backward = [r for r in rows if r["variant"].endswith("bwd")]
-    return backward if name == "bwd" else [r for r in rows if not r["variant"].endswith("bwd")]
+    backward = [r for r in rows if is_bwd(r["variant"])]
+    return backward if name == "bwd" else [r for r in rows if not is_bwd(r["variant"])]
 
 
 def plot(name, rows, out_dir):
@@ -105,7 +115,7 @@ def plot(name, rows, out_dir):
             continue
         style = "-o" if variant == ours_name else "--s"
         ax_t.plot(xs, [float(pts[x]["time_ms"]) for x in xs], style, label=variant, markersize=4)
-        if variant != ours_name and variant != OURS_GIVEN:
+        if variant != ours_name and variant not in OURS_EXTRA:
             both = [x for x in xs if x in ours and ran(ours[x])]
             if both:
                 ax_s.plot(both, [float(pts[x]["time_ms"]) / float(ours[x]["time_ms"]) for x in both], "-o",
@@ -134,10 +144,11 @@ def table(name, rows):
     by = series(only(name, rows), x_of)
     if ours_name not in by:
         return ""
-    peers = [v for v in by if v not in (ours_name, OURS_GIVEN)]
-    given = by.get(OURS_GIVEN, {})
-    head = ([label, "unmasked pairs", "tiles skipped", f"{ours_name} ms"] +
-            ([f"{OURS_GIVEN} ms"] if given else []) + [f"{p} ms (speed-up)" for p in peers])
+    peers = [v for v in by if v != ours_name and v not in OURS_EXTRA]
+    extra = [v for v in OURS_EXTRA if v in by]  # ours again: the summary given, the bit-packed mask
+    bits = by.get(OURS_BWD_BITS if name == "bwd" else OURS_BITS, {})
+    head = ([label, "unmasked pairs", "tiles skipped", f"{ours_name} ms"] + [f"{v} ms" for v in extra] +
+            [f"{p} ms (speed-up{'; over the bit-packed mask' if bits else ''})" for p in peers])
     lines = [f"### {name}", "", "| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
     for x in sorted(by[ours_name]):
         r = by[ours_name][x]
@@ -146,13 +157,17 @@ def table(name, rows):
         cells = [str(x), f"{100 * share:.2f}%" if share is not None else "–",
                  f"{skipped:.1f}%" if skipped is not None else "–",
                  f"{float(r['time_ms']):.4f}" if ran(r) else r["status"]]
-        if given:
-            g = given.get(x)
+        for v in extra:
+            g = by[v].get(x)
             cells.append(f"{float(g['time_ms']):.4f}" if g is not None and ran(g) else "–")
         for p in peers:
             pr = by[p].get(x)
             if pr is not None and ran(pr) and ran(r):
-                cells.append(f"{float(pr['time_ms']):.4f} ({float(pr['time_ms']) / float(r['time_ms']):.2f}x)")
+                cell = f"{float(pr['time_ms']):.4f} ({float(pr['time_ms']) / float(r['time_ms']):.2f}x"
+                b = bits.get(x)
+                if b is not None and ran(b):
+                    cell += f"; {float(pr['time_ms']) / float(b['time_ms']):.2f}x"
+                cells.append(cell + ")")
             else:
                 cells.append("–")
         lines.append("| " + " | ".join(cells) + " |")

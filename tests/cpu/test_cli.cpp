@@ -113,6 +113,12 @@ TEST_CASE(cli_dynamic_mask_flags) {
   EXPECT_TRUE(!parse({"--bwd"}).options.bwd_own_prepass);  // default: the forward's mask summary
   EXPECT_TRUE(parse({"--bwd-own-prepass"}).options.bwd_own_prepass && parse({"--bwd-own-prepass"}).options.bwd);
   EXPECT_CONTAINS(parse({"--bwd-own-prepass=1"}).error, "--bwd-own-prepass takes no value");
+  EXPECT_TRUE(parse({"--mask", "ones", "--mask-bits"}).options.mask_bits &&
+              parse({"--mask", "ones", "--mask-bits"}).options.dynamic_mask());
+  EXPECT_TRUE(!parse({"--mask", "ones"}).options.mask_bits);
+  EXPECT_CONTAINS(parse({"--mask-bits"}).error, "--mask-bits packs the mask: add --mask ones or --mask topk");
+  EXPECT_CONTAINS(parse({"--mask", "causal", "--mask-bits"}).error, "--mask-bits packs the mask");
+  EXPECT_CONTAINS(parse({"--mask", "ones", "--mask-bits=1"}).error, "--mask-bits takes no value");
   EXPECT_TRUE(!parse({"--bwd-walk-in-order"}).options.bwd_rotate && parse({"--bwd-walk-in-order"}).options.bwd);
   EXPECT_CONTAINS(parse({"--bwd-walk-in-order=1"}).error, "--bwd-walk-in-order takes no value");
   EXPECT_EQ(parse({"--bias"}).options.dma_core, std::string("auto"));

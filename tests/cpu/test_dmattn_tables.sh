@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # scripts/dmattn_tables without a GPU: every row's command line must parse
 # (flash_attn_mma's own parser, through a stand-in that appends --help, so
-# nothing runs even where there is a GPU), and the decoding rows must be plain
-# top-W (--block 0) up to Nk = 512K while the other tables keep the default
-# block smoothing.
+# nothing runs even where there is a GPU), every row must also run the
+# bit-packed mask (--mask-bits), and the decoding rows must be plain top-W
+# (--block 0) up to Nk = 512K while the other tables keep the default block
+# smoothing.
 #   bash tests/cpu/test_dmattn_tables.sh build/flash_attn_mma
 set -u
 real=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
@@ -44,6 +45,7 @@ check "decode rows are plain top-W (--block 0)" [ "$(printf '%s\n' "$decode" | g
 check "decode reaches Nk = 524288" grep -q -- '--Nq 1 --Nk 524288 ' <<<"$decode"
 check "decode rows are causal top-1024 with a bias" \
   [ "$(printf '%s\n' "$decode" | grep -- '--causal' | grep -- '--mask topk --window 1024' | grep -c -- '--bias')" -eq 8 ]
+check "every row also runs the bit-packed mask (--mask-bits)" [ -z "$(printf '%s\n' "$rows" | grep -v -- '--mask-bits')" ]
 others=$(table_rows train; table_rows window; table_rows bwd)
 check "train, window and bwd keep the default block smoothing" bash -c '! grep -q -- "--block" <<<"$1"' _ "$others"
 
