@@ -182,25 +182,31 @@ std::string broadcast_rule(const DynamicMaskProblem& p) {
 
 // A mask (bool/uint8) or bias (q's dtype) of shape ({B|1}, {H|Hkv|1}, {Nq|1}, Nk),
 // dense in that shape; sets `operand` to read it through broadcast strides.
+// An int32 mask is attnlab.PackedMask's words (DmaMaskFormat::kBits, rows of
+// dma_mask_bit_row_words(Nk) words; python/attnlab/dynamic_mask.py passes no
+// other int32 mask): the caller sets the problem's mask_format.
 void bind_operand(const std::optional<at::Tensor>& t, const std::string& name, bool is_mask, const at::Tensor& q,
                   const DynamicMaskProblem& p, BroadcastOperand& operand) {
   if (!t) return;
   DMA_REQUIRE_VALUE(t->is_cuda() && t->device() == q.device(),
                     name + " must be on q's device (" + str(q.device()) + "), got one on " + str(t->device()));
+  const bool bits = is_mask && t->scalar_type() == at::kInt;
   if (is_mask)
-    DMA_REQUIRE_TYPE(t->scalar_type() == at::kBool || t->scalar_type() == at::kByte,
+    DMA_REQUIRE_TYPE(t->scalar_type() == at::kBool || t->scalar_type() == at::kByte || bits,
                      "mask must be bool or uint8 (0 = masked), got " + str(t->scalar_type()));
   else
     DMA_REQUIRE_TYPE(t->scalar_type() == q.scalar_type(),
                      "bias must have q's dtype (" + str(q.scalar_type()) + "), got " + str(t->scalar_type()));
+  const int64_t row = bits ? attnlab::dma_mask_bit_row_words(p.Nk) : p.Nk;  // elements per row
   const bool shape_ok = t->dim() == 4 && (t->size(0) == 1 || t->size(0) == p.B) &&
                         (t->size(1) == 1 || t->size(1) == p.H || t->size(1) == p.Hkv) &&
-                        (t->size(2) == 1 || t->size(2) == p.Nq) && t->size(3) == p.Nk;
-  DMA_REQUIRE_VALUE(shape_ok, name + " must have shape " + broadcast_rule(p) + ", got " + str(t->sizes()));
+                        (t->size(2) == 1 || t->size(2) == p.Nq) && t->size(3) == row;
+  DMA_REQUIRE_VALUE(shape_ok, name + (bits ? " (packed, " + std::to_string(row) + " words per row)" : "") +
+                                  " must have shape " + broadcast_rule(p) + ", got " + str(t->sizes()));
   DMA_REQUIRE_VALUE(t->is_contiguous(), name + " must be contiguous in its shape (call .contiguous()); got strides " +
                                             str(t->strides()));
   operand.data = t->data_ptr();
-  operand.set_shape(int(t->size(0)), int(t->size(1)), int(t->size(2)), p.Nk, p.H);
+  operand.set_shape(int(t->size(0)), int(t->size(1)), int(t->size(2)), int(row), p.H);
 }
 
 // Checks q, k, v, mask and bias and describes them as a problem; raises
@@ -238,7 +244,37 @@ DynamicMaskProblem make_dma_problem(const at::Tensor& q, const at::Tensor& k, co
   p.softcap = softcap ? float(*softcap) : 0.f;
   bind_operand(mask, "mask", true, q, p, p.mask);
   bind_operand(bias, "bias", false, q, p, p.bias);
+  if (mask && mask->scalar_type() == at::kInt) p.mask_format = attnlab::DmaMaskFormat::kBits;
   return p;
+}
+
+// attnlab.pack_mask: a 4-D bool/uint8 mask (b, h, q, Nk), contiguous, as its
+// bit-packed words (dma_pack_mask_bits): int32 (b, h, q, 2·ceil(Nk / 64)).
+at::Tensor dma_pack_mask_bits(const at::Tensor& mask) {
+  DMA_REQUIRE_VALUE(mask.is_cuda(), "mask must be a CUDA tensor, got one on " + str(mask.device()));
+  DMA_REQUIRE_TYPE(mask.scalar_type() == at::kBool || mask.scalar_type() == at::kByte,
+                   "mask must be bool or uint8 (0 = masked), got " + str(mask.scalar_type()));
+  DMA_REQUIRE_VALUE(mask.dim() == 4 && mask.is_contiguous() && mask.numel() > 0,
+                    "mask must be a contiguous, non-empty 4-D tensor, got " + str(mask.sizes()));
+  DMA_REQUIRE_VALUE(mask.size(0) <= 65535 && mask.size(1) <= 65535 && mask.size(2) < (int64_t(1) << 31) &&
+                        mask.size(3) < (int64_t(1) << 31),
+                    "mask too large: " + str(mask.sizes()));
+  DynamicMaskProblem p;  // the mask's own shape as the problem's (every dim "full")
+  p.B = int(mask.size(0));
+  p.H = p.Hkv = int(mask.size(1));
+  p.Nq = int(mask.size(2));
+  p.Nk = int(mask.size(3));
+  p.mask.data = mask.data_ptr();
+  p.mask.set_shape(p.B, p.H, p.Nq, p.Nk, p.H);
+  const c10::cuda::CUDAGuard guard(mask.device());
+  at::Tensor out = at::empty({mask.size(0), mask.size(1), mask.size(2), attnlab::dma_mask_bit_row_words(p.Nk)},
+                             mask.options().dtype(at::kInt));
+  const cudaError_t err =
+      attnlab::dma_pack_mask_bits(p, static_cast<uint32_t*>(out.data_ptr()), at::cuda::getCurrentCUDAStream());
+  if (err != cudaSuccess)
+    throw std::runtime_error(std::string("attnlab.pack_mask: packing ") + str(mask.sizes()) +
+                             " failed: " + cudaGetErrorString(err));
+  return out;
 }
 
 at::Tensor workspace_tensor(size_t bytes, const at::Tensor& like) {
@@ -395,6 +431,8 @@ PYBIND11_MODULE(_C, m) {
         pybind11::arg("softcap"), pybind11::arg("check_backward"), pybind11::arg("mask_summary") = pybind11::none(),
         "Dynamic-mask attention forward (use attnlab.dynamic_mask_attention); returns (out, lse, mask summary "
         "for the backward or None). mask_summary: dma_build_mask_summary's output (no mask scan then).");
+  m.def("dma_pack_mask_bits", &dma_pack_mask_bits, pybind11::arg("mask"),
+        "A 4-D bool/uint8 mask as bit-packed int32 words (use attnlab.pack_mask).");
   m.def("dma_build_mask_summary", &dma_build_mask_summary, pybind11::arg("q"), pybind11::arg("k"),
         pybind11::arg("v"), pybind11::arg("mask"), pybind11::arg("is_causal"),
         "The mask's 64x64 tile summary as uint8 (use attnlab.build_mask_summary).");

@@ -12,14 +12,17 @@ Dynamic-mask attention (GQA, a broadcast boolean mask and additive bias,
 softcap), differentiable, for use inside a model:
 
     o = attnlab.dynamic_mask_attention(q, k, v, attn_mask=mask, attn_bias=bias, is_causal=True)
+
+A mask shared by many calls can be packed to bits once (an eighth of the
+bytes for the kernels to read): attn_mask=attnlab.pack_mask(mask).
 """
 import torch  # noqa: F401  (loads libtorch before the extension)
 
 from . import _C
-from .dynamic_mask import MaskSummary, build_mask_summary, dynamic_mask_attention
+from .dynamic_mask import MaskSummary, PackedMask, build_mask_summary, dynamic_mask_attention, pack_mask
 
 __all__ = ["variants", "forward", "default_variant", "judge", "unsupported_reason", "dynamic_mask_attention",
-           "build_mask_summary", "MaskSummary"]
+           "build_mask_summary", "MaskSummary", "pack_mask", "PackedMask"]
 
 judge = _C.judge
 unsupported_reason = _C.unsupported_reason

@@ -8,7 +8,37 @@ from torch.autograd.function import once_differentiable
 
 from . import _C
 
-__all__ = ["dynamic_mask_attention", "build_mask_summary", "MaskSummary"]
+__all__ = ["dynamic_mask_attention", "build_mask_summary", "MaskSummary", "pack_mask", "PackedMask"]
+
+
+class PackedMask:
+    """A boolean mask packed to one bit per (query, key) by pack_mask: an
+    eighth of the bytes of a bool/uint8 mask, so the kernels' scan of it (all
+    of it, on every call) reads an eighth as much. Pass it as attn_mask; it
+    has the original mask's shape (`shape`) and broadcasts the same way.
+    `bits` holds the words (int32, rows of 2 * ceil(Nk / 64) words, bit
+    k % 32 of word k // 32 = key k). Pack once and reuse it for every layer and
+    call that shares the mask; it is a copy, so changing the original mask
+    afterwards does not change it."""
+
+    def __init__(self, bits, shape):
+        self.bits = bits
+        self.shape = torch.Size(shape)
+
+    def __repr__(self):
+        return f"attnlab.PackedMask(shape={list(self.shape)}, device={self.bits.device})"
+
+
+def pack_mask(attn_mask):
+    """attn_mask (bool or uint8, True/nonzero = keep; 1 to 4 dims, as
+    dynamic_mask_attention takes it) as a PackedMask."""
+    mask = _as_4d(attn_mask, "attn_mask")
+    return PackedMask(_C.dma_pack_mask_bits(mask), mask.shape)
+
+
+def _mask_tensor(attn_mask):
+    """The tensor the kernels read for attn_mask: a PackedMask's words, else the mask itself."""
+    return attn_mask.bits if isinstance(attn_mask, PackedMask) else attn_mask
 
 
 class MaskSummary:
@@ -23,7 +53,7 @@ class MaskSummary:
     def __init__(self, tensor, mask, q_shape, k_shape, is_causal):
         self.tensor = tensor
         self._mask = mask
-        self._version = mask._version
+        self._version = _mask_tensor(mask)._version
         self._key = (tuple(q_shape), tuple(k_shape), bool(is_causal))
 
     def check(self, attn_mask, q, k, is_causal):
@@ -32,7 +62,7 @@ class MaskSummary:
             raise ValueError("attnlab.dynamic_mask_attention: mask_summary given without attn_mask")
         if attn_mask is not self._mask:
             raise ValueError("attnlab.dynamic_mask_attention: mask_summary was built for another attn_mask tensor")
-        if attn_mask._version != self._version:
+        if _mask_tensor(attn_mask)._version != self._version:
             raise ValueError("attnlab.dynamic_mask_attention: attn_mask was modified after its mask_summary was built")
         if (tuple(q.shape), tuple(k.shape), bool(is_causal)) != self._key:
             raise ValueError("attnlab.dynamic_mask_attention: mask_summary was built for other q/k shapes or is_causal "
@@ -43,10 +73,11 @@ def build_mask_summary(q, k, attn_mask, is_causal=False):
     """The tile summary of attn_mask for attention of q [B, H, Nq, D] over
     k [B, Hkv, Nk, D] (only their shapes, dtype and device matter), as
     dynamic_mask_attention would compute it on every call; see MaskSummary."""
-    if not all(isinstance(t, torch.Tensor) for t in (q, k, attn_mask)):
-        raise TypeError("attnlab.build_mask_summary: q, k and attn_mask must be torch.Tensors")
+    if not all(isinstance(t, torch.Tensor) for t in (q, k)) or not isinstance(attn_mask, (torch.Tensor, PackedMask)):
+        raise TypeError("attnlab.build_mask_summary: q and k must be torch.Tensors, attn_mask a torch.Tensor or "
+                        "an attnlab.PackedMask")
     q, k = q.contiguous(), k.contiguous()
-    mask = _as_4d(attn_mask, "attn_mask")
+    mask = _kernel_mask(attn_mask, k)
     tensor = _C.dma_build_mask_summary(q, k, k, mask, bool(is_causal))
     return MaskSummary(tensor, attn_mask, q.shape, k.shape, is_causal)
 
@@ -92,6 +123,23 @@ def _as_4d(x, name):
     return x.contiguous()
 
 
+def _kernel_mask(attn_mask, k):
+    """attn_mask as the kernels take it: a bool/uint8 mask with 4 dims, or a
+    PackedMask's words (checked against k's key count: its padding would
+    otherwise pass for masked keys)."""
+    if isinstance(attn_mask, PackedMask):
+        nk = k.shape[2] if isinstance(k, torch.Tensor) and k.dim() == 4 else None
+        if nk is not None and attn_mask.shape[-1] != nk:
+            raise ValueError(f"attnlab.dynamic_mask_attention: attn_mask was packed for {attn_mask.shape[-1]} keys, "
+                             f"k has {nk}")
+        return attn_mask.bits
+    if isinstance(attn_mask, torch.Tensor) and attn_mask.dtype not in (torch.bool, torch.uint8):
+        # (the kernels read an int32 mask as packed words: only PackedMask passes one)
+        raise TypeError("attnlab.dynamic_mask_attention: attn_mask must be bool or uint8 (0 = masked) or an "
+                        f"attnlab.PackedMask, got {attn_mask.dtype}")
+    return _as_4d(attn_mask, "attn_mask")
+
+
 def dynamic_mask_attention(q, k, v, attn_mask=None, attn_bias=None, is_causal=False, scale=None, softcap=None,
                            deterministic=False, return_lse=False, mask_summary=None):
     """Attention with an optional boolean mask and additive bias (flash-dmattn
@@ -101,7 +149,9 @@ def dynamic_mask_attention(q, k, v, attn_mask=None, attn_bias=None, is_causal=Fa
             head h reads KV head h // (H // Hkv); fp16 or bf16, one dtype, on
             one CUDA device (a contiguous view that starts off a 16-byte
             boundary is copied first: the kernels read 16-byte pieces).
-        attn_mask  bool or uint8, True/nonzero = keep, False/0 = masked out;
+        attn_mask  bool or uint8, True/nonzero = keep, False/0 = masked out,
+            or the same packed to bits by pack_mask (PackedMask: an eighth
+            of the bytes for the kernels to read; the same results, bit for bit);
         attn_bias  q's dtype;
             each of shape ({B|1}, {H|Hkv|1}, {Nq|1}, Nk) (fewer dims get leading
             1s); a size-1 dim is broadcast without being expanded in memory.
@@ -142,7 +192,7 @@ def dynamic_mask_attention(q, k, v, attn_mask=None, attn_bias=None, is_causal=Fa
             raise TypeError("attnlab.dynamic_mask_attention: mask_summary must come from attnlab.build_mask_summary")
         mask_summary.check(attn_mask, q, k, is_causal)
         given = mask_summary.tensor
-    mask = _as_4d(attn_mask, "attn_mask")
+    mask = _kernel_mask(attn_mask, k)
     bias = _as_4d(attn_bias, "attn_bias")
     out, lse = DynamicMaskAttention.apply(q, k, v, mask, bias, bool(is_causal),
                                           None if scale is None else float(scale),

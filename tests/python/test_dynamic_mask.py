@@ -84,13 +84,15 @@ def make_inputs(B, H, Hkv, nq, nk, d, dtype, mask_shape=None, bias_shape=None, k
 
 
 def check(q, k, v, mask, bias, dout, causal=False, scale=None, softcap=None, deterministic=False, label="",
-          mask_summary=None):
-    """Runs attnlab and both references; asserts the pass rule. Returns ours."""
+          mask_summary=None, ours_mask=None):
+    """Runs attnlab and both references; asserts the pass rule. Returns ours.
+    ours_mask: what attnlab gets as attn_mask instead of `mask` (a PackedMask of it)."""
     d = q.shape[-1]
     ref_scale = d ** -0.5 if scale is None else scale
+    given_mask = mask if ours_mask is None else ours_mask
 
     def ours(q_, k_, v_, b_):
-        return attnlab.dynamic_mask_attention(q_, k_, v_, attn_mask=mask, attn_bias=b_, is_causal=causal,
+        return attnlab.dynamic_mask_attention(q_, k_, v_, attn_mask=given_mask, attn_bias=b_, is_causal=causal,
                                               scale=scale, softcap=softcap, deterministic=deterministic,
                                               return_lse=True, mask_summary=mask_summary)
 
@@ -258,6 +260,69 @@ def test_mask_summary_misuse_raises():
     mask[0, 0, 0, 0] = ~mask[0, 0, 0, 0]
     with pytest.raises(ValueError, match="modified"):
         run()
+
+
+def packed_by_torch(mask):
+    """pack_mask's words computed with torch ops: rows of 2 * ceil(Nk / 64)
+    int32 words, bit j of word w = key 32 w + j, padding 0."""
+    nk = mask.shape[-1]
+    words = 2 * ((nk + 63) // 64)
+    m = torch.zeros(*mask.shape[:-1], words * 32, dtype=torch.int64, device=mask.device)
+    m[..., :nk] = mask.long() != 0
+    w = (m.view(*mask.shape[:-1], words, 32) << torch.arange(32, device=mask.device)).sum(-1)
+    return torch.where(w >= 2 ** 31, w - 2 ** 32, w).to(torch.int32)
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("causal", [False, True], ids=["dense", "causal"])
+@pytest.mark.parametrize("mask_kind", ["per-kv-head", "query-broadcast", "2-D uint8"])
+def test_packed_mask_gives_the_same_bits(dtype, causal, mask_kind):
+    """pack_mask once, then dynamic_mask_attention(attn_mask=packed): its words
+    as torch packs them, the pass rule, and the same bits as the bool mask
+    (forward and, deterministic, every gradient); also with a summary built
+    from the packed mask."""
+    B, H, Hkv, nq, nk = 2, 4, 2, 150, 333
+    shape = {"per-kv-head": (B, Hkv, nq, nk), "query-broadcast": (1, Hkv, 1, nk), "2-D uint8": (nq, nk)}[mask_kind]
+    q, k, v, mask, bias, dout = make_inputs(B, H, Hkv, nq, nk, 64, dtype, mask_shape=shape,
+                                            bias_shape=(1, Hkv, 1, nk), keep=0.4)
+    mask[..., 64:192] = False  # two all-zero key tiles: tiles to skip
+    if mask_kind == "2-D uint8":
+        mask = mask.to(torch.uint8)
+    packed = attnlab.pack_mask(mask)
+    mask4 = mask if mask.dim() == 4 else mask[None, None]
+    assert isinstance(packed, attnlab.PackedMask) and packed.shape == mask4.shape
+    assert torch.equal(packed.bits, packed_by_torch(mask4)), f"{mask_kind}: packed words differ from torch's packing"
+    ref_mask = mask4.bool()
+    packed_run = check(q, k, v, ref_mask, bias, dout, causal=causal, deterministic=True, ours_mask=packed,
+                       label=f"{dtype} {mask_kind} packed")
+    byte_run = check(q, k, v, ref_mask, bias, dout, causal=causal, deterministic=True, label=f"{dtype} {mask_kind}")
+    summary = attnlab.build_mask_summary(q, k, packed, is_causal=causal)
+    given_run = check(q, k, v, ref_mask, bias, dout, causal=causal, deterministic=True, ours_mask=packed,
+                      mask_summary=summary, label=f"{dtype} {mask_kind} packed, summary given")
+    for other, what in ((packed_run, "the packed mask"), (given_run, "the packed mask's summary given")):
+        for name, a, b in zip(["O", "LSE", "dQ", "dK", "dV", "dBias"], [other[0], other[1]] + other[2],
+                              [byte_run[0], byte_run[1]] + byte_run[2]):
+            assert torch.equal(a, b), f"{dtype} {mask_kind}: {name} with {what} differs from the bool mask's"
+
+
+@needs_gpu
+def test_packed_mask_misuse_raises():
+    """A packed mask for another key count, a raw int32 mask (the kernels would
+    read it as packed words), a packed mask of a float tensor: clear errors."""
+    q, k, v, mask, _, _ = make_inputs(1, 2, 1, 40, 100, 64, torch.float16, mask_shape=(1, 1, 40, 100))
+    packed = attnlab.pack_mask(mask)
+    dma = attnlab.dynamic_mask_attention
+    dma(q, k, v, attn_mask=packed)  # the right use works
+    k2, v2 = k[:, :, :90].contiguous(), v[:, :, :90].contiguous()  # 90 keys: the same row words as 100
+    with pytest.raises(ValueError, match="packed for 100 keys, k has 90"):
+        dma(q, k2, v2, attn_mask=packed)
+    with pytest.raises(TypeError, match="must be bool or uint8"):
+        dma(q, k, v, attn_mask=packed.bits)
+    with pytest.raises(TypeError, match="must be bool or uint8"):
+        attnlab.pack_mask(mask.half())
+    with pytest.raises(ValueError, match="another attn_mask"):
+        dma(q, k, v, attn_mask=attnlab.pack_mask(mask), mask_summary=attnlab.build_mask_summary(q, k, packed))
 
 
 # ---- as a module inside a model ---------------------------------------------------------
