@@ -72,7 +72,8 @@ dmattn_shapes=("--Nq 1 --Nk 3000 --D 128 --Hkv 1 --mask topk --window 64 --block
                "--Nq 200 --Nk 130 --D 64 --Hkv 1 --causal --mask topk --window 64 --bias --bwd-chunks 3"
                "--Nq 200 --Nk 1000 --D 128 --Hkv 1 --causal --mask topk --window 500 --bias --dma-mask-scan in-kernel"
                "--Nq 130 --Nk 2333 --D 64 --mask topk --window 1166 --bias --dma-mask-scan prepass"
-               "--Nq 600 --Nk 800 --D 64 --Hkv 1 --causal --mask topk --window 400 --bias --dma-mask-scan pipelined --dma-prepass-chunks 5")
+               "--Nq 600 --Nk 800 --D 64 --Hkv 1 --causal --mask topk --window 400 --bias --dma-mask-scan pipelined --dma-prepass-chunks 5 --mask-bits"
+               "--Nq 130 --Nk 300 --D 128 --causal --mask topk --window 150 --bias --bwd --mask-bits")
 # run_sanitizers TOOL STREAM FIRST COUNT : shapes FIRST .. FIRST+COUNT-1 of the
 # rung shapes followed by the dynamic-mask ones, under TOOL, into
 # sanitizer_STREAM.txt. Three streams run at once (memcheck; racecheck in two
@@ -108,14 +109,20 @@ fi
 
 if [ "${DMATTN:-1}" != 0 ]; then
   step "dynamic-mask attention (issue 5): tests"
-  timeout 240 "$build/test_dmattn_reference" > "$out/dmattn_reference_tests.log" 2>&1; echo "test_dmattn_reference: rc=$? $(tail -1 "$out/dmattn_reference_tests.log")"
-  timeout 300 "$build/test_dmattn" > "$out/dmattn_tests.log" 2>&1; echo "test_dmattn: rc=$? $(tail -1 "$out/dmattn_tests.log")"
-  timeout 120 "$build/test_dmattn_summary" > "$out/dmattn_summary_tests.log" 2>&1
-  echo "test_dmattn_summary: rc=$? $(tail -1 "$out/dmattn_summary_tests.log")"
-  timeout 120 "$build/test_dmattn_backward_reference" > "$out/dmattn_backward_reference_tests.log" 2>&1
-  echo "test_dmattn_backward_reference: rc=$? $(tail -1 "$out/dmattn_backward_reference_tests.log")"
-  timeout 180 "$build/test_dmattn_backward" > "$out/dmattn_backward_tests.log" 2>&1
-  echo "test_dmattn_backward: rc=$? $(tail -1 "$out/dmattn_backward_tests.log")"
+  # dm_test TEST SECONDS LOG: one test under a timeout; its status line in LOG.rc.
+  # The three shorter tests run beside test_dmattn (their CPU references use
+  # other cores; session 19 doubled test_dmattn with the bit-packed mask runs).
+  dm_test() { timeout "$2" "$build/$1" > "$out/$3" 2>&1; echo "$1: rc=$? $(tail -1 "$out/$3")" > "$out/$3.rc"; }
+  dm_test test_dmattn_reference 240 dmattn_reference_tests.log & dm_pids=($!)
+  dm_test test_dmattn_summary 150 dmattn_summary_tests.log & dm_pids+=($!)
+  dm_test test_dmattn_backward_reference 150 dmattn_backward_reference_tests.log & dm_pids+=($!)
+  dm_test test_dmattn 400 dmattn_tests.log
+  dm_test test_dmattn_backward 240 dmattn_backward_tests.log
+  wait "${dm_pids[@]}"
+  for t in dmattn_reference dmattn dmattn_summary dmattn_backward_reference dmattn_backward; do
+    cat "$out/${t}_tests.log.rc"
+    rm -f "$out/${t}_tests.log.rc"
+  done
   grep -m 20 FAIL "$out/dmattn_tests.log" "$out/dmattn_summary_tests.log" "$out/dmattn_reference_tests.log" \
     "$out/dmattn_backward_reference_tests.log" \
     "$out/dmattn_backward_tests.log" | cut -c1-220
@@ -183,8 +190,9 @@ if [ "${DMATTN:-1}" != 0 ] && [ -z "${SKIP_BENCH:-}" ]; then
   : > "$out/dmattn_bench.txt"
   dbench() { timeout 180 "$build/flash_attn_mma" "$@" "${peers[@]}" --iters 10 --warmup 2 --csv "$out/dmattn.csv" 2>&1 | tee -a "$out/dmattn_bench.txt" | grep -vE "^-+$"; }
   # flash-dmattn's training shape: B=1 H=2 Hkv=1 D=128 causal, top-1024 keys of the bias per query
+  # (--mask-bits: also the rows on the same mask bit-packed, checked bitwise against the byte mask's)
   for L in ${DMATTN_L:-1024 8192 16384 32768}; do
-    dbench --B 1 --H 2 --Hkv 1 --N $L --D 128 --causal --mask topk --window 1024 --bias $([ $L -le 8192 ] && echo --check)
+    dbench --B 1 --H 2 --Hkv 1 --N $L --D 128 --causal --mask topk --window 1024 --bias --mask-bits $([ $L -le 8192 ] && echo --check)
   done
   # the forward's mask scans where the automatic choice changes (in-kernel up to 16K keys per
   # block, then the pipelined pre-pass)
@@ -197,30 +205,30 @@ if [ "${DMATTN:-1}" != 0 ] && [ -z "${SKIP_BENCH:-}" ]; then
   dbench --B 1 --H 2 --Hkv 1 --Nq 1 --Nk 32768 --D 128 --causal --mask topk --window 1024 --block 0 --bias --check
   dbench --B 1 --H 2 --Hkv 1 --Nq 1 --Nk 32768 --D 128 --causal --mask topk --window 1024 --block 0 --bias --check --splits 1
   dbench --B 1 --H 2 --Hkv 1 --Nq 1 --Nk 65536 --D 128 --causal --mask topk --window 1024 --block 0 --bias
-  dbench --B 1 --H 2 --Hkv 1 --Nq 1 --Nk 524288 --D 128 --causal --mask topk --window 1024 --block 0 --bias
+  dbench --B 1 --H 2 --Hkv 1 --Nq 1 --Nk 524288 --D 128 --causal --mask topk --window 1024 --block 0 --bias --mask-bits
   # decoding: the key-gather core (automatic) against the tile kernel, sparse and dense
   dbench --B 1 --H 2 --Hkv 1 --Nq 1 --Nk 524288 --D 128 --causal --mask topk --window 1024 --block 0 --bias --dma-core wgmma
   dbench --B 1 --H 2 --Hkv 1 --Nq 1 --Nk 65536 --D 128 --mask ones --bias
   dbench --B 1 --H 2 --Hkv 1 --Nq 1 --Nk 65536 --D 128 --mask ones --bias --dma-core wgmma
   # backward: checked where the reference is quick
-  dbench --B 1 --H 2 --Hkv 1 --N 2048 --D 128 --causal --mask topk --window 512 --bias --bwd --check
-  dbench --B 2 --H 4 --Hkv 2 --N 2048 --D 128 --causal --mask topk --window 512 --bias --deterministic --check
+  dbench --B 1 --H 2 --Hkv 1 --N 2048 --D 128 --causal --mask topk --window 512 --bias --bwd --check --mask-bits
+  dbench --B 2 --H 4 --Hkv 2 --N 2048 --D 128 --causal --mask topk --window 512 --bias --deterministic --check --mask-bits
   dbench --B 1 --H 2 --Hkv 1 --N 32768 --D 128 --causal --mask topk --window 1024 --bias --deterministic
-  dbench --B 1 --H 2 --Hkv 1 --N 32768 --D 128 --causal --mask topk --window 1024 --bias --bwd
+  dbench --B 1 --H 2 --Hkv 1 --N 32768 --D 128 --causal --mask topk --window 1024 --bias --bwd --mask-bits
   # the same with its own mask pre-pass (the in-kernel forward leaves no summary to reuse)
   dbench --B 1 --H 2 --Hkv 1 --N 32768 --D 128 --causal --mask topk --window 1024 --bias --bwd --dma-mask-scan in-kernel
   dbench --B 1 --H 2 --Hkv 1 --N 16384 --D 128 --causal --mask topk --window 1024 --bias --bwd --check
   dbench --B 1 --H 2 --Hkv 1 --N 16384 --D 128 --causal --mask topk --window 1024 --bias --bwd-chunks 1
   dbench --B 1 --H 8 --N 1024 --D 128 --mask ones --bias --bwd --check
-  dbench --B 1 --H 8 --N 8192 --D 128 --mask ones --bias --bwd
+  dbench --B 1 --H 8 --N 8192 --D 128 --mask ones --bias --bwd --mask-bits
   dbench --B 1 --H 8 --N 8192 --D 128 --mask ones --bias --bwd --dma-core mma
   # the skipping machinery on an all-ones mask with a bias, against the dense split-q rung
-  dbench --B 1 --H 8 --N 8192 --D 128 --mask ones --bias --check
+  dbench --B 1 --H 8 --N 8192 --D 128 --mask ones --bias --check --mask-bits
   dbench --B 1 --H 8 --N 8192 --D 128 --mask ones --bias --dma-core mma
   dbench --B 1 --H 8 --N 8192 --D 128 --mask ones
-  dbench --B 1 --H 8 --N 8192 --D 64 --mask ones --bias
+  dbench --B 1 --H 8 --N 8192 --D 64 --mask ones --bias --mask-bits
   dbench --B 1 --H 8 --N 8192 --D 64 --mask ones --bias --dma-core mma
-  dbench --B 1 --H 8 --N 8192 --D 64 --mask ones --bias --bwd
+  dbench --B 1 --H 8 --N 8192 --D 64 --mask ones --bias --bwd --mask-bits
   dbench --B 1 --H 8 --N 8192 --D 128 --mask ones --bias --dma-mask-scan in-kernel
   dbench --B 1 --H 8 --N 8192 --D 128 --mask ones --bias --dma-mask-scan pipelined
   dbench --B 1 --H 8 --N 8192 --D 64 --mask ones --bias --dma-mask-scan pipelined
