@@ -109,6 +109,7 @@ def plot(name, rows, out_dir):
         return None
     fig, (ax_t, ax_s) = plt.subplots(1, 2, figsize=(11, 4), layout="constrained")
     ours = by[ours_name]
+    bits = by.get(OURS_BWD_BITS if name == "bwd" else OURS_BITS, {})
     for variant, pts in by.items():
         xs = sorted(x for x, r in pts.items() if ran(r))
         if not xs:
@@ -118,8 +119,12 @@ def plot(name, rows, out_dir):
         if variant != ours_name and variant not in OURS_EXTRA:
             both = [x for x in xs if x in ours and ran(ours[x])]
             if both:
-                ax_s.plot(both, [float(pts[x]["time_ms"]) / float(ours[x]["time_ms"]) for x in both], "-o",
-                          label=f"vs {variant}", markersize=4)
+                line, = ax_s.plot(both, [float(pts[x]["time_ms"]) / float(ours[x]["time_ms"]) for x in both], "-o",
+                                  label=f"vs {variant}", markersize=4)
+                with_bits = [x for x in xs if x in bits and ran(bits[x])]
+                if with_bits:  # the same peer over the bit-packed mask's row: dashed, same colour
+                    ax_s.plot(with_bits, [float(pts[x]["time_ms"]) / float(bits[x]["time_ms"]) for x in with_bits],
+                              "--^", color=line.get_color(), label=f"vs {variant}, bit-packed mask", markersize=4)
     for ax in (ax_t, ax_s):
         ax.set_xscale("log", base=2)
         ax.set_xlabel(label)
