@@ -3,8 +3,8 @@
 // harness.
 //
 //   Q [B, H, Nq, D];  K, V [B, Hkv, Nk, D]  (H % Hkv == 0: query head h reads
-//   KV head h / (H / Hkv));  optional mask (uint8, 0 = masked) and bias (the
-//   input dtype), each broadcastable as ({B|1}, {H|Hkv|1}, {Nq|1}, Nk) and read
+//   KV head h / (H / Hkv));  optional mask (uint8, 0 = masked, or bit-packed:
+//   DmaMaskFormat) and bias (the input dtype), each broadcastable as ({B|1}, {H|Hkv|1}, {Nq|1}, Nk) and read
 //   through strides — a size-1 dimension has stride 0, nothing is expanded.
 //   S = scale·Q·Kᵀ + bias;  softcap c > 0: S = c·tanh(S / c);  S = -inf where
 //   mask == 0 or the causal rule (bottom-right aligned) excludes the pair;
