@@ -228,23 +228,28 @@ void run_case(const MaskedCase& c, uint64_t seed, bool deterministic = false, in
       }
       record(e == cudaSuccess && same, "bitwise identical over 5 runs: " + name);
       if (p.mask.data != nullptr && !reuse_summary && e == cudaSuccess) {
+        // The forward and the backward again on `problem` (fa, ba as set),
+        // the gradients and the forward's workspace poisoned first: whether
+        // every gradient is bit for bit the first run's.
+        auto rerun_same_bits = [&](const DynamicMaskProblem& problem) {
+          cudaMemset(d_fws, 0xab, dma_forward_workspace_bytes(p, 1));  // poison: the forward writes it
+          cudaMemset(d_dq, 0xFF, q_n * 2);
+          cudaMemset(d_dk, 0xFF, kv_n * 2);
+          cudaMemset(d_dv, 0xFF, kv_n * 2);
+          cudaMemset(d_db, 0xFF, std::max<size_t>(1, bias_n) * 2);
+          e = dma_forward(problem, fa, 0);
+          if (e == cudaSuccess) e = dma_backward(problem, ba, 0);
+          if (e == cudaSuccess) e = cudaDeviceSynchronize();
+          return e == cudaSuccess && bytes_of(d_dq, q_n * 2) == dq0 && bytes_of(d_dk, kv_n * 2) == dk0 &&
+                 bytes_of(d_dv, kv_n * 2) == dv0 && bytes_of(d_db, bias_n * 2) == db0;
+        };
         // Once more with the forward's summary (a pre-pass forward, then one
         // with the in-kernel scan, each followed by the backward without its
         // own pre-pass): the same bits.
         for (DmaMaskScan scan : {DmaMaskScan::kPrepass, DmaMaskScan::kInKernel}) {
           fa.mask_scan = scan;
           ba.mask_summary = dma_forward_mask_summary(pk, fa);
-          cudaMemset(d_fws, 0xab, dma_forward_workspace_bytes(p, 1));  // poison: the forward writes it
-          cudaMemset(d_dq, 0xFF, q_n * 2);
-          cudaMemset(d_dk, 0xFF, kv_n * 2);
-          cudaMemset(d_dv, 0xFF, kv_n * 2);
-          cudaMemset(d_db, 0xFF, std::max<size_t>(1, bias_n) * 2);
-          e = dma_forward(pk, fa, 0);
-          if (e == cudaSuccess) e = dma_backward(pk, ba, 0);
-          if (e == cudaSuccess) e = cudaDeviceSynchronize();
-          record(e == cudaSuccess && ba.mask_summary != nullptr && bytes_of(d_dq, q_n * 2) == dq0 &&
-                     bytes_of(d_dk, kv_n * 2) == dk0 && bytes_of(d_dv, kv_n * 2) == dv0 &&
-                     bytes_of(d_db, bias_n * 2) == db0,
+          record(ba.mask_summary != nullptr && rerun_same_bits(pk),
                  std::string("bitwise identical with the forward's mask summary (") +
                      (scan == DmaMaskScan::kPrepass ? "pre-pass" : "in-kernel scan") + "): " + name);
           ba.mask_summary = nullptr;
@@ -260,17 +265,7 @@ void run_case(const MaskedCase& c, uint64_t seed, bool deterministic = false, in
           for (int with_summary = 0; with_summary < 2 && e == cudaSuccess; ++with_summary) {
             fa.mask_scan = DmaMaskScan::kInKernel;
             ba.mask_summary = with_summary ? dma_forward_mask_summary(pb, fa) : nullptr;
-            cudaMemset(d_fws, 0xab, dma_forward_workspace_bytes(p, 1));
-            cudaMemset(d_dq, 0xFF, q_n * 2);
-            cudaMemset(d_dk, 0xFF, kv_n * 2);
-            cudaMemset(d_dv, 0xFF, kv_n * 2);
-            cudaMemset(d_db, 0xFF, std::max<size_t>(1, bias_n) * 2);
-            e = dma_forward(pb, fa, 0);
-            if (e == cudaSuccess) e = dma_backward(pb, ba, 0);
-            if (e == cudaSuccess) e = cudaDeviceSynchronize();
-            record(e == cudaSuccess && bytes_of(d_dq, q_n * 2) == dq0 && bytes_of(d_dk, kv_n * 2) == dk0 &&
-                       bytes_of(d_dv, kv_n * 2) == dv0 && bytes_of(d_db, bias_n * 2) == db0,
-                   std::string("bit-packed mask: bitwise identical to the byte mask's (") +
+            record(rerun_same_bits(pb), std::string("bit-packed mask: bitwise identical to the byte mask's (") +
                        (with_summary ? "the forward's in-kernel summary" : "its own pre-pass") + "): " + name);
             ba.mask_summary = nullptr;
           }
