@@ -4,8 +4,9 @@
 //
 //   Q [B, H, Nq, D];  K, V [B, Hkv, Nk, D]  (H % Hkv == 0: query head h reads
 //   KV head h / (H / Hkv));  optional mask (uint8, 0 = masked, or bit-packed:
-//   DmaMaskFormat) and bias (the input dtype), each broadcastable as ({B|1}, {H|Hkv|1}, {Nq|1}, Nk) and read
-//   through strides — a size-1 dimension has stride 0, nothing is expanded.
+//   DmaMaskFormat) and bias (the input dtype), each broadcastable as
+//   ({B|1}, {H|Hkv|1}, {Nq|1}, Nk) and read through strides — a size-1
+//   dimension has stride 0, nothing is expanded.
 //   S = scale·Q·Kᵀ + bias;  softcap c > 0: S = c·tanh(S / c);  S = -inf where
 //   mask == 0 or the causal rule (bottom-right aligned) excludes the pair;
 //   O = softmax(S)·V; LSE (natural log). A row that sees no key: O = 0,
@@ -70,9 +71,9 @@ struct DynamicMaskProblem {
   DmaMaskFormat mask_format = DmaMaskFormat::kBytes;
 
   // Whether query i of (batch b, query head h) may attend key j by the mask
-  // alone (true without one); either format. For the scalar readers (the
-  // references, the backward's per-score test); the kernels' fast paths read
-  // whole tiles.
+  // alone (true without one); either format. For the scalar readers (the GPU
+  // references); the attention kernels read whole tiles, and the backward's
+  // per-score test has its own per-format copy (score_prob's template flag).
   ATTNLAB_HOST_DEVICE bool mask_allows(int b_, int h_, int i, int j) const {
     if (mask.data == nullptr) return true;
     const int64_t at = mask.row_offset(b_, h_, i);
