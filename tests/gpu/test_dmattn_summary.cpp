@@ -306,48 +306,34 @@ void run_forward_case(const ForwardCase& c, uint64_t seed) {
   if (e == cudaSuccess) e = dma_forward(p, a, 0);
   if (e == cudaSuccess) e = dma_build_mask_summary(p, d_ref, 0);
   if (e == cudaSuccess) e = cudaDeviceSynchronize();
-  std::vector<uint32_t> got(summary_bytes / 4), want(summary_bytes / 4);
+  std::vector<uint32_t> got(summary_bytes / 4), want(summary_bytes / 4), got_bits(summary_bytes / 4);
   if (e == cudaSuccess) {
     cudaMemcpy(got.data(), d_ws, summary_bytes, cudaMemcpyDeviceToHost);
     cudaMemcpy(want.data(), d_ref, summary_bytes, cudaMemcpyDeviceToHost);
   }
+  // The in-kernel scan of the same mask bit-packed, on the same buffers (the
+  // workspace poisoned again): it must store the same words.
+  uint32_t* d_bits = nullptr;
+  cudaError_t e_bits = cudaErrorMemoryAllocation;
+  bool bits_reported = false;
+  if (expect && e == cudaSuccess && cudaMalloc(&d_bits, dma_mask_bits_bytes(p)) == cudaSuccess) {
+    const DynamicMaskProblem pb = dma_with_bit_mask(p, d_bits);
+    bits_reported = dma_forward_mask_summary(pb, a) == reinterpret_cast<const uint32_t*>(d_ws);
+    cudaMemset(d_ws, 0xab, ws_bytes);
+    e_bits = dma_pack_mask_bits(p, d_bits, 0);
+    if (e_bits == cudaSuccess) e_bits = dma_forward(pb, a, 0);
+    if (e_bits == cudaSuccess) e_bits = cudaMemcpy(got_bits.data(), d_ws, summary_bytes, cudaMemcpyDeviceToHost);
+  }
   for (void* ptr : {(void*)d_mask, (void*)d_q, (void*)d_k, (void*)d_v, (void*)d_o, (void*)d_lse, (void*)d_ws,
-                    (void*)d_ref})
+                    (void*)d_ref, (void*)d_bits})
     cudaFree(ptr);
   if (e != cudaSuccess) {
     record(false, "dma_forward (" + std::string(cudaGetErrorString(e)) + "): " + c.name());
     return;
   }
   if (!expect) return;
-  // The in-kernel scan of the same mask bit-packed: the same words.
-  if (c.splits == 1) {
-    uint8_t* d_mask2 = upload(mask);
-    uint32_t* d_bits = nullptr;
-    cudaMalloc(&d_bits, dma_mask_bits_bytes(p) + 8);
-    uint16_t *d_q2 = upload(qb), *d_k2 = upload(kb), *d_v2 = upload(vb), *d_o2 = upload(qb);
-    float *d_lse2 = nullptr, *d_ws2 = nullptr;
-    cudaMalloc(&d_lse2, size_t(c.B) * c.H * c.Nq * sizeof(float));
-    cudaMalloc(&d_ws2, ws_bytes);
-    cudaMemset(d_ws2, 0xab, ws_bytes);
-    DynamicMaskProblem pbytes = p;
-    pbytes.mask.data = d_mask2;
-    const DynamicMaskProblem pb = dma_with_bit_mask(pbytes, d_bits);
-    DmaForwardArgs ab = a;
-    ab.q = d_q2; ab.k = d_k2; ab.v = d_v2; ab.o = d_o2; ab.lse = d_lse2; ab.workspace = d_ws2;
-    cudaError_t eb = d_mask2 && d_bits && d_q2 && d_k2 && d_v2 && d_o2 && d_lse2 && d_ws2 ? cudaSuccess
-                                                                                          : cudaErrorMemoryAllocation;
-    if (eb == cudaSuccess) eb = dma_pack_mask_bits(pbytes, d_bits, 0);
-    if (eb == cudaSuccess) eb = dma_forward(pb, ab, 0);
-    if (eb == cudaSuccess) eb = cudaDeviceSynchronize();
-    std::vector<uint32_t> got_bits(summary_bytes / 4);
-    if (eb == cudaSuccess) cudaMemcpy(got_bits.data(), d_ws2, summary_bytes, cudaMemcpyDeviceToHost);
-    record(eb == cudaSuccess && dma_forward_mask_summary(pb, ab) == reinterpret_cast<const uint32_t*>(d_ws2) &&
-               got_bits == want,
-           "in-kernel scan of the bit-packed mask: summary words equal the pre-pass's: " + c.name());
-    for (void* ptr : {(void*)d_mask2, (void*)d_bits, (void*)d_q2, (void*)d_k2, (void*)d_v2, (void*)d_o2,
-                      (void*)d_lse2, (void*)d_ws2})
-      cudaFree(ptr);
-  }
+  record(e_bits == cudaSuccess && bits_reported && got_bits == want,
+         "in-kernel scan of the bit-packed mask: summary words equal the pre-pass's: " + c.name());
   size_t wrong = 0, first = got.size();
   for (size_t i = 0; i < got.size(); ++i)
     if (got[i] != want[i] && wrong++ == 0) first = i;
