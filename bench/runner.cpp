@@ -83,7 +83,11 @@ std::string ProblemBuffers::allocate(const AttnProblem& p, bool with_reference, 
     // As much of the wanted workspace as fits, keeping the margin free.
     cudaMemGetInfo(&free_bytes, &total_bytes);
     size_t budget = free_bytes > size_t(margin) ? free_bytes - size_t(margin) : 0;
-    size_t bytes = std::min(wanted_workspace, budget);
+    // Whole granules (the unfused baseline's heads), rounded up so that a
+    // variant wanting a little more than a whole number of them still gets it.
+    size_t bytes = wanted_workspace;
+    if (workspace_granule > 0) bytes += (workspace_granule - bytes % workspace_granule) % workspace_granule;
+    bytes = std::min(bytes, budget);
     if (workspace_granule > 0) bytes -= bytes % workspace_granule;
     if (bytes < min_workspace) bytes = min_workspace;
     err = alloc(bytes, &workspace_);

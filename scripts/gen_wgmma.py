@@ -7,9 +7,11 @@ root after changing SHAPES; the output is committed.
 """
 import pathlib
 
-SS_N = [32, 64, 128]      # S = Q·Kᵀ: both operands from shared memory, N = Bc (32: the backward's Sᵀ slices)
+SS_N = [32, 64, 128, 256]  # S = Q·Kᵀ: both operands from shared memory, N = Bc (32: the backward's Sᵀ slices;
+                           # 256: rung 11's 256-key score tiles)
 RS_N = [64, 128, 256]     # O += P·V: P from registers, N = Dv
 SS_TT_N = [64, 128]       # the dynamic-mask backward's dQ = dS·K: A M-major, B N-major, N = D
+SS_VT_N = [256]           # rung 11's O += P̃·V: P̃ K-major in shared memory (TMA from global), V N-major, N = 256
 TYPES = [("half", "f16"), ("__nv_bfloat16", "bf16")]
 
 
@@ -57,6 +59,13 @@ def ss_tt(ctype, ptype, n):
                       "1, 1", ctype, ptype, n)
 
 
+def ss_vt(ctype, ptype, n):
+    return ss_variant("wgmma_ss_vt",
+                      "      // As wgmma_ss, but trans-b = 1 (B is N-major: V, its rows running along\n"
+                      "      // the reduction dim, head dim contiguous); A stays K-major.",
+                      "0, 1", ctype, ptype, n)
+
+
 def rs(ctype, ptype, n):
     r = n // 2
     return f'''template <>
@@ -84,6 +93,8 @@ def main():
             out.append(rs(ctype, ptype, n))
         for n in SS_TT_N:
             out.append(ss_tt(ctype, ptype, n))
+        for n in SS_VT_N:
+            out.append(ss_vt(ctype, ptype, n))
     path = pathlib.Path(__file__).resolve().parent.parent / "kernels/common/wgmma_ops.inc"
     path.write_text("\n".join(out))
     print(f"wrote {path}")

@@ -1,5 +1,5 @@
 // attnlab: Hopper warpgroup MMA (wgmma, sm_90a) and the shared-memory layout
-// it reads. Used by rungs 07-09.
+// it reads. Used by rungs 07-11 and the dynamic-mask kernels.
 //
 // A warpgroup is 4 consecutive warps (128 threads, first warp index divisible
 // by 4). One wgmma.mma_async m64nNk16 multiplies a 64x16 A by a 16xN B into a
@@ -131,6 +131,11 @@ __device__ __forceinline__ void wgmma_rs_vt(float (&d)[N / 8][4], const uint32_t
 // the dynamic-mask backward for dQ = dS·K.
 template <typename T, int N>
 __device__ __forceinline__ void wgmma_ss_tt(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b, int accumulate);
+
+// d (+)= A·B, A [64 x 16] K-major in shared memory and B [16 x N] N-major (rows
+// along K, as V). Rung 11's O += P̃·V, where P̃ comes from global memory by TMA.
+template <typename T, int N>
+__device__ __forceinline__ void wgmma_ss_vt(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b, int accumulate);
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #include "wgmma_ops.inc"

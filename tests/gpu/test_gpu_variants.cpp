@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -50,7 +51,11 @@ AttnProblem make(int B, int H, int nq, int nk, int d, int dv, DType dtype, bool 
 
 bool alloc_and_prepare(const AttnProblem& p, ProblemBuffers& bufs, uint64_t seed, cudaStream_t s, ReferenceData* ref) {
   const size_t s_head = size_t(p.Nq) * p.Nk * 2;
-  std::string e = bufs.allocate(p, true, s_head * size_t(p.heads()), s_head, s_head);
+  // The unfused baseline's S for every head, or more if a variant wants more (rung 11's P̃).
+  size_t wanted = s_head * size_t(p.heads());
+  for (const Variant& v : all_variants())
+    if (v.unsupported_reason(p).empty()) wanted = std::max(wanted, v.workspace_bytes(p));
+  std::string e = bufs.allocate(p, true, wanted, s_head, s_head);
   if (e.empty()) e = prepare_inputs(p, bufs, seed, true, s, ref);
   if (!e.empty()) std::printf("setup error for %s: %s\n", p.shape_string().c_str(), e.c_str());
   return e.empty();

@@ -1,0 +1,524 @@
+// ============================================================================
+// Rung 11 — two passes: the scores pass stores unnormalised probabilities,
+//           the output pass is a plain GEMM (large head dims, up to 1024)
+// ============================================================================
+// What changes against rung 10: rung 10 keeps FlashAttention's one pass, and at
+// D = 1024 that means O of 64 query rows (64 x 1024 fp32, 256 KiB) does not fit
+// one SM, so two SMs split it and swap partial scores every 64-key tile, in
+// lock step, with one K/V slot (docs/10_cluster_split_d.md). Here the pass is
+// cut in two where the work is cheapest to cut at a large head dim:
+//   NEW pass 1 (scores): a block owns 128 query rows and walks the keys in
+//        256-key tiles; per tile S = Q·Kᵀ is a 128 x 256 x D GEMM (Q and K
+//        streamed through a kStages-deep ring of 64-column chunks, as any
+//        Hopper GEMM does), then the online softmax keeps a per-row reference
+//        max m_ref and running sum l and writes P̃ = exp(S - m_ref) — in the
+//        input dtype, as the one-pass kernels feed P to their P·V — to a
+//        workspace, with m_ref per (row, tile). m_ref moves only when a tile's
+//        max passes it by more than kRefSlack (2^8 in exp2 units; P̃ <= 256
+//        fits fp16), FlashAttention-4's conditional rescaling: on real data it
+//        moves in the first tiles and then almost never. Pass 1 writes LSE.
+//   NEW pass 2 (output): O[128 rows, 256 columns] = Σ_keys P̃·V, a GEMM whose
+//        two operands both arrive by TMA; where pass 1 moved some row's m_ref
+//        (a flag per 64 rows and tile says so) O is rescaled by
+//        exp(m_ref_old - m_ref_new) first; at the end O / l. No block holds
+//        more than 128 x 256 fp32 of O, whatever Dv is, and no block waits for
+//        another: the exchange rung 10 pays every 64 keys is gone.
+// The price is memory traffic: P̃ is Nq·Nk values per head, written once and
+// read Dv / 256 times (mostly from L2: the Dv / 256 blocks of a row block run
+// side by side). At D = 1024 each P̃ element costs 2·(D + Dv) = 4096 FLOPs of
+// MMA against 2 bytes written and ~2 read, ~1000 FLOP per byte, well above
+// the H200's ~200 FLOP per byte of HBM: compute bound, like a GEMM. At D = 64
+// it would be ~60 FLOP per byte, memory bound: use the one-pass rungs there.
+// The workspace is capped (kWorkspaceCap); more row blocks than fit run in
+// several rounds of the two passes.
+// Sources: the safe-softmax two-pass formulation (FlashAttention, arXiv:
+// 2205.14135, §2 and its Algorithm 0, which also materialises P); the
+// threshold on the running max: FlashAttention-4 (T. Dao et al., 2025,
+// "conditional softmax rescaling"); the warp-specialised TMA/wgmma GEMM
+// mainloop: FlashAttention-3 (arXiv:2407.08608, §3.1) and CUTLASS's
+// PipelineTmaAsync (full/empty barrier per stage).
+//
+// Per block (both passes): 2 compute warpgroups (64 rows each) + 1 producer
+// warpgroup (one thread issues the TMA copies): 384 threads.
+//   pass 1: S [64, 256] fp32 per warpgroup (128 registers); per stage
+//           sA: Q  [128 rows, 64 columns]        (Sw128Blocks, 16 KiB)
+//           sB: K  [256 keys, 64 columns]        (Sw128Blocks, 32 KiB)
+//   pass 2: O [64, 256] fp32 per warpgroup (128 registers); per stage
+//           sA: P̃ [128 rows, 64 keys]           (Sw128Blocks, 16 KiB)
+//           sB: V  [64 keys, 256 columns]        (4 Sw128 blocks, 32 KiB)
+//   2·kStages mbarriers (full: the producer's expect_tx + bytes; empty: one
+//   arrival per compute warp).
+// Shared memory: kStages x 49152 + 16·kStages (+1024 alignment slack):
+// stage2 99360, stage4 197696 bytes. Registers: 168 at launch; setmaxnreg
+// gives the producer 40 and the compute threads 232.
+//
+// Supports: fp16, bf16; D a multiple of 64 up to 1024, Dv in {256, 512, 768,
+// 1024}; any Nq, Nk >= 1; causal (bottom-right) or not; writes O and LSE.
+// Needs an sm_90 GPU, an sm_90a build, cuTensorMapEncodeTiled, and a workspace
+// of 128·(2·Nk' + 4·Nk'/256 + 4) + 8·Nk'/256 bytes per 128-row block
+// (Nk' = Nk rounded up to 256).
+//
+// Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 1024 --variant 'two-pass*' --sdpa --torch --check
+// ============================================================================
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "../common/attn_problem.h"
+#include "../common/online_softmax.cuh"
+#include "../common/rung_host.cuh"
+#include "../common/split_q_parts.cuh"
+#include "../common/tma.cuh"
+#include "../common/variant.h"
+#include "../common/wgmma.cuh"
+
+namespace attnlab {
+
+std::string hopper_wgmma_unsupported();  // 07_wgmma.cu
+
+namespace {
+
+template <int kStages_>
+struct TwoPassConfig {
+  static constexpr int kStages = kStages_;
+  static constexpr int kWarpgroups = 2;         // compute warpgroups, 64 query rows each
+  static constexpr int kBr = 64 * kWarpgroups;  // 128 query rows per block (both passes)
+  static constexpr int kBcScores = 256;         // pass 1: keys per score tile (wgmma N)
+  static constexpr int kBk = 64;                // the reduction step: D columns (pass 1), keys (pass 2)
+  static constexpr int kBv = 256;               // pass 2: output columns per block (wgmma N)
+  static constexpr int kChunksPerScoreTile = kBcScores / kBk;
+  static constexpr int kComputeWarps = 4 * kWarpgroups;
+  static constexpr int kProducerWarp = kComputeWarps;  // first warp of the third warpgroup
+  static constexpr int kWarps = kComputeWarps + 4;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kProducerRegs = 40;  // rung 09's split: 128·40 + 256·232 <= 65536
+  static constexpr int kComputeRegs = 232;
+  static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
+  static constexpr int kABytes = kBr * kBk * 2;         // Q or P̃ chunk
+  static constexpr int kBBytes = kBcScores * kBk * 2;   // K chunk [256, 64] or V chunk [64, 256]
+  static constexpr int kStageBytes = kABytes + kBBytes;
+  static constexpr int kBarriers = 2 * kStages;          // full and empty per stage
+  static constexpr int kSmemBytes = kStages * kStageBytes + 8 * kBarriers + 1024;  // + alignment slack
+  static constexpr int kTilesS = kBcScores / 8;
+  static constexpr int kTilesO = kBv / 8;
+  static constexpr int kVBoxes = kBv / 64;               // TMA boxes of 64 keys x 64 columns per V chunk
+  // NEW: m_ref moves only when a tile's max exceeds it by more than this (exp2
+  // units): P̃ <= 2^8 = 256, far inside fp16's 65504.
+  static constexpr float kRefSlack = 8.f;
+  static_assert(kBcScores == kBv && kBBytes == kBk * kBv * 2, "one B slot holds a K chunk or a V chunk");
+  static_assert(kLaunchRegs == 168 && kComputeRegs > kLaunchRegs, "header: 168 registers at launch");
+  static_assert(32 * (kProducerRegs + 2 * kComputeRegs) <= 65536 / 4, "one warp of each warpgroup per sub-partition");
+  static_assert(kABytes % 1024 == 0 && kStageBytes % 1024 == 0, "Sw128 tiles start 1024-byte aligned");
+  static_assert(kStages >= 2, "the ring overlaps a chunk's copy with the previous chunk's MMAs");
+};
+static_assert(TwoPassConfig<2>::kSmemBytes == 99360, "header: stage2 shared memory");
+static_assert(TwoPassConfig<4>::kSmemBytes == 197696, "header: stage4 shared memory");
+static_assert(TwoPassConfig<4>::kSmemBytes <= 232448, "fits the 227 KiB a block may have on sm_90");
+static_assert(TwoPassConfig<2>::kThreads == 384, "header: 2 compute warpgroups + 1 producer warpgroup");
+
+// NEW: the workspace of one round: `slots` row blocks of 128 rows, each with
+//   P̃:     [128][nk_pad]          input dtype, keys past Nk (and masked) = 0
+//   m_ref:  [128][score_tiles]     fp32, exp2 units, after each score tile
+//   inv_l:  [128]                  fp32, 1 / l (0 for a row that sees no key)
+//   moved:  [2][score_tiles]       4 bytes per (warpgroup, tile): byte w != 0 if
+//                                  a row of warp w moved its m_ref in that tile
+// stored array by array (all P̃ first), so P̃ is one [slots·128, nk_pad] matrix.
+struct TwoPassLayout {
+  int nk_pad = 0;
+  int score_tiles = 0;
+  int64_t row_blocks_per_head = 0;
+  int64_t row_blocks = 0;  // of the whole problem
+  size_t bytes_per_slot = 0;
+};
+
+constexpr size_t kWorkspaceCap = size_t(2) << 30;  // 2 GiB: B=1 H=8 N=8192 runs in one round
+
+TwoPassLayout two_pass_layout(const AttnProblem& p) {
+  constexpr int Br = TwoPassConfig<2>::kBr, Bc = TwoPassConfig<2>::kBcScores;
+  TwoPassLayout L;
+  L.nk_pad = (p.Nk + Bc - 1) / Bc * Bc;
+  L.score_tiles = L.nk_pad / Bc;
+  L.row_blocks_per_head = (p.Nq + Br - 1) / Br;
+  L.row_blocks = L.row_blocks_per_head * p.heads();
+  L.bytes_per_slot = size_t(Br) * L.nk_pad * 2 + size_t(Br) * L.score_tiles * 4 + size_t(Br) * 4 +
+                     size_t(2) * L.score_tiles * 4;
+  return L;
+}
+
+// Device view of one round's workspace.
+template <typename T>
+struct TwoPassWorkspace {
+  T* p_tilde;
+  float* m_ref;
+  float* inv_l;
+  uint32_t* moved;
+  int nk_pad;
+  int score_tiles;
+  int64_t first_row_block;  // of this round
+  int64_t row_blocks_per_head;
+};
+
+template <typename T>
+TwoPassWorkspace<T> carve_workspace(void* base, const TwoPassLayout& L, int64_t slots, int64_t first_row_block) {
+  constexpr int Br = TwoPassConfig<2>::kBr;
+  TwoPassWorkspace<T> w;
+  char* c = static_cast<char*>(base);
+  w.p_tilde = reinterpret_cast<T*>(c);
+  c += size_t(slots) * Br * L.nk_pad * 2;
+  w.m_ref = reinterpret_cast<float*>(c);
+  c += size_t(slots) * Br * L.score_tiles * 4;
+  w.inv_l = reinterpret_cast<float*>(c);
+  c += size_t(slots) * Br * 4;
+  w.moved = reinterpret_cast<uint32_t*>(c);
+  w.nk_pad = L.nk_pad;
+  w.score_tiles = L.score_tiles;
+  w.first_row_block = first_row_block;
+  w.row_blocks_per_head = L.row_blocks_per_head;
+  return w;
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// The stage ring both passes share: stage s = it % kStages holds sA and sB of
+// chunk `it` (counted across the block's whole loop); full[s] completes when
+// the producer's bytes have landed (phase it / kStages), empty[s] when every
+// compute warp is done reading it.
+template <typename Cfg>
+struct StageRing {
+  unsigned char* base;  // 1024-byte aligned
+  uint64_t* bars;       // full[0..kStages), empty[0..kStages)
+
+  __device__ __forceinline__ unsigned char* a(int it) const { return base + (it % Cfg::kStages) * Cfg::kStageBytes; }
+  __device__ __forceinline__ unsigned char* b(int it) const { return a(it) + Cfg::kABytes; }
+  __device__ __forceinline__ uint64_t* full(int it) const { return bars + it % Cfg::kStages; }
+  __device__ __forceinline__ uint64_t* empty(int it) const { return bars + Cfg::kStages + it % Cfg::kStages; }
+  __device__ __forceinline__ uint32_t phase(int it) const { return uint32_t(it / Cfg::kStages) & 1u; }
+
+  // Producer: wait until chunk it - kStages has left the slot, announce the bytes.
+  __device__ __forceinline__ void acquire(int it) const {
+    if (it >= Cfg::kStages) mbarrier_wait(empty(it), phase(it) ^ 1u);
+    mbarrier_arrive_expect_tx(full(it), Cfg::kStageBytes);
+  }
+  // Compute warps.
+  __device__ __forceinline__ void wait(int it) const { mbarrier_wait(full(it), phase(it)); }
+  __device__ __forceinline__ void release(int it) const {
+    if (threadIdx.x % 32 == 0) mbarrier_arrive(empty(it));  // one arrival per warp
+  }
+};
+
+template <typename Cfg>
+__device__ __forceinline__ StageRing<Cfg> make_ring(unsigned char* smem_raw) {
+  const uint32_t raw = smem_addr(smem_raw);
+  StageRing<Cfg> r;
+  r.base = smem_raw + (((raw + 1023) & ~1023u) - raw);
+  r.bars = reinterpret_cast<uint64_t*>(r.base + Cfg::kStages * Cfg::kStageBytes);
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < Cfg::kStages; ++s) {
+      mbarrier_init(r.bars + s, 1);                                     // full: the producer's expect_tx
+      mbarrier_init(r.bars + Cfg::kStages + s, Cfg::kComputeWarps);     // empty: every compute warp
+    }
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+  return r;
+}
+
+// The (head, first query row, round slot) of this block's row block. Row
+// blocks run from the last one of a head to the first, so that under a causal
+// mask the longest ones start first.
+struct RowBlock {
+  int64_t head;
+  int q_start;
+  int64_t slot;  // index in this round's workspace
+};
+template <typename T>
+__device__ __forceinline__ RowBlock row_block_of(const TwoPassWorkspace<T>& w, int64_t slot) {
+  const int64_t g = w.first_row_block + slot;
+  RowBlock rb;
+  rb.head = g / w.row_blocks_per_head;
+  rb.q_start = int(w.row_blocks_per_head - 1 - g % w.row_blocks_per_head) * 128;
+  rb.slot = slot;
+  return rb;
+}
+#endif
+
+// ---- pass 1: S = Q·Kᵀ per 256-key tile, P̃ = exp(S - m_ref) to the workspace ----
+template <typename Cfg, typename T>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+two_pass_scores_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUtensorMap tma_k,
+                       const TwoPassWorkspace<T> w, float* __restrict__ lse, const AttnProblem p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int Br = Cfg::kBr, Bc = Cfg::kBcScores, Bk = Cfg::kBk;
+  static_assert(Br == 128, "row_block_of counts 128-row blocks");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const StageRing<Cfg> ring = make_ring<Cfg>(smem_raw);
+  const RowBlock rb = row_block_of(w, blockIdx.x);
+  const int n_tiles = kv_tiles_for_query_tile(p, rb.q_start, Br, Bc);
+  const int d_chunks = p.D / Bk;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+
+  if (warp >= Cfg::kProducerWarp) {
+    warpgroup_reg_dealloc<Cfg::kProducerRegs>();
+    if (warp == Cfg::kProducerWarp && lane == 0) {
+      prefetch_tensor_map(&tma_q);
+      prefetch_tensor_map(&tma_k);
+      int it = 0;
+      for (int t = 0; t < n_tiles; ++t)
+        for (int c = 0; c < d_chunks; ++c, ++it) {
+          ring.acquire(it);
+          tma_load_3d(ring.a(it), &tma_q, ring.full(it), c * Bk, rb.q_start, int(rb.head));  // Q[128, 64]
+          tma_load_3d(ring.b(it), &tma_k, ring.full(it), c * Bk, t * Bc, int(rb.head));      // K[256, 64]
+        }
+    }
+    __syncwarp();
+    return;
+  }
+
+  warpgroup_reg_alloc<Cfg::kComputeRegs>();
+  const int warpgroup = threadIdx.x / 128;
+  const int r_local = warpgroup * 64 + (warp % 4) * 16 + lane / 4;  // rows r_local, r_local + 8 of the block
+  const int row0 = rb.q_start + r_local;
+  const float scale_log2 = p.scale * kLog2e;
+  float m_ref[2] = {-INFINITY, -INFINITY};  // exp2 units: scale_log2 · S
+  float l[2] = {0.f, 0.f};                  // this lane's share of Σ P̃ (relative to m_ref)
+  T* p_rows = w.p_tilde + (rb.slot * Br + r_local) * int64_t(w.nk_pad);
+  float* ref_rows = w.m_ref + (rb.slot * Br + r_local) * int64_t(w.score_tiles);
+  uint8_t* moved = reinterpret_cast<uint8_t*>(w.moved + (rb.slot * 2 + warpgroup) * int64_t(w.score_tiles));
+
+  int it = 0;
+  for (int t = 0; t < n_tiles; ++t) {
+    // ---- S[64, 256] = Q[warpgroup's 64 rows, :] · K_tᵀ, 64 columns of D per chunk ----
+    float S[Cfg::kTilesS][4];
+    for (int c = 0; c < d_chunks; ++c, ++it) {
+      ring.wait(it);
+      const uint64_t desc_q = make_sw128_desc(ring.a(it) + warpgroup * 64 * 128, 0, 1024);
+      const uint64_t desc_k = make_sw128_desc(ring.b(it), 0, 1024);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < Bk / 16; ++kk)  // 16 columns per step: 32 bytes into each 128-byte row
+        wgmma_ss<T, Bc>(S, advance_desc(desc_q, kk * 32), advance_desc(desc_k, kk * 32), (c | kk) != 0);
+      wgmma_commit();
+      if (c > 0) {
+        wgmma_wait<1>();  // chunk it - 1 is done: its slot may be refilled
+        ring.release(it - 1);
+      }
+    }
+    wgmma_wait<0>();
+    ring.release(it - 1);
+    fence_accumulators(S);
+
+    // ---- NEW: the tile's max moves m_ref only past the slack; P̃ = exp2(s·S - m_ref) ----
+    mask_scores(S, p, t * Bc, rb.q_start, row0, row0 + 8, lane % 4);
+    bool moved_here = false;
+    float ref_use[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int n = 0; n < Cfg::kTilesS; ++n) mx = fmaxf(mx, fmaxf(S[n][2 * r], S[n][2 * r + 1]));
+      mx = quad_allreduce_max(mx) * scale_log2;
+      if (mx > m_ref[r] + Cfg::kRefSlack) {  // -inf + slack: the row's first visible key
+        l[r] *= exp2_approx(m_ref[r] - mx);  // exp2(-inf) = 0: l was 0 anyway
+        m_ref[r] = mx;
+        moved_here = true;
+      }
+      ref_use[r] = m_ref[r] == -INFINITY ? 0.f : m_ref[r];  // a row with no visible key yet: P̃ = 0, not NaN
+    }
+    T* p_tile = p_rows + t * Bc + 2 * (lane % 4);
+#pragma unroll
+    for (int n = 0; n < Cfg::kTilesS; ++n) {
+      float e[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) e[i] = exp2_approx(fmaf(S[n][i], scale_log2, -ref_use[i / 2]));
+      l[0] += e[0] + e[1];
+      l[1] += e[2] + e[3];
+      *reinterpret_cast<uint32_t*>(p_tile + n * 8) = pack2<T>(e[0], e[1]);
+      *reinterpret_cast<uint32_t*>(p_tile + 8 * int64_t(w.nk_pad) + n * 8) = pack2<T>(e[2], e[3]);
+    }
+    if (lane % 4 == 0) {
+      ref_rows[t] = m_ref[0];
+      ref_rows[8 * w.score_tiles + t] = m_ref[1];
+    }
+    const bool warp_moved = __any_sync(0xffffffffu, moved_here);
+    if (lane == 0) moved[t * 4 + warp % 4] = warp_moved ? 1 : 0;
+  }
+
+  // ---- LSE = ln 2 · (m_ref + log2 l); pass 2 divides by l ----
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float lr = quad_allreduce_sum(l[r]);
+    if (lane % 4 != 0) continue;
+    w.inv_l[rb.slot * Br + r_local + 8 * r] = lr > 0.f ? 1.f / lr : 0.f;
+    if (row0 + 8 * r < p.Nq)
+      lse[rb.head * p.Nq + row0 + 8 * r] = lr > 0.f ? (m_ref[r] + __log2f(lr)) * kLn2 : -INFINITY;
+  }
+#endif
+}
+
+// ---- pass 2: O[128, 256] = Σ over 64-key chunks of P̃·V, then O / l ----------------
+template <typename Cfg, typename T>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+two_pass_output_kernel(const __grid_constant__ CUtensorMap tma_p, const __grid_constant__ CUtensorMap tma_v,
+                       const TwoPassWorkspace<T> w, T* __restrict__ o, const AttnProblem p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int Br = Cfg::kBr, Bk = Cfg::kBk, Bv = Cfg::kBv;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const StageRing<Cfg> ring = make_ring<Cfg>(smem_raw);
+  const int dv_blocks = p.Dv / Bv;
+  const RowBlock rb = row_block_of(w, blockIdx.x / dv_blocks);  // the dv_blocks blocks of a row block are neighbours
+  const int dv0 = (blockIdx.x % dv_blocks) * Bv;
+  const int n_chunks = kv_tiles_for_query_tile(p, rb.q_start, Br, Bk);  // pass 1 wrote ceil(.. / 256) tiles: enough
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+
+  if (warp >= Cfg::kProducerWarp) {
+    warpgroup_reg_dealloc<Cfg::kProducerRegs>();
+    if (warp == Cfg::kProducerWarp && lane == 0) {
+      prefetch_tensor_map(&tma_p);
+      prefetch_tensor_map(&tma_v);
+      for (int c = 0; c < n_chunks; ++c) {
+        ring.acquire(c);
+        tma_load_3d(ring.a(c), &tma_p, ring.full(c), c * Bk, int(rb.slot * Br), 0);  // P̃[128, 64]
+        for (int b = 0; b < Cfg::kVBoxes; ++b)                                       // V[64, 256]
+          tma_load_3d(ring.b(c) + b * Bk * 128, &tma_v, ring.full(c), dv0 + b * 64, c * Bk, int(rb.head));
+      }
+    }
+    __syncwarp();
+    return;
+  }
+
+  warpgroup_reg_alloc<Cfg::kComputeRegs>();
+  const int warpgroup = threadIdx.x / 128;
+  const int r_local = warpgroup * 64 + (warp % 4) * 16 + lane / 4;
+  const int row0 = rb.q_start + r_local;
+  const uint32_t* moved = w.moved + (rb.slot * 2 + warpgroup) * int64_t(w.score_tiles);
+  const float* ref_rows = w.m_ref + (rb.slot * Br + r_local) * int64_t(w.score_tiles);
+  float O[Cfg::kTilesO][4] = {};
+  uint32_t moved_next = Cfg::kChunksPerScoreTile < n_chunks ? moved[1] : 0u;  // read a score tile ahead
+  for (int c = 0; c < n_chunks; ++c) {
+    if (c > 0 && c % Cfg::kChunksPerScoreTile == 0) {
+      const int t = c / Cfg::kChunksPerScoreTile;
+      const uint32_t moved_now = moved_next;  // the same word for the whole warpgroup: a uniform branch
+      moved_next = (t + 1) * Cfg::kChunksPerScoreTile < n_chunks ? moved[t + 1] : 0u;
+      if (moved_now != 0u) {
+        // NEW: some row's m_ref moved in score tile t: O, accumulated relative
+        // to the old m_ref, is rescaled before the first chunk of tile t.
+        wgmma_wait<0>();
+        fence_accumulators(O);
+        float alpha[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const float before = ref_rows[8 * r * w.score_tiles + t - 1], after = ref_rows[8 * r * w.score_tiles + t];
+          alpha[r] = before == after ? 1.f : exp2_approx(before - after);  // -inf, -inf: 1, not NaN
+        }
+        rescale_output(O, alpha);
+      }
+    }
+    ring.wait(c);
+    const uint64_t desc_p = make_sw128_desc(ring.a(c) + warpgroup * 64 * 128, 0, 1024);
+    const uint64_t desc_v = make_sw128_desc(ring.b(c), Bk * 128, 1024);  // N-major: 64-column blocks 8 KiB apart
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Bk / 16; ++kk)  // 16 keys per step: 32 bytes into P̃'s rows, 16 rows (2 KiB) of V
+      wgmma_ss_vt<T, Bv>(O, advance_desc(desc_p, kk * 32), advance_desc(desc_v, kk * 16 * 128), 1);
+    wgmma_commit();
+    if (c > 0) {
+      wgmma_wait<1>();
+      ring.release(c - 1);
+    }
+  }
+  wgmma_wait<0>();
+  if (n_chunks > 0) ring.release(n_chunks - 1);
+  fence_accumulators(O);
+
+  // ---- O / l to global memory (rows < Nq) ----
+  T* Og = o + rb.head * p.Nq * p.Dv;
+  const int t4 = lane % 4;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row0 + 8 * r;
+    if (row >= p.Nq) continue;
+    const float inv = w.inv_l[rb.slot * Br + r_local + 8 * r];
+#pragma unroll
+    for (int n = 0; n < Cfg::kTilesO; ++n)
+      *reinterpret_cast<uint32_t*>(Og + int64_t(row) * p.Dv + dv0 + n * 8 + 2 * t4) =
+          pack2<T>(O[n][2 * r] * inv, O[n][2 * r + 1] * inv);
+  }
+#endif
+}
+
+std::string unsupported(const AttnProblem& p, int smem_bytes) {
+  static const std::string hopper = hopper_wgmma_unsupported();
+  if (!hopper.empty()) return hopper;
+  if (!tensor_map_encoder()) return "the driver has no cuTensorMapEncodeTiled (TMA needs CUDA 12+)";
+  if (p.D % 64 != 0 || p.D > 1024) return "head dim " + std::to_string(p.D) + " is not a multiple of 64 up to 1024";
+  if (p.Dv % 256 != 0 || p.Dv > 1024) return "Dv " + std::to_string(p.Dv) + " not in {256, 512, 768, 1024}";
+  const size_t limit = device_smem_optin_bytes();
+  if (limit != 0 && size_t(smem_bytes) > limit)
+    return "needs " + std::to_string(smem_bytes) + " B shared memory, device allows " + std::to_string(limit);
+  return "";
+}
+
+size_t workspace_bytes(const AttnProblem& p) {
+  const TwoPassLayout L = two_pass_layout(p);
+  const int64_t fit = std::max<int64_t>(1, int64_t(kWorkspaceCap / L.bytes_per_slot));
+  return size_t(std::min(L.row_blocks, fit)) * L.bytes_per_slot;
+}
+
+template <int kStages>
+cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stream) {
+  using Cfg = TwoPassConfig<kStages>;
+  const TwoPassLayout L = two_pass_layout(p);
+  const int64_t fit = b.workspace == nullptr ? 0 : int64_t(b.workspace_bytes / L.bytes_per_slot);
+  if (fit < 1) return cudaErrorMemoryAllocation;  // the harness sizes it with workspace_bytes()
+  // Rounds of equal size: ceil(row blocks / rounds) slots each.
+  const int64_t rounds = (L.row_blocks + fit - 1) / fit;
+  const int64_t slots = (L.row_blocks + rounds - 1) / rounds;
+  return dispatch_dtype(p.dtype, [&](auto type) -> cudaError_t {
+    using T = decltype(type);
+    CUtensorMap map_q, map_k, map_v, map_p;
+    if (!encode_head_tiles<Cfg::kBr>(&map_q, b.q, p.dtype, p.heads(), p.Nq, p.D) ||
+        !encode_head_tiles<Cfg::kBcScores>(&map_k, b.k, p.dtype, p.heads(), p.Nk, p.D) ||
+        !encode_head_tiles<Cfg::kBk>(&map_v, b.v, p.dtype, p.heads(), p.Nk, p.Dv) ||
+        !encode_head_tiles<Cfg::kBr>(&map_p, b.workspace, p.dtype, 1, int(slots * Cfg::kBr), L.nk_pad))
+      return cudaErrorInvalidValue;
+    for (int64_t first = 0; first < L.row_blocks; first += slots) {
+      const int64_t n = std::min(slots, L.row_blocks - first);
+      const TwoPassWorkspace<T> w = carve_workspace<T>(b.workspace, L, slots, first);
+      cudaError_t err = launch_with_smem(two_pass_scores_kernel<Cfg, T>, dim3(unsigned(n)), Cfg::kThreads,
+                                         Cfg::kSmemBytes, stream, map_q, map_k, w, b.lse, p);
+      if (err != cudaSuccess) return err;
+      err = launch_with_smem(two_pass_output_kernel<Cfg, T>, dim3(unsigned(n * (p.Dv / Cfg::kBv))), Cfg::kThreads,
+                             Cfg::kSmemBytes, stream, map_p, map_v, w, static_cast<T*>(b.o), p);
+      if (err != cudaSuccess) return err;
+    }
+    return cudaSuccess;
+  });
+}
+
+template <int kStages>
+Variant make_variant() {
+  using Cfg = TwoPassConfig<kStages>;
+  Variant v;
+  v.name = "two-pass+stage" + std::to_string(kStages);
+  v.rung = "11_two_pass";
+  v.unsupported_reason = [](const AttnProblem& p) { return unsupported(p, Cfg::kSmemBytes); };
+  v.workspace_bytes = workspace_bytes;
+  v.launch = launch<kStages>;
+  v.describe = [] {
+    return "sm_90a wgmma + TMA; pass 1: S per 128 x 256 tile, P̃ = exp(S - m_ref) to a workspace; pass 2: O = P̃·V "
+           "per 128 x 256 tile; stages=" +
+           std::to_string(kStages) + "; Br=" + std::to_string(Cfg::kBr) + " Bc=" + std::to_string(Cfg::kBcScores) +
+           " warps=" + std::to_string(Cfg::kWarps) + " smem=" + std::to_string(Cfg::kSmemBytes) +
+           "B; D multiple of 64 up to 1024, Dv in {256, 512, 768, 1024}; fp16/bf16; causal or not; any Nq, Nk";
+  };
+  return v;
+}
+
+}  // namespace
+
+std::vector<Variant> make_two_pass_variants() { return {make_variant<2>(), make_variant<4>()}; }
+
+}  // namespace attnlab
