@@ -102,7 +102,14 @@ struct TwoPassConfig {
   static constexpr int kBBytes = kBcScores * kBk * 2;   // K chunk [256, 64] or V chunk [64, 256]
   static constexpr int kStageBytes = kABytes + kBBytes;
   static constexpr int kBarriers = 2 * kStages;          // full and empty per stage
-  static constexpr int kSmemBytes = kStages * kStageBytes + 8 * kBarriers + 1024;  // + alignment slack
+  // NEW: pass 1 stages P̃ in shared memory, half a score tile per warpgroup at
+  // a time, and stores it with TMA (one instruction per 64 x 64 box) instead
+  // of 64 scattered 4-byte stores per thread and tile.
+  static constexpr int kStoreCols = kBcScores / 2;
+  static constexpr int kStoreBytes = kWarpgroups * 64 * kStoreCols * 2;  // sOut: [2][64, 128], Sw128Blocks
+  static constexpr int kSmemScores = kStages * kStageBytes + kStoreBytes + 8 * kBarriers + 1024;  // + alignment slack
+  static constexpr int kSmemOutput = kStages * kStageBytes + 8 * kBarriers + 1024;
+  static constexpr int kSmemBytes = kSmemScores > kSmemOutput ? kSmemScores : kSmemOutput;
   static constexpr int kTilesS = kBcScores / 8;
   static constexpr int kTilesO = kBv / 8;
   static constexpr int kVBoxes = kBv / 64;               // TMA boxes of 64 keys x 64 columns per V chunk
@@ -115,8 +122,10 @@ struct TwoPassConfig {
   static_assert(kABytes % 1024 == 0 && kStageBytes % 1024 == 0, "Sw128 tiles start 1024-byte aligned");
   static_assert(kStages >= 2, "the ring overlaps a chunk's copy with the previous chunk's MMAs");
 };
-static_assert(TwoPassConfig<2>::kSmemBytes == 99360, "header: stage2 shared memory");
-static_assert(TwoPassConfig<4>::kSmemBytes == 197696, "header: stage4 shared memory");
+static_assert(TwoPassConfig<2>::kSmemScores == 132128 && TwoPassConfig<2>::kSmemOutput == 99360,
+              "header: stage2 shared memory");
+static_assert(TwoPassConfig<4>::kSmemScores == 230464 && TwoPassConfig<4>::kSmemOutput == 197696,
+              "header: stage4 shared memory");
 static_assert(TwoPassConfig<4>::kSmemBytes <= 232448, "fits the 227 KiB a block may have on sm_90");
 static_assert(TwoPassConfig<2>::kThreads == 384, "header: 2 compute warpgroups + 1 producer warpgroup");
 
@@ -209,12 +218,14 @@ struct StageRing {
   }
 };
 
-template <typename Cfg>
+// kGapBytes: what the kernel keeps between the stages and the barriers (1024-aligned).
+template <typename Cfg, int kGapBytes>
 __device__ __forceinline__ StageRing<Cfg> make_ring(unsigned char* smem_raw) {
+  static_assert(kGapBytes % 1024 == 0, "the gap keeps its own tiles aligned");
   const uint32_t raw = smem_addr(smem_raw);
   StageRing<Cfg> r;
   r.base = smem_raw + (((raw + 1023) & ~1023u) - raw);
-  r.bars = reinterpret_cast<uint64_t*>(r.base + Cfg::kStages * Cfg::kStageBytes);
+  r.bars = reinterpret_cast<uint64_t*>(r.base + Cfg::kStages * Cfg::kStageBytes + kGapBytes);
   if (threadIdx.x == 0) {
     for (int s = 0; s < Cfg::kStages; ++s) {
       mbarrier_init(r.bars + s, 1);                                     // full: the producer's expect_tx
@@ -249,12 +260,14 @@ __device__ __forceinline__ RowBlock row_block_of(const TwoPassWorkspace<T>& w, i
 template <typename Cfg, typename T>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
 two_pass_scores_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUtensorMap tma_k,
-                       const TwoPassWorkspace<T> w, float* __restrict__ lse, const AttnProblem p) {
+                       const __grid_constant__ CUtensorMap tma_p_store, const TwoPassWorkspace<T> w,
+                       float* __restrict__ lse, const AttnProblem p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int Br = Cfg::kBr, Bc = Cfg::kBcScores, Bk = Cfg::kBk;
   static_assert(Br == 128, "row_block_of counts 128-row blocks");
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  const StageRing<Cfg> ring = make_ring<Cfg>(smem_raw);
+  const StageRing<Cfg> ring = make_ring<Cfg, Cfg::kStoreBytes>(smem_raw);
+  T* sOut = reinterpret_cast<T*>(ring.base + Cfg::kStages * Cfg::kStageBytes);  // [2 warpgroups][64, 128]
   const RowBlock rb = row_block_of(w, blockIdx.x);
   const int n_tiles = kv_tiles_for_query_tile(p, rb.q_start, Br, Bc);
   const int d_chunks = p.D / Bk;
@@ -284,7 +297,9 @@ two_pass_scores_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_c
   const float scale_log2 = p.scale * kLog2e;
   float m_ref[2] = {-INFINITY, -INFINITY};  // exp2 units: scale_log2 · S
   float l[2] = {0.f, 0.f};                  // this lane's share of Σ P̃ (relative to m_ref)
-  T* p_rows = w.p_tilde + (rb.slot * Br + r_local) * int64_t(w.nk_pad);
+  T* sOut_mine = sOut + warpgroup * 64 * Cfg::kStoreCols;
+  const int r_box = (warp % 4) * 16 + lane / 4;  // the lane's rows r_box, r_box + 8 in the warpgroup's 64
+  const bool store_thread = threadIdx.x % 128 == 0;  // issues the warpgroup's TMA stores
   float* ref_rows = w.m_ref + (rb.slot * Br + r_local) * int64_t(w.score_tiles);
   uint8_t* moved = reinterpret_cast<uint8_t*>(w.moved + (rb.slot * 2 + warpgroup) * int64_t(w.score_tiles));
 
@@ -327,16 +342,39 @@ two_pass_scores_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_c
       }
       ref_use[r] = m_ref[r] == -INFINITY ? 0.f : m_ref[r];  // a row with no visible key yet: P̃ = 0, not NaN
     }
-    T* p_tile = p_rows + t * Bc + 2 * (lane % 4);
 #pragma unroll
     for (int n = 0; n < Cfg::kTilesS; ++n) {
-      float e[4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) e[i] = exp2_approx(fmaf(S[n][i], scale_log2, -ref_use[i / 2]));
-      l[0] += e[0] + e[1];
-      l[1] += e[2] + e[3];
-      *reinterpret_cast<uint32_t*>(p_tile + n * 8) = pack2<T>(e[0], e[1]);
-      *reinterpret_cast<uint32_t*>(p_tile + 8 * int64_t(w.nk_pad) + n * 8) = pack2<T>(e[2], e[3]);
+      for (int i = 0; i < 4; ++i) S[n][i] = exp2_approx(fmaf(S[n][i], scale_log2, -ref_use[i / 2]));  // P̃, in place
+      l[0] += S[n][0] + S[n][1];
+      l[1] += S[n][2] + S[n][3];
+    }
+    // NEW: P̃ to the workspace through sOut, 128 columns at a time: every
+    // thread writes its fragments (swizzled: conflict-free), one thread of the
+    // warpgroup stores the two 64 x 64 boxes with TMA, and the next writes to
+    // sOut wait until that store has read it.
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      if (t > 0 || half > 0) {
+        if (store_thread) bulk_wait_read();
+        named_barrier_sync(1 + warpgroup, 128);
+      }
+#pragma unroll
+      for (int n = 0; n < Cfg::kTilesS / 2; ++n) {
+        const int col = n * 8 + 2 * (lane % 4);
+        const float* e = S[half * Cfg::kTilesS / 2 + n];
+        *reinterpret_cast<uint32_t*>(sOut_mine + Sw128Blocks<64>::offset(r_box, col)) = pack2<T>(e[0], e[1]);
+        *reinterpret_cast<uint32_t*>(sOut_mine + Sw128Blocks<64>::offset(r_box + 8, col)) = pack2<T>(e[2], e[3]);
+      }
+      fence_proxy_async_shared();
+      named_barrier_sync(1 + warpgroup, 128);
+      if (store_thread) {
+#pragma unroll
+        for (int b = 0; b < Cfg::kStoreCols / 64; ++b)
+          tma_store_3d(&tma_p_store, sOut_mine + b * 64 * 64, t * Bc + half * Cfg::kStoreCols + b * 64,
+                       int(rb.slot * Br) + warpgroup * 64, 0);
+        bulk_commit();
+      }
     }
     if (lane % 4 == 0) {
       ref_rows[t] = m_ref[0];
@@ -345,6 +383,8 @@ two_pass_scores_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_c
     const bool warp_moved = __any_sync(0xffffffffu, moved_here);
     if (lane == 0) moved[t * 4 + warp % 4] = warp_moved ? 1 : 0;
   }
+
+  if (store_thread) bulk_wait();  // sOut must outlive the stores' reads
 
   // ---- LSE = ln 2 · (m_ref + log2 l); pass 2 divides by l ----
 #pragma unroll
@@ -366,7 +406,10 @@ two_pass_output_kernel(const __grid_constant__ CUtensorMap tma_p, const __grid_c
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int Br = Cfg::kBr, Bk = Cfg::kBk, Bv = Cfg::kBv;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  const StageRing<Cfg> ring = make_ring<Cfg>(smem_raw);
+  const StageRing<Cfg> ring = make_ring<Cfg, 0>(smem_raw);
+  // NEW: launched with programmatic stream serialization, so its blocks may
+  // set up while pass 1 drains; nothing of the workspace is read before this.
+  griddep_wait();
   const int dv_blocks = p.Dv / Bv;
   const RowBlock rb = row_block_of(w, blockIdx.x / dv_blocks);  // the dv_blocks blocks of a row block are neighbours
   const int dv0 = (blockIdx.x % dv_blocks) * Bv;
@@ -478,20 +521,25 @@ cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stre
   const int64_t slots = (L.row_blocks + rounds - 1) / rounds;
   return dispatch_dtype(p.dtype, [&](auto type) -> cudaError_t {
     using T = decltype(type);
-    CUtensorMap map_q, map_k, map_v, map_p;
+    // P̃ of a round is one [slots·128, nk_pad] matrix: stored (pass 1) in boxes
+    // of 64 rows, one warpgroup's, and loaded (pass 2) in boxes of 128.
+    CUtensorMap map_q, map_k, map_v, map_p_store, map_p;
     if (!encode_head_tiles<Cfg::kBr>(&map_q, b.q, p.dtype, p.heads(), p.Nq, p.D) ||
         !encode_head_tiles<Cfg::kBcScores>(&map_k, b.k, p.dtype, p.heads(), p.Nk, p.D) ||
         !encode_head_tiles<Cfg::kBk>(&map_v, b.v, p.dtype, p.heads(), p.Nk, p.Dv) ||
+        !encode_head_tiles<64>(&map_p_store, b.workspace, p.dtype, 1, int(slots * Cfg::kBr), L.nk_pad) ||
         !encode_head_tiles<Cfg::kBr>(&map_p, b.workspace, p.dtype, 1, int(slots * Cfg::kBr), L.nk_pad))
       return cudaErrorInvalidValue;
     for (int64_t first = 0; first < L.row_blocks; first += slots) {
       const int64_t n = std::min(slots, L.row_blocks - first);
       const TwoPassWorkspace<T> w = carve_workspace<T>(b.workspace, L, slots, first);
+      // Pass 1 rewrites the workspace pass 2 of the round before read: an ordinary launch.
       cudaError_t err = launch_with_smem(two_pass_scores_kernel<Cfg, T>, dim3(unsigned(n)), Cfg::kThreads,
-                                         Cfg::kSmemBytes, stream, map_q, map_k, w, b.lse, p);
+                                         Cfg::kSmemScores, stream, map_q, map_k, map_p_store, w, b.lse, p);
       if (err != cudaSuccess) return err;
-      err = launch_with_smem(two_pass_output_kernel<Cfg, T>, dim3(unsigned(n * (p.Dv / Cfg::kBv))), Cfg::kThreads,
-                             Cfg::kSmemBytes, stream, map_p, map_v, w, static_cast<T*>(b.o), p);
+      err = launch_with_smem_overlapped(two_pass_output_kernel<Cfg, T>, dim3(unsigned(n * (p.Dv / Cfg::kBv))),
+                                        Cfg::kThreads, Cfg::kSmemOutput, stream, map_p, map_v, w,
+                                        static_cast<T*>(b.o), p);
       if (err != cudaSuccess) return err;
     }
     return cudaSuccess;
