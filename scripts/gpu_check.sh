@@ -171,6 +171,7 @@ if [ -z "${QUICK:-}" ] && [ -z "${SKIP_BENCH:-}" ]; then
   bench --B 1 --H 8 --N 8192 --D 64 --dtype bf16
   bench --B 1 --H 8 --N 8192 --D 512
   bench --B 1 --H 8 --N 8192 --D 1024
+  bench --B 1 --H 8 --N 8192 --D 1024 --causal
   bench --B 4 --H 16 --N 4096 --D 128
   bench --B 1 --H 8 --Nq 1000 --Nk 8192 --D 128 --causal
 
