@@ -133,6 +133,10 @@ struct TwoPassConfig {
   static_assert(32 * (kProducerRegs + 2 * kComputeRegs) <= 65536 / 4, "one warp of each warpgroup per sub-partition");
   static_assert(kABytes % 1024 == 0 && kStageBytes % 1024 == 0, "Sw128 tiles start 1024-byte aligned");
   static_assert(kStages >= 2, "the ring overlaps a chunk's copy with the previous chunk's MMAs");
+  static_assert(kChunksPerScoreTile * kBk == kBcScores, "pass 2's chunks tile pass 1's score tiles");
+  static_assert(kProducerWarp % 4 == 0, "the producer warp starts a warpgroup (setmaxnreg)");
+  static_assert(kTilesS * 8 == kBcScores && kTilesO * 8 == kBv && kVBoxes * 64 == kBv, "fragment and box counts");
+  static_assert(kRefSlack > 0.f && kRefSlack <= 15.f, "P̃ <= 2^kRefSlack must fit fp16 (65504)");
 };
 static_assert(TwoPassConfig<2>::kSmemScores == 132128 && TwoPassConfig<2>::kSmemOutput == 99360,
               "header: stage2 shared memory");
