@@ -43,16 +43,22 @@ std::string head_dim_list() {
   return "{" + s + "}";
 }
 
+// "" when a block of `smem_bytes` dynamic shared memory fits the device's
+// opt-in limit (or there is no device to ask), else the reason.
+inline std::string smem_unsupported(size_t smem_bytes) {
+  const size_t limit = device_smem_optin_bytes();
+  if (limit != 0 && smem_bytes > limit)
+    return "needs " + std::to_string(smem_bytes) + " B shared memory, device allows " + std::to_string(limit);
+  return "";
+}
+
 // The reasons every rung shares for not running a problem ("" = runs).
 inline std::string common_unsupported(const AttnProblem& p, bool head_dim_ok, const std::string& head_dims,
                                       size_t smem_bytes) {
   if (p.Dv != p.D) return "needs Dv == D";
   if (!head_dim_ok) return "head dim " + std::to_string(p.D) + " not in " + head_dims;
   if (p.H > 65535 || p.B > 65535) return "B and H must be <= 65535 (grid limits)";
-  const size_t limit = device_smem_optin_bytes();
-  if (limit != 0 && smem_bytes > limit)
-    return "needs " + std::to_string(smem_bytes) + " B shared memory, device allows " + std::to_string(limit);
-  return "";
+  return smem_unsupported(smem_bytes);
 }
 
 // Sets the kernel's dynamic shared-memory limit and launches it.

@@ -1,8 +1,8 @@
 // attnlab: the Tensor Memory Accelerator (TMA, sm_90), the mbarriers that
 // count its bytes, and the thread-block clusters that let one TMA copy land in
-// several blocks' shared memory (multicast). Used by rungs 09 and 10
+// several blocks' shared memory (multicast). Used by rungs 09-11
 // (10 also reads a partner block's shared memory: mapa, ld.shared::cluster);
-// the tensor reduction at the end, by the dmattn backward.
+// the tensor store and reduction at the end, by rung 11 and the dmattn backward.
 //
 // TMA copies a box of a tensor between global and shared memory as one
 // instruction issued by one thread. The tensor's shape, strides, box size and

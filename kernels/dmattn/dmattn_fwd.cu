@@ -1083,11 +1083,7 @@ std::string dma_forward_unsupported(const DynamicMaskProblem& p) {
   int tile_bytes = 0;
   if (!dispatch_head_dim<DMA_HEAD_DIMS>(p.D, [&](auto d) { tile_bytes = DmaConfig<decltype(d)::value>::kTileBytes; }))
     return "head dim " + std::to_string(p.D) + " not in " + head_dim_list<DMA_HEAD_DIMS>();
-  const size_t limit = device_smem_optin_bytes();
-  const size_t need = dma_smem_bytes(tile_bytes, p.Nk);
-  if (limit != 0 && need > limit)
-    return "needs " + std::to_string(need) + " B shared memory, device allows " + std::to_string(limit);
-  return "";
+  return smem_unsupported(dma_smem_bytes(tile_bytes, p.Nk));
 }
 
 int dma_auto_splits(const DynamicMaskProblem& p) {

@@ -514,10 +514,7 @@ std::string unsupported(const AttnProblem& p, int smem_bytes) {
   if (!tensor_map_encoder()) return "the driver has no cuTensorMapEncodeTiled (TMA needs CUDA 12+)";
   if (p.D % 64 != 0 || p.D > 1024) return "head dim " + std::to_string(p.D) + " is not a multiple of 64 up to 1024";
   if (p.Dv % 256 != 0 || p.Dv > 1024) return "Dv " + std::to_string(p.Dv) + " not in {256, 512, 768, 1024}";
-  const size_t limit = device_smem_optin_bytes();
-  if (limit != 0 && size_t(smem_bytes) > limit)
-    return "needs " + std::to_string(smem_bytes) + " B shared memory, device allows " + std::to_string(limit);
-  return "";
+  return smem_unsupported(size_t(smem_bytes));
 }
 
 size_t workspace_bytes(const AttnProblem& p) {
