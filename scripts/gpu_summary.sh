@@ -38,6 +38,14 @@ echo "| variant | B,H,Nq,Nk,D | dtype | causal | ms | TFLOPS | x best peer | sta
 echo "|---|---|---|---|---|---|---|---|"
 tail -n +2 "$csv" | awk -F, '{printf "| %s | %s,%s,%s,%s,%s | %s | %s | %s | %s | %s | %s |\n", $6, $8, $9, $10, $11, $12, $14, $15, $16, $17, $18, $19}'
 echo
+if [ -s "$out/gemm_ceiling.txt" ]; then
+  echo "## The GEMM ceiling (cuBLAS through torch; scripts/gemm_ceiling.py)"
+  echo
+  echo '```'
+  cat "$out/gemm_ceiling.txt"
+  echo '```'
+  echo
+fi
 if [ -f "$out/dmattn_bench.txt" ]; then
   echo "## Dynamic-mask attention (issue 5)"
   echo

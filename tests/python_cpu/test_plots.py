@@ -1,4 +1,5 @@
-"""CPU test of scripts/plot.py and scripts/compare_gpus.py on the fixture CSVs.
+"""CPU tests of the result scripts: plot.py, compare_gpus.py, doc_tables.py and
+plot_dmattn.py on the fixture CSVs; gemm_ceiling.py without a GPU.
 
     python3 tests/python_cpu/test_plots.py
 
@@ -17,6 +18,7 @@ PLOT = os.path.join(ROOT, "scripts", "plot.py")
 COMPARE = os.path.join(ROOT, "scripts", "compare_gpus.py")
 DOC_TABLES = os.path.join(ROOT, "scripts", "doc_tables.py")
 PLOT_DMATTN = os.path.join(ROOT, "scripts", "plot_dmattn.py")
+GEMM_CEILING = os.path.join(ROOT, "scripts", "gemm_ceiling.py")
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "results")
 CSV_A = os.path.join(FIXTURES, "FakeGPU-A", "fwd.csv")
 PNGS = ("fwd_tflops_vs_N.png", "fwd_tflops_vs_D.png", "fwd_ratio_heatmap.png")
@@ -187,6 +189,15 @@ def plot_dmattn_writes_pngs_and_summary(tmp):
 def plot_dmattn_without_csvs_exits_2(tmp):
     result = run(PLOT_DMATTN, tmp)
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+
+
+@test
+def gemm_ceiling_without_gpu_says_so_in_one_line(tmp):
+    # No GPU (CI), or one hidden: a one-line reason and exit 1, never a traceback.
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    result = subprocess.run([sys.executable, GEMM_CEILING], capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 1, f"exit {result.returncode}\n{result.stdout}{result.stderr}"
+    assert result.stderr.startswith("gemm_ceiling: ") and result.stderr.count("\n") == 1, result.stderr
 
 
 def main():
