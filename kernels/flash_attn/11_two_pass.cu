@@ -37,9 +37,10 @@
 // (1.14x) and rung 10 373.2 (1.68x); causal 559.7 (3.7x torch's unfused path);
 // D = 512 610.5 against rung 09's 466.0. ncu: pass 1 1.79 ms with the tensor
 // pipe 79 % busy (the softmax and P̃'s stores are not overlapped with the
-// MMAs), pass 2 1.57 ms at 92 %. gpu_check at 684a10d (after six minutes of
-// tests; every wgmma rung 5-12 % below the probes): D = 1024 548.6, 1.40x
-// torch's unfused path 391.1, 1.58x rung 10; D = 512 602.0, 1.39x rung 09.
+// MMAs), pass 2 1.57 ms at 92 %. gpu_check at b3334ef (after six minutes of
+// tests; every wgmma rung 5-12 % below the probes): D = 1024 565.3, 1.46x
+// torch's unfused path 388.3, 1.63x rung 10, 0.76 of cuBLAS's two GEMMs alone
+// (742.0, scripts/gemm_ceiling.py); D = 512 530.3, 1.19x rung 09.
 // docs/11_two_pass.md.
 // Sources: the safe-softmax two-pass formulation (FlashAttention, arXiv:
 // 2205.14135, §2 and its Algorithm 0, which also materialises P); the
