@@ -31,6 +31,21 @@ probe_build_ab() {
   el "built both"
 }
 
+# probe_build_with_head TARGET... : this tree (probe_build TARGET...) and,
+# beside it in /tmp/old, the harness of the landed commit (HEAD, no torch) —
+# the same-call A/B against what is landed. FO: that harness, empty if its
+# build failed.
+probe_build_with_head() {
+  local pb
+  mkdir -p /tmp/old && git archive HEAD | tar -x -C /tmp/old && (
+    cmake -S /tmp/old -B /tmp/old/b -DCMAKE_CUDA_ARCHITECTURES=90a -DATTNLAB_WITH_TORCH=OFF &&
+    cmake --build /tmp/old/b -j 6 --target flash_attn_mma) > $L/build_old.log 2>&1 &
+  pb=$!
+  PROBE_JOBS=10 probe_build "$@"
+  wait $pb && FO=/tmp/old/b/flash_attn_mma || { tail -20 $L/build_old.log; FO=; }
+  el "old build: ${FO:-failed}"
+}
+
 # racecheck_runs N : gpu_check's racecheck of the rungs at D=1024 causal (the shape
 # that caught rung 10's red_free release in session 7), N times; a failing
 # run's hazards are printed and its log returned.

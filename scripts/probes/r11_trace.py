@@ -2,10 +2,12 @@
 """Adds clock() tracing to a copy of rung 11's pass 1 (a probe, never committed
 into the kernel): per run of steps (A: both accumulators' MMAs, B:
 accumulator 1's epilogue, C: both, D: accumulator 0's epilogue) the cycles a
-step spends waiting for its slot, issuing its MMAs, in wgmma_wait<1>, and in
+step spends waiting for its slot, issuing its MMAs, retiring step s - kInFlight
+(commit + wgmma_wait), and in
 the epilogue part; the drains; printed by thread 0 of each warpgroup of block 0.
 It edits the pass 1 of scripts/probes/next_rung11_staggered.patch (apply that
-first); the landed pass 1 has no runs of steps.
+first; session21_c ran an earlier form of this script on probe b's version, whose
+steps retired with a plain wgmma_wait<1>); the landed pass 1 has no runs of steps.
 Usage: r11_trace.py SRC DST"""
 import sys
 
@@ -32,12 +34,8 @@ sub('''  auto mma_step = [&](int s, auto&&... mmas) {
     const unsigned c1 = clock();
     wgmma_fence();
     (mmas(), ...);
-    wgmma_commit();
     const unsigned c2 = clock();
-    if (s > 0) {
-      wgmma_wait<1>();
-      ring.release(s - 1);
-    }
+    retire_previous(s);
     const unsigned c3 = clock();
     tr[region][0] += c1 - c0;
     tr[region][1] += c2 - c1;
@@ -65,8 +63,8 @@ sub('''    wgmma_wait<0>();
     for (int u = d; u < period; ++u, ++s) {''', '''    { const unsigned c = clock(); wgmma_wait<0>(); tr_drain += clock() - c; }
     for (int u = d; u < period; ++u, ++s) {''')
 sub('''  wgmma_wait<0>();
-  if (sched.steps > 0) ring.release(sched.steps - 1);''', '''  wgmma_wait<0>();
-  if (sched.steps > 0) ring.release(sched.steps - 1);
+  for (int r = max(0, sched.steps - Cfg::kInFlight); r < sched.steps; ++r) ring.release(r);''', '''  wgmma_wait<0>();
+  for (int r = max(0, sched.steps - Cfg::kInFlight); r < sched.steps; ++r) ring.release(r);
   if (blockIdx.x == 0 && threadIdx.x % 128 == 0) {  // printed by a kernel of its own (a call here serialises wgmma)
     unsigned* g = g_trace[warpgroup];
     g[0] = clock() - tr_start;
@@ -83,7 +81,7 @@ __global__ void print_trace_kernel() {
     const unsigned* g = g_trace[w];
     printf("trace wg%d: loop %u cycles, %u steps, drains %u\\n", w, g[0], g[1], g[2]);
     for (int r = 0; r < 4; ++r)
-      printf("trace wg%d run %c: %u steps; per step: slot wait %u, issue %u, wait<1> %u, epilogue %u\\n", w, 'A' + r,
+      printf("trace wg%d run %c: %u steps; per step: slot wait %u, issue %u, retire %u, epilogue %u\\n", w, 'A' + r,
              g[3 + 5 * r], g[4 + 5 * r], g[5 + 5 * r], g[6 + 5 * r], g[7 + 5 * r]);
   }
 }

@@ -5,15 +5,11 @@
 # built beside it without torch) on the same GPU in the same call, ncu's per-
 # pass time and tensor-pipe activity (session 20: pass 1 1.79 ms / 79 %), the
 # benchmarks with the peers, the sanitizers, and cuBLAS's GEMM ceiling.
+# Ran on the first version of the staggered pass 1 (ptxas serialised its wgmma);
+# scripts/probes/next_rung11_staggered.patch holds the last one (probe d's).
 cd "$(dirname "$0")/../.."
 . scripts/probes/common.sh
-mkdir -p /tmp/old && git archive HEAD | tar -x -C /tmp/old && (
-  cmake -S /tmp/old -B /tmp/old/b -DCMAKE_CUDA_ARCHITECTURES=90a -DATTNLAB_WITH_TORCH=OFF &&
-  cmake --build /tmp/old/b -j 6 --target flash_attn_mma) > $L/build_old.log 2>&1 &
-pb=$!
-PROBE_JOBS=10 probe_build flash_attn_mma test_gpu_variants
-wait $pb && FO=/tmp/old/b/flash_attn_mma || { tail -20 $L/build_old.log; FO=; }
-el "old build: ${FO:-failed}"
+probe_build_with_head flash_attn_mma test_gpu_variants
 cuobjdump -sass -fun regex:two_pass_scores $F 2>/dev/null | grep -oE "HGMMA\.[0-9A-Za-z]+|WARPGROUP\.[A-Z]+|WARPSYNC" | sort | uniq -c
 run_test 420 test_gpu_variants 'two-pass*'
 M=gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,lts__throughput.avg.pct_of_peak_sustained_elapsed,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum.pct_of_peak_sustained_elapsed

@@ -5,6 +5,8 @@
 # 79 %). A copy of the tree whose rung 11 carries clock() counters
 # (scripts/probes/r11_trace.py), built without torch, prints per run of steps
 # the cycles in the slot wait, the MMA issue, wgmma_wait<1> and the epilogue.
+# Ran on probe b's version (an earlier form of r11_trace.py; today's applies to
+# the patch's last version).
 cd "$(dirname "$0")/../.."
 . scripts/probes/common.sh
 T=/tmp/trace; mkdir -p $T && git ls-files -co --exclude-standard | tar -cf - -T - | tar -xf - -C $T

@@ -5,15 +5,10 @@
 # the epilogue without them. Rows of this probe's build only: the epilogue
 # spread over k = 2, 4, 8 steps, and 1 or 2 step groups of MMAs left in flight
 # (+kKwW); the landed build (HEAD) beside it. Variant tests, ncu's pass 1, A/B.
+# Its tree: the landed one with scripts/probes/next_rung11_staggered.patch applied.
 cd "$(dirname "$0")/../.."
 . scripts/probes/common.sh
-mkdir -p /tmp/old && git archive HEAD | tar -x -C /tmp/old && (
-  cmake -S /tmp/old -B /tmp/old/b -DCMAKE_CUDA_ARCHITECTURES=90a -DATTNLAB_WITH_TORCH=OFF &&
-  cmake --build /tmp/old/b -j 6 --target flash_attn_mma) > $L/build_old.log 2>&1 &
-pb=$!
-PROBE_JOBS=10 probe_build flash_attn_mma test_gpu_variants
-wait $pb && FO=/tmp/old/b/flash_attn_mma || { tail -20 $L/build_old.log; FO=; }
-el "old build: ${FO:-failed}"
+probe_build_with_head flash_attn_mma test_gpu_variants
 run_test 420 test_gpu_variants 'two-pass*'
 M=gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
 for v in 'two-pass+stage4' 'two-pass+stage4+k4w2' 'two-pass+stage4+k8w2' 'two-pass+stage4+k2w2' 'two-pass+stage4+k8w1'; do
