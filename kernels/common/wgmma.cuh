@@ -116,6 +116,27 @@ __device__ __forceinline__ void warpgroup_reg_alloc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
 }
 
+// The warp split of the TMA-fed rungs (09, 10, 11; rung 09 introduced it):
+// kComputeWarpgroups compute warpgroups, then one producer warpgroup whose
+// first thread issues the copies (setmaxnreg works on whole warpgroups). With
+// two compute warpgroups, 384 threads start at 168 registers (an SM
+// sub-partition holds 3 of the 12 warps); the producer gives back all but 40
+// (with 24 or 32 its loop spills), which lifts the compute warpgroups to 232:
+// 128·40 + 256·232 <= 65536.
+template <int kComputeWarpgroups>
+struct ProducerWarpgroupSplit {
+  static constexpr int kComputeWarps = 4 * kComputeWarpgroups;
+  static constexpr int kProducerWarp = kComputeWarps;  // first warp of the last warpgroup (a multiple of 4)
+  static constexpr int kWarps = kComputeWarps + 4;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kProducerRegs = 40;
+  static constexpr int kComputeRegs = 232;
+  static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;  // what __launch_bounds__(kThreads, 1) leaves
+  static_assert(kComputeRegs > kLaunchRegs, "setmaxnreg raises the compute warpgroups");
+  static_assert(32 * (kProducerRegs + kComputeWarpgroups * kComputeRegs) <= 65536 / 4,
+                "one warp of each warpgroup per sub-partition");
+};
+
 // ---- the MMAs ----------------------------------------------------------------
 // d (+)= A·Bᵀ, A [64 x 16] and B [N x 16] both K-major in shared memory.
 // accumulate = 0 overwrites d (the first k-step).

@@ -67,21 +67,16 @@ std::string hopper_wgmma_unsupported();  // 07_wgmma.cu
 namespace {
 
 template <int kHeadDim_, int kStages_>
-struct TmaSplitDConfig : SplitDTiles<kHeadDim_> {  // tile shapes: common/split_d_tile.cuh
+// NEW: the warps split into 2 compute warpgroups and a producer warpgroup
+// (common/wgmma.cuh's ProducerWarpgroupSplit): after setmaxnreg the producer
+// keeps 40 registers and the compute threads get 232 (rung 08's tile needs
+// about 215).
+struct TmaSplitDConfig : SplitDTiles<kHeadDim_>,  // tile shapes: common/split_d_tile.cuh
+                         ProducerWarpgroupSplit<SplitDTiles<kHeadDim_>::kWarpgroups> {
   static constexpr int kStages = kStages_;
-  static constexpr int kComputeWarps = 4 * TmaSplitDConfig::kWarpgroups;
-  static constexpr int kProducerWarp = kComputeWarps;  // NEW: first warp of a third warpgroup
-  static constexpr int kWarps = kComputeWarps + 4;     // setmaxnreg works on whole warpgroups
-  static constexpr int kThreads = 32 * kWarps;
-  // NEW: registers per thread after setmaxnreg. 384 threads start at 168 (an
-  // SM sub-partition holds 3 of the 12 warps); the producer gives back all but
-  // 40 (with 24 or 32 its loop spills), which lifts the compute warpgroups to
-  // 232 (rung 08's tile needs about 215): 128·40 + 256·232 <= 65536.
-  static constexpr int kProducerRegs = 40;
-  static constexpr int kComputeRegs = 232;
-  static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;  // what __launch_bounds__(kThreads, 1) leaves
-  static_assert(kLaunchRegs == 168 && kComputeRegs > kLaunchRegs, "header: 168 registers at launch");
-  static_assert(32 * (kProducerRegs + 2 * kComputeRegs) <= 65536 / 4, "one warp of each warpgroup per sub-partition");
+  static_assert(TmaSplitDConfig::kLaunchRegs == 168 && TmaSplitDConfig::kComputeRegs == 232 &&
+                    TmaSplitDConfig::kProducerRegs == 40,
+                "header: 168 registers at launch, 232 / 40 after setmaxnreg");
   static constexpr int kBarriers = 5;  // Q full, K full, K empty, V full, V empty
   static constexpr int kSmemBytes = TmaSplitDConfig::kTileBytes + 8 * kBarriers + 1024;  // + alignment slack
   static constexpr int kBoxBytes = TmaSplitDConfig::kBc * 64 * 2;  // one TMA box: 64 rows x 64 columns

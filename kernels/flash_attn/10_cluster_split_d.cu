@@ -107,19 +107,12 @@ namespace {
 constexpr int kClusterBlocks = 2;  // NEW: blocks per cluster, each owning D / 2 columns
 
 template <int kHeadDim_, int kStages_>
-struct ClusterSplitDConfig : SplitDTiles<kHeadDim_ / kClusterBlocks> {  // a block's tiles: rung 09's at D = 512
+struct ClusterSplitDConfig : SplitDTiles<kHeadDim_ / kClusterBlocks>,  // a block's tiles: rung 09's at D = 512
+                             ProducerWarpgroupSplit<SplitDTiles<kHeadDim_ / kClusterBlocks>::kWarpgroups> {  // rung 09's warps
   static constexpr int kHeadDim = kHeadDim_;  // the problem's D (SplitDTiles' is the block's share)
   static constexpr int kBlockCols = kHeadDim / kClusterBlocks;
   static constexpr int kStages = kStages_;
-  static constexpr int kComputeWarps = 4 * ClusterSplitDConfig::kWarpgroups;
-  static constexpr int kProducerWarp = kComputeWarps;  // first warp of a third warpgroup
-  static constexpr int kWarps = kComputeWarps + 4;
-  static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kProducerRegs = 40;  // rung 09's split: 128·40 + 256·232 <= 65536
-  static constexpr int kComputeRegs = 232;
-  static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
-  static_assert(kLaunchRegs == 168 && kComputeRegs > kLaunchRegs, "header: 168 registers at launch");
-  static_assert(32 * (kProducerRegs + 2 * kComputeRegs) <= 65536 / 4, "one warp of each warpgroup per sub-partition");
+  static_assert(ClusterSplitDConfig::kLaunchRegs == 168, "header: 168 registers at launch");
   static constexpr int kBarriers = 9;  // Q full, K full/empty, V full/empty, NEW: s_ready, red_free, recv_full, recv_read
   static constexpr int kSmemBytes = ClusterSplitDConfig::kTileBytes + 8 * kBarriers + 1024;  // + alignment slack
   static constexpr int kBoxesPerTile = kBlockCols / 64;  // TMA boxes of 64 rows x 64 columns per tile

@@ -95,22 +95,17 @@ std::string hopper_wgmma_unsupported();  // 07_wgmma.cu
 
 namespace {
 
+constexpr int kTwoPassWarpgroups = 2;  // compute warpgroups, 64 query rows each
+
 template <int kStages_>
-struct TwoPassConfig {
+struct TwoPassConfig : ProducerWarpgroupSplit<kTwoPassWarpgroups> {  // rung 09's warps: + 1 producer warpgroup
   static constexpr int kStages = kStages_;
-  static constexpr int kWarpgroups = 2;         // compute warpgroups, 64 query rows each
+  static constexpr int kWarpgroups = kTwoPassWarpgroups;
   static constexpr int kBr = 64 * kWarpgroups;  // 128 query rows per block (both passes)
   static constexpr int kBcScores = 256;         // pass 1: keys per score tile (wgmma N)
   static constexpr int kBk = 64;                // the reduction step: D columns (pass 1), keys (pass 2)
   static constexpr int kBv = 256;               // pass 2: output columns per block (wgmma N)
   static constexpr int kChunksPerScoreTile = kBcScores / kBk;
-  static constexpr int kComputeWarps = 4 * kWarpgroups;
-  static constexpr int kProducerWarp = kComputeWarps;  // first warp of the third warpgroup
-  static constexpr int kWarps = kComputeWarps + 4;
-  static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kProducerRegs = 40;  // rung 09's split: 128·40 + 256·232 <= 65536
-  static constexpr int kComputeRegs = 232;
-  static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
   static constexpr int kABytes = kBr * kBk * 2;         // Q or P̃ chunk
   static constexpr int kBBytes = kBcScores * kBk * 2;   // K chunk [256, 64] or V chunk [64, 256]
   static constexpr int kStageBytes = kABytes + kBBytes;
@@ -130,12 +125,12 @@ struct TwoPassConfig {
   // units): P̃ <= 2^8 = 256, far inside fp16's 65504.
   static constexpr float kRefSlack = 8.f;
   static_assert(kBcScores == kBv && kBBytes == kBk * kBv * 2, "one B slot holds a K chunk or a V chunk");
-  static_assert(kLaunchRegs == 168 && kComputeRegs > kLaunchRegs, "header: 168 registers at launch");
-  static_assert(32 * (kProducerRegs + 2 * kComputeRegs) <= 65536 / 4, "one warp of each warpgroup per sub-partition");
+  static_assert(TwoPassConfig::kLaunchRegs == 168 && TwoPassConfig::kComputeRegs == 232 &&
+                    TwoPassConfig::kProducerRegs == 40,
+                "header: 168 registers at launch, 232 / 40 after setmaxnreg");
   static_assert(kABytes % 1024 == 0 && kStageBytes % 1024 == 0, "Sw128 tiles start 1024-byte aligned");
   static_assert(kStages >= 2, "the ring overlaps a chunk's copy with the previous chunk's MMAs");
   static_assert(kChunksPerScoreTile * kBk == kBcScores, "pass 2's chunks tile pass 1's score tiles");
-  static_assert(kProducerWarp % 4 == 0, "the producer warp starts a warpgroup (setmaxnreg)");
   static_assert(kTilesS * 8 == kBcScores && kTilesO * 8 == kBv && kVBoxes * 64 == kBv, "fragment and box counts");
   static_assert(kRefSlack > 0.f && kRefSlack <= 15.f, "P̃ <= 2^kRefSlack must fit fp16 (65504)");
 };
