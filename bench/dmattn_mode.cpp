@@ -274,6 +274,34 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
     cudaMemcpy(o_ours.data(), o, o_ours.size() * 2, cudaMemcpyDeviceToHost);
   }
 
+  // A row of ours run another way on the same problem (the summary given, the
+  // mask as bits): one run into poisoned output, compared bit for bit with
+  // the dmattn row's, then timed; fills the row's ms, TFLOPS and status, and
+  // returns an error's text (labelled with the row's name) or "".
+  auto bitwise_row = [&](DmaRow& row, const DynamicMaskProblem& rp, const DmaForwardArgs& ra) -> std::string {
+    std::vector<uint16_t> out(static_cast<size_t>(q_elems));
+    cudaError_t r = cudaMemsetAsync(o, 0xFF, size_t(q_elems) * 2, stream);
+    if (r == cudaSuccess) r = dma_forward(rp, ra, stream);
+    if (r == cudaSuccess) r = cudaStreamSynchronize(stream);
+    if (r == cudaSuccess) r = cudaMemcpy(out.data(), o, out.size() * 2, cudaMemcpyDeviceToHost);
+    if (r != cudaSuccess) return cuda_error_text(row.name.c_str(), r);
+    const bool same = out == o_ours;
+    if (!same) ++failures;
+    Timing timing;
+    if (std::string t = time_calls(
+            [&] {
+              const cudaError_t e2 = dma_forward(rp, ra, stream);
+              return e2 == cudaSuccess ? std::string() : cuda_error_text(row.name.c_str(), e2);
+            },
+            opt.warmup, opt.iters, flush, flush_bytes, stream, &timing);
+        !t.empty())
+      return t;
+    row.ms = timing.median_ms;
+    row.tflops = flops / (row.ms * 1e-3) / 1e12;
+    row.status = same ? "PASS" : "FAIL";
+    return {};
+  };
+
   // ---- ours again, the mask's summary given --------------------------------------------
   // For a mask used more than once (forward after forward; layers or calls
   // sharing it): dma_build_mask_summary once, outside the timed calls (its own
@@ -287,7 +315,7 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
     if (std::string e2 = arena.alloc((dma_mask_summary_bytes(p) + 15) / 16 * 4, &summary, "the mask summary");
         !e2.empty())
       return fail(e2, 1);
-    Timing build_timing, timing;
+    Timing build_timing;
     if (std::string t = time_calls(
             [&] {
               const cudaError_t r = dma_build_mask_summary(p, summary, stream);
@@ -298,31 +326,13 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
       return fail(t, 1);
     DmaForwardArgs given = a;
     given.mask_summary = summary;
-    std::vector<uint16_t> o_given(static_cast<size_t>(q_elems));
-    cudaMemsetAsync(o, 0xFF, size_t(q_elems) * 2, stream);
-    e = dma_forward(p, given, stream);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
-    if (e != cudaSuccess) return fail(cuda_error_text("dmattn (mask summary given)", e), 1);
-    cudaMemcpy(o_given.data(), o, o_given.size() * 2, cudaMemcpyDeviceToHost);
-    const bool same = o_given == o_ours;
-    if (!same) ++failures;
-    if (std::string t = time_calls(
-            [&] {
-              const cudaError_t r = dma_forward(p, given, stream);
-              return r == cudaSuccess ? std::string() : cuda_error_text("dmattn (mask summary given)", r);
-            },
-            opt.warmup, opt.iters, flush, flush_bytes, stream, &timing);
-        !t.empty())
-      return fail(t, 1);
-    given_ms = timing.median_ms;
-    given_row.ms = given_ms;
-    given_row.tflops = flops / (given_ms * 1e-3) / 1e12;
-    given_row.status = same ? "PASS" : "FAIL";
+    if (std::string t = bitwise_row(given_row, p, given); !t.empty()) return fail(t, 1);
+    given_ms = given_row.ms;
     char note[240];
     std::snprintf(note, sizeof note,
                   "%s the dmattn row's output; no mask scan: the summary built once beforehand by "
                   "dma_build_mask_summary (%.4f ms, not in this time)",
-                  same ? "bitwise equal to" : "DIFFERS from", build_timing.median_ms);
+                  given_row.status == "PASS" ? "bitwise equal to" : "DIFFERS from", build_timing.median_ms);
     given_row.note = note;
     out_rows.push_back(given_row);
   }
@@ -342,7 +352,7 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
     uint32_t* bits = nullptr;
     if (std::string e2 = arena.alloc(dma_mask_bits_bytes(p) / 4 + 2, &bits, "the bit-packed mask"); !e2.empty())
       return fail(e2, 1);
-    Timing pack_timing, timing;
+    Timing pack_timing;
     if (std::string t = time_calls(
             [&] {
               const cudaError_t r = dma_pack_mask_bits(p, bits, stream);
@@ -353,31 +363,14 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
       return fail(t, 1);
     pb = dma_with_bit_mask(p, bits);
     ab = a;
-    std::vector<uint16_t> o_bits(static_cast<size_t>(q_elems));
-    e = cudaMemsetAsync(o, 0xFF, size_t(q_elems) * 2, stream);
-    if (e == cudaSuccess) e = dma_forward(pb, ab, stream);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
-    if (e != cudaSuccess) return fail(cuda_error_text("dmattn (bit-packed mask)", e), 1);
-    cudaMemcpy(o_bits.data(), o, o_bits.size() * 2, cudaMemcpyDeviceToHost);
-    const bool same = o_bits == o_ours;
-    if (!same) ++failures;
-    if (std::string t = time_calls(
-            [&] {
-              const cudaError_t r = dma_forward(pb, ab, stream);
-              return r == cudaSuccess ? std::string() : cuda_error_text("dmattn (bit-packed mask)", r);
-            },
-            opt.warmup, opt.iters, flush, flush_bytes, stream, &timing);
-        !t.empty())
-      return fail(t, 1);
-    bits_ms = timing.median_ms;
-    bits_row.ms = bits_ms;
-    bits_row.tflops = flops / (bits_ms * 1e-3) / 1e12;
-    bits_row.status = same ? "PASS" : "FAIL";
+    if (std::string t = bitwise_row(bits_row, pb, ab); !t.empty()) return fail(t, 1);
+    bits_ms = bits_row.ms;
     char note[300];
     std::snprintf(note, sizeof note,
                   "%s the dmattn row's output; the mask as bits (%.1f MiB instead of %.1f), packed once beforehand by "
                   "dma_pack_mask_bits (%.4f ms, not in this time); mask scan %s",
-                  same ? "bitwise equal to" : "DIFFERS from", double(dma_mask_bits_bytes(p)) / (1 << 20),
+                  bits_row.status == "PASS" ? "bitwise equal to" : "DIFFERS from",
+                  double(dma_mask_bits_bytes(p)) / (1 << 20),
                   double(p.mask.elems(p.Nk)) / (1 << 20), pack_timing.median_ms,
                   dma_forward_mask_scan_name(pb, ab.mask_scan, ab.splits, ab.core).c_str());
     bits_row.note = note;
