@@ -62,7 +62,7 @@ sanitize() {
 # these eight shapes with W <= Nk/10, so an all-zero mask: they exercised
 # only the fully-masked path). A run whose mask is empty says so.
 rung_shapes=("--Nq 129 --Nk 77 --D 64 --causal" "--Nq 17 --Nk 200 --D 256 --dtype bf16" "--Nq 70 --Nk 130 --D 512 --causal"
-             "--Nq 70 --Nk 130 --D 1024 --causal")
+             "--Nq 70 --Nk 130 --D 1024 --causal" "--Nq 256 --Nk 300 --D 256 --causal --variant two-pass+stage4")
 dmattn_shapes=("--Nq 1 --Nk 3000 --D 128 --Hkv 1 --mask topk --window 64 --block 0 --bias --splits 4"
                "--Nq 1 --Nk 20000 --D 256 --mask topk --window 3000 --block 0 --bias --softcap 20 --splits 1"
                "--Nq 70 --Nk 130 --D 128 --Hkv 1 --causal --mask topk --window 64 --bias --bwd"

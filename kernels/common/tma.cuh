@@ -122,6 +122,19 @@ __device__ __forceinline__ void mbarrier_arrive_cluster(uint64_t* bar, uint32_t 
       "r"(cta_rank)
       : "memory");
 }
+// The same arrival without the cluster-scope release: for a consumer that only
+// says "I have finished reading this slot" (its reads, by wgmma, are complete
+// when it arrives, so there is nothing to publish), as CUTLASS's
+// ClusterBarrier::arrive(cta_id) does. The release.cluster form costs a
+// MEMBAR.ALL.GPU per arrival (rung 10, session 12). Rung 11's pass 1.
+__device__ __forceinline__ void mbarrier_arrive_remote(uint64_t* bar, uint32_t cta_rank) {
+  asm volatile(
+      "{\n.reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_addr(bar)),
+      "r"(cta_rank)
+      : "memory");
+}
 // Spins until the phase of parity `parity` has completed (phase k has parity k % 2).
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
   asm volatile(
@@ -161,6 +174,11 @@ __device__ __forceinline__ void tma_load_3d_multicast(void* smem, const CUtensor
 }
 
 // ---- device: clusters -------------------------------------------------------------
+__device__ __forceinline__ uint32_t cluster_num_ctas() {
+  uint32_t n;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(n));
+  return n;
+}
 __device__ __forceinline__ uint32_t cluster_cta_rank() {
   uint32_t rank;
   asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));

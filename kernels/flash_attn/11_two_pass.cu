@@ -17,6 +17,11 @@
 //        max passes it by more than kRefSlack (2^8 in exp2 units; P̃ <= 256
 //        fits fp16), FlashAttention-4's conditional rescaling: on real data it
 //        moves in the first tiles and then almost never. Pass 1 writes LSE.
+//        Two row blocks of one head run as a cluster (kScoresCluster = 2)
+//        and each loads half of every K chunk, multicast to both: L2 -> SM
+//        bytes per stage 48 -> 32 KiB. Each half of a tile's P̃ is computed
+//        just before its TMA store, so half 1's exponentials run while the
+//        TMA engine reads half 0 out of shared memory.
 //   NEW pass 2 (output): O[128 rows, 256 columns] = Σ_keys P̃·V, a GEMM whose
 //        two operands both arrive by TMA; where pass 1 moved some row's m_ref
 //        (a flag per 64 rows and tile says so) O is rescaled by
@@ -53,13 +58,14 @@
 // warpgroup (one thread issues the TMA copies): 384 threads.
 //   pass 1: S [64, 256] fp32 per warpgroup (128 registers); per stage
 //           sA: Q  [128 rows, 64 columns]        (Sw128Blocks, 16 KiB)
-//           sB: K  [256 keys, 64 columns]        (Sw128Blocks, 32 KiB)
+//           sB: K  [256 keys, 64 columns]        (Sw128Blocks, 32 KiB; 128 keys
+//               from each block of the pair, by multicast)
 //           and once: sOut [2 warpgroups][64, 128] (P̃ on its way out by TMA, 32 KiB)
 //   pass 2: O [64, 256] fp32 per warpgroup (128 registers); per stage
 //           sA: P̃ [128 rows, 64 keys]           (Sw128Blocks, 16 KiB)
 //           sB: V  [64 keys, 256 columns]        (4 Sw128 blocks, 32 KiB)
 //   2·kStages mbarriers (full: the producer's expect_tx + bytes; empty: one
-//   arrival per compute warp).
+//   arrival per compute warp, in pass 1 of both blocks of the pair).
 // Shared memory: kStages x 49152 + 16·kStages (+1024 alignment slack), + 32768
 // in pass 1: stage2 132128 / 99360 bytes (pass 1 / pass 2), stage4 230464 /
 // 197696. Registers: 168 at launch; setmaxnreg gives the producer 40 and the
@@ -78,7 +84,9 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "../common/attn_problem.h"
@@ -106,6 +114,11 @@ struct TwoPassConfig : ProducerWarpgroupSplit<kTwoPassWarpgroups> {  // rung 09'
   static constexpr int kBk = 64;                // the reduction step: D columns (pass 1), keys (pass 2)
   static constexpr int kBv = 256;               // pass 2: output columns per block (wgmma N)
   static constexpr int kChunksPerScoreTile = kBcScores / kBk;
+  // NEW: pass 1 runs in clusters of kScoresCluster row blocks of one head; each
+  // block loads kKHalfRows of a K chunk's keys and multicasts them to both.
+  static constexpr int kScoresCluster = 2;
+  static constexpr int kKHalfRows = kBcScores / kScoresCluster;  // 128 keys
+  static constexpr int kKHalfBytes = kKHalfRows * kBk * 2;  // 16 KiB, 1024-aligned in the slot
   static constexpr int kABytes = kBr * kBk * 2;         // Q or P̃ chunk
   static constexpr int kBBytes = kBcScores * kBk * 2;   // K chunk [256, 64] or V chunk [64, 256]
   static constexpr int kStageBytes = kABytes + kBBytes;
@@ -128,7 +141,9 @@ struct TwoPassConfig : ProducerWarpgroupSplit<kTwoPassWarpgroups> {  // rung 09'
   static_assert(TwoPassConfig::kLaunchRegs == 168 && TwoPassConfig::kComputeRegs == 232 &&
                     TwoPassConfig::kProducerRegs == 40,
                 "header: 168 registers at launch, 232 / 40 after setmaxnreg");
-  static_assert(kABytes % 1024 == 0 && kStageBytes % 1024 == 0, "Sw128 tiles start 1024-byte aligned");
+  static_assert(kABytes % 1024 == 0 && kStageBytes % 1024 == 0 && kKHalfBytes % 1024 == 0,
+                "Sw128 tiles start 1024-byte aligned");
+  static_assert(kScoresCluster * kKHalfBytes == kBBytes, "a K chunk is two halves, one per block of a pair");
   static_assert(kStages >= 2, "the ring overlaps a chunk's copy with the previous chunk's MMAs");
   static_assert(kChunksPerScoreTile * kBk == kBcScores, "pass 2's chunks tile pass 1's score tiles");
   static_assert(kTilesS * 8 == kBcScores && kTilesO * 8 == kBv && kVBoxes * 64 == kBv, "fragment and box counts");
@@ -228,11 +243,26 @@ struct StageRing {
   __device__ __forceinline__ void release(int it) const {
     if (threadIdx.x % 32 == 0) mbarrier_arrive(empty(it));  // one arrival per warp
   }
+  // NEW (pass 1, K multicast): in a cluster of `ncta` blocks whose producers
+  // each load part of a chunk into every block's slot, the slot is free only
+  // when the compute warps of all of them are done: each warp arrives on the
+  // empty barrier of every block (`shared`). A chunk only this block loaded
+  // (the longer block's last tiles under a causal mask) is released by its own
+  // warps alone, each arriving ncta times, so every phase counts the same.
+  __device__ __forceinline__ void release_in_cluster(int it, bool shared, int ncta) const {
+    if (threadIdx.x % 32 != 0) return;
+    for (int r = 0; r < ncta; ++r) {
+      if (shared) mbarrier_arrive_remote(empty(it), uint32_t(r));
+      else mbarrier_arrive(empty(it));
+    }
+  }
 };
 
 // kGapBytes: what the kernel keeps between the stages and the barriers (1024-aligned).
+// ncta: the blocks of the cluster that write into each other's slots (1: none;
+// then each empty barrier waits for this block's compute warps only).
 template <typename Cfg, int kGapBytes>
-__device__ __forceinline__ StageRing<Cfg> make_ring(unsigned char* smem_raw) {
+__device__ __forceinline__ StageRing<Cfg> make_ring(unsigned char* smem_raw, int ncta = 1) {
   static_assert(kGapBytes % 1024 == 0, "the gap keeps its own tiles aligned");
   const uint32_t raw = smem_addr(smem_raw);
   StageRing<Cfg> r;
@@ -241,11 +271,13 @@ __device__ __forceinline__ StageRing<Cfg> make_ring(unsigned char* smem_raw) {
   if (threadIdx.x == 0) {
     for (int s = 0; s < Cfg::kStages; ++s) {
       mbarrier_init(r.bars + s, 1);                                     // full: the producer's expect_tx
-      mbarrier_init(r.bars + Cfg::kStages + s, Cfg::kComputeWarps);     // empty: every compute warp
+      mbarrier_init(r.bars + Cfg::kStages + s, Cfg::kComputeWarps * ncta);  // empty: every compute warp
     }
     fence_mbarrier_init();
   }
-  __syncthreads();
+  // No copy or arrival, from this block or a partner, may reach an uninitialised barrier.
+  if (ncta > 1) cluster_sync();
+  else __syncthreads();
   return r;
 }
 
@@ -278,10 +310,19 @@ two_pass_scores_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_c
   constexpr int Br = Cfg::kBr, Bc = Cfg::kBcScores, Bk = Cfg::kBk;
   static_assert(Br == 128, "row_block_of counts 128-row blocks");
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  const StageRing<Cfg> ring = make_ring<Cfg, Cfg::kStoreBytes>(smem_raw);
+  // NEW: launched in clusters of 2 where it can be (two row blocks of one
+  // head, neighbours in the grid), the two blocks read the same K chunks: each
+  // loads half of every chunk (128 keys) and multicasts it to both, cutting
+  // the L2 -> SM traffic per stage from 48 to 32 KiB (Q 16 + K 16).
+  const int ncta = int(cluster_num_ctas());
+  const StageRing<Cfg> ring = make_ring<Cfg, Cfg::kStoreBytes>(smem_raw, ncta);
   T* sOut = reinterpret_cast<T*>(ring.base + Cfg::kStages * Cfg::kStageBytes);  // [2 warpgroups][64, 128]
   const RowBlock rb = row_block_of(w, blockIdx.x);
   const int n_tiles = kv_tiles_for_query_tile(p, rb.q_start, Br, Bc);
+  // Tiles both blocks of the cluster walk (under a causal mask they may differ
+  // by one): those K chunks are multicast, the longer block loads the rest alone.
+  const int shared_tiles =
+      ncta > 1 ? min(n_tiles, kv_tiles_for_query_tile(p, row_block_of(w, blockIdx.x ^ 1u).q_start, Br, Bc)) : 0;
   const int d_chunks = p.D / Bk;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
@@ -290,15 +331,25 @@ two_pass_scores_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_c
     if (warp == Cfg::kProducerWarp && lane == 0) {
       prefetch_tensor_map(&tma_q);
       prefetch_tensor_map(&tma_k);
+      const int rank = int(cluster_cta_rank());
       int it = 0;
       for (int t = 0; t < n_tiles; ++t)
         for (int c = 0; c < d_chunks; ++c, ++it) {
           ring.acquire(it);
           tma_load_3d(ring.a(it), &tma_q, ring.full(it), c * Bk, rb.q_start, int(rb.head));  // Q[128, 64]
-          tma_load_3d(ring.b(it), &tma_k, ring.full(it), c * Bk, t * Bc, int(rb.head));      // K[256, 64]
+          if (t < shared_tiles) {  // K[256, 64]: this block's 128 keys, to both blocks
+            tma_load_3d_multicast(ring.b(it) + rank * Cfg::kKHalfBytes, &tma_k, ring.full(it), c * Bk,
+                                  t * Bc + rank * Cfg::kKHalfRows, int(rb.head), uint16_t((1u << ncta) - 1));
+          } else {  // K[256, 64]: both halves, to this block only
+            for (int h = 0; h < Cfg::kScoresCluster; ++h)
+              tma_load_3d(ring.b(it) + h * Cfg::kKHalfBytes, &tma_k, ring.full(it), c * Bk,
+                          t * Bc + h * Cfg::kKHalfRows, int(rb.head));
+          }
         }
     }
     __syncwarp();
+    // A block leaves only when no partner multicasts into it or arrives on its barriers.
+    if (ncta > 1) cluster_sync();
     return;
   }
 
@@ -330,11 +381,11 @@ two_pass_scores_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_c
       wgmma_commit();
       if (c > 0) {
         wgmma_wait<1>();  // chunk it - 1 is done: its slot may be refilled
-        ring.release(it - 1);
+        ring.release_in_cluster(it - 1, t < shared_tiles, ncta);
       }
     }
     wgmma_wait<0>();
-    ring.release(it - 1);
+    ring.release_in_cluster(it - 1, t < shared_tiles, ncta);
     fence_accumulators(S);
 
     // ---- NEW: the tile's max moves m_ref only past the slack; P̃ = exp2(s·S - m_ref) ----
@@ -354,19 +405,21 @@ two_pass_scores_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_c
       }
       ref_use[r] = m_ref[r] == -INFINITY ? 0.f : m_ref[r];  // a row with no visible key yet: P̃ = 0, not NaN
     }
-#pragma unroll
-    for (int n = 0; n < Cfg::kTilesS; ++n) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) S[n][i] = exp2_approx(fmaf(S[n][i], scale_log2, -ref_use[i / 2]));  // P̃, in place
-      l[0] += S[n][0] + S[n][1];
-      l[1] += S[n][2] + S[n][3];
-    }
-    // NEW: P̃ to the workspace through sOut, 128 columns at a time: every
-    // thread writes its fragments (swizzled: conflict-free), one thread of the
+    // P̃ to the workspace through sOut, 128 columns at a time: every thread
+    // writes its fragments (swizzled: conflict-free), one thread of the
     // warpgroup stores the two 64 x 64 boxes with TMA, and the next writes to
-    // sOut wait until that store has read it.
+    // sOut wait until that store has read it. NEW: each half's P̃ is computed
+    // just before it is written, so half 1's exponentials run while the TMA
+    // engine reads half 0 out of sOut.
+    auto store_half = [&](auto half_constant) {
+      constexpr int half = decltype(half_constant)::value;
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
+      for (int n = half * Cfg::kTilesS / 2; n < (half + 1) * Cfg::kTilesS / 2; ++n) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) S[n][i] = exp2_approx(fmaf(S[n][i], scale_log2, -ref_use[i / 2]));  // P̃, in place
+        l[0] += S[n][0] + S[n][1];
+        l[1] += S[n][2] + S[n][3];
+      }
       if (t > 0 || half > 0) {
         if (store_thread) bulk_wait_read();
         named_barrier_sync(1 + warpgroup, 128);
@@ -387,7 +440,9 @@ two_pass_scores_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_c
                        int(rb.slot * Br) + warpgroup * 64, 0);
         bulk_commit();
       }
-    }
+    };
+    store_half(std::integral_constant<int, 0>{});
+    store_half(std::integral_constant<int, 1>{});
     if (lane % 4 == 0) {
       ref_rows[t] = m_ref[0];
       ref_rows[8 * w.score_tiles + t] = m_ref[1];
@@ -407,6 +462,8 @@ two_pass_scores_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_c
     if (row0 + 8 * r < p.Nq)
       lse[rb.head * p.Nq + row0 + 8 * r] = lr > 0.f ? (m_ref[r] + __log2f(lr)) * kLn2 : -INFINITY;
   }
+  __syncwarp();
+  if (ncta > 1) cluster_sync();  // with the producer warpgroup: see there
 #endif
 }
 
@@ -519,6 +576,20 @@ size_t workspace_bytes(const AttnProblem& p) {
   return size_t(std::min(L.row_blocks, fit)) * L.bytes_per_slot;
 }
 
+// Blocks per pass-1 cluster: kScoresCluster (K multicast) when every pair of
+// neighbouring row blocks in a round belongs to one head, else 1.
+// ATTNLAB_TWO_PASS_NO_MULTICAST=1 forces 1, to measure what multicast buys.
+template <typename Cfg>
+int scores_cluster(const TwoPassLayout& L, int64_t slots) {
+  static_assert(Cfg::kScoresCluster == 2, "pairs: a block's partner is blockIdx.x ^ 1");
+  static const bool disabled = [] {
+    const char* v = std::getenv("ATTNLAB_TWO_PASS_NO_MULTICAST");
+    return v != nullptr && v[0] != '\0' && v[0] != '0';
+  }();
+  constexpr int c = Cfg::kScoresCluster;
+  return !disabled && L.row_blocks_per_head % c == 0 && slots % c == 0 ? c : 1;
+}
+
 template <int kStages>
 cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stream) {
   using Cfg = TwoPassConfig<kStages>;
@@ -528,13 +599,14 @@ cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stre
   // Rounds of equal size: ceil(row blocks / rounds) slots each.
   const int64_t rounds = (L.row_blocks + fit - 1) / fit;
   const int64_t slots = (L.row_blocks + rounds - 1) / rounds;
+  const int cluster = scores_cluster<Cfg>(L, slots);
   return dispatch_dtype(p.dtype, [&](auto type) -> cudaError_t {
     using T = decltype(type);
     // P̃ of a round is one [slots·128, nk_pad] matrix: stored (pass 1) in boxes
     // of 64 rows, one warpgroup's, and loaded (pass 2) in boxes of 128.
     CUtensorMap map_q, map_k, map_v, map_p_store, map_p;
     if (!encode_head_tiles<Cfg::kBr>(&map_q, b.q, p.dtype, p.heads(), p.Nq, p.D) ||
-        !encode_head_tiles<Cfg::kBcScores>(&map_k, b.k, p.dtype, p.heads(), p.Nk, p.D) ||
+        !encode_head_tiles<Cfg::kKHalfRows>(&map_k, b.k, p.dtype, p.heads(), p.Nk, p.D) ||
         !encode_head_tiles<Cfg::kBk>(&map_v, b.v, p.dtype, p.heads(), p.Nk, p.Dv) ||
         !encode_head_tiles<64>(&map_p_store, b.workspace, p.dtype, 1, int(slots * Cfg::kBr), L.nk_pad) ||
         !encode_head_tiles<Cfg::kBr>(&map_p, b.workspace, p.dtype, 1, int(slots * Cfg::kBr), L.nk_pad))
@@ -543,8 +615,9 @@ cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stre
       const int64_t n = std::min(slots, L.row_blocks - first);
       const TwoPassWorkspace<T> w = carve_workspace<T>(b.workspace, L, slots, first);
       // Pass 1 rewrites the workspace pass 2 of the round before read: an ordinary launch.
-      cudaError_t err = launch_with_smem(two_pass_scores_kernel<Cfg, T>, dim3(unsigned(n)), Cfg::kThreads,
-                                         Cfg::kSmemScores, stream, map_q, map_k, map_p_store, w, b.lse, p);
+      cudaError_t err = launch_clustered(two_pass_scores_kernel<Cfg, T>, dim3(unsigned(n)), Cfg::kThreads,
+                                         Cfg::kSmemScores, n % cluster == 0 ? cluster : 1, stream, map_q, map_k,
+                                         map_p_store, w, b.lse, p);
       if (err != cudaSuccess) return err;
       err = launch_with_smem_overlapped(two_pass_output_kernel<Cfg, T>, dim3(unsigned(n * (p.Dv / Cfg::kBv))),
                                         Cfg::kThreads, Cfg::kSmemOutput, stream, map_p, map_v, w,
@@ -565,7 +638,8 @@ Variant make_variant() {
   v.workspace_bytes = workspace_bytes;
   v.launch = launch<kStages>;
   v.describe = [] {
-    return "sm_90a wgmma + TMA; pass 1: S per 128 x 256 tile, P̃ = exp(S - m_ref) to a workspace; pass 2: O = P̃·V "
+    return "sm_90a wgmma + TMA; pass 1: S per 128 x 256 tile (row blocks in pairs that multicast K), P̃ = exp(S - m_ref) "
+           "to a workspace; pass 2: O = P̃·V "
            "per 128 x 256 tile; stages=" +
            std::to_string(kStages) + "; Br=" + std::to_string(Cfg::kBr) + " Bc=" + std::to_string(Cfg::kBcScores) +
            " warps=" + std::to_string(Cfg::kWarps) + " smem=" + std::to_string(Cfg::kSmemBytes) +
