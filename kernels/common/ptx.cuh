@@ -54,6 +54,20 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
                : "r"(smem_addr(smem)));
 }
 
+// ---- registers -> shared (sm_90) --------------------------------------------
+// ldmatrix_x4 backwards: lanes 8i..8i+7 give the row addresses of matrix i,
+// and register i of every lane is its slice of matrix i (the m16n8 C-fragment
+// layout: lane l holds row l / 4, columns 2·(l % 4) and +1). One instruction
+// writes 16 bytes per lane where four 4-byte stores would (PTX ISA,
+// "stmatrix"; rung 11's P̃ staging).
+__device__ __forceinline__ void stmatrix_x4(void* smem, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr(smem)), "r"(r0),
+               "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+#endif
+}
+
 // ---- tensor cores: D = A·B + D, fp32 accumulate ---------------------------
 template <typename T>
 __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);

@@ -361,7 +361,7 @@ two_pass_scores_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_c
   float m_ref[2] = {-INFINITY, -INFINITY};  // exp2 units: scale_log2 · S
   float l[2] = {0.f, 0.f};                  // this lane's share of Σ P̃ (relative to m_ref)
   T* sOut_mine = sOut + warpgroup * 64 * Cfg::kStoreCols;
-  const int r_box = (warp % 4) * 16 + lane / 4;  // the lane's rows r_box, r_box + 8 in the warpgroup's 64
+  const int st_row = (warp % 4) * 16 + lane % 8;  // the row this lane addresses for stmatrix (+8: odd matrices)
   const bool store_thread = threadIdx.x % 128 == 0;  // issues the warpgroup's TMA stores
   float* ref_rows = w.m_ref + (rb.slot * Br + r_local) * int64_t(w.score_tiles);
   uint8_t* moved = reinterpret_cast<uint8_t*>(w.moved + (rb.slot * 2 + warpgroup) * int64_t(w.score_tiles));
@@ -424,12 +424,16 @@ two_pass_scores_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_c
         if (store_thread) bulk_wait_read();
         named_barrier_sync(1 + warpgroup, 128);
       }
+      // NEW: two 8-column tiles (four 8 x 8 matrices) per stmatrix; lane l
+      // addresses row l % 8 of matrix l / 8: rows +8 for odd matrices, the
+      // next tile for matrices 2 and 3.
 #pragma unroll
-      for (int n = 0; n < Cfg::kTilesS / 2; ++n) {
-        const int col = n * 8 + 2 * (lane % 4);
-        const float* e = S[half * Cfg::kTilesS / 2 + n];
-        *reinterpret_cast<uint32_t*>(sOut_mine + Sw128Blocks<64>::offset(r_box, col)) = pack2<T>(e[0], e[1]);
-        *reinterpret_cast<uint32_t*>(sOut_mine + Sw128Blocks<64>::offset(r_box + 8, col)) = pack2<T>(e[2], e[3]);
+      for (int n = 0; n < Cfg::kTilesS / 2; n += 2) {
+        const float* e0 = S[half * Cfg::kTilesS / 2 + n];
+        const float* e1 = S[half * Cfg::kTilesS / 2 + n + 1];
+        const int row = st_row + ((lane >> 3) & 1) * 8, col = (n + (lane >> 4)) * 8;
+        stmatrix_x4(sOut_mine + Sw128Blocks<64>::offset(row, col), pack2<T>(e0[0], e0[1]), pack2<T>(e0[2], e0[3]),
+                    pack2<T>(e1[0], e1[1]), pack2<T>(e1[2], e1[3]));
       }
       fence_proxy_async_shared();
       named_barrier_sync(1 + warpgroup, 128);
