@@ -36,23 +36,26 @@
 // it would be ~60 FLOP per byte, memory bound: use the one-pass rungs there.
 // The workspace is capped (kWorkspaceCap); more row blocks than fit run in
 // several rounds of the two passes.
-// Measured (H200, B=1 H=8 N=8192 fp16, same run, results/H200/probes/
-// session20_c.txt): D = 1024 +stage4 625.5 TFLOPS against torch's unfused path
-// 390.0 (1.60x), sdpa(efficient) 131.4 (4.76x), our cuBLAS baseline 548.1
-// (1.14x) and rung 10 373.2 (1.68x); causal 559.7 (3.7x torch's unfused path);
-// D = 512 610.5 against rung 09's 466.0. ncu: pass 1 1.79 ms with the tensor
-// pipe 79 % busy (the softmax and P̃'s stores are not overlapped with the
-// MMAs), pass 2 1.57 ms at 92 %. gpu_check at b3334ef (after six minutes of
-// tests; every wgmma rung 5-12 % below the probes): D = 1024 565.3, 1.46x
-// torch's unfused path 388.3, 1.63x rung 10, 0.76 of cuBLAS's two GEMMs alone
-// (742.0, scripts/gemm_ceiling.py); D = 512 530.3, 1.19x rung 09.
+// Measured (H200, B=1 H=8 N=8192 fp16, peers in the same process): gpu_check
+// at 5fe3e76 (results/H200/bench.csv): D = 1024 +stage4 579.5 TFLOPS against
+// torch's unfused path 394.3 (1.47x), sdpa(efficient) 132.5 (4.37x), our
+// cuBLAS baseline 521.6 (1.11x) and rung 10 358.7 (1.62x), 0.83 of cuBLAS's
+// two GEMMs alone in the same run (698.3, scripts/gemm_ceiling.py); causal
+// 557.3 (3.71x torch's unfused path); D = 512 614.9 against rung 09's 441.5
+// (1.39x). ncu, D = 1024 (results/H200/probes/session22_a.txt, _b.txt): pass 1
+// 1.70 ms with the tensor pipe 81 % busy (1.80 ms at 79 % before the K
+// multicast, the store overlap and stmatrix of session 22), pass 2 1.57 ms at
+// 92 %.
 // docs/11_two_pass.md.
 // Sources: the safe-softmax two-pass formulation (FlashAttention, arXiv:
 // 2205.14135, §2 and its Algorithm 0, which also materialises P); the
 // threshold on the running max: FlashAttention-4 (T. Dao et al., 2025), whose
 // softmax rescales O only when the running max grows past a threshold; the
 // warp-specialised TMA/wgmma GEMM mainloop: FlashAttention-3 (arXiv:2407.08608,
-// §3.1) and CUTLASS's PipelineTmaAsync (full/empty barrier per stage).
+// §3.1) and CUTLASS's PipelineTmaAsync (full/empty barrier per stage); the
+// multicast of an operand to the blocks of a cluster that share it, each
+// loading a slice: CUTLASS's SM90 TMA GEMMs (a cluster shape, SM90_TMA_LOAD_
+// MULTICAST, a consumer's arrival on every block's empty barrier).
 //
 // Per block (both passes): 2 compute warpgroups (64 rows each) + 1 producer
 // warpgroup (one thread issues the TMA copies): 384 threads.
@@ -60,7 +63,8 @@
 //           sA: Q  [128 rows, 64 columns]        (Sw128Blocks, 16 KiB)
 //           sB: K  [256 keys, 64 columns]        (Sw128Blocks, 32 KiB; 128 keys
 //               from each block of the pair, by multicast)
-//           and once: sOut [2 warpgroups][64, 128] (P̃ on its way out by TMA, 32 KiB)
+//           and once: sOut [2 warpgroups][64, 128] (P̃ on its way out by TMA, 32 KiB;
+//               written with stmatrix, 16 bytes per lane and instruction)
 //   pass 2: O [64, 256] fp32 per warpgroup (128 registers); per stage
 //           sA: P̃ [128 rows, 64 keys]           (Sw128Blocks, 16 KiB)
 //           sB: V  [64 keys, 256 columns]        (4 Sw128 blocks, 32 KiB)
