@@ -59,16 +59,22 @@ racecheck_runs() {
   done
 }
 
-# variant_sanitizers VARIANT : memcheck, racecheck three times and synccheck of
-# one rung's row at gpu_check's D = 1024 causal shape; a failing run's
+# variant_sanitizers VARIANT [SHAPE...] : memcheck, racecheck three times and
+# synccheck (SAN_TOOLS overrides the list) of one rung's row at each SHAPE
+# (default: gpu_check's D = 1024 causal shape), tool by tool; a failing run's
 # hazards are printed.
 variant_sanitizers() {
-  local tool rc
-  for tool in memcheck racecheck racecheck racecheck synccheck; do
-    timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 $F --B 1 --H 2 --Nq 70 --Nk 130 --D 1024 --causal \
-      --variant "$1" --iters 1 --warmup 0 --check > $L/san.log 2>&1; rc=$?
-    el "$1 $tool rc=$rc $(grep -E 'SUMMARY' $L/san.log) $(grep -c FAIL $L/san.log) FAIL"
-    [ $rc != 0 ] && { grep -v "^=========     " $L/san.log | grep -E "=========|FAIL|rror" | head -12 | cut -c1-200; }
+  local tool rc shape v=$1
+  shift
+  local shapes=("$@")
+  [ ${#shapes[@]} = 0 ] && shapes=("--Nq 70 --Nk 130 --D 1024 --causal")
+  for tool in ${SAN_TOOLS:-memcheck racecheck racecheck racecheck synccheck}; do
+    for shape in "${shapes[@]}"; do
+      timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 $F --B 1 --H 2 $shape \
+        --variant "$v" --iters 1 --warmup 0 --check > $L/san.log 2>&1; rc=$?
+      el "$v $tool $shape rc=$rc $(grep -E 'SUMMARY' $L/san.log) $(grep -c FAIL $L/san.log) FAIL"
+      [ $rc != 0 ] && { grep -v "^=========     " $L/san.log | grep -E "=========|FAIL|rror" | head -12 | cut -c1-200; }
+    done
   done
 }
 

@@ -25,12 +25,5 @@ ab --B 1 --H 8 --N 8192 --D 512
 ab --B 1 --H 8 --N 8192 --D 1024 --causal
 ab --B 1 --H 8 --N 8192 --D 1024
 el ab
-for tool in memcheck racecheck synccheck; do
-  for shape in "--Nq 256 --Nk 300 --D 256 --causal" "--Nq 70 --Nk 130 --D 1024 --causal --dtype bf16"; do
-    timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 $F --B 1 --H 2 $shape \
-      --variant 'two-pass+stage4' --iters 1 --warmup 0 --check > $L/san.log 2>&1; rc=$?
-    el "$tool $shape rc=$rc $(grep -E 'SUMMARY' $L/san.log) $(grep -c FAIL $L/san.log) FAIL"
-    [ $rc != 0 ] && { grep -v "^=========     " $L/san.log | grep -E "=========|FAIL|rror" | head -12 | cut -c1-200; }
-  done
-done
+SAN_TOOLS='memcheck racecheck synccheck' variant_sanitizers two-pass+stage4 "--Nq 256 --Nk 300 --D 256 --causal" "--Nq 70 --Nk 130 --D 1024 --causal --dtype bf16"
 el done
