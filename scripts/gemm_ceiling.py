@@ -10,10 +10,20 @@ outputs), torch's unfused attention (matmul, scale, softmax, matmul: the
 harness's torch(unfused) row) and a square 8192³ GEMM, and prints what ratio
 to torch(unfused) the GEMMs alone would reach.
 
+It also measures the clock the card sustains under this load (the two GEMMs
+back to back for a second, nvidia-smi sampling the SM clock meanwhile; the
+clock is only read, never set) and prints the tensor cores' dense peak at
+that clock: SMs x FLOP per clock per SM x clock (sm_90: 4096 = 989.4 TFLOPS /
+(132 SMs x 1830 MHz), the H100 SXM5 whitepaper's dense fp16 figure; sm_80:
+2048). No kernel of any kind can exceed that peak.
+
 Run: python3 scripts/gemm_ceiling.py [--D 1024 512]   (gpu_check.sh runs it after the D = 1024 benchmarks)
 """
 import argparse
+import shutil
 import statistics
+import subprocess
+import time
 
 try:
     import torch
@@ -34,6 +44,45 @@ def median_ms(fn, flush, iters=20):
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end))
     return statistics.median(times)
+
+
+# Dense fp16/bf16 tensor-core FLOPs per clock per SM, by compute capability.
+DENSE_FLOP_PER_CLOCK_PER_SM = {(8, 0): 2048, (9, 0): 4096}
+
+
+def sustained_clock(fn, seconds=1.0):
+    """Runs fn back to back for `seconds` while nvidia-smi samples the SM clock
+    and the power every 50 ms; returns (median MHz, median W, samples) or None."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    index = torch.cuda.current_device()
+    proc = subprocess.Popen([smi, "-i", str(index), "--query-gpu=clocks.sm,power.draw", "--format=csv,noheader,nounits",
+                             "-lms", "50"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        fn()  # already warm: median_ms ran it
+        torch.cuda.synchronize()
+        t_end = time.time() + seconds
+        while time.time() < t_end:
+            for _ in range(10):
+                fn()
+            torch.cuda.synchronize()
+    finally:
+        proc.terminate()
+        out = proc.communicate(timeout=10)[0]
+    mhz, watts = [], []
+    for line in out.splitlines():
+        parts = [x.strip() for x in line.split(",")]
+        try:
+            mhz.append(float(parts[0]))
+            watts.append(float(parts[1]))
+        except (ValueError, IndexError):
+            continue
+    # The first samples may predate the load: keep the second half.
+    mhz, watts = mhz[len(mhz) // 2:], watts[len(watts) // 2:]
+    if not mhz:
+        return None
+    return statistics.median(mhz), statistics.median(watts), len(mhz)
 
 
 def main():
@@ -72,9 +121,25 @@ def main():
         print(f"D = {D}: Q·Kᵀ {t_qk:.3f} ms ({gemm_flops / t_qk / 1e9:.1f} TFLOPS), "
               f"P·V {t_pv:.3f} ms ({gemm_flops / t_pv / 1e9:.1f} TFLOPS); both {t_qk + t_pv:.3f} ms = "
               f"{attn_flops / (t_qk + t_pv) / 1e9:.1f} attention TFLOPS")
+        target = 2 * attn_flops / t_unfused / 1e9
         print(f"D = {D}: torch(unfused) {t_unfused:.3f} ms ({attn_flops / t_unfused / 1e9:.1f} TFLOPS); "
               f"the two GEMMs alone reach {t_unfused / (t_qk + t_pv):.2f}x torch(unfused); 2x would need "
-              f"{2 * attn_flops / t_unfused / 1e9:.1f} TFLOPS")
+              f"{target:.1f} TFLOPS")
+        clock = sustained_clock(lambda: (torch.bmm(q, kt, out=s), torch.bmm(p, v, out=o)))
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        per_clock = DENSE_FLOP_PER_CLOCK_PER_SM.get((props.major, props.minor))
+        if clock is None:
+            print(f"D = {D}: sustained clock not measured (no nvidia-smi, or it printed nothing)")
+        elif per_clock is None:
+            print(f"D = {D}: SM clock under the two GEMMs {clock[0]:.0f} MHz, {clock[1]:.0f} W "
+                  f"(median of {clock[2]} samples); no dense peak known for sm_{props.major}{props.minor}")
+        else:
+            peak = props.multi_processor_count * per_clock * clock[0] * 1e6 / 1e12
+            print(f"D = {D}: SM clock under the two GEMMs {clock[0]:.0f} MHz, {clock[1]:.0f} W (median of "
+                  f"{clock[2]} samples); dense tensor-core peak at that clock {props.multi_processor_count} SMs x "
+                  f"{per_clock} FLOP x {clock[0]:.0f} MHz = {peak:.1f} TFLOPS; the GEMMs alone reach "
+                  f"{attn_flops / (t_qk + t_pv) / 1e9 / peak:.2f} of it, 2x torch(unfused) would need "
+                  f"{target / peak:.2f}")
         del q, k, v, s, o, p, kt
 
 
