@@ -146,9 +146,10 @@ std::string prepare_inputs(const AttnProblem& p, ProblemBuffers& bufs, uint64_t 
 }
 
 RunOutcome run_and_check(const Variant& v, const AttnProblem& p, const ProblemBuffers& bufs, const ReferenceData* ref,
-                         cudaStream_t stream) {
+                         cudaStream_t stream, size_t workspace_cap) {
   RunOutcome out;
-  const AttnBuffers b = bufs.attn();
+  AttnBuffers b = bufs.attn();
+  b.workspace_bytes = std::min(b.workspace_bytes, workspace_cap);
   cudaError_t e = poison_outputs(p, b, stream);
   if (e == cudaSuccess) e = v.launch(p, b, stream);
   if (e == cudaSuccess) e = cudaStreamSynchronize(stream);

@@ -7,6 +7,7 @@
 
 #include <fstream>
 #include <functional>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -60,8 +61,10 @@ struct RunOutcome {
 };
 
 // Poisons the outputs, runs the variant once and, given a reference, checks it.
+// workspace_cap: the variant is told its workspace has at most this many bytes
+// (a test of a variant that works in rounds when its workspace is short).
 RunOutcome run_and_check(const Variant& v, const AttnProblem& p, const ProblemBuffers& bufs, const ReferenceData* ref,
-                         cudaStream_t stream);
+                         cudaStream_t stream, size_t workspace_cap = SIZE_MAX);
 
 struct Timing {
   double median_ms = 0, min_ms = 0;

@@ -609,7 +609,9 @@ cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stre
   if (fit < 1) return cudaErrorMemoryAllocation;  // the harness sizes it with workspace_bytes()
   // Rounds of equal size: ceil(row blocks / rounds) slots each.
   const int64_t rounds = (L.row_blocks + fit - 1) / fit;
-  const int64_t slots = (L.row_blocks + rounds - 1) / rounds;
+  int64_t slots = (L.row_blocks + rounds - 1) / rounds;
+  // An even count where the workspace holds one more: pass 1 pairs row blocks.
+  if (slots % Cfg::kScoresCluster != 0 && slots + 1 <= fit && L.row_blocks_per_head % Cfg::kScoresCluster == 0) ++slots;
   const int cluster = scores_cluster<Cfg>(L, slots);
   return dispatch_dtype(p.dtype, [&](auto type) -> cudaError_t {
     using T = decltype(type);

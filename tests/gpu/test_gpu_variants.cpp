@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -154,6 +155,41 @@ int main(int argc, char** argv) {
             if (!r.error.empty() && cudaDeviceSynchronize() != cudaSuccess) {
               std::printf("fatal GPU error, stopping\n%d passed, %d failed\n", passed, failed + 1);
               return 1;
+            }
+          }
+        }
+
+  // A variant with a workspace (rung 11's P̃) runs in rounds when it is given
+  // less than it asks for: 1/3, 1/7 and 7/48 of it, at shapes whose rounds
+  // hold an even number of row blocks (rung 11's pass 1 pairs them into
+  // clusters), an odd number, and one.
+  for (auto [b, h, nq, nk] : {std::array{2, 3, 1000, 1000}, std::array{1, 3, 512, 600}, std::array{1, 1, 1000, 17}})
+    for (int d : {256, 1024})
+      for (DType dtype : {DType::kFloat16, DType::kBFloat16})
+        for (bool causal : {false, true}) {
+          const AttnProblem p = make(b, h, nq, nk, d, d, dtype, causal);
+          bool any = false;
+          for (const Variant& v : all_variants())
+            any = any || (selected(v) && v.unsupported_reason(p).empty() && v.workspace_bytes(p) > 0);
+          if (!any) continue;
+          ProblemBuffers bufs;
+          ReferenceData ref;
+          if (!alloc_and_prepare(p, bufs, ++seed, s, &ref)) { record(false, "setup " + p.shape_string()); continue; }
+          for (const Variant& v : all_variants()) {
+            if (!selected(v) || !v.unsupported_reason(p).empty()) continue;
+            const size_t full = v.workspace_bytes(p);
+            if (full == 0) continue;
+            // 7/48: rounds of 7 row blocks at 48 row blocks (odd: pass 1 runs unpaired).
+            for (auto [num, den] : {std::pair{1, 3}, std::pair{1, 7}, std::pair{7, 48}}) {
+              const RunOutcome r = run_and_check(v, p, bufs, &ref, s, full / size_t(den) * size_t(num));
+              const std::string what = v.name + " " + p.shape_string() + " in rounds (" + std::to_string(num) + "/" +
+                                       std::to_string(den) + " of its workspace): " +
+                                       (r.error.empty() ? r.check.summary() : r.error);
+              record(r.error.empty() && r.checked && r.check.pass, what);
+              if (!r.error.empty() && cudaDeviceSynchronize() != cudaSuccess) {
+                std::printf("fatal GPU error, stopping\n%d passed, %d failed\n", passed, failed + 1);
+                return 1;
+              }
             }
           }
         }
