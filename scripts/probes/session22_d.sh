@@ -4,15 +4,16 @@
 # an even number of row blocks, paired in pass 1; of an odd number, unpaired;
 # of one). Rounds now hold an even number of row blocks where the workspace
 # fits one more, so B=1 H=48 N=16384 D=512 (13 rounds of 473 before: pass 1
-# unpaired) runs paired: A/B against the landed build (HEAD) beside it.
+# unpaired) runs paired: A/B in one binary, ATTNLAB_TWO_PASS_NO_MULTICAST=1
+# giving what ran before (unpaired).
 cd "$(dirname "$0")/../.."
 . scripts/probes/common.sh
-probe_build_with_head flash_attn_mma test_gpu_variants
+probe_build flash_attn_mma test_gpu_variants
 run_test 480 test_gpu_variants 'two-pass*'
 ab() {
   echo "== $*"
-  echo "new:  $(timeout 120 $F "$@" --variant 'two-pass+stage4' --iters 10 2>&1 | grep -E "^ *two-pass" | cut -c1-120)"
-  [ -n "$FO" ] && echo "head: $(timeout 120 $FO "$@" --variant 'two-pass+stage4' --iters 10 2>&1 | grep -E "^ *two-pass" | cut -c1-120)"
+  echo "paired:   $(timeout 120 $F "$@" --variant 'two-pass+stage4' --iters 10 2>&1 | grep -E "^ *two-pass" | cut -c1-120)"
+  echo "unpaired: $(ATTNLAB_TWO_PASS_NO_MULTICAST=1 timeout 120 $F "$@" --variant 'two-pass+stage4' --iters 10 2>&1 | grep -E "^ *two-pass" | cut -c1-120)"
 }
 ab --B 1 --H 48 --N 16384 --D 512
 ab --B 1 --H 48 --N 16384 --D 512
