@@ -35,7 +35,8 @@
 // the H200's ~200 FLOP per byte of HBM: compute bound, like a GEMM. At D = 64
 // it would be ~60 FLOP per byte, memory bound: use the one-pass rungs there.
 // The workspace is capped (kWorkspaceCap); more row blocks than fit run in
-// several rounds of the two passes.
+// several rounds of the two passes, each of an even number of row blocks
+// where the workspace holds one more (pass 1 pairs them, below).
 // Measured (H200, B=1 H=8 N=8192 fp16, peers in the same process): gpu_check
 // at 5fe3e76 (results/H200/bench.csv): D = 1024 +stage4 579.5 TFLOPS against
 // torch's unfused path 394.3 (1.47x), sdpa(efficient) 132.5 (4.37x), our
