@@ -152,6 +152,8 @@ struct TwoPassConfig : ProducerWarpgroupSplit<kTwoPassWarpgroups> {  // rung 09'
   static_assert(kABytes % 1024 == 0 && kStageBytes % 1024 == 0 && kKHalfBytes % 1024 == 0,
                 "Sw128 tiles start 1024-byte aligned");
   static_assert(kScoresCluster * kKHalfBytes == kBBytes, "a K chunk is two halves, one per block of a pair");
+  static_assert(kStageBytes == 48 * 1024 && kABytes + kKHalfBytes == 32 * 1024,
+                "header: L2 -> SM bytes per stage 48 -> 32 KiB with K multicast");
   static_assert(kStages >= 2, "the ring overlaps a chunk's copy with the previous chunk's MMAs");
   static_assert(kChunksPerScoreTile * kBk == kBcScores, "pass 2's chunks tile pass 1's score tiles");
   static_assert(kTilesS * 8 == kBcScores && kTilesO * 8 == kBv && kVBoxes * 64 == kBv, "fragment and box counts");
