@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -112,6 +113,21 @@ void check_can_fail(cudaStream_t s, uint64_t& seed) {
   record(!check_outputs(p, ob.o, ob.lse, ref, s).pass, "another input's output must FAIL the check");
 }
 
+// Runs one variant on the problem (told its workspace has at most
+// workspace_cap bytes) and records the verdict under its name, the shape and
+// `label`; false after an error that left the GPU unusable.
+bool run_and_record(const Variant& v, const AttnProblem& p, const ProblemBuffers& bufs, const ReferenceData& ref,
+                    cudaStream_t s, const std::string& label = "", size_t workspace_cap = SIZE_MAX) {
+  const RunOutcome r = run_and_check(v, p, bufs, &ref, s, workspace_cap);
+  record(r.error.empty() && r.checked && r.check.pass,
+         v.name + " " + p.shape_string() + label + ": " + (r.error.empty() ? r.check.summary() : r.error));
+  if (!r.error.empty() && cudaDeviceSynchronize() != cudaSuccess) {
+    std::printf("fatal GPU error, stopping\n%d passed, %d failed\n", passed, failed);
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 // Usage: test_gpu_variants [GLOB]  — only variants whose name matches GLOB
@@ -148,14 +164,7 @@ int main(int argc, char** argv) {
           if (!alloc_and_prepare(p, bufs, ++seed, s, &ref)) { record(false, "setup " + p.shape_string()); continue; }
           for (const Variant& v : all_variants()) {
             if (!selected(v) || !v.unsupported_reason(p).empty()) continue;
-            const RunOutcome r = run_and_check(v, p, bufs, &ref, s);
-            const std::string what = v.name + " " + p.shape_string() + ": " +
-                                     (r.error.empty() ? r.check.summary() : r.error);
-            record(r.error.empty() && r.checked && r.check.pass, what);
-            if (!r.error.empty() && cudaDeviceSynchronize() != cudaSuccess) {
-              std::printf("fatal GPU error, stopping\n%d passed, %d failed\n", passed, failed + 1);
-              return 1;
-            }
+            if (!run_and_record(v, p, bufs, ref, s)) return 1;
           }
         }
 
@@ -181,15 +190,9 @@ int main(int argc, char** argv) {
             if (full == 0) continue;
             // 7/48: rounds of 7 row blocks at 48 row blocks (odd: pass 1 runs unpaired).
             for (auto [num, den] : {std::pair{1, 3}, std::pair{1, 7}, std::pair{7, 48}}) {
-              const RunOutcome r = run_and_check(v, p, bufs, &ref, s, full / size_t(den) * size_t(num));
-              const std::string what = v.name + " " + p.shape_string() + " in rounds (" + std::to_string(num) + "/" +
-                                       std::to_string(den) + " of its workspace): " +
-                                       (r.error.empty() ? r.check.summary() : r.error);
-              record(r.error.empty() && r.checked && r.check.pass, what);
-              if (!r.error.empty() && cudaDeviceSynchronize() != cudaSuccess) {
-                std::printf("fatal GPU error, stopping\n%d passed, %d failed\n", passed, failed + 1);
-                return 1;
-              }
+              const std::string label =
+                  " in rounds (" + std::to_string(num) + "/" + std::to_string(den) + " of its workspace)";
+              if (!run_and_record(v, p, bufs, ref, s, label, full / size_t(den) * size_t(num))) return 1;
             }
           }
         }
