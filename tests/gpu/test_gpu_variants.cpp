@@ -143,6 +143,19 @@ int main(int argc, char** argv) {
   reference_matches_cpu(s, seed);
   check_can_fail(s, seed);
 
+  // Fresh inputs and the reference for p when a selected variant that
+  // `wanted` accepts runs it; false when none does, or after a recorded setup failure.
+  auto set_up = [&](const AttnProblem& p, auto&& wanted, ProblemBuffers& bufs, ReferenceData& ref) {
+    bool any = false;
+    for (const Variant& v : all_variants()) any = any || (selected(v) && v.unsupported_reason(p).empty() && wanted(v));
+    if (!any) return false;
+    if (!alloc_and_prepare(p, bufs, ++seed, s, &ref)) {
+      record(false, "setup " + p.shape_string());
+      return false;
+    }
+    return true;
+  };
+
   const std::pair<int, int> sizes[] = {{1, 1},     {17, 17},   {127, 127}, {129, 129},  {1000, 1000}, {4096, 4096},
                                        {17, 1000}, {1000, 17}, {129, 4096}, {4096, 129}, {1, 4096},
                                        {512, 600}};  // causal: neighbouring row blocks walk different key counts
@@ -156,12 +169,9 @@ int main(int argc, char** argv) {
           const bool big = nq >= 4096 || nk >= 4096;
           if (big && d >= 512) continue;
           const AttnProblem p = make(big ? 1 : 2, big ? 2 : 3, nq, nk, d, d, dtype, causal);
-          bool any = false;
-          for (const Variant& v : all_variants()) any = any || (selected(v) && v.unsupported_reason(p).empty());
-          if (!any) continue;
           ProblemBuffers bufs;
           ReferenceData ref;
-          if (!alloc_and_prepare(p, bufs, ++seed, s, &ref)) { record(false, "setup " + p.shape_string()); continue; }
+          if (!set_up(p, [](const Variant&) { return true; }, bufs, ref)) continue;
           for (const Variant& v : all_variants()) {
             if (!selected(v) || !v.unsupported_reason(p).empty()) continue;
             if (!run_and_record(v, p, bufs, ref, s)) return 1;
@@ -177,13 +187,9 @@ int main(int argc, char** argv) {
       for (DType dtype : {DType::kFloat16, DType::kBFloat16})
         for (bool causal : {false, true}) {
           const AttnProblem p = make(b, h, nq, nk, d, d, dtype, causal);
-          bool any = false;
-          for (const Variant& v : all_variants())
-            any = any || (selected(v) && v.unsupported_reason(p).empty() && v.workspace_bytes(p) > 0);
-          if (!any) continue;
           ProblemBuffers bufs;
           ReferenceData ref;
-          if (!alloc_and_prepare(p, bufs, ++seed, s, &ref)) { record(false, "setup " + p.shape_string()); continue; }
+          if (!set_up(p, [&](const Variant& v) { return v.workspace_bytes(p) > 0; }, bufs, ref)) continue;
           for (const Variant& v : all_variants()) {
             if (!selected(v) || !v.unsupported_reason(p).empty()) continue;
             const size_t full = v.workspace_bytes(p);
