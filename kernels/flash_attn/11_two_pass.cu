@@ -590,18 +590,26 @@ size_t workspace_bytes(const AttnProblem& p) {
   return size_t(std::min(L.row_blocks, fit)) * L.bytes_per_slot;
 }
 
-// Blocks per pass-1 cluster: kScoresCluster (K multicast) when every pair of
-// neighbouring row blocks in a round belongs to one head, else 1.
-// ATTNLAB_TWO_PASS_NO_MULTICAST=1 forces 1, to measure what multicast buys.
+// The rounds: equal ones of `slots` row blocks each, as many as `fit` in the
+// workspace allows. Returns the blocks per pass-1 cluster: kScoresCluster (K
+// multicast) when every pair of neighbouring row blocks of a round belongs to
+// one head — the rounds are then made even where the workspace holds one row
+// block more — else 1. ATTNLAB_TWO_PASS_NO_MULTICAST=1 forces 1, to measure
+// what multicast buys.
 template <typename Cfg>
-int scores_cluster(const TwoPassLayout& L, int64_t slots) {
+int plan_rounds(const TwoPassLayout& L, int64_t fit, int64_t* slots) {
   static_assert(Cfg::kScoresCluster == 2, "pairs: a block's partner is blockIdx.x ^ 1");
   static const bool disabled = [] {
     const char* v = std::getenv("ATTNLAB_TWO_PASS_NO_MULTICAST");
     return v != nullptr && v[0] != '\0' && v[0] != '0';
   }();
   constexpr int c = Cfg::kScoresCluster;
-  return !disabled && L.row_blocks_per_head % c == 0 && slots % c == 0 ? c : 1;
+  const int64_t rounds = (L.row_blocks + fit - 1) / fit;
+  *slots = (L.row_blocks + rounds - 1) / rounds;
+  if (disabled || L.row_blocks_per_head % c != 0) return 1;
+  if (*slots % c != 0 && *slots + 1 <= fit) ++*slots;
+  // Row blocks per head even: so is every round, the last one included.
+  return *slots % c == 0 ? c : 1;
 }
 
 template <int kStages>
@@ -610,12 +618,8 @@ cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stre
   const TwoPassLayout L = two_pass_layout(p);
   const int64_t fit = b.workspace == nullptr ? 0 : int64_t(b.workspace_bytes / L.bytes_per_slot);
   if (fit < 1) return cudaErrorMemoryAllocation;  // the harness sizes it with workspace_bytes()
-  // Rounds of equal size: ceil(row blocks / rounds) slots each.
-  const int64_t rounds = (L.row_blocks + fit - 1) / fit;
-  int64_t slots = (L.row_blocks + rounds - 1) / rounds;
-  // An even count where the workspace holds one more: pass 1 pairs row blocks.
-  if (slots % Cfg::kScoresCluster != 0 && slots + 1 <= fit && L.row_blocks_per_head % Cfg::kScoresCluster == 0) ++slots;
-  const int cluster = scores_cluster<Cfg>(L, slots);
+  int64_t slots = 0;
+  const int cluster = plan_rounds<Cfg>(L, fit, &slots);
   return dispatch_dtype(p.dtype, [&](auto type) -> cudaError_t {
     using T = decltype(type);
     // P̃ of a round is one [slots·128, nk_pad] matrix: stored (pass 1) in boxes
@@ -632,7 +636,7 @@ cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stre
       const TwoPassWorkspace<T> w = carve_workspace<T>(b.workspace, L, slots, first);
       // Pass 1 rewrites the workspace pass 2 of the round before read: an ordinary launch.
       cudaError_t err = launch_clustered(two_pass_scores_kernel<Cfg, T>, dim3(unsigned(n)), Cfg::kThreads,
-                                         Cfg::kSmemScores, n % cluster == 0 ? cluster : 1, stream, map_q, map_k,
+                                         Cfg::kSmemScores, cluster, stream, map_q, map_k,
                                          map_p_store, w, b.lse, p);
       if (err != cudaSuccess) return err;
       err = launch_with_smem_overlapped(two_pass_output_kernel<Cfg, T>, dim3(unsigned(n * (p.Dv / Cfg::kBv))),
