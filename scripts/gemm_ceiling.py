@@ -106,6 +106,8 @@ def main():
     print(f"square GEMM {n}^3: {t:.3f} ms, {2 * n ** 3 / t / 1e9:.1f} TFLOPS")
     del a, b, c
     h, N = args.heads, args.N
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    per_clock = DENSE_FLOP_PER_CLOCK_PER_SM.get((props.major, props.minor))
     for D in args.D:
         q, k, v = (torch.randn(h, N, D, device=dev, dtype=dt) for _ in range(3))
         s = torch.empty(h, N, N, device=dev, dtype=dt)
@@ -126,8 +128,6 @@ def main():
               f"the two GEMMs alone reach {t_unfused / (t_qk + t_pv):.2f}x torch(unfused); 2x would need "
               f"{target:.1f} TFLOPS")
         clock = sustained_clock(lambda: (torch.bmm(q, kt, out=s), torch.bmm(p, v, out=o)))
-        props = torch.cuda.get_device_properties(torch.cuda.current_device())
-        per_clock = DENSE_FLOP_PER_CLOCK_PER_SM.get((props.major, props.minor))
         if clock is None:
             print(f"D = {D}: sustained clock not measured (no nvidia-smi, or it printed nothing)")
         elif per_clock is None:
