@@ -268,6 +268,20 @@ __device__ __forceinline__ void tma_store_3d(const CUtensorMap* map, const void*
                : "memory");
 #endif
 }
+// As tma_store_3d where `issue` holds, through a predicated instruction rather
+// than a branch: for code that runs while wgmmas are in flight, where ptxas
+// would wait for them before a branch (C7517).
+__device__ __forceinline__ void tma_store_3d_if(bool issue, const CUtensorMap* map, const void* smem, int c0, int c1,
+                                                int c2) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n"
+      " @p cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n}\n" ::"l"(
+          reinterpret_cast<uint64_t>(map)),
+      "r"(smem_addr(smem)), "r"(c0), "r"(c1), "r"(c2), "r"(int(issue))
+      : "memory");
+#endif
+}
 __device__ __forceinline__ void bulk_commit() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");

@@ -21,7 +21,11 @@
 //        and each loads half of every K chunk, multicast to both: L2 -> SM
 //        bytes per stage 48 -> 32 KiB. Each half of a tile's P̃ is computed
 //        just before its TMA store, so half 1's exponentials run while the
-//        TMA engine reads half 0 out of shared memory.
+//        TMA engine reads half 0 out of shared memory. NEW (stage4): once
+//        half 0 has left its registers, the next tile's first kEarlyChunks
+//        = 2 chunks are issued for keys 0..127 into them, so the tensor
+//        cores work through half 1's exponentials (FlashAttention-3's
+//        softmax/MMA overlap within a warpgroup, on half a tile).
 //   NEW pass 2 (output): O[128 rows, 256 columns] = Σ_keys P̃·V, a GEMM whose
 //        two operands both arrive by TMA; where pass 1 moved some row's m_ref
 //        (a flag per 64 rows and tile says so) O is rescaled by
@@ -57,13 +61,16 @@
 // softmax rescales O only when the running max grows past a threshold; the
 // warp-specialised TMA/wgmma GEMM mainloop: FlashAttention-3 (arXiv:2407.08608,
 // §3.1) and CUTLASS's PipelineTmaAsync (full/empty barrier per stage); the
+// next tile's MMAs issued while this tile's softmax runs: FlashAttention-3's
+// intra-warpgroup overlap (§3.2, there with a second accumulator); the
 // multicast of an operand to the blocks of a cluster that share it, each
 // loading a slice: CUTLASS's SM90 TMA GEMMs (a cluster shape, SM90_TMA_LOAD_
 // MULTICAST, a consumer's arrival on every block's empty barrier).
 //
 // Per block (both passes): 2 compute warpgroups (64 rows each) + 1 producer
 // warpgroup (one thread issues the TMA copies): 384 threads.
-//   pass 1: S [64, 256] fp32 per warpgroup (128 registers); per stage
+//   pass 1: S [64, 256] fp32 per warpgroup (128 registers; stage4: two
+//           halves of 64, each chunk's MMAs two N = 128 wgmmas); per stage
 //           sA: Q  [128 rows, 64 columns]        (Sw128Blocks, 16 KiB)
 //           sB: K  [256 keys, 64 columns]        (Sw128Blocks, 32 KiB; 128 keys
 //               from each block of the pair, by multicast)
@@ -145,6 +152,16 @@ struct TwoPassConfig : ProducerWarpgroupSplit<kTwoPassWarpgroups> {  // rung 09'
   // NEW: m_ref moves only when a tile's max exceeds it by more than this (exp2
   // units): P̃ <= 2^8 = 256, far inside fp16's 65504.
   static constexpr float kRefSlack = 8.f;
+  // NEW: once half 0 of a tile's P̃ has left its accumulator registers
+  // (keys 0..127, 64 of the 128), the next tile's first kEarlyChunks chunks
+  // are issued for those keys into them, so the tensor cores work while half
+  // 1's exponentials run; their keys 128..255 follow as the tile's first
+  // MMAs, and each such chunk holds its stage until both halves are done.
+  // Then every chunk's MMAs run as two N = 128 wgmmas, one per half of the
+  // keys: with N = 256 and N = 128 wgmmas on the same registers ptxas
+  // serialised every wgmma of one instantiation or the other (C7511). stage2:
+  // none, since two early chunks would hold both its stages.
+  static constexpr int kEarlyChunks = kStages >= 4 ? 2 : 0;
   static_assert(kBcScores == kBv && kBBytes == kBk * kBv * 2, "one B slot holds a K chunk or a V chunk");
   static_assert(TwoPassConfig::kLaunchRegs == 168 && TwoPassConfig::kComputeRegs == 232 &&
                     TwoPassConfig::kProducerRegs == 40,
@@ -158,6 +175,7 @@ struct TwoPassConfig : ProducerWarpgroupSplit<kTwoPassWarpgroups> {  // rung 09'
   static_assert(kChunksPerScoreTile * kBk == kBcScores, "pass 2's chunks tile pass 1's score tiles");
   static_assert(kTilesS * 8 == kBcScores && kTilesO * 8 == kBv && kVBoxes * 64 == kBv, "fragment and box counts");
   static_assert(kRefSlack > 0.f && kRefSlack <= 15.f, "P̃ <= 2^kRefSlack must fit fp16 (65504)");
+  static_assert(kEarlyChunks < kStages, "the producer keeps a stage to prefetch into while early chunks hold theirs");
 };
 static_assert(TwoPassConfig<2>::kSmemScores == 132128 && TwoPassConfig<2>::kSmemOutput == 99360,
               "header: stage2 shared memory");
@@ -315,7 +333,7 @@ template <typename Cfg, typename T>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
 two_pass_scores_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUtensorMap tma_k,
                        const __grid_constant__ CUtensorMap tma_p_store, const TwoPassWorkspace<T> w,
-                       float* __restrict__ lse, const AttnProblem p) {
+                       float* __restrict__ lse, const AttnProblem p, const bool early_mma) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int Br = Cfg::kBr, Bc = Cfg::kBcScores, Bk = Cfg::kBk;
   static_assert(Br == 128, "row_block_of counts 128-row blocks");
@@ -376,21 +394,54 @@ two_pass_scores_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_c
   float* ref_rows = w.m_ref + (rb.slot * Br + r_local) * int64_t(w.score_tiles);
   uint8_t* moved = reinterpret_cast<uint8_t*>(w.moved + (rb.slot * 2 + warpgroup) * int64_t(w.score_tiles));
 
+  // S[64, 256] and its two halves (keys 0..127, 128..255): the accumulator
+  // layout of an N = 256 wgmma is that of two N = 128 ones side by side.
+  float S[Cfg::kTilesS][4];
+  float(&S_lo)[Cfg::kTilesS / 2][4] = *reinterpret_cast<float(*)[Cfg::kTilesS / 2][4]>(&S[0]);
+  float(&S_hi)[Cfg::kTilesS / 2][4] = *reinterpret_cast<float(*)[Cfg::kTilesS / 2][4]>(&S[Cfg::kTilesS / 2]);
+  const bool early_on = early_mma && d_chunks >= Cfg::kEarlyChunks;
+  // A chunk's MMAs of 64 columns of D: for all 256 keys, or for one half.
+  auto chunk_mmas = [&](auto which_constant, int it_c, int c) {
+    constexpr int which = decltype(which_constant)::value;  // 0: keys 0..127, 1: 128..255, 2: all
+    const uint64_t desc_q = make_sw128_desc(ring.a(it_c) + warpgroup * 64 * 128, 0, 1024);
+    const uint64_t desc_k = make_sw128_desc(ring.b(it_c) + (which == 1 ? Cfg::kKHalfBytes : 0), 0, 1024);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Bk / 16; ++kk) {  // 16 columns per step: 32 bytes into each 128-byte row
+      const uint64_t a = advance_desc(desc_q, kk * 32), b = advance_desc(desc_k, kk * 32);
+      if constexpr (which == 2 && Cfg::kEarlyChunks == 0) {
+        wgmma_ss<T, Bc>(S, a, b, (c | kk) != 0);
+      } else {  // with early chunks, always as two N = 128 wgmmas (see kEarlyChunks)
+        if constexpr (which != 1) wgmma_ss<T, Bc / 2>(S_lo, a, b, (c | kk) != 0);
+        if constexpr (which != 0)
+          wgmma_ss<T, Bc / 2>(S_hi, a, which == 2 ? advance_desc(b, Cfg::kKHalfBytes) : b, (c | kk) != 0);
+      }
+    }
+    wgmma_commit();
+  };
+
   int it = 0;
+  int early = 0;  // chunks of tile t whose keys 0..127 the previous tile's epilogue issued
   for (int t = 0; t < n_tiles; ++t) {
     // ---- S[64, 256] = Q[warpgroup's 64 rows, :] · K_tᵀ, 64 columns of D per chunk ----
-    float S[Cfg::kTilesS][4];
-    for (int c = 0; c < d_chunks; ++c, ++it) {
-      ring.wait(it);
-      const uint64_t desc_q = make_sw128_desc(ring.a(it) + warpgroup * 64 * 128, 0, 1024);
-      const uint64_t desc_k = make_sw128_desc(ring.b(it), 0, 1024);
-      wgmma_fence();
+    int c = 0;
+    if constexpr (Cfg::kEarlyChunks > 0) {
+      if (early > 0) {  // keys 128..255 of the early chunks (their stages were waited for then)
 #pragma unroll
-      for (int kk = 0; kk < Bk / 16; ++kk)  // 16 columns per step: 32 bytes into each 128-byte row
-        wgmma_ss<T, Bc>(S, advance_desc(desc_q, kk * 32), advance_desc(desc_k, kk * 32), (c | kk) != 0);
-      wgmma_commit();
+        for (; c < Cfg::kEarlyChunks; ++c, ++it) {
+          chunk_mmas(std::integral_constant<int, 1>{}, it, c);
+          if (c > 0) {
+            wgmma_wait<1>();  // chunk it - 1 is done: its slot may be refilled
+            ring.release_in_cluster(it - 1, t < shared_tiles, ncta);
+          }
+        }
+      }
+    }
+    for (; c < d_chunks; ++c, ++it) {
+      ring.wait(it);
+      chunk_mmas(std::integral_constant<int, 2>{}, it, c);
       if (c > 0) {
-        wgmma_wait<1>();  // chunk it - 1 is done: its slot may be refilled
+        wgmma_wait<1>();
         ring.release_in_cluster(it - 1, t < shared_tiles, ncta);
       }
     }
@@ -415,54 +466,88 @@ two_pass_scores_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_c
       }
       ref_use[r] = m_ref[r] == -INFINITY ? 0.f : m_ref[r];  // a row with no visible key yet: P̃ = 0, not NaN
     }
-    // P̃ to the workspace through sOut, 128 columns at a time: every thread
-    // writes its fragments (swizzled: conflict-free), one thread of the
-    // warpgroup stores the two 64 x 64 boxes with TMA, and the next writes to
-    // sOut wait until that store has read it. NEW: each half's P̃ is computed
-    // just before it is written, so half 1's exponentials run while the TMA
-    // engine reads half 0 out of sOut.
-    auto store_half = [&](auto half_constant) {
-      constexpr int half = decltype(half_constant)::value;
-#pragma unroll
-      for (int n = half * Cfg::kTilesS / 2; n < (half + 1) * Cfg::kTilesS / 2; ++n) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) S[n][i] = exp2_approx(fmaf(S[n][i], scale_log2, -ref_use[i / 2]));  // P̃, in place
-        l[0] += S[n][0] + S[n][1];
-        l[1] += S[n][2] + S[n][3];
-      }
-      if (t > 0 || half > 0) {
-        if (store_thread) bulk_wait_read();
-        named_barrier_sync(1 + warpgroup, 128);
-      }
-      // NEW: two 8-column tiles (four 8 x 8 matrices) per stmatrix; lane l
-      // addresses row l % 8 of matrix l / 8: rows +8 for odd matrices, the
-      // next tile for matrices 2 and 3.
-#pragma unroll
-      for (int n = 0; n < Cfg::kTilesS / 2; n += 2) {
-        const float* e0 = S[half * Cfg::kTilesS / 2 + n];
-        const float* e1 = S[half * Cfg::kTilesS / 2 + n + 1];
-        const int row = st_row + ((lane >> 3) & 1) * 8, col = (n + (lane >> 4)) * 8;
-        stmatrix_x4(sOut_mine + Sw128Blocks<64>::offset(row, col), pack2<T>(e0[0], e0[1]), pack2<T>(e0[2], e0[3]),
-                    pack2<T>(e1[0], e1[1]), pack2<T>(e1[2], e1[3]));
-      }
-      fence_proxy_async_shared();
-      named_barrier_sync(1 + warpgroup, 128);
-      if (store_thread) {
-#pragma unroll
-        for (int b = 0; b < Cfg::kStoreCols / 64; ++b)
-          tma_store_3d(&tma_p_store, sOut_mine + b * 64 * 64, t * Bc + half * Cfg::kStoreCols + b * 64,
-                       int(rb.slot * Br) + warpgroup * 64, 0);
-        bulk_commit();
-      }
-    };
-    store_half(std::integral_constant<int, 0>{});
-    store_half(std::integral_constant<int, 1>{});
+    // m_ref after this tile, and whether it moved, for pass 2 (here, before
+    // the early chunks' MMAs: see store_half's branches).
     if (lane % 4 == 0) {
       ref_rows[t] = m_ref[0];
       ref_rows[8 * w.score_tiles + t] = m_ref[1];
     }
     const bool warp_moved = __any_sync(0xffffffffu, moved_here);
     if (lane == 0) moved[t * 4 + warp % 4] = warp_moved ? 1 : 0;
+    // P̃ to the workspace through sOut, 128 columns at a time: every thread
+    // writes its fragments (swizzled: conflict-free), one thread of the
+    // warpgroup stores the two 64 x 64 boxes with TMA, and the next writes to
+    // sOut wait until that store has read it. NEW: each half's P̃ is computed
+    // just before it is written, so half 1's exponentials run while the TMA
+    // engine reads half 0 out of sOut.
+    // A half's P̃, packed two to a register. S itself is only read: no
+    // instruction but a wgmma may write registers that the early chunks'
+    // MMAs, running meanwhile, or the next tile's MMAs write.
+    auto exp_half = [&](auto half_constant, uint32_t(&packed)[Cfg::kTilesS / 2][2]) {
+      constexpr int half = decltype(half_constant)::value;
+#pragma unroll
+      for (int j = 0; j < Cfg::kTilesS / 2; ++j) {
+        const float* s = S[half * Cfg::kTilesS / 2 + j];
+        float e[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) e[i] = exp2_approx(fmaf(s[i], scale_log2, -ref_use[i / 2]));
+        l[0] += e[0] + e[1];
+        l[1] += e[2] + e[3];
+        packed[j][0] = pack2<T>(e[0], e[1]);
+        packed[j][1] = pack2<T>(e[2], e[3]);
+      }
+    };
+    auto store_half = [&](auto half_constant, const uint32_t(&packed)[Cfg::kTilesS / 2][2]) {
+      constexpr int half = decltype(half_constant)::value;
+      if (t > 0 || half > 0) {
+        // Only the store thread has bulk stores in flight; in the others this
+        // returns at once. Unconditional: ptxas would wait for the early
+        // chunks' MMAs before a branch (C7517).
+        bulk_wait_read();
+        named_barrier_sync(1 + warpgroup, 128);
+      }
+      // NEW: two 8-column tiles (four 8 x 8 matrices) per stmatrix; lane l
+      // addresses row l % 8 of matrix l / 8: rows +8 for odd matrices, the
+      // next tile for matrices 2 and 3.
+#pragma unroll
+      for (int j = 0; j < Cfg::kTilesS / 2; j += 2) {
+        const int row = st_row + ((lane >> 3) & 1) * 8, col = (j + (lane >> 4)) * 8;
+        stmatrix_x4(sOut_mine + Sw128Blocks<64>::offset(row, col), packed[j][0], packed[j][1], packed[j + 1][0],
+                    packed[j + 1][1]);
+      }
+      fence_proxy_async_shared();
+      named_barrier_sync(1 + warpgroup, 128);
+      // One thread stores; every thread commits (an empty group elsewhere):
+      // no branch either.
+#pragma unroll
+      for (int b = 0; b < Cfg::kStoreCols / 64; ++b)
+        tma_store_3d_if(store_thread, &tma_p_store, sOut_mine + b * 64 * 64, t * Bc + half * Cfg::kStoreCols + b * 64,
+                        int(rb.slot * Br) + warpgroup * 64, 0);
+      bulk_commit();
+    };
+    uint32_t packed[Cfg::kTilesS / 2][2];
+    exp_half(std::integral_constant<int, 0>{}, packed);
+    store_half(std::integral_constant<int, 0>{}, packed);
+    if constexpr (Cfg::kEarlyChunks > 0) {
+      // NEW: half 0 has left S_lo; the next tile's first chunks run on the
+      // tensor cores, for keys 0..127, while half 1's exponentials run.
+      // (Issued before half 0's stores instead, they measured slower: probe
+      // session23_b.)
+      early = t + 1 < n_tiles && early_on ? Cfg::kEarlyChunks : 0;
+      if (early > 0) {
+#pragma unroll
+        for (int c = 0; c < Cfg::kEarlyChunks; ++c) {
+          ring.wait(it + c);
+          chunk_mmas(std::integral_constant<int, 0>{}, it + c, c);
+        }
+      }
+    }
+    exp_half(std::integral_constant<int, 1>{}, packed);
+    store_half(std::integral_constant<int, 1>{}, packed);
+    // The early chunks' MMAs are not carried across the loop's back edge (ptxas
+    // would wait for them there, and serialise every wgmma to do so).
+    if constexpr (Cfg::kEarlyChunks > 0) wgmma_wait<0>();
+    fence_accumulators(S_lo);
   }
 
   if (store_thread) bulk_wait();  // sOut must outlive the stores' reads
@@ -612,6 +697,16 @@ int plan_rounds(const TwoPassLayout& L, int64_t fit, int64_t* slots) {
   return *slots % c == 0 ? c : 1;
 }
 
+// Whether pass 1 issues early chunks (where its config has them):
+// ATTNLAB_TWO_PASS_NO_EARLY_MMA=1 turns them off, to measure what they buy.
+bool early_mma() {
+  static const bool disabled = [] {
+    const char* v = std::getenv("ATTNLAB_TWO_PASS_NO_EARLY_MMA");
+    return v != nullptr && v[0] != '\0' && v[0] != '0';
+  }();
+  return !disabled;
+}
+
 template <int kStages>
 cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stream) {
   using Cfg = TwoPassConfig<kStages>;
@@ -637,7 +732,7 @@ cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stre
       // Pass 1 rewrites the workspace pass 2 of the round before read: an ordinary launch.
       cudaError_t err = launch_clustered(two_pass_scores_kernel<Cfg, T>, dim3(unsigned(n)), Cfg::kThreads,
                                          Cfg::kSmemScores, cluster, stream, map_q, map_k,
-                                         map_p_store, w, b.lse, p);
+                                         map_p_store, w, b.lse, p, early_mma());
       if (err != cudaSuccess) return err;
       err = launch_with_smem_overlapped(two_pass_output_kernel<Cfg, T>, dim3(unsigned(n * (p.Dv / Cfg::kBv))),
                                         Cfg::kThreads, Cfg::kSmemOutput, stream, map_p, map_v, w,
