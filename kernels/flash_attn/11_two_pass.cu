@@ -42,18 +42,19 @@
 // several rounds of the two passes, each of an even number of row blocks
 // where the workspace holds one more (pass 1 pairs them, below).
 // Measured (H200, B=1 H=8 N=8192 fp16, peers in the same process): gpu_check
-// at 5fe3e76 (results/H200/bench.csv): D = 1024 +stage4 579.5 TFLOPS against
-// torch's unfused path 394.3 (1.47x), sdpa(efficient) 132.5 (4.37x), our
-// cuBLAS baseline 521.6 (1.11x) and rung 10 358.7 (1.62x), 0.83 of cuBLAS's
-// two GEMMs alone in the same run (698.3, scripts/gemm_ceiling.py); causal
-// 557.3 (3.71x torch's unfused path); D = 512 614.9 against rung 09's 441.5
-// (1.39x). ncu, D = 1024 (results/H200/probes/session22_a.txt, _b.txt): pass 1
-// 1.70 ms with the tensor pipe 81 % busy (1.80 ms at 79 % before the K
-// multicast, the store overlap and stmatrix of session 22), pass 2 1.57 ms at
-// 92 %. Under this load the card holds its SM clock at ~1395 MHz (nvidia-smi,
-// probe session22_c), where the dense tensor-core peak is 754 TFLOPS: rung 11
-// reaches 0.76 of it, cuBLAS's two GEMMs 0.95, and 2x torch's unfused path
-// would need 1.02.
+// at 4b704d7 (results/H200/bench.csv): D = 1024 +stage4 597.3 TFLOPS against
+// torch's unfused path 384.9 (1.55x), sdpa(efficient) 136.7 (4.37x), our
+// cuBLAS baseline 529.0 (1.13x) and rung 10 355.2 (1.68x), 0.82 of cuBLAS's
+// two GEMMs alone in the same run (727.7, scripts/gemm_ceiling.py); causal
+// 566.2 (3.74x torch's unfused path); D = 512 637.9 against rung 09's 463.6
+// (1.38x). ncu, D = 1024 (results/H200/probes/session23_c.txt): pass 1
+// 1.70 ms with the tensor pipe 83.5 % busy (1.72 ms at 81 % without the early
+// chunks; 1.80 ms at 79 % before session 22's K multicast, store overlap and
+// stmatrix), pass 2 1.57 ms at 92 %. Under this load the card holds its SM
+// clock at ~1380-1395 MHz (nvidia-smi, probe session22_c and gemm_ceiling.py),
+// where the dense tensor-core peak is ~750 TFLOPS: rung 11 reaches 0.80 of
+// it, cuBLAS's two GEMMs 0.95-0.98, and 2x torch's unfused path would need
+// 1.02-1.06.
 // docs/11_two_pass.md.
 // Sources: the safe-softmax two-pass formulation (FlashAttention, arXiv:
 // 2205.14135, §2 and its Algorithm 0, which also materialises P); the
