@@ -43,6 +43,14 @@ std::string head_dim_list() {
   return "{" + s + "}";
 }
 
+// Whether the environment variable `name` is set to anything but "" or "0":
+// the switches (ATTNLAB_NO_PDL, ATTNLAB_TWO_PASS_NO_*) that turn one
+// mechanism off, to measure what it buys. Read once per switch by the caller.
+inline bool env_switch_on(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && v[0] != '\0' && v[0] != '0';
+}
+
 // "" when a block of `smem_bytes` dynamic shared memory fits the device's
 // opt-in limit (or there is no device to ask), else the reason.
 inline std::string smem_unsupported(size_t smem_bytes) {
@@ -111,10 +119,7 @@ cudaError_t launch_with_smem_overlapped(Kernel kernel, dim3 grid, int threads, i
                                         Args... args) {
   // ATTNLAB_NO_PDL=1 turns the overlap off (ordinary launches), to measure
   // what it buys or to rule it out while debugging.
-  static const bool disabled = [] {
-    const char* v = std::getenv("ATTNLAB_NO_PDL");
-    return v != nullptr && v[0] != '\0' && v[0] != '0';
-  }();
+  static const bool disabled = env_switch_on("ATTNLAB_NO_PDL");
   if (disabled || !device_is_sm90_or_newer())
     return launch_with_smem(kernel, grid, threads, smem_bytes, stream, args...);
   cudaLaunchAttribute overlap{};

@@ -100,7 +100,6 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -685,10 +684,7 @@ size_t workspace_bytes(const AttnProblem& p) {
 template <typename Cfg>
 int plan_rounds(const TwoPassLayout& L, int64_t fit, int64_t* slots) {
   static_assert(Cfg::kScoresCluster == 2, "pairs: a block's partner is blockIdx.x ^ 1");
-  static const bool disabled = [] {
-    const char* v = std::getenv("ATTNLAB_TWO_PASS_NO_MULTICAST");
-    return v != nullptr && v[0] != '\0' && v[0] != '0';
-  }();
+  static const bool disabled = env_switch_on("ATTNLAB_TWO_PASS_NO_MULTICAST");
   constexpr int c = Cfg::kScoresCluster;
   const int64_t rounds = (L.row_blocks + fit - 1) / fit;
   *slots = (L.row_blocks + rounds - 1) / rounds;
@@ -701,10 +697,7 @@ int plan_rounds(const TwoPassLayout& L, int64_t fit, int64_t* slots) {
 // Whether pass 1 issues early chunks (where its config has them):
 // ATTNLAB_TWO_PASS_NO_EARLY_MMA=1 turns them off, to measure what they buy.
 bool early_mma() {
-  static const bool disabled = [] {
-    const char* v = std::getenv("ATTNLAB_TWO_PASS_NO_EARLY_MMA");
-    return v != nullptr && v[0] != '\0' && v[0] != '0';
-  }();
+  static const bool disabled = env_switch_on("ATTNLAB_TWO_PASS_NO_EARLY_MMA");
   return !disabled;
 }
 
