@@ -254,23 +254,14 @@ __device__ __forceinline__ void tma_reduce_add_3d(const CUtensorMap* map, const 
                : "memory");
 #endif
 }
-// Tensor store (cp.async.bulk.tensor, shared → global, the async proxy): the
-// box at `smem` (in the map's swizzled layout, 1024-byte aligned) to the
-// global box (c0, c1, c2); rows past the tensor's end are not written. Same
-// bulk-group bookkeeping as the reduction above. The writers of `smem` make
-// their stores visible to the async proxy first (fence_proxy_async_shared,
-// then a barrier). Rung 11's pass 1 writes P̃ this way.
-__device__ __forceinline__ void tma_store_3d(const CUtensorMap* map, const void* smem, int c0, int c1, int c2) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(
-                   reinterpret_cast<uint64_t>(map)),
-               "r"(smem_addr(smem)), "r"(c0), "r"(c1), "r"(c2)
-               : "memory");
-#endif
-}
-// As tma_store_3d where `issue` holds, through a predicated instruction rather
-// than a branch: for code that runs while wgmmas are in flight, where ptxas
-// would wait for them before a branch (C7517).
+// Tensor store (cp.async.bulk.tensor, shared → global, the async proxy), issued
+// by the threads where `issue` holds: the box at `smem` (in the map's swizzled
+// layout, 1024-byte aligned) to the global box (c0, c1, c2); rows past the
+// tensor's end are not written. Same bulk-group bookkeeping as the reduction
+// above. The writers of `smem` make their stores visible to the async proxy
+// first (fence_proxy_async_shared, then a barrier). A predicated instruction
+// rather than a branch around it: rung 11's pass 1 stores P̃ this way while
+// wgmmas are in flight, and ptxas waits for those before a branch (C7517).
 __device__ __forceinline__ void tma_store_3d_if(bool issue, const CUtensorMap* map, const void* smem, int c0, int c1,
                                                 int c2) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
