@@ -546,8 +546,10 @@ two_pass_scores_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_c
     store_half(std::integral_constant<int, 1>{}, packed);
     // The early chunks' MMAs are not carried across the loop's back edge (ptxas
     // would wait for them there, and serialise every wgmma to do so).
-    if constexpr (Cfg::kEarlyChunks > 0) wgmma_wait<0>();
-    fence_accumulators(S_lo);
+    if constexpr (Cfg::kEarlyChunks > 0) {
+      wgmma_wait<0>();
+      fence_accumulators(S_lo);
+    }
   }
 
   if (store_thread) bulk_wait();  // sOut must outlive the stores' reads
