@@ -249,6 +249,7 @@ cat "$summary"
 ok=0
 grep -q " 0 failed" <<<"$(tail -1 "$out/gpu_variants.log")" && grep -q "100% tests passed" "$out/tests.log" || ok=1
 # Everything but the headline files goes into one archive (the device returns 8 files).
-tar -czf "$out/logs.tar.gz" -C "$out" $(cd "$out" && ls | grep -vE '^(summary.md|bench.csv|bench.txt|fwd.csv|sweep.txt|ncu_bank_conflicts.txt|reference_torch.txt|gemm_ceiling.txt|dmattn.csv|dmattn_bench.txt|logs.tar.gz)$') 2>/dev/null &&
-  (cd "$out" && ls | grep -vE '^(summary.md|bench.csv|bench.txt|fwd.csv|sweep.txt|ncu_bank_conflicts.txt|reference_torch.txt|gemm_ceiling.txt|dmattn.csv|dmattn_bench.txt|logs.tar.gz)$' | xargs rm -f)
+headline='^(summary.md|bench.csv|bench.txt|fwd.csv|sweep.txt|ncu_bank_conflicts.txt|reference_torch.txt|gemm_ceiling.txt|dmattn.csv|dmattn_bench.txt|logs.tar.gz)$'
+archived=$(cd "$out" && ls | grep -vE "$headline")
+tar -czf "$out/logs.tar.gz" -C "$out" $archived 2>/dev/null && (cd "$out" && rm -f $archived)
 exit $ok
