@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Session 23 (e): the review's refactors (env_switch_on, one predicated tensor
 # store, stage2's fence) rechecked on the H200: rung 11's variant tests with
-# the early chunks on and off, the split-q tests (ATTNLAB_NO_PDL's reader
-# moved), and the sanitizers on two two-pass shapes.
+# the early chunks on and off and with ATTNLAB_NO_PDL=1 (its reader moved;
+# pass 2 is the PDL launch), and the sanitizers on two two-pass shapes.
 cd "$(dirname "$0")/../.."
 . scripts/probes/common.sh
 probe_build flash_attn_mma test_gpu_variants
