@@ -61,7 +61,8 @@ usage: flash_attn_mma [options]
   --check           check every row against the fp32 reference; exit 1 on any FAIL
   --show-all        show every row (default: only rows that beat the best so far,
                     plus failures and unsupported rows)
-  --variant GLOB    run only variants whose name matches, e.g. 'split-q*'
+  --variant GLOB    run only variants whose name matches, e.g. 'split-q*';
+                    several globs separated by commas: 'ws*,wgmma+stage2*'
   --torch           include the unfused baselines: `unfused` (cuBLAS + softmax +
                     cuBLAS) and, in a torch build, `torch(unfused)`
   --sdpa            include torch's SDPA backends: sdpa(flash) (FA2), sdpa(cudnn),
@@ -287,7 +288,8 @@ AttnProblem to_problem(const Options& o) {
   return p;
 }
 
-bool glob_match(const std::string& pattern, const std::string& text) {
+namespace {
+bool glob_match_one(const std::string& pattern, const std::string& text) {
   size_t p = 0, t = 0, star = std::string::npos, mark = 0;
   while (t < text.size()) {
     if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == text[t])) {
@@ -305,6 +307,18 @@ bool glob_match(const std::string& pattern, const std::string& text) {
   }
   while (p < pattern.size() && pattern[p] == '*') ++p;
   return p == pattern.size();
+}
+}  // namespace
+
+bool glob_match(const std::string& patterns, const std::string& text) {
+  size_t begin = 0;
+  while (true) {  // comma-separated alternatives (variant names have no commas)
+    const size_t end = patterns.find(',', begin);
+    if (glob_match_one(patterns.substr(begin, end == std::string::npos ? std::string::npos : end - begin), text))
+      return true;
+    if (end == std::string::npos) return false;
+    begin = end + 1;
+  }
 }
 
 }  // namespace attnlab

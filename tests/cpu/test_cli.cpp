@@ -87,6 +87,10 @@ TEST_CASE(glob_matching) {
   EXPECT_TRUE(!glob_match("split-kv*", "split-q+stage2"));
   EXPECT_TRUE(glob_match("split-q+stage2", "split-q+stage2"));
   EXPECT_TRUE(!glob_match("split-q+stage", "split-q+stage2"));
+  EXPECT_TRUE(glob_match("ws*,wgmma+stage2*", "wgmma+stage2+overlap"));  // comma: alternatives
+  EXPECT_TRUE(glob_match("ws*,wgmma+stage2*", "ws+stage2"));
+  EXPECT_TRUE(!glob_match("ws*,wgmma+stage2*", "wgmma+stage1"));
+  EXPECT_TRUE(!glob_match("ws*,", "wgmma+stage1"));  // an empty alternative matches only an empty name
 }
 
 TEST_CASE(cli_dynamic_mask_flags) {
