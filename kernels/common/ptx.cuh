@@ -111,6 +111,12 @@ __device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float x, float y) {
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+// Counts the calling warp's threads towards barrier `id` without waiting for
+// it: the signalling half of a producer/consumer hand-off, where the other
+// side calls named_barrier_sync with the same `threads` (rung 12's ping-pong).
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 
 // Programmatic dependent launch (sm_90; PTX ISA, "griddepcontrol"). A kernel
 // launched with the programmatic-stream-serialization attribute may start

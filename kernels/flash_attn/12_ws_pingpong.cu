@@ -1,0 +1,318 @@
+// ============================================================================
+// Rung 12 — rung 07's overlap, fed by TMA from a producer warp, with the two
+//           compute warpgroups taking turns on the tensor cores (ping-pong)
+// ============================================================================
+// What changes against rung 07 (`wgmma+stage2+overlap`), the best rung at
+// D = 64 and 128: the math per tile is the same (S = Q·K_jᵀ issued, then
+// P_{j-1}·V_{j-1}; the softmax of S_j runs while that P·V does), but
+//   NEW (ws): the copies leave the compute threads. In rung 07 all 256 threads
+//        issue cp.async for every K and V tile and the block meets at a
+//        __syncthreads per tile, so both warpgroups reach their softmax at the
+//        same moment and the tensor cores idle while they do. Here a producer
+//        warp issues each tile as TMA boxes (rung 09's split: a third
+//        warpgroup, setmaxnreg) into a ring of kStages slots with a full/empty
+//        mbarrier pair per slot; the compute warpgroups never meet each other;
+//   NEW (+pingpong): the two warpgroups are made to alternate: a warpgroup
+//        issues its tile's MMAs only after the other has issued its own, and
+//        lets the other go right after. While warpgroup 0's S and P·V run,
+//        warpgroup 1 does its softmax, and the other way round, so the tensor
+//        cores always have one warpgroup's work queued. Two named barriers
+//        carry the turn (FlashAttention-3, Shah et al. 2024, §3.1
+//        "pingpong scheduling"; its warp_scheduler_barrier_sync/arrive).
+// Variants: `ws+stage2` (TMA and producer warp only) and
+// `ws+stage2+pingpong`, so the table shows what each step buys.
+//
+// Per block: Br = 128 query rows (2 compute warpgroups x 64) + 1 producer
+// warpgroup = 384 threads; loop over Bc-row tiles of K and V.
+//   sQ: [Br, D] (TMA, once)   sK: [kStages][Bc, D]   sV: [kStages][Bc, D]
+//   (all Sw128Blocks: TMA's 128-byte swizzle is wgmma's)
+//   1 + 4·kStages mbarriers: Q full; K full/empty and V full/empty per slot.
+// Registers: 168 per thread at launch; setmaxnreg gives the producer 40 and
+// the compute threads 232.
+//
+// Tile configurations (constexprs in WsConfig, checked by static_asserts):
+//   D     Br   Bc  stages  shared memory (+1024 alignment slack)
+//   64   128  128    2       81992
+//  128   128  128    2      163912
+//  256   128   64    2      196680
+//
+// Supports: fp16, bf16; D = Dv ∈ {64, 128, 256}; any Nq, Nk >= 1 (TMA
+// zero-fills rows past the end; ragged tiles are masked); causal
+// (bottom-right aligned) or not; writes O and LSE. Needs an sm_90 GPU, an
+// sm_90a build and a driver with cuTensorMapEncodeTiled; elsewhere its rows
+// say unsupported.
+//
+// Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 128 --variant 'ws*,wgmma+stage2+overlap' --sdpa --check
+// ============================================================================
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <string>
+#include <vector>
+
+#include "../common/attn_problem.h"
+#include "../common/online_softmax.cuh"
+#include "../common/ptx.cuh"
+#include "../common/rung_host.cuh"
+#include "../common/split_q_parts.cuh"
+#include "../common/tma.cuh"
+#include "../common/variant.h"
+#include "../common/wgmma.cuh"
+
+namespace attnlab {
+
+std::string hopper_wgmma_unsupported();  // 07_wgmma.cu
+
+namespace {
+
+template <int kHeadDim>
+struct WsTiles;
+template <> struct WsTiles<64>  { static constexpr int kBc = 128; };
+template <> struct WsTiles<128> { static constexpr int kBc = 128; };
+template <> struct WsTiles<256> { static constexpr int kBc = 64; };  // O takes 128 registers
+
+template <int kHeadDim_, int kStages_>
+struct WsConfig : ProducerWarpgroupSplit<2> {  // 2 compute warpgroups + 1 producer warpgroup
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kStages = kStages_;
+  static constexpr int kComputeWarpgroups = 2;
+  static constexpr int kBr = 64 * kComputeWarpgroups;  // one m64 row block per compute warpgroup
+  static constexpr int kBc = WsTiles<kHeadDim>::kBc;
+  static constexpr int kQElems = kBr * kHeadDim;
+  static constexpr int kKVElems = kBc * kHeadDim;  // one K or one V tile
+  static constexpr int kKVBytes = 2 * kKVElems;    // what one slot's full barrier expects
+  static constexpr int kBoxes = kHeadDim / 64;     // TMA boxes of 64 columns per tile
+  static constexpr int kBarriers = 1 + 4 * kStages;
+  static constexpr int kTileBytes = 2 * (kQElems + 2 * kStages * kKVElems);
+  static constexpr int kSmemBytes = kTileBytes + 8 * kBarriers + 1024;  // + slack to align the tiles to 1024
+  static constexpr int kTilesS = kBc / 8;
+  static constexpr int kTilesO = kHeadDim / 8;
+  // Named barriers 1 and 2: "warpgroup 0 / 1 may issue its MMAs". Each phase
+  // counts that warpgroup's sync and the other's arrive: 256 threads.
+  static constexpr int kTurnBarrier = 1;
+  static constexpr int kTurnThreads = 2 * 128;
+  static_assert(kHeadDim % 64 == 0 && kBoxes * 64 == kHeadDim, "Sw128Blocks stores 64-column blocks, one box each");
+  static_assert(kTilesS * 8 == kBc && kTilesO * 8 == kHeadDim, "n8 accumulator tiles of S and O");
+  static_assert(kKVBytes * kStages * 2 + 2 * kQElems == kTileBytes, "the tiles are Q and the two rings");
+  static_assert(kTurnBarrier >= 1 && kTurnBarrier + 1 < 16 && kTurnThreads == 2 * 128,
+                "two hardware barriers past __syncthreads' 0, each counting both warpgroups");
+  static_assert(kBc % 16 == 0 && kBc <= 256 && kBr <= 256, "wgmma N and TMA box rows are at most 256");
+  static_assert(kStages >= 2, "the producer fills one slot while the compute warps read the other");
+  static_assert(kComputeWarps == 4 * kComputeWarpgroups, "ProducerWarpgroupSplit<2>");
+  static_assert(kLaunchRegs == 168 && kComputeRegs == 232 && kProducerRegs == 40,
+                "header: 168 registers at launch, 232 / 40 after setmaxnreg");
+};
+static_assert(WsConfig<64, 2>::kSmemBytes - 1024 == 81992, "header: D=64 shared memory");
+static_assert(WsConfig<128, 2>::kSmemBytes - 1024 == 163912, "header: D=128 shared memory");
+static_assert(WsConfig<256, 2>::kSmemBytes - 1024 == 196680, "header: D=256 shared memory");
+static_assert(WsConfig<128, 2>::kThreads == 384, "header: 384 threads");
+
+template <typename Cfg, typename T, bool kPingpong>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+ws_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUtensorMap tma_k,
+          const __grid_constant__ CUtensorMap tma_v, T* __restrict__ o, float* __restrict__ lse,
+          const AttnProblem p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int D = Cfg::kHeadDim, Br = Cfg::kBr, Bc = Cfg::kBc, kStages = Cfg::kStages;
+
+  const int m_block = gridDim.x - 1 - blockIdx.x;  // heaviest query tiles first
+  const int head = blockIdx.z * p.H + blockIdx.y;
+  const int q_start = m_block * Br;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int n_tiles = kv_tiles_for_query_tile(p, q_start, Br, Bc);  // the same for both warpgroups
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  T* sQ = reinterpret_cast<T*>(smem_raw + (((raw + 1023) & ~1023u) - raw));
+  T* sK = sQ + Cfg::kQElems;                   // kStages K slots
+  T* sV = sK + kStages * Cfg::kKVElems;        // kStages V slots
+  uint64_t* q_full = reinterpret_cast<uint64_t*>(sV + kStages * Cfg::kKVElems);
+  uint64_t* k_full = q_full + 1;  // [kStages] each
+  uint64_t* k_empty = k_full + kStages;
+  uint64_t* v_full = k_empty + kStages;
+  uint64_t* v_empty = v_full + kStages;
+
+  if (threadIdx.x == 0) {
+    mbarrier_init(q_full, 1);  // full: the producer's arrive_expect_tx, then the bytes
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier_init(&k_full[s], 1);
+      mbarrier_init(&v_full[s], 1);
+      mbarrier_init(&k_empty[s], Cfg::kComputeWarps);  // empty: one arrival per compute warp
+      mbarrier_init(&v_empty[s], Cfg::kComputeWarps);
+    }
+    fence_mbarrier_init();
+  }
+  __syncthreads();  // no copy may signal a barrier before it is initialised
+
+  if (warp >= Cfg::kProducerWarp) {
+    // ---- the producer: one thread issues every copy of the block -----------------
+    warpgroup_reg_dealloc<Cfg::kProducerRegs>();
+    if (warp == Cfg::kProducerWarp && lane == 0 && n_tiles > 0) {
+      prefetch_tensor_map(&tma_q);
+      prefetch_tensor_map(&tma_k);
+      prefetch_tensor_map(&tma_v);
+      mbarrier_arrive_expect_tx(q_full, 2 * Cfg::kQElems);
+      for (int b = 0; b < Cfg::kBoxes; ++b) tma_load_3d(sQ + b * Br * 64, &tma_q, q_full, b * 64, q_start, head);
+      // Tile j goes to slot j % kStages once the compute warps have released
+      // tile j - kStages from it (phase (j / kStages - 1) of its empty barrier).
+      auto load = [&](T* ring, const CUtensorMap* map, uint64_t* full, uint64_t* empty, int j) {
+        const int slot = j % kStages;
+        if (j >= kStages) mbarrier_wait(&empty[slot], (j / kStages - 1) & 1);
+        mbarrier_arrive_expect_tx(&full[slot], Cfg::kKVBytes);
+        for (int b = 0; b < Cfg::kBoxes; ++b)
+          tma_load_3d(ring + slot * Cfg::kKVElems + b * Bc * 64, map, &full[slot], b * 64, j * Bc, head);
+      };
+      // The order the compute warps use them in: K one tile ahead of V.
+      load(sK, &tma_k, k_full, k_empty, 0);
+      for (int j = 0; j < n_tiles; ++j) {
+        if (j + 1 < n_tiles) load(sK, &tma_k, k_full, k_empty, j + 1);
+        load(sV, &tma_v, v_full, v_empty, j);
+      }
+    }
+    __syncwarp();
+    return;
+  }
+
+  // ---- the two compute warpgroups ---------------------------------------------------
+  warpgroup_reg_alloc<Cfg::kComputeRegs>();
+  const int warpgroup = threadIdx.x / 128;
+  const int row0 = q_start + warpgroup * 64 + (warp % 4) * 16 + lane / 4;  // row of c0, c1
+  const T* sQ_wg = sQ + warpgroup * 64 * 64;  // this warpgroup's 64 rows of every 64-column block
+  const float scale_log2 = p.scale * kLog2e;
+
+  // NEW (+pingpong): the turn. Warpgroup w waits on barrier kTurnBarrier + w,
+  // issues its MMAs, and arrives on the other's. Warpgroup 1 pre-arrives once so
+  // that warpgroup 0 goes first, and skips its arrival after the last tile, so
+  // that every barrier phase that is started also completes.
+  auto take_turn = [&] {
+    if constexpr (kPingpong) named_barrier_sync(Cfg::kTurnBarrier + warpgroup, Cfg::kTurnThreads);
+  };
+  auto pass_turn = [&](int j) {
+    if constexpr (kPingpong)
+      if (warpgroup == 0 || j + 1 < n_tiles) named_barrier_arrive(Cfg::kTurnBarrier + 1 - warpgroup, Cfg::kTurnThreads);
+  };
+  // One arrival per warp, after the warp's own wgmma_wait: the slot is free
+  // once all kComputeWarps warps have finished reading it.
+  auto release = [&](uint64_t* empty, int j) {
+    if (lane == 0) mbarrier_arrive(&empty[j % kStages]);
+  };
+  auto wait_full = [&](uint64_t* full, int j) { mbarrier_wait(&full[j % kStages], (j / kStages) & 1); };
+
+  auto issue_qk = [&](float (&S)[Cfg::kTilesS][4], int j) {
+    const T* sKj = sK + (j % kStages) * Cfg::kKVElems;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      wgmma_ss<T, Bc>(S, make_sw128_desc(sQ_wg + (kk / 4) * Br * 64 + (kk % 4) * 16, 0, 1024),
+                      make_sw128_desc(sKj + (kk / 4) * Bc * 64 + (kk % 4) * 16, 0, 1024), kk > 0);
+    wgmma_commit();
+  };
+  float O[Cfg::kTilesO][4] = {};
+  auto issue_pv = [&](const uint32_t (&P)[Cfg::kTilesS / 2][4], int j) {
+    const T* sVj = sV + (j % kStages) * Cfg::kKVElems;
+#pragma unroll
+    for (int kk = 0; kk < Bc / 16; ++kk)
+      wgmma_rs_vt<T, D>(O, P[kk], make_sw128_desc(sVj + kk * 16 * 64, Bc * 128, 1024));
+    wgmma_commit();
+  };
+
+  RowStats stats;
+  uint32_t P[Cfg::kTilesS / 2][4];  // P_{j-1}, the A operand of the next P·V
+  if (n_tiles > 0) {
+    if (kPingpong && warpgroup == 1) named_barrier_arrive(Cfg::kTurnBarrier, Cfg::kTurnThreads);
+    mbarrier_wait(q_full, 0);
+    wait_full(k_full, 0);
+    float S[Cfg::kTilesS][4];
+    take_turn();
+    wgmma_fence();
+    issue_qk(S, 0);
+    pass_turn(0);
+    wgmma_wait<0>();
+    fence_accumulators(S);
+    release(k_empty, 0);
+    mask_scores(S, p, 0, q_start, row0, row0 + 8, lane % 4);
+    float alpha[2];
+    online_softmax_scores(S, stats, scale_log2, alpha);  // O is still zero: no rescale
+    pack_p_fragments<T>(P, S);
+  }
+
+  for (int j = 1; j < n_tiles; ++j) {
+    wait_full(k_full, j);
+    wait_full(v_full, j - 1);  // both before the turn: a warpgroup never holds it waiting on a copy
+    float S[Cfg::kTilesS][4];
+    take_turn();
+    wgmma_fence();
+    issue_qk(S, j);
+    issue_pv(P, j - 1);
+    pass_turn(j);
+    wgmma_wait<1>();  // S_j is done; the P·V may still run
+    fence_accumulators(S);
+    release(k_empty, j);
+    mask_scores(S, p, j * Bc, q_start, row0, row0 + 8, lane % 4);
+    float alpha[2];
+    online_softmax_scores(S, stats, scale_log2, alpha);
+    wgmma_wait<0>();
+    fence_accumulators(O);
+    release(v_empty, j - 1);
+    rescale_output(O, alpha);
+    pack_p_fragments<T>(P, S);
+  }
+
+  if (n_tiles > 0) {  // the last P·V
+    wait_full(v_full, n_tiles - 1);
+    wgmma_fence();
+    issue_pv(P, n_tiles - 1);
+    wgmma_wait<0>();
+    fence_accumulators(O);
+  }
+  store_output<T>(O, stats, p, head, row0, /*col0=*/0, lane % 4, /*write_lse=*/true, o, lse);
+#endif
+}
+
+#define WS_HEAD_DIMS 64, 128, 256
+constexpr int kWsStages = 2;
+
+std::string unsupported(const AttnProblem& p) {
+  static const std::string hopper = hopper_wgmma_unsupported();
+  if (!hopper.empty()) return hopper;
+  if (!tensor_map_encoder()) return "the driver has no cuTensorMapEncodeTiled (TMA needs CUDA 12+)";
+  return rung_unsupported<WsConfig, kWsStages, WS_HEAD_DIMS>(p);
+}
+
+template <bool kPingpong>
+cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stream) {
+  cudaError_t err = cudaErrorInvalidValue;
+  dispatch_head_dim<WS_HEAD_DIMS>(p.D, [&](auto head_dim) {
+    using Cfg = WsConfig<decltype(head_dim)::value, kWsStages>;
+    err = dispatch_dtype(p.dtype, [&](auto type) {
+      using T = decltype(type);
+      CUtensorMap maps[3];
+      if (!encode_qkv_maps<Cfg::kBr, Cfg::kBc>(maps, p, b.q, b.k, b.v)) return cudaErrorInvalidValue;
+      const dim3 grid((p.Nq + Cfg::kBr - 1) / Cfg::kBr, p.H, p.B);
+      return launch_with_smem(ws_kernel<Cfg, T, kPingpong>, grid, Cfg::kThreads, Cfg::kSmemBytes, stream, maps[0],
+                              maps[1], maps[2], static_cast<T*>(b.o), b.lse, p);
+    });
+  });
+  return err;
+}
+
+template <bool kPingpong>
+Variant make_variant() {
+  Variant v;
+  v.name = std::string("ws+stage") + std::to_string(kWsStages) + (kPingpong ? "+pingpong" : "");
+  v.rung = "12_ws_pingpong";
+  v.unsupported_reason = unsupported;
+  v.launch = launch<kPingpong>;
+  v.describe = [] {
+    return std::string("sm_90a wgmma, K/V by TMA from a producer warp, softmax overlapped with P·V") +
+           (kPingpong ? ", the 2 warpgroups alternate on the tensor cores" : "") + "; " +
+           rung_describe<WsConfig, kWsStages, WS_HEAD_DIMS>();
+  };
+  return v;
+}
+
+}  // namespace
+
+std::vector<Variant> make_ws_pingpong_variants() { return {make_variant<false>(), make_variant<true>()}; }
+
+}  // namespace attnlab
