@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Session 24 (a): rung 12 (ws-pingpong) on the H200 for the first time: its
-# variant tests, the sanitizers on ragged shapes, then D = 64 / 128 / 256 (and
-# D = 128 causal) against rung 07's overlap, rung 11 and the SDPA backends in
-# one process each; ncu of the tensor pipe at D = 128.
+# Session 25 (a), written in session 24 (no device was lent): rung 12
+# (ws-pingpong) on the H200 for the first time: its variant tests, the
+# sanitizers on ragged shapes, then D = 64 / 128 / 256 (and D = 128 causal)
+# against rung 07's overlap, rung 11 and the SDPA backends in one process
+# each; ncu of the tensor pipe at D = 128.
 cd "$(dirname "$0")/../.."
 . scripts/probes/common.sh
+export ATTNLAB_UNVERIFIED=1  # rung 12 runs only when asked, until this probe has passed
 probe_build flash_attn_mma test_gpu_variants
 run_test 300 test_gpu_variants 'ws*'
 SAN_TOOLS='memcheck racecheck synccheck' variant_sanitizers 'ws+stage2+pingpong' \
