@@ -36,6 +36,9 @@ def table(rows, rung, prev):
               if any(rc.ran(r) for r in rows if tuple(r[k] for k in SHAPE) == sh and r["variant"].startswith(rung + "+"))]
     skipped = sorted({sh[4] for sh in all_shapes if sh not in shapes} - {sh[4] for sh in shapes})
     stages = sorted({r["variant"] for r in rows if r["variant"].startswith(rung + "+")})
+    if not shapes:  # a rung the CSV has no timings of (yet): say so instead of an empty table
+        why = f" (its rows at head dims {', '.join(str(d) for d in skipped)} say why)" if skipped else ""
+        return f"The results CSV has no timed row of this rung{why}."
     head = ["B,H,Nq,Nk,D", "dtype", "causal"] + [s.split("+", 1)[1] for s in stages]
     if prev:
         head.append(f"best {prev}")

@@ -172,6 +172,17 @@ def doc_tables_fills_a_rung_page(tmp):
 
 
 @test
+def doc_tables_says_when_a_rung_has_no_rows(tmp):
+    # A rung newer than the CSV (rung 12 before its first gpu_check): one
+    # sentence, not an empty table with "TFLOPS on –".
+    page = os.path.join(tmp, "12_ws_pingpong.md")
+    write(page, "<!-- numbers: no-such-rung prev=split-q -->\nstale\n<!-- numbers:end -->\n")
+    expect_ok(run(DOC_TABLES, CSV_A, page))
+    text = read(page)
+    assert "The results CSV has no timed row of this rung." in text and "|" not in text, text
+
+
+@test
 def plot_dmattn_writes_pngs_and_summary(tmp):
     folder = os.path.join(tmp, "dmattn")
     shutil.copytree(os.path.join(FIXTURES, "FakeGPU-A", "dmattn"), folder)
