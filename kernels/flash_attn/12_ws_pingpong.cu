@@ -73,7 +73,12 @@ namespace {
 template <int kHeadDim>
 struct WsTiles;
 template <> struct WsTiles<64>  { static constexpr int kBc = 128; };
-template <> struct WsTiles<128> { static constexpr int kBc = 128; };
+// D = 128: FlashAttention-3 uses 176-key tiles here (non-causal); building with
+// -DATTNLAB_WS_D128_BC=176 gives that tile, for an A/B against the default.
+#ifndef ATTNLAB_WS_D128_BC
+#define ATTNLAB_WS_D128_BC 128
+#endif
+template <> struct WsTiles<128> { static constexpr int kBc = ATTNLAB_WS_D128_BC; };
 template <> struct WsTiles<256> { static constexpr int kBc = 64; };  // O takes 128 registers
 
 template <int kHeadDim_, int kStages_>
@@ -108,7 +113,8 @@ struct WsConfig : ProducerWarpgroupSplit<2> {  // 2 compute warpgroups + 1 produ
                 "header: 168 registers at launch, 232 / 40 after setmaxnreg");
 };
 static_assert(WsConfig<64, 2>::kSmemBytes - 1024 == 81992, "header: D=64 shared memory");
-static_assert(WsConfig<128, 2>::kSmemBytes - 1024 == 163912, "header: D=128 shared memory");
+static_assert(WsConfig<128, 2>::kSmemBytes - 1024 == (ATTNLAB_WS_D128_BC == 128 ? 163912 : 2 * (128 * 128 + 4 * ATTNLAB_WS_D128_BC * 128) + 72),
+              "header: D=128 shared memory");
 static_assert(WsConfig<256, 2>::kSmemBytes - 1024 == 196680, "header: D=256 shared memory");
 static_assert(WsConfig<128, 2>::kThreads == 384, "header: 384 threads");
 
