@@ -122,15 +122,16 @@ __device__ __forceinline__ void warpgroup_reg_alloc() {
 // two compute warpgroups, 384 threads start at 168 registers (an SM
 // sub-partition holds 3 of the 12 warps); the producer gives back all but 40
 // (with 24 or 32 its loop spills), which lifts the compute warpgroups to 232:
-// 128·40 + 256·232 <= 65536.
-template <int kComputeWarpgroups>
+// 128·40 + 256·232 <= 65536. Three compute warpgroups (rung 12's D = 64
+// option) start at 128 and split 32 / 160, as FlashAttention-3 does.
+template <int kComputeWarpgroups, int kProducerRegs_ = 40, int kComputeRegs_ = 232>
 struct ProducerWarpgroupSplit {
   static constexpr int kComputeWarps = 4 * kComputeWarpgroups;
   static constexpr int kProducerWarp = kComputeWarps;  // first warp of the last warpgroup (a multiple of 4)
   static constexpr int kWarps = kComputeWarps + 4;
   static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kProducerRegs = 40;
-  static constexpr int kComputeRegs = 232;
+  static constexpr int kProducerRegs = kProducerRegs_;
+  static constexpr int kComputeRegs = kComputeRegs_;
   static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;  // what __launch_bounds__(kThreads, 1) leaves
   static_assert(kComputeRegs > kLaunchRegs, "setmaxnreg raises the compute warpgroups");
   static_assert(32 * (kProducerRegs + kComputeWarpgroups * kComputeRegs) <= 65536 / 4,

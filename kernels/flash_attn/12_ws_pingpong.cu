@@ -36,6 +36,11 @@
 //  128   128  128    2      163912
 //  256   128   64    2      196680
 //
+// Build options, for A/Bs against FlashAttention-3's tiles (defaults above):
+// -DATTNLAB_WS_D128_BC=176 (176 keys per tile at D = 128) and
+// -DATTNLAB_WS_D64_WARPGROUPS=3 (192 rows in 3 compute warpgroups at D = 64,
+// 512 threads, setmaxnreg 32 / 160).
+//
 // Status: written in session 24, which had no GPU; compiled (no spills, no
 // serialised wgmma) but never run. Its rows say so and stay off until
 // ATTNLAB_UNVERIFIED=1; scripts/probes/session25_a.sh is its first test.
@@ -72,20 +77,33 @@ namespace {
 
 template <int kHeadDim>
 struct WsTiles;
-template <> struct WsTiles<64>  { static constexpr int kBc = 128; };
+// D = 64: FlashAttention-3 runs 3 compute warpgroups here (192 rows): a tile's
+// softmax costs about as much as its MMAs, so two warpgroups can keep the
+// tensor cores only half busy. -DATTNLAB_WS_D64_WARPGROUPS=3 builds that, for
+// an A/B against the default 2 (at N = 8192 it also changes the waves:
+// 43 x 8 blocks of 192 rows are 2.6 waves on 132 SMs, 64 x 8 of 128 are 3.9).
+#ifndef ATTNLAB_WS_D64_WARPGROUPS
+#define ATTNLAB_WS_D64_WARPGROUPS 2
+#endif
+template <> struct WsTiles<64>  { static constexpr int kBc = 128, kWarpgroups = ATTNLAB_WS_D64_WARPGROUPS; };
 // D = 128: FlashAttention-3 uses 176-key tiles here (non-causal); building with
 // -DATTNLAB_WS_D128_BC=176 gives that tile, for an A/B against the default.
 #ifndef ATTNLAB_WS_D128_BC
 #define ATTNLAB_WS_D128_BC 128
 #endif
-template <> struct WsTiles<128> { static constexpr int kBc = ATTNLAB_WS_D128_BC; };
-template <> struct WsTiles<256> { static constexpr int kBc = 64; };  // O takes 128 registers
+template <> struct WsTiles<128> { static constexpr int kBc = ATTNLAB_WS_D128_BC, kWarpgroups = 2; };
+template <> struct WsTiles<256> { static constexpr int kBc = 64, kWarpgroups = 2; };  // O takes 128 registers
+
+// The producer/compute register split for W compute warpgroups: 40 / 232 for
+// two (rung 09's), 32 / 160 for three (FlashAttention-3's).
+template <int kWarpgroups>
+using WsWarps = ProducerWarpgroupSplit<kWarpgroups, kWarpgroups == 2 ? 40 : 32, kWarpgroups == 2 ? 232 : 160>;
 
 template <int kHeadDim_, int kStages_>
-struct WsConfig : ProducerWarpgroupSplit<2> {  // 2 compute warpgroups + 1 producer warpgroup
+struct WsConfig : WsWarps<WsTiles<kHeadDim_>::kWarpgroups> {  // W compute warpgroups + 1 producer warpgroup
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kStages = kStages_;
-  static constexpr int kComputeWarpgroups = 2;
+  static constexpr int kComputeWarpgroups = WsTiles<kHeadDim>::kWarpgroups;
   static constexpr int kBr = 64 * kComputeWarpgroups;  // one m64 row block per compute warpgroup
   static constexpr int kBc = WsTiles<kHeadDim>::kBc;
   static constexpr int kQElems = kBr * kHeadDim;
@@ -97,26 +115,28 @@ struct WsConfig : ProducerWarpgroupSplit<2> {  // 2 compute warpgroups + 1 produ
   static constexpr int kSmemBytes = kTileBytes + 8 * kBarriers + 1024;  // + slack to align the tiles to 1024
   static constexpr int kTilesS = kBc / 8;
   static constexpr int kTilesO = kHeadDim / 8;
-  // Named barriers 1 and 2: "warpgroup 0 / 1 may issue its MMAs". Each phase
-  // counts that warpgroup's sync and the other's arrive: 256 threads.
+  // Named barriers kTurnBarrier + w: "warpgroup w may issue its MMAs". Each
+  // phase counts that warpgroup's sync and the previous one's arrive: 256 threads.
   static constexpr int kTurnBarrier = 1;
   static constexpr int kTurnThreads = 2 * 128;
   static_assert(kHeadDim % 64 == 0 && kBoxes * 64 == kHeadDim, "Sw128Blocks stores 64-column blocks, one box each");
   static_assert(kTilesS * 8 == kBc && kTilesO * 8 == kHeadDim, "n8 accumulator tiles of S and O");
   static_assert(kKVBytes * kStages * 2 + 2 * kQElems == kTileBytes, "the tiles are Q and the two rings");
-  static_assert(kTurnBarrier >= 1 && kTurnBarrier + 1 < 16 && kTurnThreads == 2 * 128,
-                "two hardware barriers past __syncthreads' 0, each counting both warpgroups");
+  static_assert(kTurnBarrier >= 1 && kTurnBarrier + kComputeWarpgroups <= 16 && kTurnThreads == 2 * 128,
+                "one hardware barrier per warpgroup past __syncthreads' 0, each counting two warpgroups");
   static_assert(kBc % 16 == 0 && kBc <= 256 && kBr <= 256, "wgmma N and TMA box rows are at most 256");
   static_assert(kStages >= 2, "the producer fills one slot while the compute warps read the other");
-  static_assert(kComputeWarps == 4 * kComputeWarpgroups, "ProducerWarpgroupSplit<2>");
-  static_assert(kLaunchRegs == 168 && kComputeRegs == 232 && kProducerRegs == 40,
-                "header: 168 registers at launch, 232 / 40 after setmaxnreg");
+  static_assert(kComputeWarpgroups == 2 || kComputeWarpgroups == 3, "two or three compute warpgroups");
+  static_assert(WsConfig::kComputeWarps == 4 * kComputeWarpgroups, "the split's compute warps");
 };
+static_assert(WsConfig<128, 2>::kLaunchRegs == 168 && WsConfig<128, 2>::kComputeRegs == 232 &&
+                  WsConfig<128, 2>::kProducerRegs == 40 && WsConfig<128, 2>::kThreads == 384,
+              "header: 384 threads, 168 registers at launch, 232 / 40 after setmaxnreg");
+#if ATTNLAB_WS_D64_WARPGROUPS == 2 && ATTNLAB_WS_D128_BC == 128  // the header's table: the default build
 static_assert(WsConfig<64, 2>::kSmemBytes - 1024 == 81992, "header: D=64 shared memory");
-static_assert(WsConfig<128, 2>::kSmemBytes - 1024 == (ATTNLAB_WS_D128_BC == 128 ? 163912 : 2 * (128 * 128 + 4 * ATTNLAB_WS_D128_BC * 128) + 72),
-              "header: D=128 shared memory");
+static_assert(WsConfig<128, 2>::kSmemBytes - 1024 == 163912, "header: D=128 shared memory");
+#endif
 static_assert(WsConfig<256, 2>::kSmemBytes - 1024 == 196680, "header: D=256 shared memory");
-static_assert(WsConfig<128, 2>::kThreads == 384, "header: 384 threads");
 
 template <typename Cfg, typename T, bool kPingpong>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
@@ -192,15 +212,18 @@ ws_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUt
   const float scale_log2 = p.scale * kLog2e;
 
   // NEW (+pingpong): the turn. Warpgroup w waits on barrier kTurnBarrier + w,
-  // issues its MMAs, and arrives on the other's. Warpgroup 1 pre-arrives once so
-  // that warpgroup 0 goes first, and skips its arrival after the last tile, so
-  // that every barrier phase that is started also completes.
+  // issues its MMAs, and arrives on the next one's (w + 1, round the W
+  // warpgroups). The last warpgroup pre-arrives once so that warpgroup 0 goes
+  // first, and skips its arrival after the last tile, so that every barrier
+  // phase that is started also completes.
+  constexpr int W = Cfg::kComputeWarpgroups;
   auto take_turn = [&] {
     if constexpr (kPingpong) named_barrier_sync(Cfg::kTurnBarrier + warpgroup, Cfg::kTurnThreads);
   };
   auto pass_turn = [&](int j) {
     if constexpr (kPingpong)
-      if (warpgroup == 0 || j + 1 < n_tiles) named_barrier_arrive(Cfg::kTurnBarrier + 1 - warpgroup, Cfg::kTurnThreads);
+      if (warpgroup < W - 1 || j + 1 < n_tiles)
+        named_barrier_arrive(Cfg::kTurnBarrier + (warpgroup + 1) % W, Cfg::kTurnThreads);
   };
   // One arrival per warp, after the warp's own wgmma_wait: the slot is free
   // once all kComputeWarps warps have finished reading it.
@@ -229,7 +252,7 @@ ws_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUt
   RowStats stats;
   uint32_t P[Cfg::kTilesS / 2][4];  // P_{j-1}, the A operand of the next P·V
   if (n_tiles > 0) {
-    if (kPingpong && warpgroup == 1) named_barrier_arrive(Cfg::kTurnBarrier, Cfg::kTurnThreads);
+    if (kPingpong && warpgroup == W - 1) named_barrier_arrive(Cfg::kTurnBarrier, Cfg::kTurnThreads);
     mbarrier_wait(q_full, 0);
     wait_full(k_full, 0);
     float S[Cfg::kTilesS][4];
