@@ -133,10 +133,15 @@ static_assert(WsConfig<128, 2>::kLaunchRegs == 168 && WsConfig<128, 2>::kCompute
                   WsConfig<128, 2>::kProducerRegs == 40 && WsConfig<128, 2>::kThreads == 384,
               "header: 384 threads, 168 registers at launch, 232 / 40 after setmaxnreg");
 #if ATTNLAB_WS_D64_WARPGROUPS == 2 && ATTNLAB_WS_D128_BC == 128  // the header's table: the default build
+static_assert(WsConfig<64, 2>::kBr == 128 && WsConfig<64, 2>::kBc == 128 && WsConfig<128, 2>::kBr == 128 &&
+                  WsConfig<128, 2>::kBc == 128,
+              "header: D=64 and 128 tiles");
 static_assert(WsConfig<64, 2>::kSmemBytes - 1024 == 81992, "header: D=64 shared memory");
 static_assert(WsConfig<128, 2>::kSmemBytes - 1024 == 163912, "header: D=128 shared memory");
 #endif
-static_assert(WsConfig<256, 2>::kSmemBytes - 1024 == 196680, "header: D=256 shared memory");
+static_assert(WsConfig<256, 2>::kBr == 128 && WsConfig<256, 2>::kBc == 64 &&
+                  WsConfig<256, 2>::kSmemBytes - 1024 == 196680,
+              "header: D=256 tile and shared memory");
 
 template <typename Cfg, typename T, bool kPingpong>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
