@@ -155,7 +155,7 @@ ws_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUt
   const int head = blockIdx.z * p.H + blockIdx.y;
   const int q_start = m_block * Br;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int n_tiles = kv_tiles_for_query_tile(p, q_start, Br, Bc);  // the same for both warpgroups
+  const int n_tiles = kv_tiles_for_query_tile(p, q_start, Br, Bc);  // the same for every warpgroup
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
@@ -209,7 +209,7 @@ ws_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUt
     return;
   }
 
-  // ---- the two compute warpgroups ---------------------------------------------------
+  // ---- the W compute warpgroups -----------------------------------------------------
   warpgroup_reg_alloc<Cfg::kComputeRegs>();
   const int warpgroup = threadIdx.x / 128;
   const int row0 = q_start + warpgroup * 64 + (warp % 4) * 16 + lane / 4;  // row of c0, c1
