@@ -161,6 +161,28 @@ __device__ __forceinline__ void wgmma_ss_vt(float (&d)[N / 8][4], uint64_t desc_
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #include "wgmma_ops.inc"
+
+// ---- one attention tile's MMAs (rungs 07 and 12) -----------------------------------
+// Issued, not committed or waited for: the caller brackets them with
+// wgmma_fence / wgmma_commit / wgmma_wait as its pipeline needs.
+// S = Q·Kᵀ over the head dim D: D/16 k-steps. sQ: a warpgroup's 64 rows of a
+// Sw128Blocks<kQRows> tile (its 64-column blocks kQRows·64 elements apart); sK:
+// a Sw128Blocks<Bc> tile. Both K-major, 8-row groups 1024 bytes apart.
+template <typename T, int D, int kQRows, int Bc>
+__device__ __forceinline__ void wgmma_qk_tile(float (&S)[Bc / 8][4], const T* sQ, const T* sK) {
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk)  // k-step kk: 64-column block kk/4, 32 bytes further per step inside it
+    wgmma_ss<T, Bc>(S, make_sw128_desc(sQ + (kk / 4) * kQRows * 64 + (kk % 4) * 16, 0, 1024),
+                    make_sw128_desc(sK + (kk / 4) * Bc * 64 + (kk % 4) * 16, 0, 1024), kk > 0);
+}
+// O += P·V over the Bc keys: Bc/16 k-steps, P from registers (packed S
+// accumulators), sV a Sw128Blocks<Bc> tile of V read N-major: 16 rows per step
+// (two 8-row groups), its 64-column blocks Bc·128 bytes apart.
+template <typename T, int D, int Bc>
+__device__ __forceinline__ void wgmma_pv_tile(float (&O)[D / 8][4], const uint32_t (&P)[Bc / 16][4], const T* sV) {
+#pragma unroll
+  for (int kk = 0; kk < Bc / 16; ++kk) wgmma_rs_vt<T, D>(O, P[kk], make_sw128_desc(sV + kk * 16 * 64, Bc * 128, 1024));
+}
 #endif
 
 }  // namespace attnlab

@@ -156,13 +156,7 @@ wgmma_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restri
     const T* sKj = sK + slot * Cfg::kKVElems;
     float S[Cfg::kTilesS][4];
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      // k-step kk: 64-column block kk/4, 32 bytes further per step inside it.
-      const uint64_t desc_q = make_sw128_desc(sQ_wg + (kk / 4) * Br * 64 + (kk % 4) * 16, 0, 1024);
-      const uint64_t desc_k = make_sw128_desc(sKj + (kk / 4) * Bc * 64 + (kk % 4) * 16, 0, 1024);
-      wgmma_ss<T, Bc>(S, desc_q, desc_k, kk > 0);
-    }
+    wgmma_qk_tile<T, D, Br, Bc>(S, sQ_wg, sKj);
     wgmma_commit();
     wgmma_wait<0>();
     fence_accumulators(S);
@@ -175,13 +169,7 @@ wgmma_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restri
     // ---- O += P · V_j: Bc/16 wgmma k-steps, P from registers ------------------
     const T* sVj = sV + slot * Cfg::kKVElems;
     wgmma_fence();  // O was just rescaled by the softmax
-#pragma unroll
-    for (int kk = 0; kk < Bc / 16; ++kk) {
-      // 16 rows of V: two 8-row groups, 16·128 bytes further per step; the
-      // 64-column blocks of V are Bc·128 bytes apart.
-      const uint64_t desc_v = make_sw128_desc(sVj + kk * 16 * 64, Bc * 128, 1024);
-      wgmma_rs_vt<T, D>(O, P[kk], desc_v);
-    }
+    wgmma_pv_tile<T, D, Bc>(O, P, sVj);
     wgmma_commit();
     wgmma_wait<0>();
     fence_accumulators(O);
@@ -243,18 +231,11 @@ wgmma_overlap_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* 
                                                            v_head + int64_t(tile) * Bc * D, D, p.Nk - tile * Bc);
   };
   auto issue_qk = [&](float (&S)[Cfg::kTilesS][4], int tile) {
-    const T* sKj = sK + (tile % 2) * Cfg::kKVElems;
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)
-      wgmma_ss<T, Bc>(S, make_sw128_desc(sQ_wg + (kk / 4) * Br * 64 + (kk % 4) * 16, 0, 1024),
-                      make_sw128_desc(sKj + (kk / 4) * Bc * 64 + (kk % 4) * 16, 0, 1024), kk > 0);
+    wgmma_qk_tile<T, D, Br, Bc>(S, sQ_wg, sK + (tile % 2) * Cfg::kKVElems);
     wgmma_commit();
   };
   auto issue_pv = [&](const uint32_t (&P)[Cfg::kTilesS / 2][4], int tile) {
-    const T* sVj = sV + (tile % 2) * Cfg::kKVElems;
-#pragma unroll
-    for (int kk = 0; kk < Bc / 16; ++kk)
-      wgmma_rs_vt<T, D>(O, P[kk], make_sw128_desc(sVj + kk * 16 * 64, Bc * 128, 1024));
+    wgmma_pv_tile<T, D, Bc>(O, P, sV + (tile % 2) * Cfg::kKVElems);
     wgmma_commit();
   };
 

@@ -237,20 +237,14 @@ ws_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUt
   };
   auto wait_full = [&](uint64_t* full, int j) { mbarrier_wait(&full[j % kStages], (j / kStages) & 1); };
 
+  // Rung 07's tile MMAs (common/wgmma.cuh), on slot j % kStages.
   auto issue_qk = [&](float (&S)[Cfg::kTilesS][4], int j) {
-    const T* sKj = sK + (j % kStages) * Cfg::kKVElems;
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)
-      wgmma_ss<T, Bc>(S, make_sw128_desc(sQ_wg + (kk / 4) * Br * 64 + (kk % 4) * 16, 0, 1024),
-                      make_sw128_desc(sKj + (kk / 4) * Bc * 64 + (kk % 4) * 16, 0, 1024), kk > 0);
+    wgmma_qk_tile<T, D, Br, Bc>(S, sQ_wg, sK + (j % kStages) * Cfg::kKVElems);
     wgmma_commit();
   };
   float O[Cfg::kTilesO][4] = {};
   auto issue_pv = [&](const uint32_t (&P)[Cfg::kTilesS / 2][4], int j) {
-    const T* sVj = sV + (j % kStages) * Cfg::kKVElems;
-#pragma unroll
-    for (int kk = 0; kk < Bc / 16; ++kk)
-      wgmma_rs_vt<T, D>(O, P[kk], make_sw128_desc(sVj + kk * 16 * 64, Bc * 128, 1024));
+    wgmma_pv_tile<T, D, Bc>(O, P, sV + (j % kStages) * Cfg::kKVElems);
     wgmma_commit();
   };
 
