@@ -4,57 +4,38 @@
 // What changes against the unfused baseline (S = Q·Kᵀ to global memory, a
 // softmax kernel, then P·V): one fused kernel. A block owns a Br-row tile of Q
 // and streams K and V through shared memory in Bc-row tiles; the softmax is
-// computed online (running max m_i and sum l_i per row, O_i rescaled by
-// exp(m_old - m_new) every tile), so S and P never reach global memory and the
-// N x N score matrix is never stored.
+// online (running max m_i and sum l_i per row, O_i rescaled by
+// exp(m_old - m_new) every tile), so the N x N score matrix is never stored.
+// Where it is slower (than rung 02): for S = Q·K_jᵀ the warps form a 2 (rows)
+// x 4 (keys) grid, so no warp holds a whole row of S. The row statistics need
+// every warp's slice: S goes to shared memory in fp32, a barrier, a softmax
+// pass of 4 threads per row, P back to shared memory, another barrier, then
+// P·V with the warps re-split over rows x head-dim columns. That is one more
+// __syncthreads per KV tile than rung 02, an S/P round trip through shared
+// memory, and a softmax pass with no MMAs beside it to hide its latency.
 //
-// How the warps split the work, and why this rung is slower than rung 02: for
-// S = Q·K_jᵀ the 8 warps form a 2 (rows) x 4 (keys) grid, so the *keys* of a
-// tile are split across warps and no warp holds a whole row of S. The row max
-// and row sum therefore need every warp's slice: S goes through shared memory,
-// a barrier, a row-wise softmax pass, P back to shared memory, another barrier,
-// and only then P·V (with the warps re-split over rows x head-dim columns).
-// Per KV tile that costs one more __syncthreads than rung 02 (4 instead of 3),
-// about 56 KB of extra shared-memory traffic (S in fp32 written and read back,
-// P in 16 bits written once and read by two warps), and a softmax pass of 4
-// threads per row with no tensor-core work beside it to hide its latency.
-// Rung 02 (split-Q) gives each warp whole rows, so S and P stay in registers
-// and none of this is needed: expect this rung to be clearly slower than 02.
+// Per block (kWarps warps; three warp layouts per KV tile):
+//   sQ: [Br, D + 8]   sK, sV: [kStages][Bc, D + 8]   halves (+8: ldmatrix conflict-free)
+//   sS: [Br, Bc + 8] fp32 raw scores   sP: [Br, Bc + 8] halves   sAlpha: [Br] fp32
+//   1. S = Q·K_jᵀ: 2 x 4 warps of [32 rows, 16 keys]   2. softmax: 4 threads per row
+//   3. O += P·V_j: 4 x 2 warps of [16 rows, D/2 columns], O_i in registers (fp32)
+// stage1: one K/V buffer (V_j lands during S_j; K_{j+1} waits for P_j·V_j);
+// stage2: two K/V buffers (tile j+1 is copied while tile j is computed).
 //
-// Per block (Br = 64 query rows, Bc = 64 keys per tile, 8 warps = 256 threads):
-//   sQ: [Br, D + 8]              halves, loaded once
-//   sK: [kStages][Bc, D + 8]     halves
-//   sV: [kStages][Bc, D + 8]     halves   (+8 pads rows: ldmatrix without bank conflicts)
-//   sS: [Br, Bc + 8]             fp32     raw scores, masked entries -inf
-//   sP: [Br, Bc + 8]             halves   P = exp(S - m_new), the A operand of P·V
-//   sAlpha: [Br] fp32  exp(m_old - m_new) per row; at the end 1/l_i per row
-// Three warp layouts per KV tile:
-//   1. S = Q·K_jᵀ:   2 x 4 warps, each [32 rows, 16 keys]  (two m16 x two n8 MMA tiles)
-//   2. softmax:      4 threads per row (each 16 of the Bc scores); m_i and l_i
-//                    live in those threads' registers for the whole kernel
-//   3. O += P·V_j:   4 x 2 warps, each [16 rows, D/2 columns]; O_i in registers (fp32)
-//
-// stage1: one K/V buffer. V_j's copy overlaps S_j = Q·K_jᵀ and the softmax, but
-//         K_{j+1} waits until P_j·V_j is done.
-// stage2: two K/V buffers. Tile j+1 is copied while tile j is computed.
-//
-// Tile configurations (every number below is a constexpr in SplitKvConfig and
-// checked by the static_asserts after it):
-//   D     Br   Bc  warps  smem stage1  smem stage2
-//   32    64   64    8      43264        53504
-//   64    64   64    8      55552        73984
-//   96    64   64    8      67840        94464
-//  128    64   64    8      80128       114944
-//  256    64   64    8     129280       196864   (stage2 needs Hopper's 227 KB; not on A100)
-// Registers per thread (ptxas, nvcc 13.0, sm_90a; -DATTNLAB_PTXAS_VERBOSE=ON prints
-// the current numbers), no spills:  D = 32 / 64 / 96 / 128 / 256
-//   stage1:  63 / 64 / 73 / 128 / 161      stage2:  64 / 64 / 72 / 126 / 158
+// Tile configurations (constexprs in SplitKvConfig, checked below):
+//   D     Br   Bc  warps  smem stage1  stage2
+//   32    64   64    8      43264      53504
+//   64    64   64    8      55552      73984
+//   96    64   64    8      67840      94464
+//  128    64   64    8      80128     114944
+//  256    64   64    8     129280     196864   (stage2: more than an A100's 163 KB)
+// Registers: see docs/01_split_kv.md (ptxas, sm_90a).
 //
 // Supports: fp16, bf16; D = Dv ∈ {32, 64, 96, 128, 256}; any Nq, Nk >= 1
 // (ragged last tiles are zero-filled and masked); causal (bottom-right aligned)
 // or not; writes O and LSE.
 //
-// Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 64 --variant 'split-kv*' --check
+// Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 64 --variant 'split-kv*' --check --show-all
 // ============================================================================
 
 #include <cuda_bf16.h>

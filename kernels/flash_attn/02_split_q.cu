@@ -1,49 +1,40 @@
 // ============================================================================
 // Rung 02 — split-Q (FlashAttention-2 style)
 // ============================================================================
-// What changes against rung 01 (split-KV, FlashAttention-1 style): the warps
-// of a block split the *query* rows instead of the key columns. Each warp owns
-// 16 whole rows of S = Q·Kᵀ, so the softmax row statistics (m_i, l_i) live in
-// that warp's registers, P never leaves registers (the QKᵀ accumulator is fed
-// straight back as the A operand of P·V), and no shared-memory reduction or
-// __syncthreads is needed between the two matmuls. That removes the S round
-// trip through shared memory that rung 01 pays on every tile.
+// What changes against rung 01 (split-KV): the warps of a block split the
+// *query* rows instead of the key columns. Each warp owns whole rows of
+// S = Q·Kᵀ, so the softmax row statistics (m_i, l_i) live in that warp's
+// registers, P never leaves registers (the QKᵀ accumulator is fed straight
+// back as the A operand of P·V), and no shared-memory round trip of S and no
+// __syncthreads are needed between the two matmuls. A warp owns kMTiles m16
+// row tiles: with two, every K and V fragment read from shared memory feeds
+// two MMAs, halving the shared-memory reads per MMA (FlashAttention-2's layout).
 //
 // Per block: one Br-row tile of Q, loop over Bc-row tiles of K and V.
-//   sQ: [Br, D + 8]              halves, loaded once
-//   sK: [kStages][Bc, D + 8]     halves
-//   sV: [kStages][Bc, D + 8]     halves   (+8 pads rows: ldmatrix without bank conflicts)
-//   S, P: [16·kMTiles, Bc] per warp in registers (fp32, then packed to 16-bit for P·V)
-//   O:    [16·kMTiles, D]  per warp in registers (fp32)
+//   sQ: [Br, D + 8]   sK, sV: [kStages][Bc, D + 8]   halves (+8: ldmatrix conflict-free)
+//   S, P: [16·kMTiles, Bc] per warp in registers; O: [16·kMTiles, D] per warp (fp32)
+// stage1: one K/V buffer (V_j lands during S_j; K_{j+1} waits for P_j·V_j);
+// stage2: two K/V buffers (tile j+1 is copied while tile j is computed).
 //
-// stage1: one K/V buffer. V_j's copy overlaps S_j = Q·K_jᵀ, but K_{j+1} waits
-//         until P_j·V_j is done.
-// stage2: two K/V buffers. Tile j+1 is copied while tile j is computed.
-//
-// Tile configurations (every number below is a constexpr in SplitQConfig and
-// checked by the static_asserts after it). A warp owns kMTiles m16 row tiles:
-// with two, every K and V fragment read from shared memory feeds two MMAs,
-// which halves the shared-memory traffic per MMA (FlashAttention-2's layout).
-//   D     Br   Bc  warps x rows  smem stage1  smem stage2
-//   32   128   64    8 x 16        20480        30720
-//   64   128   64    4 x 32        36864        55296
-//   96   128   64    4 x 32        53248        79872
-//  128   128   32    4 x 32        52224        69632
-//  256    64   32    4 x 16        67584       101376
-// (Bc = 32 at D=128 and one row tile at D=256 keep S and O within 255
-//  registers without spilling.)
-// split-q+swizzle+stage2: the same kernel with dense shared rows whose 16-byte
-// chunks are XOR-swizzled (chunk c of row r stored at c ^ (r % 8)) instead of
-// padded: D ∈ {64, 128, 256}, smem 49152 / 65536 / 98304 bytes. Its bank
-// conflicts against the padded layout, measured with ncu, are in
-// docs/02_split_q.md.
-// Registers per thread: docs/02_split_q.md (ptxas, via scripts/ptxas_table.py).
+// Tile configurations (constexprs in SplitQConfig, checked below). Bc = 32 at
+// D = 128 and one row tile at D = 256 keep S and O within 255 registers.
+//   D     Br   Bc  warps x rows  smem stage1  stage2
+//   32   128   64    8 x 16        20480    30720
+//   64   128   64    4 x 32        36864    55296
+//   96   128   64    4 x 32        53248    79872
+//  128   128   32    4 x 32        52224    69632
+//  256    64   32    4 x 16        67584   101376
+// split-q+swizzle+stage2: the same kernel with dense rows whose 16-byte chunks
+// are XOR-swizzled (chunk c of row r at c ^ (r % 8)) instead of padded, for
+// D ∈ {64, 128, 256}: smem 49152 / 65536 / 98304 bytes. Its bank conflicts
+// against the padded layout (ncu) are in docs/02_split_q.md.
+// Registers: see docs/02_split_q.md (ptxas, sm_90a).
 //
 // Supports: fp16, bf16; D = Dv ∈ {32, 64, 96, 128, 256}; any Nq, Nk >= 1
 // (ragged last tiles are zero-filled and masked); causal (bottom-right aligned)
 // or not; writes O and LSE.
 //
-// Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 64 --variant 'split-q*' --check
+// Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 64 --variant 'split-q*' --check --show-all
 // ============================================================================
 
 #include <cuda_bf16.h>
@@ -106,6 +97,21 @@ static_assert(SplitQConfig<128, 1>::kSmemBytes == 52224 && SplitQConfig<128, 2>:
 static_assert(SplitQConfig<256, 1>::kSmemBytes == 67584 && SplitQConfig<256, 2>::kSmemBytes == 101376, "header: D=256");
 static_assert(SplitQConfig<64, 2, true>::kSmemBytes == 49152 && SplitQConfig<128, 2, true>::kSmemBytes == 65536 &&
                   SplitQConfig<256, 2, true>::kSmemBytes == 98304, "header: swizzled stage2");
+static_assert(SplitQConfig<32, 1>::kBr == 128 && SplitQConfig<32, 1>::kBc == 64 &&
+                  SplitQConfig<32, 1>::kWarps == 8 && SplitQConfig<32, 1>::kRowsPerWarp == 16,
+              "header: D=32 is Br 128 x Bc 64, 8 warps x 16 rows");
+static_assert(SplitQConfig<64, 1>::kBr == 128 && SplitQConfig<64, 1>::kBc == 64 &&
+                  SplitQConfig<64, 1>::kWarps == 4 && SplitQConfig<64, 1>::kRowsPerWarp == 32,
+              "header: D=64 is Br 128 x Bc 64, 4 warps x 32 rows");
+static_assert(SplitQConfig<96, 1>::kBr == 128 && SplitQConfig<96, 1>::kBc == 64 &&
+                  SplitQConfig<96, 1>::kWarps == 4 && SplitQConfig<96, 1>::kRowsPerWarp == 32,
+              "header: D=96 is Br 128 x Bc 64, 4 warps x 32 rows");
+static_assert(SplitQConfig<128, 1>::kBr == 128 && SplitQConfig<128, 1>::kBc == 32 &&
+                  SplitQConfig<128, 1>::kWarps == 4 && SplitQConfig<128, 1>::kRowsPerWarp == 32,
+              "header: D=128 is Br 128 x Bc 32, 4 warps x 32 rows");
+static_assert(SplitQConfig<256, 1>::kBr == 64 && SplitQConfig<256, 1>::kBc == 32 &&
+                  SplitQConfig<256, 1>::kWarps == 4 && SplitQConfig<256, 1>::kRowsPerWarp == 16,
+              "header: D=256 is Br 64 x Bc 32, 4 warps x 16 rows");
 
 template <typename Cfg, typename T>
 __global__ void __launch_bounds__(Cfg::kThreads)

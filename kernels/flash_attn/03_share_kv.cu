@@ -8,8 +8,11 @@
 // same overlap as rung 02's stage2, in two tiles of memory instead of four,
 // and with two barriers per KV tile instead of three. Less shared memory per
 // block lets more blocks share an SM when registers allow it.
-// Where it is slower: with one slot (stage1) nothing overlaps at all — V_j can
-// only be fetched once every warp is done with K_j.
+// Where it is slower: two slots keep one item in flight where rung 02's stage2
+// keeps a whole K/V tile, and rung 02's blocks per SM are set by registers,
+// not shared memory, so the memory saved buys no occupancy: expect it a little
+// behind rung 02 (docs/03_share_kv.md). With one slot (stage1) nothing
+// overlaps at all — V_j can only be fetched once every warp is done with K_j.
 //
 // Per block: one Br-row tile of Q, loop over Bc-row tiles of K and V.
 //   sQ:    [Br, D + 8]             halves, loaded once, re-read every tile
@@ -87,6 +90,21 @@ static_assert(ShareKVConfig<128, 1>::kSmemBytes == 43520 && ShareKVConfig<128, 2
                   ShareKVConfig<128, 3>::kSmemBytes == 60928, "header: D=128");
 static_assert(ShareKVConfig<256, 1>::kSmemBytes == 50688 && ShareKVConfig<256, 2>::kSmemBytes == 67584 &&
                   ShareKVConfig<256, 3>::kSmemBytes == 84480, "header: D=256");
+static_assert(ShareKVConfig<32, 1>::kBr == 128 && ShareKVConfig<32, 1>::kBc == 64 &&
+                  ShareKVConfig<32, 1>::kWarps == 8 && ShareKVConfig<32, 1>::kRowsPerWarp == 16,
+              "header: D=32 is Br 128 x Bc 64, 8 warps x 16 rows");
+static_assert(ShareKVConfig<64, 1>::kBr == 128 && ShareKVConfig<64, 1>::kBc == 64 &&
+                  ShareKVConfig<64, 1>::kWarps == 4 && ShareKVConfig<64, 1>::kRowsPerWarp == 32,
+              "header: D=64 is Br 128 x Bc 64, 4 warps x 32 rows");
+static_assert(ShareKVConfig<96, 1>::kBr == 128 && ShareKVConfig<96, 1>::kBc == 32 &&
+                  ShareKVConfig<96, 1>::kWarps == 4 && ShareKVConfig<96, 1>::kRowsPerWarp == 32,
+              "header: D=96 is Br 128 x Bc 32, 4 warps x 32 rows");
+static_assert(ShareKVConfig<128, 1>::kBr == 128 && ShareKVConfig<128, 1>::kBc == 32 &&
+                  ShareKVConfig<128, 1>::kWarps == 4 && ShareKVConfig<128, 1>::kRowsPerWarp == 32,
+              "header: D=128 is Br 128 x Bc 32, 4 warps x 32 rows");
+static_assert(ShareKVConfig<256, 1>::kBr == 64 && ShareKVConfig<256, 1>::kBc == 32 &&
+                  ShareKVConfig<256, 1>::kWarps == 4 && ShareKVConfig<256, 1>::kRowsPerWarp == 16,
+              "header: D=256 is Br 64 x Bc 32, 4 warps x 16 rows");
 
 template <typename Cfg, typename T>
 __global__ void __launch_bounds__(Cfg::kThreads)

@@ -5,9 +5,11 @@
 // once, before the KV loop, and its shared memory becomes the K/V ring. Every
 // KV tile then reads only K and V from shared memory (rung 03 also re-read Q
 // each tile: D/16 extra ldmatrix.x4 per warp per tile), and the block needs
-// max(Q tile, ring) bytes instead of their sum — about a quarter of rung 02's
-// stage2 footprint. The price: D/4 more registers per thread to hold Q
-// (16 rows x D halves per warp), which at D=256 would not fit next to O.
+// max(Q tile, ring) bytes instead of their sum.
+// Where it is slower: Q costs D/4 more registers per thread per row tile
+// (16 rows x D halves per warp). Only D = 64 still affords two row tiles per
+// warp; at D = 96 and 128 a warp owns one, so every K/V fragment feeds one MMA
+// instead of two, and the rung falls behind rung 03 there (docs/04_share_qkv.md).
 //
 // Per block: one Br-row tile of Q, loop over Bc-row tiles of K and V.
 //   smem:  first [Br, D + 8] Q, then reused as [kStages][Bc, D + 8] K/V ring
@@ -21,9 +23,9 @@
 //   64   128   64    4 x 32        18432    18432   27648
 //   96   128   64    8 x 16        26624    26624   39936
 //  128   128   64    8 x 16        34816    34816   52224
-// (Two row tiles per warp need twice Q's registers; only D=64 has room.)
-// (D=256 is not offered: Q would need 64 more registers per thread on top of
-//  rung 02's 245, and the kernel would spill.)
+// D = 256 is not offered: Q's 64 more registers per thread do not fit next to
+// the O and S that rung 02 already holds there.
+// Registers: see docs/04_share_qkv.md (ptxas, sm_90a).
 //
 // Supports: fp16, bf16; D = Dv ∈ {32, 64, 96, 128}; any Nq, Nk >= 1; causal
 // (bottom-right aligned) or not; writes O and LSE.
@@ -84,6 +86,18 @@ static_assert(ShareQKVConfig<96, 1>::kSmemBytes == 26624 && ShareQKVConfig<96, 2
                   ShareQKVConfig<96, 3>::kSmemBytes == 39936, "header: D=96");
 static_assert(ShareQKVConfig<128, 1>::kSmemBytes == 34816 && ShareQKVConfig<128, 2>::kSmemBytes == 34816 &&
                   ShareQKVConfig<128, 3>::kSmemBytes == 52224, "header: D=128");
+static_assert(ShareQKVConfig<32, 1>::kBr == 128 && ShareQKVConfig<32, 1>::kBc == 64 &&
+                  ShareQKVConfig<32, 1>::kWarps == 8 && ShareQKVConfig<32, 1>::kRowsPerWarp == 16,
+              "header: D=32 is Br 128 x Bc 64, 8 warps x 16 rows");
+static_assert(ShareQKVConfig<64, 1>::kBr == 128 && ShareQKVConfig<64, 1>::kBc == 64 &&
+                  ShareQKVConfig<64, 1>::kWarps == 4 && ShareQKVConfig<64, 1>::kRowsPerWarp == 32,
+              "header: D=64 is Br 128 x Bc 64, 4 warps x 32 rows");
+static_assert(ShareQKVConfig<96, 1>::kBr == 128 && ShareQKVConfig<96, 1>::kBc == 64 &&
+                  ShareQKVConfig<96, 1>::kWarps == 8 && ShareQKVConfig<96, 1>::kRowsPerWarp == 16,
+              "header: D=96 is Br 128 x Bc 64, 8 warps x 16 rows");
+static_assert(ShareQKVConfig<128, 1>::kBr == 128 && ShareQKVConfig<128, 1>::kBc == 64 &&
+                  ShareQKVConfig<128, 1>::kWarps == 8 && ShareQKVConfig<128, 1>::kRowsPerWarp == 16,
+              "header: D=128 is Br 128 x Bc 64, 8 warps x 16 rows");
 
 template <typename Cfg, typename T>
 __global__ void __launch_bounds__(Cfg::kThreads)

@@ -1,100 +1,42 @@
 // ============================================================================
 // Rung 05 — split-Q + Q·Kᵀ tiled along the head dim (LeetCUDA tiling-qk)
 // ============================================================================
-// What changes against rung 02 (split-Q): rung 02 keeps all of Q [Br, D] and
-// K_j, V_j [Bc, D] in shared memory, so its shared memory grows as D·(Br + 2Bc)
-// and its O accumulator as D/2 registers per thread; it stops at D = 256.
-// Here Q·Kᵀ is tiled along D: Q and K_j go through a small cp.async ring as
-// [Br, Ks] and [Bc, Ks] column slices, S accumulates over the slices, and the
-// Q/K buffers are O(Ks·(Br + Bc)) whatever D is. V_j is still loaded whole,
-// [Bc, D] in one buffer: its columns ride along with the Q/K slices (one
-// column block per slice) so they land during Q·Kᵀ, and P·V then runs over
-// the whole head dim with no barrier inside. Rung 06 slices V too.
+// What changes against rung 02 (split-Q): rung 02 keeps Q [Br, D] and K_j, V_j
+// [Bc, D] whole in shared memory and O as D/2 fp32 registers per thread, so it
+// stops at D = 256. Here Q·Kᵀ is tiled along D: Q and K_j go through a small
+// cp.async ring as [Br, Ks] and [Bc, Ks] column slices, S accumulates over the
+// slices, and the Q/K buffers are O(Ks·(Br + Bc)) whatever D is. V_j is still
+// loaded whole, [Bc, D]: its columns ride along with the Q/K slices, so they
+// land during Q·Kᵀ, and P·V then runs over the whole head dim with no barrier.
+// O still limits D (16 rows x D columns are D/2 registers per thread), so the
+// warps are kWarpsM x kWarpsD: the kWarpsD warps of a row group share 16 rows,
+// each keeps O for a strided D/kWarpsD of the columns and computes a partial S
+// over them. The partials meet in shared memory (sRed) at a named barrier and
+// are added in a fixed order, so every warp of the group holds bit-identical S,
+// m_i, l_i and P without exchanging statistics. Block-wide, O is Br·D fp32 of
+// the SM's 256 KB register file: Br = 64 at D = 512, Br = 32 at D = 1024.
+// Where it is slower: against rung 02 at D <= 256, since Q is re-copied from L2
+// for every KV tile and every slice ends with a barrier; it exists for the head
+// dims rung 02 cannot run. The whole V tile makes shared memory grow with D.
+// stage1: one slot, each step waits for its own slice; stage2: two, one in flight.
 //
-// Per KV tile j (Bc keys), with n = ceil(D / Ks) slices of Ks head-dim columns:
-//   steps 0 .. n-1: slot <- Q[:, s·Ks ..] [Br, Ks] and K_j[:, s·Ks ..] [Bc, Ks];
-//                   sV[:, s·Ks ..] <- V_j[:, s·Ks ..]
-//                   S += Q_s · K_j,sᵀ            (each warp: its columns only)
-//   (S partials summed, masked, online softmax: P in registers, O rescaled)
-//   O += P · V_j over sV                        (each warp: its columns only)
-// stage1: one slot; each step waits for its own slice (2 barriers per step);
-//         the V columns of step s land during step s.
-// stage2: two slots; slice s+1 is copied while slice s computes (1 barrier).
+// Tile configurations per head-dim bucket (constexprs in TilingQkConfig,
+// checked below; a problem runs in the smallest bucket >= D):
+//   bucket  Br   Bc  warps  Ks   smem stage1  smem stage2
+//     64   128   64   8x1   64      36864        64512
+//    128   128   64   8x1  128      69632       121856
+//    256   128   64   8x1  128      86016       138240
+//    512    64   64   4x2  128     134144       168960
+//   1024    32   64   2x4  128     190976       217088
+// smem = kStages·(Br + Bc)·(Ks + 8)·2 B + Bc·(bucket + 8)·2 B, plus 16·Bc·4 B
+// per warp for sRed when kWarpsD > 1. One block of 8 warps per SM.
+// Registers: see docs/05_tiling_qk.md (ptxas, sm_90a and sm_80).
 //
-// The O accumulator is what limits D. A warp that owns 16 query rows × D
-// columns holds 16·D/32 = D/2 fp32 registers per thread: 256 at D = 512, 512 at
-// D = 1024, over the 255 a thread can address. So the warps of a block are
-// kWarpsM × kWarpsD: a row group of kWarpsD warps shares 16 rows, and each
-// keeps O for D/kWarpsD of the columns (128 registers at D = 512 and 1024).
-// Block-wide that is Br·D fp32 = 128 KB of the SM's 256 KB register file, so
-// Br·D <= 32768: Br = 64 at D = 512, Br = 32 at D = 1024 (one block per SM).
-// Layout for D <= 512 (Br = 64, 4 × 2 warps, Ks = 128):
+// Supports: fp16, bf16; D = Dv, any multiple of 8 up to 1024 (an A100's 163 KB:
+// up to 256 at stage2, 512 at stage1); any Nq, Nk >= 1; causal (bottom-right
+// aligned) or not; writes O and LSE (fully masked rows: O = 0, LSE = -inf).
 //
-//                  columns of every slice s:
-//                  s·Ks + [0, 64)    s·Ks + [64, 128)
-//   rows  0..15    warp 0            warp 4      ─ row group 0: S partials of
-//   rows 16..31    warp 1            warp 5        warps 0 and 4 are summed in
-//   rows 32..47    warp 2            warp 6        sRed, so both hold the same S
-//   rows 48..63    warp 3            warp 7        and run the same softmax
-//
-// S = Q·Kᵀ needs every column of D, so each warp computes a *partial* S over
-// its share of the head dim ([16, Bc] fp32 in registers), stores it to shared
-// memory in fragment order, meets the other warps of its row group at a named
-// barrier, and adds the kWarpsD partials in a fixed order (wd = 0, 1, ...).
-// Every warp of the group then holds bit-identical S, hence identical m_i, l_i
-// and P, and no statistics need exchanging; only wd = 0 writes LSE. The
-// alternative, S recomputed in every warp over the full D, would waste
-// (kWarpsD - 1)/kWarpsD of the Q·Kᵀ MMAs. Strided column ownership (a share of
-// every slice rather than one contiguous block of D) keeps all warps busy in
-// every step and when D is smaller than its bucket.
-//
-// Head dims come in buckets (the smallest that holds D); Q/K/V columns past D
-// are zero-filled by cp.async, so they add zeros, a warp whose share of a slice
-// lies wholly past D skips it, and O columns past D are not written.
-//
-// Slice width Ks: LeetCUDA slices at the MMA K (16). Here a step ends with a
-// __syncthreads and each slice is one cp.async group, so a step must carry
-// enough MMAs and enough bytes in flight; measured during development at
-// D = 512, stage2 (H200): Ks = 64: 112 TFLOPS, Ks = 128: 167. (Ks = 256 does
-// not fit next to the whole V tile at stage2.)
-//
-// Where it is slower: against rung 02 at D <= 256 (D = 128: 193 vs 327
-// TFLOPS), since Q is re-copied from L2 for every KV tile and every slice ends
-// with a barrier; it exists for the head dims 02 cannot run. The whole V tile
-// makes shared memory grow with D again (Bc·(D + 8)·2 B): D = 1024 needs 212 KB
-// at stage2, which fits an H100/H200 (227 KB) but not an A100 (163 KB; there
-// the variant reports itself unsupported for D > 256 at stage2, D > 512 at
-// stage1). Rung 06 removes that.
-//
-// Tile configurations (every number is a constexpr of TilingQkConfig, checked
-// by the static_asserts after it; registers from ptxas, CUDA 13.0, 0 spills on
-// sm_90a and sm_80 for every instantiation, stage1 / stage2):
-//   bucket  Br   Bc  warps  Ks   smem stage1  smem stage2  regs sm_90a   regs sm_80
-//     64   128   64   8x1   64      36864        64512      142 / 150    139 / 146
-//    128   128   64   8x1  128      69632       121856      176 / 184    160 / 182
-//    256   128   64   8x1  128      86016       138240      240 / 246    224 / 242
-//    512    64   64   4x2  128     134144       168960      226 / 246    224 / 242
-//   1024    32   64   2x4  128     190976       217088      245 / 252    243 / 250
-// smem = kStages · (Br + Bc) · (Ks + 8) · 2 B + Bc · (bucket + 8) · 2 B, plus
-// 16 · Bc · 4 B per warp for the S partials when kWarpsD > 1. One block
-// (8 warps) per SM everywhere.
-//
-// Measured (H200, fp16, B=1 H=8 N=8192, not causal, TFLOPS; 2026-11-29):
-//   D          64    128    256    320    512    768   1024
-//   stage1    124    165    178    114    127     79     82
-//   stage2    157    193    208    148    164     99    102
-// Causal, stage2: D=512 166, D=1024 107. Earlier runs on this machine: torch's
-// SDPA efficient path ~134 at D=512, cuBLAS unfused 450. The D = 512 target
-// (270) is not reached: with Br = 64 every K/V byte feeds half the MMAs it
-// does at Br = 128, each of the four row groups re-reads the same K/V
-// fragments from shared memory, and all 8 warps meet at a barrier every step.
-//
-// Supports: fp16, bf16; D = Dv, any multiple of 8 up to 1024; any Nq, Nk >= 1
-// (ragged tiles zero-filled, keys >= Nk masked); causal (bottom-right aligned)
-// or not; writes O and LSE (fully masked rows: O = 0, LSE = -inf). Heads of
-// D < bucket waste the zero columns of their last slice (D = 96: 25%).
-//
-// Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 512 --variant 'tiling-q*' --check --sdpa --torch
+// Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 512 --variant 'tiling-q*' --check --show-all
 // ============================================================================
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -124,8 +66,8 @@ template <> struct TilingQkTiles<256>  { static constexpr int kBr = 128, kBc = 6
 template <> struct TilingQkTiles<512>  { static constexpr int kBr = 64,  kBc = 64, kWarpsM = 4, kWarpsD = 2, kSliceCols = 128; };
 template <> struct TilingQkTiles<1024> { static constexpr int kBr = 32,  kBc = 64, kWarpsM = 2, kWarpsD = 4, kSliceCols = 128; };
 
-// Tiles defaults to the bucket's row above; passing another shape is how the
-// slice widths and stage counts in the header were compared.
+// Tiles defaults to the bucket's row above; another Tiles type gives another
+// slice width or tile shape without touching the kernel.
 template <int kHeadDimMax_, int kStages_, typename Tiles = TilingQkTiles<kHeadDimMax_>>
 struct TilingQkConfig {
   static constexpr int kHeadDimMax = kHeadDimMax_;
@@ -171,6 +113,26 @@ static_assert(TilingQkConfig<256, 1>::kSmemBytes == 86016 && TilingQkConfig<256,
 static_assert(TilingQkConfig<512, 1>::kSmemBytes == 134144 && TilingQkConfig<512, 2>::kSmemBytes == 168960, "header: D<=512");
 static_assert(TilingQkConfig<1024, 1>::kSmemBytes == 190976 && TilingQkConfig<1024, 2>::kSmemBytes == 217088, "header: D<=1024");
 static_assert(TilingQkConfig<512, 2>::kORegs == 128 && TilingQkConfig<1024, 2>::kORegs == 128, "header: O registers");
+static_assert(TilingQkConfig<64, 1>::kBr == 128 && TilingQkConfig<64, 1>::kBc == 64 &&
+                  TilingQkConfig<64, 1>::kWarpsM == 8 && TilingQkConfig<64, 1>::kWarpsD == 1 &&
+                  TilingQkConfig<64, 1>::kSliceCols == 64,
+              "header: bucket 64 is Br 128 x Bc 64, 8x1 warps, Ks = 64");
+static_assert(TilingQkConfig<128, 1>::kBr == 128 && TilingQkConfig<128, 1>::kBc == 64 &&
+                  TilingQkConfig<128, 1>::kWarpsM == 8 && TilingQkConfig<128, 1>::kWarpsD == 1 &&
+                  TilingQkConfig<128, 1>::kSliceCols == 128,
+              "header: bucket 128 is Br 128 x Bc 64, 8x1 warps, Ks = 128");
+static_assert(TilingQkConfig<256, 1>::kBr == 128 && TilingQkConfig<256, 1>::kBc == 64 &&
+                  TilingQkConfig<256, 1>::kWarpsM == 8 && TilingQkConfig<256, 1>::kWarpsD == 1 &&
+                  TilingQkConfig<256, 1>::kSliceCols == 128,
+              "header: bucket 256 is Br 128 x Bc 64, 8x1 warps, Ks = 128");
+static_assert(TilingQkConfig<512, 1>::kBr == 64 && TilingQkConfig<512, 1>::kBc == 64 &&
+                  TilingQkConfig<512, 1>::kWarpsM == 4 && TilingQkConfig<512, 1>::kWarpsD == 2 &&
+                  TilingQkConfig<512, 1>::kSliceCols == 128,
+              "header: bucket 512 is Br 64 x Bc 64, 4x2 warps, Ks = 128");
+static_assert(TilingQkConfig<1024, 1>::kBr == 32 && TilingQkConfig<1024, 1>::kBc == 64 &&
+                  TilingQkConfig<1024, 1>::kWarpsM == 2 && TilingQkConfig<1024, 1>::kWarpsD == 4 &&
+                  TilingQkConfig<1024, 1>::kSliceCols == 128,
+              "header: bucket 1024 is Br 32 x Bc 64, 2x4 warps, Ks = 128");
 
 template <typename Cfg, typename T>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)

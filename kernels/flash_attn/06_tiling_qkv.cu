@@ -5,94 +5,38 @@
 // as a whole [Bc, D] tile. It streams through the same small cp.async ring as
 // the Q and K slices, as [Bc, Ks] column slices, and O += P·V_j is computed one
 // slice at a time while P stays in registers for the whole KV tile. Every
-// shared buffer is now O(Ks·(Br + Bc)), independent of D: D = 1024 needs 131 KB
-// at stage2 (rung 05: 212 KB, more than an A100 allows).
-//
+// shared buffer is now O(Ks·(Br + Bc)), independent of D: every bucket fits an
+// A100 too, and the bucket of 1024 affords 256-column slices.
+// The warps are rung 05's: kWarpsM x kWarpsD, each warp of a row group owns a
+// strided share of D, and the group adds its partial S bit-identically in sRed.
 // Where it is slower: a KV tile costs 2·D/Ks pipeline steps instead of D/Ks
-// (twice the __syncthreads), and with stage2 each V slice has one step of
-// prefetch where 05's V columns land during the whole Q·Kᵀ phase: -12% against
-// 05 at D = 512. At D >= 768 it is ahead (+7%), because its small slots afford
-// 256-column slices there. Against rung 02 at D <= 256 both tiling rungs lose
-// (D = 128: 185 vs 327 TFLOPS): Q is re-copied from L2 for every KV tile and
-// every slice ends with a barrier. They exist for the head dims 02 cannot run.
+// (twice the __syncthreads), and at stage2 each V slice has one step of
+// prefetch where rung 05's V columns land during the whole Q·Kᵀ phase, so it
+// trails rung 05 up to D = 512 and leads at D = 1024 (docs/06_tiling_qkv.md).
+// Against rung 02 at D <= 256 both tiling rungs lose (see rung 05).
 //
 // Per KV tile j (Bc keys), with n = ceil(D / Ks) slices of Ks head-dim columns:
-//   steps 0 .. n-1 : slot <- Q[:, s·Ks ..] [Br, Ks] and K_j[:, s·Ks ..] [Bc, Ks]
-//                    S += Q_s · K_j,sᵀ           (each warp: its columns only)
+//   steps 0 .. n-1:  slot <- Q[:, s·Ks ..], K_j[:, s·Ks ..];  S += Q_s · K_j,sᵀ
 //   (S partials summed, masked, online softmax: P in registers, O rescaled)
-//   steps n .. 2n-1: slot <- V_j[:, s·Ks ..] [Bc, Ks]
-//                    O[:, s·Ks ..] += P · V_j,s  (each warp: its columns only)
-// stage1: one slot; each step waits for its own copy (no overlap, 2 barriers).
-// stage2: two slots; step i+1 is copied while step i computes (1 barrier).
+//   steps n .. 2n-1: slot <- V_j[:, s·Ks ..];  O[:, s·Ks ..] += P · V_j,s
+// stage1: one slot (each step waits for its own copy); stage2: two slots.
 //
-// The O accumulator is what limits D. A warp that owns 16 query rows × D
-// columns holds 16·D/32 = D/2 fp32 registers per thread: 256 at D = 512, 512 at
-// D = 1024, over the 255 a thread can address. So the warps of a block are
-// kWarpsM × kWarpsD: a row group of kWarpsD warps shares 16 rows, and each
-// keeps O for D/kWarpsD of the columns (128 registers at D = 512 and 1024).
-// Block-wide that is Br·D fp32 = 128 KB of the SM's 256 KB register file, so
-// Br·D <= 32768: Br = 64 at D = 512, Br = 32 at D = 1024 (one block per SM).
-// Layout for D <= 512 (Br = 64, 4 × 2 warps, Ks = 128):
+// Tile configurations per head-dim bucket (constexprs in TilingQkvConfig,
+// checked below; a problem runs in the smallest bucket >= D):
+//   bucket  Br   Bc  warps  Ks   smem stage1  smem stage2
+//     64   128   64   8x1   64      27648        55296
+//    128   128   64   8x1  128      52224       104448
+//    256   128   64   8x1  128      52224       104448
+//    512    64   64   4x2  128      67584       102400
+//   1024    32   64   2x4  256      83456       134144
+// smem = kStages·(Br + Bc)·(Ks + 8)·2 B, plus 16·Bc·4 B per warp for sRed when
+// kWarpsD > 1. One block of 8 warps per SM. Registers: see docs/06_tiling_qkv.md.
 //
-//                  columns of every slice s:
-//                  s·Ks + [0, 64)    s·Ks + [64, 128)
-//   rows  0..15    warp 0            warp 4      ─ row group 0: S partials of
-//   rows 16..31    warp 1            warp 5        warps 0 and 4 are summed in
-//   rows 32..47    warp 2            warp 6        sRed, so both hold the same S
-//   rows 48..63    warp 3            warp 7        and run the same softmax
+// Supports: fp16, bf16; D = Dv, any multiple of 8 up to 1024; any Nq, Nk >= 1;
+// causal (bottom-right aligned) or not; writes O and LSE (fully masked rows:
+// O = 0, LSE = -inf).
 //
-// S = Q·Kᵀ needs every column of D, so each warp computes a *partial* S over
-// its share of the head dim ([16, Bc] fp32 in registers), stores it to shared
-// memory in fragment order, meets the other warps of its row group at a named
-// barrier, and adds the kWarpsD partials in a fixed order (wd = 0, 1, ...).
-// Every warp of the group then holds bit-identical S, hence identical m_i, l_i
-// and P, and no statistics need exchanging; only wd = 0 writes LSE. The
-// alternative, S recomputed in every warp over the full D, would waste
-// (kWarpsD - 1)/kWarpsD of the Q·Kᵀ MMAs. Strided column ownership (a share of
-// every slice rather than one contiguous block of D) keeps all warps busy in
-// every step and when D is smaller than its bucket.
-//
-// Head dims come in buckets (the smallest that holds D); Q/K/V columns past D
-// are zero-filled by cp.async, so they add zeros, a warp whose share of a slice
-// lies wholly past D skips it, and O columns past D are not written.
-//
-// Slice width Ks: LeetCUDA/ffpa slice at the MMA K (16). Here a step ends with
-// a __syncthreads and each slice is one cp.async group, so a step must carry
-// enough MMAs and enough bytes in flight; measured during development at
-// D = 512, stage2 (H200): Ks = 64: 96 TFLOPS, Ks = 128: 141, Ks = 256: 114
-// (register spills); at D = 1024, Ks = 128: 78, Ks = 256: 109. Shared memory
-// stays O(Ks·(Br + Bc)), still independent of D.
-//
-// Tile configurations (every number is a constexpr of TilingQkvConfig, checked
-// by the static_asserts after it; registers from ptxas, CUDA 13.0, 0 spills on
-// sm_90a and sm_80 for every instantiation, stage1 / stage2):
-//   bucket  Br   Bc  warps  Ks   smem stage1  smem stage2  regs sm_90a   regs sm_80
-//     64   128   64   8x1   64      27648        55296      146 / 145    140 / 142
-//    128   128   64   8x1  128      52224       104448      176 / 176    176 / 176
-//    256   128   64   8x1  128      52224       104448      239 / 236    237 / 239
-//    512    64   64   4x2  128      67584       102400      240 / 236    237 / 239
-//   1024    32   64   2x4  256      83456       134144      254 / 252    252 / 254
-// smem = kStages · (Br + Bc) · (Ks + 8) · 2 B, plus 16 · Bc · 4 B per warp for
-// the S partials when kWarpsD > 1. One block (8 warps) per SM everywhere.
-//
-// Measured (H200, fp16, B=1 H=8 N=8192, not causal, TFLOPS; 2026-11-29):
-//   D          64    128    256    320    512    768   1024
-//   stage1    100    138    144     91     96     78     81
-//   stage2    142    185    201    128    145    107    109
-// Causal, stage2: D=512 144, D=1024 115. Same run, rung 05 stage2 at D=512:
-// 164; earlier runs on this machine: torch's SDPA efficient path ~134 at
-// D=512, cuBLAS unfused 450. The D = 512 target (270) is not reached: with
-// Br = 64 every K/V byte feeds half the MMAs it does at Br = 128, each of the
-// four row groups re-reads the same K/V fragments from shared memory, and all
-// 8 warps meet at a barrier every step. (Keeping Q resident instead of
-// re-copying it was tried: +7%.)
-//
-// Supports: fp16, bf16; D = Dv, any multiple of 8 up to 1024; any Nq, Nk >= 1
-// (ragged tiles zero-filled, keys >= Nk masked); causal (bottom-right aligned)
-// or not; writes O and LSE (fully masked rows: O = 0, LSE = -inf). Heads of
-// D < bucket waste the zero columns of their last slice (D = 96: 25%).
-//
-// Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 512 --variant 'tiling-q*' --check --sdpa --torch
+// Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 1024 --variant 'tiling-q*' --check --show-all
 // ============================================================================
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -122,8 +66,8 @@ template <> struct TilingQkvTiles<256>  { static constexpr int kBr = 128, kBc = 
 template <> struct TilingQkvTiles<512>  { static constexpr int kBr = 64,  kBc = 64, kWarpsM = 4, kWarpsD = 2, kSliceCols = 128; };
 template <> struct TilingQkvTiles<1024> { static constexpr int kBr = 32,  kBc = 64, kWarpsM = 2, kWarpsD = 4, kSliceCols = 256; };
 
-// Tiles defaults to the bucket's row above; passing another shape is how the
-// slice widths and stage counts in the header were compared.
+// Tiles defaults to the bucket's row above; another Tiles type gives another
+// slice width or tile shape without touching the kernel.
 template <int kHeadDimMax_, int kStages_, typename Tiles = TilingQkvTiles<kHeadDimMax_>>
 struct TilingQkvConfig {
   static constexpr int kHeadDimMax = kHeadDimMax_;
@@ -167,6 +111,26 @@ static_assert(TilingQkvConfig<256, 1>::kSmemBytes == 52224 && TilingQkvConfig<25
 static_assert(TilingQkvConfig<512, 1>::kSmemBytes == 67584 && TilingQkvConfig<512, 2>::kSmemBytes == 102400, "header: D<=512");
 static_assert(TilingQkvConfig<1024, 1>::kSmemBytes == 83456 && TilingQkvConfig<1024, 2>::kSmemBytes == 134144, "header: D<=1024");
 static_assert(TilingQkvConfig<512, 2>::kORegs == 128 && TilingQkvConfig<1024, 2>::kORegs == 128, "header: O registers");
+static_assert(TilingQkvConfig<64, 1>::kBr == 128 && TilingQkvConfig<64, 1>::kBc == 64 &&
+                  TilingQkvConfig<64, 1>::kWarpsM == 8 && TilingQkvConfig<64, 1>::kWarpsD == 1 &&
+                  TilingQkvConfig<64, 1>::kSliceCols == 64,
+              "header: bucket 64 is Br 128 x Bc 64, 8x1 warps, Ks = 64");
+static_assert(TilingQkvConfig<128, 1>::kBr == 128 && TilingQkvConfig<128, 1>::kBc == 64 &&
+                  TilingQkvConfig<128, 1>::kWarpsM == 8 && TilingQkvConfig<128, 1>::kWarpsD == 1 &&
+                  TilingQkvConfig<128, 1>::kSliceCols == 128,
+              "header: bucket 128 is Br 128 x Bc 64, 8x1 warps, Ks = 128");
+static_assert(TilingQkvConfig<256, 1>::kBr == 128 && TilingQkvConfig<256, 1>::kBc == 64 &&
+                  TilingQkvConfig<256, 1>::kWarpsM == 8 && TilingQkvConfig<256, 1>::kWarpsD == 1 &&
+                  TilingQkvConfig<256, 1>::kSliceCols == 128,
+              "header: bucket 256 is Br 128 x Bc 64, 8x1 warps, Ks = 128");
+static_assert(TilingQkvConfig<512, 1>::kBr == 64 && TilingQkvConfig<512, 1>::kBc == 64 &&
+                  TilingQkvConfig<512, 1>::kWarpsM == 4 && TilingQkvConfig<512, 1>::kWarpsD == 2 &&
+                  TilingQkvConfig<512, 1>::kSliceCols == 128,
+              "header: bucket 512 is Br 64 x Bc 64, 4x2 warps, Ks = 128");
+static_assert(TilingQkvConfig<1024, 1>::kBr == 32 && TilingQkvConfig<1024, 1>::kBc == 64 &&
+                  TilingQkvConfig<1024, 1>::kWarpsM == 2 && TilingQkvConfig<1024, 1>::kWarpsD == 4 &&
+                  TilingQkvConfig<1024, 1>::kSliceCols == 256,
+              "header: bucket 1024 is Br 32 x Bc 64, 2x4 warps, Ks = 256");
 
 template <typename Cfg, typename T>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
