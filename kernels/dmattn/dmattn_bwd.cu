@@ -1,113 +1,42 @@
 // ============================================================================
 // Dynamic-mask attention, backward (flash-dmattn semantics) with tile skipping
 // ============================================================================
-// FlashAttention-2's backward order (Dao, 2023, Algorithm 2), with the forward
-// kernel's skip test: one block per (64-key tile j, KV head, batch); it holds
-// K_j, V_j in shared memory and dK_j, dV_j in registers, and walks every query
-// tile i of every query head that reads this KV head (GQA), skipping a tile
-// whose 64x64 mask is all zero (one bit of the mask pre-pass, see
-// dmattn_tiles.cuh) before loading anything for it:
-//   Sᵀ = K_j Q_iᵀ           (warp w: keys 16w..16w+15, all 64 queries)
-//   Pᵀ = exp(scale·Sᵀ + bias (softcap) - LSE_q), 0 where masked / causal / ragged
-//   dPᵀ = V_j dO_iᵀ
-//   dSᵀ = Pᵀ ∘ (dPᵀ - Δ_q) ∘ softcap'    with Δ_q = rowsum(dO_q ∘ O_q) (pre-pass)
-//   dV_j += Pᵀ dO_i ;  dK_j += scale · dSᵀ Q_i
-//   dQ_i += scale · dS K_j  (dS through shared memory; fp32 atomics into dq_accum,
-//                            or on the wgmma core TMA tensor reductions of the tile)
-//   dBias += dS  (into an fp32 copy of the bias's own shape; summed over the
-//                 query tile first when the bias is broadcast over queries)
-// Then dQ and dBias are converted to the input dtype.
+// FlashAttention-2's backward order (Dao, 2023, Algorithm 2) with the forward's
+// skip test: one block per (64-key tile j, KV head, batch) holds K_j, V_j in
+// shared memory and dK_j, dV_j in registers, and walks the query tiles i of
+// every query head that reads this KV head (GQA), skipping before any load a
+// tile whose 64 x 64 mask is all zero (the tile bits of dmattn_tiles.cuh):
+//   Sᵀ = K_j Q_iᵀ;  Pᵀ = exp(scale·Sᵀ + bias (softcap) − LSE), 0 where masked
+//   dPᵀ = V_j dO_iᵀ;  dSᵀ = Pᵀ ∘ (dPᵀ − Δ) ∘ softcap',  Δ = rowsum(dO ∘ O)
+//   dV_j += Pᵀ dO_i;  dK_j += scale·dSᵀ Q_i;  dQ_i += scale·dS K_j;  dBias += dS
+// dQ and dBias are summed in fp32 (atomics; on the wgmma core dQ by TMA
+// tensor reductions) and converted to the input dtype at the end.
+// Query chunks: a sparse mask can put nearly all active tiles in a few key
+// tiles, so each key tile's (query tile, head) slots are dealt round-robin to
+// `chunks` blocks, which add dK, dV into fp32 accumulators; after the mask
+// pass a plan kernel drops the chunks where the work turns out even
+// (dma_backward_resolve_chunks). Deterministic mode (bitwise identical runs):
+// one chunk, dQ from a second kernel per query tile (dma_bwd_dq_kernel) and
+// dBias copies summed in a fixed order, so no sum depends on block order.
+// The wgmma core (sm_90a): the five products as warpgroup MMAs; the next active
+// tile's Q, dO arrive (TMA) in a second slot while this one is computed.
+// Design, budget and measurements: docs/dmattn_backward.md.
 //
-// Deterministic mode (bitwise identical run to run): no floating-point sum
-// may depend on which block gets there first.
-//   - dQ: the key-tile blocks above skip it; a second kernel, one block per
-//     (64-query tile, head, batch), walks the active key tiles in order and
-//     recomputes S and dP to get dS, then dQ = scale·Σ_j dS_j K_j in registers
-//     (two of the five matrix products again: the price of determinism).
-//   - dBias: every element of an fp32 bias copy is added to by one thread of
-//     one block only, in program order; where the bias is broadcast over the
-//     batch or over KV heads (several blocks would share an element), each
-//     (batch, KV head) block writes its own copy and a last kernel sums the
-//     copies in a fixed order.
-//   - dK, dV: never atomics (one block owns a key tile).
-// (FlashAttention-2 orders its dQ atomics with a semaphore instead; a separate
-// dQ pass cannot deadlock and needs no scheduling assumptions.)
+// Tiles (DmaBwdConfig, checked below): Br = Bc = 64, 4 warps (one warpgroup).
+//   core     D    Q/dO slots  queries per Sᵀ slice  blocks/SM bound  smem bytes
+//   mma     32    1           32                    -                30208
+//   mma     64    1           32                    -                46592
+//   mma     96    1           32                    -                62976
+//   mma    128    1           32                    -                79360
+//   wgmma   64    2           64                    3                59392
+//   wgmma  128    2           32                    -               108544
+// Registers: docs/dmattn_backward.md (ptxas, sm_90a).
 //
-// Query chunks (default mode). A sparse mask can put nearly all active tiles
-// in a few key tiles: flash-dmattn's top-W of a query-broadcast bias under the
-// causal rule (H200, B=1 H=2 Hkv=1 D=128, L=16K: ~1100 of 131072 tiles
-// active, in the first ~48 key tiles) leaves a few blocks walking ~50-100
-// active tiles one after the other (~10 us each) while the rest of the GPU
-// idles: 1.2-1.4 ms. So the slots of a key tile — (query tile m, query head
-// hq), numbered s = (m - m_first)·group + hq — are dealt to `chunks` blocks
-// (grid.x = key tiles · chunks, chunks of one key tile adjacent), slot s to
-// chunk s % chunks. Interleaved rather than contiguous ranges: active tiles
-// come in runs of neighbouring query tiles, which a contiguous range would
-// hand to one chunk; query tile major so that the heads sharing a mask row
-// are split too (one chunk keeps the head-major order of before: the same
-// sums, the same bits). Each block keeps its dK, dV partial sums in registers as
-// before; with one chunk it stores them (no accumulators), with several it
-// adds them, unscaled, to fp32 accumulators in the workspace through atomics
-// (FlashAttention-2 adds dQ that way; here once per block, not per tile), and
-// a last pass writes dK = scale·Σ, dV = Σ in the input dtype. A chunk that
-// met no active tile adds nothing and never loads K_j, V_j (they are loaded
-// with its first active tile). The count: dma_backward_resolve_chunks, its
-// rule next to it; the deterministic mode always uses one chunk.
-// The skip bits of a block's slots are read kThreads slots at a time (one
-// independent load per thread, gathered by ballots into shared memory), not
-// one dependent load per slot; a bias broadcast over queries is read once per
-// tile per key, not per score.
+// Supports: fp16, bf16; D = Dv ∈ {32, 64, 96, 128} (wgmma: 64, 128); any Nq,
+// Nk; H % Hkv == 0; the forward's masks (bytes or bits) and bias broadcasts,
+// dBias; softcap; causal (bottom-right); deterministic mode.
 //
-// Tiles: Bc = Br = 64, 4 warps; shared memory (4·64·(D+8) + 64·72)·2 bytes +
-// 512 (K, V, Q, dO, dSᵀ, LSE, Δ). Head dims 32, 64, 96, 128 (dK and dV take D
-// registers per thread).
-//
-// The wgmma core (DmaBwdConfig::kWgmma; sm_90 at D = 64, 128; the forward's
-// treatment; H200, all-ones mask + bias, B=1 H=8 N=8192, D=128: 2.70 ms, 254
-// TFLOPS at session 12, against 5.61 ms on mma.sync): the 4 warps are one warpgroup and the
-// five products are warpgroup MMAs on tiles in the 128-byte swizzle:
-//   Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ   SS, m64n32 slices (m64n64 at D = 64): A = K, V; B = Q, dO rows
-//   dV += Pᵀ·dO, dK += dSᵀ·Q  RS: Pᵀ, dSᵀ from registers; B = dO, Q (N-major, as V
-//                             in the forward's P·V)
-//   dQ = dS·K                 SS with both operands transposed (wgmma_ss_tt): A =
-//                             dSᵀ in shared memory read M-major, B = K N-major;
-//                             64 columns at a time
-// dQ of a tile goes through shared memory (fp32, scaled, in the 128-byte
-// swizzle) and reaches dq_accum by TMA tensor reductions (cp.reduce.async.bulk
-// .tensor ... add, one per 32-column box, all issued by one thread; FA3 adds
-// its dQ by TMA too). History: 8192 fp32 atomics per tile from every thread
-// (D=128 3.54 ms), one bulk reduction per row from the row's thread (3.38 ms;
-// slower at D = 64, which kept the atomics), the boxes (session 12; same-run A/B,
-// all-ones + bias, N = 8192: D=128 2.99 ms against 3.25, D=64 1.82 against 1.97;
-// results/H200/probes/session12_dq_tma_relay.txt). The row reductions had been
-// issued by 64 threads whose issues the hardware serialises lane by lane (ncu:
-// ~10 % of the stall samples), and each tile closed on a barrier behind them.
-// Two Q/dO slots (kQdoStages; session 10): the next active slot's Q, dO, LSE
-// and Δ are loaded while this tile is computed, instead of every tile
-// starting with a wait for its own loads — Q and dO by TMA where their bases
-// are 16-byte aligned (one thread, 2·D/64 boxes onto the slot's mbarrier;
-// session 12: D=128 2.70 ms against 3.00 with cp.async from every thread,
-// D=64 1.62 against 1.82, same run, results/H200/probes/session12_qdo_tma.txt),
-// else cp.async; LSE and Δ by 4-byte cp.async copies.
-// The staging of dQ needs no buffer of its own: it goes into the tile's own
-// Q/dO slot, dead once dK and dV are done (the next tile's tiles are in the
-// other slot); the reductions' reads are waited for (by their thread) just
-// before the next tile's first barrier, after which the slot takes the
-// prefetch of the tile after next — so a tile ends without a barrier or a wait.
-// Session 10's A/B of the slots (H200, all-ones + bias, B=1 H=8 N=8192): D=128
-// 3.32 / 3.35 ms against 3.37, D=64 2.02 against 2.10
-// (results/H200/probes/session10_bwd_prefetch.txt).
-// The scores between them (P, dS, dBias) are the mma.sync core's code
-// (scores_to_ds). At D = 128 the two slices are software-pipelined: slice 2's
-// Sᵀ, dPᵀ are issued before slice 1's dV, dK, which then run under slice 2's
-// score code (3.82 -> 3.54 ms); the tile's two dQ parts are issued together
-// (kDqPartsTogether, session 15: 2.49 against 2.54 ms). 248 registers at D =
-// 128 (two blocks per SM);
-// at D = 64 bounded to 168 for three blocks per SM (60 bytes spilled: 1.471
-// against 1.557 ms unbounded at 233, all-active; DmaBwdConfig::kMinBlocks).
-// Shared memory 2·64·D·2 (K, V) + 2 slots·2·64·D·2 (Q, dO) + 64·64·2 (dSᵀ) +
-// 2·2·64·4 (LSE, Δ) + 1024 (alignment): D = 64: 59 392, D = 128: 108 544 bytes
-// (three / two blocks per SM).
+// Run: build/flash_attn_mma --B 1 --H 2 --Hkv 1 --N 2048 --D 128 --causal --mask topk --window 512 --bias --bwd --check
 // ============================================================================
 
 #include <cuda_bf16.h>
@@ -135,11 +64,10 @@ struct DmaBwdConfig {
   static constexpr int kHeadDim = kHeadDim_;
   // The blocks per SM the registers are bounded for (launch bounds): the
   // wgmma core at D = 64 three (168 registers, 60 bytes spilled; 12 warps per
-  // SM instead of 8, session 14: all-active 1.471 ms against 1.557 at two
-  // blocks, causal 0.805 against 0.951, top-1024 L=16K 0.148 against 0.142;
-  // two 32-query slices would avoid the spill and measured 1.530 / 0.875,
-  // results/H200/probes/session14_bwd_d64_blocks.txt). Elsewhere 1: dK, dV
-  // alone take 2·D/2 registers per thread, so D = 128 stays at 248, two blocks.
+  // SM instead of 8: faster on dense and causal masks than two blocks, and
+  // than two 32-query slices without the spill; docs/dmattn_backward.md).
+  // Elsewhere 1: dK, dV alone take 2·D/2 registers per thread, so D = 128
+  // stays at 248, two blocks.
   static constexpr int kMinBlocks = kWgmma_ && kHeadDim_ == 64 ? 3 : 1;
   // kWgmma: the five products as warpgroup MMAs (sm_90a; see the kernel).
   static constexpr bool kWgmma = kWgmma_;
@@ -156,8 +84,9 @@ struct DmaBwdConfig {
   // slot, dead once dK and dV are done (the next tile's tiles are in the other
   // slot) — 64·D·4 bytes, exactly the slot's Q and dO — as D/32 boxes of 32
   // columns in the 128-byte swizzle, and added to dq_accum by one TMA tensor
-  // reduction per box, all issued by one thread (session 12; before it, one
-  // bulk reduction per row from 64 threads at D = 128, atomics at D = 64).
+  // reduction per box, all issued by one thread: fewer issues than one bulk
+  // reduction per row from 64 threads (serialised lane by lane, with the
+  // tile's end waiting on a barrier behind them) or than fp32 atomics.
   static constexpr bool kDqTma = kWgmma;
   static constexpr int kDqBoxCols = 32;  // fp32 columns per 128-byte swizzle row
   static_assert(kDqBoxCols * 4 == 128, "a dQ box row is the 128-byte swizzle's span");
@@ -167,9 +96,9 @@ struct DmaBwdConfig {
   static constexpr int kSmemBytes = (2 * 64 * kStride + kQdoStages * kQdoSlotElems + kBc * kDsStride) * 2 +
                                     kQdoStages * 2 * kBr * 4 + (kWgmma ? 1024 : 0);
   // Queries per Sᵀ slice: two halves of 32 (registers: Sᵀ and dPᵀ next to dK
-  // and dV), or with wgmma at D = 64 all 64 at once (m64n64). (Two slices
-  // there, so that one's dV, dK run under the other's score code as at D =
-  // 128, measured slower: 2.33 ms against 2.15 on the all-active shape.)
+  // and dV), or with wgmma at D = 64 all 64 at once (m64n64; two slices
+  // there, one's dV, dK under the other's score code as at D = 128, are
+  // slower).
   static constexpr int kHalf = kWgmma && kHeadDim <= 64 ? kBr : kBr / 2;
   static constexpr int kTilesS = kHalf / 8;  // n8 tiles across the queries of a slice
   static constexpr int kTilesO = kHeadDim / 8;
@@ -177,17 +106,30 @@ struct DmaBwdConfig {
   // wgmma at D = 128: both dQ parts' products issued before the first wait
   // (two commit groups), so part 1's runs under part 0's stores into the
   // staging boxes; at that point only dK, dV and both dQ parts are live
-  // (248 registers instead of 228, no spill, still two blocks per SM).
-  // Session 15, same run, A/B twice: all-active 2.495 / 2.491 ms against
-  // 2.540 / 2.544, causal 1.484 / 1.489 against 1.525 / 1.523, GQA causal
-  // 0.975 / 0.971 against 1.002 / 1.003; sparse top-1024 unchanged
-  // (results/H200/probes/session15_dq_parts_together.txt).
+  // (248 registers instead of 228, no spill, still two blocks per SM): faster
+  // on dense, causal and GQA shapes, the same on a sparse top-W mask.
   static constexpr bool kDqPartsTogether = kWgmma && kHeadDim == 128;
   static_assert(!kDqPartsTogether || kHeadDim / 64 == 2, "the kernel holds two dQ parts of 64 columns");
   static_assert(kTilesO % (2 * kDqParts) == 0, "dQ parts of whole 16-column steps");
 };
 static_assert(DmaBwdConfig<64, true>::kSmemBytes == 59392 && DmaBwdConfig<128, true>::kSmemBytes == 108544,
               "header: the wgmma core's shared memory");
+static_assert(DmaBwdConfig<32>::kSmemBytes == 30208 && DmaBwdConfig<64>::kSmemBytes == 46592 &&
+                  DmaBwdConfig<96>::kSmemBytes == 62976 && DmaBwdConfig<128>::kSmemBytes == 79360,
+              "header: the mma.sync core's shared memory");
+static_assert(DmaBwdConfig<64>::kBr == 64 && DmaBwdConfig<64>::kBc == 64 && DmaBwdConfig<64>::kWarps == 4 &&
+                  DmaBwdConfig<64, true>::kBr == 64 && DmaBwdConfig<64, true>::kBc == 64 &&
+                  DmaBwdConfig<64, true>::kWarps == 4,
+              "header: Br = Bc = 64, 4 warps on both cores");
+static_assert(DmaBwdConfig<64>::kQdoStages == 1 && DmaBwdConfig<64, true>::kQdoStages == 2 &&
+                  DmaBwdConfig<128, true>::kQdoStages == 2,
+              "header: one Q/dO slot on mma.sync, two on wgmma");
+static_assert(DmaBwdConfig<32>::kHalf == 32 && DmaBwdConfig<128>::kHalf == 32 && DmaBwdConfig<64, true>::kHalf == 64 &&
+                  DmaBwdConfig<128, true>::kHalf == 32,
+              "header: queries per Sᵀ slice");
+static_assert(DmaBwdConfig<64, true>::kMinBlocks == 3 && DmaBwdConfig<128, true>::kMinBlocks == 1 &&
+                  DmaBwdConfig<64>::kMinBlocks == 1 && DmaBwdConfig<128>::kMinBlocks == 1,
+              "header: the blocks per SM the registers are bounded for");
 
 template <typename T>
 __device__ __forceinline__ float as_float(T x);
@@ -238,9 +180,8 @@ __device__ __forceinline__ ScoreProb score_prob(const DynamicMaskProblem& p, int
 // adds into set to 0 (dq_accum nullptr: the deterministic mode, which has
 // none), in one pass instead of a memset and a pass: four lanes per row,
 // 16-byte loads (eight elements) interleaved so that a warp's load reads 64
-// contiguous bytes of each of its eight rows. (H200, ncu, B=1 H=8 N=8192
-// D=64: the warp-per-row kernel below took 13.4 us for its 16 MB.) Where O
-// or dO is not 16-byte aligned, that kernel and a memset instead.
+// contiguous bytes of each of its eight rows. Where O or dO is not 16-byte
+// aligned, the warp-per-row kernel below and a memset instead.
 template <typename T, int kD>
 __global__ void dma_bwd_delta_vec_kernel(const T* __restrict__ o, const T* __restrict__ dout,
                                          float* __restrict__ delta, float* __restrict__ dq_accum, int64_t rows) {
@@ -274,7 +215,6 @@ __global__ void dma_bwd_delta_vec_kernel(const T* __restrict__ o, const T* __res
 // dQ in the input dtype from its fp32 accumulator: four elements per thread
 // per step (one 16-byte load, one 8-byte store; n % 4 == 0, out 8-byte
 // aligned), the same rounding as sum_copies_to_dtype_kernel with one copy.
-// (H200, ncu, B=1 H=8 N=8192 D=64: that kernel took 10.1 us for 24 MB.)
 template <typename T>
 __global__ void f32_to_dtype_vec4_kernel(const float* __restrict__ in, T* __restrict__ out, int64_t n) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n / 4; i += int64_t(gridDim.x) * blockDim.x) {
@@ -507,10 +447,8 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
   // through L2; the causal range's long columns start first). Where the plan
   // drops the chunks, chunk is the slowest index of the whole grid instead,
   // so that the dropped chunks' blocks come last: they leave at once, but each
-  // still takes an SM's one block place while it starts (session 13, all-ones
-  // D=128: 2.597 ms interleaved, 2.545 last, 2.525 with 1 chunk launched). Not
-  // where the chunks stay (chunk-major there: causal all-ones 1.607 against
-  // 1.533 ms, top-1024 B=2 L=32K 0.336 against 0.299).
+  // still takes an SM's one block place while it starts. Not where the chunks
+  // stay: chunk-major is slower there (docs/dmattn_backward.md).
   int j_tile, chunk, hk, b;
   if (live_chunks == chunks) {
     j_tile = blockIdx.x / chunks, chunk = blockIdx.x % chunks, hk = blockIdx.y, b = blockIdx.z;
@@ -563,16 +501,18 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
   const int m_first = first_query_tile(p, kv0);  // query tiles that can see a key of this tile
   const int n_q_tiles = (p.Nq + Br - 1) / Br;
   // Slots of this key tile: with several chunks query tile major, s = (m -
-  // m_first)·group + hq (the heads of one query tile go to different chunks);
-  // one chunk keeps the earlier head-major order, s = hq·n_m + (m - m_first),
-  // so that its fp32 sums (and the deterministic mode's bits) are unchanged.
+  // m_first)·group + hq, chunk c taking s = c, c + chunks, ... — interleaved,
+  // since active tiles come in runs of neighbouring query tiles, which a
+  // contiguous range would give to one chunk, and query tile major, so that
+  // the heads sharing a mask row are split too. One chunk (the deterministic
+  // mode's) walks head-major, s = hq·n_m + (m - m_first).
   const int n_m = max(0, n_q_tiles - m_first), n_slots = n_m * group;
   const int slot_major = chunks > 1 ? group : n_m;  // s = major·slot_major + minor
   // DmaBackwardArgs::rotate_slots (the default): key tile j walks its query
   // tiles from m_first + j mod n_m on, wrapping, instead of from m_first, so
   // that the key tiles' blocks, which run in step, reduce their dQ into
   // different query tiles at a time instead of all into the same one
-  // (top-1024 L=16K: 6 % faster; dense shapes unchanged).
+  // (faster on a sparse top-W mask; dense shapes unchanged).
   const int m_rot = rotate_slots && n_m > 0 ? j_tile % n_m : 0;
   auto slot_head = [&](int s, int& m, int& h) {
     const int major = s / slot_major, minor = s % slot_major;
@@ -585,7 +525,7 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
   auto scores_to_ds = [&](float (&St)[Cfg::kTilesS][4], float (&dPt)[Cfg::kTilesS][4], int qh, int q0, int h,
                           bool mask_full, const float (&key_bias)[2]) {
     float bias_row_sum[2] = {0.f, 0.f};
-    // The fast path (uniform, the forward's lesson: no test, load or branch
+    // The fast path (uniform, as in the forward: no test, load or branch
     // per score): every score of this half tile is visible — the tile's
     // mask is all ones, its keys and queries are in range and none is past
     // the causal diagonal — its bias, if any, is the key's (loaded once
@@ -645,10 +585,9 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
   // wgmma with qdo_tma (uniform: the host built the maps of Q and dO): a slot's
   // Q_i, dO_i arrive by TMA — one thread issues 2·D/64 boxes of 64 x 64 onto
   // the slot's mbarrier — instead of 2·64·D·2/16 cp.async copies spread over
-  // the threads, each with its address arithmetic (ncu, session 12: ~5 % of
-  // the stall samples in those loops). Slot s's phase k completes with its
-  // k-th load; every load is waited for exactly once (a prefetch never
-  // crosses a batch), so one parity bit per slot follows it.
+  // the threads, each with its address arithmetic. Slot s's phase k
+  // completes with its k-th load; every load is waited for exactly once (a
+  // prefetch never crosses a batch), so one parity bit per slot follows it.
   [[maybe_unused]] __shared__ alignas(8) uint64_t qdo_full[2];
   [[maybe_unused]] uint32_t qdo_parity = 0;  // bit s: the parity of slot s's next wait
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -798,9 +737,9 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
         __syncthreads();
         // The next active slot's tiles into the other slot, read last by the
         // previous tile (every warp is past it: the barrier above), while this
-        // tile is computed. (Before session 12 issued ahead of this tile's wait,
-        // which the slot's last readers then had to clear at the previous
-        // tile's end with one more barrier.)
+        // tile is computed. (Issued ahead of this tile's wait instead, the
+        // prefetch would need one more barrier at the previous tile's end, for
+        // the slot's last readers.)
         if constexpr (kStages > 1) {
           const int next = next_active(w, bits);
           if (next >= 0) {
@@ -815,7 +754,7 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
           // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ: m64n(kHalf), A = K or V (keys, K-major), B = Q or
           // dO rows of the slice (K-major) — the forward's S = Q·Kᵀ, roles swapped.
           // (Descriptors from one opaque base each, advanced per k-step: otherwise
-          // the compiler keeps every step's descriptor in registers, as rung 08 found.)
+          // the compiler keeps every step's descriptor in registers, as in rung 08.)
           // Software-pipelined (FA3's intra-warpgroup overlap, Shah et al. 2024,
           // §3.2): slice s + 1's Sᵀ and dPᵀ are issued before slice s's dV and dK,
           // each its own commit group; groups complete in order, so waiting for
@@ -1170,34 +1109,26 @@ constexpr int kDmaBwdSlotsPerChunkWide = 32;
 //    ~80 KB shared memory at D = 128), else enough chunks for two blocks per
 //    SM, keeping at least 4 slots per chunk (the forward's split-KV rule).
 //  - With a mask the host cannot see how the active tiles spread over the key
-//    tiles, and the measured case (causal top-W with a query-broadcast bias)
-//    puts ~all of them in ~48 of 256 key tiles: one block per key tile then
-//    walks ~100 active tiles serially while the rest of the GPU idles. So
-//    chunk by the worst case: at most a fixed number of slots per block
-//    (ceil(slots / that), slots = group · query tiles, the longest column's):
-//    kDmaBwdSlotsPerChunkNarrow = 16 while the key tiles alone (the unsplit
-//    grid) give fewer blocks than the GPU has SMs — the chunks must then make
-//    the parallelism as well as break the skew — and kDmaBwdSlotsPerChunkWide =
-//    32 once they give at least one per SM, where the chunks only break the
-//    skew and each extra one is a block that adds its dK, dV once more.
-//    Measured (H200, fp16, commit 8390bcb, same runs,
-//    results/H200/probes/session10_bwd_chunks.txt; D=128, causal top-1024 +
-//    query-broadcast bias, B=1 H=2 Hkv=1 unless noted): L=16K (256 key tiles)
-//    16 chunks 0.179 ms, 32 0.186; the all-ones mask + bias B=1 H=8 N=8192
-//    (1024 key tiles · heads, 128 slots) 4 chunks 3.241 ms, 8 3.334; L=8192
-//    (128 key tiles, below 132 SMs: 16 per block) 16 chunks 0.136 ms, 8
-//    0.147-0.150; L=4096 8 chunks 0.127-0.140, 4 0.167-0.179. What chunks
-//    cost when the mask is in fact dense (the all-ones shape above, now 4
-//    chunks): each block adds 2·64·D floats of dK, dV once per >= 32 tiles,
+//    tiles, and a causal top-W mask of a query-broadcast bias puts nearly all
+//    of them in a few key tiles (at L = 16K, in the first ~48 of 256): one
+//    block per key tile then walks them serially while the rest of the GPU
+//    idles. So chunk by the worst case: at most a fixed number of slots per
+//    block (ceil(slots / that), slots = group · query tiles, the longest
+//    column's): kDmaBwdSlotsPerChunkNarrow = 16 while the key tiles alone (the
+//    unsplit grid) give fewer blocks than the GPU has SMs — the chunks must
+//    then make the parallelism as well as break the skew — and
+//    kDmaBwdSlotsPerChunkWide = 32 once they give at least one per SM, where
+//    the chunks only break the skew and each extra one is a block that adds
+//    its dK, dV once more (each count against its neighbours:
+//    docs/dmattn_backward.md). What chunks cost when the mask is in fact
+//    dense: each block adds 2·64·D floats of dK, dV once per >= 32 tiles,
 //    while every tile already adds 64·D floats of dQ, i.e. at most 2/32 more
 //    atomic traffic (half the operations on sm_90, vector reductions), plus a
 //    memset and a conversion pass over 2·B·Hkv·Nk·D floats.
 //    Caps: at most 64 chunks and at most 64 blocks per SM in all (32 waves at
 //    two resident blocks per SM), because a block whose slots are all inactive
-//    still costs a launch and one round trip to read its skip bits. Measured
-//    (H200, B=1 H=2 Hkv=1 D=128 causal top-1024): L=32K gets 16 chunks from
-//    that cap, the fastest of 8/16/32 at commit f8f6645 (0.471/0.443/0.472 ms;
-//    1 chunk: 1.472) and of 4-64 at 8390bcb (16: 0.177 ms, 8: 0.186, 32: 0.221).
+//    still costs a launch and one round trip to read its skip bits (at L =
+//    32K the cap gives 16 chunks, the fastest count there).
 //    --bwd-chunks overrides it.
 //  - The chunk plan (dma_backward_plans_chunks): with a mask and at least 4
 //    blocks per SM from the key tiles alone, the count is launched as above,
@@ -1206,10 +1137,9 @@ constexpr int kDmaBwdSlotsPerChunkWide = 32;
 //    mean the blocks deal the slots to one chunk (dma_bwd_kernel's
 //    live_chunks; the other chunks' blocks leave at once, dK and dV stored
 //    directly). The host cannot tell a dense mask from a skewed sparse one
-//    with as many active key-tile blocks; the mask pass can. Session 13
-//    (H200, all-ones + bias, B=1 H=8 N=8192): forced 4 chunks 2.739 ms,
-//    forced 1 2.521, the plan with the accumulators kept 2.649; causal keeps
-//    its chunks (busiest = 2x the mean; 1 chunk 1.695 against 1.570 ms).
+//    with as many active key-tile blocks; the mask pass can. A causal mask
+//    keeps its chunks (its busiest key tile holds twice the mean), where
+//    they are faster than one.
 namespace {
 // The unsplit grid: one block per (64-key tile, KV head, batch).
 int64_t key_tile_blocks(const DynamicMaskProblem& p) { return int64_t((p.Nk + kDmaBc - 1) / kDmaBc) * p.Hkv * p.B; }
@@ -1237,8 +1167,7 @@ bool dma_backward_plans_chunks(const DynamicMaskProblem& p, bool deterministic, 
   if (deterministic || requested > 0 || p.mask.data == nullptr) return false;
   // Causal with Nq > 0.4·Nk: the causal range alone puts the busiest key tile
   // above 5/4 of the mean (Nq >= Nk: twice; below, Tk / (Tk - Tq/2) in tiles),
-  // so the plan could only keep the chunks; skip its kernel (~20 us at
-  // top-1024 B=2 L=32K, session 13).
+  // so the plan could only keep the chunks; skip its kernel.
   if (p.causal && 5 * int64_t(p.Nq) > 2 * int64_t(p.Nk)) return false;
   return dma_backward_resolve_chunks(p, deterministic, requested) > 1 &&
          key_tile_blocks(p) >= 4 * int64_t(device_sm_count());
@@ -1330,7 +1259,7 @@ cudaError_t dma_backward(const DynamicMaskProblem& p, const DmaBackwardArgs& a, 
     core = "mma";
   }
   // Q and dO by TMA on the wgmma core where their bases are 16-byte aligned
-  // (else cp.async, as before).
+  // (else cp.async).
   const bool qdo_tma = core == "wgmma" && encode_head_tiles<kDmaBr>(&tma_q, a.q, p.dtype, q_heads, p.Nq, p.D) &&
                        encode_head_tiles<kDmaBr>(&tma_do, a.dout, p.dtype, q_heads, p.Nq, p.D);
   auto run = [&](auto main_cfg) {
