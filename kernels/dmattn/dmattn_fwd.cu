@@ -4,71 +4,38 @@
 // What it adds to rung 02 (split-Q, mma.sync): a per-key bias, a data-dependent
 // sparse mask, grouped KV heads, softcap — and the reason a sparse mask pays:
 // a 64 x 64 tile whose mask is all zero is never loaded nor multiplied.
+// Per block (64 query rows of one head, 4 warps of 16 rows):
+//  1. Before any K/V/bias traffic, the query tile's "any" and "all ones" bits
+//     per key tile (dmattn_tiles.cuh: from the mask pre-pass, or the block's
+//     own scan of its rows, DmaMaskScan::kInKernel) are compacted into a list
+//     of active tiles, so that the loop prefetches the next *active* tile. A
+//     block with no active tile writes O = 0, LSE = -inf and exits.
+//  2. Rung 02's stage2 loop over the list (K, V of list[i+1] copied while
+//     list[i] is computed); per tile, after S = Q·Kᵀ: scale, bias, softcap
+//     c·tanh(S/c), -inf where the mask is 0, past Nk or past the causal
+//     diagonal; the online softmax. Every choice (bias, softcap, all-ones
+//     tile, aligned pairs) is uniform: no branch runs per element.
+// Split-KV (few query blocks): `splits` parts of the causal range, merged by
+// LSE; one query row with a mask: dma_decode_kernel gathers the active keys.
+// The wgmma core (DmaConfig::kWgmma, sm_90a): both products as rung 07's
+// warpgroup MMAs, K and V by TMA where aligned; accumulators in mma.sync's
+// layout, so the rest is one code. Docs: docs/dmattn_forward.md,
+// docs/dmattn_masks.md, docs/dmattn_decode.md.
 //
-// Per block (64 query rows of one head, 4 warps):
-//  1. Skip test, before any K/V/bias traffic. A pre-pass kernel
-//     (dmattn_mask_summary.cu) has summarised the mask into one "any" and one
-//     "all ones" bit per 64x64 tile, reading it once at full bandwidth; the
-//     block copies its query tile's bits of the causal range into shared
-//     memory and warp 0 compacts them into an ascending list of active tiles.
-//     (flash-dmattn decides per tile inside the loop with __syncthreads_or; a
-//     list first lets the loop below prefetch the *next active* tile, so
-//     skipped tiles cost no pipeline bubble.) Or, DmaMaskScan::kInKernel, the
-//     block reads its own rows of the mask with the pre-pass's scan
-//     (dmattn_mask_scan.cuh) — no pre-pass launch, and the mask streams while
-//     other blocks compute; automatic where few blocks share a mask byte and
-//     rows are at most 16K keys (measured in dma_forward_mask_scan_name).
-//     With one split a block's scan covers exactly its summary row's keys, so
-//     one block per row also stores its bits as the pre-pass would
-//     (dma_forward_mask_summary): the backward then reads no mask again.
-//     A block left with no active tile writes O = 0, LSE = -inf with wide
-//     stores and exits (no Q load, no barrier set-up).
-//  2. Rung 02's stage2 loop over the list only: K, V of tile list[i+1] are
-//     copied while tile list[i] is computed.
-//  3. Per tile, after S = Q·Kᵀ: S = scale·S + bias; softcap c: c·tanh(S/c);
-//     -inf where mask = 0, past Nk, or after the causal diagonal; then the
-//     online softmax (with unit scale: S is already the logit; without bias
-//     and softcap S is left raw and the softmax takes the scale, as rung 02).
-//     Every choice here is uniform — bias or not, softcap or not, a tile
-//     whose mask is all ones (no mask reads), a slice wholly inside Nk with
-//     aligned pairs (one load per key pair) — so no branch runs per element
-//     (ncu on the H200: per-element guards made the dense loop 2.2x slower
-//     than rung 02, with 27M branch and 34M reconvergence instructions per
-//     launch). The bias pairs are loaded before the MMAs (their latency hides
-//     behind them); the mask pairs too on the wgmma core (issued before the
-//     wait for K and V; 192 registers at D = 128 instead of 212), after the
-//     MMAs on the mma.sync core (registers); an operand broadcast over
-//     queries is read once per lane, not per row.
-//  4. Warps: each owns 16 rows and all 64 keys of the tile (in two 32-key
-//     slices at D >= 192, so that S and O fit in registers); two row tiles
-//     per warp measured slower, see DmaConfig::kMTiles.
+// Tiles (DmaConfig, checked below): Br = Bc = 64, 4 warps, 2 K/V slots; rows
+// padded by 8 halves (mma.sync) or dense in the 128-byte swizzle (wgmma).
+// Shared memory, bytes (tile kernels: + list and bitmaps, 2 B + 2 bits a tile):
+//   D                   32      64      96     128     192     256
+//   mma.sync         25600   46080   66560   87040  128000  168960
+//   wgmma                -   41984       -   82944       -       -
+//   decode (gather)  37696   54080   70464   86848  119616  152384
+// Keys per S slice 64 (32 on mma.sync at D >= 192); wgmma at D = 64 bounded
+// for 4 blocks per SM. Registers: docs/dmattn_forward.md (ptxas, sm_90a).
 //
-// Split-KV (decoding, few query blocks): the causal range of each query block
-// is cut into `splits` equal parts run by separate blocks (grid.y = B·splits);
-// each writes its normalised O and LSE in fp32, and dma_combine_kernel merges
-// them by LSE. The split count is automatic (dma_auto_splits) unless given.
-// With one query row and a mask, dma_decode_kernel (below) replaces the tile
-// kernel: it lists the split's active keys and copies only their K, V rows.
-//
-// Tiles: Br = Bc = 64 (the seed's finding for masked kernels), 4 warps of
-// 16 rows, stage2 (two K/V slots), rows padded by 8 halves.
-//   shared memory = (64 + 4·64)·(D + 8)·2 + list and bitmaps (2 bytes + 2 bits per KV tile)
-//   D:  32 → 25600   64 → 46080   96 → 66560   128 → 87040   192 → 128000   256 → 168960
-//
-// Two tensor-core paths, one kernel (DmaConfig::kWgmma): on an sm_90 GPU at
-// D ∈ {64, 128} the two matrix products are rung 07's warpgroup MMAs (the 4
-// warps are one warpgroup: S = Q·Kᵀ as wgmma m64n64k16 with Q and K read from
-// shared memory, O += P·V with P from registers; tiles dense in the 128-byte
-// swizzle, 1024-aligned): no ldmatrix, and the half of Hopper's tensor rate
-// that mma.sync cannot reach. Its accumulators have mma.sync's layout, so
-// the skip list, the logits, the softmax and the epilogue are the same code.
-//   shared memory (wgmma) = (64 + 4·64)·D·2 + 1024 + list and bitmaps:  64 → 41984   128 → 82944
-// Elsewhere (sm_80, other D, or DmaForwardArgs::core = kMma) mma.sync.
-//
-// Supports: fp16, bf16; D = Dv ∈ {32, 64, 96, 128, 192, 256}; any Nq, Nk;
-// H % Hkv == 0; mask (uint8) and bias (input dtype) each ({B|1}, {H|Hkv|1},
-// {Nq|1}, Nk) through strides; softcap; causal (bottom-right). Writes O and LSE.
-//
+// Supports: fp16, bf16; D = Dv ∈ {32, 64, 96, 128, 192, 256} (wgmma: 64, 128);
+// any Nq, Nk; H % Hkv == 0; mask (uint8 or bit-packed) and bias (input dtype)
+// each ({B|1}, {H|Hkv|1}, {Nq|1}, Nk) through strides; softcap; causal
+// (bottom-right). Writes O and LSE.
 // Run: build/flash_attn_mma --B 1 --H 2 --Hkv 1 --N 8192 --D 128 --mask topk --window 1024 --bias --causal --check
 // ============================================================================
 
@@ -97,8 +64,9 @@ namespace {
 
 // kWgmma: the Hopper core (sm_90a): S = Q·Kᵀ and O += P·V as warpgroup MMAs
 // (rung 07's instructions: Q and K read by wgmma straight from shared memory,
-// P from registers), tiles in wgmma's 128-byte swizzle (dense rows, 1024-byte
-// aligned: + 1024 bytes of slack). Otherwise mma.sync as rung 02, rows
+// P from registers; no ldmatrix, and the half of Hopper's tensor rate that
+// mma.sync cannot reach), tiles in wgmma's 128-byte swizzle (dense rows,
+// 1024-byte aligned: + 1024 bytes of slack). Otherwise mma.sync as rung 02, rows
 // padded by 8 halves. The 4 warps are one warpgroup either way, and the
 // accumulator layout is the same, so everything between the two matrix
 // products is one code.
@@ -115,9 +83,8 @@ struct DmaConfig {
   // Warp layout: each warp owns 16 rows (one m16 row tile) and all 64 keys of
   // the tile. Two row tiles per warp (every K and V fragment read from shared
   // memory feeding two MMAs, as in rung 02's D = 128 tiles, with warp pairs
-  // splitting the keys and merging by LSE) measured slower on the H200
-  // (commit 0f7ab1e; all-ones mask + bias, B=1 H=8 N=8192 D=128: 2.76 ms
-  // against 2.28 ms, 252 registers against 214).
+  // splitting the keys and merging by LSE) are slower, with more registers
+  // (docs/dmattn_forward.md).
   static constexpr int kMTiles = 1;
   // Keys per S slice: all 64 at once, or two slices of 32 at D >= 192 (S and O
   // must fit in the registers together).
@@ -129,18 +96,14 @@ struct DmaConfig {
   static constexpr int kTilesO = kHeadDim / 8;
   // Blocks per SM the register count must allow: four for the wgmma core at
   // D = 64 (41 KiB of shared memory each; 128 registers, 4 bytes spilled),
-  // else whatever fits (shared memory decides). Session 14, same run, twice
-  // (results/H200/probes/session14_fwd_d64_four_blocks.txt), against three
-  // (161 registers): all-ones + bias B=1 H=8 N=8192 0.604 ms against 0.676,
-  // bias alone 0.480 against 0.527, causal 0.200 against 0.228, top-1024
-  // L=32K 0.152 against 0.153, L=16K 0.0586 against 0.0530 (its scan-bound
-  // one wave pays the smaller scan batch below).
+  // else whatever fits (shared memory decides). Four are faster than three
+  // (161 registers) on dense, causal and biased shapes; a scan-bound one-wave
+  // sparse shape pays the smaller scan batch below.
   static constexpr int kMinBlocksPerSm = kWgmma && kHeadDim == 64 ? 4 : 1;
   // The in-kernel mask scan (DmaMaskScan::kInKernel): rows of 16-byte loads
   // per lane in flight (x 4 loads each): 16 KiB per warp, 128 KiB per SM with
   // two blocks, as the pre-pass kernel keeps in flight. At four blocks per SM
-  // 4 rows (8 spilled inside scan_words at 128 registers: top-1024 L=16K
-  // 0.093 ms against 0.052).
+  // 4 rows (8 spill inside scan_words at 128 registers, and run slower).
   static constexpr int kScanRowBatch = kMinBlocksPerSm >= 4 ? 4 : 8;
   // A bit-packed mask: a warp's 16 rows of a word in flight at once, one
   // 8-byte load per lane and row (a warp load: 256 bytes of one row).
@@ -154,6 +117,15 @@ static_assert(DmaConfig<32>::kTileBytes == 25600 && DmaConfig<64>::kTileBytes ==
               "header: shared memory per head dim");
 static_assert(DmaConfig<64, true>::kTileBytes == 41984 && DmaConfig<128, true>::kTileBytes == 82944,
               "header: shared memory per head dim, wgmma");
+static_assert(DmaConfig<64>::kBr == 64 && DmaConfig<64>::kBc == 64 && DmaConfig<64>::kWarps == 4 &&
+                  DmaConfig<64>::kStages == 2 && DmaConfig<64, true>::kWarps == 4 && DmaConfig<64, true>::kStages == 2,
+              "header: Br = Bc = 64, 4 warps, 2 K/V slots");
+static_assert(DmaConfig<128>::kSubCols == 64 && DmaConfig<192>::kSubCols == 32 && DmaConfig<256>::kSubCols == 32 &&
+                  DmaConfig<128, true>::kSubCols == 64,
+              "header: keys per S slice, 32 on mma.sync at D >= 192");
+static_assert(DmaConfig<64, true>::kMinBlocksPerSm == 4 && DmaConfig<128, true>::kMinBlocksPerSm == 1 &&
+                  DmaConfig<64>::kMinBlocksPerSm == 1,
+              "header: the wgmma core at D = 64 is bounded for 4 blocks per SM");
 
 // Bytes after the tiles: the active-tile list (uint16) and the bitmap.
 __host__ __device__ inline int dma_list_bytes(int n_tiles) { return ((n_tiles * 2 + 15) / 16) * 16; }
@@ -245,11 +217,10 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
   // L2, not DRAM. Without a mask the heaviest query tiles (causal: the last)
   // go first. With one the heavy tiles may sit anywhere — a top-W mask of a
   // query-broadcast bias puts nearly all its work in the *first* ~48 query
-  // tiles, which then ran last, ~20 tiles each, after everyone else (ncu) —
-  // so the order zigzags from both ends: last, first, last - 1, second, ...
-  // (Also with the in-kernel mask scan, whose cost grows with the causal row
-  // length: longest scans first measured slower, L = 16K 0.089 against 0.071
-  // ms, 32K 0.213 against 0.201.)
+  // tiles (~20 active tiles each), which last-first would run after everyone
+  // else — so the order zigzags from both ends: last, first, last - 1,
+  // second, ... (Also with the in-kernel mask scan, whose cost grows with the
+  // causal row length: longest scans first is slower.)
   // (m_first: the first query tile of this launch — the pipelined pre-pass
   // launches the forward once per chunk of query tiles.)
   const int m_block =
@@ -367,9 +338,7 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
   // No active tile: every row of the block is fully masked — O = 0, LSE =
   // -inf (a split's partial likewise), written straight away with wide
   // stores; no Q load, no barrier setup, no epilogue. (A top-W mask at
-  // L = 32K leaves ~95% of the blocks here. H200, ncu, causal top-32 at
-  // L = 32K, where every block is empty: 14.4 us for the kernel against 22.8
-  // through the full epilogue; the whole call 0.146 against 0.155 ms.)
+  // L = 32K leaves ~95 % of the blocks here.)
   if (n_active == 0) {
     const int n_rows = min(Br, p.Nq - q_start);
     const int64_t rows_total = int64_t(p.B) * p.H * p.Nq;
@@ -533,11 +502,10 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
     // slots, as the mma.sync core); S = Q·K_iᵀ (wgmma, async; the bias loads
     // in flight meanwhile); logits and softmax; O += P·V_i. Two blocks per SM
     // keep the tensor cores busy while one of them is in its softmax.
-    // Measured slower here (one warpgroup per block; all-ones mask + bias,
-    // B=1 H=8 N=8192 D=128, against 1.030 ms for this loop): rung 07's
-    // overlap (S_i issued with P_{i-1}·V_{i-1}, the softmax under that P·V)
-    // 1.113 ms, commit f8f6645; one barrier per tile with the next copies
-    // issued after it (less time in flight) 1.089 ms, commit c216c1c.
+    // Slower here (one warpgroup per block; docs/dmattn_forward.md): rung
+    // 07's overlap (S_i issued with P_{i-1}·V_{i-1}, the softmax under that
+    // P·V), and one barrier per tile with the next copies issued after it
+    // (less time in flight).
     // K and V tiles by TMA where the host could build the tensor maps
     // (use_tma, uniform: 16-byte aligned bases): one thread issues D/64 box
     // copies per matrix onto the slot's mbarrier, everyone waits on its phase
@@ -587,10 +555,8 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
       const bool mask_full = is_full(tile);
       // Bias and mask pairs issued now: their round trips (the mask's from
       // DRAM: it is read once) overlap the wait for K and V instead of
-      // following the MMAs. Measured on the H200 (causal top-1024, L = 32K,
-      // whose first query tiles run ~20 active tiles in a row): no change,
-      // 0.1815-0.1858 ms against 0.1834-0.1865 — the chain waits on K and V,
-      // not on the mask; kept for the registers (196 instead of 212 at D = 128).
+      // following the MMAs. No faster (the chain waits on K and V, not on the
+      // mask), but fewer registers (196 instead of 212 at D = 128).
       uint32_t bias_bits[2][Cfg::kTilesS], mask_bits[2][Cfg::kTilesS];
       load_bias(bias_bits, tile * Bc);
       if (!mask_full) load_mask(mask_bits, tile * Bc);
@@ -709,22 +675,22 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
 
 // ---- decoding: one query row, the active keys themselves ---------------------
 // With Nq = 1 a 64 x 64 tile holds one real row: the tile kernel above runs
-// its whole chain (K, V copy -> S -> softmax -> P·V) per active tile, ~5 µs
-// each on the H200, and a top-1024 row of 512K keys leaves ~8 scattered
-// active tiles in every split (session 6's ncu: the forward 40 µs of a 39-45
-// µs call). Here a block lists the split's active *keys* (its row of the
-// mask, kDecodeChunk keys per pass) and copies only their K and V rows, up to
-// kDecodeBatch keys per step into shared memory (cp.async, the next batch's
-// rows in flight while this one is computed): a sparse split is one round
-// trip. Scores on the tensor cores — warp w takes keys 16w .. 16w + 15 of the
-// step as mma.m16n8k16 with q as row 0 of A and the gathered K rows as B (a
-// first version, a warp per key with a butterfly sum, made dense masks 2x
-// slower than the tile kernel) — then the online softmax per batch and
-// O += p·V with each thread owning D/128 (rounded up) output columns. The split-KV
-// partials and the combine are the tile kernel's. (The same gather appears
-// in FlashInfer's sparse decode kernels, which page K/V by index.)
+// its whole chain (K, V copy -> S -> softmax -> P·V) per active tile, and a
+// top-1024 row of 512K keys leaves ~8 scattered active tiles in every split,
+// one chain of latency after the other. Here a block lists the split's
+// active *keys* (its row of the mask, kDecodeChunk keys per pass) and copies
+// only their K and V rows, up to kDecodeBatch keys per step into shared
+// memory (cp.async, the next batch's rows in flight while this one is
+// computed): a sparse split is one round trip. Scores on the tensor cores —
+// warp w takes keys 16w .. 16w + 15 of the step as mma.m16n8k16 with q as
+// row 0 of A and the gathered K rows as B (a warp per key with a butterfly
+// sum is slower than the tile kernel on dense masks) — then the online
+// softmax per batch and O += p·V with each thread owning D/128 (rounded up)
+// output columns. The split-KV partials and the combine are the tile
+// kernel's. (The same gather appears in FlashInfer's sparse decode kernels,
+// which page K/V by index.)
 //   shared memory = 2 slots x 2 x kDecodeBatch x (D + 8) x 2 (K, V) + kDecodeChunk x 2 (list) + scores
-//   D:  32 → 37696   64 → 54080   128 → 86848   256 → 152384 bytes
+//   D:  32 → 37696   64 → 54080   96 → 70464   128 → 86848   192 → 119616   256 → 152384 bytes
 constexpr int kDecodeBatch = 64, kDecodeChunk = 8192, kDecodeThreads = 128;
 static_assert(kDecodeBatch == 64 && kDecodeBatch == 16 * (kDecodeThreads / 32),
               "the softmax step: two keys per lane of one warp; the scores: 16 keys per warp");
@@ -736,6 +702,8 @@ constexpr int dma_decode_smem_bytes() {
 }
 static_assert(dma_decode_smem_bytes<32>() == 37696 && dma_decode_smem_bytes<64>() == 54080 &&
                   dma_decode_smem_bytes<128>() == 86848 && dma_decode_smem_bytes<256>() == 152384,
+              "header: decode shared memory per head dim");
+static_assert(dma_decode_smem_bytes<96>() == 70464 && dma_decode_smem_bytes<192>() == 119616,
               "header: decode shared memory per head dim");
 
 template <int kHeadDim, typename T>
@@ -1090,10 +1058,7 @@ int dma_auto_splits(const DynamicMaskProblem& p) {
   const int sms = device_sm_count();
   const int64_t blocks = int64_t((p.Nq + kDmaBr - 1) / kDmaBr) * p.H * p.B;
   // Half the SMs busy already: the combine pass (one block per output row)
-  // costs more than the extra parallelism saves. H200, D=128, commit 39aeeec:
-  // B=1 H=8 N=1024 (128 query blocks) 0.073 ms unsplit, 0.089 ms with 3
-  // splits; B=1 H=2 N=1024 causal top-W (32 blocks) 0.071 ms unsplit, 0.040
-  // ms with the automatic 4.
+  // costs more than the extra parallelism saves (docs/dmattn_decode.md).
   if (2 * blocks >= sms) return 1;
   const int64_t tiles = (p.Nk + kDmaBc - 1) / kDmaBc;
   // Two blocks per SM, at most 128 splits, and at least 4 KV tiles per split.
@@ -1114,10 +1079,9 @@ size_t dma_forward_workspace_bytes(const DynamicMaskProblem& p, int splits) {
 
 // Below this many keys the automatic core for one query row is the tile kernel:
 // a short row is a few tiles whatever the mask keeps, and the gather kernel's
-// key list and per-step softmax cost more than the tiles it could skip. H200,
-// D=128, causal top-1024 + bias, commit 506c3f8 (scores on tensor cores), same
-// run: Nk = 256: 0.0209 ms gather / 0.0128 tile kernel; 1024 (W keeps every
-// key): 0.0245 / 0.0161; 4096: 0.0144 / 0.0178; 512K: 0.0124 / 0.0384.
+// key list and per-step softmax cost more than the tiles it could skip (the
+// gather kernel is slower up to 1024 keys, faster from 4096 on:
+// docs/dmattn_decode.md).
 constexpr int64_t kDmaGatherMinKeys = 2048;
 
 std::string hopper_wgmma_unsupported();  // rung 07: "" on an sm_90 GPU with sm_90a code in this build
@@ -1147,26 +1111,20 @@ std::string dma_forward_mask_scan_name(const DynamicMaskProblem& p, DmaMaskScan 
   // query head, batch and (for a query-broadcast mask) query tile it serves.
   const int64_t readers = int64_t(p.mask.b == 1 ? p.B : 1) * (p.H / p.mask.h) *
                           (p.mask.q == 1 ? (p.Nq + kDmaBr - 1) / kDmaBr : 1);
-  // H200, D = 128, causal top-1024 (commit dc813cc): two readers, in-kernel
-  // against pre-pass: L = 8K 0.054 vs 0.067 ms, 16K 0.071 vs 0.087, 32K
-  // 0.201 vs 0.183 (a block's scan of up to 2 MiB is too long a serial part);
-  // eight readers: 8K 0.103 vs 0.077, 32K 0.62 vs 0.23; decoding, Nk = 512K
-  // in 64 splits, 0.044 vs 0.046.
-  // A bit-packed mask (an eighth of the bytes per block) scans rows 8 times
-  // as long in-kernel: H200, D = 128, causal top-1024 + bias, B=1 H=2 Hkv=1,
-  // session 19 (results/H200/probes/session19_bits.txt): L = 32K in-kernel
-  // 0.0553 ms, pipelined 0.0699, pre-pass 0.0801; L = 16K 0.0457 against
-  // 0.0584 / 0.0582.
+  // In-kernel beats the pre-pass with up to two readers and rows up to 16K
+  // keys; beyond, a block's scan (up to 2 MiB at L = 32K) is too long a
+  // serial part, and with more readers the mask is read more than once
+  // (docs/dmattn_masks.md). A bit-packed mask (an eighth of the bytes per
+  // block) scans rows 8 times as long in-kernel (faster than the pipelined
+  // pre-pass and the pre-pass at L = 16K and 32K).
   const int keys_per_block = (p.Nk + splits - 1) / splits;
   const int in_kernel_keys = p.mask_format == DmaMaskFormat::kBits ? 8 * 16384 : 16384;
   if (readers <= 2 && keys_per_block <= in_kernel_keys) return "in-kernel";
   // Longer rows: the pre-pass, pipelined with the forward where it can be
   // (one split, rows per query) and the mask is not shared by more than two
-  // heads. H200, D = 128, causal top-1024 + bias, commit 8305d2e: B=1 H=2
-  // Hkv=1 L = 32K 0.157 ms pipelined (2 to 8 chunks alike) against 0.183
-  // pre-pass and 0.194 in-kernel; W = 8192 0.562 against 0.617; W = 32 (no
-  // work for the forward to hide) 0.154 against 0.145; H = 8 sharing the mask
-  // 0.212 against 0.203 (so not there).
+  // heads (where more share it, the plain pre-pass is faster). Pipelining
+  // hides the forward's compute under the pre-pass's traffic; it loses a
+  // little only where a sparse mask leaves little work to hide (W = 32).
   return readers <= 2 && splits == 1 && p.mask.q > 1 ? "pipelined" : "prepass";
 }
 
