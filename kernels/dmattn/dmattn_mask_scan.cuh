@@ -8,7 +8,7 @@
 //     walking the words of its own query tile, so the mask is read while other
 //     blocks on the SM compute instead of in a pass before any of them starts.
 //
-// Load layout (see dmattn_mask_summary.cu for the measurements behind it):
+// Load layout (dmattn_mask_summary.cu says why; docs/dmattn_masks.md):
 // warp w takes rows w, w + kWarps, ...; every load instruction of a warp reads
 // 512 contiguous bytes of one row (lane L: bytes 16L..16L+15 of the chunk, so
 // key tile L/4 of the chunk's 8), four chunks per row; kRowBatch rows x 4
@@ -25,6 +25,7 @@ namespace mask_scan {
 constexpr int kChunkBytes = 512;                    // one warp load: 32 lanes x 16 bytes
 constexpr int kChunks = 32 * kDmaBc / kChunkBytes;  // chunks per row of a word (4)
 static_assert(kDmaBr == 64 && kDmaBc == 64, "a lane's 16 bytes lie in one 64-key tile, 4 lanes per tile");
+static_assert(kChunkBytes == 32 * 16 && kChunks == 4, "header: 512-byte warp loads, four chunks per row of a word");
 
 // Nonzero when some byte of the 4-byte word is zero (the classic has-zero-byte
 // test, "Bit Twiddling Hacks", S. Anderson; exact as a yes/no answer).

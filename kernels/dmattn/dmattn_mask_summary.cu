@@ -11,9 +11,9 @@
 // 512 contiguous bytes of one row (lane L: bytes 16L..16L+15 of the 512-byte
 // chunk, i.e. key tile L/4 of the chunk's 8), four chunks per row. So each
 // warp instruction reads four whole 128-byte lines of one row, and the blocks
-// next in launch order (the next words) read the rest of the same rows. An
-// earlier version had lanes 4r..4r+3 read row r of one tile: every warp load
-// touched 8 rows 32 KiB apart, 64 bytes each, and reached ~2.6 TB/s on H200.
+// next in launch order (the next words) read the rest of the same rows
+// (lanes 4r..4r+3 reading row r of one tile would make every warp load touch
+// 8 rows 32 KiB apart, 64 bytes each, far from the memory bandwidth).
 // A lane keeps 16 loads (4 rows x 4 chunks, 8 KiB per warp) in flight before
 // it looks at any of them, folds them into an OR (any byte nonzero) and a
 // has-zero-byte accumulator per chunk, and the warp turns those into tile bits
@@ -33,7 +33,8 @@
 // byte by byte: correct, not fast.
 // Loads are ld.global.nc.L1::no_allocate (PTX ISA, "ld.global.nc", the
 // .level1::eviction_priority qualifiers, sm_70+): every byte is read once,
-// so it need not take L1 lines.
+// so it need not take L1 lines. Measurements: docs/dmattn_masks.md.
+// Run: build/flash_attn_mma --B 1 --H 2 --Hkv 1 --N 32768 --D 128 --causal --mask topk --window 1024 --bias --dma-mask-scan prepass
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -45,11 +46,14 @@
 namespace attnlab {
 namespace {
 
-// (Blocks of 4 warps, which fit on an SM beside two wgmma forward blocks,
-// measured the same as 8 alone and in the pipelined pre-pass, session 7.)
+// (Blocks of 4 warps, which fit on an SM beside two wgmma forward blocks, are
+// no faster, alone or in the pipelined pre-pass.)
 constexpr int kSummaryWarps = 8;
 constexpr int kRowBatch = 4;  // rows whose loads are in flight together: 16 loads per lane
 constexpr int kBitRowBatch = 8;  // bit-packed mask: 8 rows of 8 bytes per lane, a warp's whole share
+static_assert(kSummaryWarps == 8 && kDmaBr % kSummaryWarps == 0, "header: 8 warps share a word's 64 rows");
+static_assert(kRowBatch * mask_scan::kChunks == 16, "header: 16 loads per lane in flight (4 rows x 4 chunks)");
+static_assert(kBitRowBatch == kDmaBr / kSummaryWarps, "a bit-packed mask: a warp's rows in one batch");
 
 int summary_q_tiles(const DynamicMaskProblem& p) { return p.mask.q == 1 ? 1 : (p.Nq + kDmaBr - 1) / kDmaBr; }
 int summary_words(const DynamicMaskProblem& p) { return ((p.Nk + kDmaBc - 1) / kDmaBc + 31) / 32; }

@@ -16,6 +16,7 @@
 // with one split, stores them in this same layout for the backward.)
 // Ragged tiles are clipped to Nq and Nk; query tiles past the causal
 // diagonal's reach are never read (their bits stay 0: no kernel asks).
+// The mask formats and both scans: docs/dmattn_masks.md.
 #pragma once
 
 #include <cstdint>
