@@ -1,6 +1,7 @@
-// attnlab: dynamic-mask attention (flash-dmattn semantics, issue 5) — the
-// problem description shared by the forward kernel, the GPU references and the
-// harness.
+// attnlab: dynamic-mask attention (flash-dmattn semantics) — the problem
+// description shared by the forward and backward kernels, the GPU references
+// and the harness, and their host entry points. Docs: docs/dmattn_forward.md,
+// docs/dmattn_backward.md, docs/dmattn_masks.md, docs/dmattn_decode.md.
 //
 //   Q [B, H, Nq, D];  K, V [B, Hkv, Nk, D]  (H % Hkv == 0: query head h reads
 //   KV head h / (H / Hkv));  optional mask (uint8, 0 = masked, or bit-packed:
@@ -149,7 +150,7 @@ std::string dma_forward_mask_scan_name(const DynamicMaskProblem& p, DmaMaskScan 
                                        DmaCore core = DmaCore::kAuto);
 // The chunk count a DmaForwardArgs::prepass_chunks of `requested` resolves to
 // for the pipelined pre-pass: `requested` (0: kDmaPrepassChunks) capped at
-// the query tiles. (L = 32K: 2 to 8 chunks measured alike, 0.157-0.159 ms.)
+// the query tiles. (2 to 8 chunks perform alike: docs/dmattn_masks.md.)
 constexpr int kDmaPrepassChunks = 4, kDmaMaxPrepassChunks = 16;
 int dma_resolve_prepass_chunks(const DynamicMaskProblem& p, int requested);
 // The chunks' query-tile boundaries: chunk c is tiles [bounds[c], bounds[c+1]),
@@ -267,9 +268,8 @@ struct DmaBackwardArgs {
   const uint32_t* mask_summary = nullptr;
   // Each key tile walks its query tiles from its own offset (key tile j: from
   // m_first + j, wrapping), so that blocks running in step reduce dQ into
-  // different query tiles. Measured (H200, session 14): top-1024 L=16K
-  // 0.170 against 0.181 ms in order; all-active and causal unchanged.
-  // false: every key tile from m_first (the A/B's other arm).
+  // different query tiles: faster on a sparse top-W mask, dense and causal
+  // masks unchanged. false: every key tile from m_first (for comparison).
   bool rotate_slots = true;
 };
 std::string dma_backward_unsupported(const DynamicMaskProblem& p);

@@ -1,4 +1,4 @@
-// attnlab: dynamic-mask attention (issue 5) — the host side of the problem
+// attnlab: dynamic-mask attention — the host side of the problem
 // description: broadcast operand shapes and strides, the dense view, names.
 #include <cstdio>
 

@@ -1,6 +1,9 @@
-// attnlab: dynamic-mask attention (issue 5) — the fp32 GPU reference and the
-// top-W dynamic mask builder. Both are deliberately simple (one block per query
-// row) and follow kernels/reference/masked_reference_cpu.cpp exactly.
+// attnlab: dynamic-mask attention — the fp32 GPU references (forward and
+// backward), the top-W dynamic mask builder and the bit-packer. All are
+// deliberately simple (one block per query row) and follow
+// kernels/reference/masked_reference_cpu.cpp exactly.
+// Run: build/test_dmattn_reference (against the CPU double reference); the
+// harness's --check in the dmattn mode compares the kernels against them.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
