@@ -150,7 +150,7 @@ std::string dma_forward_mask_scan_name(const DynamicMaskProblem& p, DmaMaskScan 
                                        DmaCore core = DmaCore::kAuto);
 // The chunk count a DmaForwardArgs::prepass_chunks of `requested` resolves to
 // for the pipelined pre-pass: `requested` (0: kDmaPrepassChunks) capped at
-// the query tiles. (2 to 8 chunks perform alike: docs/dmattn_masks.md.)
+// the query tiles. (2 to 8 chunks perform alike: docs/experiments.md.)
 constexpr int kDmaPrepassChunks = 4, kDmaMaxPrepassChunks = 16;
 int dma_resolve_prepass_chunks(const DynamicMaskProblem& p, int requested);
 // The chunks' query-tile boundaries: chunk c is tiles [bounds[c], bounds[c+1]),

@@ -65,7 +65,7 @@ struct DmaBwdConfig {
   // The blocks per SM the registers are bounded for (launch bounds): the
   // wgmma core at D = 64 three (168 registers, 60 bytes spilled; 12 warps per
   // SM instead of 8: faster on dense and causal masks than two blocks, and
-  // than two 32-query slices without the spill; docs/dmattn_backward.md).
+  // than two 32-query slices without the spill; docs/experiments.md).
   // Elsewhere 1: dK, dV alone take 2·D/2 registers per thread, so D = 128
   // stays at 248, two blocks.
   static constexpr int kMinBlocks = kWgmma_ && kHeadDim_ == 64 ? 3 : 1;
@@ -448,7 +448,7 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
   // drops the chunks, chunk is the slowest index of the whole grid instead,
   // so that the dropped chunks' blocks come last: they leave at once, but each
   // still takes an SM's one block place while it starts. Not where the chunks
-  // stay: chunk-major is slower there (docs/dmattn_backward.md).
+  // stay: chunk-major is slower there (docs/experiments.md).
   int j_tile, chunk, hk, b;
   if (live_chunks == chunks) {
     j_tile = blockIdx.x / chunks, chunk = blockIdx.x % chunks, hk = blockIdx.y, b = blockIdx.z;
@@ -1120,7 +1120,7 @@ constexpr int kDmaBwdSlotsPerChunkWide = 32;
 //    kDmaBwdSlotsPerChunkWide = 32 once they give at least one per SM, where
 //    the chunks only break the skew and each extra one is a block that adds
 //    its dK, dV once more (each count against its neighbours:
-//    docs/dmattn_backward.md). What chunks cost when the mask is in fact
+//    docs/experiments.md). What chunks cost when the mask is in fact
 //    dense: each block adds 2·64·D floats of dK, dV once per >= 32 tiles,
 //    while every tile already adds 64·D floats of dQ, i.e. at most 2/32 more
 //    atomic traffic (half the operations on sm_90, vector reductions), plus a

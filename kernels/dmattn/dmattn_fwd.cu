@@ -84,7 +84,7 @@ struct DmaConfig {
   // the tile. Two row tiles per warp (every K and V fragment read from shared
   // memory feeding two MMAs, as in rung 02's D = 128 tiles, with warp pairs
   // splitting the keys and merging by LSE) are slower, with more registers
-  // (docs/dmattn_forward.md).
+  // (docs/experiments.md).
   static constexpr int kMTiles = 1;
   // Keys per S slice: all 64 at once, or two slices of 32 at D >= 192 (S and O
   // must fit in the registers together).
@@ -502,7 +502,7 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
     // slots, as the mma.sync core); S = Q·K_iᵀ (wgmma, async; the bias loads
     // in flight meanwhile); logits and softmax; O += P·V_i. Two blocks per SM
     // keep the tensor cores busy while one of them is in its softmax.
-    // Slower here (one warpgroup per block; docs/dmattn_forward.md): rung
+    // Slower here (one warpgroup per block; docs/experiments.md): rung
     // 07's overlap (S_i issued with P_{i-1}·V_{i-1}, the softmax under that
     // P·V), and one barrier per tile with the next copies issued after it
     // (less time in flight).
@@ -1058,7 +1058,7 @@ int dma_auto_splits(const DynamicMaskProblem& p) {
   const int sms = device_sm_count();
   const int64_t blocks = int64_t((p.Nq + kDmaBr - 1) / kDmaBr) * p.H * p.B;
   // Half the SMs busy already: the combine pass (one block per output row)
-  // costs more than the extra parallelism saves (docs/dmattn_decode.md).
+  // costs more than the extra parallelism saves (docs/experiments.md).
   if (2 * blocks >= sms) return 1;
   const int64_t tiles = (p.Nk + kDmaBc - 1) / kDmaBc;
   // Two blocks per SM, at most 128 splits, and at least 4 KV tiles per split.
@@ -1081,7 +1081,7 @@ size_t dma_forward_workspace_bytes(const DynamicMaskProblem& p, int splits) {
 // a short row is a few tiles whatever the mask keeps, and the gather kernel's
 // key list and per-step softmax cost more than the tiles it could skip (the
 // gather kernel is slower up to 1024 keys, faster from 4096 on:
-// docs/dmattn_decode.md).
+// docs/experiments.md).
 constexpr int64_t kDmaGatherMinKeys = 2048;
 
 std::string hopper_wgmma_unsupported();  // rung 07: "" on an sm_90 GPU with sm_90a code in this build
@@ -1114,7 +1114,7 @@ std::string dma_forward_mask_scan_name(const DynamicMaskProblem& p, DmaMaskScan 
   // In-kernel beats the pre-pass with up to two readers and rows up to 16K
   // keys; beyond, a block's scan (up to 2 MiB at L = 32K) is too long a
   // serial part, and with more readers the mask is read more than once
-  // (docs/dmattn_masks.md). A bit-packed mask (an eighth of the bytes per
+  // (docs/experiments.md). A bit-packed mask (an eighth of the bytes per
   // block) scans rows 8 times as long in-kernel (faster than the pipelined
   // pre-pass and the pre-pass at L = 16K and 32K).
   const int keys_per_block = (p.Nk + splits - 1) / splits;

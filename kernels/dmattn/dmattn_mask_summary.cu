@@ -33,7 +33,8 @@
 // byte by byte: correct, not fast.
 // Loads are ld.global.nc.L1::no_allocate (PTX ISA, "ld.global.nc", the
 // .level1::eviction_priority qualifiers, sm_70+): every byte is read once,
-// so it need not take L1 lines. Measurements: docs/dmattn_masks.md.
+// so it need not take L1 lines. Docs: docs/dmattn_masks.md; measured
+// alternatives: docs/experiments.md.
 // Run: build/flash_attn_mma --B 1 --H 2 --Hkv 1 --N 32768 --D 128 --causal --mask topk --window 1024 --bias --dma-mask-scan prepass
 #include <cuda_runtime.h>
 
