@@ -1,15 +1,21 @@
 #!/usr/bin/env python3
-"""Fill the measured-numbers table of each rung's docs page from a results CSV.
+"""Fill the measured-numbers table of each rung's docs page from one GPU's results.
 
-    python3 scripts/doc_tables.py results/H200/bench.csv docs/*.md
+    python3 scripts/doc_tables.py results/H200 docs/*.md
 
-A page marks its table with
+A page marks its table with two lines of their own,
     <!-- numbers: share-kv prev=split-q -->
     ...
     <!-- numbers:end -->
-and gets, for every shape the CSV has for that rung: each stage's TFLOPS, the
-previous rung's best, the best peer and the ratio of the rung's best stage to
-that peer (all from the same run). Pages without the marker are left alone.
+and gets, from the GPU folder's merged forward rows (results_csv.load_gpu),
+for every shape the rows have for that rung: each stage's TFLOPS, the previous
+rung's best, the best peer and the ratio of the rung's best stage to that
+peer and to sdpa(flash). Of the square shapes the plots show (the most common
+B and H, fp16), only N = 8192 is listed (the plots have the other N); every
+other shape is listed. With prev=, the block ends with one line: the best stage
+against the previous rung's best at N = 8192 for each head dim, causal in
+brackets. Pages without the marker are left alone (scripts/regenerate.py fills
+every page).
 """
 import argparse
 import os
@@ -17,35 +23,61 @@ import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ladder  # noqa: E402
 import results_csv as rc  # noqa: E402
 
-MARKER = re.compile(r"<!-- numbers: (?P<rung>[\w-]+)(?: prev=(?P<prev>[\w-]+))? -->\n.*?<!-- numbers:end -->",
-                    re.S)
+MARKER = re.compile(r"^<!-- numbers: (?P<rung>[\w-]+)(?: prev=(?P<prev>[\w-]+))? -->\n.*?^<!-- numbers:end -->$",
+                    re.S | re.M)
 SHAPE = ("B", "H", "Nq", "Nk", "D", "dtype", "causal")
 
 
+def of(variant, prefix):
+    """Whether `variant` is one of the rung `prefix`'s: PREFIX or PREFIX+stage..."""
+    return ladder.is_variant_of(variant, prefix)
+
+
+def stage(variant, prefix):
+    """The stage part of a variant's name ('split-q+stage2' -> 'stage2'); the name when it has none."""
+    return variant[len(prefix) + 1:] or variant
+
+
+def shape_of(row):
+    return tuple(row[k] for k in SHAPE)
+
+
 def best_of(rows, prefix):
-    cands = [r for r in rows if r["variant"].startswith(prefix + "+") and rc.ran(r)]
-    return max(cands, key=lambda r: r["tflops"], default=None)
+    cands = [r for r in rows if of(r["variant"], prefix) and rc.ran(r)]
+    return max(cands, key=lambda r: (r["tflops"], r["variant"]), default=None)
+
+
+def listed(shape, sl, n):
+    """Whether the table lists `shape`: a square shape of the plots' slice only at N = n."""
+    B, H, Nq, Nk, D, dtype, causal = shape
+    in_slice = sl is not None and (B, H, dtype) == (sl.B, sl.H, sl.dtype) and Nq == Nk
+    return not in_slice or Nq == n
 
 
 def table(rows, rung, prev):
-    all_shapes = sorted({tuple(r[k] for k in SHAPE) for r in rows if r["variant"].startswith(rung + "+")})
+    sl = rc.forward_slice(rows)
+    n = rc.preferred_n(sl.values("Nq")) if sl else rc.TABLE_N
+    mine = [r for r in rows if of(r["variant"], rung)]
+    all_shapes = sorted({shape_of(r) for r in mine if listed(shape_of(r), sl, n)})
+    ran_at = {shape_of(r) for r in mine if rc.ran(r)}
     # Shapes where no stage of the rung ran are summed up in one line below the table.
-    shapes = [sh for sh in all_shapes
-              if any(rc.ran(r) for r in rows if tuple(r[k] for k in SHAPE) == sh and r["variant"].startswith(rung + "+"))]
+    shapes = [sh for sh in all_shapes if sh in ran_at]
     skipped = sorted({sh[4] for sh in all_shapes if sh not in shapes} - {sh[4] for sh in shapes})
-    stages = sorted({r["variant"] for r in rows if r["variant"].startswith(rung + "+")})
-    if not shapes:  # a rung the CSV has no timings of (yet): say so instead of an empty table
+    stages = sorted({r["variant"] for r in mine})
+    if not shapes:  # a rung the CSVs have no timings of (yet): say so instead of an empty table
         why = f" (its rows at head dims {', '.join(str(d) for d in skipped)} say why)" if skipped else ""
         return f"The results CSV has no timed row of this rung{why}."
-    head = ["B,H,Nq,Nk,D", "dtype", "causal"] + [s.split("+", 1)[1] for s in stages]
+    head = ["B,H,Nq,Nk,D", "dtype", "causal"] + [stage(s, rung) for s in stages]
     if prev:
         head.append(f"best {prev}")
     head += ["best peer", "best stage / best peer", "best stage / sdpa(flash)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    used = []
     for shape in shapes:
-        at = [r for r in rows if tuple(r[k] for k in SHAPE) == shape]
+        at = [r for r in rows if shape_of(r) == shape]
         B, H, Nq, Nk, D, dtype, causal = shape
         cells = [f"{B},{H},{Nq},{Nk},{D}", dtype, "yes" if causal else "no"]
         for s in stages:
@@ -53,43 +85,79 @@ def table(rows, rung, prev):
             cells.append(rc.fmt_tflops(row["tflops"]) if row and rc.ran(row) else (row["status"] if row else "–"))
         if prev:
             p = best_of(at, prev)
-            cells.append(f"{p['tflops']:.1f} ({p['variant'].split('+', 1)[1]})" if p else "–")
+            cells.append(f"{p['tflops']:.1f} ({stage(p['variant'], prev)})" if p else "–")
         peer = rc.best(at, rc.PEER)
         cells.append(f"{peer['tflops']:.1f} {peer['variant']}" if peer else "–")
-        mine = best_of(at, rung)
-        cells.append(rc.fmt_ratio(mine["tflops"] / peer["tflops"]) if mine and peer else "–")
+        best = best_of(at, rung)
+        cells.append(rc.fmt_ratio(best["tflops"] / peer["tflops"]) if peer else "–")
         fa2 = rc.tflops(at, "sdpa(flash)")
-        cells.append(rc.fmt_ratio(mine["tflops"] / fa2) if mine and fa2 else "–")
+        cells.append(rc.fmt_ratio(best["tflops"] / fa2) if fa2 else "–")
         lines.append("| " + " | ".join(cells) + " |")
-    gpus, commits, span = rc.provenance([r for r in rows if tuple(r[k] for k in SHAPE) in shapes])
-    lines.append("")
-    lines.append(f"TFLOPS on {gpus}, commit {commits}, {span}; peers measured in the same process on the same inputs.")
+        used += [r for r in at if rc.ran(r)]
+    gpus, commits, span = rc.provenance(used)
+    one_run = all(len({rc.run_of(r) for r in rows if shape_of(r) == sh and rc.ran(r)}) == 1 for sh in shapes)
+    where = ("each shape's rows from one run: peers measured in the same process on the same inputs" if one_run else
+             "rows merged from more than one run (the newest row of each variant and shape)")
+    lines += ["", f"TFLOPS on {gpus}, commit {commits}, {span}; {where}."]
     if skipped:
         lines.append(f"Not run at head dims {', '.join(str(d) for d in skipped)} (unsupported; the CSV rows say why).")
+    if prev:
+        lines += ["", verdict(rows, rung, prev, sl, n)]
     return "\n".join(lines)
 
 
-def main():
+def verdict(rows, rung, prev, sl, n):
+    """One line: the best stage over prev's best at N = n in the plots' slice, per head dim."""
+    head = f"Best stage against best {prev}"
+    if sl is None:
+        return f"{head}: no square shapes to compare."
+    parts, mixed = [], False
+    for d in sl.values("D"):
+        ratios = {}
+        for causal in sl.values("causal"):
+            at = sl.at(Nq=n, D=d, causal=causal)
+            mine, theirs = best_of(at, rung), best_of(at, prev)
+            if mine and theirs:
+                ratios[causal] = f"{mine['tflops'] / theirs['tflops']:.2f}×"
+                mixed |= rc.run_of(mine) != rc.run_of(theirs)
+        if 0 in ratios:
+            parts.append(f"D={d} {ratios[0]}" + (f" (causal {ratios[1]})" if 1 in ratios else ""))
+        elif 1 in ratios:
+            parts.append(f"D={d} causal {ratios[1]}")
+    if not parts:
+        return f"{head} at N={n}: no head dim where both ran."
+    runs = "rows of different runs" if mixed else "same runs"
+    return f"{head} at N={n}, {sl.describe()} ({runs}): {', '.join(parts)}."
+
+
+def fill(text, rows):
+    """`text` with every numbers block regenerated from `rows`."""
+    def one(m):
+        body = table(rows, m.group("rung"), m.group("prev"))
+        return m.group(0).split("\n", 1)[0] + "\n" + body + "\n<!-- numbers:end -->"
+    return MARKER.sub(one, text)
+
+
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("csv")
+    ap.add_argument("folder", help="a GPU's results folder, e.g. results/H200")
     ap.add_argument("pages", nargs="+")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     try:
-        rows = rc.load([args.csv])
+        rows = rc.load_gpu(args.folder)
     except rc.CsvError as e:
-        sys.exit(f"doc_tables.py: error: {e}")
+        print(f"doc_tables.py: error: {e}", file=sys.stderr)
+        return 2
     for page in args.pages:
-        text = open(page, encoding="utf-8").read()
-
-        def fill(m):
-            body = table(rows, m.group("rung"), m.group("prev"))
-            return m.group(0).split("\n", 1)[0] + "\n" + body + "\n<!-- numbers:end -->"
-
-        new = MARKER.sub(fill, text)
+        with open(page, encoding="utf-8") as f:
+            text = f.read()
+        new = fill(text, rows)
         if new != text:
-            open(page, "w", encoding="utf-8").write(new)
+            with open(page, "w", encoding="utf-8") as f:
+                f.write(new)
             print(f"wrote {page}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,16 +1,20 @@
 #!/usr/bin/env python3
-"""Plots and a markdown summary of issue 5's tables (scripts/dmattn_tables).
+"""Plots and a markdown summary of the dynamic-mask tables (scripts/dmattn_tables).
 
     python3 scripts/plot_dmattn.py results/H200/dmattn
 
-Reads train.csv, window.csv, decode.csv and ones.csv where present (the
-harness's CSV schema; the mask window W and the share of tiles skipped come from
-the note column) and writes, into the same folder:
-  dmattn_<table>.png   time against the table's variable (L, W or Nk), dmattn
+Reads train.csv, window.csv, decode.csv, ones.csv and bwd.csv where present
+(the harness's CSV schema; the mask window W and the share of tiles skipped
+come from the note column) and writes, into the same folder:
+  dmattn_<table>.png   time against the table's variable (L, W, Nk or D), dmattn
                        and every torch row given the same mask, and the speed-up
                        of dmattn over each peer
   summary.md           one table per CSV: the variable, unmasked pairs, tiles
                        skipped, each row's time and dmattn's speed-up over it
+A docs page may hold one of those tables between two lines of their own,
+    <!-- dmattn-table: train -->
+    <!-- dmattn-table:end -->
+(scripts/regenerate.py fills them from the docs GPU's results/<gpu>/dmattn/).
 Exits 2, with one line on stderr, when the folder has none of the CSVs.
 """
 import argparse
@@ -24,6 +28,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import generated  # noqa: E402
+
 TABLES = {  # name: (x column label, how to read x from a row)
     "train": ("L (Nq = Nk)", lambda r: int(r["Nk"])),
     "window": ("window W (keys kept per query)", lambda r: window_of(r)),
@@ -33,15 +40,17 @@ TABLES = {  # name: (x column label, how to read x from a row)
 }
 OURS = "dmattn"
 OURS_BWD = "dmattn bwd"
-# The harness's second forward row (session 16): the same forward given the
-# mask's summary built beforehand. Ours too, so neither a peer column nor a
-# speed-up curve: its own time column and time curve.
+# The harness's second forward row: the same forward given the mask's summary
+# built beforehand. Ours too, so neither a peer column nor a speed-up curve:
+# its own time column and time curve.
 OURS_GIVEN = "dmattn (mask summary given)"
-# --mask-bits (session 19): the same forward and backward on the mask
-# bit-packed. Ours too: own time columns, and the peers' speed-up over them.
+# --mask-bits: the same forward and backward on the mask bit-packed. Ours too:
+# own time columns, and the peers' speed-up over them.
 OURS_BITS = "dmattn (bit-packed mask)"
 OURS_BWD_BITS = "dmattn bwd (bit-packed mask)"
 OURS_EXTRA = (OURS_GIVEN, OURS_BITS, OURS_BWD_BITS)
+DPI = 110
+MARKER = re.compile(r"^<!-- dmattn-table: (?P<table>\w+) -->\n.*?^<!-- dmattn-table:end -->$", re.S | re.M)
 
 
 def is_bwd(variant):
@@ -81,8 +90,8 @@ def unmasked_share(row):
     forward, 10·D·pairs / time backward)."""
     if not ran(row) or not row["tflops"]:
         return None
-    # CSVs before commit 877ecfd wrote TFLOPS with two decimals: at decoding
-    # sizes (0.02) that is no number to derive a share from.
+    # Older CSVs wrote TFLOPS with two decimals: at decoding sizes (0.02) that
+    # is no number to derive a share from.
     digits = row["tflops"].replace(".", "").lstrip("0")
     if "e" not in row["tflops"] and len(digits) < 3:
         return None
@@ -101,7 +110,8 @@ def only(name, rows):
     return backward if name == "bwd" else [r for r in rows if not is_bwd(r["variant"])]
 
 
-def plot(name, rows, out_dir):
+def plot(name, rows):
+    """dmattn_<name>.png as bytes, or None when the rows have no row of ours."""
     label, x_of = TABLES[name]
     ours_name = ours_for(name)
     by = series(only(name, rows), x_of)
@@ -137,10 +147,7 @@ def plot(name, rows, out_dir):
     any_row = next(iter(ours.values()))
     fig.suptitle(f"dynamic-mask forward, {name}: {any_row['gpu']}, B={any_row['B']} H={any_row['H']} "
                  f"D={any_row['D']} {any_row['dtype']}{' causal' if any_row['causal'] == '1' else ''}")
-    path = os.path.join(out_dir, f"dmattn_{name}.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return generated.png_bytes(fig, DPI)
 
 
 def table(name, rows):
@@ -154,7 +161,7 @@ def table(name, rows):
     bits = by.get(OURS_BWD_BITS if name == "bwd" else OURS_BITS, {})
     head = ([label, "unmasked pairs", "tiles skipped", f"{ours_name} ms"] + [f"{v} ms" for v in extra] +
             [f"{p} ms (speed-up{'; over the bit-packed mask' if bits else ''})" for p in peers])
-    lines = [f"### {name}", "", "| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
     for x in sorted(by[ours_name]):
         r = by[ours_name][x]
         share = unmasked_share(r)
@@ -177,30 +184,55 @@ def table(name, rows):
                 cells.append("–")
         lines.append("| " + " | ".join(cells) + " |")
     commits = sorted({r["commit"] for r in rows})
-    lines += ["", f"Commit {', '.join(commits)}; {rows[0]['gpu']}; peers in the same process.", ""]
+    lines += ["", f"Commit {', '.join(commits)}; {rows[0]['gpu']}; peers in the same process."]
     return "\n".join(lines)
+
+
+def found(folder):
+    """The tables whose CSV `folder` has, in TABLES order."""
+    return [n for n in TABLES if os.path.exists(os.path.join(folder, f"{n}.csv"))]
+
+
+def render(folder):
+    """{file name: bytes}: dmattn_<table>.png for each table with rows of ours, and summary.md."""
+    files = {}
+    md = ["# Dynamic-mask attention tables", "",
+          "Generated by `scripts/plot_dmattn.py` from the CSVs of `scripts/dmattn_tables`.", ""]
+    for name in found(folder):
+        rows = read(os.path.join(folder, f"{name}.csv"))
+        png = plot(name, rows)
+        if png is not None:
+            files[f"dmattn_{name}.png"] = png
+            md += [f"### {name}", "", table(name, rows), "", f"![{name}](dmattn_{name}.png)", ""]
+    files["summary.md"] = "\n".join(md).encode("utf-8")
+    return files
+
+
+def fill(text, folder, where):
+    """`text` with every dmattn block filled with that table of `folder` (a sentence when it has none)."""
+    def one(m):
+        name = m.group("table")
+        path = os.path.join(folder, f"{name}.csv")
+        if name not in TABLES:
+            raise ValueError(f"{where}: no dynamic-mask table '{name}' (tables: {', '.join(TABLES)})")
+        body = table(name, read(path)) if os.path.exists(path) else ""
+        body = body or f"No rows of this table in the results yet (scripts/dmattn_tables writes {name}.csv)."
+        return m.group(0).split("\n", 1)[0] + "\n" + body + "\n<!-- dmattn-table:end -->"
+    return MARKER.sub(one, text)
 
 
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("folder", help="results/<gpu>/dmattn")
     args = p.parse_args(argv)
-    found = [n for n in TABLES if os.path.exists(os.path.join(args.folder, f"{n}.csv"))]
-    if not found:
+    if not found(args.folder):
         print(f"plot_dmattn.py: error: no {', '.join(f'{n}.csv' for n in TABLES)} in {args.folder}",
               file=sys.stderr)
         return 2
-    md = ["# Dynamic-mask attention tables", "",
-          "Generated by `scripts/plot_dmattn.py` from the CSVs of `scripts/dmattn_tables`.", ""]
-    for name in found:
-        rows = read(os.path.join(args.folder, f"{name}.csv"))
-        path = plot(name, rows, args.folder)
-        if path:
-            print(f"wrote {path}")
-            md += [table(name, rows), f"![{name}](dmattn_{name}.png)", ""]
-    with open(os.path.join(args.folder, "summary.md"), "w", encoding="utf-8") as f:
-        f.write("\n".join(md))
-    print(f"wrote {os.path.join(args.folder, 'summary.md')}")
+    for name, data in render(args.folder).items():
+        path = os.path.join(args.folder, name)
+        generated.write_if_changed(path, data)
+        print(f"wrote {path}")
     return 0
 
 

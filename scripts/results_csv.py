@@ -1,8 +1,13 @@
-"""Read the harness's results CSVs and pick the rows the plots and tables show.
+"""Read a GPU's forward results and pick the rows the plots and tables show.
 
-Shared by plot.py and compare_gpus.py; standard library only. A results CSV has
-the header in COLUMNS (docs/results.md says what each column means). Repeated
-measurements of one (variant, shape) are allowed: the last row wins.
+The one results source of every generated table and plot (plot.py,
+doc_tables.py, compare_gpus.py, ladder.py, regenerate.py); standard library
+only. A results CSV has the header in COLUMNS (docs/results.md says what each
+column means). A GPU's folder results/<gpu>/ holds its forward CSVs, FORWARD_CSVS
+in this order: the sweep's fwd.csv and gpu_check's bench.csv. load_gpu() reads
+them all and merges their rows with one rule: for the same KEY (variant and
+shape) the row with the newest `date` wins; on equal dates, the later one (the
+later file in FORWARD_CSVS, the later line in a file).
 """
 import csv
 import os
@@ -17,18 +22,43 @@ INT_COLUMNS = ("B", "H", "Nq", "Nk", "D", "Dv", "causal")
 FLOAT_COLUMNS = ("time_ms", "tflops")
 PEER, RUNG = "peer", "rung"
 TABLE_N = 8192  # the N the tables show when the CSV has it
+FORWARD_CSVS = ("fwd.csv", "bench.csv")  # a GPU folder's forward results, in merge order
 
 
 class CsvError(Exception):
     """A results CSV that cannot be read: missing file, missing column, bad value."""
 
 
+def forward_csvs(folder):
+    """The forward results CSVs of a GPU folder that exist, in FORWARD_CSVS order."""
+    paths = (os.path.join(folder, name) for name in FORWARD_CSVS)
+    return [p for p in paths if os.path.isfile(p)]
+
+
+def load_gpu(folder):
+    """The merged forward rows of one GPU folder (results/<gpu>/); [] when it has no forward CSV."""
+    return load(forward_csvs(folder))
+
+
+def gpu_folders(results_dir):
+    """Sorted sub-folders of `results_dir` that hold a forward results CSV."""
+    if not os.path.isdir(results_dir):
+        return []
+    folders = (os.path.join(results_dir, name) for name in sorted(os.listdir(results_dir)))
+    return [f for f in folders if os.path.isdir(f) and forward_csvs(f)]
+
+
 def load(paths):
-    """All rows of the CSVs in `paths`, in order, keeping only the last row of each KEY."""
+    """The rows of the CSVs in `paths`, merged: for each KEY the newest `date` wins, ties the later row.
+
+    Rows keep the order in which their KEY first appeared.
+    """
     latest = {}
     for path in paths:
         for row in _read(path):
-            latest[tuple(row[k] for k in KEY)] = row
+            key = tuple(row[k] for k in KEY)
+            if key not in latest or row["date"] >= latest[key]["date"]:
+                latest[key] = row
     return list(latest.values())
 
 
@@ -60,6 +90,11 @@ def _parse(row, where):
 
 def _optional_float(text):
     return float(text) if text.strip() else None
+
+
+def run_of(row):
+    """The run a row comes from: one harness process has one commit and one start date."""
+    return row["gpu"], row["commit"], row["date"]
 
 
 def ran(row):

@@ -1,41 +1,37 @@
 """CPU tests of the result scripts: plot.py, compare_gpus.py, doc_tables.py and
 plot_dmattn.py on the fixture CSVs; gemm_ceiling.py without a GPU.
 
-    python3 tests/python_cpu/test_plots.py
+    python3 -m pytest -q tests/python_cpu
 
-Needs only Python and matplotlib (no GPU, no pytest). Runs the scripts as a user
-would, in a temporary folder, and prints 'N passed, M failed'; exits 1 on any
-failure.
+Needs Python, pytest and matplotlib (no GPU). Runs the scripts as a user
+would, on copies in pytest's tmp_path.
 """
+import csv
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PLOT = os.path.join(ROOT, "scripts", "plot.py")
-COMPARE = os.path.join(ROOT, "scripts", "compare_gpus.py")
-DOC_TABLES = os.path.join(ROOT, "scripts", "doc_tables.py")
-PLOT_DMATTN = os.path.join(ROOT, "scripts", "plot_dmattn.py")
-GEMM_CEILING = os.path.join(ROOT, "scripts", "gemm_ceiling.py")
+SCRIPTS = os.path.join(ROOT, "scripts")
+PLOT = os.path.join(SCRIPTS, "plot.py")
+COMPARE = os.path.join(SCRIPTS, "compare_gpus.py")
+DOC_TABLES = os.path.join(SCRIPTS, "doc_tables.py")
+PLOT_DMATTN = os.path.join(SCRIPTS, "plot_dmattn.py")
+GEMM_CEILING = os.path.join(SCRIPTS, "gemm_ceiling.py")
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "results")
-CSV_A = os.path.join(FIXTURES, "FakeGPU-A", "fwd.csv")
+GPU_A = os.path.join(FIXTURES, "FakeGPU-A")
+CSV_A = os.path.join(GPU_A, "fwd.csv")
 PNGS = ("fwd_tflops_vs_N.png", "fwd_tflops_vs_D.png", "fwd_ratio_heatmap.png")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 README = f"# Title\n\nIntro.\n\n{BEGIN}\nstale text\n{END}\n\nAfter the block.\n"
 
-TESTS = []
-
-
-def test(fn):
-    TESTS.append(fn)
-    return fn
+sys.path.insert(0, SCRIPTS)
 
 
 def run(script, *args):
-    return subprocess.run([sys.executable, script, *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, script, *map(str, args)], capture_output=True, text=True, timeout=300)
 
 
 def expect_ok(result):
@@ -52,29 +48,31 @@ def write(path, text):
         f.write(text)
 
 
-def plot_with_readme(tmp):
-    """Runs plot.py on FakeGPU-A into tmp/img with tmp/README.md; returns (result, readme path)."""
-    readme = os.path.join(tmp, "README.md")
+def fixture_commit():
+    with open(CSV_A, newline="", encoding="utf-8") as f:
+        return next(csv.DictReader(f))["commit"]
+
+
+def plot_with_readme(tmp, folder=GPU_A):
+    """Runs plot.py on `folder` into tmp/img with tmp/README.md; returns (result, readme path)."""
+    readme = tmp / "README.md"
     write(readme, README)
-    return run(PLOT, CSV_A, "--out", os.path.join(tmp, "img"), "--readme", readme), readme
+    return run(PLOT, folder, "--out", tmp / "img", "--readme", readme), readme
 
 
-@test
-def plot_writes_three_pngs(tmp):
-    result, _ = plot_with_readme(tmp)
+def test_plot_writes_three_pngs(tmp_path):
+    result, _ = plot_with_readme(tmp_path)
     expect_ok(result)
     for name in PNGS:
-        path = os.path.join(tmp, "img", name)
-        assert os.path.isfile(path), f"{name} not written"
-        assert os.path.getsize(path) > 5 * 1024, f"{name} is only {os.path.getsize(path)} bytes"
-        with open(path, "rb") as f:
-            assert f.read(8) == PNG_SIGNATURE, f"{name} is not a PNG"
-        assert path in result.stdout, f"plot.py did not report writing {name}"
+        path = tmp_path / "img" / name
+        assert path.is_file(), f"{name} not written"
+        assert path.stat().st_size > 5 * 1024, f"{name} is only {path.stat().st_size} bytes"
+        assert path.read_bytes()[:8] == PNG_SIGNATURE, f"{name} is not a PNG"
+        assert str(path) in result.stdout, f"plot.py did not report writing {name}"
 
 
-@test
-def plot_replaces_readme_block(tmp):
-    result, readme = plot_with_readme(tmp)
+def test_plot_replaces_readme_block(tmp_path):
+    result, readme = plot_with_readme(tmp_path)
     expect_ok(result)
     text = read(readme)
     assert "stale text" not in text, "old block kept"
@@ -83,14 +81,13 @@ def plot_replaces_readme_block(tmp):
     block = text[text.index(BEGIN):text.index(END)]
     assert "| D | causal | best rung | TFLOPS |" in block, "table header missing"
     assert "\n| 64 | no | `split-q+stage2` | 263.1 |" in block, "no (or wrong) row for D=64"
-    assert "NVIDIA Fake GPU A" in block and "9fa9e89c1d2e" in block, "GPU or commit missing"
+    assert "NVIDIA Fake GPU A" in block and fixture_commit() in block, "GPU or commit missing"
     for name in PNGS:
         assert f"(img/{name})" in block, f"no relative link to {name}"
 
 
-@test
-def plot_keeps_last_measurement_and_marks_unsupported(tmp):
-    result, readme = plot_with_readme(tmp)
+def test_plot_keeps_last_measurement_and_marks_unsupported(tmp_path):
+    result, readme = plot_with_readme(tmp_path)
     expect_ok(result)
     rows = [line for line in read(readme).splitlines() if line.startswith("| 512 | no |")]
     assert len(rows) == 1, f"expected one D=512 non-causal row, got {rows}"
@@ -100,132 +97,191 @@ def plot_keeps_last_measurement_and_marks_unsupported(tmp):
     assert cells[4] == "–" and cells[6] == "–", f"cudnn and flash are unsupported at D=512, got {cells}"
 
 
-@test
-def plot_rerun_gives_identical_readme(tmp):
-    result, readme = plot_with_readme(tmp)
+def test_plot_takes_rungs_that_only_bench_csv_has(tmp_path):
+    # One source per GPU: a rung that only gpu_check's bench.csv timed is in the table.
+    folder = tmp_path / "gpu"
+    folder.mkdir()
+    shutil.copy(CSV_A, folder / "fwd.csv")
+    with open(CSV_A, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        row = next(r for r in reader if r["variant"] == "split-q+stage2" and r["D"] == "512" and r["Nq"] == "8192"
+                   and r["causal"] == "0")
+    row.update(variant="two-pass+stage4", date="2025-07-01T00:00:00Z", time_ms="1.0", tflops="500.00",
+               status="PASS", note="")
+    with open(folder / "bench.csv", "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=list(row))
+        w.writeheader()
+        w.writerow(row)
+    result, readme = plot_with_readme(tmp_path, folder)
+    expect_ok(result)
+    text = read(readme)
+    assert "\n| 512 | no | `two-pass+stage4` | 500.0 |" in text, text
+    assert "`gpu/fwd.csv`, `gpu/bench.csv`" in text, text
+
+
+def test_plot_rerun_gives_identical_readme_and_pngs(tmp_path):
+    result, readme = plot_with_readme(tmp_path)
     expect_ok(result)
     first = read(readme)
-    expect_ok(run(PLOT, CSV_A, "--out", os.path.join(tmp, "img"), "--readme", readme))
+    pngs = {name: (tmp_path / "img" / name).read_bytes() for name in PNGS}
+    expect_ok(run(PLOT, GPU_A, "--out", tmp_path / "img", "--readme", readme))
     assert read(readme) == first, "second run changed the README"
+    for name in PNGS:
+        assert (tmp_path / "img" / name).read_bytes() == pngs[name], f"second run changed {name}"
 
 
-@test
-def plot_without_markers_exits_2(tmp):
-    readme = os.path.join(tmp, "README.md")
+def test_plot_without_markers_exits_2(tmp_path):
+    readme = tmp_path / "README.md"
     write(readme, "# No markers here\n")
-    result = run(PLOT, CSV_A, "--out", os.path.join(tmp, "img"), "--readme", readme)
+    result = run(PLOT, GPU_A, "--out", tmp_path / "img", "--readme", readme)
     assert result.returncode == 2, f"exit {result.returncode}, wanted 2\n{result.stderr}"
     assert len(result.stderr.strip().splitlines()) == 1 and "markers" in result.stderr, result.stderr
     assert read(readme) == "# No markers here\n", "README without markers was modified"
 
 
-@test
-def plot_header_only_csv_skips_plots(tmp):
-    empty = os.path.join(tmp, "fwd.csv")
+def test_plot_header_only_csv_skips_plots(tmp_path):
     with open(CSV_A, encoding="utf-8") as f:
-        write(empty, f.readline())
-    result = run(PLOT, empty)
+        write(tmp_path / "fwd.csv", f.readline())
+    result = run(PLOT, tmp_path)
     expect_ok(result)
-    assert "skipped" in result.stdout and not any(n in os.listdir(tmp) for n in PNGS), result.stdout
+    assert "skipped" in result.stdout and not any(n in os.listdir(tmp_path) for n in PNGS), result.stdout
 
 
-@test
-def compare_gpus_writes_md_and_png(tmp):
-    result = run(COMPARE, "--results", FIXTURES, "--out", tmp)
+def fake_slice(variants_at_n):
+    """A Slice of fake rows: {variant: [N, ...]} timed at D=128 non-causal, TFLOPS = N / 100."""
+    import results_csv as rc
+    with open(CSV_A, newline="", encoding="utf-8") as f:
+        template = next(csv.DictReader(f))
+    rows = []
+    for variant, ns in variants_at_n.items():
+        for n in ns:
+            kind = "peer" if variant.startswith(("sdpa", "torch")) or variant == "unfused" else "rung"
+            row = rc._parse(dict(template, variant=variant, kind=kind,
+                                 Nq=str(n), Nk=str(n), D="128", Dv="128", causal="0", tflops=f"{n / 100}",
+                                 status="PASS"), "fake")
+            rows.append(row)
+    return rc.forward_slice(rows)
+
+
+def test_plot_draws_a_variant_timed_once_as_a_lone_marker_and_hides_none():
+    import matplotlib.pyplot as plt
+    import plot
+    sl = fake_slice({"sdpa(flash)": [1024, 2048, 4096], "split-q+stage2": [1024, 2048, 4096],
+                     "two-pass+stage4": [2048]})
+    styles = plot.variant_styles(sl)
+    fig = plot.plot_vs_n(sl, styles)
+    legend = {h.get_label(): h for h in fig.legends[0].legend_handles}
+    plt.close(fig)
+    assert set(legend) == {"sdpa(flash)", "split-q+stage2", "two-pass+stage4 (N=2K only)"}, legend
+    assert legend["two-pass+stage4 (N=2K only)"].get_linestyle() == "None", "a lone point drawn as a line"
+    assert legend["split-q+stage2"].get_linestyle() != "None"
+
+
+def test_plot_colours_follow_the_rung_family():
+    import plot
+    sl = fake_slice({"sdpa(flash)": [1024], "unfused": [1024], "split-kv+stage1": [1024], "split-q+stage1": [1024],
+                     "split-q+stage2": [1024], "wgmma+stage2": [1024], "ws+stage2": [1024],
+                     "two-pass+stage4": [1024]})
+    colour = {v: tuple(plot.matplotlib.colors.to_rgb(s["color"])) for v, s in plot.variant_styles(sl).items()}
+    for peer in ("sdpa(flash)", "unfused"):
+        r, g, b = colour[peer]
+        assert r == g == b, f"peer {peer} is not grey: {colour[peer]}"
+    assert colour["split-q+stage1"] == colour["split-q+stage2"], "stages of one rung differ in colour"
+    for variant in ("split-kv+stage1", "split-q+stage1"):  # rungs 00-06: blue
+        r, g, b = colour[variant]
+        assert b > r and b > g, f"{variant}: {colour[variant]}"
+    for variant in ("wgmma+stage2", "ws+stage2"):  # rungs 07 and 12: green
+        r, g, b = colour[variant]
+        assert g > r and g > b, f"{variant}: {colour[variant]}"
+    r, g, b = colour["two-pass+stage4"]  # rung 11: orange
+    assert r > g > b, colour["two-pass+stage4"]
+
+
+def test_compare_gpus_writes_md_and_png(tmp_path):
+    result = run(COMPARE, "--results", FIXTURES, "--out", tmp_path)
     expect_ok(result)
-    md = os.path.join(tmp, "compare_gpus.md")
-    png = os.path.join(tmp, "compare_gpus.png")
-    assert os.path.isfile(md) and os.path.isfile(png), f"outputs missing\n{result.stdout}"
-    with open(png, "rb") as f:
-        assert f.read(8) == PNG_SIGNATURE, "compare_gpus.png is not a PNG"
+    md, png = tmp_path / "compare_gpus.md", tmp_path / "compare_gpus.png"
+    assert md.is_file() and png.is_file(), f"outputs missing\n{result.stdout}"
+    assert png.read_bytes()[:8] == PNG_SIGNATURE, "compare_gpus.png is not a PNG"
     text = read(md)
     assert "FakeGPU-A" in text and "FakeGPU-B" in text, "md does not name both GPUs"
     assert "| 8192 | 64 | no |" in text, "no N=8192, D=64 row"
 
 
-@test
-def compare_gpus_works_with_one_gpu(tmp):
-    results = os.path.join(tmp, "results")
-    shutil.copytree(os.path.join(FIXTURES, "FakeGPU-B"), os.path.join(results, "FakeGPU-B"))
-    os.makedirs(os.path.join(results, "empty-folder"))
+def test_compare_gpus_works_with_one_gpu(tmp_path):
+    results = tmp_path / "results"
+    shutil.copytree(os.path.join(FIXTURES, "FakeGPU-B"), results / "FakeGPU-B")
+    (results / "empty-folder").mkdir()
     result = run(COMPARE, "--results", results, "--out", results)
     expect_ok(result)
-    assert "empty-folder" in result.stdout, "folder without fwd.csv not reported"
-    assert "FakeGPU-B" in read(os.path.join(results, "compare_gpus.md"))
+    assert "empty-folder" in result.stdout, "folder without forward CSVs not reported"
+    assert "FakeGPU-B" in read(results / "compare_gpus.md")
 
 
-@test
-def doc_tables_fills_a_rung_page(tmp):
-    page = os.path.join(tmp, "02_split_q.md")
-    other = os.path.join(tmp, "other.md")
+def test_doc_tables_fills_a_rung_page(tmp_path):
+    page, other = tmp_path / "02_split_q.md", tmp_path / "other.md"
     write(page, "# Rung\n\n<!-- numbers: split-q prev=split-kv -->\nstale\n<!-- numbers:end -->\n\nAfter.\n")
     write(other, "no markers here\n")
-    expect_ok(run(DOC_TABLES, CSV_A, page, other))
+    expect_ok(run(DOC_TABLES, GPU_A, page, other))
     text = read(page)
     assert "stale" not in text and "After." in text, text
     assert "| stage1 | stage2 |" in text, "no stage columns"
     assert "| 1,8,8192,8192,64 | fp16 | no |" in text, "no D=64 dense row"
     assert "sdpa(cudnn)" in text and "best stage / sdpa(flash)" in text, text
     assert read(other) == "no markers here\n", "a page without markers was changed"
-    expect_ok(run(DOC_TABLES, CSV_A, page))
+    expect_ok(run(DOC_TABLES, GPU_A, page))
     assert read(page) == text, "rerun changed the page"
 
 
-@test
-def doc_tables_says_when_a_rung_has_no_rows(tmp):
-    # A rung newer than the CSV (rung 12 before its first gpu_check): one
-    # sentence, not an empty table with "TFLOPS on –".
-    page = os.path.join(tmp, "12_ws_pingpong.md")
+def test_doc_tables_lists_the_plotted_shapes_at_n_8192_only(tmp_path):
+    page = tmp_path / "02_split_q.md"
+    write(page, "<!-- numbers: split-q -->\n<!-- numbers:end -->\n")
+    expect_ok(run(DOC_TABLES, GPU_A, page))
+    text = read(page)
+    assert "| 1,8,1024,1024,64 |" not in text, "a plotted shape at N != 8192 is listed"
+    assert "| 4,16,1024,1024,64 | fp16 | no |" in text, "a shape off the plots is not listed"
+    assert "| 1,8,8192,8192,128 | bf16 | no |" in text, "a bf16 shape is not listed"
+
+
+def test_doc_tables_ends_with_the_verdict_against_prev(tmp_path):
+    page = tmp_path / "02_split_q.md"
+    write(page, "<!-- numbers: split-q prev=split-q -->\n<!-- numbers:end -->\n")
+    expect_ok(run(DOC_TABLES, GPU_A, page))
+    lines = read(page).splitlines()
+    assert lines[-1] == "<!-- numbers:end -->", lines
+    assert lines[-2] == ("Best stage against best split-q at N=8192, B=1, H=8, fp16 (same runs): "
+                         "D=64 1.00× (causal 1.00×), D=128 1.00× (causal 1.00×)."), lines[-2]
+
+
+def test_doc_tables_says_when_a_rung_has_no_rows(tmp_path):
+    # A rung newer than the CSVs: one sentence, not an empty table with "TFLOPS on –".
+    page = tmp_path / "12_ws_pingpong.md"
     write(page, "<!-- numbers: no-such-rung prev=split-q -->\nstale\n<!-- numbers:end -->\n")
-    expect_ok(run(DOC_TABLES, CSV_A, page))
+    expect_ok(run(DOC_TABLES, GPU_A, page))
     text = read(page)
     assert "The results CSV has no timed row of this rung." in text and "|" not in text, text
 
 
-@test
-def plot_dmattn_writes_pngs_and_summary(tmp):
-    folder = os.path.join(tmp, "dmattn")
-    shutil.copytree(os.path.join(FIXTURES, "FakeGPU-A", "dmattn"), folder)
+def test_plot_dmattn_writes_pngs_and_summary(tmp_path):
+    folder = tmp_path / "dmattn"
+    shutil.copytree(os.path.join(GPU_A, "dmattn"), folder)
     expect_ok(run(PLOT_DMATTN, folder))
     for png in ("dmattn_train.png", "dmattn_ones.png"):
-        with open(os.path.join(folder, png), "rb") as f:
-            assert f.read(8) == PNG_SIGNATURE, png
-    summary = read(os.path.join(folder, "summary.md"))
+        assert (folder / png).read_bytes()[:8] == PNG_SIGNATURE, png
+    summary = read(folder / "summary.md")
     # The speed-up column is peer time / dmattn time from the same CSV row pair.
     assert "| 32768 | 0.20% | 99.8% | 0.5781 | 8.6327 (14.93x)" in summary, summary
     assert "split-q+stage2 (dense) ms (speed-up)" in summary
 
 
-@test
-def plot_dmattn_without_csvs_exits_2(tmp):
-    result = run(PLOT_DMATTN, tmp)
+def test_plot_dmattn_without_csvs_exits_2(tmp_path):
+    result = run(PLOT_DMATTN, tmp_path)
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
 
 
-@test
-def gemm_ceiling_without_gpu_says_so_in_one_line(tmp):
+def test_gemm_ceiling_without_gpu_says_so_in_one_line():
     # No GPU (CI), or one hidden: a one-line reason and exit 1, never a traceback.
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
     result = subprocess.run([sys.executable, GEMM_CEILING], capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 1, f"exit {result.returncode}\n{result.stdout}{result.stderr}"
     assert result.stderr.startswith("gemm_ceiling: ") and result.stderr.count("\n") == 1, result.stderr
-
-
-def main():
-    passed = failed = 0
-    for fn in TESTS:
-        tmp = tempfile.mkdtemp(prefix="attnlab_plots_")
-        try:
-            fn(tmp)
-            passed += 1
-        except Exception as e:  # an assertion or a crash: either way the test failed
-            failed += 1
-            print(f"FAILED {fn.__name__}: {type(e).__name__}: {e}")
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
