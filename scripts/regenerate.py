@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""Regenerate every generated table and plot from the results CSVs.
+
+    python3 scripts/regenerate.py [--root DIR] [--gpu NAME] [--check]
+
+From the CSVs under DIR/results/ (DIR: the repository, by default), rewrites
+  - results/<gpu>/fwd_*.png of every GPU folder (plot.py), from its merged
+    forward rows (results_csv.load_gpu: fwd.csv and bench.csv, the newest row
+    of each variant and shape);
+  - results/<gpu>/dmattn/dmattn_*.png and summary.md (plot_dmattn.py);
+  - results/compare_gpus.md and .png (compare_gpus.py);
+  - in README.md and docs/*.md, every generated block, found by its markers
+    (each a line of its own), from the GPU folder --gpu (default H200):
+      <!-- results:begin --> ... <!-- results:end -->   the results table (plot.py)
+      <!-- ladder:begin --> ... <!-- ladder:end -->     one row per rung at one shape (ladder.py)
+      <!-- numbers: RUNG prev=RUNG --> ... <!-- numbers:end -->   a rung's table (doc_tables.py)
+      <!-- dmattn-table: TABLE --> ... <!-- dmattn-table:end -->   a dynamic-mask table (plot_dmattn.py)
+The output depends only on the CSVs (and, for PNGs, the matplotlib version,
+which each PNG records): rerunning changes nothing. A file is written only when
+its bytes change. With --check nothing is written; the files that would change
+are listed and the exit code is 1. Exits 2, with one line on stderr, on an
+unreadable CSV or malformed markers.
+"""
+import argparse
+import glob
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import compare_gpus  # noqa: E402
+import doc_tables  # noqa: E402
+import generated  # noqa: E402
+import ladder  # noqa: E402
+import plot  # noqa: E402
+import plot_dmattn  # noqa: E402
+import results_csv as rc  # noqa: E402
+
+DOCS_GPU = "H200"  # the GPU whose results the README and the docs pages show
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--root", default=REPO, help="the tree to regenerate (default: this repository)")
+    p.add_argument("--gpu", default=DOCS_GPU, help=f"results/<gpu>/ the README and docs show (default: {DOCS_GPU})")
+    p.add_argument("--check", action="store_true", help="write nothing; list what would change, exit 1 if anything")
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    try:
+        files = outputs(args.root, args.gpu)
+    except (rc.CsvError, generated.BlockError, ValueError) as e:
+        print(f"regenerate.py: error: {e}", file=sys.stderr)
+        return 2
+    changed = [rel for rel, data in sorted(files.items()) if read_bytes(os.path.join(args.root, rel)) != data]
+    if args.check:
+        for rel in changed:
+            print(f"would change: {rel}")
+        print(f"{len(files) - len(changed)} of {len(files)} generated files up to date")
+        return 1 if changed else 0
+    for rel in changed:
+        path = os.path.join(args.root, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        generated.write_if_changed(path, files[rel])
+        print(f"wrote {rel}")
+    print(f"{len(files) - len(changed)} of {len(files)} generated files were up to date")
+    return 0
+
+
+def read_bytes(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def posix(*parts):
+    return "/".join(parts)
+
+
+def outputs(root, docs_gpu):
+    """{path relative to root, '/'-separated: bytes} of every generated file."""
+    results = os.path.join(root, "results")
+    files = {}
+    gpu_rows = {}
+    for folder in rc.gpu_folders(results):
+        name = os.path.basename(folder)
+        gpu_rows[name] = rc.load_gpu(folder)
+        for png, data in plot.render(gpu_rows[name]).items():
+            files[posix("results", name, png)] = data
+    for folder in sorted(glob.glob(os.path.join(results, "*", "dmattn"))):
+        if plot_dmattn.found(folder):
+            name = os.path.basename(os.path.dirname(folder))
+            for out, data in plot_dmattn.render(folder).items():
+                files[posix("results", name, "dmattn", out)] = data
+    gpus = compare_gpus.load_gpus(results)
+    if gpus:
+        for out, data in compare_gpus.render(gpus, results).items():
+            files[posix("results", out)] = data
+    pages = [os.path.join(root, "README.md")] + sorted(glob.glob(os.path.join(root, "docs", "*.md")))
+    for page in pages:
+        text = read_bytes(page)
+        if text is None:
+            continue
+        text = text.decode("utf-8")
+        new = fill_page(text, page, root, docs_gpu, gpu_rows, files)
+        if new is not None:
+            files[rc.posix_relpath(page, root)] = new.encode("utf-8")
+    return files
+
+
+def fill_page(text, page, root, gpu, gpu_rows, files):
+    """`text` of `page` with every generated block regenerated from results/<gpu>/; None without blocks."""
+    where = rc.posix_relpath(page, root)
+    page_dir = os.path.dirname(page)
+    folder = os.path.join(root, "results", gpu)
+    has = {kind: generated.replace_block(text, begin, end, "", where) is not None
+           for kind, begin, end in (("results", plot.BEGIN, plot.END), ("ladder", ladder.BEGIN, ladder.END))}
+    has_numbers, has_dmattn = bool(doc_tables.MARKER.search(text)), bool(plot_dmattn.MARKER.search(text))
+    if not (has["results"] or has["ladder"] or has_numbers or has_dmattn):
+        return None
+    if (has["results"] or has["ladder"] or has_numbers) and gpu not in gpu_rows:
+        raise ValueError(f"{where} has generated blocks but results/{gpu}/ has no forward results")
+    if has["results"]:
+        images = {name: os.path.join(root, *rel.split("/")) for name in (plot.VS_N, plot.VS_D, plot.HEATMAP)
+                  for rel in [posix("results", gpu, name)] if rel in files}
+        block = plot.results_block(gpu_rows[gpu], rc.forward_csvs(folder), images, page_dir)
+        text = generated.replace_block(text, plot.BEGIN, plot.END, block, where)
+    if has["ladder"]:
+        docs = os.path.join(root, "docs")
+        link = rc.posix_relpath(docs, page_dir)
+        pages = set(os.listdir(docs)) if os.path.isdir(docs) else set()
+        block = ladder.ladder_block(gpu_rows[gpu], posix("results", gpu), "" if link == "." else link + "/", pages)
+        text = generated.replace_block(text, ladder.BEGIN, ladder.END, block, where)
+    if has_numbers:
+        text = doc_tables.fill(text, gpu_rows[gpu])
+    if has_dmattn:
+        text = plot_dmattn.fill(text, os.path.join(folder, "dmattn"), where)
+    return text
+
+
+if __name__ == "__main__":
+    sys.exit(main())
