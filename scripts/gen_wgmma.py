@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes kernels/common/wgmma_ops.inc: the wgmma.mma_async wrappers rung 07 uses.
+"""Writes kernels/common/wgmma_ops.inc: the wgmma.mma_async wrappers of the Hopper kernels.
 
 Each wgmma instruction names every accumulator register (N/2 of them for
 m64nNk16), so the wrappers are generated rather than typed. Run from the repo
