@@ -30,7 +30,7 @@
 //   1024    32   64   2x4  128     190976       217088
 // smem = kStages·(Br + Bc)·(Ks + 8)·2 B + Bc·(bucket + 8)·2 B, plus 16·Bc·4 B
 // per warp for sRed when kWarpsD > 1. One block of 8 warps per SM.
-// Registers: see docs/05_tiling_qk.md (ptxas, sm_90a and sm_80).
+// Registers: see docs/05_tiling_qk.md (ptxas, sm_90a).
 //
 // Supports: fp16, bf16; D = Dv, any multiple of 8 up to 1024 (an A100's 163 KB:
 // up to 256 at stage2, 512 at stage1); any Nq, Nk >= 1; causal (bottom-right

@@ -5,38 +5,36 @@
 // warpgroup (4 warps, 64 query rows) and the tensor-core instruction is
 // wgmma.mma_async m64nNk16, which reads its B operand — and for S = Q·Kᵀ also
 // its A operand — straight from shared memory through a descriptor. Gone are
-// the ldmatrix loads that fed every mma.sync (rung 02 spends about one
-// ldmatrix.x4 per two MMAs); one wgmma does the work of 4·N/8 mma.sync
-// instructions and runs asynchronously. Hopper's mma.sync path tops out near
-// 2/3 of the chip's dense fp16 rate; wgmma is the only way to the rest.
-//   S = Q·K_jᵀ:  wgmma SS, A = Q tile (shared), B = K tile (shared, K-major)
+// the ldmatrix loads that fed every mma.sync; one wgmma does the work of
+// 4·N/8 mma.sync instructions and runs asynchronously, and on Hopper only
+// wgmma reaches the tensor cores' full rate.
+//   S = Q·K_jᵀ:  wgmma SS, A = Q tile, B = K tile (both shared, K-major)
 //   O += P·V_j:  wgmma RS, A = P in registers (the S accumulators after the
-//                softmax, packed to 16 bit, exactly as in rung 02), B = V tile
-//                (shared, N-major: trans-b)
-// Shared tiles are stored in wgmma's 128-byte swizzle (Sw128Blocks,
-// common/wgmma.cuh), which is also what keeps cp.async stores conflict-free.
-// The accumulator layout of a warp is the mma.m16n8k16 one, so masking, the
-// online softmax and the epilogue are rung 02's code.
+//                softmax, packed to 16 bit, as in rung 02), B = V tile (N-major)
+// Shared tiles use wgmma's 128-byte swizzle (Sw128Blocks, common/wgmma.cuh),
+// which also keeps cp.async stores conflict-free. A warp's accumulators have
+// the mma.m16n8k16 layout, so masking, the online softmax and the epilogue are
+// rung 02's code. Descriptors, swizzle and fences: docs/hopper_primer.md.
 //
-// Per block: kWarpgroups warpgroups x 64 rows = Br query rows; loop over Bc-row
-// tiles of K and V.
-//   sQ: [Br, D]                 loaded once
-//   sK: [kStages][Bc, D]        sV: [kStages][Bc, D]   (all Sw128Blocks)
+// Per block: kWarpgroups x 64 rows = Br query rows; loop over Bc-row K/V tiles.
+//   sQ: [Br, D] once   sK, sV: [kStages][Bc, D]   (all Sw128Blocks)
 //   S, P: [64, Bc] per warpgroup in registers;  O: [64, D] per warpgroup
+// stage1: one K/V buffer, tile j+1 copied after tile j; stage2: two buffers,
+// tile j+1 copied while tile j is computed. wgmma+stage2+overlap: the softmax
+// of tile j runs while the tensor cores do P_{j-1}·V_{j-1}.
+// Where it is slower: every tile the whole block meets at a __syncthreads, so
+// both warpgroups reach their softmax together and the tensor cores wait.
 //
-// stage1: one K/V buffer: tile j+1 is copied after tile j is done.
-// stage2: two K/V buffers: tile j+1 is copied while tile j is computed.
-//
-// Tile configurations (constexprs in WgmmaConfig, checked by static_asserts):
+// Tile configurations (constexprs in WgmmaConfig, checked below):
 //   D     Br   Bc  warpgroups  smem stage1  smem stage2   (+1024 alignment slack)
 //   64   128  128      2          49152        81920
 //  128   128  128      2          98304       163840
 //  256   128   64      2         131072       196608
+// Registers: see docs/07_wgmma.md (ptxas, sm_90a).
 //
 // Supports: fp16, bf16; D = Dv ∈ {64, 128, 256}; any Nq, Nk >= 1 (ragged tiles
 // are zero-filled and masked); causal (bottom-right aligned) or not; writes O
-// and LSE. Needs an sm_90 GPU and a build with sm_90a code (the default
-// CMAKE_CUDA_ARCHITECTURES); elsewhere its rows say unsupported.
+// and LSE. Needs an sm_90 GPU and an sm_90a build; elsewhere its rows say why.
 //
 // Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 128 --variant 'wgmma*' --check --show-all
 // ============================================================================
@@ -58,7 +56,7 @@
 
 namespace attnlab {
 
-std::string hopper_wgmma_unsupported();  // below; also used by rung 08
+std::string hopper_wgmma_unsupported();  // defined below; the other wgmma kernels declare it too
 
 namespace {
 
@@ -94,6 +92,15 @@ static_assert(WgmmaConfig<128, 1>::kTileBytes == 98304 && WgmmaConfig<128, 2>::k
               "header: D=128");
 static_assert(WgmmaConfig<256, 1>::kTileBytes == 131072 && WgmmaConfig<256, 2>::kTileBytes == 196608,
               "header: D=256");
+static_assert(WgmmaConfig<64, 1>::kBr == 128 && WgmmaConfig<64, 1>::kBc == 128 && WgmmaConfig<64, 1>::kWarpgroups == 2,
+              "header: D=64 is Br 128 x Bc 128, 2 warpgroups");
+static_assert(WgmmaConfig<128, 1>::kBr == 128 && WgmmaConfig<128, 1>::kBc == 128 &&
+                  WgmmaConfig<128, 1>::kWarpgroups == 2,
+              "header: D=128 is Br 128 x Bc 128, 2 warpgroups");
+static_assert(WgmmaConfig<256, 1>::kBr == 128 && WgmmaConfig<256, 1>::kBc == 64 &&
+                  WgmmaConfig<256, 1>::kWarpgroups == 2,
+              "header: D=256 is Br 128 x Bc 64, 2 warpgroups");
+static_assert(WgmmaConfig<64, 1>::kSmemBytes - WgmmaConfig<64, 1>::kTileBytes == 1024, "header: +1024 alignment slack");
 
 // Copies K_j and V_j (rows kv_start ..) into ring slot `slot`.
 template <typename Cfg, typename T>
@@ -336,9 +343,9 @@ Variant make_variant() {
 
 }  // namespace
 
-// Whether this process can run the wgmma rungs (07, 08): an sm_90 device, and a binary whose
-// kernel was built from sm_90a PTX (an sm_80-only build JIT-compiled for the
-// H200 would run the empty #else body).
+// Whether this process can run wgmma kernels: an sm_90 device, and a binary
+// whose kernels were built for sm_90a (an sm_80-only build JIT-compiled for an
+// sm_90 GPU would run the empty body the #if leaves).
 std::string hopper_wgmma_unsupported() {
   int device = 0, major = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||

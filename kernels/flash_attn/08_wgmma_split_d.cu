@@ -3,36 +3,38 @@
 // ============================================================================
 // What changes against rung 07: at D = 512 one warpgroup cannot hold its
 // output rows — 64 x 512 fp32 is 256 registers per thread — so rung 07 stops
-// at D = 256 and rungs 05/06 (mma.sync) take over, at a third of the speed.
-// Here the two warpgroups of a block share the same 64 query rows and split
-// the head dim, as rung 06 does with warps:
+// at D = 256 and rungs 05/06 (mma.sync) take over. Here the two warpgroups of
+// a block share the same 64 query rows and split the head dim, as rung 06 does
+// with warps:
 //   S = Q·K_jᵀ: warpgroup w multiplies its half of the head dim (columns
-//               256w .. 256w+255 of Q and K) into a partial S, both partials
-//               meet in shared memory, and each warpgroup adds them up in the
-//               same order — the sums are bit-identical, so both warpgroups
-//               compute the same softmax statistics without exchanging them;
+//               256w .. 256w+255 of Q and K) into a partial S; both partials
+//               meet in shared memory and each warpgroup adds them in the same
+//               order, so both compute bit-identical softmax statistics;
 //   O += P·V_j: warpgroup w owns output columns 256w .. 256w+255 (128
 //               registers per thread) and multiplies P by its half of V.
-// The price of the small row tile (64 rows per block, because O fills the
-// register file): each K/V byte copied feeds only 64 rows, so the copies are
-// a large share of the shared-memory bandwidth (docs/08_wgmma_split_d.md).
-//
+// Where it is slower: the row tile is small (64 rows, because O fills the
+// register file), so each K/V byte copied feeds only 64 rows and the copies
+// take a large share of the shared-memory bandwidth (docs/08_wgmma_split_d.md).
 // The tile's compute lives in common/split_d_tile.cuh (rung 09 feeds the same
 // compute by TMA); this file holds the config and the cp.async copy pipeline.
 //
-// Per block: 64 query rows, 2 warpgroups; loop over Bc = 64-row tiles of K, V.
-//   sQ:   [64, 512]     sK: [64, 512]     sV: [64, 512]   (Sw128Blocks, 64 KiB each)
+// Per block: 64 query rows, 2 warpgroups; loop over 64-row tiles of K and V.
+//   sQ, sK, sV: [64, 512] each (Sw128Blocks, 64 KiB)
 //   sRed: [2][64, 64] fp32 partial scores, fragment order (32 KiB)
 //   S, P: [64, 64] per warpgroup (the full S, after the sum); O: [64, 256] per warpgroup
 // One K and one V slot, staggered: K_{j+1} is copied while the softmax and
 // P·V of tile j run, V_{j+1} while S_{j+1} is computed (rung 02's stage1 order).
-// Shared memory: 229376 bytes (+1024 alignment slack) of the H200's 232448;
-// there is no room for a second slot (kStages = 1).
+//
+// Tile configuration (constexprs in SplitDTiles and SplitDConfig, checked below):
+//   D     Br   Bc  warpgroups  stages  smem (+1024 alignment slack)
+//  512    64   64   2 (split D)   1      229376
+// of the 232448 bytes a block may have on sm_90: no room for a second slot.
+// Registers: see docs/08_wgmma_split_d.md (ptxas, sm_90a).
 //
 // Supports: fp16, bf16; D = Dv = 512; any Nq, Nk >= 1; causal (bottom-right)
 // or not; writes O and LSE. Needs an sm_90 GPU and an sm_90a build.
 //
-// Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 512 --variant 'wgmma*' --sdpa --torch --check
+// Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 512 --variant 'wgmma*' --check --show-all
 // ============================================================================
 
 #include <cuda_bf16.h>
@@ -66,6 +68,12 @@ struct SplitDConfig : SplitDTiles<kHeadDim_> {  // tile shapes: common/split_d_t
   static_assert(kStages == 1, "one K and one V slot: a second would not fit");
 };
 static_assert(SplitDConfig<512, 1>::kTileBytes == 229376, "header: D=512 shared memory");
+static_assert(SplitDConfig<512, 1>::kBr == 64 && SplitDConfig<512, 1>::kBc == 64 &&
+                  SplitDConfig<512, 1>::kWarpgroups == 2 && SplitDConfig<512, 1>::kSliceCols == 256,
+              "header: D=512 is Br 64 x Bc 64, 2 warpgroups of 256 columns each");
+static_assert(SplitDConfig<512, 1>::kSmemBytes <= 232448, "header: fits the 232448 bytes a block may have on sm_90");
+static_assert(SplitDConfig<512, 1>::kSmemBytes + SplitDConfig<512, 1>::kTileBytesQKV * 2 > 232448,
+              "header: no room for a second K and V slot");
 
 // The copy pipeline (common/split_d_tile.cuh's hooks): one K and one V slot,
 // refilled by all 256 threads with cp.async as soon as the tile in it has been

@@ -4,45 +4,39 @@
 // ============================================================================
 // What changes against rung 08: the compute is the same (common/split_d_tile.cuh:
 // two warpgroups share 64 query rows and split the head dim), but K_j and V_j
-// no longer come through cp.async issued by the 256 compute threads — each
-// 64 KiB tile was 16 copies per thread plus their swizzled addresses and
-// bounds checks, in the middle of the softmax. Instead
-//   NEW: a producer warp issues the copies with the Tensor Memory
-//        Accelerator: one cp.async.bulk.tensor per 64-column block of a tile,
-//        landing already 128-byte swizzled (common/tma.cuh); completion is
-//        counted in bytes on an mbarrier that the compute threads wait on, and
-//        they hand a slot back through a second mbarrier (FlashAttention-3's
-//        producer/consumer split, arXiv:2407.08608, §3.1; CUTLASS's
-//        PipelineTmaAsync has the same full/empty barrier pair). The producer
-//        is a whole third warpgroup so that setmaxnreg can move its registers
-//        to the compute warpgroups (a ninth warp alone would cap every thread
-//        at 168 registers; rung 08's tile needs about 215);
+// no longer come through cp.async issued by the 256 compute threads — 16
+// copies per thread per 64 KiB tile, with their swizzled addresses and bounds
+// checks, in the middle of the softmax. Instead
+//   NEW: a producer warp issues the copies with the Tensor Memory Accelerator:
+//        one cp.async.bulk.tensor per 64-column block of a tile, landing
+//        already 128-byte swizzled (common/tma.cuh). Completion is counted in
+//        bytes on a "full" mbarrier the compute threads wait on; they hand the
+//        slot back through an "empty" one (FlashAttention-3's producer/consumer
+//        split; CUTLASS's PipelineTmaAsync). The producer is a whole third
+//        warpgroup so that setmaxnreg can move its registers to the compute
+//        warpgroups (a ninth warp alone would cap every thread at 168);
 //   NEW (+multicast): two blocks with neighbouring query tiles of the same head
-//        form a cluster, each loads half of every K/V tile and multicasts it to
-//        both, so each K/V byte leaves L2 once per 128 query rows instead of
-//        once per 64 — halving the L2 → SM traffic that limits rung 08
-//        (docs/08_wgmma_split_d.md). A slot is refilled only when both blocks
-//        have released it, so the two blocks run in step — and that costs more
-//        than the saved traffic: measured slower than without (330-375 vs
-//        440-465 TFLOPS on the H200, docs/09_tma_split_d.md). Kept to show it.
-// Both still have one K and one V slot (shared memory is full), refilled as in
-// rung 08: K_{j+1} behind the softmax and P·V of tile j, V_{j+1} behind S_{j+1}.
+//        form a cluster; each loads half of every K/V tile and multicasts it to
+//        both, so each K/V byte leaves L2 once per 128 query rows, not per 64.
+//        Where it is slower: a slot is refilled only when both blocks have
+//        released it, so the two run in step, and that costs more than the
+//        saved traffic (docs/09_tma_split_d.md).
+// TMA boxes, expect_tx and parity waits, setmaxnreg: docs/hopper_primer.md.
 //
-// Per block: 64 query rows, 2 compute warpgroups + 1 producer warpgroup (384
-// threads, of which one producer thread works); loop over Bc = 64-row tiles of K, V.
-//   sQ:   [64, 512]     sK: [64, 512]     sV: [64, 512]   (Sw128Blocks, 64 KiB each)
-//   sRed: [2][64, 64] fp32 partial scores (32 KiB)
-//   5 mbarriers: Q full, K full/empty, V full/empty (40 bytes)
-// Shared memory: 229416 bytes (+1024 alignment slack) of the H200's 232448;
-// kStages = 1. Registers: 168 per thread at launch, then setmaxnreg gives the
-// producer 40 and the compute threads 232; no spills. Cluster: 1 block
+// Per block: sQ, sK, sV [64, 512] (Sw128Blocks, 64 KiB each), sRed [2][64, 64]
+// fp32 (32 KiB), 5 mbarriers (Q full; K and V full/empty).
+// Tile configuration (constexprs in TmaSplitDConfig, checked below):
+//   D     Br   Bc  warpgroups           stages  smem (+1024 alignment slack)
+//  512    64   64   2 + 1 producer = 384     1      229416
+// Registers: 168 per thread at launch; setmaxnreg gives the producer 40 and
+// the compute threads 232 (ptxas: docs/09_tma_split_d.md). Cluster: 1 block
 // (tma-split-d+stage1) or 2 (+multicast).
 //
 // Supports: fp16, bf16; D = Dv = 512; any Nq, Nk >= 1; causal (bottom-right)
 // or not; writes O and LSE. Needs an sm_90 GPU, an sm_90a build and a driver
 // with cuTensorMapEncodeTiled (CUDA 12+).
 //
-// Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 512 --variant '*split-d*' --sdpa --torch --check
+// Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 512 --variant '*split-d*' --check --show-all
 // ============================================================================
 
 #include <cuda_bf16.h>
@@ -69,8 +63,8 @@ namespace {
 template <int kHeadDim_, int kStages_>
 // NEW: the warps split into 2 compute warpgroups and a producer warpgroup
 // (common/wgmma.cuh's ProducerWarpgroupSplit): after setmaxnreg the producer
-// keeps 40 registers and the compute threads get 232 (rung 08's tile needs
-// about 215).
+// keeps 40 registers and the compute threads get 232, enough for rung 08's
+// tile without spills.
 struct TmaSplitDConfig : SplitDTiles<kHeadDim_>,  // tile shapes: common/split_d_tile.cuh
                          ProducerWarpgroupSplit<SplitDTiles<kHeadDim_>::kWarpgroups> {
   static constexpr int kStages = kStages_;
@@ -88,6 +82,13 @@ struct TmaSplitDConfig : SplitDTiles<kHeadDim_>,  // tile shapes: common/split_d
 static_assert(TmaSplitDConfig<512, 1>::kTileBytes + 8 * TmaSplitDConfig<512, 1>::kBarriers == 229416,
               "header: D=512 shared memory");
 static_assert(TmaSplitDConfig<512, 1>::kThreads == 384, "header: 2 compute warpgroups + 1 producer warpgroup");
+static_assert(TmaSplitDConfig<512, 1>::kBr == 64 && TmaSplitDConfig<512, 1>::kBc == 64 &&
+                  TmaSplitDConfig<512, 1>::kWarpgroups == 2,
+              "header: D=512 is Br 64 x Bc 64, 2 compute warpgroups");
+static_assert(TmaSplitDConfig<512, 1>::kSmemBytes - TmaSplitDConfig<512, 1>::kTileBytes -
+                      8 * TmaSplitDConfig<512, 1>::kBarriers ==
+                  1024,
+              "header: +1024 alignment slack");
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // The copy pipeline seen by the compute threads (common/split_d_tile.cuh's
@@ -239,7 +240,7 @@ cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stre
     using Cfg = TmaSplitDConfig<decltype(head_dim)::value, 1>;
     err = dispatch_dtype(p.dtype, [&](auto type) {
       using T = decltype(type);
-      // NEW: the tensor maps, built per launch (a few microseconds of host time).
+      // NEW: the tensor maps, built on the host at every launch.
       CUtensorMap maps[3];
       if (!encode_qkv_maps<Cfg::kBr, Cfg::kBc>(maps, p, b.q, b.k, b.v)) return cudaErrorInvalidValue;
       const int m_blocks = (p.Nq + Cfg::kBr - 1) / Cfg::kBr;

@@ -1,86 +1,42 @@
 // ============================================================================
 // Rung 10 — rung 09 on a cluster of two blocks that split D = 1024
 // ============================================================================
-// Measured (H200, commit 9a98750, B=1 H=8 N=8192 D=1024 fp16, same run):
-// +push 353.2 TFLOPS (305.5 before session 12's release relay, same-run A/B
-// 365.9 against 305.5), the pull version 226.3, torch's unfused path 391.1,
-// ours (cuBLAS) 554.3; rung 06: ~108. Every variant test at D = 1024 and
-// compute-sanitizer pass. docs/10_cluster_split_d.md says what limits it.
-//
-// Why a new rung: at D = 1024 the output of 64 query rows is 64 x 1024 fp32 =
-// 256 KiB, the whole register file of one SM, so no block can own a row
-// block's O. The best rung there is 06 (mma.sync, D tiled through shared
-// memory: ~110 TFLOPS on the H200 at B=1 H=8 N=8192), while rung 09 runs
-// D = 512 at ~466. So
+// What changes against rung 09: at D = 1024 the output of 64 query rows is
+// 64 x 1024 fp32 = 256 KiB, the whole register file of one SM, so no block can
+// own a row block's O; rung 09 stops at D = 512, and below it only rungs
+// 05 and 06 (mma.sync) run D = 1024. So
 //   NEW: a thread-block cluster of 2 blocks shares the same 64 query rows of
-//        one head; block r (cluster rank r) owns head-dim columns
-//        [512r, 512r + 512) of Q, K, V and O and runs exactly rung 09's D = 512
-//        tile on them (common/split_d_tile.cuh; the producer's TMA boxes just
-//        start at column 512r);
+//        one head; block r owns head-dim columns [512r, 512r + 512) of Q, K, V
+//        and O and runs rung 09's D = 512 tile on them (common/split_d_tile.cuh;
+//        the producer's TMA boxes start at column 512r);
 //   NEW: S = Q·Kᵀ needs all 1024 columns. Each block sums its two warpgroups'
 //        partials into Σ_r and the blocks swap Σ through distributed shared
 //        memory; every warpgroup of both blocks then holds S = Σ_0 + Σ_1, the
-//        same float (addition commutes exactly), hence the same m_i, l_i and P
-//        without exchanging them: rung 08's trick one level up. P·V needs no
-//        exchange (each block multiplies P by its own V columns); block 0
-//        writes LSE. Two ways to swap (two rows of the benchmark):
-//   pull (cluster-split-d+stage1): warpgroup 0 stores Σ_r in its own sRed[0]
-//        and signals both blocks' "s_ready" mbarrier (256 arrivals: each
-//        thread arrive.release.cluster after its stores); then every
-//        warpgroup reads the partner's Σ with ld.shared::cluster (mapa) —
-//        a signal and a round trip over the SM-to-SM network, 32 KiB read per
-//        block per tile. "red_free" (256 arrivals, every reading thread of the
-//        partner) says when Σ may be overwritten.
-//   push (cluster-split-d+stage1+push, NEW, the faster): each warpgroup forms
-//        Σ_r for half of the tile's key columns and writes it straight into
-//        the partner's sRed[0] with st.async, whose bytes complete on the
-//        partner's "recv_full" mbarrier as a TMA load's do; a block waits only
-//        on its own barrier: one one-way crossing, 16 KiB per block per tile,
-//        no signal before the data. "red_free" now says the partner has read
-//        what we sent (it may receive the next tile's); session 12: the
-//        readers tell their own producer thread (a block-local "recv_read"
-//        mbarrier, 256 arrivals at block scope) and that one thread sends the
-//        cluster-scope release, so no compute warp pays for a cluster fence.
-// Sources: the cluster / distributed shared memory model of the CUDA C++
-// Programming Guide ("Thread Block Clusters", "Distributed Shared Memory");
-// PTX ISA 8.x, "mapa", "ld" (.shared::cluster), "st.async", "mbarrier"
-// (.release/.acquire .cluster, complete_tx), "Memory Consistency Model";
-// CUTLASS's cutlass/arch/barrier.h (ClusterBarrier::arrive(cta_id)) for remote
-// arrivals; FlashAttention-3 (arXiv:2407.08608) for the producer warpgroup and
-// setmaxnreg.
+//        same float (addition commutes exactly), hence the same m_i, l_i and P:
+//        rung 08's trick one level up. P·V needs no exchange; block 0 writes LSE.
+// Two variants swap Σ differently (details at ClusterSlots below):
+//   pull (cluster-split-d+stage1): each block leaves Σ_r in its own shared
+//        memory, signals, and the partner reads it with ld.shared::cluster — a
+//        signal, then a round trip over the SM-to-SM network;
+//   push (+push): each block writes Σ_r into the partner's shared memory with
+//        st.async, whose bytes complete on the partner's mbarrier as a TMA
+//        load's do — one one-way crossing, half the bytes, no signal first.
+// Where it is slower than rung 09 per SM: the two blocks run in lock step (a
+// stall of either stalls both), and nothing else runs while Σ crosses.
+// TMA, mbarriers, setmaxnreg: docs/hopper_primer.md; the Σ exchange: docs/10_cluster_split_d.md.
 //
-// Why it should beat rung 06 at D = 1024: each SM runs rung 09's D = 512 tile
-// (wgmma from 128B-swizzled shared memory, TMA, no copy instructions on the
-// compute warps); what is added per 64-key tile is the exchange of a 16 KiB Σ
-// against 8.4 MFLOP of wgmma per block. Where it is slower than rung 09 per
-// SM: the two blocks run in lock step (a stall of either stalls both — what
-// made rung 09's multicast variant slower), and nothing else runs while Σ
-// crosses (issuing the next tile's scores before P·V to hide it was measured
-// slower: 280.7 against 303.2 TFLOPS, 16f64f5 — V's single slot is then
-// freed later and needed sooner; so was session 16's two 32-key slots per
-// operand pipelined two tiles deep: 331 against 369 — docs/10).
-//
-// Per block: 64 query rows x 512 columns of D; 2 compute warpgroups (256
-// columns each) + 1 producer warpgroup (384 threads); Bc = 64-row K/V tiles.
-//   sQ:   [64, 512]     sK: [64, 512]     sV: [64, 512]   (Sw128Blocks, 64 KiB each)
-//   sRed: [2][64, 64] fp32 (32 KiB): sRed[1] the warpgroups' partial S
-//         (push: then this block's Σ_r), sRed[0] NEW: a Σ crossing the cluster
-//   9 mbarriers: Q full, K full/empty, V full/empty, NEW: s_ready (pull),
-//   red_free, recv_full, recv_read (push)
-// Shared memory: 3·65536 + 32768 + 9·8 = 229448 bytes (+1024 alignment slack =
-// 230472) of the 232448 a block may have. The exchange needs no buffer of its
-// own: sRed[0] holds Σ (pull: ours, read by the partner; push: the partner's,
-// written by it) and sRed[1] the warpgroups' partials (a separate 16 KiB
-// buffer would need 246848 bytes: it does not fit, nor does a second K/V
-// stage). kStages = 1. Cluster: 2 blocks.
-// Registers: 168 per thread at launch; setmaxnreg gives the producer 40 and
-// the compute threads 232 (as rung 09); ptxas: 168, no spills.
+// Tile configuration per block (constexprs in ClusterSplitDConfig, checked below):
+//   D (per block)  Br   Bc  warpgroups           stages  smem (+1024 alignment slack)
+//  1024 (512)      64   64   2 + 1 producer = 384     1      229448
+// sQ, sK, sV [64, 512] and sRed [2][64, 64] fp32 as rung 09, 9 mbarriers; Σ
+// (16 KiB per tile) reuses sRed[0], since a separate buffer would not fit.
+// Registers: 168 per thread at launch; setmaxnreg 40 (producer) / 232 (compute).
 //
 // Supports: fp16, bf16; D = Dv = 1024 only (512: rung 09); any Nq, Nk >= 1
 // (TMA zero-fills rows past the end); causal (bottom-right) or not; writes O
 // and LSE. Needs an sm_90 GPU, an sm_90a build and cuTensorMapEncodeTiled.
 //
-// Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 1024 --variant 'cluster*' --sdpa --torch --check
+// Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 1024 --variant 'cluster*' --check --show-all
 // ============================================================================
 
 #include <cuda_bf16.h>
@@ -104,6 +60,17 @@ std::string hopper_wgmma_unsupported();  // 07_wgmma.cu
 
 namespace {
 
+// Why it should beat the mma.sync rungs at D = 1024: each SM runs rung 09's
+// D = 512 tile (wgmma from 128B-swizzled shared memory, TMA, no copy
+// instructions on the compute warps); what is added per 64-key tile is the
+// exchange of a 16 KiB Σ against 8.4 MFLOP of wgmma per block.
+// Sources: the cluster / distributed shared memory model of the CUDA C++
+// Programming Guide ("Thread Block Clusters", "Distributed Shared Memory");
+// PTX ISA 8.x, "mapa", "ld" (.shared::cluster), "st.async", "mbarrier"
+// (.release/.acquire .cluster, complete_tx), "Memory Consistency Model";
+// CUTLASS's cutlass/arch/barrier.h (ClusterBarrier::arrive(cta_id)) for remote
+// arrivals; FlashAttention-3 (arXiv:2407.08608) for the producer warpgroup and
+// setmaxnreg.
 constexpr int kClusterBlocks = 2;  // NEW: blocks per cluster, each owning D / 2 columns
 
 template <int kHeadDim_, int kStages_>
@@ -133,6 +100,12 @@ static_assert(Cfg1024::kTileBytes + 8 * Cfg1024::kBarriers + Cfg1024::kBr * Cfg1
               "header: a separate 16 KiB exchange buffer would not fit, so Σ reuses sRed[0]");
 static_assert(Cfg1024::kSumBytes == 16384, "header: 16 KiB of Σ per block per tile");
 static_assert(Cfg1024::kThreads == 384, "header: 2 compute warpgroups + 1 producer warpgroup");
+static_assert(Cfg1024::kBr == 64 && Cfg1024::kBc == 64 && Cfg1024::kWarpgroups == 2 && Cfg1024::kBlockCols == 512,
+              "header: a block's tile is Br 64 x Bc 64 over 512 columns of D, 2 compute warpgroups");
+static_assert(Cfg1024::kSmemBytes - Cfg1024::kTileBytes - 8 * Cfg1024::kBarriers == 1024,
+              "header: +1024 alignment slack");
+static_assert(Cfg1024::kComputeRegs == 232 && Cfg1024::kProducerRegs == 40,
+              "header: 232 / 40 registers after setmaxnreg");
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // The copy pipeline and the score sum of one block (common/split_d_tile.cuh's
@@ -142,7 +115,7 @@ static_assert(Cfg1024::kThreads == 384, "header: 2 compute warpgroups + 1 produc
 // last tile: not sent.
 // The barriers are addressed from one base (bars[0] is Q full) and the
 // cluster rank is read again where it is needed: six pointers and the rank
-// held through the loop made the compute threads spill (ptxas, 32 bytes).
+// held through the loop would make the compute threads spill.
 //
 // Two ways to get the partner's Σ (kPush):
 //   pull  — each block stores its Σ in its own sRed[0]; after s_ready every
@@ -187,10 +160,10 @@ struct ClusterSlots {
   // After a thread's last read of the Σ it was given for tile j: the
   // partner may overwrite it (pull: its own sRed[0]; push: ours). Every thread
   // that read it arrives itself (release.cluster orders its own reads), as on
-  // s_ready: one thread 0 arrival after the block barrier was correct only
-  // through the barrier's cumulativity, and compute-sanitizer's racecheck,
-  // which does not follow that, reported the partner's next write as a race
-  // with these reads in 2 of 6 runs (D = 1024, session 7).
+  // s_ready. One arrival by thread 0 after the block barrier would be correct
+  // only through the barrier's cumulativity, which compute-sanitizer's
+  // racecheck does not follow: it would report the partner's next write as a
+  // race with these reads.
   __device__ __forceinline__ void release_sum(int j) const {
     if (j + 1 < n_tiles) mbarrier_arrive_cluster(red_free(), cluster_cta_rank() ^ 1u);
   }
@@ -315,10 +288,9 @@ struct ClusterSlots {
     // each reader arrives on the block-local recv_read (a block-scope release,
     // no cluster fence on the compute warps); one thread of the producer
     // warpgroup (warp kProducerWarp + 1) waits for all 256 and sends one
-    // release.cluster arrival to the partner's red_free (relay_release). The first push version had every reader arrive on
-    // red_free itself: each compute warp then stalled in the cluster-scope
-    // fence (MEMBAR.ALL.GPU + ERRBAR in the SASS; ncu, session 12: ~14% of the
-    // compute warps' stall samples).
+    // release.cluster arrival to the partner's red_free (relay_release). Were
+    // every reader to arrive on red_free itself, each compute warp would stall
+    // in the cluster-scope fence (MEMBAR.ALL.GPU + ERRBAR in the SASS).
     if (j + 1 < n_tiles) mbarrier_arrive(recv_read());
   }
   // push, the relay thread: after this block has read the partner's Σ of

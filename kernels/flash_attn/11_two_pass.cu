@@ -2,98 +2,41 @@
 // Rung 11 — two passes: the scores pass stores unnormalised probabilities,
 //           the output pass is a plain GEMM (large head dims, up to 1024)
 // ============================================================================
-// What changes against rung 10: rung 10 keeps FlashAttention's one pass, and at
-// D = 1024 that means O of 64 query rows (64 x 1024 fp32, 256 KiB) does not fit
-// one SM, so two SMs split it and swap partial scores every 64-key tile, in
-// lock step, with one K/V slot (docs/10_cluster_split_d.md). Here the pass is
-// cut in two where the work is cheapest to cut at a large head dim:
+// What changes against rung 10: rung 10 keeps FlashAttention's one pass, so at
+// D = 1024 two SMs split O of 64 query rows and swap partial scores every
+// 64-key tile, in lock step, with one K/V slot. Here the pass is cut in two:
 //   NEW pass 1 (scores): a block owns 128 query rows and walks the keys in
-//        256-key tiles; per tile S = Q·Kᵀ is a 128 x 256 x D GEMM (Q and K
-//        streamed through a kStages-deep ring of 64-column chunks, as any
-//        Hopper GEMM does), then the online softmax keeps a per-row reference
-//        max m_ref and running sum l and writes P̃ = exp(S - m_ref) — in the
-//        input dtype, as the one-pass kernels feed P to their P·V — to a
-//        workspace, with m_ref per (row, tile). m_ref moves only when a tile's
-//        max passes it by more than kRefSlack (2^8 in exp2 units; P̃ <= 256
-//        fits fp16), FlashAttention-4's conditional rescaling: on real data it
-//        moves in the first tiles and then almost never. Pass 1 writes LSE.
-//        Two row blocks of one head run as a cluster (kScoresCluster = 2)
-//        and each loads half of every K chunk, multicast to both: L2 -> SM
-//        bytes per stage 48 -> 32 KiB. Each half of a tile's P̃ is computed
-//        just before its TMA store, so half 1's exponentials run while the
-//        TMA engine reads half 0 out of shared memory. NEW (stage4): once
-//        half 0 has left its registers, the next tile's first kEarlyChunks
-//        = 2 chunks are issued for keys 0..127 into them, so the tensor
-//        cores work through half 1's exponentials (FlashAttention-3's
-//        softmax/MMA overlap within a warpgroup, on half a tile).
+//        256-key tiles; per tile S = Q·Kᵀ is a 128 x 256 x D GEMM (Q and K in
+//        64-column chunks through a kStages-deep TMA ring), then the online
+//        softmax keeps a per-row reference max m_ref and sum l and writes
+//        P̃ = exp(S - m_ref), in the input dtype, to a workspace, with m_ref per
+//        (row, tile). m_ref moves only when a tile's max passes it by more than
+//        kRefSlack (FlashAttention-4's conditional rescaling). Pass 1 writes
+//        LSE. Row blocks run in pairs (a cluster) that multicast K; P̃ leaves
+//        by TMA store; stage4 also overlaps exponentials with the next MMAs.
 //   NEW pass 2 (output): O[128 rows, 256 columns] = Σ_keys P̃·V, a GEMM whose
-//        two operands both arrive by TMA; where pass 1 moved some row's m_ref
-//        (a flag per 64 rows and tile says so) O is rescaled by
-//        exp(m_ref_old - m_ref_new) first; at the end O / l. No block holds
-//        more than 128 x 256 fp32 of O, whatever Dv is, and no block waits for
+//        operands both arrive by TMA; where pass 1 moved a row's m_ref (a flag
+//        per 64 rows and tile) O is rescaled first; at the end O / l. No block
+//        holds more than 128 x 256 fp32 of O, whatever Dv, and none waits for
 //        another: the exchange rung 10 pays every 64 keys is gone.
-// The price is memory traffic: P̃ is Nq·Nk values per head, written once and
-// read Dv / 256 times (mostly from L2: the Dv / 256 blocks of a row block run
-// side by side). At D = 1024 each P̃ element costs 2·(D + Dv) = 4096 FLOPs of
-// MMA against 2 bytes written and ~2 read, ~1000 FLOP per byte, well above
-// the H200's ~200 FLOP per byte of HBM: compute bound, like a GEMM. At D = 64
-// it would be ~60 FLOP per byte, memory bound: use the one-pass rungs there.
-// The workspace is capped (kWorkspaceCap); more row blocks than fit run in
-// several rounds of the two passes, each of an even number of row blocks
-// where the workspace holds one more (pass 1 pairs them, below).
-// Measured (H200, B=1 H=8 N=8192 fp16, peers in the same process): gpu_check
-// at 4b704d7 (results/H200/bench.csv): D = 1024 +stage4 597.3 TFLOPS against
-// torch's unfused path 384.9 (1.55x), sdpa(efficient) 136.7 (4.37x), our
-// cuBLAS baseline 529.0 (1.13x) and rung 10 355.2 (1.68x), 0.82 of cuBLAS's
-// two GEMMs alone in the same run (727.7, scripts/gemm_ceiling.py); causal
-// 566.2 (3.74x torch's unfused path); D = 512 637.9 against rung 09's 463.6
-// (1.38x). ncu, D = 1024 (results/H200/probes/session23_c.txt): pass 1
-// 1.70 ms with the tensor pipe 83.5 % busy (1.72 ms at 81 % without the early
-// chunks; 1.80 ms at 79 % before session 22's K multicast, store overlap and
-// stmatrix), pass 2 1.57 ms at 92 %. Under this load the card holds its SM
-// clock at ~1380-1395 MHz (nvidia-smi, probe session22_c and gemm_ceiling.py),
-// where the dense tensor-core peak is ~750 TFLOPS: rung 11 reaches 0.80 of
-// it, cuBLAS's two GEMMs 0.95-0.98, and 2x torch's unfused path would need
-// 1.02-1.06.
-// docs/11_two_pass.md.
-// Sources: the safe-softmax two-pass formulation (FlashAttention, arXiv:
-// 2205.14135, §2 and its Algorithm 0, which also materialises P); the
-// threshold on the running max: FlashAttention-4 (T. Dao et al., 2025), whose
-// softmax rescales O only when the running max grows past a threshold; the
-// warp-specialised TMA/wgmma GEMM mainloop: FlashAttention-3 (arXiv:2407.08608,
-// §3.1) and CUTLASS's PipelineTmaAsync (full/empty barrier per stage); the
-// next tile's MMAs issued while this tile's softmax runs: FlashAttention-3's
-// intra-warpgroup overlap (§3.2, there with a second accumulator); the
-// multicast of an operand to the blocks of a cluster that share it, each
-// loading a slice: CUTLASS's SM90 TMA GEMMs (a cluster shape, SM90_TMA_LOAD_
-// MULTICAST, a consumer's arrival on every block's empty barrier).
+// Where it is slower: P̃ is Nq·Nk values per head, written once and read Dv/256
+// times (mostly from L2). At D = 1024 that is ~1000 MMA FLOPs per byte, compute
+// bound like a GEMM; at D = 64 ~60, memory bound: use the one-pass rungs there.
+// TMA, mbarrier rings, setmaxnreg: docs/hopper_primer.md.
 //
-// Per block (both passes): 2 compute warpgroups (64 rows each) + 1 producer
-// warpgroup (one thread issues the TMA copies): 384 threads.
-//   pass 1: S [64, 256] fp32 per warpgroup (128 registers; stage4: two
-//           halves of 64, each chunk's MMAs two N = 128 wgmmas); per stage
-//           sA: Q  [128 rows, 64 columns]        (Sw128Blocks, 16 KiB)
-//           sB: K  [256 keys, 64 columns]        (Sw128Blocks, 32 KiB; 128 keys
-//               from each block of the pair, by multicast)
-//           and once: sOut [2 warpgroups][64, 128] (P̃ on its way out by TMA, 32 KiB;
-//               written with stmatrix, 16 bytes per lane and instruction)
-//   pass 2: O [64, 256] fp32 per warpgroup (128 registers); per stage
-//           sA: P̃ [128 rows, 64 keys]           (Sw128Blocks, 16 KiB)
-//           sB: V  [64 keys, 256 columns]        (4 Sw128 blocks, 32 KiB)
-//   2·kStages mbarriers (full: the producer's expect_tx + bytes; empty: one
-//   arrival per compute warp, in pass 1 of both blocks of the pair).
-// Shared memory: kStages x 49152 + 16·kStages (+1024 alignment slack), + 32768
-// in pass 1: stage2 132128 / 99360 bytes (pass 1 / pass 2), stage4 230464 /
-// 197696. Registers: 168 at launch; setmaxnreg gives the producer 40 and the
-// compute threads 232; ptxas: no spills.
+// Tile configurations (constexprs in TwoPassConfig, checked below); both passes
+// run 2 compute warpgroups of 64 rows + 1 producer warpgroup = 384 threads:
+//   variant          Br  keys/tile  chunk  O cols  smem pass 1 / pass 2 (with slack)
+//   two-pass+stage2  128    256       64     256       132128 /  99360
+//   two-pass+stage4  128    256       64     256       230464 / 197696
+// Registers: 168 at launch; setmaxnreg gives the producer 40, the compute 232.
 //
-// Supports: fp16, bf16; D a multiple of 64 up to 1024, Dv in {256, 512, 768,
-// 1024}; any Nq, Nk >= 1; causal (bottom-right) or not; writes O and LSE.
-// Needs an sm_90 GPU, an sm_90a build, cuTensorMapEncodeTiled, and a workspace
-// of 128·(2·Nk' + 4·Nk'/256 + 4) + 8·Nk'/256 bytes per 128-row block
-// (Nk' = Nk rounded up to 256).
+// Supports: fp16, bf16; D a multiple of 64 up to 1024, Dv ∈ {256, 512, 768,
+// 1024}; any Nq, Nk >= 1; causal (bottom-right) or not; writes O and LSE. Needs
+// an sm_90 GPU, an sm_90a build, cuTensorMapEncodeTiled, and a workspace
+// (TwoPassLayout; capped at kWorkspaceCap, more row blocks run in rounds).
 //
-// Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 1024 --variant 'two-pass*' --sdpa --torch --check
+// Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 1024 --variant 'two-pass*' --check --show-all
 // ============================================================================
 
 #include <cuda_bf16.h>
@@ -118,6 +61,30 @@ std::string hopper_wgmma_unsupported();  // 07_wgmma.cu
 
 namespace {
 
+// Per block (both passes): 2 compute warpgroups (64 rows each) + 1 producer
+// warpgroup whose first thread issues the TMA copies.
+//   pass 1: S [64, 256] fp32 per warpgroup (128 registers); per stage
+//           sA: Q [128 rows, 64 columns] (Sw128Blocks, 16 KiB) and
+//           sB: K [256 keys, 64 columns] (Sw128Blocks, 32 KiB; 128 keys from
+//               each block of the pair, by multicast);
+//           once: sOut [2 warpgroups][64, 128] (P̃ on its way out by TMA, 32 KiB;
+//               written with stmatrix)
+//   pass 2: O [64, 256] fp32 per warpgroup (128 registers); per stage
+//           sA: P̃ [128 rows, 64 keys] (16 KiB), sB: V [64 keys, 256 columns]
+//               (4 Sw128 blocks, 32 KiB)
+//   2·kStages mbarriers (full: the producer's expect_tx + bytes; empty: one
+//   arrival per compute warp, in pass 1 of both blocks of the pair).
+// Sources: the safe-softmax two-pass formulation (FlashAttention, arXiv:
+// 2205.14135, §2 and its Algorithm 0, which also materialises P); the
+// threshold on the running max: FlashAttention-4 (T. Dao et al., 2025), whose
+// softmax rescales O only when the running max grows past a threshold; the
+// warp-specialised TMA/wgmma GEMM mainloop: FlashAttention-3 (arXiv:2407.08608,
+// §3.1) and CUTLASS's PipelineTmaAsync (full/empty barrier per stage); the
+// next tile's MMAs issued while this tile's softmax runs: FlashAttention-3's
+// intra-warpgroup overlap (§3.2, there with a second accumulator); the
+// multicast of an operand to the blocks of a cluster that share it, each
+// loading a slice: CUTLASS's SM90 TMA GEMMs (a cluster shape, SM90_TMA_LOAD_
+// MULTICAST, a consumer's arrival on every block's empty barrier).
 constexpr int kTwoPassWarpgroups = 2;  // compute warpgroups, 64 query rows each
 
 template <int kStages_>
@@ -159,7 +126,7 @@ struct TwoPassConfig : ProducerWarpgroupSplit<kTwoPassWarpgroups> {  // rung 09'
   // MMAs, and each such chunk holds its stage until both halves are done.
   // Then every chunk's MMAs run as two N = 128 wgmmas, one per half of the
   // keys: with N = 256 and N = 128 wgmmas on the same registers ptxas
-  // serialised every wgmma of one instantiation or the other (C7511). stage2:
+  // serialises every wgmma of one instantiation or the other (C7511). stage2:
   // none, since two early chunks would hold both its stages.
   static constexpr int kEarlyChunks = kStages >= 4 ? 2 : 0;
   static_assert(kBcScores == kBv && kBBytes == kBk * kBv * 2, "one B slot holds a K chunk or a V chunk");
@@ -183,6 +150,12 @@ static_assert(TwoPassConfig<4>::kSmemScores == 230464 && TwoPassConfig<4>::kSmem
               "header: stage4 shared memory");
 static_assert(TwoPassConfig<4>::kSmemBytes <= 232448, "fits the 227 KiB a block may have on sm_90");
 static_assert(TwoPassConfig<2>::kThreads == 384, "header: 2 compute warpgroups + 1 producer warpgroup");
+static_assert(TwoPassConfig<2>::kBr == 128 && TwoPassConfig<2>::kBcScores == 256 && TwoPassConfig<2>::kBk == 64 &&
+                  TwoPassConfig<2>::kBv == 256,
+              "header: stage2 is Br 128, 256 keys per score tile, 64-wide chunks, 256 output columns");
+static_assert(TwoPassConfig<4>::kBr == 128 && TwoPassConfig<4>::kBcScores == 256 && TwoPassConfig<4>::kBk == 64 &&
+                  TwoPassConfig<4>::kBv == 256,
+              "header: stage4 is Br 128, 256 keys per score tile, 64-wide chunks, 256 output columns");
 
 // NEW: the workspace of one round: `slots` row blocks of 128 rows, each with
 //   P̃:     [128][nk_pad]          input dtype, keys past Nk (and masked) = 0
@@ -531,8 +504,6 @@ two_pass_scores_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_c
     if constexpr (Cfg::kEarlyChunks > 0) {
       // NEW: half 0 has left S_lo; the next tile's first chunks run on the
       // tensor cores, for keys 0..127, while half 1's exponentials run.
-      // (Issued before half 0's stores instead, they measured slower: probe
-      // session23_b.)
       early = t + 1 < n_tiles && early_on ? Cfg::kEarlyChunks : 0;
       if (early > 0) {
 #pragma unroll

@@ -2,56 +2,41 @@
 // Rung 12 — rung 07's overlap, fed by TMA from a producer warp, with the two
 //           compute warpgroups taking turns on the tensor cores (ping-pong)
 // ============================================================================
-// What changes against rung 07 (`wgmma+stage2+overlap`), the best rung at
-// D = 64 and 128: the math per tile is the same (S = Q·K_jᵀ issued, then
-// P_{j-1}·V_{j-1}; the softmax of S_j runs while that P·V does), but
-//   NEW (ws): the copies leave the compute threads. In rung 07 all 256 threads
-//        issue cp.async for every K and V tile and the block meets at a
-//        __syncthreads per tile, so both warpgroups reach their softmax at the
-//        same moment and the tensor cores idle while they do. Here a producer
-//        warp issues each tile as TMA boxes (rung 09's split: a third
-//        warpgroup, setmaxnreg) into a ring of kStages slots with a full/empty
-//        mbarrier pair per slot; the compute warpgroups never meet each other;
-//   NEW (+pingpong): the two warpgroups are made to alternate: a warpgroup
-//        issues its tile's MMAs only after the other has issued its own, and
-//        lets the other go right after. While warpgroup 0's S and P·V run,
-//        warpgroup 1 does its softmax, and the other way round, so the tensor
-//        cores always have one warpgroup's work queued. Two named barriers
-//        carry the turn (FlashAttention-3, Shah et al. 2024, §3.1
-//        "pingpong scheduling"; its warp_scheduler_barrier_sync/arrive).
-// Variants: `ws+stage2` (TMA and producer warp only) and
-// `ws+stage2+pingpong`, so the table shows what each step buys.
+// What changes against rung 07 (`wgmma+stage2+overlap`): the math per tile is
+// the same (S = Q·K_jᵀ issued, then P_{j-1}·V_{j-1}; the softmax of S_j runs
+// while that P·V does), but
+//   NEW (ws): the copies leave the compute threads, and with them rung 07's
+//        __syncthreads per tile (which made both warpgroups reach their softmax
+//        together). A producer warp issues each tile as TMA boxes (rung 09's
+//        split: a third warpgroup, setmaxnreg) into a ring of kStages slots
+//        with a full/empty mbarrier pair per slot; the compute warpgroups never
+//        meet each other;
+//   NEW (+pingpong): the warpgroups take turns: a warpgroup issues its tile's
+//        MMAs only after the previous one has issued its own, and passes the
+//        turn on right after. While warpgroup 0's S and P·V run, warpgroup 1
+//        does its softmax, and the other way round, so the tensor cores always
+//        have one warpgroup's work queued. Two named barriers carry the turn
+//        (FlashAttention-3's pingpong scheduling, §3.1).
+// Where it is slower: the producer warpgroup takes registers (232 per compute
+// thread, not 255), and under ping-pong a ready warpgroup waits for its turn.
+// TMA boxes, mbarrier parity waits, setmaxnreg, named barriers: docs/hopper_primer.md.
 //
-// Per block: Br = 128 query rows (2 compute warpgroups x 64) + 1 producer
-// warpgroup = 384 threads; loop over Bc-row tiles of K and V.
-//   sQ: [Br, D] (TMA, once)   sK: [kStages][Bc, D]   sV: [kStages][Bc, D]
-//   (all Sw128Blocks: TMA's 128-byte swizzle is wgmma's)
-//   1 + 4·kStages mbarriers: Q full; K full/empty and V full/empty per slot.
-// Registers: 168 per thread at launch; setmaxnreg gives the producer 40 and
-// the compute threads 232.
+// Per block: Br = 64 x W compute warpgroups + 1 producer; sQ [Br, D] once, sK and
+// sV [kStages][Bc, D] (all Sw128Blocks); 1 + 4·kStages mbarriers.
+// Tile configurations (constexprs in WsConfig, checked below; default build):
+//   D     Br   Bc  warpgroups           stages  smem (+1024 alignment slack)
+//   64   128  128   2 + 1 producer = 384     2        81992
+//  128   128  128   2 + 1 producer = 384     2       163912
+//  256   128   64   2 + 1 producer = 384     2       196680
+// Registers: 168 at launch; setmaxnreg gives the producer 40, the compute 232.
+// Build options for FlashAttention-3's tiles: -DATTNLAB_WS_D128_BC=176 and
+// -DATTNLAB_WS_D64_WARPGROUPS=3 (192 rows, 512 threads, setmaxnreg 32 / 160).
 //
-// Tile configurations (constexprs in WsConfig, checked by static_asserts):
-//   D     Br   Bc  stages  shared memory (+1024 alignment slack)
-//   64   128  128    2       81992
-//  128   128  128    2      163912
-//  256   128   64    2      196680
-//
-// Build options, for A/Bs against FlashAttention-3's tiles (defaults above):
-// -DATTNLAB_WS_D128_BC=176 (176 keys per tile at D = 128) and
-// -DATTNLAB_WS_D64_WARPGROUPS=3 (192 rows in 3 compute warpgroups at D = 64,
-// 512 threads, setmaxnreg 32 / 160).
-//
-// Status: written in session 24, which had no GPU; compiled (no spills, no
-// serialised wgmma) but never run. Its rows say so and stay off until
-// ATTNLAB_UNVERIFIED=1; scripts/probes/session25_a.sh is its first test.
-//
-// Supports: fp16, bf16; D = Dv ∈ {64, 128, 256}; any Nq, Nk >= 1 (TMA
-// zero-fills rows past the end; ragged tiles are masked); causal
+// Supports: fp16, bf16; D = Dv ∈ {64, 128, 256}; any Nq, Nk >= 1; causal
 // (bottom-right aligned) or not; writes O and LSE. Needs an sm_90 GPU, an
-// sm_90a build and a driver with cuTensorMapEncodeTiled; elsewhere its rows
-// say unsupported.
+// sm_90a build and cuTensorMapEncodeTiled; elsewhere its rows say why.
 //
-// Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 128 --variant 'ws*,wgmma+stage2+overlap' --sdpa --check
+// Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 128 --variant 'ws*,wgmma+stage2+overlap' --check --show-all
 // ============================================================================
 
 #include <cuda_bf16.h>
@@ -79,15 +64,15 @@ template <int kHeadDim>
 struct WsTiles;
 // D = 64: FlashAttention-3 runs 3 compute warpgroups here (192 rows): a tile's
 // softmax costs about as much as its MMAs, so two warpgroups can keep the
-// tensor cores only half busy. -DATTNLAB_WS_D64_WARPGROUPS=3 builds that, for
-// an A/B against the default 2 (at N = 8192 it also changes the waves:
+// tensor cores only half busy. -DATTNLAB_WS_D64_WARPGROUPS=3 builds that tile
+// in place of the default 2 (at N = 8192 it also changes the waves:
 // 43 x 8 blocks of 192 rows are 2.6 waves on 132 SMs, 64 x 8 of 128 are 3.9).
 #ifndef ATTNLAB_WS_D64_WARPGROUPS
 #define ATTNLAB_WS_D64_WARPGROUPS 2
 #endif
 template <> struct WsTiles<64>  { static constexpr int kBc = 128, kWarpgroups = ATTNLAB_WS_D64_WARPGROUPS; };
 // D = 128: FlashAttention-3 uses 176-key tiles here (non-causal); building with
-// -DATTNLAB_WS_D128_BC=176 gives that tile, for an A/B against the default.
+// -DATTNLAB_WS_D128_BC=176 gives that tile in place of the default.
 #ifndef ATTNLAB_WS_D128_BC
 #define ATTNLAB_WS_D128_BC 128
 #endif
@@ -142,6 +127,12 @@ static_assert(WsConfig<128, 2>::kSmemBytes - 1024 == 163912, "header: D=128 shar
 static_assert(WsConfig<256, 2>::kBr == 128 && WsConfig<256, 2>::kBc == 64 &&
                   WsConfig<256, 2>::kSmemBytes - 1024 == 196680,
               "header: D=256 tile and shared memory");
+#if ATTNLAB_WS_D64_WARPGROUPS == 2
+static_assert(WsConfig<64, 2>::kThreads == 384 && WsConfig<256, 2>::kThreads == 384,
+              "header: 2 compute warpgroups + 1 producer warpgroup at every head dim");
+#endif
+static_assert(WsWarps<3>::kThreads == 512 && WsWarps<3>::kProducerRegs == 32 && WsWarps<3>::kComputeRegs == 160,
+              "header: 3 compute warpgroups are 512 threads, setmaxnreg 32 / 160");
 
 template <typename Cfg, typename T, bool kPingpong>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
@@ -303,12 +294,12 @@ ws_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUt
 
 #define WS_HEAD_DIMS 64, 128, 256
 constexpr int kWsStages = 2;
+static_assert(kWsStages == 2, "header: two slots in each of the K and V rings");
 
 std::string unsupported(const AttnProblem& p) {
   static const std::string hopper = hopper_wgmma_unsupported();
   if (!hopper.empty()) return hopper;
-  // This rung was written in a session that had no GPU: until its tests have
-  // passed on one, it runs only when asked to (scripts/probes/session25_a.sh).
+  // Until its GPU tests have passed, it runs only when asked to.
   static const bool asked = env_switch_on("ATTNLAB_UNVERIFIED");
   if (!asked) return "not yet run on a GPU (written without one); ATTNLAB_UNVERIFIED=1 runs it";
   if (!tensor_map_encoder()) return "the driver has no cuTensorMapEncodeTiled (TMA needs CUDA 12+)";
