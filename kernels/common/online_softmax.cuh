@@ -42,7 +42,7 @@ struct RowStats {
 // P = exp(scale·(S - m_new)) in place; the running statistics are updated and
 // alpha[r] = exp(m_old - m_new) is returned for the caller to rescale O with.
 // Split from the rescale so that a kernel can do this while the tensor cores
-// still accumulate into O (rung 07's overlap).
+// still accumulate into O (rung 07's +overlap and the kernels built like it).
 template <int kTilesS>
 __device__ __forceinline__ void online_softmax_scores(float (&S)[kTilesS][4], RowStats& st, float scale_log2,
                                                       float (&alpha)[2]) {

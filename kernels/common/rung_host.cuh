@@ -44,8 +44,9 @@ std::string head_dim_list() {
 }
 
 // Whether the environment variable `name` is set to anything but "" or "0":
-// the switches (ATTNLAB_NO_PDL, ATTNLAB_TWO_PASS_NO_*) that turn one
-// mechanism off, to measure what it buys. Read once per switch by the caller.
+// the ATTNLAB_* switches (e.g. ATTNLAB_NO_PDL, ATTNLAB_TWO_PASS_NO_*, which
+// turn one mechanism off to measure what it buys). Read once per switch by the
+// caller.
 inline bool env_switch_on(const char* name) {
   const char* v = std::getenv(name);
   return v != nullptr && v[0] != '\0' && v[0] != '0';
@@ -129,8 +130,7 @@ cudaError_t launch_with_smem_overlapped(Kernel kernel, dim3 grid, int threads, i
 }
 
 // Launches `kernel` on `grid` in clusters of `cluster_x` blocks along x (1:
-// no cluster attribute), with `smem_bytes` of dynamic shared memory (rungs 09
-// and 10).
+// no cluster attribute), with `smem_bytes` of dynamic shared memory.
 template <typename Kernel, typename... Args>
 inline cudaError_t launch_clustered(Kernel kernel, dim3 grid, int threads, int smem_bytes, int cluster_x,
                                     cudaStream_t stream, Args... args) {

@@ -19,7 +19,7 @@
 
 namespace attnlab {
 
-// Tile shapes shared by rungs 08 and 09 (their configs add stages, warps and
+// Tile shapes shared by rungs 08, 09 and 10 (their configs add stages, warps and
 // shared-memory totals).
 template <int kHeadDim_>
 struct SplitDTiles {
@@ -48,7 +48,7 @@ struct SplitDSmem {
   T* sK;
   T* sV;
   float* sRed;
-  unsigned char* end;  // first byte after sRed (rung 09 puts its mbarriers there)
+  unsigned char* end;  // first byte after sRed (rungs 09 and 10 put their mbarriers there)
 };
 
 template <typename Tiles, typename T>

@@ -1,4 +1,5 @@
-// attnlab: the pieces every split-Q rung (02 onwards) shares. A warp owns
+// attnlab: the pieces the split-Q rungs (02 onwards) share; rung 01 uses the
+// fragment loads, the tile count and the masking too. A warp owns
 // kMTiles x 16 query rows (kMTiles m16 row tiles); S, P and O live in
 // mma.m16n8k16 fragments (see ptx.cuh):
 //   S: [kMTiles][Bc/8][4] fp32   scores of the warp's rows

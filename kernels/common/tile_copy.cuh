@@ -30,7 +30,7 @@ __device__ __forceinline__ void load_tile_async(T* smem, const T* gmem, int64_t 
 }
 
 // The same as a rolled loop: for kernels whose accumulators already fill the
-// register file (rung 08), where the unrolled copy's precomputed addresses —
+// register file (e.g. rung 08), where the unrolled copy's precomputed addresses —
 // loop-invariant, so hoisted out of the KV loop — would spill.
 template <int kRows, int kCols, typename Layout, int kThreads, typename T>
 __device__ __forceinline__ void load_tile_async_rolled(T* smem, const T* gmem, int64_t gmem_stride, int rows_valid) {

@@ -1,8 +1,8 @@
 // attnlab: the Tensor Memory Accelerator (TMA, sm_90), the mbarriers that
 // count its bytes, and the thread-block clusters that let one TMA copy land in
-// several blocks' shared memory (multicast). Used by rungs 09-11
-// (10 also reads a partner block's shared memory: mapa, ld.shared::cluster);
-// the tensor store and reduction at the end, by rung 11 and the dmattn backward.
+// several blocks' shared memory (multicast) and a block read or write a
+// partner's shared memory (mapa, ld.shared::cluster, st.async); at the end,
+// the tensor store and reduction from shared to global memory.
 //
 // TMA copies a box of a tensor between global and shared memory as one
 // instruction issued by one thread. The tensor's shape, strides, box size and
@@ -126,7 +126,7 @@ __device__ __forceinline__ void mbarrier_arrive_cluster(uint64_t* bar, uint32_t 
 // says "I have finished reading this slot" (its reads, by wgmma, are complete
 // when it arrives, so there is nothing to publish), as CUTLASS's
 // ClusterBarrier::arrive(cta_id) does. The release.cluster form costs a
-// MEMBAR.ALL.GPU per arrival (rung 10, session 12). Rung 11's pass 1.
+// MEMBAR.ALL.GPU per arrival.
 __device__ __forceinline__ void mbarrier_arrive_remote(uint64_t* bar, uint32_t cta_rank) {
   asm volatile(
       "{\n.reg .b32 remote;\n"
@@ -184,9 +184,9 @@ __device__ __forceinline__ uint32_t cluster_cta_rank() {
   asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
   return rank;
 }
-// NEW (rung 10): distributed shared memory. The address, in the cluster's
-// shared window, of the variable at `p`'s offset in block `cta_rank` (PTX ISA,
-// "mapa"); ld.shared::cluster reads it, local or remote alike.
+// Distributed shared memory: the address, in the cluster's shared window, of
+// the variable at `p`'s offset in block `cta_rank` (PTX ISA, "mapa");
+// ld.shared::cluster reads it, local or remote alike.
 __device__ __forceinline__ uint32_t map_shared_rank(const void* p, uint32_t cta_rank) {
   uint32_t remote;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem_addr(p)), "r"(cta_rank));
@@ -200,11 +200,11 @@ __device__ __forceinline__ float4 ld_shared_cluster_f4(uint32_t cluster_addr) {
                : "memory");
   return v;
 }
-// NEW (rung 10's push exchange): an asynchronous 16-byte store into the
-// shared memory of block `cta_rank` (the same offset as `p` there), whose
-// bytes complete on that block's mbarrier at `bar`'s offset, as a TMA load's
-// do: the receiver waits on its own barrier (expecting the bytes), the sender
-// neither waits nor needs a fence (PTX ISA, "st.async"; sm_90).
+// An asynchronous 16-byte store into the shared memory of block `cta_rank`
+// (the same offset as `p` there), whose bytes complete on that block's
+// mbarrier at `bar`'s offset, as a TMA load's do: the receiver waits on its
+// own barrier (expecting the bytes), the sender neither waits nor needs a
+// fence (PTX ISA, "st.async"; sm_90).
 __device__ __forceinline__ void st_async_f4(const void* p, const uint64_t* bar, uint32_t cta_rank, float4 v) {
   asm volatile(
       "{\n.reg .b32 dst, remote_bar;\n"

@@ -1,5 +1,5 @@
 // attnlab: Hopper warpgroup MMA (wgmma, sm_90a) and the shared-memory layout
-// it reads. Used by rungs 07-11 and the dynamic-mask kernels.
+// it reads, for every kernel that issues wgmma.
 //
 // A warpgroup is 4 consecutive warps (128 threads, first warp index divisible
 // by 4). One wgmma.mma_async m64nNk16 multiplies a 64x16 A by a 16xN B into a
@@ -116,7 +116,7 @@ __device__ __forceinline__ void warpgroup_reg_alloc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
 }
 
-// The warp split of the TMA-fed rungs (09, 10, 11; rung 09 introduced it):
+// The warp split of the TMA-fed kernels:
 // kComputeWarpgroups compute warpgroups, then one producer warpgroup whose
 // first thread issues the copies (setmaxnreg works on whole warpgroups). With
 // two compute warpgroups, 384 threads start at 168 registers (an SM
@@ -162,7 +162,7 @@ __device__ __forceinline__ void wgmma_ss_vt(float (&d)[N / 8][4], uint64_t desc_
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #include "wgmma_ops.inc"
 
-// ---- one attention tile's MMAs (rungs 07 and 12) -----------------------------------
+// ---- one attention tile's MMAs (a warpgroup's 64 query rows x one K/V tile) -------
 // Issued, not committed or waited for: the caller brackets them with
 // wgmma_fence / wgmma_commit / wgmma_wait as its pipeline needs.
 // S = Q·Kᵀ over the head dim D: D/16 k-steps. sQ: a warpgroup's 64 rows of a

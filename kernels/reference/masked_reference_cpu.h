@@ -1,5 +1,5 @@
 // attnlab: CPU double-precision reference of dynamic-mask attention (flash-dmattn
-// semantics, issue 5) — forward, backward, the top-W mask builder. For tests.
+// semantics) — forward, backward, the top-W mask builder. For tests.
 //
 //   Q: [B, H, Nq, D]   K: [B, Hkv, Nk, D]   V: [B, Hkv, Nk, Dv]   (H % Hkv == 0:
 //   query head h reads KV head h / (H / Hkv))
