@@ -299,9 +299,6 @@ static_assert(kWsStages == 2, "header: two slots in each of the K and V rings");
 std::string unsupported(const AttnProblem& p) {
   static const std::string hopper = hopper_wgmma_unsupported();
   if (!hopper.empty()) return hopper;
-  // Until its GPU tests have passed, it runs only when asked to.
-  static const bool asked = env_switch_on("ATTNLAB_UNVERIFIED");
-  if (!asked) return "not yet run on a GPU (written without one); ATTNLAB_UNVERIFIED=1 runs it";
   if (!tensor_map_encoder()) return "the driver has no cuTensorMapEncodeTiled (TMA needs CUDA 12+)";
   return rung_unsupported<WsConfig, kWsStages, WS_HEAD_DIMS>(p);
 }
