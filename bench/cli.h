@@ -27,7 +27,7 @@ struct Options {
   std::vector<int> sweep_N = {1024, 2048, 4096, 8192, 16384, 32768};
   std::vector<int> sweep_D = {32, 64, 128, 256, 512, 1024};
   std::vector<int> sweep_causal = {0, 1};
-  // Dynamic-mask attention (issue 5); any of these switches the harness to it.
+  // Dynamic-mask attention (kernels/dmattn/); any of these switches the harness to it.
   int Hkv = 0;                // KV heads (0: = H)
   std::string mask;           // "" (dense harness) | none | causal | topk | ones
   int window = 1024;          // --mask topk: keys kept per query

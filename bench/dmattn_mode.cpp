@@ -1,4 +1,4 @@
-// flash_attn_mma's dynamic-mask mode (issue 5): --Hkv, --mask, --window,
+// flash_attn_mma's dynamic-mask mode: --Hkv, --mask, --window,
 // --block, --bias, --softcap. One shape; rows:
 //   dmattn                  ours (kernels/dmattn/dmattn_fwd.cu)
 //   split-q+stage2 (dense)  rung 02 on the same Q, K, V without mask or bias
@@ -525,7 +525,7 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
       // The references (with --check), kept for the bit-packed mask's row.
       float *rq = nullptr, *rk = nullptr, *rv = nullptr, *rb = nullptr;
       float *lq = nullptr, *lk = nullptr, *lv = nullptr, *lb = nullptr;
-      // The issue's rule, per gradient: max |g - g_ref| <= 2 x the error of the
+      // The rule, per gradient: max |g - g_ref| <= 2 x the error of the
       // same-precision reference (S, P, dP, dS rounded to the dtype) + 1e-3 x
       // max |g_ref| + 1e-4. Adds "dQ err/tol" to *summary, false on a failure.
       auto judge_grad = [&](const char* what, const void* g, const float* ref, const float* lp, int64_t n,
@@ -676,7 +676,7 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
       if (opt.sdpa || opt.torch) {
         std::string setup;
         // Every pair active (no mask, --mask causal or ones): with
-        // --sdpa also FA2's backward without the mask and bias, the issue's
+        // --sdpa also FA2's backward without the mask and bias, the dense
         // reference (the same pair count).
         const bool all_active = (opt.mask.empty() || opt.mask == "none" || opt.mask == "causal" || opt.mask == "ones");
         const std::vector<MaskedTorchPeer> peers =

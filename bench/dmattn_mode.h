@@ -1,4 +1,4 @@
-// attnlab: flash_attn_mma's dynamic-mask mode (issue 5), selected by --Hkv,
+// attnlab: flash_attn_mma's dynamic-mask mode, selected by --Hkv,
 // --mask, --bias or --softcap. See dmattn_mode.cpp for the rows.
 #pragma once
 

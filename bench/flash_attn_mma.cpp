@@ -86,7 +86,7 @@ void print_row(const Row& r, const std::string& best_peer_name) {
               v[2], r.timing.median_ms, r.tflops, gain, ratio, r.outcome.checked ? r.note.c_str() : "");
 }
 
-// Runs every selected row on one problem. `verbose` prints the seed's table.
+// Runs every selected row on one problem. `verbose` prints the table of rows.
 ShapeResult run_shape(const Options& opt, const AttnProblem& p, const std::vector<const Variant*>& selected,
                       uint64_t seed, cudaStream_t stream, bool verbose) {
   ShapeResult result;

@@ -164,7 +164,7 @@ RunOutcome run_and_check(const Variant& v, const AttnProblem& p, const ProblemBu
     out.check = check_outputs(p, b.o, v.writes_lse ? b.lse : nullptr, *ref, stream, lse_tol);
     out.checked = true;
   }
-  // First two and last output values, as the seed's table shows them.
+  // First two and last output values, as the table shows them.
   const int64_t n = p.o_elems();
   uint16_t raw[3] = {0, 0, 0};
   cudaMemcpy(&raw[0], b.o, sizeof(uint16_t) * (n >= 2 ? 2 : 1), cudaMemcpyDeviceToHost);

@@ -314,7 +314,7 @@ std::vector<MaskedTorchPeer> make_masked_torch_peers(const DynamicMaskProblem& p
   // graph, so their gradients sum over the group as ours do.
   const int group = p.H / p.Hkv;
   // which == 4: FA2 (the flash backend) on the same leaves without the additive
-  // mask, causal by torch's flag: the reference of issue 5's all-active target.
+  // mask, causal by torch's flag: the dense reference where every pair is active.
   const bool causal = p.causal, top_left_differs = p.causal && p.Nq != p.Nk;
   auto make_bwd = [&](const std::string& name, int which) {
     MaskedTorchPeer peer;
@@ -350,7 +350,7 @@ std::vector<MaskedTorchPeer> make_masked_torch_peers(const DynamicMaskProblem& p
       return err;
     };
     if (which == 3) peer.about = "torch picks " + st->default_backend;
-    if (which == 4) peer.about = "FA2 on the same Q, K, V, dO without mask or bias: the issue's reference";
+    if (which == 4) peer.about = "FA2 on the same Q, K, V, dO without mask or bias: the dense reference";
     return peer;
   };
   std::vector<MaskedTorchPeer> peers = {make_bwd("sdpa(efficient)+mask bwd", 0), make_bwd("sdpa(cudnn)+mask bwd", 1),

@@ -31,7 +31,7 @@ std::vector<Variant> make_sdpa_peers();
 std::string torch_reference(const AttnProblem& p, const void* q, const void* k, const void* v, float* o_ref,
                             float* lse_ref, cudaStream_t stream);
 
-// Torch on a dynamic-mask problem (issue 5): the mask, the bias and the causal
+// Torch on a dynamic-mask problem: the mask, the bias and the causal
 // rule become one additive float mask [B, H, Nq, Nk] in the input dtype, and
 // K, V are repeated to H heads (GQA) — both built once, before timing, as
 // flash-dmattn's benchmark does. Each peer's `run` makes one call on `stream`
@@ -43,8 +43,8 @@ std::string torch_reference(const AttnProblem& p, const void* q, const void* k, 
 // `fa2_reference` (backward only) adds "sdpa(flash) bwd, no mask": FA2's
 // backward on the same Q, K, V, dout without the mask or bias (causal by
 // torch's top-left flag; unsupported where that differs, Nq != Nk) — the
-// reference of issue 5's all-active target, so the caller asks for it only
-// where every pair is active (the same pair count).
+// dense reference for a mask that leaves every pair active, so the caller
+// asks for it only then (the same pair count).
 struct MaskedTorchPeer {
   std::string name;
   std::function<std::string(cudaStream_t)> run;

@@ -22,9 +22,8 @@ namespace py = pybind11;
 // Clean Python exceptions (ValueError, TypeError) with one-line messages; torch's
 // own TORCH_CHECK would surface as RuntimeError with a C++ backtrace. Macros, so
 // the message is only built when the check fails. Messages are plain string
-// concatenation: iostream formatting (c10::str) crashed inside this module on
-// the GPU machine's image (a segfault in std::ostream, seen with both pybind11
-// builds), so the module uses none.
+// concatenation, never iostream formatting (c10::str): that segfaults in
+// std::ostream inside this module on some images (with either pybind11 build).
 // `where` names the Python function the user called.
 #define ATTNLAB_RAISE_UNLESS(ok, error, where, message)             \
   do {                                                              \

@@ -1,4 +1,4 @@
-// The CPU reference of dynamic-mask attention (issue 5): forward against the
+// The CPU reference of dynamic-mask attention: forward against the
 // plain reference, mask/bias/softcap/GQA semantics, the backward by finite
 // differences, dBias reduction to its broadcast shape, and the top-W mask builder.
 #include <cmath>
