@@ -348,7 +348,7 @@ void run_case(const Case& c, uint64_t seed, bool corrupt = false) {
 }  // namespace
 
 int main() {
-  if (!have_gpu()) return 1;
+  if (!have_gpu()) return kSkipped;
   uint64_t seed = 5005;
   std::vector<Case> cases;
   const std::pair<int, int> sizes[] = {{1, 1}, {17, 17}, {127, 127}, {129, 129}, {1000, 1000}, {17, 1000}, {1000, 17},

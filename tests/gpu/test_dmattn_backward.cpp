@@ -289,7 +289,7 @@ void run_case(const MaskedCase& c, uint64_t seed, bool deterministic = false, in
 }  // namespace
 
 int main() {
-  if (!have_gpu()) return 1;
+  if (!have_gpu()) return kSkipped;
   // The whole suite on the automatic core, and again on mma.sync where the
   // automatic one is wgmma (sm_90, D = 64 and 128): both cores checked alike.
   DynamicMaskProblem probe;

@@ -77,7 +77,7 @@ void run_case(const MaskedCase& c, uint64_t seed) {
 }  // namespace
 
 int main() {
-  if (!have_gpu()) return 1;
+  if (!have_gpu()) return kSkipped;
   uint64_t seed = 777;
   for (DType dt : {DType::kFloat16, DType::kBFloat16})
     for (bool causal : {false, true}) {
