@@ -1,4 +1,4 @@
-// GPU tests of dynamic-mask attention (issue 5), ctest -L gpu:
+// GPU tests of dynamic-mask attention, ctest -L gpu:
 //   - the forward kernel against the CPU double reference (masked_reference_cpu)
 //     over odd sizes, Nq != Nk, GQA, every broadcast form of mask and bias,
 //     fully masked rows, softcap, causal, both dtypes, every head dim; outputs
@@ -380,9 +380,8 @@ int main() {
       cases.push_back(z);
       Case tk{1, 2, 1, 300, 700, 128, dt, causal, 0.f, true, true, 1, -1, 1, 1, -1, 1};
       // Mask from the bias: top-400 keys per query, block-smoothed by 64 —
-      // ~45 of 55 tiles active. (Until session 14 top-96: under the
-      // majority vote a W well under Nk/2 leaves no key block, and that mask
-      // was all zeros.)
+      // ~45 of 55 tiles active (under the majority vote a W well under Nk/2
+      // leaves no key block: the mask would be all zeros).
       tk.topk_window = 400;
       cases.push_back(tk);
     }
@@ -442,7 +441,7 @@ int main() {
     c.splits = 3;
     cases.push_back(c);
     Case t{1, 2, 1, 1, 9000, 128, dt, true, 0.f, true, true, 1, -1, 1, 1, -1, 1};
-    t.topk_window = 5000;  // ~110 of 141 key blocks survive the vote (300, until session 14: none)
+    t.topk_window = 5000;  // ~110 of 141 key blocks survive the vote (at W = 300: none)
     t.splits = 7;
     cases.push_back(t);
     Case m{1, 4, 2, 1, 777, 64, dt, false, 0.f, true, false, 1, 0, 1, 1, 0, 1};
@@ -458,14 +457,14 @@ int main() {
   static uint8_t any_mask_byte;
   for (size_t i = 0; i < n_auto; ++i) {
     Case c = cases[i];
-    DynamicMaskProblem probe;
-    probe.D = c.D;
-    const bool wgmma = dma_forward_core_name(probe, DmaCore::kAuto) == "wgmma";
+    DynamicMaskProblem shape;
+    shape.D = c.D;
+    const bool wgmma = dma_forward_core_name(shape, DmaCore::kAuto) == "wgmma";
     const bool gather = c.Nq == 1 && c.mask;
     if ((!wgmma && !gather) || c.kv_misaligned) continue;  // (the tile kernels refuse misaligned K, V)
-    probe.Nq = c.Nq; probe.Nk = c.Nk;
-    if (c.mask) probe.mask.data = &any_mask_byte;
-    if (gather && dma_forward_core_name(probe, DmaCore::kAuto) != "gather") {
+    shape.Nq = c.Nq; shape.Nk = c.Nk;
+    if (c.mask) shape.mask.data = &any_mask_byte;
+    if (gather && dma_forward_core_name(shape, DmaCore::kAuto) != "gather") {
       c.core = DmaCore::kGather;
       cases.push_back(c);
     }
@@ -486,18 +485,18 @@ int main() {
   for (size_t i = 0; i < n_auto; ++i) {
     Case c = cases[i];
     if (!c.mask) continue;
-    DynamicMaskProblem probe;
-    probe.B = c.B; probe.H = c.H; probe.Hkv = c.Hkv; probe.Nq = c.Nq; probe.Nk = c.Nk; probe.D = c.D;
-    probe.mask.data = &any_mask_byte;
-    probe.mask.set_shape(c.mb, heads_of(c.mh, c), c.mq, c.Nk, c.H);
+    DynamicMaskProblem shape;
+    shape.B = c.B; shape.H = c.H; shape.Hkv = c.Hkv; shape.Nq = c.Nq; shape.Nk = c.Nk; shape.D = c.D;
+    shape.mask.data = &any_mask_byte;
+    shape.mask.set_shape(c.mb, heads_of(c.mh, c), c.mq, c.Nk, c.H);
     const bool auto_in_kernel =
-        dma_forward_mask_scan_name(probe, DmaMaskScan::kAuto, dma_resolve_splits(probe, c.splits)) == "in-kernel";
+        dma_forward_mask_scan_name(shape, DmaMaskScan::kAuto, dma_resolve_splits(shape, c.splits)) == "in-kernel";
     c.mask_scan = auto_in_kernel ? DmaMaskScan::kPrepass : DmaMaskScan::kInKernel;
     cases.push_back(c);
     // And pipelined (pre-pass chunks, forward per chunk on side streams)
     // where it runs as such: one split, a mask with rows per query.
     c.mask_scan = DmaMaskScan::kPipelined;
-    if (dma_forward_mask_scan_name(probe, DmaMaskScan::kPipelined, dma_resolve_splits(probe, c.splits)) == "pipelined")
+    if (dma_forward_mask_scan_name(shape, DmaMaskScan::kPipelined, dma_resolve_splits(shape, c.splits)) == "pipelined")
       cases.push_back(c);
   }
   std::printf("%zu cases (%zu more on the mma.sync core or wgmma with cp.async, %zu with the other mask scans)\n",

@@ -292,10 +292,10 @@ int main() {
   if (!have_gpu()) return kSkipped;
   // The whole suite on the automatic core, and again on mma.sync where the
   // automatic one is wgmma (sm_90, D = 64 and 128): both cores checked alike.
-  DynamicMaskProblem probe;
-  probe.D = 64;
+  DynamicMaskProblem shape;
+  shape.D = 64;
   std::vector<DmaCore> cores = {DmaCore::kAuto};
-  if (dma_backward_core_name(probe, DmaCore::kAuto) == "wgmma") cores.push_back(DmaCore::kMma);
+  if (dma_backward_core_name(shape, DmaCore::kAuto) == "wgmma") cores.push_back(DmaCore::kMma);
   for (DmaCore core : cores) {
     g_core = core;
     uint64_t seed = 4242;
@@ -345,12 +345,12 @@ int main() {
         // (its causal range alone is uneven): those two run without it.
         const MaskedCase dense_plan{10, 2, 2, 2100, 2200, 64, dt, causal, 0.f, 1, -1, 2100, 1, -1, 1, false};
         const MaskedCase skewed_plan{10, 2, 2, 2100, 2200, 128, dt, causal, 0.f, 0, 0, 0, 1, 1, 1, false};
-        DynamicMaskProblem plan_probe;
-        plan_probe.B = 10; plan_probe.H = plan_probe.Hkv = 2; plan_probe.Nq = 2100; plan_probe.Nk = 2200;
-        plan_probe.D = 64;
+        DynamicMaskProblem plan_shape;
+        plan_shape.B = 10; plan_shape.H = plan_shape.Hkv = 2; plan_shape.Nq = 2100; plan_shape.Nk = 2200;
+        plan_shape.D = 64;
         const uint8_t any_mask = 1;
-        plan_probe.mask.data = &any_mask;  // only its presence is read
-        record(dma_backward_plans_chunks(plan_probe, false, 0),
+        plan_shape.mask.data = &any_mask;  // only its presence is read
+        record(dma_backward_plans_chunks(plan_shape, false, 0),
                "the chunk plan applies (key tile blocks >= 4 per SM): " + dense_plan.name());
         run_case(dense_plan, ++seed);
         run_case(skewed_plan, ++seed, false, 0, 1100, Reuse::kPipelined);

@@ -1,4 +1,4 @@
-// GPU test of the dynamic-mask references (issue 5): dma_reference_fp32 (exact
+// GPU test of the dynamic-mask references: dma_reference_fp32 (exact
 // and low-precision) and dma_build_topk_mask against the CPU double reference
 // (kernels/reference/masked_reference_cpu.h) — GQA, broadcast masks and biases,
 // softcap, causal with Nq != Nk (rows that see no key), ties and ±0 in the bias,

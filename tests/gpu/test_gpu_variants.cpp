@@ -93,7 +93,7 @@ void reference_matches_cpu(cudaStream_t s, uint64_t& seed) {
 }
 
 // The check must be able to fail: untouched (poisoned) outputs and a wrong
-// answer (another seed's output) are both rejected.
+// answer (the output for other inputs) are both rejected.
 void check_can_fail(cudaStream_t s, uint64_t& seed) {
   const AttnProblem p = make(1, 2, 129, 129, 64, 64, DType::kFloat16, false);
   ProblemBuffers bufs;
