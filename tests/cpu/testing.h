@@ -1,5 +1,6 @@
-// attnlab: a minimal test runner (no dependencies, so the same tests build on
-// the CPU machines and on the GPU machine). Prints "N passed, M failed".
+// attnlab: a minimal test framework (no dependencies, so the same tests build
+// on the CPU machines and on the GPU machine). TEST_CASE(name) registers a
+// case; test_main.cpp runs them all or by name and prints "N passed, M failed".
 #pragma once
 
 #include <cmath>
