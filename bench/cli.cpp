@@ -2,7 +2,10 @@
 
 #include <cerrno>
 #include <climits>
+#include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <set>
 
 namespace attnlab {
 namespace {
@@ -10,15 +13,23 @@ namespace {
 constexpr long kMaxBatchOrHeads = 65535;   // grid-dimension limits of the kernels
 constexpr long kMaxSeqLen = 1L << 30;
 constexpr long kMaxHeadDim = 1024;
+constexpr double kMaxSoftcap = 1e6;
 
-// Strict integer parse: the whole string, in range. Returns an error or "".
+bool all_digits(const std::string& s, size_t from) {
+  if (from >= s.size()) return false;
+  for (size_t i = from; i < s.size(); ++i)
+    if (s[i] < '0' || s[i] > '9') return false;
+  return true;
+}
+
+// Strict integer parse: an optional '-' and decimal digits, nothing else (no
+// spaces, no '+', no suffix), in [lo, hi]. Returns an error or "".
 std::string parse_int(const std::string& flag, const std::string& text, long lo, long hi, int* out) {
-  errno = 0;
-  char* end = nullptr;
-  const long v = std::strtol(text.c_str(), &end, 10);
-  if (text.empty() || end == text.c_str() || *end != '\0' || errno == ERANGE)
+  if (!all_digits(text, !text.empty() && text[0] == '-' ? 1 : 0))
     return flag + " expects an integer, got '" + text + "'";
-  if (v < lo || v > hi)
+  errno = 0;
+  const long long v = std::strtoll(text.c_str(), nullptr, 10);
+  if (errno == ERANGE || v < lo || v > hi)
     return flag + " must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " + text;
   *out = int(v);
   return "";
@@ -41,24 +52,53 @@ std::string parse_int_list(const std::string& flag, const std::string& text, lon
   return "";
 }
 
+// Decimal digits only, up to 2^64 - 1.
+std::string parse_seed(const std::string& text, uint64_t* out) {
+  if (!all_digits(text, 0)) return "--seed expects a non-negative integer, got '" + text + "'";
+  errno = 0;
+  const unsigned long long v = std::strtoull(text.c_str(), nullptr, 10);
+  if (errno == ERANGE) return "--seed must be at most " + std::to_string(UINT64_MAX) + ", got " + text;
+  *out = v;
+  return "";
+}
+
+// A finite decimal number in [lo, hi] ("30", "0.5", "1e3"): no spaces, no
+// sign, no nan/inf, no hex, the whole string.
+std::string parse_number(const std::string& flag, const std::string& text, double lo, double hi, float* out) {
+  const std::string expects = flag + " expects a number from 0 to 1e6 (0: off), got '" + text + "'";
+  if (text.empty() || !((text[0] >= '0' && text[0] <= '9') || text[0] == '.') ||
+      text.find_first_not_of("0123456789.eE+-") != std::string::npos)
+    return expects;
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(text.c_str(), &end);
+  if (*end != '\0' || errno == ERANGE || !std::isfinite(v) || v < lo || v > hi) return expects;
+  *out = float(v);
+  return "";
+}
+
 }  // namespace
 
 std::string usage() {
   return R"(flash_attn_mma — time and check every attention variant on one shape
 
-usage: flash_attn_mma [options]
+usage: flash_attn_mma [options]      (--flag V or --flag=V; each option once)
   --B N             batch size (default 1)
   --H N             heads (default 8)
   --N N             sequence length of queries and keys (default 4096)
-  --Nq N, --Nk N    query / key lengths when they differ (override --N)
+  --Nq N, --Nk N    query / key lengths when they differ (override --N; --N
+                    with both of them is an error)
   --D N             head dim of Q and K (default 64)
   --Dv N            head dim of V and O (default: --D)
   --dtype T         fp16 | bf16 (default fp16)
   --causal          causal mask, bottom-right aligned when Nq != Nk
   --warmup N        untimed runs per variant (default 2)
   --iters N         timed runs per variant; the median is reported (default 10)
-  --seed N          input seed (default: from the clock, printed in the banner)
+  --seed N          input seed, 0 ... 2^64-1 (default: from the clock, printed
+                    in the banner)
   --check           check every row against the fp32 reference; exit 1 on any FAIL
+  --reference R     with --check: fp32 (attnlab's fp32 GPU reference, default)
+                    | torch (torch's math SDPA on fp32 copies; needs a torch build)
   --show-all        show every row (default: only rows that beat the best so far,
                     plus failures and unsupported rows)
   --variant GLOB    run only variants whose name matches, e.g. 'split-q*';
@@ -67,21 +107,26 @@ usage: flash_attn_mma [options]
                     cuBLAS) and, in a torch build, `torch(unfused)`
   --sdpa            include torch's SDPA backends: sdpa(flash) (FA2), sdpa(cudnn),
                     sdpa(efficient) (needs a build that found PyTorch)
-  --reference R     fp32 (attnlab's fp32 GPU reference, default) | torch (torch's
-                    math SDPA on fp32 copies; needs a torch build)
-  --sweep           run a grid of shapes (B, H as given) and print one line per
-                    shape; rows go to --csv. Grid: --sweep-N 1024,...,32768
+  --sweep           run a grid of shapes (B, H, dtype as given) and print one line
+                    per shape; rows go to --csv. The grid sets N, D (= Dv) and the
+                    causal flag, so --N, --Nq, --Nk, --D, --Dv, --causal and
+                    --show-all are errors with it. Grid: --sweep-N 1024,...,32768
                     --sweep-D 32,64,128,256,512,1024 --sweep-causal 0,1
+  --sweep-N L, --sweep-D L, --sweep-causal L   the grid, comma-separated (need --sweep)
   --csv FILE        append every row to FILE (with GPU, driver, CUDA, commit, date)
 
-dynamic-mask attention (flash-dmattn semantics; any of these selects it):
+dynamic-mask attention (flash-dmattn semantics). Any option of this section
+selects it, even at its default value; --variant, --show-all, --reference,
+--sweep and --Dv != --D are then errors:
   --Hkv N           KV heads, H a multiple of N (GQA/MQA; default: --H)
   --mask M          none | causal | ones (an all-ones mask) | topk (per query,
                     the --window keys of largest bias, smoothed per --block keys)
-  --window W        keys kept per query by --mask topk (default 1024)
-  --block N         majority-vote block of --mask topk (default 64, 0 = off)
+  --window W        keys kept per query by --mask topk (default 1024; needs
+                    --mask topk)
+  --block N         majority-vote block of --mask topk (default 64, 0 = off;
+                    needs --mask topk)
   --bias            add a random per-key bias of shape (B, Hkv, 1, Nk)
-  --softcap C       S = C·tanh(S / C) after the bias (default off)
+  --softcap C       S = C·tanh(S / C) after the bias (default 0: off)
   --bwd             also the backward: dmattn's (dQ, dK, dV, dBias) and, with
                     --sdpa/--torch, torch's through autograd; TFLOPS count
                     2·(3D+2Dv)·pairs
@@ -94,7 +139,7 @@ dynamic-mask attention (flash-dmattn semantics; any of these selects it):
   --bwd-own-prepass  the backward runs its own mask pre-pass (default: it
                     reads the tile bits the forward's pre-pass or in-kernel
                     scan stored, as in training); the time of a backward
-                    called alone; implies --bwd
+                    called alone; implies --bwd; needs --mask ones or topk
   --mask-bits       also run dmattn on the same mask bit-packed (one bit per
                     query and key, DmaMaskFormat::kBits; packed once by
                     dma_pack_mask_bits, outside the timed calls): rows
@@ -103,7 +148,8 @@ dynamic-mask attention (flash-dmattn semantics; any of these selects it):
   --bwd-chunks N    the backward's query chunks: blocks sharing one 64-key
                     tile's walk over the query tiles, adding dK, dV through
                     fp32 atomics (implies --bwd; default 0 = automatic, 1 = one
-                    block per key tile; the deterministic mode always uses 1)
+                    block per key tile; not with --deterministic, which always
+                    uses 1)
   --splits N        split-KV parts per query block, merged by LSE (default 0 =
                     automatic: more than one only when the query blocks alone
                     would leave SMs idle, e.g. decoding with --Nq 1)
@@ -111,23 +157,28 @@ dynamic-mask attention (flash-dmattn semantics; any of these selects it):
                     with a mask, else wgmma on an sm_90 GPU for D in {64, 128},
                     else mma), mma, wgmma (K, V by TMA where aligned),
                     wgmma-cp.async (K, V by cp.async), gather (decoding: the
-                    active keys' K and V rows only, not their 64-key tiles)
-  --dma-mask-scan S where the forward reads the mask for its skip test: auto
-                    (default: in-kernel when at most two blocks share a mask
-                    byte and a block scans at most 16K keys, else pipelined
-                    where it can be, else prepass), prepass (a kernel summarises the mask
-                    into tile bits first), in-kernel (each block reads its rows),
-                    pipelined (the pre-pass in chunks of query tiles, each
-                    chunk's forward on a side stream as soon as its bits exist)
-  --dma-prepass-chunks N  pipelined: the pre-pass's chunks (0: automatic, 4;
-                    at most 16)
+                    active keys' K and V rows only, not their 64-key tiles;
+                    needs --Nq 1 and --mask ones or topk)
+  --dma-mask-scan S where the forward reads the mask for its skip test (needs
+                    --mask ones or topk): auto (default: in-kernel when at most
+                    two blocks share a mask byte and a block scans at most 16K
+                    keys, else pipelined where it can be, else prepass), prepass
+                    (a kernel summarises the mask into tile bits first),
+                    in-kernel (each block reads its rows), pipelined (the
+                    pre-pass in chunks of query tiles, each chunk's forward on a
+                    side stream as soon as its bits exist)
+  --dma-prepass-chunks N  the pipelined pre-pass's chunks (0: automatic, 4; at
+                    most 16; needs --mask ones or topk, and --dma-mask-scan
+                    auto or pipelined)
   Rows: dmattn (ours; effective TFLOPS count unmasked pairs only; the share of
   64x64 tiles skipped), the dense split-q+stage2 rung on the same shape, and
   with --sdpa/--torch torch given the same mask as an additive float mask:
   sdpa(efficient), sdpa(cudnn), torch(unfused), and sdpa(default), torch's
   own entry point (its note says which backend torch picks there).
-  --list            list the variants and their tile configurations
-  --help            this text
+
+  --list            list the variants and their tile configurations (--variant,
+                    --torch and --sdpa choose the rows; no GPU needed)
+  --help            this text (the other options are still checked)
 )";
 }
 
@@ -135,6 +186,12 @@ ParseResult parse_args(const std::vector<std::string>& args) {
   ParseResult r;
   Options& o = r.options;
   int n = -1, nq = -1, nk = -1, dv = -1;
+  std::set<std::string> given;  // every option seen, by its canonical name
+  // The options of the dynamic-mask mode: any of them selects it.
+  static const std::set<std::string> dynamic_mask_options = {
+      "--Hkv", "--mask", "--window", "--block", "--bias", "--softcap", "--bwd", "--deterministic",
+      "--bwd-walk-in-order", "--bwd-own-prepass", "--mask-bits", "--bwd-chunks", "--splits", "--dma-core",
+      "--dma-mask-scan", "--dma-prepass-chunks"};
   for (size_t i = 0; i < args.size(); ++i) {
     std::string flag = args[i], value;
     bool has_inline_value = false;
@@ -146,6 +203,8 @@ ParseResult parse_args(const std::vector<std::string>& args) {
         has_inline_value = true;
       }
     }
+    if (flag == "--show") flag = "--show-all";
+    if (flag == "-h") flag = "--help";
     auto take_value = [&]() -> bool {
       if (has_inline_value) return true;
       if (i + 1 >= args.size()) {
@@ -162,7 +221,20 @@ ParseResult parse_args(const std::vector<std::string>& args) {
       if (has_inline_value) r.error = flag + " takes no value";
       else *out = true;
     };
+    auto choice = [&](std::initializer_list<const char*> allowed, const std::string& list, std::string* out) {
+      if (!take_value()) return;
+      for (const char* a : allowed)
+        if (value == a) {
+          *out = value;
+          return;
+        }
+      r.error = flag + " must be " + list + ", got '" + value + "'";
+    };
 
+    if (given.count(flag)) {
+      r.error = flag + " given twice";
+      return r;
+    }
     if (flag == "--B") int_flag(1, kMaxBatchOrHeads, &o.B);
     else if (flag == "--H") int_flag(1, kMaxBatchOrHeads, &o.H);
     else if (flag == "--N") int_flag(1, kMaxSeqLen, &n);
@@ -173,15 +245,8 @@ ParseResult parse_args(const std::vector<std::string>& args) {
     else if (flag == "--warmup") int_flag(0, 100000, &o.warmup);
     else if (flag == "--iters") int_flag(1, 100000, &o.iters);
     else if (flag == "--seed") {
-      if (take_value()) {
-        errno = 0;
-        char* end = nullptr;
-        const unsigned long long s = std::strtoull(value.c_str(), &end, 10);
-        if (value.empty() || value[0] == '-' || *end != '\0' || errno == ERANGE)
-          r.error = "--seed expects a non-negative integer, got '" + value + "'";
-        o.seed = s;
-        o.seed_given = true;
-      }
+      if (take_value()) r.error = parse_seed(value, &o.seed);
+      o.seed_given = true;
     } else if (flag == "--dtype") {
       if (take_value()) {
         if (value == "fp16" || value == "float16" || value == "half") o.dtype = DType::kFloat16;
@@ -197,7 +262,7 @@ ParseResult parse_args(const std::vector<std::string>& args) {
       }
     } else if (flag == "--causal") bool_flag(&o.causal);
     else if (flag == "--check") bool_flag(&o.check);
-    else if (flag == "--show-all" || flag == "--show") bool_flag(&o.show_all);
+    else if (flag == "--show-all") bool_flag(&o.show_all);
     else if (flag == "--torch") bool_flag(&o.torch);
     else if (flag == "--sdpa") bool_flag(&o.sdpa);
     else if (flag == "--sweep") bool_flag(&o.sweep);
@@ -205,72 +270,89 @@ ParseResult parse_args(const std::vector<std::string>& args) {
     else if (flag == "--sweep-D") { if (take_value()) r.error = parse_int_list(flag, value, 1, kMaxHeadDim, &o.sweep_D); }
     else if (flag == "--sweep-causal") { if (take_value()) r.error = parse_int_list(flag, value, 0, 1, &o.sweep_causal); }
     else if (flag == "--reference") {
-      if (take_value()) {
-        if (value == "fp32") o.torch_reference = false;
-        else if (value == "torch") o.torch_reference = true;
-        else r.error = "--reference must be fp32 or torch, got '" + value + "'";
-      }
+      std::string ref;
+      choice({"fp32", "torch"}, "fp32 or torch", &ref);
+      o.torch_reference = ref == "torch";
     }
     else if (flag == "--Hkv") int_flag(1, kMaxBatchOrHeads, &o.Hkv);
-    else if (flag == "--mask") {
-      if (take_value()) {
-        if (value == "none" || value == "causal" || value == "topk" || value == "ones") o.mask = value;
-        else r.error = "--mask must be none, causal, ones or topk, got '" + value + "'";
-      }
-    } else if (flag == "--window") int_flag(0, kMaxSeqLen, &o.window);
+    else if (flag == "--mask") choice({"none", "causal", "topk", "ones"}, "none, causal, ones or topk", &o.mask);
+    else if (flag == "--window") int_flag(0, kMaxSeqLen, &o.window);
     else if (flag == "--block") int_flag(0, 65536, &o.block);
     else if (flag == "--bias") bool_flag(&o.bias);
     else if (flag == "--splits") int_flag(0, 1024, &o.splits);
-    else if (flag == "--dma-core") {
-      if (take_value()) {
-        if (value == "auto" || value == "mma" || value == "wgmma" || value == "wgmma-cp.async" || value == "gather")
-          o.dma_core = value;
-        else r.error = "--dma-core must be auto, mma, wgmma, wgmma-cp.async or gather, got '" + value + "'";
-      }
-    }
-    else if (flag == "--dma-mask-scan") {
-      if (take_value()) {
-        if (value == "auto" || value == "prepass" || value == "in-kernel" || value == "pipelined")
-          o.dma_mask_scan = value;
-        else r.error = "--dma-mask-scan must be auto, prepass, in-kernel or pipelined, got '" + value + "'";
-      }
-    }
+    else if (flag == "--dma-core")
+      choice({"auto", "mma", "wgmma", "wgmma-cp.async", "gather"}, "auto, mma, wgmma, wgmma-cp.async or gather",
+             &o.dma_core);
+    else if (flag == "--dma-mask-scan")
+      choice({"auto", "prepass", "in-kernel", "pipelined"}, "auto, prepass, in-kernel or pipelined", &o.dma_mask_scan);
     else if (flag == "--dma-prepass-chunks") int_flag(0, 16, &o.dma_prepass_chunks);
     else if (flag == "--bwd") bool_flag(&o.bwd);
-    else if (flag == "--deterministic") { bool_flag(&o.deterministic); o.bwd = o.bwd || o.deterministic; }
-    else if (flag == "--bwd-chunks") { int_flag(0, 4096, &o.bwd_chunks); o.bwd = true; }
+    else if (flag == "--deterministic") bool_flag(&o.deterministic);
+    else if (flag == "--bwd-chunks") int_flag(0, 4096, &o.bwd_chunks);
     else if (flag == "--bwd-walk-in-order") {
       bool in_order = false;
       bool_flag(&in_order);
-      o.bwd_rotate = o.bwd_rotate && !in_order;
-      o.bwd = true;
+      o.bwd_rotate = !in_order;
     }
-    else if (flag == "--bwd-own-prepass") { bool_flag(&o.bwd_own_prepass); o.bwd = true; }
+    else if (flag == "--bwd-own-prepass") bool_flag(&o.bwd_own_prepass);
     else if (flag == "--mask-bits") bool_flag(&o.mask_bits);
-    else if (flag == "--softcap") {
-      if (take_value()) {
-        char* end = nullptr;
-        const float c = std::strtof(value.c_str(), &end);
-        if (value.empty() || *end != '\0' || !(c >= 0.f) || c > 1e6f) r.error = "--softcap expects a number >= 0, got '" + value + "'";
-        else o.softcap = c;
-      }
-    }
+    else if (flag == "--softcap") { if (take_value()) r.error = parse_number(flag, value, 0, kMaxSoftcap, &o.softcap); }
     else if (flag == "--list") bool_flag(&o.list);
-    else if (flag == "--help" || flag == "-h") bool_flag(&o.help);
+    else if (flag == "--help") bool_flag(&o.help);
     else r.error = "unknown option '" + args[i] + "' (see --help)";
     if (!r.error.empty()) return r;
+    given.insert(flag);
   }
+  auto has = [&](const char* flag) { return given.count(flag) > 0; };
+  auto fail = [&](const std::string& e) {
+    r.error = e;
+    return r;
+  };
+
+  for (const std::string& f : given)
+    if (dynamic_mask_options.count(f)) o.dynamic_mask_option = true;
+  if (o.deterministic || o.bwd_chunks > 0 || has("--bwd-chunks") || has("--bwd-walk-in-order") ||
+      o.bwd_own_prepass)
+    o.bwd = true;  // options of the backward imply it
+  if (has("--N") && has("--Nq") && has("--Nk")) return fail("--N has no effect with both --Nq and --Nk");
   if (n > 0) o.Nq = o.Nk = n;
   if (nq > 0) o.Nq = nq;
   if (nk > 0) o.Nk = nk;
   o.Dv = dv > 0 ? dv : o.D;
   if (o.mask == "causal") o.causal = true;
-  if (o.Hkv > 0 && o.H % o.Hkv != 0) r.error = "--H must be a multiple of --Hkv";
-  if (o.mask == "topk" && !o.bias) r.error = "--mask topk selects keys by the bias: add --bias";
-  if (o.mask_bits && o.mask != "topk" && o.mask != "ones")
-    r.error = "--mask-bits packs the mask: add --mask ones or --mask topk";
-  if (o.dynamic_mask() && o.sweep) r.error = "--sweep does not apply to dynamic-mask runs";
-  if (o.dynamic_mask() && o.Dv != o.D) r.error = "dynamic-mask attention needs Dv == D";
+
+  // Options that mean nothing without another one.
+  for (const char* f : {"--sweep-N", "--sweep-D", "--sweep-causal"})
+    if (has(f) && !o.sweep) return fail(std::string(f) + " needs --sweep");
+  if (o.sweep)
+    for (const char* f : {"--N", "--Nq", "--Nk", "--D", "--Dv", "--causal"})
+      if (has(f))
+        return fail(std::string(f) +
+                    " does not apply to --sweep: the grid sets it (--sweep-N, --sweep-D, --sweep-causal)");
+  if (o.sweep && o.show_all) return fail("--show-all does not apply to --sweep: it prints one line per shape");
+  if (has("--reference") && !o.check) return fail("--reference needs --check (it is what --check compares against)");
+  for (const char* f : {"--window", "--block"})
+    if (has(f) && o.mask != "topk") return fail(std::string(f) + " needs --mask topk");
+  const bool mask_tensor = o.mask == "topk" || o.mask == "ones";
+  if (o.mask_bits && !mask_tensor) return fail("--mask-bits packs the mask: add --mask ones or --mask topk");
+  for (const char* f : {"--dma-mask-scan", "--dma-prepass-chunks", "--bwd-own-prepass"})
+    if (has(f) && !mask_tensor) return fail(std::string(f) + " reads the mask: add --mask ones or --mask topk");
+  if (has("--dma-prepass-chunks") && o.dma_mask_scan != "auto" && o.dma_mask_scan != "pipelined")
+    return fail("--dma-prepass-chunks needs --dma-mask-scan pipelined or auto, not " + o.dma_mask_scan);
+  if (o.dma_core == "gather" && (o.Nq != 1 || !mask_tensor))
+    return fail("--dma-core gather needs one query row (--Nq 1) and a mask (--mask ones or --mask topk)");
+  if (has("--bwd-chunks") && o.deterministic)
+    return fail("--bwd-chunks does not apply to --deterministic, which always runs one chunk");
+  if (o.Hkv > 0 && o.H % o.Hkv != 0) return fail("--H must be a multiple of --Hkv");
+  if (o.mask == "topk" && !o.bias) return fail("--mask topk selects keys by the bias: add --bias");
+  if (o.dynamic_mask()) {
+    if (o.sweep) return fail("--sweep does not apply to dynamic-mask runs");
+    if (o.Dv != o.D) return fail("dynamic-mask attention needs Dv == D");
+    if (has("--variant")) return fail("--variant does not apply to dynamic-mask runs: their rows are fixed");
+    if (o.show_all) return fail("--show-all does not apply to dynamic-mask runs: they show every row");
+    if (has("--reference"))
+      return fail("--reference does not apply to dynamic-mask runs: --check uses dmattn's fp32 reference");
+  }
   return r;
 }
 

@@ -27,7 +27,7 @@ struct Options {
   std::vector<int> sweep_N = {1024, 2048, 4096, 8192, 16384, 32768};
   std::vector<int> sweep_D = {32, 64, 128, 256, 512, 1024};
   std::vector<int> sweep_causal = {0, 1};
-  // Dynamic-mask attention (kernels/dmattn/); any of these switches the harness to it.
+  // Dynamic-mask attention (kernels/dmattn/): any of these options selects it.
   int Hkv = 0;                // KV heads (0: = H)
   std::string mask;           // "" (dense harness) | none | causal | topk | ones
   int window = 1024;          // --mask topk: keys kept per query
@@ -44,9 +44,10 @@ struct Options {
   bool bwd_rotate = true;     // the backward's query tiles walked from per-key-tile offsets (--bwd-walk-in-order: false)
   bool bwd_own_prepass = false;  // the backward's own mask pre-pass, not the forward's summary (--bwd-own-prepass)
   bool mask_bits = false;        // also rows on the mask bit-packed (--mask-bits)
+  bool dynamic_mask_option = false;  // one of the dynamic-mask options was given (even at its default)
   bool dynamic_mask() const {
-    return !mask.empty() || Hkv > 0 || bias || softcap > 0.f || bwd || deterministic || dma_core != "auto" ||
-           dma_mask_scan != "auto" || dma_prepass_chunks != 0 || mask_bits;
+    return dynamic_mask_option || !mask.empty() || Hkv > 0 || bias || softcap > 0.f || bwd || deterministic ||
+           dma_core != "auto" || dma_mask_scan != "auto" || dma_prepass_chunks != 0 || splits != 0 || mask_bits;
   }
   bool list = false;
   bool help = false;
@@ -60,7 +61,10 @@ struct ParseResult {
   bool ok() const { return error.empty(); }
 };
 
-// Parses argv[1..]; accepts "--flag value" and "--flag=value".
+// Parses argv[1..]; accepts "--flag value" and "--flag=value", each option at
+// most once. Every error the options alone can show is found here: malformed
+// or out-of-range numbers, repeated options, and options that mean nothing
+// without another one (e.g. --window without --mask topk).
 ParseResult parse_args(const std::vector<std::string>& args);
 std::string usage();
 AttnProblem to_problem(const Options& o);

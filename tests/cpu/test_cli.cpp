@@ -51,7 +51,7 @@ TEST_CASE(cli_errors_name_the_problem) {
   EXPECT_CONTAINS(parse({"--dtype", "fp8"}).error, "--dtype must be fp16 or bf16, got 'fp8'");
   EXPECT_CONTAINS(parse({"--B", "abc"}).error, "--B expects an integer, got 'abc'");
   EXPECT_CONTAINS(parse({"--B", "3x"}).error, "--B expects an integer");
-  EXPECT_CONTAINS(parse({"--H", "99999999999999999999"}).error, "--H expects an integer");
+  EXPECT_CONTAINS(parse({"--H", "99999999999999999999"}).error, "--H must be between 1 and 65535");
   EXPECT_CONTAINS(parse({"--frobnicate"}).error, "unknown option '--frobnicate'");
   EXPECT_CONTAINS(parse({"--N"}).error, "--N needs a value");
   EXPECT_CONTAINS(parse({"--causal=1"}).error, "--causal takes no value");
@@ -64,8 +64,8 @@ TEST_CASE(cli_errors_name_the_problem) {
 }
 
 TEST_CASE(cli_peers_reference_and_sweep) {
-  const ParseResult r = parse({"--sdpa", "--reference", "torch", "--sweep", "--sweep-N", "1024,8192", "--sweep-D",
-                               "64", "--sweep-causal", "1"});
+  const ParseResult r = parse({"--sdpa", "--check", "--reference", "torch", "--sweep", "--sweep-N", "1024,8192",
+                               "--sweep-D", "64", "--sweep-causal", "1"});
   EXPECT_TRUE(r.ok());
   EXPECT_TRUE(r.options.sdpa && r.options.torch_reference && r.options.sweep);
   EXPECT_TRUE(r.options.sweep_N == std::vector<int>({1024, 8192}));
@@ -75,9 +75,9 @@ TEST_CASE(cli_peers_reference_and_sweep) {
   EXPECT_EQ(defaults.sweep_N.size(), size_t(6));
   EXPECT_EQ(defaults.sweep_D.back(), 1024);
   EXPECT_CONTAINS(parse({"--reference", "cpu"}).error, "--reference must be fp32 or torch");
-  EXPECT_CONTAINS(parse({"--sweep-N", "1024,,2048"}).error, "--sweep-N expects an integer");
-  EXPECT_CONTAINS(parse({"--sweep-D", "64,2048"}).error, "--sweep-D must be between 1 and 1024");
-  EXPECT_CONTAINS(parse({"--sweep-causal", "2"}).error, "--sweep-causal must be between 0 and 1");
+  EXPECT_CONTAINS(parse({"--sweep", "--sweep-N", "1024,,2048"}).error, "--sweep-N expects an integer");
+  EXPECT_CONTAINS(parse({"--sweep", "--sweep-D", "64,2048"}).error, "--sweep-D must be between 1 and 1024");
+  EXPECT_CONTAINS(parse({"--sweep", "--sweep-causal", "2"}).error, "--sweep-causal must be between 0 and 1");
 }
 
 TEST_CASE(glob_matching) {
@@ -115,7 +115,8 @@ TEST_CASE(cli_dynamic_mask_flags) {
   EXPECT_CONTAINS(parse({"--bwd-chunks", "5000"}).error, "--bwd-chunks must be between 0 and 4096");
   EXPECT_TRUE(parse({"--deterministic"}).options.deterministic && parse({"--deterministic"}).options.bwd);
   EXPECT_TRUE(!parse({"--bwd"}).options.bwd_own_prepass);  // default: the forward's mask summary
-  EXPECT_TRUE(parse({"--bwd-own-prepass"}).options.bwd_own_prepass && parse({"--bwd-own-prepass"}).options.bwd);
+  EXPECT_TRUE(parse({"--mask", "ones", "--bwd-own-prepass"}).options.bwd_own_prepass &&
+              parse({"--mask", "ones", "--bwd-own-prepass"}).options.bwd);
   EXPECT_CONTAINS(parse({"--bwd-own-prepass=1"}).error, "--bwd-own-prepass takes no value");
   EXPECT_TRUE(parse({"--mask", "ones", "--mask-bits"}).options.mask_bits &&
               parse({"--mask", "ones", "--mask-bits"}).options.dynamic_mask());
@@ -129,20 +130,110 @@ TEST_CASE(cli_dynamic_mask_flags) {
   EXPECT_TRUE(parse({"--dma-core", "mma"}).options.dma_core == "mma" && parse({"--dma-core", "mma"}).options.dynamic_mask());
   EXPECT_CONTAINS(parse({"--dma-core", "tensor"}).error, "--dma-core must be auto, mma, wgmma, wgmma-cp.async or gather");
   EXPECT_EQ(parse({"--bias"}).options.dma_mask_scan, std::string("auto"));
-  EXPECT_TRUE(parse({"--dma-mask-scan", "in-kernel"}).options.dma_mask_scan == "in-kernel" &&
-              parse({"--dma-mask-scan", "prepass"}).options.dynamic_mask());
+  EXPECT_TRUE(parse({"--mask", "ones", "--dma-mask-scan", "in-kernel"}).options.dma_mask_scan == "in-kernel" &&
+              parse({"--mask", "ones", "--dma-mask-scan", "prepass"}).options.dynamic_mask());
   EXPECT_CONTAINS(parse({"--dma-mask-scan", "fused"}).error,
                   "--dma-mask-scan must be auto, prepass, in-kernel or pipelined, got 'fused'");
-  EXPECT_TRUE(parse({"--dma-mask-scan", "pipelined"}).options.dma_mask_scan == "pipelined");
-  EXPECT_EQ(parse({"--dma-prepass-chunks", "4"}).options.dma_prepass_chunks, 4);
-  EXPECT_TRUE(parse({"--dma-prepass-chunks", "4"}).options.dynamic_mask());
+  EXPECT_TRUE(parse({"--mask", "ones", "--dma-mask-scan", "pipelined"}).options.dma_mask_scan == "pipelined");
+  EXPECT_EQ(parse({"--mask", "ones", "--dma-prepass-chunks", "4"}).options.dma_prepass_chunks, 4);
+  EXPECT_TRUE(parse({"--mask", "ones", "--dma-prepass-chunks", "4"}).options.dynamic_mask());
   EXPECT_CONTAINS(parse({"--dma-prepass-chunks", "17"}).error, "--dma-prepass-chunks must be between 0 and 16");
   EXPECT_TRUE(parse({"--mask", "causal"}).options.causal);    // --mask causal implies --causal
   EXPECT_CONTAINS(parse({"--mask", "random"}).error, "--mask must be none, causal, ones or topk, got 'random'");
   EXPECT_CONTAINS(parse({"--H", "8", "--Hkv", "3"}).error, "--H must be a multiple of --Hkv");
   EXPECT_CONTAINS(parse({"--mask", "topk"}).error, "--mask topk selects keys by the bias: add --bias");
-  EXPECT_CONTAINS(parse({"--softcap", "-1"}).error, "--softcap expects a number >= 0");
-  EXPECT_CONTAINS(parse({"--softcap", "x"}).error, "--softcap expects a number >= 0");
+  EXPECT_CONTAINS(parse({"--softcap", "-1"}).error, "--softcap expects a number from 0 to 1e6 (0: off), got '-1'");
+  EXPECT_CONTAINS(parse({"--softcap", "x"}).error, "--softcap expects a number from 0 to 1e6");
   EXPECT_CONTAINS(parse({"--bias", "--sweep"}).error, "--sweep does not apply to dynamic-mask runs");
   EXPECT_CONTAINS(parse({"--bias", "--Dv", "32"}).error, "dynamic-mask attention needs Dv == D");
+}
+
+TEST_CASE(cli_numbers_are_strict) {
+  // The whole string, decimal digits (and a leading '-' for the range message), in range.
+  EXPECT_CONTAINS(parse({"--seed", " -1"}).error, "--seed expects a non-negative integer, got ' -1'");
+  EXPECT_CONTAINS(parse({"--seed", "-1"}).error, "--seed expects a non-negative integer, got '-1'");
+  EXPECT_CONTAINS(parse({"--seed", "+5"}).error, "--seed expects a non-negative integer");
+  EXPECT_CONTAINS(parse({"--seed", "18446744073709551616"}).error, "--seed must be at most 18446744073709551615");
+  EXPECT_EQ(parse({"--seed", "18446744073709551615"}).options.seed, UINT64_MAX);
+  EXPECT_EQ(parse({"--seed", "0"}).options.seed, uint64_t(0));
+  EXPECT_CONTAINS(parse({"--B", "1x"}).error, "--B expects an integer, got '1x'");
+  EXPECT_CONTAINS(parse({"--B", ""}).error, "--B expects an integer, got ''");
+  EXPECT_CONTAINS(parse({"--B="}).error, "--B expects an integer, got ''");
+  EXPECT_CONTAINS(parse({"--B", " 2"}).error, "--B expects an integer, got ' 2'");
+  EXPECT_CONTAINS(parse({"--B", "+2"}).error, "--B expects an integer");
+  EXPECT_CONTAINS(parse({"--B", "0x10"}).error, "--B expects an integer");
+  EXPECT_CONTAINS(parse({"--B", "-"}).error, "--B expects an integer");
+  EXPECT_CONTAINS(parse({"--N", "99999999999"}).error, "--N must be between 1 and 1073741824, got 99999999999");
+  EXPECT_CONTAINS(parse({"--N", "-99999999999999999999"}).error, "--N must be between 1 and 1073741824");
+  EXPECT_CONTAINS(parse({"--iters", "100001"}).error, "--iters must be between 1 and 100000");
+  for (const char* bad : {"nan", "NaN", "inf", "-1", " 1", "1 ", "", "1e7", "0x10", "1,5", "+1"})
+    EXPECT_CONTAINS(parse({"--softcap", bad}).error, "--softcap expects a number from 0 to 1e6");
+  EXPECT_NEAR(parse({"--softcap", "0.5"}).options.softcap, 0.5, 1e-7);
+  EXPECT_NEAR(parse({"--softcap", "1e3"}).options.softcap, 1000.0, 1e-3);
+  EXPECT_NEAR(parse({"--softcap", ".5"}).options.softcap, 0.5, 1e-7);
+}
+
+TEST_CASE(cli_repeated_options) {
+  EXPECT_CONTAINS(parse({"--D", "64", "--D", "128"}).error, "--D given twice");
+  EXPECT_CONTAINS(parse({"--D=64", "--D", "64"}).error, "--D given twice");
+  EXPECT_CONTAINS(parse({"--iters", "5", "--iters", "5"}).error, "--iters given twice");
+  EXPECT_CONTAINS(parse({"--causal", "--causal"}).error, "--causal given twice");
+  EXPECT_CONTAINS(parse({"--show", "--show-all"}).error, "--show-all given twice");  // one option, two spellings
+  EXPECT_CONTAINS(parse({"--bias", "--bias"}).error, "--bias given twice");
+  EXPECT_TRUE(parse({"--N", "64", "--Nq", "1"}).ok());  // different options
+}
+
+TEST_CASE(cli_options_that_need_another) {
+  // --N with both --Nq and --Nk would be ignored.
+  EXPECT_CONTAINS(parse({"--N", "64", "--Nq", "1", "--Nk", "2"}).error, "--N has no effect with both --Nq and --Nk");
+  // The sweep's grid options need --sweep; the grid sets N, D and causal itself.
+  EXPECT_CONTAINS(parse({"--sweep-N", "1024"}).error, "--sweep-N needs --sweep");
+  EXPECT_CONTAINS(parse({"--sweep-D", "64"}).error, "--sweep-D needs --sweep");
+  EXPECT_CONTAINS(parse({"--sweep-causal", "0"}).error, "--sweep-causal needs --sweep");
+  for (const char* f : {"--N", "--Nq", "--Nk", "--D", "--Dv"})
+    EXPECT_CONTAINS(parse({"--sweep", f, "64"}).error, std::string(f) + " does not apply to --sweep");
+  EXPECT_CONTAINS(parse({"--sweep", "--causal"}).error, "--causal does not apply to --sweep");
+  EXPECT_CONTAINS(parse({"--sweep", "--show-all"}).error, "--show-all does not apply to --sweep");
+  EXPECT_TRUE(parse({"--sweep", "--B", "2", "--H", "4", "--dtype", "bf16", "--check"}).ok());
+  // The reference is what --check compares against.
+  EXPECT_CONTAINS(parse({"--reference", "torch"}).error, "--reference needs --check");
+  EXPECT_CONTAINS(parse({"--reference", "fp32"}).error, "--reference needs --check");
+  EXPECT_TRUE(parse({"--check", "--reference", "fp32"}).ok());
+  // The top-W mask's parameters.
+  EXPECT_CONTAINS(parse({"--window", "64"}).error, "--window needs --mask topk");
+  EXPECT_CONTAINS(parse({"--block", "0"}).error, "--block needs --mask topk");
+  EXPECT_CONTAINS(parse({"--mask", "ones", "--window", "64"}).error, "--window needs --mask topk");
+  EXPECT_TRUE(parse({"--mask", "topk", "--bias", "--window", "64", "--block", "0"}).ok());
+  // Options that read the mask need one.
+  EXPECT_CONTAINS(parse({"--dma-mask-scan", "prepass"}).error,
+                  "--dma-mask-scan reads the mask: add --mask ones or --mask topk");
+  EXPECT_CONTAINS(parse({"--mask", "causal", "--dma-prepass-chunks", "2"}).error,
+                  "--dma-prepass-chunks reads the mask");
+  EXPECT_CONTAINS(parse({"--bwd-own-prepass"}).error, "--bwd-own-prepass reads the mask");
+  EXPECT_CONTAINS(parse({"--mask", "ones", "--dma-mask-scan", "in-kernel", "--dma-prepass-chunks", "2"}).error,
+                  "--dma-prepass-chunks needs --dma-mask-scan pipelined or auto, not in-kernel");
+  EXPECT_TRUE(parse({"--mask", "ones", "--dma-mask-scan", "pipelined", "--dma-prepass-chunks", "2"}).ok());
+  EXPECT_CONTAINS(parse({"--dma-core", "gather"}).error, "--dma-core gather needs one query row (--Nq 1) and a mask");
+  EXPECT_CONTAINS(parse({"--Nq", "1", "--dma-core", "gather"}).error, "--dma-core gather needs one query row");
+  EXPECT_CONTAINS(parse({"--Nq", "2", "--mask", "ones", "--dma-core", "gather"}).error, "--dma-core gather needs");
+  EXPECT_TRUE(parse({"--Nq", "1", "--mask", "ones", "--dma-core", "gather"}).ok());
+  EXPECT_CONTAINS(parse({"--deterministic", "--bwd-chunks", "4"}).error,
+                  "--bwd-chunks does not apply to --deterministic, which always runs one chunk");
+  // Every dynamic-mask option selects the mode, as --help says, even at its default.
+  EXPECT_TRUE(parse({"--splits", "4"}).options.dynamic_mask());
+  EXPECT_TRUE(parse({"--splits", "0"}).options.dynamic_mask());
+  EXPECT_TRUE(parse({"--softcap", "0"}).options.dynamic_mask());
+  EXPECT_TRUE(parse({"--dma-core", "auto"}).options.dynamic_mask());
+  EXPECT_TRUE(parse({"--bwd-chunks", "0"}).options.bwd);
+  EXPECT_TRUE(!parse({"--check", "--torch", "--causal"}).options.dynamic_mask());
+  // ... and the options of the dense rungs are then errors, not ignored.
+  EXPECT_CONTAINS(parse({"--bias", "--variant", "split-q*"}).error, "--variant does not apply to dynamic-mask runs");
+  EXPECT_CONTAINS(parse({"--bias", "--show-all"}).error, "--show-all does not apply to dynamic-mask runs");
+  EXPECT_CONTAINS(parse({"--bias", "--check", "--reference", "fp32"}).error,
+                  "--reference does not apply to dynamic-mask runs");
+  EXPECT_CONTAINS(parse({"--splits", "2", "--sweep"}).error, "--sweep does not apply to dynamic-mask runs");
+  // One line each.
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--window", "1"}, {"--D", "1", "--D", "2"}, {"--sweep-N", "1"}, {"--seed", " 1"}})
+    EXPECT_TRUE(parse(args).error.find('\n') == std::string::npos && !parse(args).error.empty());
 }
