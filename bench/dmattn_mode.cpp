@@ -21,9 +21,9 @@
 #include <functional>
 #include <vector>
 
-#include "../kernels/common/variant.h"
-#include "../kernels/dmattn/dmattn.h"
-#include "../kernels/reference/reference.h"
+#include "common/variant.h"
+#include "dmattn/dmattn.h"
+#include "reference/reference.h"
 #include "runner.h"
 #include "torch_peers.h"
 

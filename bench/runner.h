@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "../kernels/common/attn_problem.h"
-#include "../kernels/common/variant.h"
-#include "../kernels/reference/reference.h"
+#include "common/attn_problem.h"
+#include "common/variant.h"
+#include "reference/reference.h"
 
 namespace attnlab {
 

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "../kernels/common/variant.h"
-#include "../kernels/dmattn/dmattn.h"
+#include "common/variant.h"
+#include "dmattn/dmattn.h"
 
 namespace attnlab {
 

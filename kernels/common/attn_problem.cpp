@@ -1,4 +1,4 @@
-#include "attn_problem.h"
+#include "common/attn_problem.h"
 
 
 namespace attnlab {

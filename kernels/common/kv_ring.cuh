@@ -9,8 +9,8 @@
 // be fetched once the block is done with the previous one).
 #pragma once
 
-#include "ptx.cuh"
-#include "tile_copy.cuh"
+#include "common/ptx.cuh"
+#include "common/tile_copy.cuh"
 
 namespace attnlab {
 

@@ -16,7 +16,7 @@
 
 #include <cmath>
 
-#include "ptx.cuh"
+#include "common/ptx.cuh"
 
 namespace attnlab {
 

@@ -11,8 +11,8 @@
 #include <string>
 #include <type_traits>
 
-#include "attn_problem.h"
-#include "variant.h"
+#include "common/attn_problem.h"
+#include "common/variant.h"
 
 namespace attnlab {
 

@@ -13,9 +13,9 @@
 // its own, which also adds the partner block's sum across a cluster.
 #pragma once
 
-#include "online_softmax.cuh"
-#include "split_q_parts.cuh"
-#include "wgmma.cuh"
+#include "common/online_softmax.cuh"
+#include "common/split_q_parts.cuh"
+#include "common/wgmma.cuh"
 
 namespace attnlab {
 

@@ -1,8 +1,8 @@
 // attnlab: cooperative global -> shared tile copies with cp.async.
 #pragma once
 
-#include "ptx.cuh"
-#include "smem_layout.cuh"
+#include "common/ptx.cuh"
+#include "common/smem_layout.cuh"
 
 namespace attnlab {
 

@@ -25,8 +25,8 @@
 
 #include <cstdint>
 
-#include "attn_problem.h"
-#include "ptx.cuh"
+#include "common/attn_problem.h"
+#include "common/ptx.cuh"
 
 namespace attnlab {
 

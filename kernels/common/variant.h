@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "attn_problem.h"
+#include "common/attn_problem.h"
 
 namespace attnlab {
 

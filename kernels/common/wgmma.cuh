@@ -160,7 +160,7 @@ template <typename T, int N>
 __device__ __forceinline__ void wgmma_ss_vt(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b, int accumulate);
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#include "wgmma_ops.inc"
+#include "common/wgmma_ops.inc"
 
 // ---- one attention tile's MMAs (a warpgroup's 64 query rows x one K/V tile) -------
 // Issued, not committed or waited for: the caller brackets them with

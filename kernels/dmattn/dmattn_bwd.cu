@@ -46,15 +46,15 @@
 #include <cmath>
 #include <string>
 
-#include "../common/online_softmax.cuh"
-#include "../common/ptx.cuh"
-#include "../common/rung_host.cuh"
-#include "../common/split_q_parts.cuh"
-#include "../common/tile_copy.cuh"
-#include "../common/tma.cuh"
-#include "../common/wgmma.cuh"
-#include "dmattn.h"
-#include "dmattn_tiles.cuh"
+#include "common/online_softmax.cuh"
+#include "common/ptx.cuh"
+#include "common/rung_host.cuh"
+#include "common/split_q_parts.cuh"
+#include "common/tile_copy.cuh"
+#include "common/tma.cuh"
+#include "common/wgmma.cuh"
+#include "dmattn/dmattn.h"
+#include "dmattn/dmattn_tiles.cuh"
 
 namespace attnlab {
 namespace {

@@ -47,17 +47,17 @@
 #include <string>
 #include <vector>
 
-#include "../common/block_reduce.cuh"
-#include "../common/online_softmax.cuh"
-#include "../common/ptx.cuh"
-#include "../common/rung_host.cuh"
-#include "../common/split_q_parts.cuh"
-#include "../common/tile_copy.cuh"
-#include "../common/tma.cuh"
-#include "../common/wgmma.cuh"
-#include "dmattn.h"
-#include "dmattn_mask_scan.cuh"
-#include "dmattn_tiles.cuh"
+#include "common/block_reduce.cuh"
+#include "common/online_softmax.cuh"
+#include "common/ptx.cuh"
+#include "common/rung_host.cuh"
+#include "common/split_q_parts.cuh"
+#include "common/tile_copy.cuh"
+#include "common/tma.cuh"
+#include "common/wgmma.cuh"
+#include "dmattn/dmattn.h"
+#include "dmattn/dmattn_mask_scan.cuh"
+#include "dmattn/dmattn_tiles.cuh"
 
 namespace attnlab {
 namespace {

@@ -17,7 +17,7 @@
 
 #include <cstdint>
 
-#include "dmattn_tiles.cuh"
+#include "dmattn/dmattn_tiles.cuh"
 
 namespace attnlab {
 namespace mask_scan {

@@ -40,9 +40,9 @@
 
 #include <algorithm>
 
-#include "../common/ptx.cuh"
-#include "dmattn_mask_scan.cuh"
-#include "dmattn_tiles.cuh"
+#include "common/ptx.cuh"
+#include "dmattn/dmattn_mask_scan.cuh"
+#include "dmattn/dmattn_tiles.cuh"
 
 namespace attnlab {
 namespace {

@@ -2,7 +2,7 @@
 // description: broadcast operand shapes and strides, the dense view, names.
 #include <cstdio>
 
-#include "dmattn.h"
+#include "dmattn/dmattn.h"
 
 namespace attnlab {
 

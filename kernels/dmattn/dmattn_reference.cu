@@ -10,9 +10,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "../common/block_reduce.cuh"
-#include "../reference/reference.h"
-#include "dmattn.h"
+#include "common/block_reduce.cuh"
+#include "dmattn/dmattn.h"
+#include "reference/reference.h"
 
 namespace attnlab {
 namespace {

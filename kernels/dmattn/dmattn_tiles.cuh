@@ -21,7 +21,7 @@
 
 #include <cstdint>
 
-#include "dmattn.h"
+#include "dmattn/dmattn.h"
 
 namespace attnlab {
 

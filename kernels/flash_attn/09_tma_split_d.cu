@@ -45,14 +45,14 @@
 #include <string>
 #include <vector>
 
-#include "../common/attn_problem.h"
-#include "../common/online_softmax.cuh"
-#include "../common/rung_host.cuh"
-#include "../common/split_d_tile.cuh"
-#include "../common/split_q_parts.cuh"
-#include "../common/tma.cuh"
-#include "../common/variant.h"
-#include "../common/wgmma.cuh"
+#include "common/attn_problem.h"
+#include "common/online_softmax.cuh"
+#include "common/rung_host.cuh"
+#include "common/split_d_tile.cuh"
+#include "common/split_q_parts.cuh"
+#include "common/tma.cuh"
+#include "common/variant.h"
+#include "common/wgmma.cuh"
 
 namespace attnlab {
 

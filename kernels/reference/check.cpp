@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <limits>
 
-#include "reference.h"
+#include "reference/reference.h"
 
 namespace attnlab {
 

@@ -1,4 +1,4 @@
-#include "masked_reference_cpu.h"
+#include "reference/masked_reference_cpu.h"
 
 #include <algorithm>
 #include <cmath>

@@ -8,8 +8,8 @@
 #include <vector>
 #include <algorithm>
 
-#include "../common/block_reduce.cuh"
-#include "reference.h"
+#include "common/block_reduce.cuh"
+#include "reference/reference.h"
 
 namespace attnlab {
 namespace {

@@ -11,8 +11,8 @@
 #include <climits>
 #include <cmath>
 
-#include "../common/block_reduce.cuh"
-#include "reference.h"
+#include "common/block_reduce.cuh"
+#include "reference/reference.h"
 
 namespace attnlab {
 namespace {

@@ -1,7 +1,7 @@
 // Host-side parts of dynamic-mask attention: broadcast strides, the problem's
 // description, and the support checks the harness prints.
-#include "../../kernels/common/variant.h"
-#include "../../kernels/dmattn/dmattn.h"
+#include "common/variant.h"
+#include "dmattn/dmattn.h"
 #include "testing.h"
 
 using namespace attnlab;

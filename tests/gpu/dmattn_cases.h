@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "../../kernels/dmattn/dmattn.h"
-#include "../../kernels/reference/masked_reference_cpu.h"
+#include "dmattn/dmattn.h"
+#include "reference/masked_reference_cpu.h"
 #include "gpu_testing.h"
 
 namespace attnlab::testing {

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "../../kernels/common/attn_problem.h"
+#include "common/attn_problem.h"
 
 namespace attnlab::testing {
 

@@ -30,8 +30,8 @@
 #include <tuple>
 #include <vector>
 
-#include "../../kernels/dmattn/dmattn.h"
-#include "../../kernels/dmattn/dmattn_tiles.cuh"
+#include "dmattn/dmattn.h"
+#include "dmattn/dmattn_tiles.cuh"
 #include "gpu_testing.h"
 
 using namespace attnlab;
