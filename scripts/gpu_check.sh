@@ -1,198 +1,319 @@
 #!/usr/bin/env bash
-# The one command for the GPU machine: configure, build, run the GPU tests,
-# sanitize, and run the standard benchmark set. Logs, a summary and the CSV go
-# to $OUT when it is set (the device tool's output folder), else results/<gpu>/.
-#
-#   scripts/gpu_check.sh            # everything
-#   QUICK=1 scripts/gpu_check.sh    # skip the sanitizer and the causal benchmarks
-# Switches (environment): SANITIZER=0, NCU=0, SKIP_BENCH=1 (issue 4's and issue 5's benchmarks), SKIP_TESTS=1,
-# SKIP_TORCH_REF=1, DMATTN=0 (skip issue 5's tests and benchmarks; DMATTN_L="1024 8192"), ONLY='wgmma*' (GPU variant tests of matching variants only), SWEEP=1 (SWEEP_ARGS="--iters 5", SWEEP_TIMEOUT=400 seconds).
+# The GPU machine's checks, in two steps that each fit one 10-minute device
+# call with a cold build:
+#   scripts/gpu_check.sh check   # build; the CPU and GPU tests; compute-sanitizer
+#                                # (memcheck, racecheck, synccheck) on ragged shapes;
+#                                # checks against torch's fp32 SDPA; the Python package
+#                                # installed by pip and tested from outside the tree
+#   scripts/gpu_check.sh bench   # build; the benchmark set (bench.csv, dmattn.csv), the
+#                                # GEMM ceiling, ncu's bank conflicts; in results/<gpu>/
+#                                # also every table and plot regenerated from the CSVs
+# Both build in build-gpu, so the second step reuses the first one's build.
+# Output: $OUT when set (the device tool's folder, which returns at most eight
+# files), else results/<gpu>/: check writes tests.txt, sanitizer_summary.txt,
+# reference_torch.txt, sass_mma.txt; bench writes bench.csv, bench.txt,
+# dmattn.csv, gemm_ceiling.txt, ncu_bank_conflicts.txt (and fwd.csv with
+# SWEEP=1). Both write summary.md (scripts/gpu_summary.sh), printed last, and
+# logs.tar.gz with every other log, and exit 0 only when everything they ran
+# passed.
+# Switches (environment): CUDA_ARCH=90a, BUILD_DIR=build-gpu, QUICK=1 (check: no
+# sanitizers; bench: no causal, bf16 or large shapes), SANITIZER=0,
+# SANITIZER_STREAMS=6 (runs at once), CHECK_BUDGET=540 (check: the seconds
+# after which nothing runs on), ONLY='wgmma*' (GPU variant tests of the
+# matching variants only), DMATTN=0 (no dynamic-mask tests or benchmarks;
+# DMATTN_L="1024 8192"), SKIP_TORCH_REF=1, PIP=0 (tests/python on build/python
+# instead of the installed package), NCU=0, SWEEP=1 (bench: also scripts/sweep;
+# SWEEP_ARGS="--iters 5", SWEEP_TIMEOUT=400 seconds).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
+mode=${1:-}
+case "$mode" in
+  check | bench) ;;
+  *) echo "usage: scripts/gpu_check.sh check|bench" >&2; exit 2 ;;
+esac
 build=${BUILD_DIR:-build-gpu}
 arch=${CUDA_ARCH:-90a}
 export ATTNLAB_COMMIT=${ATTNLAB_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
 
-slug=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | sed 's/^NVIDIA //; s/[^A-Za-z0-9.]\+/-/g; s/-$//')
+slug=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 |
+       sed 's/^NVIDIA //; s/^GeForce //; s/[^A-Za-z0-9.]\+/-/g; s/-$//')
 out=${OUT:-results/${slug:-unknown-gpu}}
-mkdir -p "$out"
-summary="$out/summary.md"
-csv="$out/bench.csv"
-rm -f "$csv"
+logs="$out/logs"  # everything but the headline files; packed into logs.tar.gz at the end
+rm -rf "$logs" "$out/logs.tar.gz"
+mkdir -p "$logs"
 
 step() { printf '\n=== [%d s] %s\n' "$SECONDS" "$*"; }
-# Read now, not in the summary: the whole run is close to one 10-minute device
-# call (session 13's was cut there, at this line).
+# finish STATUS: the summary, the logs packed, exit STATUS.
+finish() {
+  step "summary -> $out/summary.md"
+  TORCH_VERSION="$torch_version" CUDA_ARCH="$arch" SUMMARY_NOTE="${SUMMARY_NOTE:-}" scripts/gpu_summary.sh "$out" > "$out/summary.md"
+  tar -czf "$out/logs.tar.gz" -C "$out" logs && rm -rf "$logs"
+  cat "$out/summary.md"
+  exit "$1"
+}
 torch_version=$(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null || echo none)
 
-step "configure + build (sm_$arch)"
+# ---- configure + build (both steps) ------------------------------------------------
+# Ninja when there is one; exported, so that pip (scikit-build-core) configures
+# the same build folder with the same generator and finds everything built.
+export CMAKE_GENERATOR=${CMAKE_GENERATOR:-$(command -v ninja >/dev/null && echo Ninja || echo "Unix Makefiles")}
+if [ -f "$build/CMakeCache.txt" ] && ! grep -qx "CMAKE_GENERATOR:INTERNAL=$CMAKE_GENERATOR" "$build/CMakeCache.txt"; then
+  rm -rf "$build"  # configured by another generator
+fi
+cmake_defs=(-DCMAKE_CUDA_ARCHITECTURES="$arch" -DATTNLAB_PTXAS_VERBOSE=ON -DATTNLAB_BUILD_TESTS=ON)
+step "configure + build (sm_$arch, $(nproc) jobs)"
 # With PyTorch when the python3 on PATH has it; without, if its CMake config fails.
-{ cmake -S . -B "$build" -DCMAKE_CUDA_ARCHITECTURES="$arch" -DATTNLAB_PTXAS_VERBOSE=ON ||
+# (-U: the wheel's paths that a pip build left in the cache.)
+{ cmake -S . -B "$build" -U 'SKBUILD*' "${cmake_defs[@]}" ||
   { echo "configure with torch failed; retrying without"; rm -rf "$build";
-    cmake -S . -B "$build" -DCMAKE_CUDA_ARCHITECTURES="$arch" -DATTNLAB_PTXAS_VERBOSE=ON -DATTNLAB_WITH_TORCH=OFF; } &&
-  cmake --build "$build" -j "$(nproc)"; } > "$out/build.log" 2>&1
+    cmake -S . -B "$build" "${cmake_defs[@]}" -DATTNLAB_WITH_TORCH=OFF; } &&
+  cmake --build "$build" -j "$(nproc)"; } > "$logs/build.log" 2>&1
 build_rc=$?
-grep -E "attnlab:|error|spill|lmem|retrying" "$out/build.log" | grep -v "0 bytes spill" | head -20
-[ $build_rc -eq 0 ] || { echo "build failed (see build.log)"; tail -30 "$out/build.log"; exit 1; }
-grep -A2 "split_q_kernel" "$out/build.log" | grep -E "registers|Compiling" | sed 's/_ZN7attnlab[^ ]*SplitQConfigIL//' > "$out/ptxas_split_q.txt"
-
-# The sanitizers and the tests check correctness only, so they share the GPU:
-# the sanitizers run in the background while the tests run, and the
-# benchmarks run after both, alone. (Session 13: the whole run in sequence
-# took ~550 s, at the edge of one 10-minute device call; session 15's took
-# ~590 s with the sanitizers in one stream.)
-# sanitize LOG TOOL "SHAPE" [FLAGS...] : one checked run of the harness under
-# compute-sanitizer (its output in LOG), a line with its exit status and the
-# tool's summary (and a warning where a dynamic-mask run's mask left no tile
-# to compute).
-sanitize() {
-  local log=$1 tool=$2 shape=$3 rc
-  shift 3
-  timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 "$build/flash_attn_mma" --B 1 --H 2 $shape \
-    --iters 1 --warmup 0 --check "$@" > "$log" 2>&1
-  rc=$?
-  echo "$tool $shape: rc=$rc $(grep -E '(ERROR|RACECHECK) SUMMARY' "$log" | tail -1)$(
-    grep -q 'tiles skipped 100.0%' "$log" && echo ' (EMPTY MASK: only the fully-masked path ran)')"
-}
-# The shapes: the rungs (every variant: --show-all), then dynamic-mask
-# attention — forward with a forced split count, and the backward. The top-W
-# masks are block-smoothed by majority (--block 64) unless --block 0: W must
-# be about Nk/2 for some key blocks to survive (session 14 found seven of
-# these eight shapes with W <= Nk/10, so an all-zero mask: they exercised
-# only the fully-masked path). A run whose mask is empty says so.
-rung_shapes=("--Nq 129 --Nk 77 --D 64 --causal" "--Nq 17 --Nk 200 --D 256 --dtype bf16" "--Nq 70 --Nk 130 --D 512 --causal"
-             "--Nq 70 --Nk 130 --D 1024 --causal" "--Nq 256 --Nk 300 --D 256 --causal --variant two-pass+stage4")
-dmattn_shapes=("--Nq 1 --Nk 3000 --D 128 --Hkv 1 --mask topk --window 64 --block 0 --bias --splits 4"
-               "--Nq 1 --Nk 20000 --D 256 --mask topk --window 3000 --block 0 --bias --softcap 20 --splits 1"
-               "--Nq 70 --Nk 130 --D 128 --Hkv 1 --causal --mask topk --window 64 --bias --bwd"
-               "--B 2 --Nq 130 --Nk 77 --D 128 --mask topk --window 16 --block 0 --bias --deterministic"
-               "--Nq 130 --Nk 300 --D 128 --causal --mask topk --window 150 --bias"
-               "--Nq 130 --Nk 301 --D 64 --mask topk --window 64 --block 0 --bias --dma-core wgmma-cp.async"
-               "--Nq 200 --Nk 130 --D 64 --Hkv 1 --causal --mask topk --window 64 --bias --bwd-chunks 3"
-               "--Nq 200 --Nk 1000 --D 128 --Hkv 1 --causal --mask topk --window 500 --bias --dma-mask-scan in-kernel"
-               "--Nq 130 --Nk 2333 --D 64 --mask topk --window 1166 --bias --dma-mask-scan prepass"
-               "--Nq 600 --Nk 800 --D 64 --Hkv 1 --causal --mask topk --window 400 --bias --dma-mask-scan pipelined --dma-prepass-chunks 5 --mask-bits"
-               "--Nq 130 --Nk 300 --D 128 --causal --mask topk --window 150 --bias --bwd --mask-bits")
-# run_sanitizers TOOL STREAM FIRST COUNT : shapes FIRST .. FIRST+COUNT-1 of the
-# rung shapes followed by the dynamic-mask ones, under TOOL, into
-# sanitizer_STREAM.txt. Three streams run at once (memcheck; racecheck in two
-# halves): in one stream the 28 runs took ~280 s, the run's longest phase.
-run_sanitizers() {
-  local tool=$1 stream=$2 first=$3 count=$4 i
-  for ((i = first; i < first + count; ++i)); do
-    if ((i < ${#rung_shapes[@]})); then sanitize "$out/sanitizer_$stream.log" $tool "${rung_shapes[i]}" --show-all
-    else sanitize "$out/sanitizer_$stream.log" $tool "${dmattn_shapes[i - ${#rung_shapes[@]}]}"; fi
-  done > "$out/sanitizer_$stream.txt" 2>&1
-}
-san_pids=()
-if [ -z "${QUICK:-}" ] && [ "${SANITIZER:-1}" != 0 ] && command -v compute-sanitizer >/dev/null; then
-  step "compute-sanitizer (memcheck, racecheck) on ragged shapes: started in the background"
-  n_shapes=$(( ${#rung_shapes[@]} + ${#dmattn_shapes[@]} ))
-  run_sanitizers memcheck memcheck 0 $n_shapes & san_pids+=($!)
-  run_sanitizers racecheck racecheck1 0 $(( n_shapes / 2 )) & san_pids+=($!)
-  run_sanitizers racecheck racecheck2 $(( n_shapes / 2 )) $(( n_shapes - n_shapes / 2 )) & san_pids+=($!)
+grep -E "attnlab:|error|retrying" "$logs/build.log" | head -20
+echo "ptxas spill warnings: $(grep -c 'Registers are spilled' "$logs/build.log")"
+if [ $build_rc -ne 0 ]; then
+  tail -30 "$logs/build.log"
+  SUMMARY_NOTE="The build FAILED: logs/build.log in logs.tar.gz; nothing else ran." finish 1
 fi
 
-step "tests (cpu + gpu)"
-if [ -n "${SKIP_TESTS:-}" ]; then echo "skipped (SKIP_TESTS)" > "$out/tests.log"; echo "skipped" > "$out/gpu_variants.log"; else
-# ctest leaves out test_gpu_variants and the dynamic-mask tests: they run
-# with their own logs, test_gpu_variants in the background beside ctest and
-# the dynamic-mask tests below. All check correctness only, on small shapes
-# (session 15: in sequence the tests took ~300 s and the whole run no longer
-# fitted one 10-minute call).
-{ timeout 300 "$build/test_gpu_variants" "${ONLY:-*}" > "$out/gpu_variants.log" 2>&1 ||
-  echo "test_gpu_variants: exit $? (124 = timed out)" >> "$out/gpu_variants.log"; } &
-variants_pid=$!
-timeout 300 ctest --test-dir "$build" -E "gpu_variants|gpu_dmattn" --output-on-failure 2>&1 | tee "$out/tests.log" | tail -8
-fi
+build_abs=$(cd "$build" && pwd)
 
-if [ "${DMATTN:-1}" != 0 ]; then
-  step "dynamic-mask attention (issue 5): tests"
-  # dm_test TEST SECONDS LOG: one test under a timeout; its status line in LOG.rc.
-  # The three shorter tests run beside test_dmattn (their CPU references use
-  # other cores; session 19 doubled test_dmattn with the bit-packed mask runs).
-  dm_test() { timeout "$2" "$build/$1" > "$out/$3" 2>&1; echo "$1: rc=$? $(tail -1 "$out/$3")" > "$out/$3.rc"; }
-  dm_test test_dmattn_reference 240 dmattn_reference_tests.log & dm_pids=($!)
-  dm_test test_dmattn_summary 150 dmattn_summary_tests.log & dm_pids+=($!)
-  dm_test test_dmattn_backward_reference 150 dmattn_backward_reference_tests.log & dm_pids+=($!)
-  dm_test test_dmattn 400 dmattn_tests.log
-  dm_test test_dmattn_backward 240 dmattn_backward_tests.log
-  wait "${dm_pids[@]}"
-  for t in dmattn_reference dmattn dmattn_summary dmattn_backward_reference dmattn_backward; do
-    cat "$out/${t}_tests.log.rc"
-    rm -f "$out/${t}_tests.log.rc"
+if [ "$mode" = check ]; then
+  # ---- check: everything at once ------------------------------------------------------
+  # The tests, the sanitizers and the other checks judge correctness only, so
+  # they share the GPU and the CPU cores; the benchmarks (bench) run alone.
+  # No run goes on past CHECK_BUDGET seconds (a cut run fails), and a
+  # sanitizer run that would start in the last 40 seconds is reported as not
+  # run, so the step ends within one device call.
+  ok=0
+  pids=()
+  budget=${CHECK_BUDGET:-540}
+  # limit SECONDS: a run's timeout, SECONDS or what is left of the budget.
+  limit() { local left=$((budget - SECONDS)); echo $((left < $1 ? (left > 1 ? left : 1) : $1)); }
+
+  # sanitize LOG TOOL ARGS : one checked run of the harness under compute-sanitizer
+  # (B=1 H=2 unless ARGS say; its output appended to LOG); prints one line: the
+  # exit status and the tool's summary, and a warning where a dynamic-mask
+  # run's mask left no tile to compute.
+  sanitize() {
+    local log=$1 tool=$2 args=$3 rc batch=()
+    [[ " $args " == *" --B "* ]] || batch+=(--B 1)
+    [[ " $args " == *" --H "* ]] || batch+=(--H 2)
+    echo "== $tool $args" >> "$log"
+    timeout "$(limit 100)" compute-sanitizer --tool "$tool" --error-exitcode 9 "$build/flash_attn_mma" "${batch[@]}" $args \
+      --iters 1 --warmup 0 --check >> "$log.run" 2>&1
+    rc=$?
+    cat "$log.run" >> "$log"
+    echo "$tool $args: rc=$rc $(grep -E '(ERROR|RACECHECK|SYNCCHECK) SUMMARY' "$log.run" | tail -1 | sed 's/^=* *//')$(
+      grep -q 'tiles skipped 100.0%' "$log.run" && echo ' (EMPTY MASK: only the fully-masked path ran)')"
+    rm -f "$log.run"
+  }
+  # The shapes: the rungs (every variant runs; --show-all prints each), then
+  # dynamic-mask attention: forward with a forced split count, and the
+  # backward. The top-W masks are block-smoothed by majority (--block 64)
+  # unless --block 0: W must be about Nk/2 for some key blocks to survive
+  # (with W <= Nk/10 the mask is all zeros and only the fully-masked path
+  # runs). A run whose mask is empty says so.
+  rung_shapes=("--Nq 129 --Nk 77 --D 64 --causal" "--Nq 17 --Nk 200 --D 256 --dtype bf16"
+               "--Nq 70 --Nk 130 --D 512 --causal" "--Nq 70 --Nk 130 --D 1024 --causal"
+               "--Nq 256 --Nk 300 --D 256 --causal --variant two-pass+stage4"
+               "--Nq 77 --Nk 129 --D 128 --variant minimal")
+  dmattn_shapes=("--Nq 1 --Nk 3000 --D 128 --Hkv 1 --mask topk --window 64 --block 0 --bias --splits 4"
+                 "--Nq 1 --Nk 20000 --D 256 --mask topk --window 3000 --block 0 --bias --softcap 20 --splits 1"
+                 "--Nq 70 --Nk 130 --D 128 --Hkv 1 --causal --mask topk --window 64 --bias --bwd"
+                 "--B 2 --Nq 130 --Nk 77 --D 128 --mask topk --window 16 --block 0 --bias --deterministic"
+                 "--Nq 130 --Nk 300 --D 128 --causal --mask topk --window 150 --bias"
+                 "--Nq 130 --Nk 301 --D 64 --mask topk --window 64 --block 0 --bias --dma-core wgmma-cp.async"
+                 "--Nq 200 --Nk 130 --D 64 --Hkv 1 --causal --mask topk --window 64 --bias --bwd-chunks 3"
+                 "--Nq 200 --Nk 1000 --D 128 --Hkv 1 --causal --mask topk --window 500 --bias --dma-mask-scan in-kernel"
+                 "--Nq 130 --Nk 2333 --D 64 --mask topk --window 1166 --bias --dma-mask-scan prepass"
+                 "--Nq 600 --Nk 800 --D 64 --Hkv 1 --causal --mask topk --window 400 --bias --dma-mask-scan pipelined --dma-prepass-chunks 5 --mask-bits"
+                 "--Nq 130 --Nk 300 --D 128 --causal --mask topk --window 150 --bias --bwd --mask-bits")
+  [ "${DMATTN:-1}" != 0 ] || dmattn_shapes=()
+  san_jobs=()  # "TOOL|ARGS", shape by shape
+  for shape in "${rung_shapes[@]/%/ --show-all}" "${dmattn_shapes[@]}"; do
+    for tool in memcheck racecheck synccheck; do san_jobs+=("$tool|$shape"); done
   done
-  grep -m 20 FAIL "$out/dmattn_tests.log" "$out/dmattn_summary_tests.log" "$out/dmattn_reference_tests.log" \
-    "$out/dmattn_backward_reference_tests.log" \
-    "$out/dmattn_backward_tests.log" | cut -c1-220
-fi
-if [ -z "${SKIP_TESTS:-}" ]; then
-  wait "$variants_pid"
-  echo "gpu variants: $(tail -1 "$out/gpu_variants.log")"
-fi
-if [ ${#san_pids[@]} -gt 0 ]; then
-  wait "${san_pids[@]}"
-  cat "$out"/sanitizer_{memcheck,racecheck1,racecheck2}.txt > "$out/sanitizer_summary.txt"
-  rm -f "$out"/sanitizer_{memcheck,racecheck1,racecheck2}.txt
-  step "compute-sanitizer results"
-  cat "$out/sanitizer_summary.txt"
+  # run_sanitizer_stream K : takes the next job not yet taken (a counter under
+  # a lock), until none is left; each job's line into logs/sanitizer/JOB.txt.
+  next_job() {
+    flock "$logs/sanitizer/next" bash -c 'n=$(cat "$1"); echo $((n + 1)) > "$1"; echo "$n"' _ "$logs/sanitizer/next"
+  }
+  run_sanitizer_stream() {
+    local k=$1 j
+    while j=$(next_job) && ((j < ${#san_jobs[@]})); do
+      local tool=${san_jobs[j]%%|*} args=${san_jobs[j]#*|}
+      if ((budget - SECONDS < 40)); then
+        echo "$tool $args: NOT RUN (past the step's time budget)"
+      else
+        sanitize "$logs/sanitizer/stream$k.log" "$tool" "$args"
+      fi > "$logs/sanitizer/$(printf %03d "$j").txt"
+    done
+  }
+  sanitizers=0
+  if [ -z "${QUICK:-}" ] && [ "${SANITIZER:-1}" != 0 ] && command -v compute-sanitizer >/dev/null; then
+    sanitizers=1
+    streams=${SANITIZER_STREAMS:-6}
+    step "compute-sanitizer: ${#san_jobs[@]} runs (memcheck, racecheck, synccheck), $streams at once, in the background"
+    mkdir -p "$logs/sanitizer"
+    echo 0 > "$logs/sanitizer/next"
+    for ((k = 0; k < streams; ++k)); do run_sanitizer_stream $k & pids+=($!); done
+  fi
+
+  step "GPU tests, in the background"
+  # gpu_test EXE SECONDS [ARGS] : one GPU test program under a timeout, its
+  # output in logs/EXE.log, one status line in logs/EXE.rc.
+  gpu_test() {
+    local exe=$1 limit=$2 rc
+    shift 2
+    timeout "$(limit "$limit")" "$build/$exe" "$@" > "$logs/$exe.log" 2>&1
+    rc=$?
+    echo "$exe: $(tail -1 "$logs/$exe.log")$([ $rc -eq 0 ] || echo " (exit $rc$([ $rc -eq 124 ] && echo ': timed out'))")" \
+      > "$logs/$exe.rc"
+  }
+  gpu_tests=(test_gpu_variants)
+  gpu_test test_gpu_variants 300 "${ONLY:-*}" & pids+=($!)
+  if [ "${DMATTN:-1}" != 0 ]; then
+    gpu_tests+=(test_dmattn test_dmattn_backward test_dmattn_reference test_dmattn_summary test_dmattn_backward_reference)
+    for t in "${gpu_tests[@]:1}"; do gpu_test "$t" 400 & pids+=($!); done
+  fi
+
+  # The Python package: built by pip from the same build folder (configured
+  # alike, so nothing is compiled again), installed into a folder of its own,
+  # imported and tested from outside the source tree.
+  python_tests() {
+    local site=$build_abs/pip-site
+    if [ "${PIP:-1}" != 0 ]; then
+      rm -rf "$site"
+      local -a defines=()
+      for d in "${cmake_defs[@]}"; do defines+=(-C "cmake.define.${d#-D}"); done
+      if ! timeout "$(limit 300)" python3 -m pip install --no-build-isolation --no-deps --target "$site" \
+             -C build-dir="$build_abs" "${defines[@]}" . > "$logs/pip_install.log" 2>&1; then
+        echo "pip install: FAILED (logs/pip_install.log)" > "$logs/python.rc"
+        return
+      fi
+    else
+      site=$build_abs/python
+    fi
+    local where
+    where=$(cd /tmp && PYTHONPATH="$site" python3 -c "import attnlab; print(attnlab.__file__)" 2>> "$logs/python.log")
+    if [[ "$where" != "$site/"* ]]; then
+      echo "import attnlab: FAILED (found '${where:-nothing}', not under $site; logs/python.log)" > "$logs/python.rc"
+      return
+    fi
+    (cd /tmp && PYTHONPATH="$site" timeout "$(limit 300)" python3 -m pytest -q -p no:cacheprovider "$root/tests/python") \
+      >> "$logs/python.log" 2>&1
+    local rc=$?
+    echo "tests/python on $([ "${PIP:-1}" != 0 ] && echo "the pip-installed package" || echo build/python):" \
+      "$(grep -E '^[0-9]+ (passed|failed)|^Exit:' "$logs/python.log" | tail -1)$([ $rc -eq 0 ] || echo " FAILED (exit $rc)")" \
+      > "$logs/python.rc"
+    [ "${PIP:-1}" = 0 ] || echo "harness installed by pip: $("$site/bin/flash_attn_mma" --list > /dev/null 2>&1 &&
+      echo "runs" || echo "FAILED to run")" >> "$logs/python.rc"
+  }
+  python_tests & pids+=($!)
+
+  # Checks against torch's fp32 math SDPA (--reference torch), where torch has it.
+  reference_torch() {
+    : > "$out/reference_torch.txt"
+    "$build/flash_attn_mma" --list --sdpa > /dev/null 2>&1 || { echo "not run (no SDPA peers in this build)" > "$out/reference_torch.txt"; return; }
+    for shape in "--N 1000 --D 64 --causal" "--Nq 1000 --Nk 4096 --D 128 --causal" "--Nq 129 --Nk 17 --D 256 --dtype bf16" "--N 127 --D 512"; do
+      timeout "$(limit 100)" "$build/flash_attn_mma" --B 1 --H 8 $shape --check --reference torch --iters 3 --warmup 1 --show-all \
+        >> "$out/reference_torch.txt" 2>&1 || echo "exit $? at $shape" >> "$out/reference_torch.txt"
+    done
+  }
+  [ -n "${SKIP_TORCH_REF:-}" ] || { reference_torch & pids+=($!); }
+
+  # The tensor-core instructions of each rung's machine code (CPU only).
+  sass_counts() {
+    for obj in $(find "$build" -name '[01][0-9]_*.cu.o' | sort); do
+      printf '%-24s HGMMA %5s  HMMA %5s\n' "$(basename "$obj" .cu.o)" \
+        "$(cuobjdump -sass "$obj" 2>/dev/null | grep -c HGMMA)" "$(cuobjdump -sass "$obj" 2>/dev/null | grep -c ' HMMA')"
+    done > "$out/sass_mma.txt" 2>&1
+  }
+  sass_counts & pids+=($!)
+
+  step "CPU tests (ctest -L cpu)"
+  timeout "$(limit 300)" ctest --test-dir "$build" -L cpu --output-on-failure > "$logs/ctest_cpu.log" 2>&1
+  ctest_rc=$?
+  tail -3 "$logs/ctest_cpu.log"
+
+  step "waiting for the GPU tests, the sanitizers, the Python package"
+  wait "${pids[@]}"
+
+  # The tallies, for the summary: one line per test run, FAILED where it did not pass.
+  {
+    echo "- commit $ATTNLAB_COMMIT, $(date -u +%Y-%m-%dT%H:%M:%SZ), $((SECONDS)) s"
+    echo "- ctest -L cpu: $(grep -E 'tests passed' "$logs/ctest_cpu.log" || echo "no result")$(
+      [ $ctest_rc -eq 0 ] || echo " FAILED (exit $ctest_rc)")"
+    for t in "${gpu_tests[@]}"; do
+      line=$(cat "$logs/$t.rc" 2>/dev/null || echo "$t: no result")
+      [[ "$line" == *" 0 failed" ]] || line="$line FAILED"
+      echo "- $line"
+    done
+    while read -r line; do echo "- $line"; done < "$logs/python.rc"
+    if [ -z "${SKIP_TORCH_REF:-}" ] && grep -q "^not run" "$out/reference_torch.txt"; then
+      echo "- checks against torch's fp32 SDPA: $(head -1 "$out/reference_torch.txt")"
+    elif [ -z "${SKIP_TORCH_REF:-}" ]; then
+      checked=$(grep -cE ' (PASS|FAIL) ' "$out/reference_torch.txt")
+      failing=$(grep -cE ' FAIL |^exit ' "$out/reference_torch.txt")
+      echo "- checks against torch's fp32 SDPA: $checked rows, $failing failing$(
+        [ "$failing" -eq 0 ] && [ "$checked" -gt 0 ] || echo " FAILED")"
+    fi
+  } > "$out/tests.txt"
+  grep -q "FAILED\|no result" "$out/tests.txt" && ok=1
+  [ $ctest_rc -eq 0 ] || ok=1
+  if [ $sanitizers -eq 1 ]; then
+    cat "$logs"/sanitizer/[0-9]*.txt > "$out/sanitizer_summary.txt" && rm -f "$logs"/sanitizer/{[0-9]*.txt,next}
+    grep -vq ': rc=0 ' "$out/sanitizer_summary.txt" && ok=1
+  fi
+  finish $ok
 fi
 
-if [ "${NCU:-1}" != 0 ] && command -v ncu >/dev/null; then
-  step "ncu: shared-memory bank conflicts, padded vs swizzled (split-q, D=64 and 128)"
-  { scripts/ncu_bank_conflicts.sh "$build/flash_attn_mma" 64; scripts/ncu_bank_conflicts.sh "$build/flash_attn_mma" 128; } \
-    2>&1 | tee "$out/ncu_bank_conflicts.txt"
-fi
-
-step "SASS: tensor-core instructions per rung (HGMMA = wgmma, HMMA = mma.sync)"
-for obj in $(find "$build" -name '[01][0-9]_*.cu.o' | sort); do
-  printf '%-24s HGMMA %5s  HMMA %5s\n' "$(basename "$obj" .cu.o)" \
-    "$(cuobjdump -sass "$obj" 2>/dev/null | grep -c HGMMA)" "$(cuobjdump -sass "$obj" 2>/dev/null | grep -c ' HMMA')"
-done 2>&1 | tee "$out/sass_mma.txt"
-
-step "benchmarks"
-: > "$out/bench.txt"
+# ---- bench: the benchmark set, alone on the GPU -------------------------------------
+ok=0
+csv="$out/bench.csv"
+rm -f "$csv" "$out/dmattn.csv"
 peers=(--torch)
 "$build/flash_attn_mma" --list --sdpa >/dev/null 2>&1 && peers+=(--sdpa)
-bench() {
-  timeout 180 "$build/flash_attn_mma" "$@" "${peers[@]}" --check --show-all --iters 20 --warmup 3 --csv "$csv" 2>&1 | tee -a "$out/bench.txt"
+# run_bench LOG CSV ARGS : one harness run, its output appended to LOG, its rows
+# to CSV; a dot for a run that passed, a line for one that did not.
+run_bench() {
+  local log=$1 rows=$2 rc
+  shift 2
+  timeout 180 "$build/flash_attn_mma" "$@" --csv "$rows" >> "$log" 2>&1
+  rc=$?
+  if [ $rc -eq 0 ]; then printf .; else printf '\nexit %d at: %s\n' $rc "$*" | tee -a "$log"; ok=1; fi
 }
+# bench ARGS : every variant and peer, checked and timed, into bench.csv.
+bench() { run_bench "$out/bench.txt" "$csv" "$@" "${peers[@]}" --check --show-all --iters 20 --warmup 3; }
 # Large shapes: timed only (the fp32 reference alone would take minutes).
-bench_timing_only() {
-  timeout 180 "$build/flash_attn_mma" "$@" "${peers[@]}" --show-all --iters 5 --warmup 1 --csv "$csv" 2>&1 | tee -a "$out/bench.txt"
-}
-[ -n "${SKIP_BENCH:-}" ] && echo "skipped (SKIP_BENCH)"
-for D in $([ -n "${SKIP_BENCH:-}" ] || echo 64 128 256); do
+bench_timing_only() { run_bench "$out/bench.txt" "$csv" "$@" "${peers[@]}" --show-all --iters 5 --warmup 1; }
+# dbench ARGS : one dynamic-mask run (its rows and peers) into dmattn.csv.
+dbench() { run_bench "$logs/dmattn_bench.txt" "$out/dmattn.csv" "$@" "${peers[@]}" --iters 10 --warmup 2; }
+step "benchmarks (bench.csv)"
+: > "$out/bench.txt"
+for D in 64 128 256; do
   bench --B 1 --H 8 --N 8192 --D $D
   [ -n "${QUICK:-}" ] || bench --B 1 --H 8 --N 8192 --D $D --causal
 done
-if [ -z "${QUICK:-}" ] && [ -z "${SKIP_BENCH:-}" ]; then
+if [ -z "${QUICK:-}" ]; then
   bench --B 1 --H 8 --N 8192 --D 64 --dtype bf16
   bench --B 1 --H 8 --N 8192 --D 512
   bench --B 1 --H 8 --N 8192 --D 1024
   bench --B 1 --H 8 --N 8192 --D 1024 --causal
-  # The ceiling issue 4's D = 1024 target meets: cuBLAS's two GEMMs alone,
-  # against torch's unfused path, on the card as it is now (docs/11_two_pass.md).
-  python3 -c "import torch" 2>/dev/null && timeout 120 python3 scripts/gemm_ceiling.py --D 1024 512 2>&1 | tee "$out/gemm_ceiling.txt"
+  # The ceiling at D = 1024: cuBLAS's two GEMMs alone, against torch's
+  # unfused path, on the card as it is right after those runs (docs/11_two_pass.md).
+  python3 -c "import torch" 2>/dev/null &&
+    timeout 120 python3 scripts/gemm_ceiling.py --D 1024 512 > "$out/gemm_ceiling.txt" 2>&1
   bench --B 4 --H 16 --N 4096 --D 128
   bench --B 1 --H 8 --Nq 1000 --Nk 8192 --D 128 --causal
-
   bench_timing_only --B 1 --H 48 --N 16384 --D 512
 fi
+echo
 
-if [ -z "${SKIP_TORCH_REF:-}" ] && [[ " ${peers[*]} " == *" --sdpa "* ]]; then
-  step "checks against torch's fp32 math SDPA (--reference torch)"
-  for shape in "--N 1000 --D 64 --causal" "--Nq 1000 --Nk 4096 --D 128 --causal" "--Nq 129 --Nk 17 --D 256 --dtype bf16" "--N 127 --D 512"; do
-    timeout 60 "$build/flash_attn_mma" --B 1 --H 8 $shape --check --reference torch --iters 3 --warmup 1 --show-all 2>&1 |
-      tee -a "$out/reference_torch.txt" | tail -3
-  done
-fi
-
-if [ "${DMATTN:-1}" != 0 ] && [ -z "${SKIP_BENCH:-}" ]; then
-  step "dynamic-mask attention (issue 5): benchmarks"
-  : > "$out/dmattn_bench.txt"
-  dbench() { timeout 180 "$build/flash_attn_mma" "$@" "${peers[@]}" --iters 10 --warmup 2 --csv "$out/dmattn.csv" 2>&1 | tee -a "$out/dmattn_bench.txt" | grep -vE "^-+$"; }
+if [ "${DMATTN:-1}" != 0 ]; then
+  step "dynamic-mask attention: benchmarks (dmattn.csv)"
   # flash-dmattn's training shape: B=1 H=2 Hkv=1 D=128 causal, top-1024 keys of the bias per query
   # (--mask-bits: also the rows on the same mask bit-packed, checked bitwise against the byte mask's)
   for L in ${DMATTN_L:-1024 8192 16384 32768}; do
@@ -236,20 +357,27 @@ if [ "${DMATTN:-1}" != 0 ] && [ -z "${SKIP_BENCH:-}" ]; then
   dbench --B 1 --H 8 --N 8192 --D 128 --mask ones --bias --dma-mask-scan in-kernel
   dbench --B 1 --H 8 --N 8192 --D 128 --mask ones --bias --dma-mask-scan pipelined
   dbench --B 1 --H 8 --N 8192 --D 64 --mask ones --bias --dma-mask-scan pipelined
+  echo
+fi
+
+if [ "${NCU:-1}" != 0 ] && command -v ncu >/dev/null; then
+  step "ncu: shared-memory bank conflicts, padded vs swizzled (split-q, D=64 and 128)"
+  { scripts/ncu_bank_conflicts.sh "$build/flash_attn_mma" 64; scripts/ncu_bank_conflicts.sh "$build/flash_attn_mma" 128; } \
+    > "$out/ncu_bank_conflicts.txt" 2>&1
 fi
 
 if [ -n "${SWEEP:-}" ]; then
-  step "sweep"
-  SWEEP_OUT="$out" NO_PLOTS=1 BUILD_DIR="$build" timeout "${SWEEP_TIMEOUT:-400}" scripts/sweep ${SWEEP_ARGS:-} 2>&1 | tee "$out/sweep.txt" | grep -E "^\[|sweep" | tail -80
+  step "sweep (fwd.csv)"
+  SWEEP_OUT="$out" NO_PLOTS=1 BUILD_DIR="$build" timeout "${SWEEP_TIMEOUT:-400}" scripts/sweep ${SWEEP_ARGS:-} \
+    > "$logs/sweep.txt" 2>&1 || ok=1
+  tail -1 "$logs/sweep.txt"
 fi
 
-step "summary -> $summary"
-TORCH_VERSION="$torch_version" CUDA_ARCH="$arch" ONLY="${ONLY:-}" scripts/gpu_summary.sh "$out" > "$summary"
-cat "$summary"
-ok=0
-grep -q " 0 failed" <<<"$(tail -1 "$out/gpu_variants.log")" && grep -q "100% tests passed" "$out/tests.log" || ok=1
-# Everything but the headline files goes into one archive (the device returns 8 files).
-headline='^(summary.md|bench.csv|bench.txt|fwd.csv|sweep.txt|ncu_bank_conflicts.txt|reference_torch.txt|gemm_ceiling.txt|dmattn.csv|dmattn_bench.txt|logs.tar.gz)$'
-archived=$(cd "$out" && ls | grep -vE "$headline")
-tar -czf "$out/logs.tar.gz" -C "$out" $archived 2>/dev/null && (cd "$out" && rm -f $archived)
-exit $ok
+grep -q ",FAIL," "$csv" "$out/dmattn.csv" 2>/dev/null && ok=1
+if [ -z "${OUT:-}" ]; then
+  step "tables and plots regenerated from the CSVs"
+  python3 scripts/regenerate.py || ok=1
+else
+  step "to regenerate the tables and plots: copy the CSVs into results/${slug:-<gpu>}/, then python3 scripts/regenerate.py"
+fi
+finish $ok

@@ -1,73 +1,110 @@
 #!/usr/bin/env bash
-# The summary of one gpu_check run, from the logs in its output folder:
+# The summary of a gpu_check folder, from what the folder holds:
 #   scripts/gpu_summary.sh OUT_DIR > OUT_DIR/summary.md
-# gpu_check calls it at its end. It also runs on a folder copied off the GPU
-# machine (for a run cut short before its summary): where nvidia-smi or the
-# environment (ATTNLAB_COMMIT, TORCH_VERSION, CUDA_ARCH) do not say, the GPU,
-# driver, CUDA, torch and commit come from the harness's header line in
-# bench.txt, and SUMMARY_NOTE adds a line saying how the summary was made.
+# gpu_check.sh calls it at the end of each step. Sections, each where its file
+# is there: the machine; the tests (tests.txt, from `gpu_check.sh check`); the
+# sanitizers (sanitizer_summary.txt: a tally per tool, every run that was not
+# clean in full); the benchmarks (bench.csv: the best rung and the best peer
+# of each shape; dmattn.csv: one line per dynamic-mask run). The rest (every
+# row, the GEMM ceiling, ncu's counters) is in the folder's other files and
+# in logs.tar.gz. Where nvidia-smi does not
+# say (a folder copied off the GPU machine), the GPU and driver come from the
+# CSVs; SUMMARY_NOTE adds a line saying how the summary was made.
 set -uo pipefail
 out=${1:?usage: gpu_summary.sh OUT_DIR}
-csv="$out/bench.csv"
-# "NVIDIA H200 | driver 580.159.04 | CUDA runtime 13.0, driver API 13.0 | torch 2.11.0 | attnlab 39ec995 | date"
-header=$(grep -hm1 -E '^NVIDIA .*\| driver ' "$out/bench.txt" "$out/dmattn_bench.txt" 2>/dev/null | head -1)
-field() { awk -F' [|] ' -v n="$1" '{print $n}' <<<"$header"; }
-gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
-[ -n "$gpu" ] || gpu=$([ -n "$header" ] && echo "$(field 1), $(field 2 | sed 's/^driver //')" || echo "unknown (no nvidia-smi, no harness header in bench.txt)")
-if [ -z "${SUMMARY_NOTE:-}" ] && command -v nvcc >/dev/null; then cuda=$(nvcc --version | tail -1); else cuda=$(field 3); fi
-commit=${ATTNLAB_COMMIT:-$(field 5 | sed 's/^attnlab //')}
-torch=${TORCH_VERSION:-$(field 4 | sed 's/^torch //')}
-last() { tail -1 "$1" 2>/dev/null; }
+
 echo "# attnlab GPU check"
 echo
 [ -n "${SUMMARY_NOTE:-}" ] && { echo "> $SUMMARY_NOTE"; echo; }
-echo "- GPU: $gpu"
-echo "- CUDA: $cuda"
-echo "- commit: $commit"
-echo "- date: ${SUMMARY_DATE:-$(date -u +%Y-%m-%dT%H:%M:%SZ)}"
-echo "- GPU variant tests${ONLY:+ (only $ONLY)}: $(last "$out/gpu_variants.log")"
-echo "- ctest: $(grep -E 'tests passed' "$out/tests.log" 2>/dev/null)"
-python_line=$(grep -E "[0-9]+ passed" "$out/tests.log" 2>/dev/null | grep -vE "^[0-9]+ passed, [0-9]+ failed$" | tail -1)
-echo "- pytest (tests/python): ${python_line:-see ctest (label gpu); ctest prints the pytest output only on failure}"
-echo "- torch: $torch"
-[ -f "$out/sanitizer_summary.txt" ] && { echo "- compute-sanitizer:"; sed 's/^/  - /' "$out/sanitizer_summary.txt"; }
-echo
-echo "## Benchmarks (fp16 unless noted; TFLOPS = 2·B·H·(D+Dv)·unmasked pairs / median time)"
-echo
-echo "| variant | B,H,Nq,Nk,D | dtype | causal | ms | TFLOPS | x best peer | status |"
-echo "|---|---|---|---|---|---|---|---|"
-tail -n +2 "$csv" | awk -F, '{printf "| %s | %s,%s,%s,%s,%s | %s | %s | %s | %s | %s | %s |\n", $6, $8, $9, $10, $11, $12, $14, $15, $16, $17, $18, $19}'
-echo
-if [ -s "$out/gemm_ceiling.txt" ]; then
-  echo "## The GEMM ceiling (cuBLAS through torch; scripts/gemm_ceiling.py)"
-  echo
-  echo '```'
-  cat "$out/gemm_ceiling.txt"
-  echo '```'
-  echo
+gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
+if [ -z "$gpu" ]; then  # the first CSV row's gpu and driver columns
+  gpu=$(tail -qn +2 "$out/bench.csv" "$out/dmattn.csv" 2>/dev/null | head -1 | cut -d, -f1,2 | sed 's/,/, driver /')
 fi
-if [ -f "$out/dmattn_bench.txt" ]; then
-  echo "## Dynamic-mask attention (issue 5)"
+cuda=$(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' | sed 's/release //')
+echo "- machine: ${gpu:-unknown GPU}; CUDA ${cuda:-unknown}; torch ${TORCH_VERSION:-unknown}; built for sm_${CUDA_ARCH:-90a}"
+
+if [ -f "$out/tests.txt" ]; then
   echo
-  for t in dmattn dmattn_reference dmattn_summary dmattn_backward_reference dmattn_backward; do
-    echo "- test_$t: $(last "$out/${t}_tests.log")"
+  echo "## Tests"
+  echo
+  cat "$out/tests.txt"
+fi
+
+if [ -f "$out/sanitizer_summary.txt" ]; then
+  echo
+  echo "## compute-sanitizer (ragged shapes; every rung on the rung shapes)"
+  echo
+  for tool in memcheck racecheck synccheck; do
+    runs=$(grep -c "^$tool " "$out/sanitizer_summary.txt")
+    clean=$(grep "^$tool " "$out/sanitizer_summary.txt" | grep -c ': rc=0 ')
+    [ "$runs" -gt 0 ] && echo "- $tool: $clean of $runs runs clean"
   done
-  echo
-  echo '```'
-  grep -vE "^-+$" "$out/dmattn_bench.txt"
-  echo '```'
-  echo
+  grep -v ': rc=0 ' "$out/sanitizer_summary.txt" | sed 's/^/- /'
+  grep 'EMPTY MASK' "$out/sanitizer_summary.txt" | sed 's/^/- warning: /'
 fi
-if [ -f "$out/ncu_bank_conflicts.txt" ]; then
-  echo "## Shared-memory bank conflicts (ncu), split-q padded vs swizzled"
-  echo
-  echo '```'
-  cat "$out/ncu_bank_conflicts.txt"
-  echo '```'
-  echo
-fi
-echo "## Registers (ptxas, sm_${CUDA_ARCH:-90a})"
-echo
-echo '```'
-cat "$out/ptxas_split_q.txt" 2>/dev/null
-echo '```'
+
+python3 - "$out" <<'EOF'
+import csv
+import os
+import sys
+
+out = sys.argv[1]
+
+
+def rows(name):
+    path = os.path.join(out, name)
+    if not os.path.isfile(path):
+        return []
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def provenance(rs):
+    commits = sorted({r["commit"] for r in rs})
+    dates = sorted(r["date"] for r in rs)
+    return f"commit {', '.join(commits)}, {dates[0][:10]}"
+
+
+bench = rows("bench.csv")
+if bench:
+    print(f"\n## Benchmarks (bench.csv; {provenance(bench)})\n")
+    print("TFLOPS = 2·B·H·(D+Dv)·unmasked pairs / median time; fp16 unless noted.\n")
+    print("| B,H,Nq,Nk,D | dtype | causal | best rung | TFLOPS | best peer | TFLOPS | × peer | checks |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    shapes = {}
+    for r in bench:
+        shapes.setdefault(tuple(r[k] for k in ("B", "H", "Nq", "Nk", "D", "dtype", "causal")), []).append(r)
+    for key, rs in shapes.items():
+        timed = [r for r in rs if r["tflops"] and r["status"] != "FAIL"]
+        best = {kind: max((r for r in timed if r["kind"] == kind), key=lambda r: float(r["tflops"]), default=None)
+                for kind in ("rung", "peer")}
+        cell = lambda r: (r["variant"], f"{float(r['tflops']):.1f}") if r else ("-", "-")
+        ratio = (f"{float(best['rung']['tflops']) / float(best['peer']['tflops']):.2f}"
+                 if best["rung"] and best["peer"] else "-")
+        failed = sum(r["status"] == "FAIL" for r in rs)
+        checked = sum(r["status"] in ("PASS", "FAIL") for r in rs)
+        checks = f"{checked - failed}/{checked} pass" if checked else "timed only"
+        B, H, Nq, Nk, D, dtype, causal = key
+        print(f"| {B},{H},{Nq},{Nk},{D} | {dtype} | {causal} | {' | '.join(cell(best['rung']))} | "
+              f"{' | '.join(cell(best['peer']))} | {ratio} | {checks}{'; FAILED' if failed else ''} |")
+
+dmattn = rows("dmattn.csv")
+if dmattn:
+    print(f"\n## Dynamic-mask attention (dmattn.csv; {provenance(dmattn)})\n")
+    print("One line per run: its dmattn row; × peer = the best masked torch peer's time / this time.\n")
+    print("| run | B,H,Nq,Nk,D | causal | options | ms | TFLOPS | × peer | status |")
+    print("|---|---|---|---|---|---|---|---|")
+    wanted = ("Hkv=", "mask=", "bias", "splits ", "core ", "mask scan ", "q chunks ")
+    for r in dmattn:
+        if r["kind"] != "rung" or not (r["variant"] == "dmattn" or r["variant"].startswith("dmattn bwd")):
+            continue
+        if "(bit-packed mask)" in r["variant"]:
+            continue
+        options = "; ".join(part for part in r["note"].split("; ") if part.startswith(wanted))
+        print(f"| {r['variant']} | {r['B']},{r['H']},{r['Nq']},{r['Nk']},{r['D']} | {r['causal']} | {options} | "
+              f"{float(r['time_ms']):.3f} | {float(r['tflops']):.1f} | {r['ratio_to_best_peer'] or '-'} | {r['status']} |")
+    failed = [r for r in dmattn if r["status"] == "FAIL"]
+    if failed:
+        print(f"\n{len(failed)} dynamic-mask rows FAILED their check:", ", ".join(r["variant"] for r in failed))
+EOF
+
