@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "common/attn_problem.h"
+#include "host/attn_problem.h"
 
 namespace attnlab {
 

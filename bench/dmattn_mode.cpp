@@ -21,8 +21,8 @@
 #include <functional>
 #include <vector>
 
-#include "common/variant.h"
 #include "dmattn/dmattn.h"
+#include "host/variant.h"
 #include "reference/reference.h"
 #include "runner.h"
 #include "torch_peers.h"

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "common/variant.h"
 #include "dmattn/dmattn.h"
+#include "host/variant.h"
 
 namespace attnlab {
 

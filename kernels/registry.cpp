@@ -1,6 +1,6 @@
 #include <cuda_runtime.h>
 
-#include "common/variant.h"
+#include "host/variant.h"
 
 namespace attnlab {
 

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "common/variant.h"
 #include "dmattn/dmattn.h"
+#include "host/variant.h"
 #include "reference/reference.h"
 
 namespace {

@@ -9,10 +9,10 @@
 // elements (the head dim plus padding, so ldmatrix hits 8 different banks).
 #pragma once
 
-#include "common/attn_problem.h"
 #include "common/online_softmax.cuh"
 #include "common/ptx.cuh"
 #include "common/smem_layout.cuh"
+#include "host/attn_problem.h"
 
 namespace attnlab {
 

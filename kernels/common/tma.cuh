@@ -7,7 +7,7 @@
 // TMA copies a box of a tensor between global and shared memory as one
 // instruction issued by one thread. The tensor's shape, strides, box size and
 // shared-memory swizzle live in a 128-byte CUtensorMap built on the host
-// (encode_head_tiles below) and passed to the kernel as a __grid_constant__
+// (host/tensor_map.h) and passed to the kernel as a __grid_constant__
 // parameter. Rows of the box past the tensor's end are filled with zeros.
 //
 // Completion is signalled through an mbarrier, a 64-bit shared-memory object
@@ -19,78 +19,13 @@
 // cutlass/arch/barrier.h (ClusterBarrier, ClusterTransactionBarrier).
 #pragma once
 
-#include <cuda.h>  // CUtensorMap and its enums: types only, nothing is linked against libcuda
-#include <cuda_runtime.h>
-#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
+#include <cuda.h>  // CUtensorMap: the type only, nothing is linked against libcuda
 
 #include <cstdint>
 
-#include "common/attn_problem.h"
 #include "common/ptx.cuh"
 
 namespace attnlab {
-
-// ---- host: the tensor map ------------------------------------------------------
-// cuTensorMapEncodeTiled is a driver API function; fetched through the runtime
-// so that nothing links -lcuda. nullptr when the driver does not provide it.
-inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found) !=
-            cudaSuccess ||
-        found != cudaDriverEntryPointSuccess)
-      f = nullptr;
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  }();
-  return fn;
-}
-
-// A map of `heads` row-major [rows, cols] matrices stored back to back, read
-// (or reduced into) in boxes of box_cols x box_rows of one head, with the
-// 128-byte swizzle (box_cols · elem_bytes must be 128). Rows past `rows` are
-// zero-filled on loads and not written by reductions. False on failure.
-inline bool encode_head_boxes(CUtensorMap* map, const void* base, CUtensorMapDataType type, int elem_bytes,
-                              int64_t heads, int rows, int cols, int box_cols, int box_rows) {
-  const auto encode = tensor_map_encoder();
-  if (!encode || (reinterpret_cast<uintptr_t>(base) % 16) != 0 || cols % box_cols != 0) return false;
-  const cuuint64_t dims[3] = {cuuint64_t(cols), cuuint64_t(rows), cuuint64_t(heads)};  // innermost first
-  const cuuint64_t strides[2] = {cuuint64_t(cols) * elem_bytes, cuuint64_t(rows) * cols * elem_bytes};  // bytes
-  const cuuint32_t box[3] = {cuuint32_t(box_cols), cuuint32_t(box_rows), 1};
-  const cuuint32_t element_strides[3] = {1, 1, 1};
-  return encode(map, type, 3, const_cast<void*>(base), dims, strides, box, element_strides,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
-// 16-bit elements (Q, K or V of every (batch, head)) in boxes of 64 columns x
-// kBoxRows rows: 64 columns are 128 bytes, so a box lands in shared memory
-// exactly as one column block of Sw128Blocks<kBoxRows> (wgmma.cuh) — row r at
-// 128·r bytes, 16-byte chunk c at chunk c ^ (r % 8) — given a 1024-byte-aligned
-// destination.
-template <int kBoxRows>
-inline bool encode_head_tiles(CUtensorMap* map, const void* base, DType dtype, int64_t heads, int rows, int cols) {
-  return encode_head_boxes(map, base,
-                           dtype == DType::kFloat16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-                           2, heads, rows, cols, 64, kBoxRows);
-}
-
-// fp32 elements (the dmattn backward's dq_accum) in boxes of 32 columns x
-// kBoxRows rows: 32 floats are 128 bytes, the same swizzle span.
-template <int kBoxRows>
-inline bool encode_f32_head_tiles(CUtensorMap* map, const float* base, int64_t heads, int rows, int cols) {
-  return encode_head_boxes(map, base, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, heads, rows, cols, 32, kBoxRows);
-}
-
-// Q, K and V maps of a dense problem: Q in boxes of kQRows rows, K and V of
-// kKVRows (rungs 09 and 10; a block's boxes may start at any column).
-template <int kQRows, int kKVRows>
-inline bool encode_qkv_maps(CUtensorMap (&maps)[3], const AttnProblem& p, const void* q, const void* k,
-                            const void* v) {
-  return encode_head_tiles<kQRows>(&maps[0], q, p.dtype, p.heads(), p.Nq, p.D) &&
-         encode_head_tiles<kKVRows>(&maps[1], k, p.dtype, p.heads(), p.Nk, p.D) &&
-         encode_head_tiles<kKVRows>(&maps[2], v, p.dtype, p.heads(), p.Nk, p.Dv);
-}
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // ---- device: mbarriers ------------------------------------------------------------

@@ -48,13 +48,14 @@
 
 #include "common/online_softmax.cuh"
 #include "common/ptx.cuh"
-#include "common/rung_host.cuh"
 #include "common/split_q_parts.cuh"
 #include "common/tile_copy.cuh"
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
 #include "dmattn/dmattn.h"
 #include "dmattn/dmattn_tiles.cuh"
+#include "host/rung_host.cuh"
+#include "host/tensor_map.h"
 
 namespace attnlab {
 namespace {

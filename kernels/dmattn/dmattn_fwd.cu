@@ -50,7 +50,6 @@
 #include "common/block_reduce.cuh"
 #include "common/online_softmax.cuh"
 #include "common/ptx.cuh"
-#include "common/rung_host.cuh"
 #include "common/split_q_parts.cuh"
 #include "common/tile_copy.cuh"
 #include "common/tma.cuh"
@@ -58,6 +57,8 @@
 #include "dmattn/dmattn.h"
 #include "dmattn/dmattn_mask_scan.cuh"
 #include "dmattn/dmattn_tiles.cuh"
+#include "host/rung_host.cuh"
+#include "host/tensor_map.h"
 
 namespace attnlab {
 namespace {

@@ -37,10 +37,10 @@
 #include <string>
 #include <vector>
 
-#include "common/attn_problem.h"
 #include "common/online_softmax.cuh"
-#include "common/rung_host.cuh"
-#include "common/variant.h"
+#include "host/attn_problem.h"
+#include "host/rung_host.cuh"
+#include "host/variant.h"
 
 namespace attnlab {
 namespace {

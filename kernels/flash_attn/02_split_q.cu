@@ -45,14 +45,14 @@
 #include <string>
 #include <vector>
 
-#include "common/attn_problem.h"
 #include "common/online_softmax.cuh"
 #include "common/ptx.cuh"
-#include "common/rung_host.cuh"
 #include "common/smem_layout.cuh"
 #include "common/split_q_parts.cuh"
 #include "common/tile_copy.cuh"
-#include "common/variant.h"
+#include "host/attn_problem.h"
+#include "host/rung_host.cuh"
+#include "host/variant.h"
 
 namespace attnlab {
 namespace {

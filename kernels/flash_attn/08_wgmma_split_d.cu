@@ -43,15 +43,15 @@
 #include <string>
 #include <vector>
 
-#include "common/attn_problem.h"
 #include "common/online_softmax.cuh"
 #include "common/ptx.cuh"
-#include "common/rung_host.cuh"
 #include "common/split_d_tile.cuh"
 #include "common/split_q_parts.cuh"
 #include "common/tile_copy.cuh"
-#include "common/variant.h"
 #include "common/wgmma.cuh"
+#include "host/attn_problem.h"
+#include "host/rung_host.cuh"
+#include "host/variant.h"
 
 namespace attnlab {
 

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "common/attn_problem.h"
-#include "common/variant.h"
+#include "host/attn_problem.h"
+#include "host/variant.h"
 
 namespace attnlab {
 

@@ -1,5 +1,5 @@
 // The exact unmasked-pair count behind every TFLOPS figure.
-#include "common/attn_problem.h"
+#include "host/attn_problem.h"
 #include "testing.h"
 
 using namespace attnlab;

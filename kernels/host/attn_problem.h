@@ -1,3 +1,4 @@
+// kernels/host/: host-side glue; the device primitives are in kernels/common/.
 // attnlab: the problem every kernel solves, and the buffers it solves it in.
 //
 //   O = softmax(scale · Q·Kᵀ + mask) · V          per (batch, head)

@@ -1,3 +1,4 @@
+// kernels/host/: host-side glue; the device primitives are in kernels/common/.
 // attnlab: the registry of attention variants.
 //
 // Every rung of the ladder (kernels/flash_attn/NN_*.cu) exports one function,
@@ -12,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "common/attn_problem.h"
+#include "host/attn_problem.h"
 
 namespace attnlab {
 

@@ -1,3 +1,4 @@
+// kernels/host/: host-side glue; the device primitives are in kernels/common/.
 // attnlab: host-side plumbing shared by the rungs — head-dim and dtype dispatch,
 // the support checks every rung makes, and the `--list` description.
 #pragma once
@@ -11,8 +12,8 @@
 #include <string>
 #include <type_traits>
 
-#include "common/attn_problem.h"
-#include "common/variant.h"
+#include "host/attn_problem.h"
+#include "host/variant.h"
 
 namespace attnlab {
 

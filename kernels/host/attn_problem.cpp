@@ -1,4 +1,5 @@
-#include "common/attn_problem.h"
+// kernels/host/: host-side glue; the device primitives are in kernels/common/.
+#include "host/attn_problem.h"
 
 
 namespace attnlab {
