@@ -3,8 +3,8 @@
 // ============================================================================
 // What changes against rung 02: K and V stop having buffers of their own. They
 // stream through one ring of shared-memory slots in the order the loop uses
-// them — K_0, V_0, K_1, V_1, ... (kernels/common/kv_ring.cuh). With two slots,
-// V_j lands while S_j = Q·K_jᵀ runs and K_{j+1} lands while P_j·V_j runs: the
+// them — K_0, V_0, K_1, V_1, ... (kv_ring.cuh). With two slots, V_j lands
+// while S_j = Q·K_jᵀ runs and K_{j+1} lands while P_j·V_j runs: the
 // same overlap as rung 02's stage2, in two tiles of memory instead of four,
 // and with two barriers per KV tile instead of three. Less shared memory per
 // block lets more blocks share an SM when registers allow it.
@@ -42,10 +42,10 @@
 #include <string>
 #include <vector>
 
-#include "common/kv_ring.cuh"
 #include "common/online_softmax.cuh"
 #include "common/split_q_parts.cuh"
 #include "common/tile_copy.cuh"
+#include "flash_attn/kv_ring.cuh"
 #include "host/attn_problem.h"
 #include "host/rung_host.cuh"
 #include "host/variant.h"

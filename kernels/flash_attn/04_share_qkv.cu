@@ -40,10 +40,10 @@
 #include <string>
 #include <vector>
 
-#include "common/kv_ring.cuh"
 #include "common/online_softmax.cuh"
 #include "common/split_q_parts.cuh"
 #include "common/tile_copy.cuh"
+#include "flash_attn/kv_ring.cuh"
 #include "host/attn_problem.h"
 #include "host/rung_host.cuh"
 #include "host/variant.h"

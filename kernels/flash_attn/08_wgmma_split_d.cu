@@ -15,7 +15,7 @@
 // Where it is slower: the row tile is small (64 rows, because O fills the
 // register file), so each K/V byte copied feeds only 64 rows and the copies
 // take a large share of the shared-memory bandwidth (docs/08_wgmma_split_d.md).
-// The tile's compute lives in common/split_d_tile.cuh (rung 09 feeds the same
+// The tile's compute lives in split_d_tile.cuh (rung 09 feeds the same
 // compute by TMA); this file holds the config and the cp.async copy pipeline.
 //
 // Per block: 64 query rows, 2 warpgroups; loop over 64-row tiles of K and V.
@@ -45,10 +45,10 @@
 
 #include "common/online_softmax.cuh"
 #include "common/ptx.cuh"
-#include "common/split_d_tile.cuh"
 #include "common/split_q_parts.cuh"
 #include "common/tile_copy.cuh"
 #include "common/wgmma.cuh"
+#include "flash_attn/split_d_tile.cuh"
 #include "host/attn_problem.h"
 #include "host/rung_host.cuh"
 #include "host/variant.h"
@@ -60,7 +60,7 @@ std::string hopper_wgmma_unsupported();  // 07_wgmma.cu
 namespace {
 
 template <int kHeadDim_, int kStages_>
-struct SplitDConfig : SplitDTiles<kHeadDim_> {  // tile shapes: common/split_d_tile.cuh
+struct SplitDConfig : SplitDTiles<kHeadDim_> {  // tile shapes: split_d_tile.cuh
   static constexpr int kStages = kStages_;
   static constexpr int kWarps = 4 * SplitDConfig::kWarpgroups;
   static constexpr int kThreads = 32 * kWarps;
@@ -75,7 +75,7 @@ static_assert(SplitDConfig<512, 1>::kSmemBytes <= 232448, "header: fits the 2324
 static_assert(SplitDConfig<512, 1>::kSmemBytes + SplitDConfig<512, 1>::kTileBytesQKV * 2 > 232448,
               "header: no room for a second K and V slot");
 
-// The copy pipeline (common/split_d_tile.cuh's hooks): one K and one V slot,
+// The copy pipeline (split_d_tile.cuh's hooks): one K and one V slot,
 // refilled by all 256 threads with cp.async as soon as the tile in it has been
 // read — K_{j+1} behind the softmax and P·V of tile j, V_{j+1} behind S_{j+1}.
 template <typename Cfg, typename T>

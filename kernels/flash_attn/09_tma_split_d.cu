@@ -2,7 +2,7 @@
 // Rung 09 — rung 08 fed by TMA from a producer warp, optionally multicast
 //           to a cluster of two blocks (D = 512)
 // ============================================================================
-// What changes against rung 08: the compute is the same (common/split_d_tile.cuh:
+// What changes against rung 08: the compute is the same (split_d_tile.cuh:
 // two warpgroups share 64 query rows and split the head dim), but K_j and V_j
 // no longer come through cp.async issued by the 256 compute threads — 16
 // copies per thread per 64 KiB tile, with their swizzled addresses and bounds
@@ -46,10 +46,10 @@
 #include <vector>
 
 #include "common/online_softmax.cuh"
-#include "common/split_d_tile.cuh"
 #include "common/split_q_parts.cuh"
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
+#include "flash_attn/split_d_tile.cuh"
 #include "host/attn_problem.h"
 #include "host/rung_host.cuh"
 #include "host/tensor_map.h"
@@ -66,7 +66,7 @@ template <int kHeadDim_, int kStages_>
 // (common/wgmma.cuh's ProducerWarpgroupSplit): after setmaxnreg the producer
 // keeps 40 registers and the compute threads get 232, enough for rung 08's
 // tile without spills.
-struct TmaSplitDConfig : SplitDTiles<kHeadDim_>,  // tile shapes: common/split_d_tile.cuh
+struct TmaSplitDConfig : SplitDTiles<kHeadDim_>,  // tile shapes: split_d_tile.cuh
                          ProducerWarpgroupSplit<SplitDTiles<kHeadDim_>::kWarpgroups> {
   static constexpr int kStages = kStages_;
   static_assert(TmaSplitDConfig::kLaunchRegs == 168 && TmaSplitDConfig::kComputeRegs == 232 &&
@@ -92,7 +92,7 @@ static_assert(TmaSplitDConfig<512, 1>::kSmemBytes - TmaSplitDConfig<512, 1>::kTi
               "header: +1024 alignment slack");
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// The copy pipeline seen by the compute threads (common/split_d_tile.cuh's
+// The copy pipeline seen by the compute threads (split_d_tile.cuh's
 // hooks): a slot is full when its mbarrier's phase for tile j has completed
 // (parity j % 2); thread 0 releases it, after the compute threads' barrier, by
 // arriving on the slot's empty barrier in every block of the cluster — a slot

@@ -7,7 +7,7 @@
 // 05 and 06 (mma.sync) run D = 1024. So
 //   NEW: a thread-block cluster of 2 blocks shares the same 64 query rows of
 //        one head; block r owns head-dim columns [512r, 512r + 512) of Q, K, V
-//        and O and runs rung 09's D = 512 tile on them (common/split_d_tile.cuh;
+//        and O and runs rung 09's D = 512 tile on them (split_d_tile.cuh;
 //        the producer's TMA boxes start at column 512r);
 //   NEW: S = Q·Kᵀ needs all 1024 columns. Each block sums its two warpgroups'
 //        partials into Σ_r and the blocks swap Σ through distributed shared
@@ -46,10 +46,10 @@
 #include <vector>
 
 #include "common/online_softmax.cuh"
-#include "common/split_d_tile.cuh"
 #include "common/split_q_parts.cuh"
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
+#include "flash_attn/split_d_tile.cuh"
 #include "host/attn_problem.h"
 #include "host/rung_host.cuh"
 #include "host/tensor_map.h"
@@ -109,7 +109,7 @@ static_assert(Cfg1024::kComputeRegs == 232 && Cfg1024::kProducerRegs == 40,
               "header: 232 / 40 registers after setmaxnreg");
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// The copy pipeline and the score sum of one block (common/split_d_tile.cuh's
+// The copy pipeline and the score sum of one block (split_d_tile.cuh's
 // hooks). The slots are rung 09's without multicast: a slot is full when its
 // mbarrier's phase for tile j has completed (parity j % 2); thread 0 hands it
 // back after the compute threads' barrier. Nobody waits for the release of the

@@ -1,3 +1,4 @@
+// kernels/flash_attn/: used by rungs 08–10 alone, so it sits beside them.
 // attnlab: one KV tile of the D = 512 wgmma rungs (08, 09; rung 10 runs it on
 // each block's half of D = 1024), where the two warpgroups of a block share 64
 // query rows and split the head dim (docs/08_wgmma_split_d.md). The rungs differ only in how K_j and V_j reach

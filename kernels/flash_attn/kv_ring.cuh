@@ -1,3 +1,4 @@
+// kernels/flash_attn/: used by rungs 03 and 04 alone, so it sits beside them.
 // attnlab: a ring of shared-memory slots through which K and V stream in the
 // order they are used: K_0, V_0, K_1, V_1, ... (item i is tile i/2; K when i is
 // even). K and V no longer need buffers of their own: with 2 slots, V_j lands
