@@ -1,15 +1,22 @@
-// flash_attn_mma's dynamic-mask mode: --Hkv, --mask, --window,
-// --block, --bias, --softcap. One shape; rows:
-//   dmattn                  ours (kernels/dmattn/dmattn_fwd.cu)
-//   split-q+stage2 (dense)  rung 02 on the same Q, K, V without mask or bias
-//                           (only when Hkv == H): what skipping costs or saves
+// flash_attn_mma's dynamic-mask mode: one shape, the options of the
+// dynamic-mask section of --help. Rows:
+//   dmattn                       ours (kernels/dmattn/dmattn_fwd.cu)
+//   dmattn (mask summary given)  ours, the mask's tile summary built beforehand
+//   dmattn (bit-packed mask)     ours on the same mask as bits (--mask-bits)
+//   split-q+stage2 (dense)       rung 02 on the same Q, K, V without mask or bias
+//                                (only when Hkv == H): what skipping costs or saves
 //   sdpa(...)+mask, torch(unfused)+mask   with --sdpa / --torch: torch given
-//                           the same mask as one additive float mask
+//                                the same mask as one additive float mask
+//   dmattn bwd ..., ... bwd      with --bwd: the same rows for the backward
 // TFLOPS are effective: 4·D·(unmasked pairs) / time for every row, the pairs
 // counted on the GPU from the mask and the causal rule (the FLOP convention
 // of the README, with pairs = the pairs this mask leaves), so a row's TFLOPS
 // ratio is its speed ratio. The dense rung's row also shows its own TFLOPS
 // (dense pairs) in the note.
+//
+// run_dynamic_mask_mode, at the bottom, reads as the run does: set_up (the
+// problem, buffers, inputs, masks), the forward rows of ours, the peers, the
+// backward rows, then the report.
 #include "dmattn_mode.h"
 
 #include <cuda_runtime.h>
@@ -17,8 +24,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <functional>
+#include <fstream>
 #include <vector>
 
 #include "dmattn/dmattn.h"
@@ -36,9 +43,22 @@ struct DmaRow {
   double err = -1, tol = -1, lse_err = -1;
 };
 
+// An error that ends the run: one line for stderr and the process exit code.
+// Built from a function's "" (no error) or its message.
+struct RunError {
+  std::string message;
+  int code = 1;
+  RunError() = default;
+  RunError(std::string m, int c = 1) : message(std::move(m)), code(c) {}
+  bool failed() const { return !message.empty(); }
+};
+
 // Device allocations freed on scope exit.
 struct DeviceArena {
   std::vector<void*> ptrs;
+  DeviceArena() = default;
+  DeviceArena(const DeviceArena&) = delete;
+  DeviceArena& operator=(const DeviceArena&) = delete;
   ~DeviceArena() {
     for (void* p : ptrs) cudaFree(p);
   }
@@ -58,46 +78,78 @@ struct DeviceArena {
   }
 };
 
+// What every row of one run shares: the problem, its device buffers, the
+// dmattn row's forward (the rows after it reuse its arguments and compare
+// against its output) and the rows so far.
+struct DmaRun {
+  DmaRun(const Options& o, uint64_t s, cudaStream_t st) : opt(o), seed(s), stream(st) {}
+  const Options& opt;
+  const uint64_t seed;
+  const cudaStream_t stream;
+  DynamicMaskProblem p;
 
+  DeviceArena arena;
+  // Q, K, V, O in the input dtype; LSE in fp32; the bias and the byte mask
+  // where asked for; three counters (tiles run, causal range, visible pairs);
+  // the buffer written before every timed call to evict L2.
+  void *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr, *bias = nullptr, *flush = nullptr;
+  float* lse = nullptr;
+  uint8_t* mask = nullptr;
+  unsigned long long* counters = nullptr;
+  int64_t q_elems = 0, kv_elems = 0, lse_elems = 0;
+  size_t flush_bytes = 256u << 20;
+  unsigned long long pairs = 0;  // unmasked (query, key) pairs, summed over B·H
+  double flops = 0;              // the forward's: 2·(D+Dv)·pairs
 
-void append_csv(const std::string& path, const SystemInfo& sys, const DynamicMaskProblem& p, const Options& opt,
-                uint64_t seed, const std::vector<DmaRow>& rows) {
-  std::ofstream f = open_results_csv(path);
-  double best_peer = 0;
-  for (const DmaRow& r : rows)
-    if (r.kind == "peer" && r.ms > 0) best_peer = std::max(best_peer, r.tflops);
-  const std::string shape_note = "Hkv=" + std::to_string(p.Hkv) + "; mask=" + (opt.mask.empty() ? "none" : opt.mask) +
-                                 (opt.mask == "topk" ? " W=" + std::to_string(opt.window) + " block=" +
-                                                           std::to_string(opt.block)
-                                                     : "") +
-                                 (opt.bias ? "; bias (B;Hkv;1;Nk)" : "") +
-                                 (p.softcap > 0 ? "; softcap " + std::to_string(p.softcap) : "");
-  for (const DmaRow& r : rows) {
-    char nums[96] = ",,";
-    if (r.ms > 0) {
-      if (r.kind == "rung" && best_peer > 0)
-        std::snprintf(nums, sizeof nums, "%.6f,%.6g,%.3f", r.ms, r.tflops, r.tflops / best_peer);
-      else std::snprintf(nums, sizeof nums, "%.6f,%.6g,", r.ms, r.tflops);
-    }
-    char errs[96] = ",,";
-    if (r.err >= 0) std::snprintf(errs, sizeof errs, "%.3e,%.3e,%.3e", r.err, r.tol, r.lse_err);
-    const std::string note = csv_field(shape_note + "; " + r.note);
-    f << csv_field(sys.gpu) << ',' << csv_field(sys.driver) << ',' << csv_field(sys.cuda) << ',' << sys.commit << ','
-      << sys.date << ',' << csv_field(r.name)
-      << ',' << r.kind << ',' << p.B << ',' << p.H << ',' << p.Nq << ',' << p.Nk << ',' << p.D << ',' << p.D << ','
-      << dtype_name(p.dtype) << ',' << (p.causal ? 1 : 0) << ',' << nums << ',' << r.status << ',' << errs << ','
-      << seed << ',' << note << '\n';
+  // The dmattn row: its arguments (kept: the backward re-runs the forward for
+  // its O and LSE), its median time and its output (the other rows of ours
+  // must match it bit for bit).
+  DmaForwardArgs fwd;
+  double fwd_ms = 0;
+  std::vector<uint16_t> fwd_output;
+  double given_ms = 0;         // the mask-summary-given row's time (0: no row)
+  DynamicMaskProblem p_bits;   // p with the bit-packed mask (--mask-bits)
+  DmaForwardArgs fwd_bits;
+  double bits_ms = 0;          // the bit-packed row's time (0: no row)
+
+  std::vector<DmaRow> rows;
+  int failures = 0;
+
+  // time_calls with the run's warm-up, iterations and L2 flush.
+  std::string time(const std::function<std::string()>& call, Timing* out) const {
+    return time_calls(call, opt.warmup, opt.iters, flush, flush_bytes, stream, out);
   }
+};
+
+DmaCore core_option(const std::string& s) {
+  return s == "mma"              ? DmaCore::kMma
+         : s == "wgmma"          ? DmaCore::kWgmma
+         : s == "wgmma-cp.async" ? DmaCore::kWgmmaCpAsync
+         : s == "gather"         ? DmaCore::kGather
+                                 : DmaCore::kAuto;
 }
 
-}  // namespace
+DmaMaskScan mask_scan_option(const std::string& s) {
+  return s == "prepass"     ? DmaMaskScan::kPrepass
+         : s == "in-kernel" ? DmaMaskScan::kInKernel
+         : s == "pipelined" ? DmaMaskScan::kPipelined
+                            : DmaMaskScan::kAuto;
+}
 
-int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t seed, cudaStream_t stream) {
-  auto fail = [](const std::string& m, int code) {
-    std::fprintf(stderr, "flash_attn_mma: error: %s\n", m.c_str());
-    return code;
-  };
-  DynamicMaskProblem p;
+// " W=1024 block=64" for --mask topk, else "".
+std::string topk_words(const Options& opt) {
+  return opt.mask == "topk" ? " W=" + std::to_string(opt.window) + " block=" + std::to_string(opt.block) : "";
+}
+
+// ==== set-up ==========================================================================
+
+// The problem from the options; the device buffers; the forward's kernel
+// checked against this GPU (exit 2 before anything runs); then Q, K, V and
+// the bias filled from the seed, the mask built, and the unmasked pairs
+// counted (the numerator of every row's effective TFLOPS).
+RunError set_up(DmaRun& run) {
+  const Options& opt = run.opt;
+  DynamicMaskProblem& p = run.p;
   p.B = opt.B;
   p.H = opt.H;
   p.Hkv = opt.Hkv > 0 ? opt.Hkv : opt.H;
@@ -108,585 +160,679 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
   p.causal = opt.causal;
   p.scale = default_scale(opt.D);
   p.softcap = opt.softcap;
+  run.q_elems = int64_t(p.B) * p.H * p.Nq * p.D;
+  run.kv_elems = int64_t(p.B) * p.Hkv * p.Nk * p.D;
+  run.lse_elems = int64_t(p.B) * p.H * p.Nq;
 
-  DeviceArena arena;
-  void *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr, *bias = nullptr, *flush = nullptr;
-  float *lse = nullptr, *o_ref = nullptr, *lse_ref = nullptr;
-  uint8_t* mask = nullptr;
-  unsigned long long* counters = nullptr;
-  const int64_t q_elems = int64_t(p.B) * p.H * p.Nq * p.D, kv_elems = int64_t(p.B) * p.Hkv * p.Nk * p.D;
-  const int64_t rows = int64_t(p.B) * p.H * p.Nq;
-  const size_t flush_bytes = 256u << 20;
+  DeviceArena& arena = run.arena;
   std::string err;
-  if (err.empty()) err = arena.alloc(size_t(q_elems) * 2, reinterpret_cast<uint8_t**>(&q), "Q");
-  if (err.empty()) err = arena.alloc(size_t(kv_elems) * 2, reinterpret_cast<uint8_t**>(&k), "K");
-  if (err.empty()) err = arena.alloc(size_t(kv_elems) * 2, reinterpret_cast<uint8_t**>(&v), "V");
-  if (err.empty()) err = arena.alloc(size_t(q_elems) * 2, reinterpret_cast<uint8_t**>(&o), "O");
-  if (err.empty()) err = arena.alloc(size_t(rows), &lse, "LSE");
-  if (err.empty()) err = arena.alloc(size_t(3), &counters, "counters");
-  if (err.empty()) err = arena.alloc(flush_bytes, reinterpret_cast<uint8_t**>(&flush), "the L2 flush");
-  if (err.empty() && opt.bias) err = arena.alloc(size_t(p.B) * p.Hkv * p.Nk * 2, reinterpret_cast<uint8_t**>(&bias), "the bias");
+  if (err.empty()) err = arena.alloc(size_t(run.q_elems) * 2, reinterpret_cast<uint8_t**>(&run.q), "Q");
+  if (err.empty()) err = arena.alloc(size_t(run.kv_elems) * 2, reinterpret_cast<uint8_t**>(&run.k), "K");
+  if (err.empty()) err = arena.alloc(size_t(run.kv_elems) * 2, reinterpret_cast<uint8_t**>(&run.v), "V");
+  if (err.empty()) err = arena.alloc(size_t(run.q_elems) * 2, reinterpret_cast<uint8_t**>(&run.o), "O");
+  if (err.empty()) err = arena.alloc(size_t(run.lse_elems), &run.lse, "LSE");
+  if (err.empty()) err = arena.alloc(size_t(3), &run.counters, "counters");
+  if (err.empty()) err = arena.alloc(run.flush_bytes, reinterpret_cast<uint8_t**>(&run.flush), "the L2 flush");
+  if (err.empty() && opt.bias)
+    err = arena.alloc(size_t(p.B) * p.Hkv * p.Nk * 2, reinterpret_cast<uint8_t**>(&run.bias), "the bias");
   if (err.empty() && (opt.mask == "topk" || opt.mask == "ones"))
-    err = arena.alloc(size_t(p.B) * p.Hkv * p.Nq * p.Nk, &mask, "the mask");
-  if (!err.empty()) return fail(err, 1);
-
-  cudaError_t e = fill_random_normal(q, q_elems, p.dtype, seed * 5 + 0, stream);
-  if (e == cudaSuccess) e = fill_random_normal(k, kv_elems, p.dtype, seed * 5 + 1, stream);
-  if (e == cudaSuccess) e = fill_random_normal(v, kv_elems, p.dtype, seed * 5 + 2, stream);
-  if (e == cudaSuccess && bias) {
-    e = fill_random_normal(bias, int64_t(p.B) * p.Hkv * p.Nk, p.dtype, seed * 5 + 3, stream);
-    p.bias.data = bias;
+    err = arena.alloc(size_t(p.B) * p.Hkv * p.Nq * p.Nk, &run.mask, "the mask");
+  if (!err.empty()) return err;
+  if (run.bias) {
+    p.bias.data = run.bias;
     p.bias.set_shape(p.B, p.Hkv, 1, p.Nk, p.H);  // flash-dmattn's (B, Hkv, 1, Nk)
   }
-  if (e == cudaSuccess && mask) {
-    if (opt.mask == "ones") {
-      e = cudaMemsetAsync(mask, 1, size_t(p.B) * p.Hkv * p.Nq * p.Nk, stream);
-    } else {
-      e = dma_build_topk_mask(p, opt.window, opt.block, mask, stream);
-      if (e == cudaErrorInvalidValue)
-        return fail("the top-W mask builder cannot take Nk=" + std::to_string(p.Nk) + " on this GPU", 2);
-    }
-    p.mask.data = mask;
+  if (run.mask) {
+    p.mask.data = run.mask;
     p.mask.set_shape(p.B, p.Hkv, p.Nq, p.Nk, p.H);
   }
-  if (e == cudaSuccess) e = cudaMemsetAsync(counters, 0, 3 * sizeof(unsigned long long), stream);
-  if (e == cudaSuccess) e = dma_count_visible_pairs(p, counters + 2, stream);
+
+  // The forward's tensor-core path, where the problem runs at all: a core this
+  // GPU or this shape cannot take is an option error.
+  if (dma_forward_unsupported(p).empty() && dma_forward_core_name(p, core_option(opt.dma_core)).empty())
+    return {opt.dma_core == "gather"
+                ? "dmattn: --dma-core gather needs one query row (--Nq 1) and a mask"
+                : "dmattn: --dma-core " + opt.dma_core +
+                      " needs an sm_90 GPU, a build with sm_90a code and D in {64, 128}",
+            2};
+
+  const cudaStream_t stream = run.stream;
+  const uint64_t seed = run.seed;
+  cudaError_t e = fill_random_normal(run.q, run.q_elems, p.dtype, seed * 5 + 0, stream);
+  if (e == cudaSuccess) e = fill_random_normal(run.k, run.kv_elems, p.dtype, seed * 5 + 1, stream);
+  if (e == cudaSuccess) e = fill_random_normal(run.v, run.kv_elems, p.dtype, seed * 5 + 2, stream);
+  if (e == cudaSuccess && run.bias)
+    e = fill_random_normal(run.bias, int64_t(p.B) * p.Hkv * p.Nk, p.dtype, seed * 5 + 3, stream);
+  if (e == cudaSuccess && run.mask) {
+    if (opt.mask == "ones") {
+      e = cudaMemsetAsync(run.mask, 1, size_t(p.B) * p.Hkv * p.Nq * p.Nk, stream);
+    } else {
+      e = dma_build_topk_mask(p, opt.window, opt.block, run.mask, stream);
+      if (e == cudaErrorInvalidValue)
+        return {"the top-W mask builder cannot take Nk=" + std::to_string(p.Nk) + " on this GPU", 2};
+    }
+  }
+  if (e == cudaSuccess) e = cudaMemsetAsync(run.counters, 0, 3 * sizeof(unsigned long long), stream);
+  if (e == cudaSuccess) e = dma_count_visible_pairs(p, run.counters + 2, stream);
   if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
-  if (e != cudaSuccess) return fail(cuda_error_text("preparing inputs", e), 1);
-  unsigned long long pairs = 0;
-  cudaMemcpy(&pairs, counters + 2, sizeof pairs, cudaMemcpyDeviceToHost);
-  const double flops = 2.0 * (p.D + p.D) * double(pairs);  // 2·(D+Dv)·pairs; pairs summed over B·H
+  if (e != cudaSuccess) return cuda_error_text("preparing inputs", e);
+  cudaMemcpy(&run.pairs, run.counters + 2, sizeof run.pairs, cudaMemcpyDeviceToHost);
+  run.flops = 2.0 * (p.D + p.D) * double(run.pairs);  // 2·(D+Dv)·pairs; pairs summed over B·H
+  return {};
+}
 
-  std::printf("%s\n", std::string(150, '-').c_str());
-  std::printf("dynamic-mask attention: %s; mask %s%s; unmasked pairs %llu (%.2f%% of Nq·Nk·B·H); seed %llu\n",
-              p.shape_string().c_str(), opt.mask.empty() ? "none" : opt.mask.c_str(),
-              opt.mask == "topk" ? (" W=" + std::to_string(opt.window) + " block=" + std::to_string(opt.block)).c_str()
-                                 : "",
-              pairs, 100.0 * double(pairs) / (double(p.B) * p.H * p.Nq * p.Nk), (unsigned long long)seed);
+// ==== the forward rows of ours ========================================================
 
-  std::vector<DmaRow> out_rows;
-  int failures = 0;
+// With --check: the dmattn row's O and LSE against the fp32 reference, by the
+// harness's rule (the same-precision unfused path, S and P rounded to the
+// input dtype, as the baseline). Sets the row's status and errors.
+RunError check_forward(DmaRun& run, DmaRow& row) {
+  const DynamicMaskProblem& p = run.p;
+  const cudaStream_t stream = run.stream;
+  if (p.Nk > dma_reference_max_nk()) {
+    row.note += "; not checked: the reference takes Nk <= " + std::to_string(dma_reference_max_nk());
+    return {};
+  }
+  float *o_ref = nullptr, *lse_ref = nullptr, *o_lp = nullptr, *lse_lp = nullptr;
+  std::string err;
+  if (err.empty()) err = run.arena.alloc(size_t(run.q_elems), &o_ref, "the reference");
+  if (err.empty()) err = run.arena.alloc(size_t(run.lse_elems), &lse_ref, "the reference LSE");
+  if (err.empty()) err = run.arena.alloc(size_t(run.q_elems), &o_lp, "the low-precision reference");
+  if (err.empty()) err = run.arena.alloc(size_t(run.lse_elems), &lse_lp, "the low-precision LSE");
+  if (!err.empty()) return err;
+  cudaError_t e = dma_reference_fp32(p, run.q, run.k, run.v, o_ref, lse_ref, false, stream);
+  if (e == cudaSuccess) e = dma_reference_fp32(p, run.q, run.k, run.v, o_lp, lse_lp, true, stream);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+  if (e != cudaSuccess) return cuda_error_text("dmattn reference", e);
+  const ErrorStats base = compare_output_fp32(o_lp, o_ref, run.q_elems, stream);
+  const ErrorStats mine = compare_output(run.o, p.dtype, o_ref, run.q_elems, stream);
+  const ErrorStats lse_stats = compare_lse(run.lse, lse_ref, run.lse_elems, stream);
+  const double rounding = output_rounding_error(o_ref, run.q_elems, p.dtype, stream);
+  const CheckResult c = judge(mine, lse_stats, base.max_abs_err, rounding);
+  row.err = c.err;
+  row.tol = c.tol;
+  row.lse_err = c.lse_err;
+  row.status = c.pass ? "PASS" : "FAIL";
+  row.note = c.summary() + "; " + row.note;
+  if (!c.pass) ++run.failures;
+  return {};
+}
 
-  // ---- ours ------------------------------------------------------------------------
+// The dmattn row: one run into poisoned output (counting the 64x64 tiles it
+// runs), the check, then the timed runs. Keeps its arguments and output for
+// the rows after it.
+RunError forward_row(DmaRun& run) {
+  const Options& opt = run.opt;
+  const DynamicMaskProblem& p = run.p;
+  const cudaStream_t stream = run.stream;
   DmaRow ours;
   ours.name = "dmattn";
-  DmaForwardArgs a;  // kept: the backward re-runs the forward for its O and LSE
   if (std::string why = dma_forward_unsupported(p); !why.empty()) {
     ours.status = "unsupported";
     ours.note = why;
-  } else {
-    a.q = q;
-    a.k = k;
-    a.v = v;
-    a.o = o;
-    a.lse = lse;
-    a.tile_counters = counters;
-    a.splits = dma_resolve_splits(p, opt.splits);
-    a.core = opt.dma_core == "mma"              ? DmaCore::kMma
-             : opt.dma_core == "wgmma"          ? DmaCore::kWgmma
-             : opt.dma_core == "wgmma-cp.async" ? DmaCore::kWgmmaCpAsync
-             : opt.dma_core == "gather"         ? DmaCore::kGather
-                                                : DmaCore::kAuto;
-    a.mask_scan = opt.dma_mask_scan == "prepass"     ? DmaMaskScan::kPrepass
-                  : opt.dma_mask_scan == "in-kernel" ? DmaMaskScan::kInKernel
-                  : opt.dma_mask_scan == "pipelined" ? DmaMaskScan::kPipelined
-                                                     : DmaMaskScan::kAuto;
-    a.prepass_chunks = opt.dma_prepass_chunks;
-    const std::string core = dma_forward_core_name(p, a.core);
-    if (core.empty())
-      return fail(a.core == DmaCore::kGather
-                      ? "dmattn: --dma-core gather needs one query row (--Nq 1) and a mask"
-                      : "dmattn: --dma-core wgmma needs an sm_90 GPU, a build with sm_90a code and D in {64, 128}",
-                  2);
-    if (dma_forward_workspace_bytes(p, a.splits) > 0) {  // the mask summary and/or the split partials
-      a.workspace_bytes = dma_forward_workspace_bytes(p, a.splits);
-      if (std::string e2 = arena.alloc(a.workspace_bytes / sizeof(float), &a.workspace, "the forward workspace");
-          !e2.empty())
-        return fail(e2, 1);
-    }
-    cudaMemsetAsync(o, 0xFF, size_t(q_elems) * 2, stream);
-    cudaMemsetAsync(lse, 0xFF, size_t(rows) * 4, stream);
-    e = dma_forward(p, a, stream);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
-    if (e != cudaSuccess) return fail(cuda_error_text("dmattn", e), 1);
-    unsigned long long tiles[2] = {0, 0};
-    cudaMemcpy(tiles, counters, sizeof tiles, cudaMemcpyDeviceToHost);
-    a.tile_counters = nullptr;  // counted once; the timed launches do not pay for the atomics
-    const double grid_tiles = double(p.B) * p.H * ((p.Nq + kDmaBr - 1) / kDmaBr) * ((p.Nk + kDmaBc - 1) / kDmaBc);
-    std::string scan = dma_forward_mask_scan_name(p, a.mask_scan, a.splits, a.core);
-    if (scan == "pipelined") scan += " (" + std::to_string(dma_resolve_prepass_chunks(p, a.prepass_chunks)) + " chunks)";
-    char note[260];
-    std::snprintf(note, sizeof note,
-                  "tiles skipped %.1f%% (%llu of %.0f 64x64 tiles run; causal range %llu); splits %d; core %s; mask scan %s",
-                  100.0 * (1.0 - double(tiles[0]) / grid_tiles), tiles[0], grid_tiles, tiles[1], a.splits, core.c_str(),
-                  scan.c_str());
-    ours.note = note;
-    ours.status = "unchecked";
-    if (opt.check) {
-      if (p.Nk > dma_reference_max_nk()) {
-        ours.note += "; not checked: the reference takes Nk <= " + std::to_string(dma_reference_max_nk());
-      } else {
-        if (err.empty()) err = arena.alloc(size_t(q_elems), &o_ref, "the reference");
-        if (err.empty()) err = arena.alloc(size_t(rows), &lse_ref, "the reference LSE");
-        if (!err.empty()) return fail(err, 1);
-        float* o_lp = nullptr;
-        float* lse_lp = nullptr;
-        if (std::string e2 = arena.alloc(size_t(q_elems), &o_lp, "the low-precision reference"); !e2.empty())
-          return fail(e2, 1);
-        if (std::string e2 = arena.alloc(size_t(rows), &lse_lp, "the low-precision LSE"); !e2.empty()) return fail(e2, 1);
-        e = dma_reference_fp32(p, q, k, v, o_ref, lse_ref, false, stream);
-        if (e == cudaSuccess) e = dma_reference_fp32(p, q, k, v, o_lp, lse_lp, true, stream);
-        if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
-        if (e != cudaSuccess) return fail(cuda_error_text("dmattn reference", e), 1);
-        // Baseline: the error of the same-precision unfused path (S and P
-        // rounded to the input dtype) against the fp32 reference.
-        const ErrorStats base = compare_output_fp32(o_lp, o_ref, q_elems, stream);
-        const ErrorStats mine = compare_output(o, p.dtype, o_ref, q_elems, stream);
-        const ErrorStats lse_stats = compare_lse(lse, lse_ref, rows, stream);
-        const double rounding = output_rounding_error(o_ref, q_elems, p.dtype, stream);
-        const CheckResult c = judge(mine, lse_stats, base.max_abs_err, rounding);
-        ours.err = c.err;
-        ours.tol = c.tol;
-        ours.lse_err = c.lse_err;
-        ours.status = c.pass ? "PASS" : "FAIL";
-        ours.note = c.summary() + "; " + ours.note;
-        if (!c.pass) ++failures;
-      }
-    }
-    Timing timing;
-    if (std::string t = time_calls(
-            [&] {
-              const cudaError_t r = dma_forward(p, a, stream);
-              return r == cudaSuccess ? std::string() : cuda_error_text("dmattn", r);
-            },
-            opt.warmup, opt.iters, flush, flush_bytes, stream, &timing);
-        !t.empty())
-      return fail(t, 1);
-    ours.ms = timing.median_ms;
-    ours.tflops = flops / (ours.ms * 1e-3) / 1e12;
+    run.rows.push_back(ours);
+    return {};
   }
-  out_rows.push_back(ours);
-  // The dmattn row's output (its timed calls wrote it last): the rows below
-  // on the same problem must match it bit for bit.
-  std::vector<uint16_t> o_ours;
-  if (ours.ms > 0) {
-    o_ours.resize(static_cast<size_t>(q_elems));
-    cudaMemcpy(o_ours.data(), o, o_ours.size() * 2, cudaMemcpyDeviceToHost);
+  DmaForwardArgs& a = run.fwd;
+  a.q = run.q;
+  a.k = run.k;
+  a.v = run.v;
+  a.o = run.o;
+  a.lse = run.lse;
+  a.tile_counters = run.counters;
+  a.splits = dma_resolve_splits(p, opt.splits);
+  a.core = core_option(opt.dma_core);
+  a.mask_scan = mask_scan_option(opt.dma_mask_scan);
+  a.prepass_chunks = opt.dma_prepass_chunks;
+  const std::string core = dma_forward_core_name(p, a.core);  // not empty: set_up checked it
+  if (dma_forward_workspace_bytes(p, a.splits) > 0) {  // the mask summary and/or the split partials
+    a.workspace_bytes = dma_forward_workspace_bytes(p, a.splits);
+    if (std::string e = run.arena.alloc(a.workspace_bytes / sizeof(float), &a.workspace, "the forward workspace");
+        !e.empty())
+      return e;
   }
+  cudaMemsetAsync(run.o, 0xFF, size_t(run.q_elems) * 2, stream);
+  cudaMemsetAsync(run.lse, 0xFF, size_t(run.lse_elems) * 4, stream);
+  cudaError_t e = dma_forward(p, a, stream);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+  if (e != cudaSuccess) return cuda_error_text("dmattn", e);
+  unsigned long long tiles[2] = {0, 0};
+  cudaMemcpy(tiles, run.counters, sizeof tiles, cudaMemcpyDeviceToHost);
+  a.tile_counters = nullptr;  // counted once; the timed launches do not pay for the atomics
+  const double grid_tiles = double(p.B) * p.H * ((p.Nq + kDmaBr - 1) / kDmaBr) * ((p.Nk + kDmaBc - 1) / kDmaBc);
+  std::string scan = dma_forward_mask_scan_name(p, a.mask_scan, a.splits, a.core);
+  if (scan == "pipelined") scan += " (" + std::to_string(dma_resolve_prepass_chunks(p, a.prepass_chunks)) + " chunks)";
+  char note[260];
+  std::snprintf(note, sizeof note,
+                "tiles skipped %.1f%% (%llu of %.0f 64x64 tiles run; causal range %llu); splits %d; core %s; mask scan %s",
+                100.0 * (1.0 - double(tiles[0]) / grid_tiles), tiles[0], grid_tiles, tiles[1], a.splits, core.c_str(),
+                scan.c_str());
+  ours.note = note;
+  ours.status = "unchecked";
+  if (opt.check)
+    if (RunError c = check_forward(run, ours); c.failed()) return c;
+  Timing timing;
+  if (std::string t = run.time(
+          [&] {
+            const cudaError_t r = dma_forward(p, a, stream);
+            return r == cudaSuccess ? std::string() : cuda_error_text("dmattn", r);
+          },
+          &timing);
+      !t.empty())
+    return t;
+  ours.ms = timing.median_ms;
+  ours.tflops = run.flops / (ours.ms * 1e-3) / 1e12;
+  run.rows.push_back(ours);
+  run.fwd_ms = ours.ms;
+  // Its timed calls wrote O last.
+  run.fwd_output.resize(static_cast<size_t>(run.q_elems));
+  cudaMemcpy(run.fwd_output.data(), run.o, run.fwd_output.size() * 2, cudaMemcpyDeviceToHost);
+  return {};
+}
 
-  // A row of ours run another way on the same problem (the summary given, the
-  // mask as bits): one run into poisoned output, compared bit for bit with
-  // the dmattn row's, then timed; fills the row's ms, TFLOPS and status, and
-  // returns an error's text (labelled with the row's name) or "".
-  auto bitwise_row = [&](DmaRow& row, const DynamicMaskProblem& rp, const DmaForwardArgs& ra) -> std::string {
-    std::vector<uint16_t> out(static_cast<size_t>(q_elems));
-    cudaError_t r = cudaMemsetAsync(o, 0xFF, size_t(q_elems) * 2, stream);
-    if (r == cudaSuccess) r = dma_forward(rp, ra, stream);
-    if (r == cudaSuccess) r = cudaStreamSynchronize(stream);
-    if (r == cudaSuccess) r = cudaMemcpy(out.data(), o, out.size() * 2, cudaMemcpyDeviceToHost);
-    if (r != cudaSuccess) return cuda_error_text(row.name.c_str(), r);
-    const bool same = out == o_ours;
-    if (!same) ++failures;
+// A row of ours run another way on the same problem (the summary given, the
+// mask as bits): one run into poisoned output, compared bit for bit with the
+// dmattn row's, then timed; fills the row's ms, TFLOPS and status.
+RunError bitwise_row(DmaRun& run, DmaRow& row, const DynamicMaskProblem& rp, const DmaForwardArgs& ra) {
+  const cudaStream_t stream = run.stream;
+  std::vector<uint16_t> out(static_cast<size_t>(run.q_elems));
+  cudaError_t r = cudaMemsetAsync(run.o, 0xFF, size_t(run.q_elems) * 2, stream);
+  if (r == cudaSuccess) r = dma_forward(rp, ra, stream);
+  if (r == cudaSuccess) r = cudaStreamSynchronize(stream);
+  if (r == cudaSuccess) r = cudaMemcpy(out.data(), run.o, out.size() * 2, cudaMemcpyDeviceToHost);
+  if (r != cudaSuccess) return cuda_error_text(row.name.c_str(), r);
+  const bool same = out == run.fwd_output;
+  if (!same) ++run.failures;
+  Timing timing;
+  if (std::string t = run.time(
+          [&] {
+            const cudaError_t e = dma_forward(rp, ra, stream);
+            return e == cudaSuccess ? std::string() : cuda_error_text(row.name.c_str(), e);
+          },
+          &timing);
+      !t.empty())
+    return t;
+  row.ms = timing.median_ms;
+  row.tflops = run.flops / (row.ms * 1e-3) / 1e12;
+  row.status = same ? "PASS" : "FAIL";
+  return {};
+}
+
+// "dmattn (mask summary given)": for a mask used more than once (forward after
+// forward; layers or calls sharing it), dma_build_mask_summary once, outside
+// the timed calls (its own time is in the note), then forwards that scan
+// nothing (DmaForwardArgs::mask_summary). Not for the gather core, which
+// lists its row's keys itself.
+RunError summary_given_row(DmaRun& run) {
+  const DynamicMaskProblem& p = run.p;
+  const cudaStream_t stream = run.stream;
+  if (run.fwd_ms <= 0 || p.mask.data == nullptr || dma_forward_core_name(p, run.fwd.core) == "gather") return {};
+  DmaRow row;
+  row.name = "dmattn (mask summary given)";
+  uint32_t* summary = nullptr;
+  if (std::string e = run.arena.alloc((dma_mask_summary_bytes(p) + 15) / 16 * 4, &summary, "the mask summary");
+      !e.empty())
+    return e;
+  Timing build_timing;
+  if (std::string t = run.time(
+          [&] {
+            const cudaError_t r = dma_build_mask_summary(p, summary, stream);
+            return r == cudaSuccess ? std::string() : cuda_error_text("dma_build_mask_summary", r);
+          },
+          &build_timing);
+      !t.empty())
+    return t;
+  DmaForwardArgs given = run.fwd;
+  given.mask_summary = summary;
+  if (RunError t = bitwise_row(run, row, p, given); t.failed()) return t;
+  run.given_ms = row.ms;
+  char note[240];
+  std::snprintf(note, sizeof note,
+                "%s the dmattn row's output; no mask scan: the summary built once beforehand by "
+                "dma_build_mask_summary (%.4f ms, not in this time)",
+                row.status == "PASS" ? "bitwise equal to" : "DIFFERS from", build_timing.median_ms);
+  row.note = note;
+  run.rows.push_back(row);
+  return {};
+}
+
+// "dmattn (bit-packed mask)", with --mask-bits: the same mask as one bit per
+// (query, key) (DmaMaskFormat::kBits), packed once by dma_pack_mask_bits
+// outside the timed calls (its own time is in the note) — a mask builder
+// could write it so directly. The scan reads an eighth of the bytes.
+RunError bit_packed_row(DmaRun& run) {
+  const DynamicMaskProblem& p = run.p;
+  const cudaStream_t stream = run.stream;
+  if (!run.opt.mask_bits || run.fwd_ms <= 0 || p.mask.data == nullptr) return {};
+  DmaRow row;
+  row.name = "dmattn (bit-packed mask)";
+  uint32_t* bits = nullptr;
+  if (std::string e = run.arena.alloc(dma_mask_bits_bytes(p) / 4 + 2, &bits, "the bit-packed mask"); !e.empty())
+    return e;
+  Timing pack_timing;
+  if (std::string t = run.time(
+          [&] {
+            const cudaError_t r = dma_pack_mask_bits(p, bits, stream);
+            return r == cudaSuccess ? std::string() : cuda_error_text("dma_pack_mask_bits", r);
+          },
+          &pack_timing);
+      !t.empty())
+    return t;
+  run.p_bits = dma_with_bit_mask(p, bits);
+  run.fwd_bits = run.fwd;
+  const DynamicMaskProblem& pb = run.p_bits;
+  const DmaForwardArgs& ab = run.fwd_bits;
+  if (RunError t = bitwise_row(run, row, pb, ab); t.failed()) return t;
+  run.bits_ms = row.ms;
+  char note[300];
+  std::snprintf(note, sizeof note,
+                "%s the dmattn row's output; the mask as bits (%.1f MiB instead of %.1f), packed once beforehand by "
+                "dma_pack_mask_bits (%.4f ms, not in this time); mask scan %s",
+                row.status == "PASS" ? "bitwise equal to" : "DIFFERS from", double(dma_mask_bits_bytes(p)) / (1 << 20),
+                double(p.mask.elems(p.Nk)) / (1 << 20), pack_timing.median_ms,
+                dma_forward_mask_scan_name(pb, ab.mask_scan, ab.splits, ab.core).c_str());
+  row.note = note;
+  run.rows.push_back(row);
+  return {};
+}
+
+// ==== the peers =======================================================================
+
+// "split-q+stage2 (dense)": rung 02 on the same Q, K, V without mask or bias
+// (only when Hkv == H, the rungs having no GQA), timed only.
+RunError dense_rung_row(DmaRun& run) {
+  const DynamicMaskProblem& p = run.p;
+  const cudaStream_t stream = run.stream;
+  if (p.Hkv != p.H) return {};
+  DmaRow dense;
+  dense.name = "split-q+stage2 (dense)";
+  const Variant* rung = nullptr;
+  for (const Variant& var : all_variants())
+    if (var.name == "split-q+stage2") rung = &var;
+  const AttnProblem dp = p.dense();
+  if (rung == nullptr || !rung->unsupported_reason(dp).empty()) {
+    dense.status = "unsupported";
+    dense.note = rung ? rung->unsupported_reason(dp) : "split-q+stage2 is not registered";
+  } else {
+    AttnBuffers b;
+    b.q = run.q;
+    b.k = run.k;
+    b.v = run.v;
+    b.o = run.o;
+    b.lse = run.lse;
     Timing timing;
-    if (std::string t = time_calls(
+    if (std::string t = run.time(
             [&] {
-              const cudaError_t e2 = dma_forward(rp, ra, stream);
-              return e2 == cudaSuccess ? std::string() : cuda_error_text(row.name.c_str(), e2);
+              const cudaError_t r = rung->launch(dp, b, stream);
+              return r == cudaSuccess ? std::string() : cuda_error_text("split-q+stage2", r);
             },
-            opt.warmup, opt.iters, flush, flush_bytes, stream, &timing);
+            &timing);
         !t.empty())
       return t;
-    row.ms = timing.median_ms;
-    row.tflops = flops / (row.ms * 1e-3) / 1e12;
-    row.status = same ? "PASS" : "FAIL";
-    return {};
-  };
-
-  // ---- ours again, the mask's summary given --------------------------------------------
-  // For a mask used more than once (forward after forward; layers or calls
-  // sharing it): dma_build_mask_summary once, outside the timed calls (its own
-  // time is in the note), then forwards that scan nothing
-  // (DmaForwardArgs::mask_summary). Checked bitwise against the row above.
-  double given_ms = 0;
-  if (ours.ms > 0 && p.mask.data != nullptr && dma_forward_core_name(p, a.core) != "gather") {
-    DmaRow given_row;
-    given_row.name = "dmattn (mask summary given)";
-    uint32_t* summary = nullptr;
-    if (std::string e2 = arena.alloc((dma_mask_summary_bytes(p) + 15) / 16 * 4, &summary, "the mask summary");
-        !e2.empty())
-      return fail(e2, 1);
-    Timing build_timing;
-    if (std::string t = time_calls(
-            [&] {
-              const cudaError_t r = dma_build_mask_summary(p, summary, stream);
-              return r == cudaSuccess ? std::string() : cuda_error_text("dma_build_mask_summary", r);
-            },
-            opt.warmup, opt.iters, flush, flush_bytes, stream, &build_timing);
-        !t.empty())
-      return fail(t, 1);
-    DmaForwardArgs given = a;
-    given.mask_summary = summary;
-    if (std::string t = bitwise_row(given_row, p, given); !t.empty()) return fail(t, 1);
-    given_ms = given_row.ms;
-    char note[240];
-    std::snprintf(note, sizeof note,
-                  "%s the dmattn row's output; no mask scan: the summary built once beforehand by "
-                  "dma_build_mask_summary (%.4f ms, not in this time)",
-                  given_row.status == "PASS" ? "bitwise equal to" : "DIFFERS from", build_timing.median_ms);
-    given_row.note = note;
-    out_rows.push_back(given_row);
+    dense.ms = timing.median_ms;
+    dense.tflops = run.flops / (dense.ms * 1e-3) / 1e12;
+    dense.status = "unchecked";
+    char note[160];
+    std::snprintf(note, sizeof note, "no mask or bias; its own dense TFLOPS %.1f; dmattn / dense speed %.2fx",
+                  forward_flops(dp) / (dense.ms * 1e-3) / 1e12, run.fwd_ms > 0 ? dense.ms / run.fwd_ms : 0.0);
+    dense.note = note;
   }
+  run.rows.push_back(dense);
+  return {};
+}
 
-  // ---- ours again, the mask bit-packed ---------------------------------------------------
-  // --mask-bits: the same mask as one bit per (query, key) (DmaMaskFormat::
-  // kBits), packed once by dma_pack_mask_bits outside the timed calls (its
-  // own time is in the note) — a mask builder could write it so directly.
-  // The scan reads an eighth of the bytes. Checked bitwise against the
-  // dmattn row's output.
-  DynamicMaskProblem pb;  // p with the packed mask (for the backward's row too)
-  DmaForwardArgs ab;
-  double bits_ms = 0;
-  if (opt.mask_bits && ours.ms > 0 && p.mask.data != nullptr) {
-    DmaRow bits_row;
-    bits_row.name = "dmattn (bit-packed mask)";
-    uint32_t* bits = nullptr;
-    if (std::string e2 = arena.alloc(dma_mask_bits_bytes(p) / 4 + 2, &bits, "the bit-packed mask"); !e2.empty())
-      return fail(e2, 1);
-    Timing pack_timing;
-    if (std::string t = time_calls(
-            [&] {
-              const cudaError_t r = dma_pack_mask_bits(p, bits, stream);
-              return r == cudaSuccess ? std::string() : cuda_error_text("dma_pack_mask_bits", r);
-            },
-            opt.warmup, opt.iters, flush, flush_bytes, stream, &pack_timing);
-        !t.empty())
-      return fail(t, 1);
-    pb = dma_with_bit_mask(p, bits);
-    ab = a;
-    if (std::string t = bitwise_row(bits_row, pb, ab); !t.empty()) return fail(t, 1);
-    bits_ms = bits_row.ms;
-    char note[300];
-    std::snprintf(note, sizeof note,
-                  "%s the dmattn row's output; the mask as bits (%.1f MiB instead of %.1f), packed once beforehand by "
-                  "dma_pack_mask_bits (%.4f ms, not in this time); mask scan %s",
-                  bits_row.status == "PASS" ? "bitwise equal to" : "DIFFERS from",
-                  double(dma_mask_bits_bytes(p)) / (1 << 20),
-                  double(p.mask.elems(p.Nk)) / (1 << 20), pack_timing.median_ms,
-                  dma_forward_mask_scan_name(pb, ab.mask_scan, ab.splits, ab.core).c_str());
-    bits_row.note = note;
-    out_rows.push_back(bits_row);
+// One row per torch peer: its first call builds its graph (untimed), then the
+// timed calls; a peer that cannot run is an unsupported row, and a set-up
+// that failed is one row named `setup_row`. The notes compare each with our
+// row `ours_name` (`ours_ms`) and, where they ran, the summary-given and
+// bit-packed rows.
+void torch_rows(DmaRun& run, const std::vector<MaskedTorchPeer>& peers, const std::string& setup,
+                const std::string& setup_row, double row_flops, double ours_ms, const char* ours_name,
+                double row_given_ms, double row_bits_ms) {
+  const cudaStream_t stream = run.stream;
+  if (!setup.empty()) {
+    DmaRow r;
+    r.name = setup_row;
+    r.kind = "peer";
+    r.status = "unsupported";
+    r.note = setup;
+    run.rows.push_back(r);
   }
-
-  // ---- the dense rung on the same Q, K, V ----------------------------------------------
-  if (p.Hkv == p.H) {
-    DmaRow dense;
-    dense.name = "split-q+stage2 (dense)";
-    const Variant* rung = nullptr;
-    for (const Variant& var : all_variants())
-      if (var.name == "split-q+stage2") rung = &var;
-    AttnProblem dp = p.dense();
-    if (rung == nullptr || !rung->unsupported_reason(dp).empty()) {
-      dense.status = "unsupported";
-      dense.note = rung ? rung->unsupported_reason(dp) : "split-q+stage2 is not registered";
-    } else {
-      AttnBuffers b;
-      b.q = q;
-      b.k = k;
-      b.v = v;
-      b.o = o;
-      b.lse = lse;
-      Timing timing;
-      if (std::string t = time_calls(
-              [&] {
-                const cudaError_t r = rung->launch(dp, b, stream);
-                return r == cudaSuccess ? std::string() : cuda_error_text("split-q+stage2", r);
-              },
-              opt.warmup, opt.iters, flush, flush_bytes, stream, &timing);
-          !t.empty())
-        return fail(t, 1);
-      dense.ms = timing.median_ms;
-      dense.tflops = flops / (dense.ms * 1e-3) / 1e12;
-      dense.status = "unchecked";
-      char note[160];
-      std::snprintf(note, sizeof note, "no mask or bias; its own dense TFLOPS %.1f; dmattn / dense speed %.2fx",
-                    forward_flops(dp) / (dense.ms * 1e-3) / 1e12, ours.ms > 0 ? dense.ms / ours.ms : 0.0);
-      dense.note = note;
-    }
-    out_rows.push_back(dense);
-  }
-
-  // ---- torch with the same mask -------------------------------------------------------------
-  // One row per peer: its first call builds its graph (untimed), then the timed
-  // calls; a peer that cannot run, or a setup that failed, is an unsupported row.
-  auto add_peer_rows = [&](const std::vector<MaskedTorchPeer>& peers, const std::string& setup,
-                           const std::string& setup_row, double row_flops, double ours_ms, const char* ours_name,
-                           double row_given_ms = 0, double row_bits_ms = 0) {
-    if (!setup.empty()) {
-      DmaRow r;
-      r.name = setup_row;
-      r.kind = "peer";
+  for (const MaskedTorchPeer& peer : peers) {
+    DmaRow r;
+    r.name = peer.name;
+    r.kind = "peer";
+    Timing timing;
+    std::string t = peer.run(stream);
+    if (t.empty()) t = run.time([&] { return peer.run(stream); }, &timing);
+    if (!t.empty()) {
       r.status = "unsupported";
-      r.note = setup;
-      out_rows.push_back(r);
-    }
-    for (const MaskedTorchPeer& peer : peers) {
-      DmaRow r;
-      r.name = peer.name;
-      r.kind = "peer";
-      Timing timing;
-      std::string t = peer.run(stream);
-      if (t.empty()) t = time_calls([&] { return peer.run(stream); }, opt.warmup, opt.iters, flush, flush_bytes, stream, &timing);
-      if (!t.empty()) {
-        r.status = "unsupported";
-        r.note = t;
-        cudaGetLastError();
-      } else {
-        r.ms = timing.median_ms;
-        r.tflops = row_flops / (r.ms * 1e-3) / 1e12;
-        r.status = "unchecked";
-        char note[96];
-        std::snprintf(note, sizeof note, "%s is %.2fx faster", ours_name, ours_ms > 0 ? r.ms / ours_ms : 0.0);
-        r.note = note;
-        if (row_given_ms > 0) {
-          std::snprintf(note, sizeof note, " (%.2fx with the mask summary given)", r.ms / row_given_ms);
-          r.note += note;
-        }
-        if (row_bits_ms > 0) {
-          std::snprintf(note, sizeof note, " (%.2fx with the bit-packed mask)", r.ms / row_bits_ms);
-          r.note += note;
-        }
-        if (!peer.about.empty()) r.note += "; " + peer.about;
+      r.note = t;
+      cudaGetLastError();
+    } else {
+      r.ms = timing.median_ms;
+      r.tflops = row_flops / (r.ms * 1e-3) / 1e12;
+      r.status = "unchecked";
+      char note[96];
+      std::snprintf(note, sizeof note, "%s is %.2fx faster", ours_name, ours_ms > 0 ? r.ms / ours_ms : 0.0);
+      r.note = note;
+      if (row_given_ms > 0) {
+        std::snprintf(note, sizeof note, " (%.2fx with the mask summary given)", r.ms / row_given_ms);
+        r.note += note;
       }
-      out_rows.push_back(r);
+      if (row_bits_ms > 0) {
+        std::snprintf(note, sizeof note, " (%.2fx with the bit-packed mask)", r.ms / row_bits_ms);
+        r.note += note;
+      }
+      if (!peer.about.empty()) r.note += "; " + peer.about;
     }
-  };
+    run.rows.push_back(r);
+  }
+}
+
+// With --sdpa / --torch: torch's forward given the same mask and bias.
+void torch_forward_rows(DmaRun& run) {
+  if (!run.opt.sdpa && !run.opt.torch) return;
+  std::string setup;
+  const std::vector<MaskedTorchPeer> peers = make_masked_torch_peers(run.p, run.q, run.k, run.v, &setup);
+  torch_rows(run, peers, setup, "torch+mask", run.flops, run.fwd_ms, "dmattn", run.given_ms, run.bits_ms);
+}
+
+// ==== the backward rows ===============================================================
+
+// The backward's buffers, its arguments and (with --check) the gradients of
+// the fp32 reference and of the same-precision one.
+struct DmaBackward {
+  void *dout = nullptr, *dq = nullptr, *dk = nullptr, *dv = nullptr, *dbias = nullptr;
+  float* workspace = nullptr;
+  int64_t bias_elems = 0;
+  int chunks = 0;  // the query chunks it launches
+  DmaBackwardArgs args;
+  double flops = 0;  // 2·(3D+2Dv)·pairs
+  float *rq = nullptr, *rk = nullptr, *rv = nullptr, *rb = nullptr;  // fp32 reference
+  float *lq = nullptr, *lk = nullptr, *lv = nullptr, *lb = nullptr;  // same precision
+  bool has_reference() const { return rq != nullptr; }
+};
+
+// dO filled from the seed, the gradient buffers and the workspace, and the
+// arguments. As in training, where the forward stored the mask's tile bits
+// (its pre-pass, or its in-kernel scan with one split) the backward reads
+// them instead of running its own pre-pass (the forward's workspace is not
+// touched between the forward and these calls); --bwd-own-prepass: the
+// backward alone, its own pre-pass timed with it.
+RunError set_up_backward(DmaRun& run, DmaBackward& g) {
+  const Options& opt = run.opt;
+  const DynamicMaskProblem& p = run.p;
+  g.bias_elems = p.bias.data ? p.bias.elems(p.Nk) : 0;
+  g.chunks = dma_backward_resolve_chunks(p, opt.deterministic, opt.bwd_chunks);
+  const size_t ws_bytes = dma_backward_workspace_bytes(p, opt.deterministic, g.chunks);
+  g.flops = 2.0 * (3 * p.D + 2 * p.D) * double(run.pairs);
+  DeviceArena& arena = run.arena;
+  std::string e;
+  if (e.empty()) e = arena.alloc(size_t(run.q_elems) * 2, reinterpret_cast<uint8_t**>(&g.dout), "dO");
+  if (e.empty()) e = arena.alloc(size_t(run.q_elems) * 2, reinterpret_cast<uint8_t**>(&g.dq), "dQ");
+  if (e.empty()) e = arena.alloc(size_t(run.kv_elems) * 2, reinterpret_cast<uint8_t**>(&g.dk), "dK");
+  if (e.empty()) e = arena.alloc(size_t(run.kv_elems) * 2, reinterpret_cast<uint8_t**>(&g.dv), "dV");
+  if (e.empty() && g.bias_elems)
+    e = arena.alloc(size_t(g.bias_elems) * 2, reinterpret_cast<uint8_t**>(&g.dbias), "dBias");
+  if (e.empty()) e = arena.alloc(ws_bytes / sizeof(float) + 1, &g.workspace, "the backward workspace");
+  if (!e.empty()) return e;
+  if (cudaError_t r = fill_random_normal(g.dout, run.q_elems, p.dtype, run.seed * 5 + 4, run.stream); r != cudaSuccess)
+    return cuda_error_text("dO", r);
+  DmaBackwardArgs& ba = g.args;
+  ba.q = run.q;
+  ba.k = run.k;
+  ba.v = run.v;
+  ba.o = run.o;
+  ba.lse = run.lse;
+  ba.dout = g.dout;
+  ba.dq = g.dq;
+  ba.dk = g.dk;
+  ba.dv = g.dv;
+  ba.dbias = g.dbias;
+  ba.workspace = g.workspace;
+  ba.workspace_bytes = ws_bytes;
+  ba.deterministic = opt.deterministic;
+  ba.rotate_slots = opt.bwd_rotate;
+  ba.q_chunks = opt.bwd_chunks;  // as asked (0: automatic, which may plan the chunks on the device)
+  ba.core = opt.dma_core == "mma" ? DmaCore::kMma : opt.dma_core == "auto" ? DmaCore::kAuto : DmaCore::kWgmma;
+  ba.mask_summary = opt.bwd_own_prepass ? nullptr : dma_forward_mask_summary(p, run.fwd);
+  return {};
+}
+
+// The reference gradients, where --check asks and the reference takes Nk.
+RunError backward_references(DmaRun& run, DmaBackward& g) {
+  const DynamicMaskProblem& p = run.p;
+  if (!run.opt.check || p.Nk > dma_reference_backward_max_nk()) return {};
+  const size_t nb = size_t(std::max<int64_t>(1, g.bias_elems));
+  DeviceArena& arena = run.arena;
+  std::string e;
+  if (e.empty()) e = arena.alloc(size_t(run.q_elems), &g.rq, "the reference dQ");
+  if (e.empty()) e = arena.alloc(size_t(run.kv_elems), &g.rk, "the reference dK");
+  if (e.empty()) e = arena.alloc(size_t(run.kv_elems), &g.rv, "the reference dV");
+  if (e.empty()) e = arena.alloc(nb, &g.rb, "the reference dBias");
+  if (e.empty()) e = arena.alloc(size_t(run.q_elems), &g.lq, "the same-precision dQ");
+  if (e.empty()) e = arena.alloc(size_t(run.kv_elems), &g.lk, "the same-precision dK");
+  if (e.empty()) e = arena.alloc(size_t(run.kv_elems), &g.lv, "the same-precision dV");
+  if (e.empty()) e = arena.alloc(nb, &g.lb, "the same-precision dBias");
+  if (!e.empty()) return e;
+  cudaError_t r = dma_reference_backward_fp32(p, run.q, run.k, run.v, g.dout, g.rq, g.rk, g.rv,
+                                              g.bias_elems ? g.rb : nullptr, run.stream);
+  if (r == cudaSuccess)
+    r = dma_reference_backward_fp32(p, run.q, run.k, run.v, g.dout, g.lq, g.lk, g.lv, g.bias_elems ? g.lb : nullptr,
+                                    run.stream, /*low_precision=*/true);
+  if (r == cudaSuccess) r = cudaStreamSynchronize(run.stream);
+  if (r != cudaSuccess) return cuda_error_text("dmattn reference backward", r);
+  return {};
+}
+
+// The rule, per gradient: max |g - g_ref| <= 2 x the error of the
+// same-precision reference (S, P, dP, dS rounded to the dtype) + 1e-3 x
+// max |g_ref| + 1e-4. Adds "dQ err/tol" to *summary; false on a failure.
+bool judge_grad(const DmaRun& run, const char* what, const void* grad, const float* ref, const float* lp, int64_t n,
+                std::string* summary) {
+  std::vector<float> host(static_cast<size_t>(n));
+  cudaMemcpy(host.data(), ref, size_t(n) * sizeof(float), cudaMemcpyDeviceToHost);
+  double scale = 0;
+  for (float x : host) scale = std::max(scale, double(std::fabs(x)));
+  const ErrorStats s = compare_output(grad, run.p.dtype, ref, n, run.stream);
+  const ErrorStats base = compare_output_fp32(lp, ref, n, run.stream);
+  const double tol = 2 * base.max_abs_err + 1e-3 * scale + 1e-4;
+  const bool ok = s.nonfinite == 0 && s.max_abs_err <= tol;
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%s%s %.1e/%.1e", summary->empty() ? "" : ", ", what, s.max_abs_err, tol);
+  *summary += buf;
+  return ok;
+}
+
+// Judges dQ, dK, dV (and dBias) against the references: sets the row's status
+// and starts its note.
+void judge_grads(DmaRun& run, const DmaBackward& g, DmaRow& row) {
+  std::string summary;
+  bool pass = judge_grad(run, "dQ", g.dq, g.rq, g.lq, run.q_elems, &summary);
+  pass = judge_grad(run, "dK", g.dk, g.rk, g.lk, run.kv_elems, &summary) && pass;
+  pass = judge_grad(run, "dV", g.dv, g.rv, g.lv, run.kv_elems, &summary) && pass;
+  if (g.bias_elems) pass = judge_grad(run, "dBias", g.dbias, g.rb, g.lb, g.bias_elems, &summary) && pass;
+  row.status = pass ? "PASS" : "FAIL";
+  row.note = summary + " (err/tol: 2 x same-precision err + floor); ";
+  if (!pass) ++run.failures;
+}
+
+// dQ, dK, dV (and dBias) as bytes, for the bitwise comparisons.
+std::vector<uint8_t> grad_bytes(const DmaRun& run, const DmaBackward& g) {
+  const int64_t q = run.q_elems, kv = run.kv_elems;
+  std::vector<uint8_t> h(size_t(2 * q + 4 * kv + 2 * g.bias_elems));
+  cudaMemcpy(h.data(), g.dq, size_t(q) * 2, cudaMemcpyDeviceToHost);
+  cudaMemcpy(h.data() + 2 * q, g.dk, size_t(kv) * 2, cudaMemcpyDeviceToHost);
+  cudaMemcpy(h.data() + 2 * q + 2 * kv, g.dv, size_t(kv) * 2, cudaMemcpyDeviceToHost);
+  if (g.bias_elems) cudaMemcpy(h.data() + 2 * q + 4 * kv, g.dbias, size_t(g.bias_elems) * 2, cudaMemcpyDeviceToHost);
+  return h;
+}
+
+// The end of the backward row's note: the query chunks walked, the core, where
+// its mask summary came from, and the FLOP count.
+std::string backward_note(const DmaRun& run, const DmaBackward& g) {
+  const Options& opt = run.opt;
+  const DynamicMaskProblem& p = run.p;
+  const DmaForwardArgs& a = run.fwd;
+  const int walked = dma_backward_walked_chunks(p, opt.deterministic, opt.bwd_chunks, g.workspace);
+  return "q chunks " + std::to_string(walked) +
+         (!dma_backward_plans_chunks(p, opt.deterministic, opt.bwd_chunks) ? ""
+          : walked == g.chunks ? " (the chunk plan kept them: skewed)"
+                               : " (of " + std::to_string(g.chunks) + " launched: the chunk plan found the slots even)") +
+         (g.args.rotate_slots ? "" : "; query tiles in order") + "; core " + dma_backward_core_name(p, g.args.core) +
+         (p.mask.data == nullptr ? ""
+          : g.args.mask_summary != nullptr
+              ? (a.mask_summary != nullptr ? std::string("; mask summary: the one given to the forward")
+                                           : "; mask summary: the forward's " +
+                                                 dma_forward_mask_scan_name(p, a.mask_scan, a.splits, a.core)) +
+                    " (the mask not read again)"
+              : "; mask summary: its own pre-pass (the mask read again, in this time)") +
+         "; TFLOPS count 2·(3D+2Dv)·unmasked pairs";
+}
+
+// "dmattn bwd": one run, checked against the references (with --check), then
+// timed; in deterministic mode (with --check) the gradients after the timed
+// runs must equal the first run's bit for bit (every run rewrites them).
+RunError backward_row(DmaRun& run, DmaBackward& g, DmaRow& bwd) {
+  const Options& opt = run.opt;
+  const DynamicMaskProblem& p = run.p;
+  const cudaStream_t stream = run.stream;
+  cudaError_t e = dma_backward(p, g.args, stream);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+  if (e != cudaSuccess) return cuda_error_text("dmattn backward", e);
+  bwd.status = "unchecked";
+  if (RunError r = backward_references(run, g); r.failed()) return r;
+  if (g.has_reference()) judge_grads(run, g, bwd);
+  const std::vector<uint8_t> first = opt.deterministic && opt.check ? grad_bytes(run, g) : std::vector<uint8_t>{};
+  Timing timing;
+  if (std::string t = run.time(
+          [&] {
+            const cudaError_t r = dma_backward(p, g.args, stream);
+            return r == cudaSuccess ? std::string() : cuda_error_text("dmattn backward", r);
+          },
+          &timing);
+      !t.empty())
+    return t;
+  if (!first.empty()) {
+    const bool same = grad_bytes(run, g) == first;
+    bwd.note += same ? "bitwise identical over " + std::to_string(1 + opt.warmup + opt.iters) + " runs; "
+                     : "NOT bitwise identical across runs; ";
+    if (!same) {
+      bwd.status = "FAIL";
+      ++run.failures;
+    }
+  }
+  bwd.ms = timing.median_ms;
+  bwd.tflops = g.flops / (bwd.ms * 1e-3) / 1e12;
+  bwd.note += backward_note(run, g);
+  run.rows.push_back(bwd);
+  return {};
+}
+
+// "dmattn bwd (bit-packed mask)", with --mask-bits: the same backward on the
+// bit-packed mask, after a forward on it (whose summary it reads, as the byte
+// row does); checked against the same references and, in deterministic mode,
+// bitwise against the byte row's gradients. Returns its time in *ms (0: no
+// row).
+RunError bit_packed_backward_row(DmaRun& run, DmaBackward& g, const std::string& byte_row_name, double* ms) {
+  const Options& opt = run.opt;
+  const cudaStream_t stream = run.stream;
+  *ms = 0;
+  if (!opt.mask_bits || run.bits_ms <= 0) return {};
+  const DynamicMaskProblem& pb = run.p_bits;
+  DmaRow brow;
+  brow.name = byte_row_name + " (bit-packed mask)";
+  DmaBackwardArgs bb = g.args;
+  bb.mask_summary = opt.bwd_own_prepass ? nullptr : dma_forward_mask_summary(pb, run.fwd_bits);
+  const std::vector<uint8_t> bytes_grads = opt.deterministic ? grad_bytes(run, g) : std::vector<uint8_t>{};
+  cudaError_t e = dma_forward(pb, run.fwd_bits, stream);
+  if (e == cudaSuccess) e = cudaMemsetAsync(g.dq, 0xFF, size_t(run.q_elems) * 2, stream);
+  if (e == cudaSuccess) e = cudaMemsetAsync(g.dk, 0xFF, size_t(run.kv_elems) * 2, stream);
+  if (e == cudaSuccess) e = cudaMemsetAsync(g.dv, 0xFF, size_t(run.kv_elems) * 2, stream);
+  if (e == cudaSuccess) e = dma_backward(pb, bb, stream);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+  if (e != cudaSuccess) return cuda_error_text("dmattn backward (bit-packed mask)", e);
+  brow.status = "unchecked";
+  if (g.has_reference()) judge_grads(run, g, brow);
+  if (!bytes_grads.empty()) {
+    const bool same = grad_bytes(run, g) == bytes_grads;
+    brow.note += same ? "bitwise identical to the byte mask's gradients; " : "DIFFERS from the byte mask's gradients; ";
+    if (!same) {
+      brow.status = "FAIL";
+      ++run.failures;
+    }
+  }
+  Timing timing;
+  if (std::string t = run.time(
+          [&] {
+            const cudaError_t r = dma_backward(pb, bb, stream);
+            return r == cudaSuccess ? std::string() : cuda_error_text("dmattn backward (bit-packed mask)", r);
+          },
+          &timing);
+      !t.empty())
+    return t;
+  *ms = timing.median_ms;
+  brow.ms = *ms;
+  brow.tflops = g.flops / (brow.ms * 1e-3) / 1e12;
+  brow.note += bb.mask_summary != nullptr
+                   ? "mask summary: the bit-packed forward's " +
+                         dma_forward_mask_scan_name(pb, run.fwd_bits.mask_scan, run.fwd_bits.splits, run.fwd_bits.core)
+                   : std::string("mask summary: its own pre-pass of the bits, in this time");
+  run.rows.push_back(brow);
+  return {};
+}
+
+// With --bwd, after the dmattn row ran: the forward once more (the rows since
+// wrote over O and LSE), then ours, ours on the bit-packed mask, and torch's
+// backward through autograd with the same mask. Where every pair is active
+// (no mask, --mask causal or ones), --sdpa also adds FA2's backward without
+// the mask and bias, at the same pair count.
+RunError backward_rows(DmaRun& run) {
+  const Options& opt = run.opt;
+  const DynamicMaskProblem& p = run.p;
+  if (!opt.bwd || run.fwd_ms <= 0) return {};
+  if (cudaError_t r = dma_forward(p, run.fwd, run.stream); r != cudaSuccess) return cuda_error_text("dmattn", r);
+  DmaRow bwd;
+  bwd.name = "dmattn bwd";
+  if (std::string why = dma_backward_unsupported(p); !why.empty()) {
+    bwd.status = "unsupported";
+    bwd.note = why;
+    run.rows.push_back(bwd);
+    return {};
+  }
+  DmaBackward g;
+  if (RunError r = set_up_backward(run, g); r.failed()) return r;
+  if (opt.deterministic) bwd.name += " (deterministic)";
+  if (RunError r = backward_row(run, g, bwd); r.failed()) return r;
+  double bits_ms = 0;
+  if (RunError r = bit_packed_backward_row(run, g, bwd.name, &bits_ms); r.failed()) return r;
   if (opt.sdpa || opt.torch) {
     std::string setup;
-    const std::vector<MaskedTorchPeer> peers = make_masked_torch_peers(p, q, k, v, &setup);
-    add_peer_rows(peers, setup, "torch+mask", flops, ours.ms, "dmattn", given_ms, bits_ms);
+    const bool all_active = opt.mask.empty() || opt.mask == "none" || opt.mask == "causal" || opt.mask == "ones";
+    const std::vector<MaskedTorchPeer> peers =
+        make_masked_torch_peers(p, run.q, run.k, run.v, &setup, g.dout, opt.sdpa && all_active);
+    torch_rows(run, peers, setup, "torch+mask bwd", g.flops, bwd.ms, "dmattn bwd", 0, bits_ms);
   }
+  return {};
+}
 
-  // ---- backward ---------------------------------------------------------------------
-  if (opt.bwd && ours.ms > 0) {
-    // The forward's O and LSE: the dense rung and the torch rows above wrote
-    // over o and lse, so run the dynamic-mask forward once more.
-    if (cudaError_t r = dma_forward(p, a, stream); r != cudaSuccess) return fail(cuda_error_text("dmattn", r), 1);
-    DmaRow bwd;
-    bwd.name = "dmattn bwd";
-    const double bwd_flops = 2.0 * (3 * p.D + 2 * p.D) * double(pairs);
-    if (std::string why = dma_backward_unsupported(p); !why.empty()) {
-      bwd.status = "unsupported";
-      bwd.note = why;
-      out_rows.push_back(bwd);
-    } else {
-      const int64_t bias_elems = p.bias.data ? p.bias.elems(p.Nk) : 0;
-      void *dout = nullptr, *dq = nullptr, *dk = nullptr, *dv = nullptr, *dbias = nullptr;
-      float* ws = nullptr;
-      const int bwd_chunks = dma_backward_resolve_chunks(p, opt.deterministic, opt.bwd_chunks);
-      const size_t ws_bytes = dma_backward_workspace_bytes(p, opt.deterministic, bwd_chunks);
-      std::string e2;
-      if (e2.empty()) e2 = arena.alloc(size_t(q_elems) * 2, reinterpret_cast<uint8_t**>(&dout), "dO");
-      if (e2.empty()) e2 = arena.alloc(size_t(q_elems) * 2, reinterpret_cast<uint8_t**>(&dq), "dQ");
-      if (e2.empty()) e2 = arena.alloc(size_t(kv_elems) * 2, reinterpret_cast<uint8_t**>(&dk), "dK");
-      if (e2.empty()) e2 = arena.alloc(size_t(kv_elems) * 2, reinterpret_cast<uint8_t**>(&dv), "dV");
-      if (e2.empty() && bias_elems) e2 = arena.alloc(size_t(bias_elems) * 2, reinterpret_cast<uint8_t**>(&dbias), "dBias");
-      if (e2.empty()) e2 = arena.alloc(ws_bytes / sizeof(float) + 1, &ws, "the backward workspace");
-      if (!e2.empty()) return fail(e2, 1);
-      if (cudaError_t r = fill_random_normal(dout, q_elems, p.dtype, seed * 5 + 4, stream); r != cudaSuccess)
-        return fail(cuda_error_text("dO", r), 1);
-      DmaBackwardArgs ba;
-      ba.q = q;
-      ba.k = k;
-      ba.v = v;
-      ba.o = o;
-      ba.lse = lse;
-      ba.dout = dout;
-      ba.dq = dq;
-      ba.dk = dk;
-      ba.dv = dv;
-      ba.dbias = dbias;
-      ba.workspace = ws;
-      ba.workspace_bytes = ws_bytes;
-      ba.deterministic = opt.deterministic;
-      ba.rotate_slots = opt.bwd_rotate;
-      ba.q_chunks = opt.bwd_chunks;  // as asked (0: automatic, which may plan the chunks on the device)
-      ba.core = opt.dma_core == "mma" ? DmaCore::kMma : opt.dma_core == "auto" ? DmaCore::kAuto : DmaCore::kWgmma;
-      // As in training: where the forward stored the mask's tile bits (its
-      // pre-pass, or its in-kernel scan with one split), the backward reads
-      // them instead of running its own pre-pass (the forward's workspace is
-      // not touched between the forward above and these calls).
-      // --bwd-own-prepass: the backward alone, its own pre-pass timed with it.
-      ba.mask_summary = opt.bwd_own_prepass ? nullptr : dma_forward_mask_summary(p, a);
-      if (opt.deterministic) bwd.name += " (deterministic)";
-      e = dma_backward(p, ba, stream);
-      if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
-      if (e != cudaSuccess) return fail(cuda_error_text("dmattn backward", e), 1);
-      bwd.status = "unchecked";
-      // The references (with --check), kept for the bit-packed mask's row.
-      float *rq = nullptr, *rk = nullptr, *rv = nullptr, *rb = nullptr;
-      float *lq = nullptr, *lk = nullptr, *lv = nullptr, *lb = nullptr;
-      // The rule, per gradient: max |g - g_ref| <= 2 x the error of the
-      // same-precision reference (S, P, dP, dS rounded to the dtype) + 1e-3 x
-      // max |g_ref| + 1e-4. Adds "dQ err/tol" to *summary, false on a failure.
-      auto judge_grad = [&](const char* what, const void* g, const float* ref, const float* lp, int64_t n,
-                            std::string* summary) {
-        std::vector<float> host(static_cast<size_t>(n));
-        cudaMemcpy(host.data(), ref, size_t(n) * sizeof(float), cudaMemcpyDeviceToHost);
-        double scale = 0;
-        for (float x : host) scale = std::max(scale, double(std::fabs(x)));
-        const ErrorStats s = compare_output(g, p.dtype, ref, n, stream);
-        const ErrorStats base = compare_output_fp32(lp, ref, n, stream);
-        const double tol = 2 * base.max_abs_err + 1e-3 * scale + 1e-4;
-        const bool ok = s.nonfinite == 0 && s.max_abs_err <= tol;
-        char buf[96];
-        std::snprintf(buf, sizeof buf, "%s%s %.1e/%.1e", summary->empty() ? "" : ", ", what, s.max_abs_err, tol);
-        *summary += buf;
-        return ok;
-      };
-      auto judge_grads = [&](std::string* summary) {
-        bool pass = judge_grad("dQ", dq, rq, lq, q_elems, summary);
-        pass = judge_grad("dK", dk, rk, lk, kv_elems, summary) && pass;
-        pass = judge_grad("dV", dv, rv, lv, kv_elems, summary) && pass;
-        if (bias_elems) pass = judge_grad("dBias", dbias, rb, lb, bias_elems, summary) && pass;
-        return pass;
-      };
-      if (opt.check && p.Nk <= dma_reference_backward_max_nk()) {
-        const size_t nb = size_t(std::max<int64_t>(1, bias_elems));
-        if (e2.empty()) e2 = arena.alloc(size_t(q_elems), &rq, "the reference dQ");
-        if (e2.empty()) e2 = arena.alloc(size_t(kv_elems), &rk, "the reference dK");
-        if (e2.empty()) e2 = arena.alloc(size_t(kv_elems), &rv, "the reference dV");
-        if (e2.empty()) e2 = arena.alloc(nb, &rb, "the reference dBias");
-        if (e2.empty()) e2 = arena.alloc(size_t(q_elems), &lq, "the same-precision dQ");
-        if (e2.empty()) e2 = arena.alloc(size_t(kv_elems), &lk, "the same-precision dK");
-        if (e2.empty()) e2 = arena.alloc(size_t(kv_elems), &lv, "the same-precision dV");
-        if (e2.empty()) e2 = arena.alloc(nb, &lb, "the same-precision dBias");
-        if (!e2.empty()) return fail(e2, 1);
-        e = dma_reference_backward_fp32(p, q, k, v, dout, rq, rk, rv, bias_elems ? rb : nullptr, stream);
-        if (e == cudaSuccess)
-          e = dma_reference_backward_fp32(p, q, k, v, dout, lq, lk, lv, bias_elems ? lb : nullptr, stream,
-                                          /*low_precision=*/true);
-        if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
-        if (e != cudaSuccess) return fail(cuda_error_text("dmattn reference backward", e), 1);
-        std::string summary;
-        const bool pass = judge_grads(&summary);
-        bwd.status = pass ? "PASS" : "FAIL";
-        bwd.note = summary + " (err/tol: 2 x same-precision err + floor); ";
-        if (!pass) ++failures;
-      }
-      // Deterministic mode: the gradients after the timed runs must equal the
-      // first run's bit for bit (every run rewrites them from scratch).
-      auto grad_bytes = [&] {
-        std::vector<uint8_t> h(size_t(2 * q_elems + 4 * kv_elems + 2 * bias_elems));
-        cudaMemcpy(h.data(), dq, size_t(q_elems) * 2, cudaMemcpyDeviceToHost);
-        cudaMemcpy(h.data() + 2 * q_elems, dk, size_t(kv_elems) * 2, cudaMemcpyDeviceToHost);
-        cudaMemcpy(h.data() + 2 * q_elems + 2 * kv_elems, dv, size_t(kv_elems) * 2, cudaMemcpyDeviceToHost);
-        if (bias_elems)
-          cudaMemcpy(h.data() + 2 * q_elems + 4 * kv_elems, dbias, size_t(bias_elems) * 2, cudaMemcpyDeviceToHost);
-        return h;
-      };
-      const std::vector<uint8_t> first = opt.deterministic && opt.check ? grad_bytes() : std::vector<uint8_t>{};
-      Timing timing;
-      if (std::string t = time_calls(
-              [&] {
-                const cudaError_t r = dma_backward(p, ba, stream);
-                return r == cudaSuccess ? std::string() : cuda_error_text("dmattn backward", r);
-              },
-              opt.warmup, opt.iters, flush, flush_bytes, stream, &timing);
-          !t.empty())
-        return fail(t, 1);
-      if (!first.empty()) {
-        const bool same = grad_bytes() == first;
-        bwd.note += same ? "bitwise identical over " + std::to_string(1 + opt.warmup + opt.iters) + " runs; "
-                         : "NOT bitwise identical across runs; ";
-        if (!same) {
-          bwd.status = "FAIL";
-          ++failures;
-        }
-      }
-      bwd.ms = timing.median_ms;
-      bwd.tflops = bwd_flops / (bwd.ms * 1e-3) / 1e12;
-      const int walked = dma_backward_walked_chunks(p, opt.deterministic, opt.bwd_chunks, ws);
-      bwd.note += "q chunks " + std::to_string(walked) +
-                  (!dma_backward_plans_chunks(p, opt.deterministic, opt.bwd_chunks) ? ""
-                   : walked == bwd_chunks ? " (the chunk plan kept them: skewed)"
-                                          : " (of " + std::to_string(bwd_chunks) + " launched: the chunk plan found the slots even)") +
-                  (ba.rotate_slots ? "" : "; query tiles in order") + "; core " + dma_backward_core_name(p, ba.core) +
-                  (p.mask.data == nullptr       ? ""
-                   : ba.mask_summary != nullptr
-                       ? (a.mask_summary != nullptr ? std::string("; mask summary: the one given to the forward")
-                                                    : "; mask summary: the forward's " +
-                                                          dma_forward_mask_scan_name(p, a.mask_scan, a.splits, a.core)) +
-                             " (the mask not read again)"
-                       : "; mask summary: its own pre-pass (the mask read again, in this time)") +
-                  "; TFLOPS count 2·(3D+2Dv)·unmasked pairs";
-      out_rows.push_back(bwd);
+// ==== the report ======================================================================
 
-      // --mask-bits: the same backward on the bit-packed mask, after a forward
-      // on it (whose summary it reads, as the byte row does); checked against
-      // the same references, and in deterministic mode bitwise against the
-      // byte row's gradients.
-      double bwd_bits_ms = 0;
-      if (opt.mask_bits && bits_ms > 0) {
-        DmaRow brow;
-        brow.name = bwd.name + " (bit-packed mask)";
-        DmaBackwardArgs bb = ba;
-        bb.mask_summary = opt.bwd_own_prepass ? nullptr : dma_forward_mask_summary(pb, ab);
-        const std::vector<uint8_t> bytes_grads = opt.deterministic ? grad_bytes() : std::vector<uint8_t>{};
-        e = dma_forward(pb, ab, stream);
-        if (e == cudaSuccess) e = cudaMemsetAsync(dq, 0xFF, size_t(q_elems) * 2, stream);
-        if (e == cudaSuccess) e = cudaMemsetAsync(dk, 0xFF, size_t(kv_elems) * 2, stream);
-        if (e == cudaSuccess) e = cudaMemsetAsync(dv, 0xFF, size_t(kv_elems) * 2, stream);
-        if (e == cudaSuccess) e = dma_backward(pb, bb, stream);
-        if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
-        if (e != cudaSuccess) return fail(cuda_error_text("dmattn backward (bit-packed mask)", e), 1);
-        brow.status = "unchecked";
-        if (rq != nullptr) {
-          std::string summary;
-          const bool pass = judge_grads(&summary);
-          brow.status = pass ? "PASS" : "FAIL";
-          brow.note = summary + " (err/tol: 2 x same-precision err + floor); ";
-          if (!pass) ++failures;
-        }
-        if (!bytes_grads.empty()) {
-          const bool same = grad_bytes() == bytes_grads;
-          brow.note += same ? "bitwise identical to the byte mask's gradients; " : "DIFFERS from the byte mask's gradients; ";
-          if (!same) {
-            brow.status = "FAIL";
-            ++failures;
-          }
-        }
-        Timing bits_timing;
-        if (std::string t = time_calls(
-                [&] {
-                  const cudaError_t r = dma_backward(pb, bb, stream);
-                  return r == cudaSuccess ? std::string() : cuda_error_text("dmattn backward (bit-packed mask)", r);
-                },
-                opt.warmup, opt.iters, flush, flush_bytes, stream, &bits_timing);
-            !t.empty())
-          return fail(t, 1);
-        bwd_bits_ms = bits_timing.median_ms;
-        brow.ms = bwd_bits_ms;
-        brow.tflops = bwd_flops / (brow.ms * 1e-3) / 1e12;
-        brow.note += bb.mask_summary != nullptr
-                         ? "mask summary: the bit-packed forward's " + dma_forward_mask_scan_name(pb, ab.mask_scan, ab.splits, ab.core)
-                         : std::string("mask summary: its own pre-pass of the bits, in this time");
-        out_rows.push_back(brow);
-      }
+// The line above the rows: the shape, the mask and the unmasked pairs.
+void print_banner(const DmaRun& run) {
+  const Options& opt = run.opt;
+  const DynamicMaskProblem& p = run.p;
+  std::printf("%s\n", std::string(150, '-').c_str());
+  std::printf("dynamic-mask attention: %s; mask %s%s; unmasked pairs %llu (%.2f%% of Nq·Nk·B·H); seed %llu\n",
+              p.shape_string().c_str(), opt.mask.empty() ? "none" : opt.mask.c_str(), topk_words(opt).c_str(),
+              run.pairs, 100.0 * double(run.pairs) / (double(p.B) * p.H * p.Nq * p.Nk),
+              (unsigned long long)run.seed);
+}
 
-      if (opt.sdpa || opt.torch) {
-        std::string setup;
-        // Every pair active (no mask, --mask causal or ones): with
-        // --sdpa also FA2's backward without the mask and bias, the dense
-        // reference (the same pair count).
-        const bool all_active = (opt.mask.empty() || opt.mask == "none" || opt.mask == "causal" || opt.mask == "ones");
-        const std::vector<MaskedTorchPeer> peers =
-            make_masked_torch_peers(p, q, k, v, &setup, dout, opt.sdpa && all_active);
-        add_peer_rows(peers, setup, "torch+mask bwd", bwd_flops, bwd.ms, "dmattn bwd", 0, bwd_bits_ms);
-      }
-    }
-  }
-
-  for (const DmaRow& r : out_rows) {
+// One line per row, then the machine.
+void print_rows(const std::vector<DmaRow>& rows, const SystemInfo& sys) {
+  for (const DmaRow& r : rows) {
     if (r.ms > 0)
       std::printf("%32s: time:%.6fms, effective TFLOPS:%-8.2f %-10s %s\n", r.name.c_str(), r.ms, r.tflops,
                   r.status.c_str(), r.note.c_str());
@@ -695,9 +841,59 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
   }
   std::printf("%s | driver %s | CUDA %s | torch %s | attnlab %s | %s\n", sys.gpu.c_str(), sys.driver.c_str(),
               sys.cuda.c_str(), torch_version().c_str(), sys.commit.c_str(), sys.date.c_str());
-  if (!opt.csv.empty()) append_csv(opt.csv, sys, p, opt, seed, out_rows);
-  if (failures > 0) {
-    std::fprintf(stderr, "flash_attn_mma: %d row%s failed\n", failures, failures > 1 ? "s" : "");
+}
+
+// The rows appended to --csv, the shape's mask and bias in each note.
+void append_csv(const std::string& path, const SystemInfo& sys, const DmaRun& run) {
+  const Options& opt = run.opt;
+  const DynamicMaskProblem& p = run.p;
+  double best_peer = 0;
+  for (const DmaRow& r : run.rows)
+    if (r.kind == "peer" && r.ms > 0) best_peer = std::max(best_peer, r.tflops);
+  const std::string shape_note = "Hkv=" + std::to_string(p.Hkv) + "; mask=" + (opt.mask.empty() ? "none" : opt.mask) +
+                                 topk_words(opt) + (opt.bias ? "; bias (B;Hkv;1;Nk)" : "") +
+                                 (p.softcap > 0 ? "; softcap " + std::to_string(p.softcap) : "");
+  std::ofstream f = open_results_csv(path);
+  for (const DmaRow& r : run.rows) {
+    char nums[96] = ",,";
+    if (r.ms > 0) {
+      if (r.kind == "rung" && best_peer > 0)
+        std::snprintf(nums, sizeof nums, "%.6f,%.6g,%.3f", r.ms, r.tflops, r.tflops / best_peer);
+      else std::snprintf(nums, sizeof nums, "%.6f,%.6g,", r.ms, r.tflops);
+    }
+    char errs[96] = ",,";
+    if (r.err >= 0) std::snprintf(errs, sizeof errs, "%.3e,%.3e,%.3e", r.err, r.tol, r.lse_err);
+    const std::string note = csv_field(shape_note + "; " + r.note);
+    f << csv_field(sys.gpu) << ',' << csv_field(sys.driver) << ',' << csv_field(sys.cuda) << ',' << sys.commit << ','
+      << sys.date << ',' << csv_field(r.name) << ',' << r.kind << ',' << p.B << ',' << p.H << ',' << p.Nq << ','
+      << p.Nk << ',' << p.D << ',' << p.D << ',' << dtype_name(p.dtype) << ',' << (p.causal ? 1 : 0) << ',' << nums
+      << ',' << r.status << ',' << errs << ',' << run.seed << ',' << note << '\n';
+  }
+}
+
+int fail(const RunError& e) {
+  std::fprintf(stderr, "flash_attn_mma: error: %s\n", e.message.c_str());
+  return e.code;
+}
+
+}  // namespace
+
+int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t seed, cudaStream_t stream) {
+  DmaRun run(opt, seed, stream);
+  if (RunError e = set_up(run); e.failed()) return fail(e);
+  print_banner(run);
+  // Each step appends its rows to run.rows; an error ends the run.
+  if (RunError e = forward_row(run); e.failed()) return fail(e);
+  if (RunError e = summary_given_row(run); e.failed()) return fail(e);
+  if (RunError e = bit_packed_row(run); e.failed()) return fail(e);
+  if (RunError e = dense_rung_row(run); e.failed()) return fail(e);
+  torch_forward_rows(run);
+  if (RunError e = backward_rows(run); e.failed()) return fail(e);
+
+  print_rows(run.rows, sys);
+  if (!opt.csv.empty()) append_csv(opt.csv, sys, run);
+  if (run.failures > 0) {
+    std::fprintf(stderr, "flash_attn_mma: %d row%s failed\n", run.failures, run.failures > 1 ? "s" : "");
     return 1;
   }
   return 0;

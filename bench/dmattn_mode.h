@@ -1,5 +1,6 @@
-// attnlab: flash_attn_mma's dynamic-mask mode, selected by --Hkv,
-// --mask, --bias or --softcap. See dmattn_mode.cpp for the rows.
+// attnlab: flash_attn_mma's dynamic-mask mode, selected by any option of the
+// dynamic-mask section of --help (--Hkv, --mask, --bias, ...). See
+// dmattn_mode.cpp for the rows.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,7 +13,8 @@
 namespace attnlab {
 
 // Runs, checks (with --check) and times one dynamic-mask shape; returns the
-// process exit code (0, 1 on a failed check or a GPU error, 2 on bad input).
+// process exit code (0; 1 on a failed check or a GPU error; 2 for a
+// --dma-core this GPU cannot run, found before anything runs).
 int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t seed, cudaStream_t stream);
 
 }  // namespace attnlab
