@@ -113,7 +113,8 @@ usage: flash_attn_mma [options]      (--flag V or --flag=V; each option once)
                     --show-all are errors with it. Grid: --sweep-N 1024,...,32768
                     --sweep-D 32,64,128,256,512,1024 --sweep-causal 0,1
   --sweep-N L, --sweep-D L, --sweep-causal L   the grid, comma-separated (need --sweep)
-  --csv FILE        append every row to FILE (with GPU, driver, CUDA, commit, date)
+  --csv FILE        append every row to FILE (with GPU, driver, CUDA, commit, date);
+                    FILE must be writable, checked before anything runs
 
 dynamic-mask attention (flash-dmattn semantics). Any option of this section
 selects it, even at its default value; --variant, --show-all, --reference,
@@ -179,6 +180,11 @@ selects it, even at its default value; --variant, --show-all, --reference,
   --list            list the variants and their tile configurations (--variant,
                     --torch and --sdpa choose the rows; no GPU needed)
   --help            this text (the other options are still checked)
+
+exit status: 0 every row ran (and, with --check, passed); 1 a check failed, or
+the run failed (a GPU error, a row that could not be written to --csv); 2 bad
+options (nothing ran); 3 no usable CUDA GPU (nothing ran; the message gives
+CUDA's own words)
 )";
 }
 

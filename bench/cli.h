@@ -61,6 +61,12 @@ struct ParseResult {
   bool ok() const { return error.empty(); }
 };
 
+// The process exit codes of flash_attn_mma (documented in usage()).
+constexpr int kExitOk = 0;
+constexpr int kExitFailed = 1;      // a check failed, or the run failed (a GPU error, a lost CSV write)
+constexpr int kExitBadOptions = 2;  // the options are wrong; nothing ran
+constexpr int kExitNoGpu = 3;       // no usable CUDA GPU; nothing ran
+
 // Parses argv[1..]; accepts "--flag value" and "--flag=value", each option at
 // most once. Every error the options alone can show is found here: malformed
 // or out-of-range numbers, repeated options, and options that mean nothing

@@ -25,7 +25,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
-#include <fstream>
+#include <sstream>
 #include <vector>
 
 #include "dmattn/dmattn.h"
@@ -47,9 +47,9 @@ struct DmaRow {
 // Built from a function's "" (no error) or its message.
 struct RunError {
   std::string message;
-  int code = 1;
+  int code = kExitFailed;
   RunError() = default;
-  RunError(std::string m, int c = 1) : message(std::move(m)), code(c) {}
+  RunError(std::string m, int c = kExitFailed) : message(std::move(m)), code(c) {}
   bool failed() const { return !message.empty(); }
 };
 
@@ -194,7 +194,7 @@ RunError set_up(DmaRun& run) {
                 ? "dmattn: --dma-core gather needs one query row (--Nq 1) and a mask"
                 : "dmattn: --dma-core " + opt.dma_core +
                       " needs an sm_90 GPU, a build with sm_90a code and D in {64, 128}",
-            2};
+            kExitBadOptions};
 
   const cudaStream_t stream = run.stream;
   const uint64_t seed = run.seed;
@@ -209,7 +209,7 @@ RunError set_up(DmaRun& run) {
     } else {
       e = dma_build_topk_mask(p, opt.window, opt.block, run.mask, stream);
       if (e == cudaErrorInvalidValue)
-        return {"the top-W mask builder cannot take Nk=" + std::to_string(p.Nk) + " on this GPU", 2};
+        return {"the top-W mask builder cannot take Nk=" + std::to_string(p.Nk) + " on this GPU", kExitBadOptions};
     }
   }
   if (e == cudaSuccess) e = cudaMemsetAsync(run.counters, 0, 3 * sizeof(unsigned long long), stream);
@@ -843,8 +843,9 @@ void print_rows(const std::vector<DmaRow>& rows, const SystemInfo& sys) {
               sys.cuda.c_str(), torch_version().c_str(), sys.commit.c_str(), sys.date.c_str());
 }
 
-// The rows appended to --csv, the shape's mask and bias in each note.
-void append_csv(const std::string& path, const SystemInfo& sys, const DmaRun& run) {
+// The rows appended to --csv, the shape's mask and bias in each note; returns
+// "" or what was lost.
+std::string append_csv(const std::string& path, const SystemInfo& sys, const DmaRun& run) {
   const Options& opt = run.opt;
   const DynamicMaskProblem& p = run.p;
   double best_peer = 0;
@@ -853,7 +854,7 @@ void append_csv(const std::string& path, const SystemInfo& sys, const DmaRun& ru
   const std::string shape_note = "Hkv=" + std::to_string(p.Hkv) + "; mask=" + (opt.mask.empty() ? "none" : opt.mask) +
                                  topk_words(opt) + (opt.bias ? "; bias (B;Hkv;1;Nk)" : "") +
                                  (p.softcap > 0 ? "; softcap " + std::to_string(p.softcap) : "");
-  std::ofstream f = open_results_csv(path);
+  std::ostringstream f;
   for (const DmaRow& r : run.rows) {
     char nums[96] = ",,";
     if (r.ms > 0) {
@@ -869,6 +870,7 @@ void append_csv(const std::string& path, const SystemInfo& sys, const DmaRun& ru
       << p.Nk << ',' << p.D << ',' << p.D << ',' << dtype_name(p.dtype) << ',' << (p.causal ? 1 : 0) << ',' << nums
       << ',' << r.status << ',' << errs << ',' << run.seed << ',' << note << '\n';
   }
+  return append_results_csv(path, f.str());
 }
 
 int fail(const RunError& e) {
@@ -891,12 +893,13 @@ int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t se
   if (RunError e = backward_rows(run); e.failed()) return fail(e);
 
   print_rows(run.rows, sys);
-  if (!opt.csv.empty()) append_csv(opt.csv, sys, run);
+  if (!opt.csv.empty())
+    if (std::string e = append_csv(opt.csv, sys, run); !e.empty()) return fail(RunError(e));
   if (run.failures > 0) {
     std::fprintf(stderr, "flash_attn_mma: %d row%s failed\n", run.failures, run.failures > 1 ? "s" : "");
-    return 1;
+    return kExitFailed;
   }
-  return 0;
+  return kExitOk;
 }
 
 }  // namespace attnlab

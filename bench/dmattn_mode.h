@@ -13,8 +13,9 @@
 namespace attnlab {
 
 // Runs, checks (with --check) and times one dynamic-mask shape; returns the
-// process exit code (0; 1 on a failed check or a GPU error; 2 for a
-// --dma-core this GPU cannot run, found before anything runs).
+// process exit code (kExitOk; kExitFailed on a failed check, a GPU error or a
+// lost CSV write; kExitBadOptions for a --dma-core this GPU cannot run,
+// found before anything runs).
 int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t seed, cudaStream_t stream);
 
 }  // namespace attnlab

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -48,9 +48,10 @@ int fail(const std::string& message, int code) {
   return code;
 }
 
-void append_csv(const std::string& path, const SystemInfo& sys, const AttnProblem& p, uint64_t seed,
-                const std::vector<Row>& rows) {
-  std::ofstream f = open_results_csv(path);
+// Appends the shape's rows to --csv; returns "" or what was lost.
+std::string append_csv(const std::string& path, const SystemInfo& sys, const AttnProblem& p, uint64_t seed,
+                       const std::vector<Row>& rows) {
+  std::ostringstream f;
   for (const Row& r : rows) {
     char nums[96] = ",,";
     if (r.ran()) {
@@ -69,6 +70,7 @@ void append_csv(const std::string& path, const SystemInfo& sys, const AttnProble
       << (p.causal ? 1 : 0) << ',' << nums << ',' << r.status << ',' << errs << ',' << seed << ','
       << csv_field(r.note) << '\n';
   }
+  return append_results_csv(path, f.str());
 }
 
 void print_row(const Row& r, const std::string& best_peer_name) {
@@ -199,20 +201,34 @@ void print_sweep_line(int index, int total, const AttnProblem& p, const ShapeRes
   std::fflush(stdout);
 }
 
+// --list: one line per row, the columns padded to their longest entry.
+void print_list(const std::vector<const Variant*>& rows) {
+  size_t name_width = 0, rung_width = 0;
+  for (const Variant* v : rows) {
+    name_width = std::max(name_width, v->name.size());
+    rung_width = std::max(rung_width, v->rung.size());
+  }
+  for (const Variant* v : rows)
+    std::printf("%-*s  %-*s  %s\n", int(name_width), v->name.c_str(), int(rung_width), v->rung.c_str(),
+                v->describe().c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Everything the options alone can show is checked first (exit 2), then the
+  // GPU (exit 3); only then does anything run.
   const ParseResult parsed = parse_args(std::vector<std::string>(argv + 1, argv + argc));
-  if (!parsed.ok()) return fail(parsed.error, 2);
+  if (!parsed.ok()) return fail(parsed.error, kExitBadOptions);
   const Options& opt = parsed.options;
   if (opt.help) {
     std::fputs(usage().c_str(), stdout);
-    return 0;
+    return kExitOk;
   }
   if ((opt.sdpa || opt.torch_reference) && !have_torch())
     return fail(std::string(opt.sdpa ? "--sdpa" : "--reference torch") +
                     " needs PyTorch, and this build has none (reconfigure where `python3 -c 'import torch'` works)",
-                2);
+                kExitBadOptions);
 
   // Rows: the peers first (--torch, --sdpa), then the ladder in order.
   static const Variant unfused = make_unfused_baseline();
@@ -229,18 +245,21 @@ int main(int argc, char** argv) {
     if (glob_match(opt.variant_glob, v.name)) selected.push_back(&v);
 
   if (opt.list) {
-    for (const Variant* v : selected) std::printf("%-20s %-16s %s\n", v->name.c_str(), v->rung.c_str(), v->describe().c_str());
-    return 0;
+    print_list(selected);
+    return kExitOk;
   }
   if (selected.size() == n_peers)
-    return fail("no variant matches --variant '" + opt.variant_glob + "' (see --list)", 2);
+    return fail("no variant matches --variant '" + opt.variant_glob + "' (see --list)", kExitBadOptions);
+  if (!opt.csv.empty())
+    if (std::string e = results_csv_error(opt.csv); !e.empty()) return fail(e, kExitBadOptions);
 
   int device_count = 0;
-  if (cudaError_t e = cudaGetDeviceCount(&device_count); e != cudaSuccess || device_count == 0)
-    return fail(std::string("no CUDA GPU found (") + (e != cudaSuccess ? cudaGetErrorString(e) : "0 devices") + ")",
-                1);
+  if (cudaError_t e = cudaGetDeviceCount(&device_count); e != cudaSuccess)
+    return fail("no usable CUDA GPU: " + cuda_error_text("cudaGetDeviceCount", e), kExitNoGpu);
+  if (device_count == 0) return fail("no usable CUDA GPU: cudaGetDeviceCount found 0 devices", kExitNoGpu);
   cudaStream_t stream;
-  if (cudaError_t e = cudaStreamCreate(&stream); e != cudaSuccess) return fail(cuda_error_text("cudaStreamCreate", e), 1);
+  if (cudaError_t e = cudaStreamCreate(&stream); e != cudaSuccess)
+    return fail("no usable CUDA GPU: " + cuda_error_text("cudaStreamCreate", e), kExitNoGpu);
   const SystemInfo sys = collect_system_info();
   const uint64_t seed =
       opt.seed_given ? opt.seed
@@ -271,17 +290,19 @@ int main(int argc, char** argv) {
     const auto t0 = std::chrono::steady_clock::now();
     const ShapeResult r = run_shape(opt, problems[i], selected, seed + i, stream, !opt.sweep);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (!r.fatal.empty() && !opt.sweep) return fail(r.fatal, 1);
+    if (!r.fatal.empty() && !opt.sweep) return fail(r.fatal, kExitFailed);
     if (opt.sweep) print_sweep_line(int(i + 1), int(problems.size()), problems[i], r, seconds);
-    if (!opt.csv.empty() && r.fatal.empty()) append_csv(opt.csv, sys, problems[i], seed + i, r.rows);
+    if (!opt.csv.empty() && r.fatal.empty())
+      if (std::string e = append_csv(opt.csv, sys, problems[i], seed + i, r.rows); !e.empty())
+        return fail(e, kExitFailed);
     failures += r.failures;
-    if (r.device_lost) return fail("the GPU reported a fatal error; later rows were not run", 1);
+    if (r.device_lost) return fail("the GPU reported a fatal error; later rows were not run", kExitFailed);
   }
   std::printf("%s | driver %s | CUDA %s | torch %s | attnlab %s | %s\n", sys.gpu.c_str(), sys.driver.c_str(),
               sys.cuda.c_str(), torch_version().c_str(), sys.commit.c_str(), sys.date.c_str());
   if (failures > 0) {
     std::fprintf(stderr, "flash_attn_mma: %d row%s failed\n", failures, failures > 1 ? "s" : "");
-    return 1;
+    return kExitFailed;
   }
-  return 0;
+  return kExitOk;
 }

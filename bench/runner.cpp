@@ -2,9 +2,13 @@
 
 #include "torch_peers.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -224,15 +228,39 @@ std::string time_variant(const Variant& v, const AttnProblem& p, const ProblemBu
       warmup, iters, bufs.flush, bufs.flush_bytes, stream, out);
 }
 
-std::ofstream open_results_csv(const std::string& path) {
-  std::ifstream probe(path);
-  const bool need_header = !probe.good() || probe.peek() == std::ifstream::traits_type::eof();
-  probe.close();
-  std::ofstream f(path, std::ios::app);
-  if (need_header)
-    f << "gpu,driver,cuda,commit,date,variant,kind,B,H,Nq,Nk,D,Dv,dtype,causal,time_ms,tflops,ratio_to_best_peer,"
-         "status,max_err,tol,lse_err,seed,note\n";
-  return f;
+namespace {
+const char kResultsCsvHeader[] =
+    "gpu,driver,cuda,commit,date,variant,kind,B,H,Nq,Nk,D,Dv,dtype,causal,time_ms,tflops,ratio_to_best_peer,"
+    "status,max_err,tol,lse_err,seed,note\n";
+}  // namespace
+
+std::string results_csv_error(const std::string& path) {
+  struct stat st;
+  const bool existed = stat(path.c_str(), &st) == 0;
+  if (existed && S_ISDIR(st.st_mode)) return "cannot write --csv " + path + ": it is a directory";
+  errno = 0;
+  std::FILE* f = std::fopen(path.c_str(), "a");
+  if (f == nullptr) return "cannot write --csv " + path + ": " + std::strerror(errno);
+  std::fclose(f);
+  if (!existed) std::remove(path.c_str());
+  return "";
+}
+
+std::string append_results_csv(const std::string& path, const std::string& rows) {
+  std::ifstream existing(path);
+  const bool need_header = !existing.good() || existing.peek() == std::ifstream::traits_type::eof();
+  existing.close();
+  const std::string text = need_header ? kResultsCsvHeader + rows : rows;
+  errno = 0;
+  std::FILE* f = std::fopen(path.c_str(), "a");
+  if (f == nullptr) return "cannot write --csv " + path + ": " + std::strerror(errno) + "; its rows are lost";
+  const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  const int write_errno = errno;
+  const bool closed = std::fclose(f) == 0;
+  if (!written || !closed)
+    return "writing --csv " + path + " failed: " + std::strerror(written ? errno : write_errno) +
+           "; its rows are lost";
+  return "";
 }
 
 std::string csv_field(std::string s) {

@@ -5,7 +5,6 @@
 
 #include <cuda_runtime.h>
 
-#include <fstream>
 #include <functional>
 #include <cstdint>
 #include <string>
@@ -79,9 +78,15 @@ std::string time_calls(const std::function<std::string()>& call, int warmup, int
 std::string time_variant(const Variant& v, const AttnProblem& p, const ProblemBuffers& bufs, int warmup, int iters,
                          cudaStream_t stream, Timing* out);
 
-// The results CSV at `path`, opened for appending; the header row (the schema
-// docs/results.md describes) is written first when the file is new or empty.
-std::ofstream open_results_csv(const std::string& path);
+// "" when rows can be appended to the results CSV at `path`, else one line
+// saying why not ("cannot write --csv /no/such/dir/x.csv: No such file or
+// directory"). Opens the file for appending and closes it again, removing it
+// when it did not exist before; the harness asks before anything runs.
+std::string results_csv_error(const std::string& path);
+// Appends `rows` (CSV lines, each ending in '\n') to the results CSV at
+// `path`, after the header row (the schema docs/results.md describes) when
+// the file is new or empty. Returns "" or one line saying what was lost.
+std::string append_results_csv(const std::string& path, const std::string& rows);
 
 // A CSV field: commas, quotes and newlines become ';'.
 std::string csv_field(std::string s);

@@ -1,11 +1,37 @@
-// flash_attn_mma's option parsing and its error messages.
+// flash_attn_mma's option parsing, its error messages and its results CSV.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
 #include "cli.h"
+#include "runner.h"
 #include "testing.h"
 
 using namespace attnlab;
 
 namespace {
 ParseResult parse(std::vector<std::string> args) { return parse_args(args); }
+
+bool exists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// A fresh directory under /tmp, removed by the caller.
+std::string temp_dir() {
+  char name[] = "/tmp/attnlab_test_cli_XXXXXX";
+  return mkdtemp(name) ? std::string(name) : std::string();
+}
 }  // namespace
 
 TEST_CASE(cli_defaults_and_shape_flags) {
@@ -236,4 +262,51 @@ TEST_CASE(cli_options_that_need_another) {
   for (const std::vector<std::string>& args :
        {std::vector<std::string>{"--window", "1"}, {"--D", "1", "--D", "2"}, {"--sweep-N", "1"}, {"--seed", " 1"}})
     EXPECT_TRUE(parse(args).error.find('\n') == std::string::npos && !parse(args).error.empty());
+}
+
+TEST_CASE(cli_usage_documents_exit_codes_and_rules) {
+  const std::string u = usage();
+  EXPECT_CONTAINS(u, "exit status: 0");
+  EXPECT_CONTAINS(u, "1 a check failed");
+  EXPECT_CONTAINS(u, "options (nothing ran)");
+  EXPECT_CONTAINS(u, "3 no usable CUDA GPU");
+  EXPECT_CONTAINS(u, "each option once");
+  EXPECT_CONTAINS(u, "selects it, even at its default value");
+  EXPECT_EQ(kExitOk, 0);
+  EXPECT_EQ(kExitFailed, 1);
+  EXPECT_EQ(kExitBadOptions, 2);
+  EXPECT_EQ(kExitNoGpu, 3);
+}
+
+TEST_CASE(results_csv_unwritable_paths_are_found_first) {
+  EXPECT_CONTAINS(results_csv_error("/nonexistent/dir/x.csv"),
+                  "cannot write --csv /nonexistent/dir/x.csv: No such file or directory");
+  const std::string dir = temp_dir();
+  EXPECT_TRUE(!dir.empty());
+  EXPECT_CONTAINS(results_csv_error(dir), "cannot write --csv " + dir + ": it is a directory");
+  // A writable new path passes and is not left behind; an existing file is kept as it was.
+  const std::string path = dir + "/rows.csv";
+  EXPECT_EQ(results_csv_error(path), std::string());
+  EXPECT_TRUE(!exists(path));
+  EXPECT_EQ(append_results_csv(path, "row1\n"), std::string());
+  EXPECT_EQ(append_results_csv(path, "row2\n"), std::string());
+  const std::string text = read_file(path);
+  EXPECT_EQ(text.rfind("gpu,driver,cuda,commit,date,variant,kind,", 0), size_t(0));  // the header first, once
+  EXPECT_CONTAINS(text, ",seed,note\nrow1\nrow2\n");
+  EXPECT_EQ(results_csv_error(path), std::string());
+  EXPECT_EQ(read_file(path), text);
+  if (getuid() != 0) {  // root writes anywhere
+    chmod(path.c_str(), 0444);
+    EXPECT_CONTAINS(results_csv_error(path), "cannot write --csv " + path + ": Permission denied");
+    EXPECT_CONTAINS(append_results_csv(path, "row3\n"), "its rows are lost");
+    chmod(path.c_str(), 0644);
+  }
+  std::remove(path.c_str());
+  rmdir(dir.c_str());
+  // Every write is checked: a device that is always full loses the rows, and says so.
+  if (exists("/dev/full")) {
+    EXPECT_EQ(results_csv_error("/dev/full"), std::string());  // it opens ...
+    EXPECT_CONTAINS(append_results_csv("/dev/full", "row\n"),
+                    "writing --csv /dev/full failed: No space left on device");
+  }
 }

@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
-# flash_attn_mma on bad input: a one-line error naming the problem and a non-zero
-# exit, never a crash. Runs with or without a GPU.
+# flash_attn_mma on bad input: a one-line error naming the problem and the
+# documented exit code (2 bad options, 3 no usable GPU, 1 a failed run), never
+# a crash; --help and --list. Runs with or without a GPU.
+#   bash tests/cpu/test_harness_errors.sh build/flash_attn_mma
 set -u
 bin="$1"
 passed=0
 failed=0
+tmp=$(mktemp -d)
+trap 'chmod -R u+w "$tmp"; rm -rf "$tmp"' EXIT
+
+pass() { passed=$((passed + 1)); }
+fail() { failed=$((failed + 1)); echo "FAILED: $*"; }
 
 expect_error() {  # expect_error CODE "substring" args...
   local code="$1" want="$2"
@@ -15,49 +22,92 @@ expect_error() {  # expect_error CODE "substring" args...
   local lines
   lines=$(printf '%s' "$err" | grep -c '')
   if [ "$rc" -eq "$code" ] && [ "$lines" -eq 1 ] && [[ "$err" == *"$want"* ]]; then
-    passed=$((passed + 1))
+    pass
   else
-    failed=$((failed + 1))
-    echo "FAILED: flash_attn_mma $* -> exit $rc, stderr ($lines lines): $err (wanted exit $code and '$want')"
+    fail "flash_attn_mma $* -> exit $rc, stderr ($lines lines): $err (wanted exit $code and '$want')"
   fi
 }
 
+# Bad options: exit 2, found before anything runs (so the same with or without a GPU).
 expect_error 2 "--D must be between 1 and 1024" --D 0
 expect_error 2 "--N must be between 1" --N -5
+expect_error 2 "--N must be between 1 and 1073741824, got 99999999999" --N 99999999999
 expect_error 2 "--dtype must be fp16 or bf16, got 'fp8'" --dtype fp8
 expect_error 2 "--B expects an integer, got 'abc'" --B abc
+expect_error 2 "--B expects an integer, got '1x'" --B 1x
+expect_error 2 "--B expects an integer, got ''" --B ""
+expect_error 2 "--seed expects a non-negative integer, got ' -1'" --seed " -1"
+expect_error 2 "--seed expects a non-negative integer, got '-1'" --seed -1
+expect_error 2 "--softcap expects a number from 0 to 1e6" --softcap nan
+expect_error 2 "--softcap expects a number from 0 to 1e6" --softcap -1
 expect_error 2 "unknown option" --bogus
+expect_error 2 "--D given twice" --D 64 --D 128
+expect_error 2 "--iters given twice" --iters 5 --warmup 1 --iters 3
 expect_error 2 "no variant matches" --variant 'no-such-variant*'
 expect_error 2 "--mask must be none, causal, ones or topk" --mask random
 expect_error 2 "--H must be a multiple of --Hkv" --H 8 --Hkv 3
 expect_error 2 "add --bias" --mask topk
+# Options that mean nothing without another one.
+expect_error 2 "--window needs --mask topk" --splits 4 --window 64
+expect_error 2 "--window needs --mask topk" --window 64
+expect_error 2 "--block needs --mask topk" --block 0
+expect_error 2 "--sweep-N needs --sweep" --sweep-N 1024
+expect_error 2 "--N does not apply to --sweep" --sweep --N 1024
+expect_error 2 "--reference needs --check" --reference fp32
+expect_error 2 "--N has no effect with both --Nq and --Nk" --N 64 --Nq 1 --Nk 64
+expect_error 2 "--dma-mask-scan reads the mask" --dma-mask-scan prepass
+expect_error 2 "--variant does not apply to dynamic-mask runs" --bias --variant 'split-q*'
+# --csv that cannot be written: found before anything runs, nothing written.
+expect_error 2 "cannot write --csv /nonexistent/dir/x.csv: No such file or directory" --csv /nonexistent/dir/x.csv
+expect_error 2 "cannot write --csv $tmp: it is a directory" --csv "$tmp"
+expect_error 2 "cannot write --csv /nonexistent/dir/x.csv" --bias --N 64 --D 64 --H 1 --csv /nonexistent/dir/x.csv
+if [ "$(id -u)" -ne 0 ]; then  # root writes anywhere
+  mkdir "$tmp/ro" && chmod a-w "$tmp/ro"
+  expect_error 2 "cannot write --csv $tmp/ro/x.csv: Permission denied" --csv "$tmp/ro/x.csv"
+fi
 
 # Without torch in the build, --sdpa says so; with torch, --list shows the SDPA rows.
 if "$bin" --list --sdpa >/dev/null 2>&1; then
-  if "$bin" --list --sdpa | grep -q "sdpa(flash)"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAILED: --list --sdpa"; fi
+  if "$bin" --list --sdpa | grep -q "sdpa(flash)"; then pass; else fail "--list --sdpa"; fi
 else
   expect_error 2 "this build has none" --sdpa
 fi
 
-# --help and --list need no GPU.
-if "$bin" --help | grep -q -- "--causal"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAILED: --help"; fi
-if "$bin" --list | grep -q "split-q+stage2"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAILED: --list"; fi
+# --help and --list need no GPU. --help documents the exit codes.
+if "$bin" --help | grep -q -- "--causal"; then pass; else fail "--help"; fi
+if "$bin" --help | grep -q "exit status: 0"; then pass; else fail "--help documents the exit codes"; fi
+if "$bin" --list | grep -q "split-q+stage2"; then pass; else fail "--list"; fi
+# --list: the rung and the description start in one column on every line
+# (the columns are separated by two spaces or more; a rung may hold one).
+columns=$("$bin" --list --torch | awk '{
+  match($0, /  +/); rung = RSTART + RLENGTH
+  match(substr($0, rung), /  +/); desc = rung + RSTART + RLENGTH - 1
+  print rung, desc }' | sort -u)
+if [ "$(printf '%s\n' "$columns" | grep -c '')" -eq 1 ]; then pass; else fail "--list columns misaligned: $columns"; fi
 
-# A valid shape: runs where there is a GPU; elsewhere one line saying there is none.
-out=$("$bin" --B 1 --H 1 --N 64 --D 64 --iters 1 --warmup 0 2>&1)
+# A valid shape: runs where there is a GPU (exit 0); elsewhere exit 3 and one
+# line with CUDA's own words, in both modes, having written nothing to --csv.
+out=$("$bin" --B 1 --H 1 --N 64 --D 64 --iters 1 --warmup 0 --csv "$tmp/rows.csv" 2>&1)
 rc=$?
 if [ "$rc" -eq 0 ]; then
-  passed=$((passed + 1))
-elif [ "$rc" -eq 1 ] && [ "$(printf '%s' "$out" | grep -c '')" -eq 1 ] && [[ "$out" == *"no CUDA GPU found"* ]]; then
-  passed=$((passed + 1))
+  pass
+  if [ "$(grep -c '' "$tmp/rows.csv")" -gt 1 ]; then pass; else fail "--csv: no rows in $tmp/rows.csv"; fi
+elif [ "$rc" -eq 3 ] && [ "$(printf '%s' "$out" | grep -c '')" -eq 1 ] && [[ "$out" == *"no usable CUDA GPU: cuda"* ]]; then
+  pass
+  if [ ! -e "$tmp/rows.csv" ]; then pass; else fail "--csv file left behind by a run that did not start"; fi
+  expect_error 3 "no usable CUDA GPU: " --bias --N 64 --D 64 --H 1 --iters 1 --warmup 0
 else
-  failed=$((failed + 1))
-  echo "FAILED: valid shape -> exit $rc: $out"
+  fail "valid shape -> exit $rc: $out"
 fi
 
-# A shape far too large for any GPU (only meaningful where there is one).
+# Only meaningful where there is a GPU: a shape far too large for it, and a
+# --csv whose writes fail (the rows are lost: exit 1, not 0).
 if [ "$rc" -eq 0 ]; then
   expect_error 1 "of GPU memory" --B 64 --H 64 --N 1048576 --D 1024
+  if [ -w /dev/full ]; then
+    expect_error 1 "writing --csv /dev/full failed" --B 1 --H 1 --N 64 --D 64 --iters 1 --warmup 0 --variant split-q+stage2 \
+      --csv /dev/full
+  fi
 fi
 
 echo "$passed passed, $failed failed"
