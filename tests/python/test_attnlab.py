@@ -121,12 +121,50 @@ def test_variants_listed_and_default():
     q = torch.randn(1, 1, 16, 64, device="cuda", dtype=torch.float16)
     o, lse = attnlab.forward(q, q, q)
     assert o.shape == (1, 1, 16, 64) and lse.shape == (1, 1, 16) and lse.dtype == torch.float32
-    # The default is the highest rung that runs the shape, at every head dim.
+    # The default is the highest rung that runs the shape, at every head dim,
+    # and never the slow teaching rung.
     for d in (64, 512, 1024):
         x = torch.randn(1, 1, 16, d, device="cuda", dtype=torch.float16)
         name = attnlab.default_variant(x, x, x)
+        assert name != "minimal"
         assert attnlab.unsupported_reason(name, 1, 1, 16, 16, d, d, False, False) == ""
         attnlab.forward(x, x, x)
+
+
+def fast_variants_running(nq, nk, d, dv, bf16=False, causal=False):
+    return [n for n in attnlab.variants()
+            if n != "minimal" and not attnlab.unsupported_reason(n, 1, 1, nq, nk, d, dv, bf16, causal)]
+
+
+def slow_variant_runs(nq, nk, d, dv):
+    return "minimal" in attnlab.variants() and not attnlab.unsupported_reason("minimal", 1, 1, nq, nk, d, dv, False,
+                                                                             False)
+
+
+def test_no_kernel_for_the_shape_raises_that_fact():
+    """With no variant named, a shape that no kernel runs raises with the fact
+    that rules them all out, not the reason of whichever rung was tried last."""
+    largest = max(d for d in range(1, 2048) if fast_variants_running(16, 16, d, d))
+    x = torch.randn(1, 1, 16, 2048, device="cuda", dtype=torch.float16)
+    if slow_variant_runs(16, 16, 2048, 2048):
+        want = "only the slow teaching rung 'minimal' supports D=2048"
+    else:
+        want = f"no attnlab kernel supports D=2048; the largest head dim is {largest}$"
+    with pytest.raises(ValueError, match=want):
+        attnlab.forward(x, x, x)
+    with pytest.raises(ValueError, match=want):
+        attnlab.default_variant(x, x, x)
+    # Dv: a pair that no kernel takes names Dv and the Dv that run with this D.
+    q = torch.randn(1, 1, 16, 64, device="cuda", dtype=torch.float16)
+    v = torch.randn(1, 1, 16, 40, device="cuda", dtype=torch.float16)
+    if not fast_variants_running(16, 16, 64, 40):
+        want = ("only the slow teaching rung 'minimal' supports D=64 with Dv=40" if slow_variant_runs(16, 16, 64, 40)
+                else "no attnlab kernel supports Dv=40 with D=64; with D=64, Dv is ")
+        with pytest.raises(ValueError, match=want):
+            attnlab.forward(q, q, v)
+    # Inputs forward() rejects anyway still get its own message.
+    with pytest.raises(ValueError, match="head dim"):
+        attnlab.forward(q, torch.randn(1, 1, 16, 2048, device="cuda", dtype=torch.float16), q)
 
 
 def test_scale_argument():
