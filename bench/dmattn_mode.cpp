@@ -82,7 +82,7 @@ struct DeviceArena {
 // dmattn row's forward (the rows after it reuse its arguments and compare
 // against its output) and the rows so far.
 struct DmaRun {
-  DmaRun(const Options& o, uint64_t s, cudaStream_t st) : opt(o), seed(s), stream(st) {}
+  DmaRun(const Options& options, uint64_t input_seed, cudaStream_t s) : opt(options), seed(input_seed), stream(s) {}
   const Options& opt;
   const uint64_t seed;
   const cudaStream_t stream;
