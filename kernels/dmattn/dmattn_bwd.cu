@@ -54,6 +54,7 @@
 #include "common/wgmma.cuh"
 #include "dmattn/dmattn.h"
 #include "dmattn/dmattn_tiles.cuh"
+#include "host/arch.h"
 #include "host/rung_host.cuh"
 #include "host/tensor_map.h"
 
@@ -1037,8 +1038,6 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
 #define DMA_BWD_WGMMA_HEAD_DIMS 64, 128  // the wgmma wrappers' N (the head dim of dV, dK, dQ)
 
 }  // namespace
-
-std::string hopper_wgmma_unsupported();  // rung 07: "" on an sm_90 GPU with sm_90a code in this build
 
 std::string dma_backward_core_name(const DynamicMaskProblem& p, DmaCore requested) {
   if (requested == DmaCore::kMma) return "mma";

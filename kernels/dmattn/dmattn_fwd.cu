@@ -57,6 +57,7 @@
 #include "dmattn/dmattn.h"
 #include "dmattn/dmattn_mask_scan.cuh"
 #include "dmattn/dmattn_tiles.cuh"
+#include "host/arch.h"
 #include "host/rung_host.cuh"
 #include "host/tensor_map.h"
 
@@ -1084,8 +1085,6 @@ size_t dma_forward_workspace_bytes(const DynamicMaskProblem& p, int splits) {
 // gather kernel is slower up to 1024 keys, faster from 4096 on:
 // docs/experiments.md).
 constexpr int64_t kDmaGatherMinKeys = 2048;
-
-std::string hopper_wgmma_unsupported();  // rung 07: "" on an sm_90 GPU with sm_90a code in this build
 
 std::string dma_forward_core_name(const DynamicMaskProblem& p, DmaCore requested) {
   if (requested == DmaCore::kMma) return "mma";

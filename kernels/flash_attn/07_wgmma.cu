@@ -50,13 +50,12 @@
 #include "common/split_q_parts.cuh"
 #include "common/tile_copy.cuh"
 #include "common/wgmma.cuh"
+#include "host/arch.h"
 #include "host/attn_problem.h"
 #include "host/rung_host.cuh"
 #include "host/variant.h"
 
 namespace attnlab {
-
-std::string hopper_wgmma_unsupported();  // defined below; the other wgmma kernels declare it too
 
 namespace {
 
@@ -342,21 +341,6 @@ Variant make_variant() {
 }
 
 }  // namespace
-
-// Whether this process can run wgmma kernels: an sm_90 device, and a binary
-// whose kernels were built for sm_90a (an sm_80-only build JIT-compiled for an
-// sm_90 GPU would run the empty body the #if leaves).
-std::string hopper_wgmma_unsupported() {
-  int device = 0, major = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess)
-    return "no CUDA device";
-  if (major != 9) return "needs an sm_90 (Hopper) GPU for wgmma; this one is sm_" + std::to_string(major) + "x";
-  cudaFuncAttributes attr{};
-  if (cudaFuncGetAttributes(&attr, wgmma_kernel<WgmmaConfig<64, 1>, half>) != cudaSuccess || attr.ptxVersion < 90)
-    return "this build has no sm_90a code (configure with CMAKE_CUDA_ARCHITECTURES including 90a)";
-  return "";
-}
 
 std::vector<Variant> make_wgmma_variants() {
   return {make_variant<1>(), make_variant<2>(), make_variant<2, /*kOverlap=*/true>()};

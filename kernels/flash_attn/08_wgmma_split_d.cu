@@ -49,13 +49,12 @@
 #include "common/tile_copy.cuh"
 #include "common/wgmma.cuh"
 #include "flash_attn/split_d_tile.cuh"
+#include "host/arch.h"
 #include "host/attn_problem.h"
 #include "host/rung_host.cuh"
 #include "host/variant.h"
 
 namespace attnlab {
-
-std::string hopper_wgmma_unsupported();  // 07_wgmma.cu
 
 namespace {
 

@@ -50,14 +50,13 @@
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
 #include "flash_attn/split_d_tile.cuh"
+#include "host/arch.h"
 #include "host/attn_problem.h"
 #include "host/rung_host.cuh"
 #include "host/tensor_map.h"
 #include "host/variant.h"
 
 namespace attnlab {
-
-std::string hopper_wgmma_unsupported();  // 07_wgmma.cu
 
 namespace {
 
@@ -228,9 +227,8 @@ tma_split_d_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_const
 
 template <int kCluster>
 std::string unsupported(const AttnProblem& p) {
-  static const std::string hopper = hopper_wgmma_unsupported();
+  static const std::string hopper = hopper_tma_unsupported();
   if (!hopper.empty()) return hopper;
-  if (!tensor_map_encoder()) return "the driver has no cuTensorMapEncodeTiled (TMA needs CUDA 12+)";
   return rung_unsupported<TmaSplitDConfig, 1, TMA_SPLIT_D_HEAD_DIMS>(p);
 }
 

@@ -50,14 +50,13 @@
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
 #include "flash_attn/split_d_tile.cuh"
+#include "host/arch.h"
 #include "host/attn_problem.h"
 #include "host/rung_host.cuh"
 #include "host/tensor_map.h"
 #include "host/variant.h"
 
 namespace attnlab {
-
-std::string hopper_wgmma_unsupported();  // 07_wgmma.cu
 
 namespace {
 
@@ -394,9 +393,8 @@ cluster_split_d_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_c
 #define CLUSTER_SPLIT_D_HEAD_DIMS 1024
 
 std::string unsupported(const AttnProblem& p) {
-  static const std::string hopper = hopper_wgmma_unsupported();
+  static const std::string hopper = hopper_tma_unsupported();
   if (!hopper.empty()) return hopper;
-  if (!tensor_map_encoder()) return "the driver has no cuTensorMapEncodeTiled (TMA needs CUDA 12+)";
   return rung_unsupported<ClusterSplitDConfig, 1, CLUSTER_SPLIT_D_HEAD_DIMS>(p);
 }
 

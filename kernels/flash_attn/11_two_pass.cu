@@ -51,14 +51,13 @@
 #include "common/split_q_parts.cuh"
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
+#include "host/arch.h"
 #include "host/attn_problem.h"
 #include "host/rung_host.cuh"
 #include "host/tensor_map.h"
 #include "host/variant.h"
 
 namespace attnlab {
-
-std::string hopper_wgmma_unsupported();  // 07_wgmma.cu
 
 namespace {
 
@@ -635,9 +634,8 @@ two_pass_output_kernel(const __grid_constant__ CUtensorMap tma_p, const __grid_c
 }
 
 std::string unsupported(const AttnProblem& p, int smem_bytes) {
-  static const std::string hopper = hopper_wgmma_unsupported();
+  static const std::string hopper = hopper_tma_unsupported();
   if (!hopper.empty()) return hopper;
-  if (!tensor_map_encoder()) return "the driver has no cuTensorMapEncodeTiled (TMA needs CUDA 12+)";
   if (p.D % 64 != 0 || p.D > 1024) return "head dim " + std::to_string(p.D) + " is not a multiple of 64 up to 1024";
   if (p.Dv % 256 != 0 || p.Dv > 1024) return "Dv " + std::to_string(p.Dv) + " not in {256, 512, 768, 1024}";
   return smem_unsupported(size_t(smem_bytes));

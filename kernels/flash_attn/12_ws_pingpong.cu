@@ -50,14 +50,13 @@
 #include "common/split_q_parts.cuh"
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
+#include "host/arch.h"
 #include "host/attn_problem.h"
 #include "host/rung_host.cuh"
 #include "host/tensor_map.h"
 #include "host/variant.h"
 
 namespace attnlab {
-
-std::string hopper_wgmma_unsupported();  // 07_wgmma.cu
 
 namespace {
 
@@ -298,9 +297,8 @@ constexpr int kWsStages = 2;
 static_assert(kWsStages == 2, "header: two slots in each of the K and V rings");
 
 std::string unsupported(const AttnProblem& p) {
-  static const std::string hopper = hopper_wgmma_unsupported();
+  static const std::string hopper = hopper_tma_unsupported();
   if (!hopper.empty()) return hopper;
-  if (!tensor_map_encoder()) return "the driver has no cuTensorMapEncodeTiled (TMA needs CUDA 12+)";
   return rung_unsupported<WsConfig, kWsStages, WS_HEAD_DIMS>(p);
 }
 
