@@ -1,7 +1,7 @@
 """Dynamic-mask attention (flash-dmattn semantics) as a torch.autograd.Function.
 
 The kernels are kernels/dmattn/ (forward: dmattn_fwd.cu, backward: dmattn_bwd.cu);
-semantics as in kernels/dmattn/dmattn.h and docs/dmattn.md.
+semantics as in kernels/dmattn/dmattn.h and docs/dmattn_forward.md.
 """
 import torch
 from torch.autograd.function import once_differentiable
