@@ -43,12 +43,14 @@ if [ -f "$out/sanitizer_summary.txt" ]; then
   grep 'EMPTY MASK' "$out/sanitizer_summary.txt" | sed 's/^/- warning: /'
 fi
 
-python3 - "$out" <<'EOF'
+python3 - "$out" "$(dirname "$0")" <<'EOF'
 import csv
 import os
 import sys
 
 out = sys.argv[1]
+sys.path.insert(0, sys.argv[2])
+import results_csv as rc  # noqa: E402  (the CSV reader and best-row rules the plots use)
 
 
 def rows(name):
@@ -60,12 +62,11 @@ def rows(name):
 
 
 def provenance(rs):
-    commits = sorted({r["commit"] for r in rs})
-    dates = sorted(r["date"] for r in rs)
-    return f"commit {', '.join(commits)}, {dates[0][:10]}"
+    _, commits, span = rc.provenance(rs)
+    return f"commit {commits}, {span}"
 
 
-bench = rows("bench.csv")
+bench = rc.load([os.path.join(out, "bench.csv")]) if os.path.isfile(os.path.join(out, "bench.csv")) else []
 if bench:
     print(f"\n## Benchmarks (bench.csv; {provenance(bench)})\n")
     print("TFLOPS = 2·B·H·(D+Dv)·unmasked pairs / median time; fp16 unless noted.\n")
@@ -75,18 +76,16 @@ if bench:
     for r in bench:
         shapes.setdefault(tuple(r[k] for k in ("B", "H", "Nq", "Nk", "D", "dtype", "causal")), []).append(r)
     for key, rs in shapes.items():
-        timed = [r for r in rs if r["tflops"] and r["status"] != "FAIL"]
-        best = {kind: max((r for r in timed if r["kind"] == kind), key=lambda r: float(r["tflops"]), default=None)
-                for kind in ("rung", "peer")}
-        cell = lambda r: (r["variant"], f"{float(r['tflops']):.1f}") if r else ("-", "-")
-        ratio = (f"{float(best['rung']['tflops']) / float(best['peer']['tflops']):.2f}"
-                 if best["rung"] and best["peer"] else "-")
+        rung, peer = rc.best(rs, rc.RUNG), rc.best(rs, rc.PEER)
+        cell = lambda r: (r["variant"], rc.fmt_tflops(r["tflops"])) if r else ("-", "-")
+        ratio = rc.best_ratio(rs)
         failed = sum(r["status"] == "FAIL" for r in rs)
         checked = sum(r["status"] in ("PASS", "FAIL") for r in rs)
         checks = f"{checked - failed}/{checked} pass" if checked else "timed only"
         B, H, Nq, Nk, D, dtype, causal = key
-        print(f"| {B},{H},{Nq},{Nk},{D} | {dtype} | {causal} | {' | '.join(cell(best['rung']))} | "
-              f"{' | '.join(cell(best['peer']))} | {ratio} | {checks}{'; FAILED' if failed else ''} |")
+        print(f"| {B},{H},{Nq},{Nk},{D} | {dtype} | {causal} | {' | '.join(cell(rung))} | "
+              f"{' | '.join(cell(peer))} | {'-' if ratio is None else rc.fmt_ratio(ratio)} | "
+              f"{checks}{'; FAILED' if failed else ''} |")
 
 dmattn = rows("dmattn.csv")
 if dmattn:
