@@ -6,6 +6,7 @@ namespace attnlab {
 
 std::string AttnProblem::shape_string() const {
   std::string s = "B=" + std::to_string(B) + ", H=" + std::to_string(H) + ", ";
+  if (gqa()) s += "Hkv=" + std::to_string(kv_heads()) + ", ";
   s += Nq == Nk ? "N=" + std::to_string(Nq) : "Nq=" + std::to_string(Nq) + ", Nk=" + std::to_string(Nk);
   s += ", D=" + std::to_string(D);
   if (Dv != D) s += ", Dv=" + std::to_string(Dv);

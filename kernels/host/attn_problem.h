@@ -2,7 +2,8 @@
 // attnlab: the problem every kernel solves, and the buffers it solves it in.
 //
 //   O = softmax(scale · Q·Kᵀ + mask) · V          per (batch, head)
-//   Q: [B, H, Nq, D]   K: [B, H, Nk, D]   V: [B, H, Nk, Dv]   O: [B, H, Nq, Dv]
+//   Q: [B, H, Nq, D]   K: [B, Hkv, Nk, D]   V: [B, Hkv, Nk, Dv]   O: [B, H, Nq, Dv]
+//   GQA/MQA: H a multiple of Hkv; query head h reads KV head h / (H / Hkv).
 //   LSE: [B, H, Nq] fp32, natural log of each row's softmax denominator
 //        (-inf for a row that sees no key: its O row is 0).
 //
@@ -31,6 +32,7 @@ constexpr size_t kInputElementBytes = 2;  // fp16 and bf16 are both 2 bytes
 struct AttnProblem {
   int B = 1;
   int H = 1;
+  int Hkv = 0;  // KV heads; 0 means H (no GQA)
   int Nq = 1;
   int Nk = 1;
   int D = 64;   // head dim of Q and K
@@ -40,9 +42,16 @@ struct AttnProblem {
   float scale = 0.125f;  // softmax scale, usually 1/sqrt(D)
 
   int64_t heads() const { return int64_t(B) * H; }
+  ATTNLAB_HOST_DEVICE int kv_heads() const { return Hkv > 0 ? Hkv : H; }
+  bool gqa() const { return kv_heads() != H; }
+  // The KV head that query head `head` (b·H + h, the index of Q's [B, H] planes) reads: b·Hkv + h / (H / Hkv).
+  ATTNLAB_HOST_DEVICE int64_t kv_head(int64_t head) const {
+    const int hkv = kv_heads();
+    return (head / H) * hkv + (head % H) / (H / hkv);
+  }
   int64_t q_elems() const { return heads() * Nq * D; }
-  int64_t k_elems() const { return heads() * Nk * D; }
-  int64_t v_elems() const { return heads() * Nk * Dv; }
+  int64_t k_elems() const { return int64_t(B) * kv_heads() * Nk * D; }
+  int64_t v_elems() const { return int64_t(B) * kv_heads() * Nk * Dv; }
   int64_t o_elems() const { return heads() * Nq * Dv; }
   int64_t lse_elems() const { return heads() * Nq; }
   std::string shape_string() const;  // "B=1, H=8, Nq=Nk=8192, D=64, fp16, causal"
