@@ -65,14 +65,16 @@ inline bool encode_f32_head_tiles(CUtensorMap* map, const float* base, int64_t h
   return encode_head_boxes(map, base, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, heads, rows, cols, 32, kBoxRows);
 }
 
-// Q, K and V maps of a dense problem: Q in boxes of kQRows rows, K and V of
-// kKVRows (a block's boxes may start at any column).
+// Q, K and V maps of a dense problem: Q in boxes of kQRows rows over its B·H
+// heads, K and V of kKVRows over their B·Hkv heads (a block's boxes may start
+// at any column).
 template <int kQRows, int kKVRows>
 inline bool encode_qkv_maps(CUtensorMap (&maps)[3], const AttnProblem& p, const void* q, const void* k,
                             const void* v) {
+  const int64_t kv_heads = int64_t(p.B) * p.kv_heads();
   return encode_head_tiles<kQRows>(&maps[0], q, p.dtype, p.heads(), p.Nq, p.D) &&
-         encode_head_tiles<kKVRows>(&maps[1], k, p.dtype, p.heads(), p.Nk, p.D) &&
-         encode_head_tiles<kKVRows>(&maps[2], v, p.dtype, p.heads(), p.Nk, p.Dv);
+         encode_head_tiles<kKVRows>(&maps[1], k, p.dtype, kv_heads, p.Nk, p.D) &&
+         encode_head_tiles<kKVRows>(&maps[2], v, p.dtype, kv_heads, p.Nk, p.Dv);
 }
 
 }  // namespace attnlab
