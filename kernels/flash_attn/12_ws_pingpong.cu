@@ -6,42 +6,43 @@
 // the same (S = Q·K_jᵀ issued, then P_{j-1}·V_{j-1}; the softmax of S_j runs
 // while that P·V does), but
 //   NEW (ws): the copies leave the compute threads, and with them rung 07's
-//        __syncthreads per tile (which made both warpgroups reach their softmax
-//        together). A producer warp issues each tile as TMA boxes (rung 09's
-//        split: a third warpgroup, setmaxnreg) into a ring of kStages slots
-//        with a full/empty mbarrier pair per slot; the compute warpgroups never
-//        meet each other;
-//   NEW (+pingpong): the warpgroups take turns: a warpgroup issues its tile's
-//        MMAs only after the previous one has issued its own, and passes the
-//        turn on right after. While warpgroup 0's S and P·V run, warpgroup 1
-//        does its softmax, and the other way round, so the tensor cores always
-//        have one warpgroup's work queued. Two named barriers carry the turn
-//        (FlashAttention-3's pingpong scheduling, §3.1).
-// Where it is slower: the producer warpgroup takes registers (232 per compute
-// thread, not 255), and under ping-pong a ready warpgroup waits for its turn.
-// TMA boxes, mbarrier parity waits, setmaxnreg, named barriers: docs/hopper_primer.md.
+//        __syncthreads per tile. A producer warp issues each tile as TMA boxes
+//        (rung 09's split: a producer warpgroup, setmaxnreg) into a ring of
+//        kStages slots with a full/empty mbarrier pair per slot;
+//   NEW (+pingpong): the warpgroups take turns: one issues its tile's MMAs only
+//        after the previous one has issued its own, and passes the turn on
+//        right after, so while one does its softmax the other's MMAs keep the
+//        tensor cores busy. Two named barriers carry the turn (FlashAttention-3,
+//        §3.1). Under ping-pong a ready warpgroup may wait for its turn;
+//   NEW (tile order): causal work goes longest tile first (tile_order.cuh).
+// TMA, mbarrier parity waits, setmaxnreg, named barriers: docs/hopper_primer.md.
 //
-// Per block: Br = 64 x W compute warpgroups + 1 producer; sQ [Br, D] once, sK and
-// sV [kStages][Bc, D] (all Sw128Blocks); 1 + 4·kStages mbarriers.
-// Tile configurations (constexprs in WsConfig, checked below; default build):
-//   D     Br   Bc  warpgroups           stages  smem (+1024 alignment slack)
-//   64   128  128   2 + 1 producer = 384     2        81992
-//  128   128  128   2 + 1 producer = 384     2       163912
-//  256   128   64   2 + 1 producer = 384     2       196680
-// Registers: 168 at launch; setmaxnreg gives the producer 40, the compute 232.
-// Build options for FlashAttention-3's tiles: -DATTNLAB_WS_D128_BC=176 and
-// -DATTNLAB_WS_D64_WARPGROUPS=3 (192 rows, 512 threads, setmaxnreg 32 / 160).
+// Per block: Br = 64 x W compute warpgroups + 1 producer; sQ [Br, D] once, sK
+// [kStages][Bc, D], sV [kStages][Bc, Dv] (Sw128Blocks); 1 + 4·kStages mbarriers.
+// Tiles (WsTile and Fa3Tile below, checked by static_assert); +fa3tile variants
+// use FlashAttention-3's key tiles (hopper/tile_size.h) where they differ:
+//   D / Dv    tiles    Br   Bc  warpgroups  stages  smem (+1024 alignment slack)
+//   64        default  128  128   2 + 1       2        81992
+//   64        fa3tile  192  128   3 + 1       2        90184
+//   128       default  128  128   2 + 1       2       163912
+//   128       fa3tile  128  176   2 + 1       2       213064
+//   256       default  128   64   2 + 1       2       196680
+//   256       fa3tile  128   80   2 + 1       2       229448
+//   192 / 128 default  128  128   2 + 1       2       213064
+//   128 / 64  default  128  128   2 + 1       2       131144
+// Registers (setmaxnreg): producer / compute 40 / 232 (2 + 1), 32 / 160 (3 + 1).
 //
-// Supports: fp16, bf16; D = Dv ∈ {64, 128, 256}; any Nq, Nk >= 1; causal
-// (bottom-right aligned) or not; writes O and LSE. Needs an sm_90 GPU, an
-// sm_90a build and cuTensorMapEncodeTiled; elsewhere its rows say why.
+// Supports: fp16, bf16; the (D, Dv) above; GQA/MQA (H a multiple of Hkv); any
+// Nq, Nk >= 1; causal (bottom-right) or not; writes O and LSE. Needs sm_90 and
+// an sm_90a build with cuTensorMapEncodeTiled; elsewhere its rows say why.
 //
-// Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 128 --variant 'ws*,wgmma+stage2+overlap' --check --show-all
+// Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 128 --variant 'ws*,wgmma+stage2+overlap' --show-all
 // ============================================================================
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <climits>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,7 @@
 #include "common/split_q_parts.cuh"
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
+#include "flash_attn/tile_order.cuh"
 #include "host/arch.h"
 #include "host/attn_problem.h"
 #include "host/rung_host.cuh"
@@ -60,90 +62,99 @@ namespace attnlab {
 
 namespace {
 
-template <int kHeadDim>
-struct WsTiles;
-// D = 64: FlashAttention-3 runs 3 compute warpgroups here (192 rows): a tile's
-// softmax costs about as much as its MMAs, so two warpgroups can keep the
-// tensor cores only half busy. -DATTNLAB_WS_D64_WARPGROUPS=3 builds that tile
-// in place of the default 2 (at N = 8192 it also changes the waves:
-// 43 x 8 blocks of 192 rows are 2.6 waves on 132 SMs, 64 x 8 of 128 are 3.9).
-#ifndef ATTNLAB_WS_D64_WARPGROUPS
-#define ATTNLAB_WS_D64_WARPGROUPS 2
-#endif
-template <> struct WsTiles<64>  { static constexpr int kBc = 128, kWarpgroups = ATTNLAB_WS_D64_WARPGROUPS; };
-// D = 128: FlashAttention-3 uses 176-key tiles here (non-causal); building with
-// -DATTNLAB_WS_D128_BC=176 gives that tile in place of the default.
-#ifndef ATTNLAB_WS_D128_BC
-#define ATTNLAB_WS_D128_BC 128
-#endif
-template <> struct WsTiles<128> { static constexpr int kBc = ATTNLAB_WS_D128_BC, kWarpgroups = 2; };
-template <> struct WsTiles<256> { static constexpr int kBc = 64, kWarpgroups = 2; };  // O takes 128 registers
+// The key tile Bc and compute warpgroups W of each (D, Dv) the rung runs.
+template <int kHeadDim, int kHeadDimV>
+struct WsTile;
+template <> struct WsTile<64, 64>   { static constexpr int kBc = 128, kWarpgroups = 2; };
+template <> struct WsTile<128, 128> { static constexpr int kBc = 128, kWarpgroups = 2; };
+template <> struct WsTile<256, 256> { static constexpr int kBc = 64, kWarpgroups = 2; };  // O takes 128 registers
+template <> struct WsTile<192, 128> { static constexpr int kBc = 128, kWarpgroups = 2; };  // DeepSeek V3's prefill
+template <> struct WsTile<128, 64>  { static constexpr int kBc = 128, kWarpgroups = 2; };
+// FlashAttention-3's, where they differ. D = 64: 3 warpgroups, as FA3 (whose
+// 192 x 192 tile passes P through shared memory; with P in registers 128 keys
+// fit 160 registers). D = 128: 176 keys (FA3's non-causal tile). D = 256: 80 keys.
+template <int kHeadDim, int kHeadDimV>
+struct Fa3Tile;
+template <> struct Fa3Tile<64, 64>   { static constexpr int kBc = 128, kWarpgroups = 3; };
+template <> struct Fa3Tile<128, 128> { static constexpr int kBc = 176, kWarpgroups = 2; };
+template <> struct Fa3Tile<256, 256> { static constexpr int kBc = 80, kWarpgroups = 2; };
 
 // The producer/compute register split for W compute warpgroups: 40 / 232 for
 // two (rung 09's), 32 / 160 for three (FlashAttention-3's).
 template <int kWarpgroups>
 using WsWarps = ProducerWarpgroupSplit<kWarpgroups, kWarpgroups == 2 ? 40 : 32, kWarpgroups == 2 ? 232 : 160>;
 
-template <int kHeadDim_, int kStages_>
-struct WsConfig : WsWarps<WsTiles<kHeadDim_>::kWarpgroups> {  // W compute warpgroups + 1 producer warpgroup
-  static constexpr int kHeadDim = kHeadDim_;
+template <int kHeadDim_, int kHeadDimV_, int kBc_, int kWarpgroups_, int kStages_>
+struct WsConfig : WsWarps<kWarpgroups_> {  // W compute warpgroups + 1 producer warpgroup
+  static constexpr int kHeadDim = kHeadDim_;    // D: Q and K
+  static constexpr int kHeadDimV = kHeadDimV_;  // Dv: V and O
   static constexpr int kStages = kStages_;
-  static constexpr int kComputeWarpgroups = WsTiles<kHeadDim>::kWarpgroups;
+  static constexpr int kComputeWarpgroups = kWarpgroups_;
   static constexpr int kBr = 64 * kComputeWarpgroups;  // one m64 row block per compute warpgroup
-  static constexpr int kBc = WsTiles<kHeadDim>::kBc;
+  static constexpr int kBc = kBc_;
   static constexpr int kQElems = kBr * kHeadDim;
-  static constexpr int kKVElems = kBc * kHeadDim;  // one K or one V tile
-  static constexpr int kKVBytes = 2 * kKVElems;    // what one slot's full barrier expects
-  static constexpr int kBoxes = kHeadDim / 64;     // TMA boxes of 64 columns per tile
+  static constexpr int kKElems = kBc * kHeadDim;   // one K tile
+  static constexpr int kVElems = kBc * kHeadDimV;  // one V tile
+  static constexpr int kKBytes = 2 * kKElems;      // what a K slot's full barrier expects
+  static constexpr int kVBytes = 2 * kVElems;
+  static constexpr int kBoxesQK = kHeadDim / 64;   // TMA boxes of 64 columns per Q or K tile
+  static constexpr int kBoxesV = kHeadDimV / 64;
   static constexpr int kBarriers = 1 + 4 * kStages;
-  static constexpr int kTileBytes = 2 * (kQElems + 2 * kStages * kKVElems);
+  static constexpr int kTileBytes = 2 * (kQElems + kStages * (kKElems + kVElems));
   static constexpr int kSmemBytes = kTileBytes + 8 * kBarriers + 1024;  // + slack to align the tiles to 1024
   static constexpr int kTilesS = kBc / 8;
-  static constexpr int kTilesO = kHeadDim / 8;
+  static constexpr int kTilesO = kHeadDimV / 8;
   // Named barriers kTurnBarrier + w: "warpgroup w may issue its MMAs". Each
   // phase counts that warpgroup's sync and the previous one's arrive: 256 threads.
   static constexpr int kTurnBarrier = 1;
   static constexpr int kTurnThreads = 2 * 128;
-  static_assert(kHeadDim % 64 == 0 && kBoxes * 64 == kHeadDim, "Sw128Blocks stores 64-column blocks, one box each");
-  static_assert(kTilesS * 8 == kBc && kTilesO * 8 == kHeadDim, "n8 accumulator tiles of S and O");
-  static_assert(kKVBytes * kStages * 2 + 2 * kQElems == kTileBytes, "the tiles are Q and the two rings");
+  static_assert(kBoxesQK * 64 == kHeadDim && kBoxesV * 64 == kHeadDimV,
+                "Sw128Blocks stores 64-column blocks, one box each");
+  static_assert(kTilesS * 8 == kBc && kTilesO * 8 == kHeadDimV, "n8 accumulator tiles of S and O");
+  static_assert(2 * kQElems + kStages * (kKBytes + kVBytes) == kTileBytes, "the tiles are Q and the two rings");
   static_assert(kTurnBarrier >= 1 && kTurnBarrier + kComputeWarpgroups <= 16 && kTurnThreads == 2 * 128,
                 "one hardware barrier per warpgroup past __syncthreads' 0, each counting two warpgroups");
   static_assert(kBc % 16 == 0 && kBc <= 256 && kBr <= 256, "wgmma N and TMA box rows are at most 256");
+  static_assert((kBc * 128) % 1024 == 0, "each 64-column block of a K or V slot starts 1024-aligned (the swizzle atom)");
   static_assert(kStages >= 2, "the producer fills one slot while the compute warps read the other");
   static_assert(kComputeWarpgroups == 2 || kComputeWarpgroups == 3, "two or three compute warpgroups");
   static_assert(WsConfig::kComputeWarps == 4 * kComputeWarpgroups, "the split's compute warps");
 };
-static_assert(WsConfig<128, 2>::kLaunchRegs == 168 && WsConfig<128, 2>::kComputeRegs == 232 &&
-                  WsConfig<128, 2>::kProducerRegs == 40 && WsConfig<128, 2>::kThreads == 384,
-              "header: 384 threads, 168 registers at launch, 232 / 40 after setmaxnreg");
-#if ATTNLAB_WS_D64_WARPGROUPS == 2 && ATTNLAB_WS_D128_BC == 128  // the header's table: the default build
-static_assert(WsConfig<64, 2>::kBr == 128 && WsConfig<64, 2>::kBc == 128 && WsConfig<128, 2>::kBr == 128 &&
-                  WsConfig<128, 2>::kBc == 128,
-              "header: D=64 and 128 tiles");
-static_assert(WsConfig<64, 2>::kSmemBytes - 1024 == 81992, "header: D=64 shared memory");
-static_assert(WsConfig<128, 2>::kSmemBytes - 1024 == 163912, "header: D=128 shared memory");
-#endif
-static_assert(WsConfig<256, 2>::kBr == 128 && WsConfig<256, 2>::kBc == 64 &&
-                  WsConfig<256, 2>::kSmemBytes - 1024 == 196680,
-              "header: D=256 tile and shared memory");
-#if ATTNLAB_WS_D64_WARPGROUPS == 2
-static_assert(WsConfig<64, 2>::kThreads == 384 && WsConfig<256, 2>::kThreads == 384,
-              "header: 2 compute warpgroups + 1 producer warpgroup at every head dim");
-#endif
-static_assert(WsWarps<3>::kThreads == 512 && WsWarps<3>::kProducerRegs == 32 && WsWarps<3>::kComputeRegs == 160,
-              "header: 3 compute warpgroups are 512 threads, setmaxnreg 32 / 160");
+
+constexpr int kWsStages = 2;
+static_assert(kWsStages == 2, "header: two slots in each of the K and V rings");
+template <int D, int Dv>
+using DefaultConfig = WsConfig<D, Dv, WsTile<D, Dv>::kBc, WsTile<D, Dv>::kWarpgroups, kWsStages>;
+template <int D, int Dv>
+using Fa3Config = WsConfig<D, Dv, Fa3Tile<D, Dv>::kBc, Fa3Tile<D, Dv>::kWarpgroups, kWsStages>;
+
+// The header's table.
+template <typename Cfg, int kBr, int kBc, int kThreads, int kSmem>
+constexpr bool kTableRow = Cfg::kBr == kBr && Cfg::kBc == kBc && Cfg::kThreads == kThreads &&
+                           Cfg::kSmemBytes - 1024 == kSmem;
+static_assert(kTableRow<DefaultConfig<64, 64>, 128, 128, 384, 81992>, "header: D=64 default");
+static_assert(kTableRow<Fa3Config<64, 64>, 192, 128, 512, 90184>, "header: D=64 fa3tile");
+static_assert(kTableRow<DefaultConfig<128, 128>, 128, 128, 384, 163912>, "header: D=128 default");
+static_assert(kTableRow<Fa3Config<128, 128>, 128, 176, 384, 213064>, "header: D=128 fa3tile");
+static_assert(kTableRow<DefaultConfig<256, 256>, 128, 64, 384, 196680>, "header: D=256 default");
+static_assert(kTableRow<Fa3Config<256, 256>, 128, 80, 384, 229448>, "header: D=256 fa3tile");
+static_assert(kTableRow<DefaultConfig<192, 128>, 128, 128, 384, 213064>, "header: D=192, Dv=128");
+static_assert(kTableRow<DefaultConfig<128, 64>, 128, 128, 384, 131144>, "header: D=128, Dv=64");
+static_assert(WsWarps<2>::kLaunchRegs == 168 && WsWarps<2>::kProducerRegs == 40 && WsWarps<2>::kComputeRegs == 232,
+              "header: 168 registers at launch, 40 / 232 after setmaxnreg");
+static_assert(WsWarps<3>::kProducerRegs == 32 && WsWarps<3>::kComputeRegs == 160, "header: 32 / 160 for 3 + 1");
 
 template <typename Cfg, typename T, bool kPingpong>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
 ws_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUtensorMap tma_k,
           const __grid_constant__ CUtensorMap tma_v, T* __restrict__ o, float* __restrict__ lse,
-          const AttnProblem p) {
+          const AttnProblem p, const TileOrder order) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int D = Cfg::kHeadDim, Br = Cfg::kBr, Bc = Cfg::kBc, kStages = Cfg::kStages;
+  constexpr int D = Cfg::kHeadDim, Dv = Cfg::kHeadDimV, Br = Cfg::kBr, Bc = Cfg::kBc, kStages = Cfg::kStages;
 
-  const int m_block = gridDim.x - 1 - blockIdx.x;  // heaviest query tiles first
-  const int head = blockIdx.z * p.H + blockIdx.y;
+  int m_block, head;  // NEW (tile order): this block's query tile and (query) head
+  order.item(blockIdx.x, m_block, head);
+  const int kv_head = int(p.kv_head(head));  // the K and V this head reads (GQA: shared)
   const int q_start = m_block * Br;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int n_tiles = kv_tiles_for_query_tile(p, q_start, Br, Bc);  // the same for every warpgroup
@@ -151,9 +162,9 @@ ws_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUt
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   T* sQ = reinterpret_cast<T*>(smem_raw + (((raw + 1023) & ~1023u) - raw));
-  T* sK = sQ + Cfg::kQElems;                   // kStages K slots
-  T* sV = sK + kStages * Cfg::kKVElems;        // kStages V slots
-  uint64_t* q_full = reinterpret_cast<uint64_t*>(sV + kStages * Cfg::kKVElems);
+  T* sK = sQ + Cfg::kQElems;               // kStages K slots [Bc, D]
+  T* sV = sK + kStages * Cfg::kKElems;     // kStages V slots [Bc, Dv]
+  uint64_t* q_full = reinterpret_cast<uint64_t*>(sV + kStages * Cfg::kVElems);
   uint64_t* k_full = q_full + 1;  // [kStages] each
   uint64_t* k_empty = k_full + kStages;
   uint64_t* v_full = k_empty + kStages;
@@ -179,21 +190,25 @@ ws_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUt
       prefetch_tensor_map(&tma_k);
       prefetch_tensor_map(&tma_v);
       mbarrier_arrive_expect_tx(q_full, 2 * Cfg::kQElems);
-      for (int b = 0; b < Cfg::kBoxes; ++b) tma_load_3d(sQ + b * Br * 64, &tma_q, q_full, b * 64, q_start, head);
+      for (int b = 0; b < Cfg::kBoxesQK; ++b)
+        tma_load_3d(sQ + b * Br * 64, &tma_q, q_full, b * 64, q_start, head);
       // Tile j goes to slot j % kStages once the compute warps have released
       // tile j - kStages from it (phase (j / kStages - 1) of its empty barrier).
-      auto load = [&](T* ring, const CUtensorMap* map, uint64_t* full, uint64_t* empty, int j) {
+      auto load = [&](T* ring, int elems, int boxes, const CUtensorMap* map, uint64_t* full, uint64_t* empty,
+                      int j) {
         const int slot = j % kStages;
         if (j >= kStages) mbarrier_wait(&empty[slot], (j / kStages - 1) & 1);
-        mbarrier_arrive_expect_tx(&full[slot], Cfg::kKVBytes);
-        for (int b = 0; b < Cfg::kBoxes; ++b)
-          tma_load_3d(ring + slot * Cfg::kKVElems + b * Bc * 64, map, &full[slot], b * 64, j * Bc, head);
+        mbarrier_arrive_expect_tx(&full[slot], 2 * elems);
+        for (int b = 0; b < boxes; ++b)
+          tma_load_3d(ring + slot * elems + b * Bc * 64, map, &full[slot], b * 64, j * Bc, kv_head);
       };
+      auto load_k = [&](int j) { load(sK, Cfg::kKElems, Cfg::kBoxesQK, &tma_k, k_full, k_empty, j); };
+      auto load_v = [&](int j) { load(sV, Cfg::kVElems, Cfg::kBoxesV, &tma_v, v_full, v_empty, j); };
       // The order the compute warps use them in: K one tile ahead of V.
-      load(sK, &tma_k, k_full, k_empty, 0);
+      load_k(0);
       for (int j = 0; j < n_tiles; ++j) {
-        if (j + 1 < n_tiles) load(sK, &tma_k, k_full, k_empty, j + 1);
-        load(sV, &tma_v, v_full, v_empty, j);
+        if (j + 1 < n_tiles) load_k(j + 1);
+        load_v(j);
       }
     }
     __syncwarp();
@@ -230,12 +245,12 @@ ws_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUt
 
   // Rung 07's tile MMAs (common/wgmma.cuh), on slot j % kStages.
   auto issue_qk = [&](float (&S)[Cfg::kTilesS][4], int j) {
-    wgmma_qk_tile<T, D, Br, Bc>(S, sQ_wg, sK + (j % kStages) * Cfg::kKVElems);
+    wgmma_qk_tile<T, D, Br, Bc>(S, sQ_wg, sK + (j % kStages) * Cfg::kKElems);
     wgmma_commit();
   };
   float O[Cfg::kTilesO][4] = {};
   auto issue_pv = [&](const uint32_t (&P)[Cfg::kTilesS / 2][4], int j) {
-    wgmma_pv_tile<T, D, Bc>(O, P, sV + (j % kStages) * Cfg::kKVElems);
+    wgmma_pv_tile<T, Dv, Bc>(O, P, sV + (j % kStages) * Cfg::kVElems);
     wgmma_commit();
   };
 
@@ -292,50 +307,117 @@ ws_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUt
 #endif
 }
 
-#define WS_HEAD_DIMS 64, 128, 256
-constexpr int kWsStages = 2;
-static_assert(kWsStages == 2, "header: two slots in each of the K and V rings");
+// ---- host --------------------------------------------------------------------------
 
+enum class Tiles { kDefault, kFa3 };
+
+// The (D, Dv) pairs each tile set has, in the order --list prints them.
+template <int D_, int Dv_>
+struct HeadDims {
+  static constexpr int D = D_, Dv = Dv_;
+};
+template <typename... Pairs>
+struct HeadDimList {
+  // Calls f(Pairs{}) for the pair equal to (D, Dv); false when there is none.
+  template <typename F>
+  static bool dispatch(int D, int Dv, F&& f) {
+    return ((D == Pairs::D && Dv == Pairs::Dv ? (f(Pairs{}), true) : false) || ...);
+  }
+  static std::string names() {
+    std::string s;
+    ((s += (s.empty() ? "" : ", ") + std::to_string(Pairs::D) +
+           (Pairs::Dv == Pairs::D ? std::string() : "/" + std::to_string(Pairs::Dv))),
+     ...);
+    return "{" + s + "}";
+  }
+};
+template <Tiles kTiles>
+struct TileSet;
+template <> struct TileSet<Tiles::kDefault> {
+  using List = HeadDimList<HeadDims<64, 64>, HeadDims<128, 128>, HeadDims<256, 256>, HeadDims<192, 128>,
+                           HeadDims<128, 64>>;
+  template <int D, int Dv> using Config = DefaultConfig<D, Dv>;
+};
+template <> struct TileSet<Tiles::kFa3> {
+  using List = HeadDimList<HeadDims<64, 64>, HeadDims<128, 128>, HeadDims<256, 256>>;
+  template <int D, int Dv> using Config = Fa3Config<D, Dv>;
+};
+
+template <Tiles kTiles>
 std::string unsupported(const AttnProblem& p) {
   static const std::string hopper = hopper_tma_unsupported();
   if (!hopper.empty()) return hopper;
-  return rung_unsupported<WsConfig, kWsStages, WS_HEAD_DIMS>(p);
+  using Set = TileSet<kTiles>;
+  int smem = 0, Br = 0;
+  if (!Set::List::dispatch(p.D, p.Dv, [&](auto dims) {
+        using Cfg = typename Set::template Config<decltype(dims)::D, decltype(dims)::Dv>;
+        smem = Cfg::kSmemBytes;
+        Br = Cfg::kBr;
+      }))
+    return "head dims " + std::to_string(p.D) + (p.Dv == p.D ? "" : "/" + std::to_string(p.Dv)) + " not in " +
+           Set::List::names() + " (D, or D/Dv)";
+  if (p.H % p.kv_heads() != 0) return "H must be a multiple of Hkv";
+  if (make_tile_order(p, Br).items() > INT_MAX) return "more than 2^31 - 1 query tiles";
+  return smem_unsupported(size_t(smem));
 }
 
-template <bool kPingpong>
+template <bool kPingpong, Tiles kTiles>
 cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stream) {
+  using Set = TileSet<kTiles>;
   cudaError_t err = cudaErrorInvalidValue;
-  dispatch_head_dim<WS_HEAD_DIMS>(p.D, [&](auto head_dim) {
-    using Cfg = WsConfig<decltype(head_dim)::value, kWsStages>;
+  Set::List::dispatch(p.D, p.Dv, [&](auto dims) {
+    using Cfg = typename Set::template Config<decltype(dims)::D, decltype(dims)::Dv>;
     err = dispatch_dtype(p.dtype, [&](auto type) {
       using T = decltype(type);
       CUtensorMap maps[3];
       if (!encode_qkv_maps<Cfg::kBr, Cfg::kBc>(maps, p, b.q, b.k, b.v)) return cudaErrorInvalidValue;
-      const dim3 grid((p.Nq + Cfg::kBr - 1) / Cfg::kBr, p.H, p.B);
-      return launch_with_smem(ws_kernel<Cfg, T, kPingpong>, grid, Cfg::kThreads, Cfg::kSmemBytes, stream, maps[0],
-                              maps[1], maps[2], static_cast<T*>(b.o), b.lse, p);
+      const TileOrder order = make_tile_order(p, Cfg::kBr);
+      return launch_with_smem(ws_kernel<Cfg, T, kPingpong>, dim3(unsigned(order.items())), Cfg::kThreads,
+                              Cfg::kSmemBytes, stream, maps[0], maps[1], maps[2], static_cast<T*>(b.o), b.lse, p,
+                              order);
     });
   });
   return err;
 }
 
-template <bool kPingpong>
+template <Tiles kTiles>
+std::string describe_tiles() {
+  using Set = TileSet<kTiles>;
+  std::string s = "stages=" + std::to_string(kWsStages);
+  for (int D : {64, 128, 256, 192})
+    for (int Dv : {64, 128, 256})
+      Set::List::dispatch(D, Dv, [&](auto dims) {
+        using Cfg = typename Set::template Config<decltype(dims)::D, decltype(dims)::Dv>;
+        s += "; D=" + std::to_string(D) + (Dv == D ? "" : " Dv=" + std::to_string(Dv)) +
+             ": Br=" + std::to_string(Cfg::kBr) + " Bc=" + std::to_string(Cfg::kBc) +
+             " warps=" + std::to_string(Cfg::kWarps) + " smem=" + std::to_string(Cfg::kSmemBytes) + "B";
+      });
+  return s + "; fp16/bf16; GQA; causal (longest tiles first) or not; any Nq, Nk";
+}
+
+template <bool kPingpong, Tiles kTiles>
 Variant make_variant() {
   Variant v;
-  v.name = std::string("ws+stage") + std::to_string(kWsStages) + (kPingpong ? "+pingpong" : "");
+  v.name = std::string("ws+stage") + std::to_string(kWsStages) + (kPingpong ? "+pingpong" : "") +
+           (kTiles == Tiles::kFa3 ? "+fa3tile" : "");
   v.rung = "12_ws_pingpong";
-  v.unsupported_reason = unsupported;
-  v.launch = launch<kPingpong>;
+  v.unsupported_reason = unsupported<kTiles>;
+  v.launch = launch<kPingpong, kTiles>;
   v.describe = [] {
     return std::string("sm_90a wgmma, K/V by TMA from a producer warp, softmax overlapped with P·V") +
-           (kPingpong ? ", the 2 warpgroups alternate on the tensor cores" : "") + "; " +
-           rung_describe<WsConfig, kWsStages, WS_HEAD_DIMS>();
+           (kPingpong ? ", the compute warpgroups alternate on the tensor cores" : "") +
+           (kTiles == Tiles::kFa3 ? ", FlashAttention-3's key tiles" : "") + "; " + describe_tiles<kTiles>();
   };
   return v;
 }
 
 }  // namespace
 
-std::vector<Variant> make_ws_pingpong_variants() { return {make_variant<false>(), make_variant<true>()}; }
+// The +fa3tile A/B variants first: the default tiles' ping-pong stays the last
+// row, the one attnlab.forward picks.
+std::vector<Variant> make_ws_pingpong_variants() {
+  return {make_variant<false, Tiles::kFa3>(), make_variant<true, Tiles::kFa3>(),
+          make_variant<false, Tiles::kDefault>(), make_variant<true, Tiles::kDefault>()};
+}
 
 }  // namespace attnlab
