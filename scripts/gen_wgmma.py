@@ -8,7 +8,7 @@ root after changing SHAPES; the output is committed.
 import pathlib
 
 SS_N = [32, 64, 80, 128, 176, 256]  # S = Q·Kᵀ: both operands from shared memory, N = Bc (32: the backward's Sᵀ
-                                # slices; 80 and 176: rung 12's FlashAttention-3 tiles at D = 256 and 128; 256: rung 11's
+                                # slices; 80 and 176: rung 12's key tiles at D = 256 and 128 (FlashAttention-3's); 256: rung 11's
                                 # 256-key score tiles)
 RS_N = [64, 128, 256]     # O += P·V: P from registers, N = Dv
 SS_TT_N = [64, 128]       # the dynamic-mask backward's dQ = dS·K: A M-major, B N-major, N = D

@@ -1,5 +1,5 @@
 // ============================================================================
-// Rung 12 — rung 07's overlap, fed by TMA from a producer warp, with the two
+// Rung 12 — rung 07's overlap, fed by TMA from a producer warp, with the
 //           compute warpgroups taking turns on the tensor cores (ping-pong)
 // ============================================================================
 // What changes against rung 07 (`wgmma+stage2+overlap`): the math per tile is
@@ -12,24 +12,22 @@
 //   NEW (+pingpong): the warpgroups take turns: one issues its tile's MMAs only
 //        after the previous one has issued its own, and passes the turn on
 //        right after, so while one does its softmax the other's MMAs keep the
-//        tensor cores busy. Two named barriers carry the turn (FlashAttention-3,
-//        §3.1). Under ping-pong a ready warpgroup may wait for its turn;
+//        tensor cores busy. A named barrier per warpgroup carries the turn
+//        (FlashAttention-3, §3.1). A ready warpgroup may wait for its turn;
 //   NEW (tile order): causal work goes longest tile first (tile_order.cuh).
 // TMA, mbarrier parity waits, setmaxnreg, named barriers: docs/hopper_primer.md.
 //
 // Per block: Br = 64 x W compute warpgroups + 1 producer; sQ [Br, D] once, sK
 // [kStages][Bc, D], sV [kStages][Bc, Dv] (Sw128Blocks); 1 + 4·kStages mbarriers.
-// Tiles (WsTile and Fa3Tile below, checked by static_assert); +fa3tile variants
-// use FlashAttention-3's key tiles (hopper/tile_size.h) where they differ:
-//   D / Dv    tiles    Br   Bc  warpgroups  stages  smem (+1024 alignment slack)
-//   64        default  128  128   2 + 1       2        81992
-//   64        fa3tile  192  128   3 + 1       2        90184
-//   128       default  128  128   2 + 1       2       163912
-//   128       fa3tile  128  176   2 + 1       2       213064
-//   256       default  128   64   2 + 1       2       196680
-//   256       fa3tile  128   80   2 + 1       2       229448
-//   192 / 128 default  128  128   2 + 1       2       213064
-//   128 / 64  default  128  128   2 + 1       2       131144
+// Tiles (WsTile below, checked by static_assert): FlashAttention-3's per head
+// dim (hopper/tile_size.h), 3 warpgroups at D = 64; ping-pong where FA3 uses it
+// and it measures faster (not at D = 256, where MMAs outweigh the softmax):
+//   D / Dv     Br   Bc  warpgroups  stages  ping-pong  smem (+1024 alignment slack)
+//   64        192  128   3 + 1       2       yes        90184
+//   128       128  176   2 + 1       2       yes       213064
+//   256       128   80   2 + 1       2       no        229448
+//   192 / 128 128  128   2 + 1       2       yes       213064
+//   128 / 64  128  128   2 + 1       2       yes       131144
 // Registers (setmaxnreg): producer / compute 40 / 232 (2 + 1), 32 / 160 (3 + 1).
 //
 // Supports: fp16, bf16; the (D, Dv) above; GQA/MQA (H a multiple of Hkv); any
@@ -62,22 +60,17 @@ namespace attnlab {
 
 namespace {
 
-// The key tile Bc and compute warpgroups W of each (D, Dv) the rung runs.
+// The key tile Bc, the compute warpgroups W and whether they take turns, per
+// (D, Dv). FlashAttention-3's tiles: at D = 64 three warpgroups (FA3's 192 x 192
+// tile passes P through shared memory; with P in registers, 128 keys fit 160
+// registers), 176 keys at D = 128, 80 at D = 256; FA3 takes turns up to D = 128.
 template <int kHeadDim, int kHeadDimV>
 struct WsTile;
-template <> struct WsTile<64, 64>   { static constexpr int kBc = 128, kWarpgroups = 2; };
-template <> struct WsTile<128, 128> { static constexpr int kBc = 128, kWarpgroups = 2; };
-template <> struct WsTile<256, 256> { static constexpr int kBc = 64, kWarpgroups = 2; };  // O takes 128 registers
-template <> struct WsTile<192, 128> { static constexpr int kBc = 128, kWarpgroups = 2; };  // DeepSeek V3's prefill
-template <> struct WsTile<128, 64>  { static constexpr int kBc = 128, kWarpgroups = 2; };
-// FlashAttention-3's, where they differ. D = 64: 3 warpgroups, as FA3 (whose
-// 192 x 192 tile passes P through shared memory; with P in registers 128 keys
-// fit 160 registers). D = 128: 176 keys (FA3's non-causal tile). D = 256: 80 keys.
-template <int kHeadDim, int kHeadDimV>
-struct Fa3Tile;
-template <> struct Fa3Tile<64, 64>   { static constexpr int kBc = 128, kWarpgroups = 3; };
-template <> struct Fa3Tile<128, 128> { static constexpr int kBc = 176, kWarpgroups = 2; };
-template <> struct Fa3Tile<256, 256> { static constexpr int kBc = 80, kWarpgroups = 2; };
+template <> struct WsTile<64, 64>   { static constexpr int kBc = 128, kWarpgroups = 3; static constexpr bool kPingpong = true; };
+template <> struct WsTile<128, 128> { static constexpr int kBc = 176, kWarpgroups = 2; static constexpr bool kPingpong = true; };
+template <> struct WsTile<256, 256> { static constexpr int kBc = 80, kWarpgroups = 2; static constexpr bool kPingpong = false; };
+template <> struct WsTile<192, 128> { static constexpr int kBc = 128, kWarpgroups = 2; static constexpr bool kPingpong = true; };  // DeepSeek V3's prefill
+template <> struct WsTile<128, 64>  { static constexpr int kBc = 128, kWarpgroups = 2; static constexpr bool kPingpong = true; };
 
 // The producer/compute register split for W compute warpgroups: 40 / 232 for
 // two (rung 09's), 32 / 160 for three (FlashAttention-3's).
@@ -124,22 +117,18 @@ struct WsConfig : WsWarps<kWarpgroups_> {  // W compute warpgroups + 1 producer 
 constexpr int kWsStages = 2;
 static_assert(kWsStages == 2, "header: two slots in each of the K and V rings");
 template <int D, int Dv>
-using DefaultConfig = WsConfig<D, Dv, WsTile<D, Dv>::kBc, WsTile<D, Dv>::kWarpgroups, kWsStages>;
-template <int D, int Dv>
-using Fa3Config = WsConfig<D, Dv, Fa3Tile<D, Dv>::kBc, Fa3Tile<D, Dv>::kWarpgroups, kWsStages>;
+using Config = WsConfig<D, Dv, WsTile<D, Dv>::kBc, WsTile<D, Dv>::kWarpgroups, kWsStages>;
 
 // The header's table.
-template <typename Cfg, int kBr, int kBc, int kThreads, int kSmem>
-constexpr bool kTableRow = Cfg::kBr == kBr && Cfg::kBc == kBc && Cfg::kThreads == kThreads &&
-                           Cfg::kSmemBytes - 1024 == kSmem;
-static_assert(kTableRow<DefaultConfig<64, 64>, 128, 128, 384, 81992>, "header: D=64 default");
-static_assert(kTableRow<Fa3Config<64, 64>, 192, 128, 512, 90184>, "header: D=64 fa3tile");
-static_assert(kTableRow<DefaultConfig<128, 128>, 128, 128, 384, 163912>, "header: D=128 default");
-static_assert(kTableRow<Fa3Config<128, 128>, 128, 176, 384, 213064>, "header: D=128 fa3tile");
-static_assert(kTableRow<DefaultConfig<256, 256>, 128, 64, 384, 196680>, "header: D=256 default");
-static_assert(kTableRow<Fa3Config<256, 256>, 128, 80, 384, 229448>, "header: D=256 fa3tile");
-static_assert(kTableRow<DefaultConfig<192, 128>, 128, 128, 384, 213064>, "header: D=192, Dv=128");
-static_assert(kTableRow<DefaultConfig<128, 64>, 128, 128, 384, 131144>, "header: D=128, Dv=64");
+template <int D, int Dv, int kBr, int kBc, int kThreads, bool kPingpong, int kSmem>
+constexpr bool kTableRow = Config<D, Dv>::kBr == kBr && Config<D, Dv>::kBc == kBc &&
+                           Config<D, Dv>::kThreads == kThreads && WsTile<D, Dv>::kPingpong == kPingpong &&
+                           Config<D, Dv>::kSmemBytes - 1024 == kSmem;
+static_assert(kTableRow<64, 64, 192, 128, 512, true, 90184>, "header: D=64");
+static_assert(kTableRow<128, 128, 128, 176, 384, true, 213064>, "header: D=128");
+static_assert(kTableRow<256, 256, 128, 80, 384, false, 229448>, "header: D=256");
+static_assert(kTableRow<192, 128, 128, 128, 384, true, 213064>, "header: D=192, Dv=128");
+static_assert(kTableRow<128, 64, 128, 128, 384, true, 131144>, "header: D=128, Dv=64");
 static_assert(WsWarps<2>::kLaunchRegs == 168 && WsWarps<2>::kProducerRegs == 40 && WsWarps<2>::kComputeRegs == 232,
               "header: 168 registers at launch, 40 / 232 after setmaxnreg");
 static_assert(WsWarps<3>::kProducerRegs == 32 && WsWarps<3>::kComputeRegs == 160, "header: 32 / 160 for 3 + 1");
@@ -309,13 +298,11 @@ ws_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUt
 
 // ---- host --------------------------------------------------------------------------
 
-enum class Tiles { kDefault, kFa3 };
-
-// The (D, Dv) pairs each tile set has, in the order --list prints them.
 template <int D_, int Dv_>
 struct HeadDims {
   static constexpr int D = D_, Dv = Dv_;
 };
+// The (D, Dv) pairs the rung runs, in the order --list prints them.
 template <typename... Pairs>
 struct HeadDimList {
   // Calls f(Pairs{}) for the pair equal to (D, Dv); false when there is none.
@@ -331,93 +318,78 @@ struct HeadDimList {
     return "{" + s + "}";
   }
 };
-template <Tiles kTiles>
-struct TileSet;
-template <> struct TileSet<Tiles::kDefault> {
-  using List = HeadDimList<HeadDims<64, 64>, HeadDims<128, 128>, HeadDims<256, 256>, HeadDims<192, 128>,
-                           HeadDims<128, 64>>;
-  template <int D, int Dv> using Config = DefaultConfig<D, Dv>;
-};
-template <> struct TileSet<Tiles::kFa3> {
-  using List = HeadDimList<HeadDims<64, 64>, HeadDims<128, 128>, HeadDims<256, 256>>;
-  template <int D, int Dv> using Config = Fa3Config<D, Dv>;
-};
+using WsHeadDims = HeadDimList<HeadDims<64, 64>, HeadDims<128, 128>, HeadDims<256, 256>, HeadDims<192, 128>,
+                               HeadDims<128, 64>>;
 
-template <Tiles kTiles>
 std::string unsupported(const AttnProblem& p) {
   static const std::string hopper = hopper_tma_unsupported();
   if (!hopper.empty()) return hopper;
-  using Set = TileSet<kTiles>;
   int smem = 0, Br = 0;
-  if (!Set::List::dispatch(p.D, p.Dv, [&](auto dims) {
-        using Cfg = typename Set::template Config<decltype(dims)::D, decltype(dims)::Dv>;
+  if (!WsHeadDims::dispatch(p.D, p.Dv, [&](auto dims) {
+        using Cfg = Config<decltype(dims)::D, decltype(dims)::Dv>;
         smem = Cfg::kSmemBytes;
         Br = Cfg::kBr;
       }))
     return "head dims " + std::to_string(p.D) + (p.Dv == p.D ? "" : "/" + std::to_string(p.Dv)) + " not in " +
-           Set::List::names() + " (D, or D/Dv)";
+           WsHeadDims::names() + " (D, or D/Dv)";
   if (p.H % p.kv_heads() != 0) return "H must be a multiple of Hkv";
   if (make_tile_order(p, Br).items() > INT_MAX) return "more than 2^31 - 1 query tiles";
   return smem_unsupported(size_t(smem));
 }
 
-template <bool kPingpong, Tiles kTiles>
+// kPingpong: the warpgroups take turns where the tile table says so.
+template <bool kPingpong>
 cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stream) {
-  using Set = TileSet<kTiles>;
   cudaError_t err = cudaErrorInvalidValue;
-  Set::List::dispatch(p.D, p.Dv, [&](auto dims) {
-    using Cfg = typename Set::template Config<decltype(dims)::D, decltype(dims)::Dv>;
+  WsHeadDims::dispatch(p.D, p.Dv, [&](auto dims) {
+    constexpr int D = decltype(dims)::D, Dv = decltype(dims)::Dv;
+    using Cfg = Config<D, Dv>;
     err = dispatch_dtype(p.dtype, [&](auto type) {
       using T = decltype(type);
       CUtensorMap maps[3];
       if (!encode_qkv_maps<Cfg::kBr, Cfg::kBc>(maps, p, b.q, b.k, b.v)) return cudaErrorInvalidValue;
       const TileOrder order = make_tile_order(p, Cfg::kBr);
-      return launch_with_smem(ws_kernel<Cfg, T, kPingpong>, dim3(unsigned(order.items())), Cfg::kThreads,
-                              Cfg::kSmemBytes, stream, maps[0], maps[1], maps[2], static_cast<T*>(b.o), b.lse, p,
-                              order);
+      return launch_with_smem(ws_kernel<Cfg, T, kPingpong && WsTile<D, Dv>::kPingpong>,
+                              dim3(unsigned(order.items())), Cfg::kThreads, Cfg::kSmemBytes, stream, maps[0], maps[1],
+                              maps[2], static_cast<T*>(b.o), b.lse, p, order);
     });
   });
   return err;
 }
 
-template <Tiles kTiles>
+template <bool kPingpong>
 std::string describe_tiles() {
-  using Set = TileSet<kTiles>;
   std::string s = "stages=" + std::to_string(kWsStages);
   for (int D : {64, 128, 256, 192})
     for (int Dv : {64, 128, 256})
-      Set::List::dispatch(D, Dv, [&](auto dims) {
-        using Cfg = typename Set::template Config<decltype(dims)::D, decltype(dims)::Dv>;
+      WsHeadDims::dispatch(D, Dv, [&](auto dims) {
+        using Cfg = Config<decltype(dims)::D, decltype(dims)::Dv>;
+        const bool turns = kPingpong && WsTile<decltype(dims)::D, decltype(dims)::Dv>::kPingpong;
         s += "; D=" + std::to_string(D) + (Dv == D ? "" : " Dv=" + std::to_string(Dv)) +
              ": Br=" + std::to_string(Cfg::kBr) + " Bc=" + std::to_string(Cfg::kBc) +
-             " warps=" + std::to_string(Cfg::kWarps) + " smem=" + std::to_string(Cfg::kSmemBytes) + "B";
+             " warps=" + std::to_string(Cfg::kWarps) + " smem=" + std::to_string(Cfg::kSmemBytes) + "B" +
+             (kPingpong ? (turns ? " ping-pong" : " no ping-pong") : "");
       });
   return s + "; fp16/bf16; GQA; causal (longest tiles first) or not; any Nq, Nk";
 }
 
-template <bool kPingpong, Tiles kTiles>
+template <bool kPingpong>
 Variant make_variant() {
   Variant v;
-  v.name = std::string("ws+stage") + std::to_string(kWsStages) + (kPingpong ? "+pingpong" : "") +
-           (kTiles == Tiles::kFa3 ? "+fa3tile" : "");
+  v.name = std::string("ws+stage") + std::to_string(kWsStages) + (kPingpong ? "+pingpong" : "");
   v.rung = "12_ws_pingpong";
-  v.unsupported_reason = unsupported<kTiles>;
-  v.launch = launch<kPingpong, kTiles>;
+  v.unsupported_reason = unsupported;
+  v.launch = launch<kPingpong>;
   v.describe = [] {
     return std::string("sm_90a wgmma, K/V by TMA from a producer warp, softmax overlapped with P·V") +
-           (kPingpong ? ", the compute warpgroups alternate on the tensor cores" : "") +
-           (kTiles == Tiles::kFa3 ? ", FlashAttention-3's key tiles" : "") + "; " + describe_tiles<kTiles>();
+           (kPingpong ? ", the compute warpgroups alternate on the tensor cores" : "") + "; " +
+           describe_tiles<kPingpong>();
   };
   return v;
 }
 
 }  // namespace
 
-// The +fa3tile A/B variants first: the default tiles' ping-pong stays the last
-// row, the one attnlab.forward picks.
-std::vector<Variant> make_ws_pingpong_variants() {
-  return {make_variant<false, Tiles::kFa3>(), make_variant<true, Tiles::kFa3>(),
-          make_variant<false, Tiles::kDefault>(), make_variant<true, Tiles::kDefault>()};
-}
+std::vector<Variant> make_ws_pingpong_variants() { return {make_variant<false>(), make_variant<true>()}; }
 
 }  // namespace attnlab

@@ -8,9 +8,10 @@
 //     FlashAttention-3's scheduler orders causal work): a query tile near the
 //     bottom of the mask reads every key, one near the top almost none. Going
 //     head by head, the last head's long tiles would start late and run on
-//     alone at the end. So the heads go in sections (as many as keep their K
-//     and V within half the L2), and inside a section tile row m of every
-//     head comes before row m - 1 of any: the short tiles fill the tail.
+//     alone at the end. So the heads go in sections of equal size (as few as
+//     keep each one's K and V within half the L2), and inside a section tile
+//     row m of every head comes before row m - 1 of any: the short tiles fill
+//     the tail.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -68,7 +69,11 @@ inline TileOrder make_tile_order(const AttnProblem& p, int Br) {
     // K and V of one query head (a KV head shared by H / Hkv query heads counts once per query head: a bound).
     const double kv_bytes = double(p.Nk) * (p.D + p.Dv) * kInputElementBytes;
     const double budget = 0.5 * double(device_l2_bytes() > 0 ? device_l2_bytes() : (50u << 20));
-    t.section = int(std::clamp(budget / kv_bytes, 1.0, double(t.heads)));
+    // Sections of equal size: a short last section (say 1 head of 8) would
+    // start its long tiles last, which is what the order is there to avoid.
+    const int most = int(std::clamp(budget / kv_bytes, 1.0, double(t.heads)));
+    const int sections = (t.heads + most - 1) / most;
+    t.section = (t.heads + sections - 1) / sections;
   } else {
     t.section = 0;
   }
