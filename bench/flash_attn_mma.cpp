@@ -51,6 +51,8 @@ int fail(const std::string& message, int code) {
 // Appends the shape's rows to --csv; returns "" or what was lost.
 std::string append_csv(const std::string& path, const SystemInfo& sys, const AttnProblem& p, uint64_t seed,
                        const std::vector<Row>& rows) {
+  // The CSV has no Hkv column: a GQA row says it in its note, as the dynamic-mask rows do.
+  const std::string kv_note = p.gqa() ? "Hkv=" + std::to_string(p.kv_heads()) + "; " : "";
   std::ostringstream f;
   for (const Row& r : rows) {
     char nums[96] = ",,";
@@ -68,7 +70,7 @@ std::string append_csv(const std::string& path, const SystemInfo& sys, const Att
       << sys.date << ',' << r.variant->name << ',' << (r.variant->is_peer ? "peer" : "rung") << ',' << p.B << ','
       << p.H << ',' << p.Nq << ',' << p.Nk << ',' << p.D << ',' << p.Dv << ',' << dtype_name(p.dtype) << ','
       << (p.causal ? 1 : 0) << ',' << nums << ',' << r.status << ',' << errs << ',' << seed << ','
-      << csv_field(r.note) << '\n';
+      << csv_field(kv_note + r.note) << '\n';
   }
   return append_results_csv(path, f.str());
 }
@@ -93,15 +95,16 @@ ShapeResult run_shape(const Options& opt, const AttnProblem& p, const std::vecto
                       uint64_t seed, cudaStream_t stream, bool verbose) {
   ShapeResult result;
   static const Variant unfused = make_unfused_baseline();
-  // Workspace: the unfused baseline needs S, for all heads ideally, one at least.
-  const size_t s_per_head = size_t(p.Nq) * size_t(p.Nk) * kInputElementBytes;
+  // Workspace: the unfused baseline needs S, for all heads ideally, one KV
+  // head's (its H / Hkv query heads) at least.
+  const size_t s_granule = unfused_workspace_granule(p);
   const bool unfused_listed = std::find(selected.begin(), selected.end(), &unfused) != selected.end();
   const bool unfused_runs = (unfused_listed || opt.check) && unfused.unsupported_reason(p).empty();
   size_t wanted = unfused_runs ? unfused.workspace_bytes(p) : 0;
   for (const Variant* v : selected)
     if (v != &unfused && v->unsupported_reason(p).empty()) wanted = std::max(wanted, v->workspace_bytes(p));
   ProblemBuffers bufs;
-  result.fatal = bufs.allocate(p, opt.check, wanted, unfused_runs ? s_per_head : 0, unfused_runs ? s_per_head : 0);
+  result.fatal = bufs.allocate(p, opt.check, wanted, unfused_runs ? s_granule : 0, unfused_runs ? s_granule : 0);
   if (!result.fatal.empty()) return result;
   ReferenceData ref;
   result.fatal = prepare_inputs(p, bufs, seed, opt.check, stream, &ref, opt.torch_reference);

@@ -50,7 +50,8 @@ std::string ProblemBuffers::allocate(const AttnProblem& p, bool with_reference, 
 
   // Sizes in double first: an absurd shape must not overflow into a small number.
   const double e16 = double(kInputElementBytes);
-  const double need_io = e16 * (double(p.heads()) * p.Nq * p.D + double(p.heads()) * p.Nk * (p.D + p.Dv) +
+  const double kv_heads = double(p.B) * p.kv_heads();
+  const double need_io = e16 * (double(p.heads()) * p.Nq * p.D + kv_heads * p.Nk * (p.D + p.Dv) +
                                 double(p.heads()) * p.Nq * p.Dv) +
                          4.0 * double(p.heads()) * p.Nq;
   const double need_ref = with_reference ? 4.0 * double(p.heads()) * p.Nq * (p.Dv + 1) : 0.0;
@@ -138,7 +139,7 @@ std::string prepare_inputs(const AttnProblem& p, ProblemBuffers& bufs, uint64_t 
   ref->baseline_err = -1;
 
   static const Variant unfused = make_unfused_baseline();
-  if (unfused.unsupported_reason(p).empty() && b.workspace_bytes >= size_t(p.Nq) * p.Nk * kInputElementBytes) {
+  if (unfused.unsupported_reason(p).empty() && b.workspace_bytes >= unfused_workspace_granule(p)) {
     e = poison_outputs(p, b, stream);
     if (e == cudaSuccess) e = unfused.launch(p, b, stream);
     if (e == cudaSuccess) e = cudaStreamSynchronize(stream);

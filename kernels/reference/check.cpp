@@ -47,8 +47,8 @@ void reference_attention_cpu(const AttnProblem& p, const std::vector<double>& q,
   std::vector<double> s(size_t(p.Nk));
   for (int64_t head = 0; head < p.heads(); ++head) {
     const double* Q = q.data() + head * p.Nq * p.D;
-    const double* K = k.data() + head * p.Nk * p.D;
-    const double* V = v.data() + head * p.Nk * p.Dv;
+    const double* K = k.data() + p.kv_head(head) * p.Nk * p.D;
+    const double* V = v.data() + p.kv_head(head) * p.Nk * p.Dv;
     for (int64_t i = 0; i < p.Nq; ++i) {
       const int64_t n = visible_keys(i, p);
       if (n == 0) continue;  // O row stays 0, LSE -inf

@@ -17,8 +17,9 @@ constexpr int kMaxReferenceHeadDim = 1024;
 
 // ---- fp32 GPU reference --------------------------------------------------
 // Deliberately simple: one block per query row, scores in fp32 from the 16-bit
-// inputs, accurate expf, two passes per chunk of keys. O_ref: [B, H, Nq, Dv]
-// fp32; lse_ref: [B, H, Nq] (-inf for a row that sees no key, whose O row is 0).
+// inputs, accurate expf, two passes per chunk of keys; K and V of Hkv heads.
+// O_ref: [B, H, Nq, Dv] fp32; lse_ref: [B, H, Nq] (-inf for a row that sees no
+// key, whose O row is 0).
 cudaError_t reference_attention_fp32(const AttnProblem& p, const void* q, const void* k, const void* v, float* o_ref,
                                      float* lse_ref, cudaStream_t stream);
 
@@ -27,6 +28,9 @@ cudaError_t reference_attention_fp32(const AttnProblem& p, const void* q, const 
 // precision with fp32 accumulation. S is materialised in the workspace, as
 // many heads at a time as the workspace holds. Shown as the `unfused` row.
 Variant make_unfused_baseline();
+// Its workspace comes in whole KV heads, each the S of its H / Hkv query
+// heads: the least it runs in, and the unit the harness hands out.
+size_t unfused_workspace_granule(const AttnProblem& p);
 
 // ---- inputs --------------------------------------------------------------
 // Standard-normal 16-bit values from a counter-based hash of (seed, index):
@@ -97,7 +101,8 @@ double max_abs_finite_lse(const float* lse_ref, int64_t n, cudaStream_t stream);
 cudaError_t poison_outputs(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stream);
 
 // ---- CPU double-precision reference (tests) ------------------------------
-// Inputs as double, [B, H, N, D] row-major; same semantics as the GPU reference.
+// Inputs as double, row-major: Q [B, H, Nq, D], K [B, Hkv, Nk, D], V [B, Hkv,
+// Nk, Dv]; same semantics as the GPU reference.
 void reference_attention_cpu(const AttnProblem& p, const std::vector<double>& q, const std::vector<double>& k,
                              const std::vector<double>& v, std::vector<double>& o, std::vector<double>& lse);
 

@@ -34,8 +34,8 @@ reference_kernel(const T* q, const T* k, const T* v, float* o, float* lse, AttnP
   const int64_t i = blockIdx.x;
   const int64_t head = int64_t(blockIdx.z) * p.H + blockIdx.y;
   const T* Q = q + (head * p.Nq + i) * p.D;
-  const T* K = k + head * p.Nk * p.D;
-  const T* V = v + head * p.Nk * p.Dv;
+  const T* K = k + p.kv_head(head) * p.Nk * p.D;  // GQA: the KV head this query head reads
+  const T* V = v + p.kv_head(head) * p.Nk * p.Dv;
   for (int d = threadIdx.x; d < p.D; d += kRefThreads) q_row[d] = to_float(Q[d]);
   const int64_t n_keys = visible_keys(i, p);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;

@@ -2,6 +2,8 @@
 //   S = scale · Q·Kᵀ     cuBLAS, stored in the input dtype   [heads, Nq, Nk]
 //   P = softmax(S)       one block per row, in place, LSE on the side
 //   O = P · V            cuBLAS
+// GQA: the H / Hkv query heads that share a KV head are neighbours in Q, so
+// one GEMM per KV head takes all of them as (H / Hkv)·Nq rows.
 // Its error against the fp32 reference is also the yardstick of the check rule.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -50,7 +52,8 @@ __global__ void softmax_rows_kernel(T* S, float* lse, AttnProblem p, int64_t fir
   if (threadIdx.x == 0) lse[first_head * p.Nq + row] = sum > 0.f ? m + logf(sum) : -INFINITY;
 }
 
-size_t score_bytes_per_head(const AttnProblem& p) { return size_t(p.Nq) * p.Nk * kInputElementBytes; }
+// Query heads per KV head: the rows of one GEMM are that many heads of Nq rows.
+int64_t group_size(const AttnProblem& p) { return p.H / p.kv_heads(); }
 
 cublasHandle_t cublas_handle() {
   static cublasHandle_t handle = [] {
@@ -62,11 +65,14 @@ cublasHandle_t cublas_handle() {
 }
 
 cudaError_t launch_unfused(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stream) {
-  // As many heads as the workspace holds, and few enough that the softmax grid
-  // (one block per row) stays under 2^31 blocks.
-  const int64_t heads_per_chunk = std::min<int64_t>({p.heads(), int64_t(b.workspace_bytes / score_bytes_per_head(p)),
-                                                     int64_t(INT32_MAX) / p.Nq});
-  if (heads_per_chunk < 1) return cudaErrorMemoryAllocation;
+  // As many KV heads as the workspace holds the S of, and few enough that the
+  // softmax grid (one block per row) stays under 2^31 blocks.
+  const int64_t g = group_size(p);
+  const int64_t rows = g * p.Nq;  // the query rows of one KV head
+  const int64_t kv_per_chunk =
+      std::min<int64_t>({int64_t(p.B) * p.kv_heads(), int64_t(b.workspace_bytes / unfused_workspace_granule(p)),
+                         int64_t(INT32_MAX) / rows});
+  if (kv_per_chunk < 1) return cudaErrorMemoryAllocation;
   cublasHandle_t h = cublas_handle();
   if (!h || cublasSetStream(h, stream) != CUBLAS_STATUS_SUCCESS) return cudaErrorUnknown;
   const cudaDataType_t type = p.dtype == DType::kFloat16 ? CUDA_R_16F : CUDA_R_16BF;
@@ -76,26 +82,29 @@ cudaError_t launch_unfused(const AttnProblem& p, const AttnBuffers& b, cudaStrea
   const char* v = static_cast<const char*>(b.v);
   char* o = static_cast<char*>(b.o);
   void* S = b.workspace;
-  for (int64_t h0 = 0; h0 < p.heads(); h0 += heads_per_chunk) {
-    const int batch = int(std::min<int64_t>(heads_per_chunk, p.heads() - h0));
-    // Row-major S[Nq, Nk] = Q·Kᵀ is column-major Sᵀ[Nk, Nq] = K·Qᵀ (K and Q as D x N column-major).
+  constexpr int64_t e = kInputElementBytes;
+  for (int64_t kv0 = 0; kv0 < int64_t(p.B) * p.kv_heads(); kv0 += kv_per_chunk) {
+    const int batch = int(std::min<int64_t>(kv_per_chunk, int64_t(p.B) * p.kv_heads() - kv0));
+    const int64_t h0 = kv0 * g;  // first query head of the chunk: KV head kv0's first
+    // Row-major S[rows, Nk] = Q·Kᵀ is column-major Sᵀ[Nk, rows] = K·Qᵀ (K and Q as D x N column-major).
     cublasStatus_t st = cublasGemmStridedBatchedEx(
-        h, CUBLAS_OP_T, CUBLAS_OP_N, p.Nk, p.Nq, p.D, &alpha_qk, k + h0 * p.Nk * p.D * 2, type, p.D,
-        int64_t(p.Nk) * p.D, q + h0 * p.Nq * p.D * 2, type, p.D, int64_t(p.Nq) * p.D, &beta, S, type, p.Nk,
-        int64_t(p.Nq) * p.Nk, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        h, CUBLAS_OP_T, CUBLAS_OP_N, p.Nk, int(rows), p.D, &alpha_qk, k + kv0 * p.Nk * p.D * e, type, p.D,
+        int64_t(p.Nk) * p.D, q + h0 * p.Nq * p.D * e, type, p.D, rows * p.D, &beta, S, type, p.Nk, rows * p.Nk,
+        batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     if (st != CUBLAS_STATUS_SUCCESS) return cudaErrorUnknown;
-    const unsigned rows = unsigned(int64_t(batch) * p.Nq);
+    // S of the chunk is [batch·g heads, Nq, Nk], as without GQA.
+    const unsigned blocks = unsigned(int64_t(batch) * rows);
     if (p.dtype == DType::kFloat16)
-      softmax_rows_kernel<half><<<rows, kSoftmaxThreads, 0, stream>>>(static_cast<half*>(S), b.lse, p, h0);
+      softmax_rows_kernel<half><<<blocks, kSoftmaxThreads, 0, stream>>>(static_cast<half*>(S), b.lse, p, h0);
     else
-      softmax_rows_kernel<__nv_bfloat16><<<rows, kSoftmaxThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(S),
-                                                                                b.lse, p, h0);
+      softmax_rows_kernel<__nv_bfloat16><<<blocks, kSoftmaxThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(S),
+                                                                                  b.lse, p, h0);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
-    // Row-major O[Nq, Dv] = P·V is column-major Oᵀ[Dv, Nq] = Vᵀ·Pᵀ.
-    st = cublasGemmStridedBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_N, p.Dv, p.Nq, p.Nk, &alpha_pv,
-                                    v + h0 * p.Nk * p.Dv * 2, type, p.Dv, int64_t(p.Nk) * p.Dv, S, type, p.Nk,
-                                    int64_t(p.Nq) * p.Nk, &beta, o + h0 * p.Nq * p.Dv * 2, type, p.Dv,
-                                    int64_t(p.Nq) * p.Dv, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    // Row-major O[rows, Dv] = P·V is column-major Oᵀ[Dv, rows] = Vᵀ·Pᵀ.
+    st = cublasGemmStridedBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_N, p.Dv, int(rows), p.Nk, &alpha_pv,
+                                    v + kv0 * p.Nk * p.Dv * e, type, p.Dv, int64_t(p.Nk) * p.Dv, S, type, p.Nk,
+                                    rows * p.Nk, &beta, o + h0 * p.Nq * p.Dv * e, type, p.Dv, rows * p.Dv, batch,
+                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     if (st != CUBLAS_STATUS_SUCCESS) return cudaErrorUnknown;
   }
   return cudaSuccess;
@@ -103,18 +112,25 @@ cudaError_t launch_unfused(const AttnProblem& p, const AttnBuffers& b, cudaStrea
 
 }  // namespace
 
+size_t unfused_workspace_granule(const AttnProblem& p) {
+  return size_t(group_size(p)) * p.Nq * p.Nk * kInputElementBytes;
+}
+
 Variant make_unfused_baseline() {
   Variant v;
   v.name = "unfused";
   v.rung = "reference/unfused_attention";
   v.unsupported_reason = [](const AttnProblem& p) -> std::string {
+    if (p.kv_heads() < 1 || p.H % p.kv_heads() != 0) return "H must be a multiple of Hkv";
+    if (group_size(p) * p.Nq > INT32_MAX) return "(H / Hkv)·Nq rows exceed one cuBLAS GEMM";
     size_t free_bytes = 0, total = 0;
-    if (cudaMemGetInfo(&free_bytes, &total) == cudaSuccess && score_bytes_per_head(p) > free_bytes / 2)
-      return "one head's S needs " + std::to_string(score_bytes_per_head(p) >> 20) + " MiB";
+    if (cudaMemGetInfo(&free_bytes, &total) == cudaSuccess && unfused_workspace_granule(p) > free_bytes / 2)
+      return std::string(p.gqa() ? "one KV head's" : "one head's") + " S needs " +
+             std::to_string(unfused_workspace_granule(p) >> 20) + " MiB";
     return "";
   };
-  // Ideally every head at once; the harness may hand over less (whole heads).
-  v.workspace_bytes = [](const AttnProblem& p) { return score_bytes_per_head(p) * size_t(p.heads()); };
+  // Ideally every head at once; the harness may hand over less (whole KV heads).
+  v.workspace_bytes = [](const AttnProblem& p) { return unfused_workspace_granule(p) * size_t(p.B) * p.kv_heads(); };
   v.launch = launch_unfused;
   v.is_peer = true;
   v.rounds_scores_to_input_dtype = true;

@@ -145,3 +145,51 @@ TEST_CASE(heads_are_independent) {
   for (int i = 0; i < 32; ++i) EXPECT_NEAR(o[size_t(h * 32 + i)], o1[size_t(i)], 1e-15);
   for (int i = 0; i < 4; ++i) EXPECT_NEAR(lse[size_t(h * 4 + i)], l1[size_t(i)], 1e-15);
 }
+
+TEST_CASE(kv_head_of_each_query_head) {
+  AttnProblem p;
+  p.B = 2;
+  p.H = 6;
+  EXPECT_EQ(p.kv_head(7), int64_t(7));  // Hkv = 0: every head its own
+  EXPECT_TRUE(!p.gqa());
+  p.Hkv = 2;  // query heads 0-2 read KV head 0, 3-5 KV head 1, in each batch
+  EXPECT_TRUE(p.gqa());
+  EXPECT_EQ(p.kv_head(0), int64_t(0));
+  EXPECT_EQ(p.kv_head(2), int64_t(0));
+  EXPECT_EQ(p.kv_head(3), int64_t(1));
+  EXPECT_EQ(p.kv_head(6 + 4), int64_t(2 + 1));  // batch 1, head 4
+  p.Hkv = 1;  // MQA: one KV head per batch
+  EXPECT_EQ(p.kv_head(5), int64_t(0));
+  EXPECT_EQ(p.kv_head(6 + 5), int64_t(1));
+  EXPECT_EQ(p.k_elems(), int64_t(2) * 1 * p.Nk * p.D);
+}
+
+TEST_CASE(gqa_equals_attention_on_repeated_kv_heads) {
+  // H = 4 on Hkv = 2 KV heads is ordinary attention with each KV head
+  // repeated for its two query heads (K and V rows of [B, H, Nk, D]).
+  std::mt19937 rng(5);
+  for (int hkv : {2, 1})
+    for (bool causal : {false, true}) {
+      AttnProblem gqa = make(5, 7, 8, 6, causal, 0.4f);
+      gqa.B = 2;
+      gqa.H = 4;
+      gqa.Hkv = hkv;
+      AttnProblem mha = gqa;
+      mha.Hkv = 0;
+      const auto q = random_vec(size_t(gqa.q_elems()), rng), k = random_vec(size_t(gqa.k_elems()), rng),
+                 v = random_vec(size_t(gqa.v_elems()), rng);
+      std::vector<double> k_rep, v_rep;  // [B, H, Nk, *]
+      for (int64_t head = 0; head < mha.heads(); ++head) {
+        const int64_t kv = head / mha.H * hkv + head % mha.H / (mha.H / hkv);
+        k_rep.insert(k_rep.end(), k.begin() + kv * 7 * 8, k.begin() + (kv + 1) * 7 * 8);
+        v_rep.insert(v_rep.end(), v.begin() + kv * 7 * 6, v.begin() + (kv + 1) * 7 * 6);
+      }
+      std::vector<double> o1, l1, o2, l2;
+      reference_attention_cpu(gqa, q, k, v, o1, l1);
+      reference_attention_cpu(mha, q, k_rep, v_rep, o2, l2);
+      EXPECT_EQ(o1.size(), o2.size());
+      for (size_t i = 0; i < o1.size(); ++i) EXPECT_NEAR(o1[i], o2[i], 1e-15);
+      for (size_t i = 0; i < l1.size(); ++i)
+        EXPECT_TRUE(l1[i] == l2[i] || std::fabs(l1[i] - l2[i]) < 1e-15);
+    }
+}
