@@ -25,8 +25,9 @@
 //   96    64   16     64     37120
 //  128    64   16     64     49408
 //
-// Supports: fp16, bf16 in, FP32 math; D = Dv ∈ {32, 64, 96, 128}; any Nq,
-// Nk >= 1; causal (bottom-right aligned) or not; writes O and LSE.
+// Supports: fp16, bf16 in, FP32 math; D = Dv ∈ {32, 64, 96, 128}; GQA/MQA (H a
+// multiple of Hkv); any Nq, Nk >= 1; causal (bottom-right aligned) or not;
+// writes O and LSE.
 //
 // Run: build/flash_attn_mma --B 1 --H 8 --N 1024 --D 64 --variant 'minimal' --check --show-all
 // ============================================================================
@@ -75,9 +76,10 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   float* sV = sK + Bc * D;              // [Bc, D]
 
   const int64_t head = int64_t(blockIdx.z) * p.H + blockIdx.y;
+  const int64_t kv_head = p.kv_head(head);  // K, V: the KV head it reads (GQA: shared by H / Hkv heads)
   const T* Qh = Q + head * p.Nq * D;
-  const T* Kh = K + head * p.Nk * D;
-  const T* Vh = V + head * p.Nk * D;
+  const T* Kh = K + kv_head * p.Nk * D;
+  const T* Vh = V + kv_head * p.Nk * D;
   const int q0 = blockIdx.x * Br;  // the block's first query row
   const int r = threadIdx.x;       // this thread's row in the block
   const int i = q0 + r;            // ... and in the sequence
@@ -168,7 +170,7 @@ std::string describe() {
       s += "; D=" + std::to_string(D) + ": Br=" + std::to_string(Cfg::kBr) + " Bc=" + std::to_string(Cfg::kBc) +
            " threads=" + std::to_string(Cfg::kThreads) + " smem=" + std::to_string(Cfg::kSmemBytes) + "B";
     });
-  return s + "; fp16/bf16; causal or not; any Nq, Nk";
+  return s + "; fp16/bf16; causal or not; GQA/MQA; any Nq, Nk";
 }
 
 }  // namespace

@@ -31,9 +31,9 @@
 //  256    64   64    8     129280     196864   (stage2: more than an A100's 163 KB)
 // Registers: see docs/01_split_kv.md (ptxas, sm_90a).
 //
-// Supports: fp16, bf16; D = Dv ∈ {32, 64, 96, 128, 256}; any Nq, Nk >= 1
-// (ragged last tiles are zero-filled and masked); causal (bottom-right aligned)
-// or not; writes O and LSE.
+// Supports: fp16, bf16; D = Dv ∈ {32, 64, 96, 128, 256}; GQA/MQA (H a multiple
+// of Hkv); any Nq, Nk >= 1 (ragged last tiles are zero-filled and masked);
+// causal (bottom-right aligned) or not; writes O and LSE.
 //
 // Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 64 --variant 'split-kv*' --check --show-all
 // ============================================================================
@@ -113,13 +113,14 @@ split_kv_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __res
   // Heaviest query tiles first: under a causal mask the last tiles see the most keys.
   const int m_block = gridDim.x - 1 - blockIdx.x;
   const int64_t head = int64_t(blockIdx.z) * p.H + blockIdx.y;
+  const int64_t kv_head = p.kv_head(head);  // K, V: the KV head it reads (GQA: shared by H / Hkv heads)
   const int q_start = m_block * Br;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;  // fragment row group and column pair
 
   const T* Qg = q + (head * p.Nq + q_start) * D;  // [Br, D] tile of this block
-  const T* Kg = k + head * p.Nk * D;              // [Nk, D]
-  const T* Vg = v + head * p.Nk * D;              // [Nk, D]
+  const T* Kg = k + kv_head * p.Nk * D;              // [Nk, D]
+  const T* Vg = v + kv_head * p.Nk * D;              // [Nk, D]
 
   const int n_kv_tiles = kv_tiles_for_query_tile(p, q_start, Br, Bc);
 
@@ -310,7 +311,7 @@ std::string describe() {
       s += "; D=" + std::to_string(D) + ": Br=" + std::to_string(Cfg::kBr) + " Bc=" + std::to_string(Cfg::kBc) +
            " warps=" + std::to_string(Cfg::kWarps) + " smem=" + std::to_string(Cfg::kSmemBytes) + "B";
     });
-  return s + "; fp16/bf16; causal or not; any Nq, Nk";
+  return s + "; fp16/bf16; causal or not; GQA/MQA; any Nq, Nk";
 }
 
 template <int kStages>

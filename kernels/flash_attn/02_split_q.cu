@@ -30,9 +30,9 @@
 // against the padded layout (ncu) are in docs/02_split_q.md.
 // Registers: see docs/02_split_q.md (ptxas, sm_90a).
 //
-// Supports: fp16, bf16; D = Dv ∈ {32, 64, 96, 128, 256}; any Nq, Nk >= 1
-// (ragged last tiles are zero-filled and masked); causal (bottom-right aligned)
-// or not; writes O and LSE.
+// Supports: fp16, bf16; D = Dv ∈ {32, 64, 96, 128, 256}; GQA/MQA (H a multiple
+// of Hkv); any Nq, Nk >= 1 (ragged last tiles are zero-filled and masked);
+// causal (bottom-right aligned) or not; writes O and LSE.
 //
 // Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 64 --variant 'split-q*' --check --show-all
 // ============================================================================
@@ -124,13 +124,14 @@ split_q_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
   // Heaviest query tiles first: under a causal mask the last tiles see the most keys.
   const int m_block = gridDim.x - 1 - blockIdx.x;
   const int64_t head = int64_t(blockIdx.z) * p.H + blockIdx.y;
+  const int64_t kv_head = p.kv_head(head);  // K, V: the KV head it reads (GQA: shared by H / Hkv heads)
   const int q_start = m_block * Br;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;  // fragment row group and column pair
 
   const T* Qg = q + (head * p.Nq + q_start) * D;  // [Br, D] tile of this block
-  const T* Kg = k + head * p.Nk * D;              // [Nk, D]
-  const T* Vg = v + head * p.Nk * D;              // [Nk, D]
+  const T* Kg = k + kv_head * p.Nk * D;              // [Nk, D]
+  const T* Vg = v + kv_head * p.Nk * D;              // [Nk, D]
 
   const int n_kv_tiles = kv_tiles_for_query_tile(p, q_start, Br, Bc);
 

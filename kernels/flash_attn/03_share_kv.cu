@@ -30,8 +30,9 @@
 //  256    64   32    4 x 16        50688    67584   84480
 // Registers: see docs/03_share_kv.md (ptxas, sm_90a).
 //
-// Supports: fp16, bf16; D = Dv ∈ {32, 64, 96, 128, 256}; any Nq, Nk >= 1;
-// causal (bottom-right aligned) or not; writes O and LSE.
+// Supports: fp16, bf16; D = Dv ∈ {32, 64, 96, 128, 256}; GQA/MQA (H a multiple
+// of Hkv); any Nq, Nk >= 1; causal (bottom-right aligned) or not; writes O and
+// LSE.
 //
 // Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 64 --variant 'share-kv*' --check --show-all
 // ============================================================================
@@ -114,6 +115,7 @@ share_kv_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __res
 
   const int m_block = gridDim.x - 1 - blockIdx.x;  // heaviest query tiles first
   const int64_t head = int64_t(blockIdx.z) * p.H + blockIdx.y;
+  const int64_t kv_head = p.kv_head(head);  // K, V: the KV head it reads (GQA: shared by H / Hkv heads)
   const int q_start = m_block * Br;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   constexpr int kM = Cfg::kMTiles;
@@ -124,7 +126,7 @@ share_kv_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __res
   T* sQ = reinterpret_cast<T*>(smem_raw);  // [Br, kStride]
   // NEW: one ring for K and V.
   const KVRing<Cfg::kStages, Bc, D, kStride, Cfg::kThreads, T> ring{
-      sQ + Br * kStride, k + head * p.Nk * D, v + head * p.Nk * D, p.Nk, 2 * n_kv_tiles};
+      sQ + Br * kStride, k + kv_head * p.Nk * D, v + kv_head * p.Nk * D, p.Nk, 2 * n_kv_tiles};
 
   float O[kM][Cfg::kTilesO][4] = {};
   RowStats stats[kM];

@@ -27,8 +27,8 @@
 // the O and S that rung 02 already holds there.
 // Registers: see docs/04_share_qkv.md (ptxas, sm_90a).
 //
-// Supports: fp16, bf16; D = Dv ∈ {32, 64, 96, 128}; any Nq, Nk >= 1; causal
-// (bottom-right aligned) or not; writes O and LSE.
+// Supports: fp16, bf16; D = Dv ∈ {32, 64, 96, 128}; GQA/MQA (H a multiple of
+// Hkv); any Nq, Nk >= 1; causal (bottom-right aligned) or not; writes O, LSE.
 //
 // Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 64 --variant 'share-*' --check --show-all
 // ============================================================================
@@ -107,6 +107,7 @@ share_qkv_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __re
 
   const int m_block = gridDim.x - 1 - blockIdx.x;  // heaviest query tiles first
   const int64_t head = int64_t(blockIdx.z) * p.H + blockIdx.y;
+  const int64_t kv_head = p.kv_head(head);  // K, V: the KV head it reads (GQA: shared by H / Hkv heads)
   const int q_start = m_block * Br;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   constexpr int kM = Cfg::kMTiles;
@@ -135,8 +136,8 @@ share_qkv_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __re
     __syncthreads();  // every warp holds its Q before the ring overwrites it
   }
   // NEW: the ring lives where Q was.
-  const KVRing<Cfg::kStages, Bc, D, kStride, Cfg::kThreads, T> ring{smem, k + head * p.Nk * D, v + head * p.Nk * D,
-                                                                     p.Nk, 2 * n_kv_tiles};
+  const KVRing<Cfg::kStages, Bc, D, kStride, Cfg::kThreads, T> ring{
+      smem, k + kv_head * p.Nk * D, v + kv_head * p.Nk * D, p.Nk, 2 * n_kv_tiles};
   if (n_kv_tiles > 0) ring.prologue();
 
   for (int j = 0; j < n_kv_tiles; ++j) {

@@ -33,8 +33,8 @@
 // Registers: see docs/05_tiling_qk.md (ptxas, sm_90a).
 //
 // Supports: fp16, bf16; D = Dv, any multiple of 8 up to 1024 (an A100's 163 KB:
-// up to 256 at stage2, 512 at stage1); any Nq, Nk >= 1; causal (bottom-right
-// aligned) or not; writes O and LSE (fully masked rows: O = 0, LSE = -inf).
+// up to 256 at stage2, 512 at stage1); GQA/MQA (H a multiple of Hkv); any Nq,
+// Nk >= 1; causal (bottom-right) or not; writes O and LSE.
 //
 // Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 512 --variant 'tiling-q*' --check --show-all
 // ============================================================================
@@ -146,6 +146,7 @@ tiling_qk_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __re
   // Heaviest query tiles first: under a causal mask the last tiles see the most keys.
   const int m_block = gridDim.x - 1 - blockIdx.x;
   const int64_t head = int64_t(blockIdx.z) * p.H + blockIdx.y;
+  const int64_t kv_head = p.kv_head(head);  // K, V: the KV head it reads (GQA: shared by H / Hkv heads)
   const int q_start = m_block * Br;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;                       // fragment row group and column pair
@@ -153,8 +154,8 @@ tiling_qk_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __re
   const int col0 = wd * kColsPerWarp;                         // NEW: this warp's first column of every slice
 
   const T* Qg = q + (head * p.Nq + q_start) * D;  // [Br, D] tile of this block
-  const T* Kg = k + head * p.Nk * D;              // [Nk, D]
-  const T* Vg = v + head * p.Nk * D;              // [Nk, D]
+  const T* Kg = k + kv_head * p.Nk * D;              // [Nk, D]
+  const T* Vg = v + kv_head * p.Nk * D;              // [Nk, D]
 
   const int n_kv_tiles = kv_tiles_for_query_tile(p, q_start, Br, Bc);
   const int n_slices = (D + Ks - 1) / Ks;  // NEW: Q·Kᵀ slices per KV tile, <= kMaxSlices

@@ -32,9 +32,9 @@
 // smem = kStages·(Br + Bc)·(Ks + 8)·2 B, plus 16·Bc·4 B per warp for sRed when
 // kWarpsD > 1. One block of 8 warps per SM. Registers: see docs/06_tiling_qkv.md.
 //
-// Supports: fp16, bf16; D = Dv, any multiple of 8 up to 1024; any Nq, Nk >= 1;
-// causal (bottom-right aligned) or not; writes O and LSE (fully masked rows:
-// O = 0, LSE = -inf).
+// Supports: fp16, bf16; D = Dv, any multiple of 8 up to 1024; GQA/MQA (H a
+// multiple of Hkv); any Nq, Nk >= 1; causal (bottom-right aligned) or not;
+// writes O and LSE (fully masked rows: O = 0, LSE = -inf).
 //
 // Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 1024 --variant 'tiling-q*' --check --show-all
 // ============================================================================
@@ -144,6 +144,7 @@ tiling_qkv_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __r
   // Heaviest query tiles first: under a causal mask the last tiles see the most keys.
   const int m_block = gridDim.x - 1 - blockIdx.x;
   const int64_t head = int64_t(blockIdx.z) * p.H + blockIdx.y;
+  const int64_t kv_head = p.kv_head(head);  // K, V: the KV head it reads (GQA: shared by H / Hkv heads)
   const int q_start = m_block * Br;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;                       // fragment row group and column pair
@@ -151,8 +152,8 @@ tiling_qkv_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __r
   const int col0 = wd * kColsPerWarp;                         // NEW: this warp's first column of every slice
 
   const T* Qg = q + (head * p.Nq + q_start) * D;  // [Br, D] tile of this block
-  const T* Kg = k + head * p.Nk * D;              // [Nk, D]
-  const T* Vg = v + head * p.Nk * D;              // [Nk, D]
+  const T* Kg = k + kv_head * p.Nk * D;              // [Nk, D]
+  const T* Vg = v + kv_head * p.Nk * D;              // [Nk, D]
 
   const int n_kv_tiles = kv_tiles_for_query_tile(p, q_start, Br, Bc);
   const int n_slices = (D + Ks - 1) / Ks;            // NEW: slices per matmul, <= kMaxSlices

@@ -32,9 +32,9 @@
 //  256   128   64      2         131072       196608
 // Registers: see docs/07_wgmma.md (ptxas, sm_90a).
 //
-// Supports: fp16, bf16; D = Dv ∈ {64, 128, 256}; any Nq, Nk >= 1 (ragged tiles
-// are zero-filled and masked); causal (bottom-right aligned) or not; writes O
-// and LSE. Needs an sm_90 GPU and an sm_90a build; elsewhere its rows say why.
+// Supports: fp16, bf16; D = Dv ∈ {64, 128, 256}; GQA/MQA (H a multiple of Hkv);
+// any Nq, Nk >= 1 (ragged tiles zero-filled and masked); causal (bottom-right)
+// or not; writes O and LSE. Needs sm_90 and an sm_90a build; else rows say why.
 //
 // Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 128 --variant 'wgmma*' --check --show-all
 // ============================================================================
@@ -118,6 +118,7 @@ wgmma_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restri
 
   const int m_block = gridDim.x - 1 - blockIdx.x;  // heaviest query tiles first
   const int64_t head = int64_t(blockIdx.z) * p.H + blockIdx.y;
+  const int64_t kv_head = p.kv_head(head);  // K, V: the KV head it reads (GQA: shared by H / Hkv heads)
   const int q_start = m_block * Br;
   const int warpgroup = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int row0 = q_start + warpgroup * 64 + warp * 16 + lane / 4;  // row of c0, c1
@@ -133,8 +134,8 @@ wgmma_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restri
   float O[Cfg::kTilesO][4] = {};
   RowStats stats;
   const float scale_log2 = p.scale * kLog2e;
-  const T* k_head = k + head * p.Nk * D;
-  const T* v_head = v + head * p.Nk * D;
+  const T* k_head = k + kv_head * p.Nk * D;
+  const T* v_head = v + kv_head * p.Nk * D;
 
   if (n_kv_tiles > 0) {
     load_tile_async<Br, D, Sw128Blocks<Br>, Cfg::kThreads>(sQ, q + (head * p.Nq + q_start) * D, D, p.Nq - q_start);
@@ -211,6 +212,7 @@ wgmma_overlap_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* 
 
   const int m_block = gridDim.x - 1 - blockIdx.x;
   const int64_t head = int64_t(blockIdx.z) * p.H + blockIdx.y;
+  const int64_t kv_head = p.kv_head(head);  // K, V: the KV head it reads (GQA: shared by H / Hkv heads)
   const int q_start = m_block * Br;
   const int warpgroup = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int row0 = q_start + warpgroup * 64 + warp * 16 + lane / 4;
@@ -226,8 +228,8 @@ wgmma_overlap_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* 
   float O[Cfg::kTilesO][4] = {};
   RowStats stats;
   const float scale_log2 = p.scale * kLog2e;
-  const T* k_head = k + head * p.Nk * D;
-  const T* v_head = v + head * p.Nk * D;
+  const T* k_head = k + kv_head * p.Nk * D;
+  const T* v_head = v + kv_head * p.Nk * D;
   auto load_k = [&](int tile) {
     load_tile_async<Bc, D, Sw128Blocks<Bc>, Cfg::kThreads>(sK + (tile % 2) * Cfg::kKVElems,
                                                            k_head + int64_t(tile) * Bc * D, D, p.Nk - tile * Bc);

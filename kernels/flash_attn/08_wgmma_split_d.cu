@@ -31,8 +31,9 @@
 // of the 232448 bytes a block may have on sm_90: no room for a second slot.
 // Registers: see docs/08_wgmma_split_d.md (ptxas, sm_90a).
 //
-// Supports: fp16, bf16; D = Dv = 512; any Nq, Nk >= 1; causal (bottom-right)
-// or not; writes O and LSE. Needs an sm_90 GPU and an sm_90a build.
+// Supports: fp16, bf16; D = Dv = 512; GQA/MQA (H a multiple of Hkv); any Nq,
+// Nk >= 1; causal (bottom-right) or not; writes O and LSE. Needs an sm_90 GPU
+// and an sm_90a build.
 //
 // Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 512 --variant 'wgmma*' --check --show-all
 // ============================================================================
@@ -123,6 +124,7 @@ wgmma_split_d_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* 
 
   const int m_block = gridDim.x - 1 - blockIdx.x;
   const int64_t head = int64_t(blockIdx.z) * p.H + blockIdx.y;
+  const int64_t kv_head = p.kv_head(head);  // K, V: the KV head it reads (GQA: shared by H / Hkv heads)
   const int q_start = m_block * Br;
   const int warpgroup = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int row0 = q_start + warp * 16 + lane / 4;  // both warpgroups: the same rows
@@ -134,7 +136,7 @@ wgmma_split_d_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* 
   float O[Cfg::kTilesO][4] = {};
   RowStats stats;
   const float scale_log2 = p.scale * kLog2e;
-  const CpAsyncSlots<Cfg, T> pipe{sm.sK, sm.sV, k + head * p.Nk * D, v + head * p.Nk * D, p.Nk, n_kv_tiles};
+  const CpAsyncSlots<Cfg, T> pipe{sm.sK, sm.sV, k + kv_head * p.Nk * D, v + kv_head * p.Nk * D, p.Nk, n_kv_tiles};
 
   if (n_kv_tiles > 0) {
     load_tile_async<Br, D, Sw128Blocks<Br>, Cfg::kThreads>(sm.sQ, q + (head * p.Nq + q_start) * D, D, p.Nq - q_start);

@@ -32,9 +32,9 @@
 // the compute threads 232 (ptxas: docs/09_tma_split_d.md). Cluster: 1 block
 // (tma-split-d+stage1) or 2 (+multicast).
 //
-// Supports: fp16, bf16; D = Dv = 512; any Nq, Nk >= 1; causal (bottom-right)
-// or not; writes O and LSE. Needs an sm_90 GPU, an sm_90a build and a driver
-// with cuTensorMapEncodeTiled (CUDA 12+).
+// Supports: fp16, bf16; D = Dv = 512; GQA/MQA (H a multiple of Hkv); any Nq,
+// Nk >= 1; causal (bottom-right) or not; writes O and LSE. Needs an sm_90 GPU,
+// an sm_90a build and cuTensorMapEncodeTiled (a CUDA 12+ driver).
 //
 // Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 512 --variant '*split-d*' --check --show-all
 // ============================================================================
@@ -135,6 +135,7 @@ tma_split_d_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_const
 
   const int m_block = gridDim.x - 1 - blockIdx.x;  // gridDim.x is a multiple of kCluster
   const int head = blockIdx.z * p.H + blockIdx.y;
+  const int kv_head = int(p.kv_head(head));  // K, V: the KV head it reads (GQA: shared by H / Hkv heads)
   const int q_start = m_block * Br;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   // NEW: a padding block (q_start >= Nq, when the row tiles do not pair up)
@@ -185,9 +186,10 @@ tma_split_d_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_const
         mbarrier_arrive_expect_tx(full, Cfg::kTileBytesQKV);  // the whole tile lands here, both halves
         for (int b = rank * kMyBoxes; b < (rank + 1) * kMyBoxes; ++b) {
           if constexpr (kCluster > 1)
-            tma_load_3d_multicast(slot + b * Bc * 64, map, full, b * 64, j * Bc, head, uint16_t((1 << kCluster) - 1));
+            tma_load_3d_multicast(slot + b * Bc * 64, map, full, b * 64, j * Bc, kv_head,
+                                  uint16_t((1 << kCluster) - 1));
           else
-            tma_load_3d(slot + b * Bc * 64, map, full, b * 64, j * Bc, head);
+            tma_load_3d(slot + b * Bc * 64, map, full, b * 64, j * Bc, kv_head);
         }
       };
       for (int j = 0; j < n_pair; ++j) {  // in the order the compute warps free the slots

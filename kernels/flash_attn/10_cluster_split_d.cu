@@ -32,9 +32,9 @@
 // (16 KiB per tile) reuses sRed[0], since a separate buffer would not fit.
 // Registers: 168 per thread at launch; setmaxnreg 40 (producer) / 232 (compute).
 //
-// Supports: fp16, bf16; D = Dv = 1024 only (512: rung 09); any Nq, Nk >= 1
-// (TMA zero-fills rows past the end); causal (bottom-right) or not; writes O
-// and LSE. Needs an sm_90 GPU, an sm_90a build and cuTensorMapEncodeTiled.
+// Supports: fp16, bf16; D = Dv = 1024 (512: rung 09); GQA/MQA (H a multiple of
+// Hkv); any Nq, Nk >= 1 (TMA zero-fills past the end); causal (bottom-right) or
+// not; writes O and LSE. Needs sm_90, an sm_90a build, cuTensorMapEncodeTiled.
 //
 // Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 1024 --variant 'cluster*' --check --show-all
 // ============================================================================
@@ -317,6 +317,7 @@ cluster_split_d_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_c
   // columns (read again where needed rather than held in a register).
   const int m_block = gridDim.x / kClusterBlocks - 1 - blockIdx.x / kClusterBlocks;  // longest (causal) first
   const int head = blockIdx.z * p.H + blockIdx.y;
+  const int kv_head = int(p.kv_head(head));  // K, V: the KV head it reads (GQA: shared by H / Hkv heads)
   const int q_start = m_block * Br;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int n_tiles = kv_tiles_for_query_tile(p, q_start, Br, Bc);  // the same in both blocks
@@ -351,17 +352,17 @@ cluster_split_d_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_c
       prefetch_tensor_map(&tma_k);
       prefetch_tensor_map(&tma_v);
       const int col0 = int(cluster_cta_rank()) * Cfg::kBlockCols;  // NEW: this block's first column of D
-      auto load_tile = [&](T* tile, const CUtensorMap* map, uint64_t* full, int row) {
+      auto load_tile = [&](T* tile, const CUtensorMap* map, uint64_t* full, int row, int plane) {
         mbarrier_arrive_expect_tx(full, Cfg::kTileBytesQKV);
         for (int b = 0; b < Cfg::kBoxesPerTile; ++b)
-          tma_load_3d(tile + b * Br * 64, map, full, col0 + b * 64, row, head);  // NEW: col0
+          tma_load_3d(tile + b * Br * 64, map, full, col0 + b * 64, row, plane);  // NEW: col0
       };
-      if (n_tiles > 0) load_tile(sm.sQ, &tma_q, q_full, q_start);
+      if (n_tiles > 0) load_tile(sm.sQ, &tma_q, q_full, q_start, head);
       for (int j = 0; j < n_tiles; ++j) {  // in the order the compute warps free the slots
         if (j > 0) mbarrier_wait(slots.k_empty(), (j - 1) & 1);
-        load_tile(sm.sK, &tma_k, slots.k_full(), j * Bc);
+        load_tile(sm.sK, &tma_k, slots.k_full(), j * Bc, kv_head);
         if (j > 0) mbarrier_wait(slots.v_empty(), (j - 1) & 1);
-        load_tile(sm.sV, &tma_v, slots.v_full(), j * Bc);
+        load_tile(sm.sV, &tma_v, slots.v_full(), j * Bc, kv_head);
       }
     } else if (kPush && warp == Cfg::kProducerWarp + 1 && lane == 0) {
       // push: the next warp's first thread relays "tile j's Σ read here" to the

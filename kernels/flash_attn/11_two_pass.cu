@@ -32,9 +32,9 @@
 // Registers: 168 at launch; setmaxnreg gives the producer 40, the compute 232.
 //
 // Supports: fp16, bf16; D a multiple of 64 up to 1024, Dv ∈ {256, 512, 768,
-// 1024}; any Nq, Nk >= 1; causal (bottom-right) or not; writes O and LSE. Needs
-// an sm_90 GPU, an sm_90a build, cuTensorMapEncodeTiled, and a workspace
-// (TwoPassLayout; capped at kWorkspaceCap, more row blocks run in rounds).
+// 1024}; GQA/MQA (H a multiple of Hkv); any Nq, Nk >= 1; causal (bottom-right)
+// or not; writes O and LSE. Needs sm_90, sm_90a code, cuTensorMapEncodeTiled
+// and a workspace (TwoPassLayout, at most kWorkspaceCap; more runs in rounds).
 //
 // Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 1024 --variant 'two-pass*' --check --show-all
 // ============================================================================
@@ -319,6 +319,7 @@ two_pass_scores_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_c
   const StageRing<Cfg> ring = make_ring<Cfg, Cfg::kStoreBytes>(smem_raw, ncta);
   T* sOut = reinterpret_cast<T*>(ring.base + Cfg::kStages * Cfg::kStageBytes);  // [2 warpgroups][64, 128]
   const RowBlock rb = row_block_of(w, blockIdx.x);
+  const int kv_head = int(p.kv_head(rb.head));  // K: the KV head it reads (GQA: shared by H / Hkv heads)
   const int n_tiles = kv_tiles_for_query_tile(p, rb.q_start, Br, Bc);
   // Tiles both blocks of the cluster walk (under a causal mask they may differ
   // by one): those K chunks are multicast, the longer block loads the rest alone.
@@ -340,11 +341,11 @@ two_pass_scores_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_c
           tma_load_3d(ring.a(it), &tma_q, ring.full(it), c * Bk, rb.q_start, int(rb.head));  // Q[128, 64]
           if (t < shared_tiles) {  // K[256, 64]: this block's 128 keys, to both blocks
             tma_load_3d_multicast(ring.b(it) + rank * Cfg::kKHalfBytes, &tma_k, ring.full(it), c * Bk,
-                                  t * Bc + rank * Cfg::kKHalfRows, int(rb.head), uint16_t((1u << ncta) - 1));
+                                  t * Bc + rank * Cfg::kKHalfRows, kv_head, uint16_t((1u << ncta) - 1));
           } else {  // K[256, 64]: both halves, to this block only
             for (int h = 0; h < Cfg::kScoresCluster; ++h)
               tma_load_3d(ring.b(it) + h * Cfg::kKHalfBytes, &tma_k, ring.full(it), c * Bk,
-                          t * Bc + h * Cfg::kKHalfRows, int(rb.head));
+                          t * Bc + h * Cfg::kKHalfRows, kv_head);
           }
         }
     }
@@ -553,6 +554,7 @@ two_pass_output_kernel(const __grid_constant__ CUtensorMap tma_p, const __grid_c
   griddep_wait();
   const int dv_blocks = p.Dv / Bv;
   const RowBlock rb = row_block_of(w, blockIdx.x / dv_blocks);  // the dv_blocks blocks of a row block are neighbours
+  const int kv_head = int(p.kv_head(rb.head));                    // V: the KV head it reads
   const int dv0 = (blockIdx.x % dv_blocks) * Bv;
   const int n_chunks = kv_tiles_for_query_tile(p, rb.q_start, Br, Bk);  // pass 1 wrote ceil(.. / 256) tiles: enough
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -566,7 +568,7 @@ two_pass_output_kernel(const __grid_constant__ CUtensorMap tma_p, const __grid_c
         ring.acquire(c);
         tma_load_3d(ring.a(c), &tma_p, ring.full(c), c * Bk, int(rb.slot * Br), 0);  // P̃[128, 64]
         for (int b = 0; b < Cfg::kVBoxes; ++b)                                       // V[64, 256]
-          tma_load_3d(ring.b(c) + b * Bk * 128, &tma_v, ring.full(c), dv0 + b * 64, c * Bk, int(rb.head));
+          tma_load_3d(ring.b(c) + b * Bk * 128, &tma_v, ring.full(c), dv0 + b * 64, c * Bk, kv_head);
       }
     }
     __syncwarp();
@@ -638,6 +640,7 @@ std::string unsupported(const AttnProblem& p, int smem_bytes) {
   if (!hopper.empty()) return hopper;
   if (p.D % 64 != 0 || p.D > 1024) return "head dim " + std::to_string(p.D) + " is not a multiple of 64 up to 1024";
   if (p.Dv % 256 != 0 || p.Dv > 1024) return "Dv " + std::to_string(p.Dv) + " not in {256, 512, 768, 1024}";
+  if (std::string why = kv_heads_unsupported(p); !why.empty()) return why;
   return smem_unsupported(size_t(smem_bytes));
 }
 
@@ -686,9 +689,10 @@ cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stre
     // P̃ of a round is one [slots·128, nk_pad] matrix: stored (pass 1) in boxes
     // of 64 rows, one warpgroup's, and loaded (pass 2) in boxes of 128.
     CUtensorMap map_q, map_k, map_v, map_p_store, map_p;
+    const int64_t kv_heads = int64_t(p.B) * p.kv_heads();
     if (!encode_head_tiles<Cfg::kBr>(&map_q, b.q, p.dtype, p.heads(), p.Nq, p.D) ||
-        !encode_head_tiles<Cfg::kKHalfRows>(&map_k, b.k, p.dtype, p.heads(), p.Nk, p.D) ||
-        !encode_head_tiles<Cfg::kBk>(&map_v, b.v, p.dtype, p.heads(), p.Nk, p.Dv) ||
+        !encode_head_tiles<Cfg::kKHalfRows>(&map_k, b.k, p.dtype, kv_heads, p.Nk, p.D) ||
+        !encode_head_tiles<Cfg::kBk>(&map_v, b.v, p.dtype, kv_heads, p.Nk, p.Dv) ||
         !encode_head_tiles<64>(&map_p_store, b.workspace, p.dtype, 1, int(slots * Cfg::kBr), L.nk_pad) ||
         !encode_head_tiles<Cfg::kBr>(&map_p, b.workspace, p.dtype, 1, int(slots * Cfg::kBr), L.nk_pad))
       return cudaErrorInvalidValue;
@@ -724,7 +728,8 @@ Variant make_variant() {
            "per 128 x 256 tile; stages=" +
            std::to_string(kStages) + "; Br=" + std::to_string(Cfg::kBr) + " Bc=" + std::to_string(Cfg::kBcScores) +
            " warps=" + std::to_string(Cfg::kWarps) + " smem=" + std::to_string(Cfg::kSmemBytes) +
-           "B; D multiple of 64 up to 1024, Dv in {256, 512, 768, 1024}; fp16/bf16; causal or not; any Nq, Nk";
+           "B; D multiple of 64 up to 1024, Dv in {256, 512, 768, 1024}; fp16/bf16; causal or not; GQA/MQA; "
+           "any Nq, Nk";
   };
   return v;
 }

@@ -21,8 +21,8 @@ struct KVRing {
   static constexpr int kSlotElems = Bc * kStride;  // one [Bc, D + pad] tile
 
   T* base;       // [kSlots][Bc, kStride] in shared memory
-  const T* K;    // [Nk, D] of this head
-  const T* V;    // [Nk, D] of this head
+  const T* K;    // [Nk, D] of the KV head this block reads
+  const T* V;    // [Nk, D] of the KV head this block reads
   int Nk;
   int n_items;   // 2 · (number of KV tiles)
 

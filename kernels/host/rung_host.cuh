@@ -62,12 +62,20 @@ inline std::string smem_unsupported(size_t smem_bytes) {
   return "";
 }
 
+// "" when the problem's KV heads are a valid grouping of its query heads
+// (GQA/MQA: H a multiple of Hkv, which every rung takes), else the reason.
+inline std::string kv_heads_unsupported(const AttnProblem& p) {
+  if (p.kv_heads() < 1 || p.H % p.kv_heads() != 0) return "H must be a multiple of Hkv";
+  return "";
+}
+
 // The reasons every rung shares for not running a problem ("" = runs).
 inline std::string common_unsupported(const AttnProblem& p, bool head_dim_ok, const std::string& head_dims,
                                       size_t smem_bytes) {
   if (p.Dv != p.D) return "needs Dv == D";
   if (!head_dim_ok) return "head dim " + std::to_string(p.D) + " not in " + head_dims;
   if (p.H > 65535 || p.B > 65535) return "B and H must be <= 65535 (grid limits)";
+  if (std::string why = kv_heads_unsupported(p); !why.empty()) return why;
   return smem_unsupported(smem_bytes);
 }
 
@@ -182,7 +190,7 @@ std::string rung_describe() {
       s += "; D=" + std::to_string(D) + ": Br=" + std::to_string(Cfg::kBr) + " Bc=" + std::to_string(Cfg::kBc) +
            " warps=" + std::to_string(Cfg::kWarps) + " smem=" + std::to_string(Cfg::kSmemBytes) + "B";
     });
-  return s + "; fp16/bf16; causal or not; any Nq, Nk";
+  return s + "; fp16/bf16; causal or not; GQA/MQA; any Nq, Nk";
 }
 
 }  // namespace attnlab
@@ -222,7 +230,7 @@ std::string bucket_describe() {
            " warps=" + std::to_string(Cfg::kWarpsM) + "x" + std::to_string(Cfg::kWarpsD) +
            " slice=" + std::to_string(Cfg::kSliceCols) + " smem=" + std::to_string(Cfg::kSmemBytes) + "B";
     });
-  return s + "; fp16/bf16; causal or not; any Nq, Nk";
+  return s + "; fp16/bf16; causal or not; GQA/MQA; any Nq, Nk";
 }
 
 }  // namespace attnlab
