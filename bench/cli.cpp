@@ -85,6 +85,8 @@ std::string usage() {
 usage: flash_attn_mma [options]      (--flag V or --flag=V; each option once)
   --B N             batch size (default 1)
   --H N             heads (default 8)
+  --Hkv N           KV heads, H a multiple of N: GQA (MQA with 1); query head h
+                    reads KV head h / (H / N) (default: --H; both modes)
   --N N             sequence length of queries and keys (default 4096)
   --Nq N, --Nk N    query / key lengths when they differ (override --N; --N
                     with both of them is an error)
@@ -119,7 +121,6 @@ usage: flash_attn_mma [options]      (--flag V or --flag=V; each option once)
 dynamic-mask attention (flash-dmattn semantics). Any option of this section
 selects it, even at its default value; --variant, --show-all, --reference,
 --sweep and --Dv != --D are then errors:
-  --Hkv N           KV heads, H a multiple of N (GQA/MQA; default: --H)
   --mask M          none | causal | ones (an all-ones mask) | topk (per query,
                     the --window keys of largest bias, smoothed per --block keys)
   --window W        keys kept per query by --mask topk (default 1024; needs
@@ -195,9 +196,9 @@ ParseResult parse_args(const std::vector<std::string>& args) {
   std::set<std::string> given;  // every option seen, by its canonical name
   // The options of the dynamic-mask mode: any of them selects it.
   static const std::set<std::string> dynamic_mask_options = {
-      "--Hkv", "--mask", "--window", "--block", "--bias", "--softcap", "--bwd", "--deterministic",
-      "--bwd-walk-in-order", "--bwd-own-prepass", "--mask-bits", "--bwd-chunks", "--splits", "--dma-core",
-      "--dma-mask-scan", "--dma-prepass-chunks"};
+      "--mask", "--window", "--block", "--bias", "--softcap", "--bwd", "--deterministic", "--bwd-walk-in-order",
+      "--bwd-own-prepass", "--mask-bits", "--bwd-chunks", "--splits", "--dma-core", "--dma-mask-scan",
+      "--dma-prepass-chunks"};
   for (size_t i = 0; i < args.size(); ++i) {
     std::string flag = args[i], value;
     bool has_inline_value = false;
@@ -366,6 +367,7 @@ AttnProblem to_problem(const Options& o) {
   AttnProblem p;
   p.B = o.B;
   p.H = o.H;
+  p.Hkv = o.Hkv;
   p.Nq = o.Nq;
   p.Nk = o.Nk;
   p.D = o.D;

@@ -27,8 +27,8 @@ struct Options {
   std::vector<int> sweep_N = {1024, 2048, 4096, 8192, 16384, 32768};
   std::vector<int> sweep_D = {32, 64, 128, 256, 512, 1024};
   std::vector<int> sweep_causal = {0, 1};
+  int Hkv = 0;  // KV heads (0: = H); GQA/MQA in both modes
   // Dynamic-mask attention (kernels/dmattn/): any of these options selects it.
-  int Hkv = 0;                // KV heads (0: = H)
   std::string mask;           // "" (dense harness) | none | causal | topk | ones
   int window = 1024;          // --mask topk: keys kept per query
   int block = 64;             // --mask topk: majority-vote smoothing per key block (0: off)
@@ -46,7 +46,7 @@ struct Options {
   bool mask_bits = false;        // also rows on the mask bit-packed (--mask-bits)
   bool dynamic_mask_option = false;  // one of the dynamic-mask options was given (even at its default)
   bool dynamic_mask() const {
-    return dynamic_mask_option || !mask.empty() || Hkv > 0 || bias || softcap > 0.f || bwd || deterministic ||
+    return dynamic_mask_option || !mask.empty() || bias || softcap > 0.f || bwd || deterministic ||
            dma_core != "auto" || dma_mask_scan != "auto" || dma_prepass_chunks != 0 || splits != 0 || mask_bits;
   }
   bool list = false;

@@ -3,8 +3,8 @@
 //   dmattn                       ours (kernels/dmattn/dmattn_fwd.cu)
 //   dmattn (mask summary given)  ours, the mask's tile summary built beforehand
 //   dmattn (bit-packed mask)     ours on the same mask as bits (--mask-bits)
-//   split-q+stage2 (dense)       rung 02 on the same Q, K, V without mask or bias
-//                                (only when Hkv == H): what skipping costs or saves
+//   split-q+stage2 (dense)       rung 02 on the same Q, K, V (GQA too) without mask
+//                                or bias: what skipping costs or saves
 //   sdpa(...)+mask, torch(unfused)+mask   with --sdpa / --torch: torch given
 //                                the same mask as one additive float mask
 //   dmattn bwd ..., ... bwd      with --bwd: the same rows for the backward
@@ -438,12 +438,11 @@ RunError bit_packed_row(DmaRun& run) {
 
 // ==== the peers =======================================================================
 
-// "split-q+stage2 (dense)": rung 02 on the same Q, K, V without mask or bias
-// (only when Hkv == H, the rungs having no GQA), timed only.
+// "split-q+stage2 (dense)": rung 02 on the same Q, K, V (and KV heads)
+// without mask or bias, timed only.
 RunError dense_rung_row(DmaRun& run) {
   const DynamicMaskProblem& p = run.p;
   const cudaStream_t stream = run.stream;
-  if (p.Hkv != p.H) return {};
   DmaRow dense;
   dense.name = "split-q+stage2 (dense)";
   const Variant* rung = nullptr;

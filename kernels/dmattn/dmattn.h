@@ -83,12 +83,13 @@ struct DynamicMaskProblem {
     return static_cast<const uint8_t*>(mask.data)[at + j] != 0;
   }
 
-  // The same problem as a dense AttnProblem (H query heads), for the shared
-  // masking helpers and the FLOP count's causal part.
+  // The same problem as a dense AttnProblem (H query heads, Hkv KV heads), for
+  // the shared masking helpers, the FLOP count's causal part and the dense rung.
   ATTNLAB_HOST_DEVICE AttnProblem dense() const {
     AttnProblem p;
     p.B = B;
     p.H = H;
+    p.Hkv = Hkv;
     p.Nq = Nq;
     p.Nk = Nk;
     p.D = D;

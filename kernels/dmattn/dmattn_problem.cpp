@@ -24,11 +24,10 @@ std::string BroadcastOperand::shape_string(int Nk) const {
          ")";
 }
 
-// "B=1, H=8, N=8192, D=64, fp16, causal, Hkv=2, mask (1, 8, 1, 8192), bias (1, 2, 8192, 8192), softcap 30":
-// the dense problem's string, then what is present (Hkv only when it differs from H).
+// "B=1, H=8, Hkv=2, N=8192, D=64, fp16, causal, mask (1, 8, 1, 8192), bias (1, 2, 8192, 8192), softcap 30":
+// the dense problem's string (Hkv only when it differs from H), then what is present.
 std::string DynamicMaskProblem::shape_string() const {
   std::string s = dense().shape_string();
-  if (Hkv != H) s += ", Hkv=" + std::to_string(Hkv);
   if (mask.data) s += ", mask " + mask.shape_string(Nk) + (mask_format == DmaMaskFormat::kBits ? " bits" : "");
   if (bias.data) s += ", bias " + bias.shape_string(Nk);
   if (softcap > 0.f) {

@@ -106,6 +106,29 @@ TEST_CASE(cli_peers_reference_and_sweep) {
   EXPECT_CONTAINS(parse({"--sweep", "--sweep-causal", "2"}).error, "--sweep-causal must be between 0 and 1");
 }
 
+TEST_CASE(cli_hkv_is_a_dense_option) {
+  // --Hkv alone: the dense ladder with GQA; the problem carries the KV heads.
+  const ParseResult r = parse({"--H", "8", "--Hkv", "2", "--N", "100"});
+  EXPECT_TRUE(r.ok());
+  EXPECT_TRUE(!r.options.dynamic_mask());
+  const AttnProblem p = to_problem(r.options);
+  EXPECT_EQ(p.kv_heads(), 2);
+  EXPECT_TRUE(p.gqa());
+  EXPECT_EQ(p.kv_head(7), int64_t(1));
+  EXPECT_TRUE(!to_problem(parse({"--H", "8"}).options).gqa());  // default: Hkv = H
+  EXPECT_TRUE(parse({"--H", "8", "--Hkv", "1", "--sweep", "--check"}).ok());  // MQA over the sweep's grid
+  EXPECT_TRUE(parse({"--H", "4", "--Hkv", "2", "--variant", "split-q*", "--show-all"}).ok());
+  // The other dynamic-mask options still select that mode, where --Hkv keeps its meaning.
+  EXPECT_TRUE(parse({"--H", "8", "--Hkv", "2", "--bias"}).options.dynamic_mask());
+  EXPECT_EQ(parse({"--H", "8", "--Hkv", "2", "--bias"}).options.Hkv, 2);
+  // H % Hkv is checked in both modes.
+  EXPECT_CONTAINS(parse({"--H", "8", "--Hkv", "3"}).error, "--H must be a multiple of --Hkv");
+  EXPECT_CONTAINS(parse({"--H", "8", "--Hkv", "3", "--bias"}).error, "--H must be a multiple of --Hkv");
+  EXPECT_CONTAINS(parse({"--H", "2", "--Hkv", "4"}).error, "--H must be a multiple of --Hkv");
+  EXPECT_CONTAINS(parse({"--Hkv", "0"}).error, "--Hkv must be between 1 and 65535");
+  EXPECT_CONTAINS(usage(), "--Hkv N");
+}
+
 TEST_CASE(glob_matching) {
   EXPECT_TRUE(glob_match("*", "split-q+stage2"));
   EXPECT_TRUE(glob_match("split-q*", "split-q+stage1"));
