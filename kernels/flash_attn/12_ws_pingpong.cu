@@ -14,25 +14,26 @@
 //        right after, so while one does its softmax the other's MMAs keep the
 //        tensor cores busy. A named barrier per warpgroup carries the turn
 //        (FlashAttention-3, §3.1). A ready warpgroup may wait for its turn;
-//   NEW (tile order): causal work goes longest tile first (tile_order.cuh).
+//   NEW (tile order): causal work goes longest tile first (tile_order.cuh);
+//   +persistent (A/B): one block per SM walks its share of the tiles, loading
+//        the next tile's Q and K under this one's epilogue.
 // TMA, mbarrier parity waits, setmaxnreg, named barriers: docs/hopper_primer.md.
 //
 // Per block: Br = 64 x W compute warpgroups + 1 producer; sQ [Br, D] once, sK
-// [kStages][Bc, D], sV [kStages][Bc, Dv] (Sw128Blocks); 1 + 4·kStages mbarriers.
+// [kStages][Bc, D], sV [kStages][Bc, Dv] (Sw128Blocks); 2 + 4·kStages mbarriers.
 // Tiles (WsTile below, checked by static_assert): FlashAttention-3's per head
 // dim (hopper/tile_size.h), 3 warpgroups at D = 64; ping-pong where FA3 uses it
 // and it measures faster (not at D = 256, where MMAs outweigh the softmax):
 //   D / Dv     Br   Bc  warpgroups  stages  ping-pong  smem (+1024 alignment slack)
-//   64        192  128   3 + 1       2       yes        90184
-//   128       128  176   2 + 1       2       yes       213064
-//   256       128   80   2 + 1       2       no        229448
-//   192 / 128 128  128   2 + 1       2       yes       213064
-//   128 / 64  128  128   2 + 1       2       yes       131144
-// Registers (setmaxnreg): producer / compute 40 / 232 (2 + 1), 32 / 160 (3 + 1).
+//   64        192  128   3 + 1       2       yes        90192
+//   128       128  176   2 + 1       2       yes       213072
+//   256       128   80   2 + 1       2       no        229456
+//   192 / 128 128  128   2 + 1       2       yes       213072
+//   128 / 64  128  128   2 + 1       2       yes       131152
+// Registers (setmaxnreg): producer / compute 40 / 232 (2 + 1), 56 / 152 (3 + 1).
 //
-// Supports: fp16, bf16; the (D, Dv) above; GQA/MQA (H a multiple of Hkv); any
-// Nq, Nk >= 1; causal (bottom-right) or not; writes O and LSE. Needs sm_90 and
-// an sm_90a build with cuTensorMapEncodeTiled; elsewhere its rows say why.
+// Supports: fp16, bf16; the (D, Dv) above; GQA/MQA; any Nq, Nk >= 1; causal
+// (bottom-right) or not; O and LSE. Needs sm_90, sm_90a, cuTensorMapEncodeTiled.
 //
 // Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 128 --variant 'ws*,wgmma+stage2+overlap' --show-all
 // ============================================================================
@@ -40,7 +41,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <climits>
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -73,7 +74,8 @@ template <> struct WsTile<192, 128> { static constexpr int kBc = 128, kWarpgroup
 template <> struct WsTile<128, 64>  { static constexpr int kBc = 128, kWarpgroups = 2; static constexpr bool kPingpong = true; };
 
 // The producer/compute register split for W compute warpgroups: 40 / 232 for
-// two (rung 09's), 32 / 160 for three (FlashAttention-3's).
+// two (rung 09's); 56 / 152 for three (FlashAttention-3 gives 32 / 160, but
+// this producer's loop over a persistent block's tiles spills under 32).
 template <int kWarpgroups>
 using WsWarps = ProducerWarpgroupSplit<kWarpgroups, kWarpgroups == 2 ? 40 : 32, kWarpgroups == 2 ? 232 : 160>;
 
@@ -92,7 +94,7 @@ struct WsConfig : WsWarps<kWarpgroups_> {  // W compute warpgroups + 1 producer 
   static constexpr int kVBytes = 2 * kVElems;
   static constexpr int kBoxesQK = kHeadDim / 64;   // TMA boxes of 64 columns per Q or K tile
   static constexpr int kBoxesV = kHeadDimV / 64;
-  static constexpr int kBarriers = 1 + 4 * kStages;
+  static constexpr int kBarriers = 2 + 4 * kStages;
   static constexpr int kTileBytes = 2 * (kQElems + kStages * (kKElems + kVElems));
   static constexpr int kSmemBytes = kTileBytes + 8 * kBarriers + 1024;  // + slack to align the tiles to 1024
   static constexpr int kTilesS = kBc / 8;
@@ -124,11 +126,11 @@ template <int D, int Dv, int kBr, int kBc, int kThreads, bool kPingpong, int kSm
 constexpr bool kTableRow = Config<D, Dv>::kBr == kBr && Config<D, Dv>::kBc == kBc &&
                            Config<D, Dv>::kThreads == kThreads && WsTile<D, Dv>::kPingpong == kPingpong &&
                            Config<D, Dv>::kSmemBytes - 1024 == kSmem;
-static_assert(kTableRow<64, 64, 192, 128, 512, true, 90184>, "header: D=64");
-static_assert(kTableRow<128, 128, 128, 176, 384, true, 213064>, "header: D=128");
-static_assert(kTableRow<256, 256, 128, 80, 384, false, 229448>, "header: D=256");
-static_assert(kTableRow<192, 128, 128, 128, 384, true, 213064>, "header: D=192, Dv=128");
-static_assert(kTableRow<128, 64, 128, 128, 384, true, 131144>, "header: D=128, Dv=64");
+static_assert(kTableRow<64, 64, 192, 128, 512, true, 90192>, "header: D=64");
+static_assert(kTableRow<128, 128, 128, 176, 384, true, 213072>, "header: D=128");
+static_assert(kTableRow<256, 256, 128, 80, 384, false, 229456>, "header: D=256");
+static_assert(kTableRow<192, 128, 128, 128, 384, true, 213072>, "header: D=192, Dv=128");
+static_assert(kTableRow<128, 64, 128, 128, 384, true, 131152>, "header: D=128, Dv=64");
 static_assert(WsWarps<2>::kLaunchRegs == 168 && WsWarps<2>::kProducerRegs == 40 && WsWarps<2>::kComputeRegs == 232,
               "header: 168 registers at launch, 40 / 232 after setmaxnreg");
 static_assert(WsWarps<3>::kProducerRegs == 32 && WsWarps<3>::kComputeRegs == 160, "header: 32 / 160 for 3 + 1");
@@ -140,13 +142,7 @@ ws_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUt
           const AttnProblem p, const TileOrder order) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int D = Cfg::kHeadDim, Dv = Cfg::kHeadDimV, Br = Cfg::kBr, Bc = Cfg::kBc, kStages = Cfg::kStages;
-
-  int m_block, head;  // NEW (tile order): this block's query tile and (query) head
-  order.item(blockIdx.x, m_block, head);
-  const int kv_head = int(p.kv_head(head));  // the K and V this head reads (GQA: shared)
-  const int q_start = m_block * Br;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int n_tiles = kv_tiles_for_query_tile(p, q_start, Br, Bc);  // the same for every warpgroup
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
@@ -154,13 +150,15 @@ ws_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUt
   T* sK = sQ + Cfg::kQElems;               // kStages K slots [Bc, D]
   T* sV = sK + kStages * Cfg::kKElems;     // kStages V slots [Bc, Dv]
   uint64_t* q_full = reinterpret_cast<uint64_t*>(sV + kStages * Cfg::kVElems);
-  uint64_t* k_full = q_full + 1;  // [kStages] each
+  uint64_t* q_empty = q_full + 1;  // NEW (persistent): sQ free for the block's next tile
+  uint64_t* k_full = q_full + 2;   // [kStages] each
   uint64_t* k_empty = k_full + kStages;
   uint64_t* v_full = k_empty + kStages;
   uint64_t* v_empty = v_full + kStages;
 
   if (threadIdx.x == 0) {
     mbarrier_init(q_full, 1);  // full: the producer's arrive_expect_tx, then the bytes
+    mbarrier_init(q_empty, Cfg::kComputeWarps);
     for (int s = 0; s < kStages; ++s) {
       mbarrier_init(&k_full[s], 1);
       mbarrier_init(&v_full[s], 1);
@@ -171,33 +169,60 @@ ws_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUt
   }
   __syncthreads();  // no copy may signal a barrier before it is initialised
 
+  // A block computes the work items order.next(...) gives it: one (the grid has
+  // one block per item), or, on a persistent grid, one per round. Producer and
+  // compute warps walk the same items, and count the same K/V tiles (kv_count,
+  // the ring's position) and Q tiles (q_count) to find slots and phases.
+  struct Work {
+    int head, kv_head, q_start, n_tiles;
+  };
+  auto work = [&](int linear) {
+    Work w;
+    int m_block;
+    order.item(linear, m_block, w.head);
+    w.kv_head = w.head / (p.H / p.kv_heads());  // p.kv_head(head) in 32 bits: the K and V it reads (GQA: shared)
+    w.q_start = m_block * Br;
+    w.n_tiles = kv_tiles_for_query_tile(p, w.q_start, Br, Bc);
+    return w;
+  };
+
   if (warp >= Cfg::kProducerWarp) {
     // ---- the producer: one thread issues every copy of the block -----------------
     warpgroup_reg_dealloc<Cfg::kProducerRegs>();
-    if (warp == Cfg::kProducerWarp && lane == 0 && n_tiles > 0) {
+    if (warp == Cfg::kProducerWarp && lane == 0) {
       prefetch_tensor_map(&tma_q);
       prefetch_tensor_map(&tma_k);
       prefetch_tensor_map(&tma_v);
-      mbarrier_arrive_expect_tx(q_full, 2 * Cfg::kQElems);
-      for (int b = 0; b < Cfg::kBoxesQK; ++b)
-        tma_load_3d(sQ + b * Br * 64, &tma_q, q_full, b * 64, q_start, head);
-      // Tile j goes to slot j % kStages once the compute warps have released
-      // tile j - kStages from it (phase (j / kStages - 1) of its empty barrier).
-      auto load = [&](T* ring, int elems, int boxes, const CUtensorMap* map, uint64_t* full, uint64_t* empty,
-                      int j) {
-        const int slot = j % kStages;
-        if (j >= kStages) mbarrier_wait(&empty[slot], (j / kStages - 1) & 1);
-        mbarrier_arrive_expect_tx(&full[slot], 2 * elems);
-        for (int b = 0; b < boxes; ++b)
-          tma_load_3d(ring + slot * elems + b * Bc * 64, map, &full[slot], b * 64, j * Bc, kv_head);
-      };
-      auto load_k = [&](int j) { load(sK, Cfg::kKElems, Cfg::kBoxesQK, &tma_k, k_full, k_empty, j); };
-      auto load_v = [&](int j) { load(sV, Cfg::kVElems, Cfg::kBoxesV, &tma_v, v_full, v_empty, j); };
-      // The order the compute warps use them in: K one tile ahead of V.
-      load_k(0);
-      for (int j = 0; j < n_tiles; ++j) {
-        if (j + 1 < n_tiles) load_k(j + 1);
-        load_v(j);
+      int kv_count = 0, q_count = 0;
+      for (int round = 0, linear; (linear = order.next(blockIdx.x, gridDim.x, round)) >= 0; ++round) {
+        const Work w = work(linear);
+        if (w.n_tiles == 0) continue;
+        if (q_count > 0) mbarrier_wait(q_empty, (q_count - 1) & 1);  // the last tile's Q·Kᵀ are done
+        mbarrier_arrive_expect_tx(q_full, 2 * Cfg::kQElems);
+        for (int b = 0; b < Cfg::kBoxesQK; ++b)
+          tma_load_3d(sQ + b * Br * 64, &tma_q, q_full, b * 64, w.q_start, w.head);
+        ++q_count;
+        // Tile j is the ring's tile g = kv_count + j: slot g % kStages, once the
+        // compute warps have released tile g - kStages from it (phase
+        // (g / kStages - 1) of its empty barrier).
+        auto load = [&](T* ring, int elems, int boxes, const CUtensorMap* map, uint64_t* full, uint64_t* empty,
+                        int j) {
+          const int g = kv_count + j, slot = g % kStages;
+          if (g >= kStages) mbarrier_wait(&empty[slot], (g / kStages - 1) & 1);
+          mbarrier_arrive_expect_tx(&full[slot], 2 * elems);
+          for (int b = 0; b < boxes; ++b)
+            tma_load_3d(ring + slot * elems + b * Bc * 64, map, &full[slot], b * 64, j * Bc, w.kv_head);
+        };
+        auto load_k = [&](int j) { load(sK, Cfg::kKElems, Cfg::kBoxesQK, &tma_k, k_full, k_empty, j); };
+        auto load_v = [&](int j) { load(sV, Cfg::kVElems, Cfg::kBoxesV, &tma_v, v_full, v_empty, j); };
+        // The order the compute warps use them in: K one tile ahead of V.
+        load_k(0);
+#pragma unroll 1  // rolled: the producer has 32 registers with three compute warpgroups
+        for (int j = 0; j < w.n_tiles; ++j) {
+          if (j + 1 < w.n_tiles) load_k(j + 1);
+          load_v(j);
+        }
+        kv_count += w.n_tiles;
       }
     }
     __syncwarp();
@@ -207,92 +232,105 @@ ws_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUt
   // ---- the W compute warpgroups -----------------------------------------------------
   warpgroup_reg_alloc<Cfg::kComputeRegs>();
   const int warpgroup = threadIdx.x / 128;
-  const int row0 = q_start + warpgroup * 64 + (warp % 4) * 16 + lane / 4;  // row of c0, c1
   const T* sQ_wg = sQ + warpgroup * 64 * 64;  // this warpgroup's 64 rows of every 64-column block
   const float scale_log2 = p.scale * kLog2e;
-
-  // NEW (+pingpong): the turn. Warpgroup w waits on barrier kTurnBarrier + w,
-  // issues its MMAs, and arrives on the next one's (w + 1, round the W
-  // warpgroups). The last warpgroup pre-arrives once so that warpgroup 0 goes
-  // first, and skips its arrival after the last tile, so that every barrier
-  // phase that is started also completes.
   constexpr int W = Cfg::kComputeWarpgroups;
-  auto take_turn = [&] {
-    if constexpr (kPingpong) named_barrier_sync(Cfg::kTurnBarrier + warpgroup, Cfg::kTurnThreads);
-  };
-  auto pass_turn = [&](int j) {
-    if constexpr (kPingpong)
-      if (warpgroup < W - 1 || j + 1 < n_tiles)
-        named_barrier_arrive(Cfg::kTurnBarrier + (warpgroup + 1) % W, Cfg::kTurnThreads);
-  };
-  // One arrival per warp, after the warp's own wgmma_wait: the slot is free
-  // once all kComputeWarps warps have finished reading it.
-  auto release = [&](uint64_t* empty, int j) {
-    if (lane == 0) mbarrier_arrive(&empty[j % kStages]);
-  };
-  auto wait_full = [&](uint64_t* full, int j) { mbarrier_wait(&full[j % kStages], (j / kStages) & 1); };
 
-  // Rung 07's tile MMAs (common/wgmma.cuh), on slot j % kStages.
-  auto issue_qk = [&](float (&S)[Cfg::kTilesS][4], int j) {
-    wgmma_qk_tile<T, D, Br, Bc>(S, sQ_wg, sK + (j % kStages) * Cfg::kKElems);
-    wgmma_commit();
-  };
-  float O[Cfg::kTilesO][4] = {};
-  auto issue_pv = [&](const uint32_t (&P)[Cfg::kTilesS / 2][4], int j) {
-    wgmma_pv_tile<T, Dv, Bc>(O, P, sV + (j % kStages) * Cfg::kVElems);
-    wgmma_commit();
-  };
+  int kv_count = 0, q_count = 0;
+  for (int round = 0, linear; (linear = order.next(blockIdx.x, gridDim.x, round)) >= 0; ++round) {
+    const Work w = work(linear);
+    const int n_tiles = w.n_tiles;  // the same for every warpgroup
+    const int row0 = w.q_start + warpgroup * 64 + (warp % 4) * 16 + lane / 4;  // row of c0, c1
 
-  RowStats stats;
-  uint32_t P[Cfg::kTilesS / 2][4];  // P_{j-1}, the A operand of the next P·V
-  if (n_tiles > 0) {
-    if (kPingpong && warpgroup == W - 1) named_barrier_arrive(Cfg::kTurnBarrier, Cfg::kTurnThreads);
-    mbarrier_wait(q_full, 0);
-    wait_full(k_full, 0);
-    float S[Cfg::kTilesS][4];
-    take_turn();
-    wgmma_fence();
-    issue_qk(S, 0);
-    pass_turn(0);
-    wgmma_wait<0>();
-    fence_accumulators(S);
-    release(k_empty, 0);
-    mask_scores(S, p, 0, q_start, row0, row0 + 8, lane % 4);
-    float alpha[2];
-    online_softmax_scores(S, stats, scale_log2, alpha);  // O is still zero: no rescale
-    pack_p_fragments<T>(P, S);
+    // NEW (+pingpong): the turn. Warpgroup w waits on barrier kTurnBarrier + w,
+    // issues its MMAs, and arrives on the next one's (w + 1, round the W
+    // warpgroups). The last warpgroup pre-arrives once so that warpgroup 0 goes
+    // first, and skips its arrival after the last tile, so that every barrier
+    // phase that is started also completes, tile by tile.
+    auto take_turn = [&] {
+      if constexpr (kPingpong) named_barrier_sync(Cfg::kTurnBarrier + warpgroup, Cfg::kTurnThreads);
+    };
+    auto pass_turn = [&](int j) {
+      if constexpr (kPingpong)
+        if (warpgroup < W - 1 || j + 1 < n_tiles)
+          named_barrier_arrive(Cfg::kTurnBarrier + (warpgroup + 1) % W, Cfg::kTurnThreads);
+    };
+    // One arrival per warp, after the warp's own wgmma_wait: the slot is free
+    // once all kComputeWarps warps have finished reading it.
+    auto release = [&](uint64_t* empty, int j) {
+      if (lane == 0) mbarrier_arrive(&empty[(kv_count + j) % kStages]);
+    };
+    auto wait_full = [&](uint64_t* full, int j) {
+      const int g = kv_count + j;
+      mbarrier_wait(&full[g % kStages], (g / kStages) & 1);
+    };
+
+    // Rung 07's tile MMAs (common/wgmma.cuh), on the ring's slot of tile j.
+    auto issue_qk = [&](float (&S)[Cfg::kTilesS][4], int j) {
+      wgmma_qk_tile<T, D, Br, Bc>(S, sQ_wg, sK + ((kv_count + j) % kStages) * Cfg::kKElems);
+      wgmma_commit();
+    };
+    float O[Cfg::kTilesO][4] = {};
+    auto issue_pv = [&](const uint32_t (&P)[Cfg::kTilesS / 2][4], int j) {
+      wgmma_pv_tile<T, Dv, Bc>(O, P, sV + ((kv_count + j) % kStages) * Cfg::kVElems);
+      wgmma_commit();
+    };
+
+    RowStats stats;
+    uint32_t P[Cfg::kTilesS / 2][4];  // P_{j-1}, the A operand of the next P·V
+    if (n_tiles > 0) {
+      if (kPingpong && warpgroup == W - 1) named_barrier_arrive(Cfg::kTurnBarrier, Cfg::kTurnThreads);
+      mbarrier_wait(q_full, q_count & 1);
+      wait_full(k_full, 0);
+      float S[Cfg::kTilesS][4];
+      take_turn();
+      wgmma_fence();
+      issue_qk(S, 0);
+      pass_turn(0);
+      wgmma_wait<0>();
+      fence_accumulators(S);
+      release(k_empty, 0);
+      mask_scores(S, p, 0, w.q_start, row0, row0 + 8, lane % 4);
+      float alpha[2];
+      online_softmax_scores(S, stats, scale_log2, alpha);  // O is still zero: no rescale
+      pack_p_fragments<T>(P, S);
+    }
+
+    for (int j = 1; j < n_tiles; ++j) {
+      wait_full(k_full, j);
+      wait_full(v_full, j - 1);  // both before the turn: a warpgroup never holds it waiting on a copy
+      float S[Cfg::kTilesS][4];
+      take_turn();
+      wgmma_fence();
+      issue_qk(S, j);
+      issue_pv(P, j - 1);
+      pass_turn(j);
+      wgmma_wait<1>();  // S_j is done; the P·V may still run
+      fence_accumulators(S);
+      release(k_empty, j);
+      mask_scores(S, p, j * Bc, w.q_start, row0, row0 + 8, lane % 4);
+      float alpha[2];
+      online_softmax_scores(S, stats, scale_log2, alpha);
+      wgmma_wait<0>();
+      fence_accumulators(O);
+      release(v_empty, j - 1);
+      rescale_output(O, alpha);
+      pack_p_fragments<T>(P, S);
+    }
+
+    if (n_tiles > 0) {
+      if (lane == 0) mbarrier_arrive(q_empty);  // every Q·Kᵀ of the tile is done: the producer may load the next Q
+      wait_full(v_full, n_tiles - 1);  // the last P·V
+      wgmma_fence();
+      issue_pv(P, n_tiles - 1);
+      wgmma_wait<0>();
+      fence_accumulators(O);
+      release(v_empty, n_tiles - 1);
+    }
+    store_output<T>(O, stats, p, w.head, row0, /*col0=*/0, lane % 4, /*write_lse=*/true, o, lse);
+    kv_count += n_tiles;
+    q_count += n_tiles > 0 ? 1 : 0;
   }
-
-  for (int j = 1; j < n_tiles; ++j) {
-    wait_full(k_full, j);
-    wait_full(v_full, j - 1);  // both before the turn: a warpgroup never holds it waiting on a copy
-    float S[Cfg::kTilesS][4];
-    take_turn();
-    wgmma_fence();
-    issue_qk(S, j);
-    issue_pv(P, j - 1);
-    pass_turn(j);
-    wgmma_wait<1>();  // S_j is done; the P·V may still run
-    fence_accumulators(S);
-    release(k_empty, j);
-    mask_scores(S, p, j * Bc, q_start, row0, row0 + 8, lane % 4);
-    float alpha[2];
-    online_softmax_scores(S, stats, scale_log2, alpha);
-    wgmma_wait<0>();
-    fence_accumulators(O);
-    release(v_empty, j - 1);
-    rescale_output(O, alpha);
-    pack_p_fragments<T>(P, S);
-  }
-
-  if (n_tiles > 0) {  // the last P·V
-    wait_full(v_full, n_tiles - 1);
-    wgmma_fence();
-    issue_pv(P, n_tiles - 1);
-    wgmma_wait<0>();
-    fence_accumulators(O);
-  }
-  store_output<T>(O, stats, p, head, row0, /*col0=*/0, lane % 4, /*write_lse=*/true, o, lse);
 #endif
 }
 
@@ -333,12 +371,13 @@ std::string unsupported(const AttnProblem& p) {
     return "head dims " + std::to_string(p.D) + (p.Dv == p.D ? "" : "/" + std::to_string(p.Dv)) + " not in " +
            WsHeadDims::names() + " (D, or D/Dv)";
   if (p.H % p.kv_heads() != 0) return "H must be a multiple of Hkv";
-  if (make_tile_order(p, Br).items() > INT_MAX) return "more than 2^31 - 1 query tiles";
+  if (make_tile_order(p, Br).items == 0) return "more than 2^30 query tiles";
   return smem_unsupported(size_t(smem));
 }
 
 // kPingpong: the warpgroups take turns where the tile table says so.
-template <bool kPingpong>
+// kPersistent: one block per SM, each walking its share of the work items.
+template <bool kPingpong, bool kPersistent>
 cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stream) {
   cudaError_t err = cudaErrorInvalidValue;
   WsHeadDims::dispatch(p.D, p.Dv, [&](auto dims) {
@@ -349,8 +388,9 @@ cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stre
       CUtensorMap maps[3];
       if (!encode_qkv_maps<Cfg::kBr, Cfg::kBc>(maps, p, b.q, b.k, b.v)) return cudaErrorInvalidValue;
       const TileOrder order = make_tile_order(p, Cfg::kBr);
+      const int blocks = kPersistent ? std::min(order.items, device_sm_count()) : order.items;
       return launch_with_smem(ws_kernel<Cfg, T, kPingpong && WsTile<D, Dv>::kPingpong>,
-                              dim3(unsigned(order.items())), Cfg::kThreads, Cfg::kSmemBytes, stream, maps[0], maps[1],
+                              dim3(unsigned(blocks)), Cfg::kThreads, Cfg::kSmemBytes, stream, maps[0], maps[1],
                               maps[2], static_cast<T*>(b.o), b.lse, p, order);
     });
   });
@@ -373,16 +413,18 @@ std::string describe_tiles() {
   return s + "; fp16/bf16; GQA; causal (longest tiles first) or not; any Nq, Nk";
 }
 
-template <bool kPingpong>
+template <bool kPingpong, bool kPersistent = false>
 Variant make_variant() {
   Variant v;
-  v.name = std::string("ws+stage") + std::to_string(kWsStages) + (kPingpong ? "+pingpong" : "");
+  v.name = std::string("ws+stage") + std::to_string(kWsStages) + (kPingpong ? "+pingpong" : "") +
+           (kPersistent ? "+persistent" : "");
   v.rung = "12_ws_pingpong";
   v.unsupported_reason = unsupported;
-  v.launch = launch<kPingpong>;
+  v.launch = launch<kPingpong, kPersistent>;
   v.describe = [] {
     return std::string("sm_90a wgmma, K/V by TMA from a producer warp, softmax overlapped with P·V") +
-           (kPingpong ? ", the compute warpgroups alternate on the tensor cores" : "") + "; " +
+           (kPingpong ? ", the compute warpgroups alternate on the tensor cores" : "") +
+           (kPersistent ? ", one block per SM over its share of the tiles" : "") + "; " +
            describe_tiles<kPingpong>();
   };
   return v;
@@ -390,6 +432,8 @@ Variant make_variant() {
 
 }  // namespace
 
-std::vector<Variant> make_ws_pingpong_variants() { return {make_variant<false>(), make_variant<true>()}; }
+std::vector<Variant> make_ws_pingpong_variants() {
+  return {make_variant<false>(), make_variant<true, true>(), make_variant<true>()};
+}
 
 }  // namespace attnlab

@@ -28,7 +28,19 @@ struct TileOrder {
   int m_blocks = 1;  // query tiles per head
   int heads = 1;     // B·H
   int section = 1;   // causal: heads per section; 0: head by head
-  int64_t items() const { return int64_t(m_blocks) * heads; }
+  int items = 1;     // m_blocks · heads (make_tile_order: 0 when that exceeds kMaxItems)
+  static constexpr int kMaxItems = (1 << 30);  // rounds of a persistent grid stay in int
+
+  // The item block `block` of a grid of `blocks` computes in round `round`, -1
+  // when it has none left. A grid of one block per item has one round; a
+  // persistent grid deals round r's items [r·blocks, (r + 1)·blocks) in snake
+  // order (block b takes the b-th in even rounds, the b-th from the end in odd
+  // ones), so that, items being longest first, every block gets long and short
+  // ones alike.
+  __device__ __forceinline__ int next(int block, int blocks, int round) const {
+    const int linear = round * blocks + (round % 2 == 0 ? block : blocks - 1 - block);
+    return linear < items ? linear : -1;
+  }
 
   // Work item `linear` (the block's index in launch order) -> its query tile and head.
   __device__ __forceinline__ void item(int linear, int& m_block, int& head) const {
@@ -63,6 +75,8 @@ inline TileOrder make_tile_order(const AttnProblem& p, int Br) {
   TileOrder t;
   t.m_blocks = (p.Nq + Br - 1) / Br;
   t.heads = int(p.heads());
+  const int64_t items = int64_t(t.m_blocks) * t.heads;
+  t.items = items <= TileOrder::kMaxItems ? int(items) : 0;
   // ATTNLAB_NO_LPT=1: causal work head by head too, to measure what the order buys.
   static const bool head_by_head = env_switch_on("ATTNLAB_NO_LPT");
   if (p.causal && !head_by_head) {

@@ -44,11 +44,10 @@ struct AttnProblem {
   int64_t heads() const { return int64_t(B) * H; }
   ATTNLAB_HOST_DEVICE int kv_heads() const { return Hkv > 0 ? Hkv : H; }
   bool gqa() const { return kv_heads() != H; }
-  // The KV head that query head `head` (b·H + h, the index of Q's [B, H] planes) reads: b·Hkv + h / (H / Hkv).
-  ATTNLAB_HOST_DEVICE int64_t kv_head(int64_t head) const {
-    const int hkv = kv_heads();
-    return (head / H) * hkv + (head % H) / (H / hkv);
-  }
+  // The KV head that query head `head` (b·H + h, the index of Q's [B, H] planes)
+  // reads: b·Hkv + h / g with g = H / Hkv query heads per KV head, which is
+  // head / g, since b·H + h = (b·Hkv + h / g)·g + h % g.
+  ATTNLAB_HOST_DEVICE int64_t kv_head(int64_t head) const { return head / (H / kv_heads()); }
   int64_t q_elems() const { return heads() * Nq * D; }
   int64_t k_elems() const { return int64_t(B) * kv_heads() * Nk * D; }
   int64_t v_elems() const { return int64_t(B) * kv_heads() * Nk * Dv; }
