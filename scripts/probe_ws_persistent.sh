@@ -37,6 +37,15 @@ run --B 1 --H 8 --N 8192 --D 64 --dtype bf16
 run --B 4 --H 16 --N 4096 --D 128
 run --B 1 --H 8 --Nq 1000 --Nk 8192 --D 128 --causal
 } > "$out/bench.txt" 2>&1
+# ncu, one launch each: the tensor pipe's active share and the issue rate, beside cuDNN
+m='gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__warps_issue_stalled_barrier_per_issue_active.ratio,smsp__warps_issue_stalled_long_scoreboard_per_issue_active.ratio'
+for D in 64 128 256; do
+  timeout 120 ncu --clock-control none --metrics "$m" -k 'regex:ws_kernel|cudnn' -c 6 \
+    $b --B 1 --H 8 --N 8192 --D $D --variant 'ws+stage2+pingpong*' $peers --iters 1 --warmup 0 > "$out/ncu_d$D.txt" 2>&1
+  echo "== ncu D=$D rc=$?"; grep -E '^  [a-zA-Z_]|gpu__time|tensor_op|issue_active|stalled' "$out/ncu_d$D.txt" | sed 's/  */ /g' | cut -c1-140
+done > "$out/ncu.txt" 2>&1
+rm -f "$out"/ncu_d*.txt
 echo "all done at $SECONDS s"
+cat "$out/ncu.txt"
 tail -2 "$out/test_ws.log"; cat "$out/sanitizer.txt"
 grep -E "^ *(ws|sdpa\(cudnn)[^:]*:|^---" "$out/bench.txt" | sed 's/\[.*\], //; s/time:[0-9.]*ms, //; s/PASS err.*/PASS/' | cut -c1-120
