@@ -30,14 +30,22 @@ at::Tensor wrap(const void* ptr, at::IntArrayRef shape, at::ScalarType type) {
 }
 
 struct Wrapped {
-  at::Tensor q, k, v, o, lse;  // [B,H,Nq,D] [B,H,Nk,D] [B,H,Nk,Dv] [B,H,Nq,Dv] [B,H,Nq] fp32
+  at::Tensor q, k, v, o, lse;  // [B,H,Nq,D] [B,Hkv,Nk,D] [B,Hkv,Nk,Dv] [B,H,Nq,Dv] [B,H,Nq] fp32
 };
 
 Wrapped wrap_buffers(const AttnProblem& p, const AttnBuffers& b) {
   const auto t = scalar_type(p.dtype);
-  return {wrap(b.q, {p.B, p.H, p.Nq, p.D}, t), wrap(b.k, {p.B, p.H, p.Nk, p.D}, t),
-          wrap(b.v, {p.B, p.H, p.Nk, p.Dv}, t), wrap(b.o, {p.B, p.H, p.Nq, p.Dv}, t),
+  const int64_t hkv = p.kv_heads();
+  return {wrap(b.q, {p.B, p.H, p.Nq, p.D}, t), wrap(b.k, {p.B, hkv, p.Nk, p.D}, t),
+          wrap(b.v, {p.B, hkv, p.Nk, p.Dv}, t), wrap(b.o, {p.B, p.H, p.Nq, p.Dv}, t),
           wrap(b.lse, {p.B, p.H, p.Nq}, at::kFloat)};
+}
+
+// K or V of Hkv heads repeated to H (each KV head H / Hkv times, in place of
+// its query heads): the GQA layout for code that takes only H heads.
+at::Tensor repeat_kv(const at::Tensor& kv, const AttnProblem& p) {
+  const int64_t group = p.H / p.kv_heads();
+  return group > 1 ? kv.repeat_interleave(group, 1) : kv;
 }
 
 std::string first_line(const std::string& s) {
@@ -82,13 +90,18 @@ void store(const Wrapped& w, const at::Tensor& out, const at::Tensor& lse, const
 }
 
 // ---- torch(unfused): no LSE of its own, so its check judges O alone -----------
+// GQA: K and V are repeated to H heads inside the timed call, so that the peer
+// does the whole work from the same inputs as the rungs.
 at::Tensor torch_unfused(const Wrapped& w, const AttnProblem& p) {
-  at::Tensor s = at::matmul(w.q, w.k.transpose(-2, -1)).mul_(p.scale);
+  at::Tensor s = at::matmul(w.q, repeat_kv(w.k, p).transpose(-2, -1)).mul_(p.scale);
   if (p.causal) s.masked_fill_(causal_mask(p.Nq, p.Nk), -std::numeric_limits<float>::infinity());
-  return at::matmul(at::softmax(s, -1), w.v);
+  return at::matmul(at::softmax(s, -1), repeat_kv(w.v, p));
 }
 
 // ---- SDPA backends ------------------------------------------------------------
+// GQA: each backend gets K and V of Hkv heads, as scaled_dot_product_attention
+// with enable_gqa=True hands them to flash and cuDNN (torch 2.11); a backend
+// that refuses them (there, efficient) is unsupported, its row saying so.
 enum class Backend { kFlash, kCudnn, kEfficient };
 
 std::tuple<at::Tensor, at::Tensor> sdpa(Backend backend, const Wrapped& w, const AttnProblem& p, bool want_lse) {
@@ -113,26 +126,33 @@ std::tuple<at::Tensor, at::Tensor> sdpa(Backend backend, const Wrapped& w, const
 }
 
 // Whether a backend runs a problem: torch's is_causal is top-left aligned, and
-// otherwise torch decides — a small trial call per (D, Dv, dtype, causal)
-// returns its own message.
+// otherwise torch decides — a small trial call per (D, Dv, dtype, causal, GQA
+// or not) returns its own message.
 std::string sdpa_unsupported(Backend backend, const AttnProblem& p) {
   if (p.causal && p.Nq != p.Nk) return "torch's is_causal is top-left aligned when Nq != Nk (attnlab: bottom-right)";
-  static std::map<std::tuple<int, int, int, int, int>, std::string> cache;
-  const auto key = std::make_tuple(int(backend), p.D, p.Dv, int(p.dtype), int(p.causal));
+  if (p.gqa()) {  // a reason that has nothing to do with GQA first
+    AttnProblem mha = p;
+    mha.Hkv = 0;
+    if (std::string why = sdpa_unsupported(backend, mha); !why.empty()) return why;
+  }
+  static std::map<std::tuple<int, int, int, int, int, bool>, std::string> cache;
+  const auto key = std::make_tuple(int(backend), p.D, p.Dv, int(p.dtype), int(p.causal), p.gqa());
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   std::string reason;
   try {
-    AttnProblem small = p;
-    small.B = small.H = 1;
+    AttnProblem small = p;  // GQA: two query heads on one KV head
+    small.B = small.Hkv = 1;
+    small.H = p.gqa() ? 2 : 1;
     small.Nq = small.Nk = 256;
     const auto opts = at::TensorOptions().dtype(scalar_type(p.dtype)).device(at::kCUDA, current_device());
-    Wrapped w{at::randn({1, 1, 256, p.D}, opts), at::randn({1, 1, 256, p.D}, opts), at::randn({1, 1, 256, p.Dv}, opts),
-              at::Tensor(), at::Tensor()};
+    Wrapped w{at::randn({1, small.H, 256, p.D}, opts), at::randn({1, 1, 256, p.D}, opts),
+              at::randn({1, 1, 256, p.Dv}, opts), at::Tensor(), at::Tensor()};
     sdpa(backend, w, small, true);
     cudaDeviceSynchronize();
   } catch (const c10::Error& e) {
     reason = first_line(e.what_without_backtrace());
+    if (p.gqa()) reason = "no GQA (K, V of fewer heads than Q): " + reason;
   }
   cache.emplace(key, reason);
   return reason;
@@ -200,8 +220,8 @@ std::string torch_reference(const AttnProblem& p, const void* q, const void* k, 
     // from_blob on a null pointer fails ("resides on host memory").
     const auto t = scalar_type(p.dtype);
     const at::Tensor q32 = wrap(q, {p.B, p.H, p.Nq, p.D}, t).to(at::kFloat);
-    const at::Tensor k32 = wrap(k, {p.B, p.H, p.Nk, p.D}, t).to(at::kFloat);
-    const at::Tensor v32 = wrap(v, {p.B, p.H, p.Nk, p.Dv}, t).to(at::kFloat);
+    const at::Tensor k32 = repeat_kv(wrap(k, {p.B, p.kv_heads(), p.Nk, p.D}, t).to(at::kFloat), p);
+    const at::Tensor v32 = repeat_kv(wrap(v, {p.B, p.kv_heads(), p.Nk, p.Dv}, t).to(at::kFloat), p);
     // An additive float mask (0 = attend, -inf = masked). Not a boolean one: the
     // private math op gets the mask after the public entry point has already
     // converted booleans, and given a boolean itself it did not mask as

@@ -19,15 +19,18 @@ namespace attnlab {
 bool have_torch();
 std::string torch_version();
 
-// `torch(unfused)`: q @ kᵀ · scale, masked_fill, softmax, @ v (eager PyTorch).
+// `torch(unfused)`: q @ kᵀ · scale, masked_fill, softmax, @ v (eager PyTorch;
+// GQA: k and v repeated to H heads in the timed call).
 std::vector<Variant> make_torch_unfused_peers();
 // `sdpa(flash)` (FlashAttention-2), `sdpa(cudnn)`, `sdpa(efficient)` (memory-
 // efficient): torch's SDPA backends, each called directly so a backend that
-// cannot run a shape reports torch's own reason.
+// cannot run a shape reports torch's own reason (GQA: K and V of Hkv heads,
+// as SDPA's enable_gqa=True passes them).
 std::vector<Variant> make_sdpa_peers();
 
-// O_ref and LSE_ref from torch's math SDPA on fp32 copies of the inputs, with an
-// explicit bottom-right causal mask (for `--reference torch`).
+// O_ref and LSE_ref from torch's math SDPA on fp32 copies of the inputs (K and
+// V repeated to H heads for GQA), with an explicit bottom-right causal mask
+// (for `--reference torch`).
 std::string torch_reference(const AttnProblem& p, const void* q, const void* k, const void* v, float* o_ref,
                             float* lse_ref, cudaStream_t stream);
 
