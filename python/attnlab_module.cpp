@@ -70,11 +70,13 @@ const Variant& find_variant(const std::string& name) {
   throw py::value_error("attnlab.forward: unknown variant '" + name + "'; known: " + known);
 }
 
+// Hkv: the KV heads (0: = H).
 AttnProblem make_problem(int64_t B, int64_t H, int64_t Nq, int64_t Nk, int64_t D, int64_t Dv, bool bf16,
-                         bool is_causal, std::optional<double> scale) {
+                         bool is_causal, std::optional<double> scale, int64_t Hkv = 0) {
   AttnProblem p;
   p.B = int(B);
   p.H = int(H);
+  p.Hkv = int(Hkv);
   p.Nq = int(Nq);
   p.Nk = int(Nk);
   p.D = int(D);
@@ -105,15 +107,25 @@ void check_tensor(const at::Tensor& t, const std::string& name, const at::Tensor
                            str(t.strides()));
 }
 
+// enable_gqa as in torch's scaled_dot_product_attention: without it k and v
+// have q's heads; with it any Hkv that divides them (query head h reads KV
+// head h / (H / Hkv)).
 std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                           const std::string& variant, bool is_causal, std::optional<double> scale) {
+                                           const std::string& variant, bool is_causal, std::optional<double> scale,
+                                           bool enable_gqa) {
   check_tensor(q, "q", q);
   check_tensor(k, "k", q);
   check_tensor(v, "v", q);
   const int64_t B = q.size(0), H = q.size(1), Nq = q.size(2), D = q.size(3), Nk = k.size(2), Dv = v.size(3);
+  const int64_t Hkv = k.size(1);
   const std::string shapes = str(q.sizes()) + ", " + str(k.sizes()) + ", " + str(v.sizes());
-  ATTNLAB_REQUIRE_VALUE(k.size(0) == B && k.size(1) == H && v.size(0) == B && v.size(1) == H,
-                        "q, k, v must share B and H; got " + shapes);
+  ATTNLAB_REQUIRE_VALUE(k.size(0) == B && v.size(0) == B, "q, k, v must share B; got " + shapes);
+  ATTNLAB_REQUIRE_VALUE(v.size(1) == Hkv, "k and v must have the same number of heads; got " + shapes);
+  ATTNLAB_REQUIRE_VALUE(enable_gqa || Hkv == H, "k and v must have q's number of heads (" + std::to_string(H) +
+                                                    ") unless enable_gqa=True; got " + shapes);
+  ATTNLAB_REQUIRE_VALUE(Hkv >= 1 && H % Hkv == 0, "q's heads (" + std::to_string(H) +
+                                                      ") must be a multiple of k's and v's (" + std::to_string(Hkv) +
+                                                      "); got " + shapes);
   ATTNLAB_REQUIRE_VALUE(k.size(3) == D, "k's head dim must equal q's (" + std::to_string(k.size(3)) + " vs " +
                                             std::to_string(D) + ")");
   ATTNLAB_REQUIRE_VALUE(v.size(2) == Nk, "v must have as many rows as k (" + std::to_string(v.size(2)) + " vs " +
@@ -124,7 +136,7 @@ std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& q, const at::Tensor
                         "shape too large: B and H must be <= 65535 and N < 2^31");
   ATTNLAB_REQUIRE_VALUE(!scale || (std::isfinite(*scale) && *scale > 0), "scale must be positive");
 
-  const AttnProblem p = make_problem(B, H, Nq, Nk, D, Dv, q.scalar_type() == at::kBFloat16, is_causal, scale);
+  const AttnProblem p = make_problem(B, H, Nq, Nk, D, Dv, q.scalar_type() == at::kBFloat16, is_causal, scale, Hkv);
 
   const c10::cuda::CUDAGuard guard(q.device());
   const Variant& var = find_variant(variant);
@@ -151,9 +163,11 @@ std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& q, const at::Tensor
 }
 
 // Why `variant` cannot run this problem ("" when it can), for tests to skip.
+// Hkv: the KV heads (0: = H).
 std::string unsupported_reason(const std::string& variant, int64_t B, int64_t H, int64_t Nq, int64_t Nk, int64_t D,
-                               int64_t Dv, bool bf16, bool is_causal) {
-  return find_variant(variant).unsupported_reason(make_problem(B, H, Nq, Nk, D, Dv, bf16, is_causal, std::nullopt));
+                               int64_t Dv, bool bf16, bool is_causal, int64_t Hkv) {
+  return find_variant(variant).unsupported_reason(
+      make_problem(B, H, Nq, Nk, D, Dv, bf16, is_causal, std::nullopt, Hkv));
 }
 
 // The project's one check rule (reference/reference.h), for the Python tests.
@@ -421,8 +435,13 @@ PYBIND11_MODULE(_C, m) {
   m.def("variants", &variant_names, "Names of every registered variant, in ladder order.");
   m.def("forward", &forward, pybind11::arg("q"), pybind11::arg("k"), pybind11::arg("v"), pybind11::arg("variant"),
         pybind11::arg("is_causal") = false, pybind11::arg("scale") = pybind11::none(),
-        "Attention of q [B,H,Nq,D], k [B,H,Nk,D], v [B,H,Nk,Dv] (CUDA, fp16/bf16, contiguous); returns (o, lse).");
-  m.def("unsupported_reason", &unsupported_reason, "Why a variant cannot run a problem ('' when it can).");
+        pybind11::arg("enable_gqa") = false,
+        "Attention of q [B,H,Nq,D], k [B,Hkv,Nk,D], v [B,Hkv,Nk,Dv] (CUDA, fp16/bf16, contiguous; Hkv != H needs "
+        "enable_gqa); returns (o, lse).");
+  m.def("unsupported_reason", &unsupported_reason, pybind11::arg("variant"), pybind11::arg("B"), pybind11::arg("H"),
+        pybind11::arg("Nq"), pybind11::arg("Nk"), pybind11::arg("D"), pybind11::arg("Dv"), pybind11::arg("bf16"),
+        pybind11::arg("is_causal"), pybind11::arg("Hkv") = 0,
+        "Why a variant cannot run a problem ('' when it can); Hkv: KV heads (0: = H).");
   m.def("judge", &judge, "The check rule: (pass, tolerance) from measured errors.");
   m.attr("lse_tolerance") = attnlab::kLseTolerance;
   m.def("dma_forward", &dma_forward, pybind11::arg("q"), pybind11::arg("k"), pybind11::arg("v"),

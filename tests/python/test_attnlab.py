@@ -1,14 +1,16 @@
 """GPU tests of the Python module (run by scripts/gpu_check.sh on the GPU machine).
 
-Every variant against torch's fp32 math SDPA on fresh random inputs, judged by
-attnlab's own check rule (attnlab.judge, the same C++ function the harness
-uses), plus the errors the module must raise on bad input.
+Every variant against torch's fp32 math SDPA on fresh random inputs (GQA and
+MQA against its enable_gqa=True), judged by attnlab's own check rule
+(attnlab.judge, the same C++ function the harness uses), plus the errors the
+module must raise on bad input.
 """
 import itertools
 
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import attnlab
 
@@ -92,6 +94,74 @@ def test_variant_matches_sdpa_reference(variant, dtype, causal, d):
         pytest.skip(f"{variant}: {why}")
     for nq, nk in SIZES:
         run_case(variant, nq, nk, d, dtype, causal)
+
+
+# GQA and MQA: (H, Hkv); odd sizes with Nq != Nk; the first head dim of
+# GQA_HEAD_DIMS each variant takes.
+GQA_HEADS = [(4, 2), (4, 1)]
+GQA_SIZES = [(17, 1000), (129, 300), (300, 129)]
+GQA_HEAD_DIMS = [64, 128, 256, 512, 1024]
+
+
+def gqa_reference(q, k, v, causal, scale):
+    """fp32 O from torch's math SDPA with enable_gqa=True (bottom-right causal
+    mask given explicitly) and LSE; fully masked rows give O = 0, LSE = -inf."""
+    q32, k32, v32 = q.float(), k.float(), v.float()
+    keep = bottom_right_keep(q.shape[2], k.shape[2], q.device) if causal else None
+    with sdpa_kernel(SDPBackend.MATH):
+        o = F.scaled_dot_product_attention(q32, k32, v32, attn_mask=keep, scale=scale, enable_gqa=True)
+    group = q.shape[1] // k.shape[1]
+    s = (q32 @ k32.repeat_interleave(group, 1).transpose(-2, -1)) * scale
+    if causal:
+        s = s.masked_fill(~keep, float("-inf"))
+    return o.nan_to_num(0.0), torch.logsumexp(s, dim=-1)
+
+
+def run_gqa_case(variant, H, Hkv, nq, nk, d, dtype, causal):
+    torch.manual_seed(next(_seed))
+    q = torch.randn(2, H, nq, d, device="cuda", dtype=dtype)
+    k = torch.randn(2, Hkv, nk, d, device="cuda", dtype=dtype)
+    v = torch.randn(2, Hkv, nk, d, device="cuda", dtype=dtype)
+    scale = d ** -0.5
+    o, lse = attnlab.forward(q, k, v, variant=variant, is_causal=causal, enable_gqa=True)
+    torch.cuda.synchronize()
+    o_ref, lse_ref = gqa_reference(q, k, v, causal, scale)
+    group = H // Hkv
+    same = unfused_same_precision(q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), causal, scale)
+    baseline, _ = max_err(same, o_ref)
+    err, bad = max_err(o, o_ref)
+    l_err, l_bad = lse_err(lse, lse_ref)
+    ok, tol = attnlab.judge(err, bad, l_err, l_bad, baseline, rounding_error(o_ref, dtype))
+    assert ok, f"{variant} H={H} Hkv={Hkv} Nq={nq} Nk={nk} D={d} {dtype} causal={causal}: err {err:.2e} " \
+               f"tol {tol:.2e} lse {l_err:.2e} nonfinite {bad}+{l_bad}"
+
+
+@pytest.mark.parametrize("variant", attnlab.variants())
+@pytest.mark.parametrize("heads", GQA_HEADS, ids=["gqa", "mqa"])
+@pytest.mark.parametrize("causal", [False, True], ids=["dense", "causal"])
+def test_gqa_matches_sdpa_enable_gqa(variant, heads, causal):
+    H, Hkv = heads
+    dims = [d for d in GQA_HEAD_DIMS if not attnlab.unsupported_reason(variant, 2, H, 129, 300, d, d, False, causal, Hkv)]
+    if not dims:
+        pytest.skip(f"{variant}: no head dim of {GQA_HEAD_DIMS} at H={H} Hkv={Hkv}")
+    for i, (nq, nk) in enumerate(GQA_SIZES):
+        run_gqa_case(variant, H, Hkv, nq, nk, dims[0], DTYPES[i % 2], causal)
+
+
+def test_gqa_needs_enable_gqa_and_a_divisor():
+    q = torch.randn(1, 4, 16, 64, device="cuda", dtype=torch.float16)
+    k = torch.randn(1, 2, 16, 64, device="cuda", dtype=torch.float16)
+    with pytest.raises(ValueError, match="unless enable_gqa=True"):
+        attnlab.forward(q, k, k)
+    with pytest.raises(ValueError, match="must be a multiple of"):
+        attnlab.forward(q, k[:, :1].expand(1, 3, 16, 64).contiguous(), k[:, :1].expand(1, 3, 16, 64).contiguous(),
+                        enable_gqa=True)
+    with pytest.raises(ValueError, match="same number of heads"):
+        attnlab.forward(q, k, k[:, :1].contiguous(), enable_gqa=True)
+    o, lse = attnlab.forward(q, k, k, enable_gqa=True)  # the default variant, with the KV heads
+    assert o.shape == (1, 4, 16, 64) and lse.shape == (1, 4, 16)
+    assert attnlab.unsupported_reason("split-q+stage2", 1, 4, 16, 16, 64, 64, False, False, 3) != ""
+    assert attnlab.unsupported_reason("split-q+stage2", 1, 4, 16, 16, 64, 64, False, False, 1) == ""
 
 
 def test_reference_agrees_with_torch_sdpa():
