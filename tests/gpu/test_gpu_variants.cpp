@@ -1,6 +1,7 @@
 // GPU tests (ctest -L gpu): every registered variant, both dtypes, causal and
-// not, odd sizes and Nq != Nk, every head dim a variant claims, against the fp32
-// reference with the project's one check rule. Fresh inputs for every problem.
+// not, odd sizes and Nq != Nk, every head dim a variant claims, GQA and MQA,
+// against the fp32 reference with the project's one check rule. Fresh inputs
+// for every problem.
 // Also: the fp32 GPU reference against the CPU double reference, and negative
 // controls showing the check does fail on unwritten or wrong outputs.
 #include <cuda_bf16.h>
@@ -37,10 +38,11 @@ std::vector<double> to_host_double(const void* dev, int64_t n, DType dtype) {
   return out;
 }
 
-AttnProblem make(int B, int H, int nq, int nk, int d, int dv, DType dtype, bool causal) {
+AttnProblem make(int B, int H, int nq, int nk, int d, int dv, DType dtype, bool causal, int Hkv = 0) {
   AttnProblem p;
   p.B = B;
   p.H = H;
+  p.Hkv = Hkv;
   p.Nq = nq;
   p.Nk = nk;
   p.D = d;
@@ -52,12 +54,13 @@ AttnProblem make(int B, int H, int nq, int nk, int d, int dv, DType dtype, bool 
 }
 
 bool alloc_and_prepare(const AttnProblem& p, ProblemBuffers& bufs, uint64_t seed, cudaStream_t s, ReferenceData* ref) {
-  const size_t s_head = size_t(p.Nq) * p.Nk * 2;
-  // The unfused baseline's S for every head, or more if a variant wants more (rung 11's P̃).
-  size_t wanted = s_head * size_t(p.heads());
+  // The unfused baseline's S for every head (in whole KV heads), or more if a
+  // variant wants more (rung 11's P̃).
+  const size_t granule = unfused_workspace_granule(p);
+  size_t wanted = make_unfused_baseline().workspace_bytes(p);
   for (const Variant& v : all_variants())
     if (v.unsupported_reason(p).empty()) wanted = std::max(wanted, v.workspace_bytes(p));
-  std::string e = bufs.allocate(p, true, wanted, s_head, s_head);
+  std::string e = bufs.allocate(p, true, wanted, granule, granule);
   if (e.empty()) e = prepare_inputs(p, bufs, seed, true, s, ref);
   if (!e.empty()) std::printf("setup error for %s: %s\n", p.shape_string().c_str(), e.c_str());
   return e.empty();
@@ -66,8 +69,9 @@ bool alloc_and_prepare(const AttnProblem& p, ProblemBuffers& bufs, uint64_t seed
 // The fp32 GPU reference agrees with the CPU double reference.
 void reference_matches_cpu(cudaStream_t s, uint64_t& seed) {
   for (bool causal : {false, true})
-    for (auto [nq, nk] : {std::pair{37, 53}, std::pair{53, 37}, std::pair{1, 1}, std::pair{70, 1500}}) {
-      const AttnProblem p = make(2, 2, nq, nk, 40, 24, DType::kBFloat16, causal);
+    for (auto [nq, nk, hkv] : {std::array{37, 53, 0}, std::array{53, 37, 0}, std::array{1, 1, 0},
+                               std::array{70, 1500, 0}, std::array{37, 53, 2}, std::array{53, 37, 1}}) {
+      const AttnProblem p = make(2, 4, nq, nk, 40, 24, DType::kBFloat16, causal, hkv);
       ProblemBuffers bufs;
       ReferenceData ref;
       if (!alloc_and_prepare(p, bufs, ++seed, s, &ref)) { record(false, "reference setup"); continue; }
@@ -180,6 +184,23 @@ int main(int argc, char** argv) {
             if (!run_and_record(v, p, bufs, ref, s)) return 1;
           }
         }
+
+  // GQA (H = 4 on 2 KV heads) and MQA (on 1): every variant that takes the
+  // shape, at odd Nq != Nk and head dims that reach every rung.
+  for (int hkv : {2, 1})
+    for (auto [nq, nk] : {std::pair{17, 1000}, std::pair{129, 300}})
+      for (int d : {64, 128, 512, 1024})
+        for (DType dtype : {DType::kFloat16, DType::kBFloat16})
+          for (bool causal : {false, true}) {
+            const AttnProblem p = make(2, 4, nq, nk, d, d, dtype, causal, hkv);
+            ProblemBuffers bufs;
+            ReferenceData ref;
+            if (!set_up(p, [](const Variant&) { return true; }, bufs, ref)) continue;
+            for (const Variant& v : all_variants()) {
+              if (!selected(v) || !v.unsupported_reason(p).empty()) continue;
+              if (!run_and_record(v, p, bufs, ref, s)) return 1;
+            }
+          }
 
   // A variant with a workspace (rung 11's P̃) runs in rounds when it is given
   // less than it asks for: 1/3, 1/7 and 7/48 of it, at shapes whose rounds
