@@ -83,6 +83,9 @@ std::string usage() {
   return R"(flash_attn_mma — time and check every attention variant on one shape
 
 usage: flash_attn_mma [options]      (--flag V or --flag=V; each option once)
+  e.g. flash_attn_mma --B 1 --H 8 --N 8192 --D 512: every rung and every peer
+  of this build on that shape, each row checked; --no-check --no-peers: the
+  rungs alone, timed only
   --B N             batch size (default 1)
   --H N             heads (default 8)
   --Hkv N           KV heads, H a multiple of N: GQA (MQA with 1); query head h
@@ -98,17 +101,24 @@ usage: flash_attn_mma [options]      (--flag V or --flag=V; each option once)
   --iters N         timed runs per variant; the median is reported (default 10)
   --seed N          input seed, 0 ... 2^64-1 (default: from the clock, printed
                     in the banner)
-  --check           check every row against the fp32 reference; exit 1 on any FAIL
-  --reference R     with --check: fp32 (attnlab's fp32 GPU reference, default)
-                    | torch (torch's math SDPA on fp32 copies; needs a torch build)
+  --no-check        time only. By default every row is checked against the
+                    reference, exit 1 on any FAIL (--check, the default, may
+                    still be given; not with --no-check)
+  --reference R     what the check compares against: fp32 (attnlab's fp32 GPU
+                    reference, default) | torch (torch's math SDPA on fp32
+                    copies; needs a torch build); an error with --no-check
   --show-all        show every row (default: only rows that beat the best so far,
                     plus failures and unsupported rows)
   --variant GLOB    run only variants whose name matches, e.g. 'split-q*';
                     several globs separated by commas: 'ws*,wgmma+stage2*'
-  --torch           include the unfused baselines: `unfused` (cuBLAS + softmax +
-                    cuBLAS) and, in a torch build, `torch(unfused)`
-  --sdpa            include torch's SDPA backends: sdpa(flash) (FA2), sdpa(cudnn),
-                    sdpa(efficient) (needs a build that found PyTorch)
+  The peers come first: by default every one this build has, the unfused
+  baselines `unfused` (cuBLAS + softmax + cuBLAS) and, in a torch build,
+  `torch(unfused)` and torch's SDPA backends sdpa(flash) (FA2), sdpa(cudnn),
+  sdpa(efficient). --torch and --sdpa pick groups (only those given run):
+  --torch           the unfused baselines
+  --sdpa            the SDPA backends (an error in a build without PyTorch)
+  --no-peers        no peers, the rungs alone (the check still runs `unfused`
+                    for its bound); an error with --torch or --sdpa
   --sweep           run a grid of shapes (B, H, dtype as given) and print one line
                     per shape; rows go to --csv. The grid sets N, D (= Dv) and the
                     causal flag, so --N, --Nq, --Nk, --D, --Dv, --causal and
@@ -130,10 +140,10 @@ selects it, even at its default value; --variant, --show-all, --reference,
   --bias            add a random per-key bias of shape (B, Hkv, 1, Nk)
   --softcap C       S = C·tanh(S / C) after the bias (default 0: off)
   --bwd             also the backward: dmattn's (dQ, dK, dV, dBias) and, with
-                    --sdpa/--torch, torch's through autograd; TFLOPS count
+                    the peers, torch's through autograd; TFLOPS count
                     2·(3D+2Dv)·pairs
   --deterministic   the backward in its deterministic mode (implies --bwd):
-                    gradients bitwise identical run to run; with --check also
+                    gradients bitwise identical run to run; when checked also
                     verified over 5 runs
   --bwd-walk-in-order  the backward's key tiles all walk their query tiles
                     from the first (default: key tile j from query tile j,
@@ -174,15 +184,19 @@ selects it, even at its default value; --variant, --show-all, --reference,
                     auto or pipelined)
   Rows: dmattn (ours; effective TFLOPS count unmasked pairs only; the share of
   64x64 tiles skipped), the dense split-q+stage2 rung on the same shape, and
-  with --sdpa/--torch torch given the same mask as an additive float mask:
+  the peers: torch given the same mask as an additive float mask,
   sdpa(efficient), sdpa(cudnn), torch(unfused), and sdpa(default), torch's
-  own entry point (its note says which backend torch picks there).
+  own entry point (its note says which backend torch picks there). As in the
+  dense mode, the rows are checked unless --no-check (against dmattn's fp32
+  reference, where it takes Nk; a row past that says so) and the peers run
+  unless --no-peers (by default in a torch build; --torch or --sdpa ask for
+  them, and --sdpa adds FA2's backward where every pair is active).
 
   --list            list the variants and their tile configurations (--variant,
-                    --torch and --sdpa choose the rows; no GPU needed)
+                    --torch, --sdpa and --no-peers choose the rows; no GPU needed)
   --help            this text (the other options are still checked)
 
-exit status: 0 every row ran (and, with --check, passed); 1 a check failed, or
+exit status: 0 every row ran (and, unless --no-check, passed); 1 a check failed, or
 the run failed (a GPU error, a row that could not be written to --csv); 2 bad
 options (nothing ran); 3 no usable CUDA GPU (nothing ran; the message gives
 CUDA's own words)
@@ -268,10 +282,11 @@ ParseResult parse_args(const std::vector<std::string>& args) {
         o.csv = value;
       }
     } else if (flag == "--causal") bool_flag(&o.causal);
-    else if (flag == "--check") bool_flag(&o.check);
+    else if (flag == "--check" || flag == "--no-check" || flag == "--torch" || flag == "--sdpa" ||
+             flag == "--no-peers") {
+      if (has_inline_value) r.error = flag + " takes no value";  // resolved below, from the options given
+    }
     else if (flag == "--show-all") bool_flag(&o.show_all);
-    else if (flag == "--torch") bool_flag(&o.torch);
-    else if (flag == "--sdpa") bool_flag(&o.sdpa);
     else if (flag == "--sweep") bool_flag(&o.sweep);
     else if (flag == "--sweep-N") { if (take_value()) r.error = parse_int_list(flag, value, 1, kMaxSeqLen, &o.sweep_N); }
     else if (flag == "--sweep-D") { if (take_value()) r.error = parse_int_list(flag, value, 1, kMaxHeadDim, &o.sweep_D); }
@@ -337,7 +352,19 @@ ParseResult parse_args(const std::vector<std::string>& args) {
         return fail(std::string(f) +
                     " does not apply to --sweep: the grid sets it (--sweep-N, --sweep-D, --sweep-causal)");
   if (o.sweep && o.show_all) return fail("--show-all does not apply to --sweep: it prints one line per shape");
-  if (has("--reference") && !o.check) return fail("--reference needs --check (it is what --check compares against)");
+
+  // Checks and peers: on by default; --no-check and --no-peers turn them off,
+  // and contradict the options that ask for them.
+  if (has("--check") && has("--no-check")) return fail("--check and --no-check contradict each other");
+  o.check = !has("--no-check");
+  if (has("--reference") && !o.check)
+    return fail("--reference does not apply with --no-check (it is what the check compares against)");
+  for (const char* f : {"--torch", "--sdpa"})
+    if (has(f) && has("--no-peers")) return fail(std::string(f) + " and --no-peers contradict each other");
+  o.peers_given = has("--torch") || has("--sdpa");
+  o.torch = o.peers_given ? has("--torch") : !has("--no-peers");
+  o.sdpa = o.peers_given ? has("--sdpa") : !has("--no-peers");
+
   for (const char* f : {"--window", "--block"})
     if (has(f) && o.mask != "topk") return fail(std::string(f) + " needs --mask topk");
   const bool mask_tensor = o.mask == "topk" || o.mask == "ones";

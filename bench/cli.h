@@ -18,10 +18,13 @@ struct Options {
   int warmup = 2, iters = 10;
   uint64_t seed = 0;
   bool seed_given = false;
-  bool check = false;
+  bool check = true;  // check every row against the reference (--no-check: timing only)
   bool show_all = false;
-  bool torch = false;  // include the unfused baseline rows
-  bool sdpa = false;   // include torch's SDPA backends (needs a torch build)
+  // The peers: every group this build has, unless --torch / --sdpa pick
+  // groups or --no-peers drops them all.
+  bool torch = true;         // the unfused baselines: `unfused`, and `torch(unfused)` in a torch build
+  bool sdpa = true;          // torch's SDPA backends (rows only in a torch build)
+  bool peers_given = false;  // --torch or --sdpa picked the groups (--sdpa then needs a torch build)
   bool torch_reference = false;  // --reference torch: check against torch's fp32 math SDPA
   bool sweep = false;  // run the grid below instead of one shape
   std::vector<int> sweep_N = {1024, 2048, 4096, 8192, 16384, 32768};

@@ -5,8 +5,8 @@
 //   dmattn (bit-packed mask)     ours on the same mask as bits (--mask-bits)
 //   split-q+stage2 (dense)       rung 02 on the same Q, K, V (GQA too) without mask
 //                                or bias: what skipping costs or saves
-//   sdpa(...)+mask, torch(unfused)+mask   with --sdpa / --torch: torch given
-//                                the same mask as one additive float mask
+//   sdpa(...)+mask, torch(unfused)+mask   in a torch build (unless --no-peers):
+//                                torch given the same mask as one additive float mask
 //   dmattn bwd ..., ... bwd      with --bwd: the same rows for the backward
 // TFLOPS are effective: 4·D·(unmasked pairs) / time for every row, the pairs
 // counted on the GPU from the mask and the causal rule (the FLOP convention
@@ -223,7 +223,7 @@ RunError set_up(DmaRun& run) {
 
 // ==== the forward rows of ours ========================================================
 
-// With --check: the dmattn row's O and LSE against the fp32 reference, by the
+// Unless --no-check: the dmattn row's O and LSE against the fp32 reference, by the
 // harness's rule (the same-precision unfused path, S and P rounded to the
 // input dtype, as the baseline). Sets the row's status and errors.
 RunError check_forward(DmaRun& run, DmaRow& row) {
@@ -529,9 +529,13 @@ void torch_rows(DmaRun& run, const std::vector<MaskedTorchPeer>& peers, const st
   }
 }
 
-// With --sdpa / --torch: torch's forward given the same mask and bias.
+// Whether torch's rows run: by default where the build has torch (--torch or
+// --sdpa ask for them, and --no-peers drops them).
+bool torch_rows_wanted(const Options& opt) { return (opt.sdpa || opt.torch) && (have_torch() || opt.peers_given); }
+
+// Torch's forward given the same mask and bias.
 void torch_forward_rows(DmaRun& run) {
-  if (!run.opt.sdpa && !run.opt.torch) return;
+  if (!torch_rows_wanted(run.opt)) return;
   std::string setup;
   const std::vector<MaskedTorchPeer> peers = make_masked_torch_peers(run.p, run.q, run.k, run.v, &setup);
   torch_rows(run, peers, setup, "torch+mask", run.flops, run.fwd_ms, "dmattn", run.given_ms, run.bits_ms);
@@ -539,7 +543,7 @@ void torch_forward_rows(DmaRun& run) {
 
 // ==== the backward rows ===============================================================
 
-// The backward's buffers, its arguments and (with --check) the gradients of
+// The backward's buffers, its arguments and (when checked) the gradients of
 // the fp32 reference and of the same-precision one.
 struct DmaBackward {
   void *dout = nullptr, *dq = nullptr, *dk = nullptr, *dv = nullptr, *dbias = nullptr;
@@ -599,7 +603,7 @@ RunError set_up_backward(DmaRun& run, DmaBackward& g) {
   return {};
 }
 
-// The reference gradients, where --check asks and the reference takes Nk.
+// The reference gradients, unless --no-check, where the reference takes Nk.
 RunError backward_references(DmaRun& run, DmaBackward& g) {
   const DynamicMaskProblem& p = run.p;
   if (!run.opt.check || p.Nk > dma_reference_backward_max_nk()) return {};
@@ -690,8 +694,8 @@ std::string backward_note(const DmaRun& run, const DmaBackward& g) {
          "; TFLOPS count 2·(3D+2Dv)·unmasked pairs";
 }
 
-// "dmattn bwd": one run, checked against the references (with --check), then
-// timed; in deterministic mode (with --check) the gradients after the timed
+// "dmattn bwd": one run, checked against the references (unless --no-check),
+// then timed; in deterministic mode (when checked) the gradients after the timed
 // runs must equal the first run's bit for bit (every run rewrites them).
 RunError backward_row(DmaRun& run, DmaBackward& g, DmaRow& bwd) {
   const Options& opt = run.opt;
@@ -785,7 +789,7 @@ RunError bit_packed_backward_row(DmaRun& run, DmaBackward& g, const std::string&
 // With --bwd, after the dmattn row ran: the forward once more (the rows since
 // wrote over O and LSE), then ours, ours on the bit-packed mask, and torch's
 // backward through autograd with the same mask. Where every pair is active
-// (no mask, --mask causal or ones), --sdpa also adds FA2's backward without
+// (no mask, --mask causal or ones), the SDPA peers add FA2's backward without
 // the mask and bias, at the same pair count.
 RunError backward_rows(DmaRun& run) {
   const Options& opt = run.opt;
@@ -806,7 +810,7 @@ RunError backward_rows(DmaRun& run) {
   if (RunError r = backward_row(run, g, bwd); r.failed()) return r;
   double bits_ms = 0;
   if (RunError r = bit_packed_backward_row(run, g, bwd.name, &bits_ms); r.failed()) return r;
-  if (opt.sdpa || opt.torch) {
+  if (torch_rows_wanted(opt)) {
     std::string setup;
     const bool all_active = opt.mask.empty() || opt.mask == "none" || opt.mask == "causal" || opt.mask == "ones";
     const std::vector<MaskedTorchPeer> peers =

@@ -228,12 +228,15 @@ int main(int argc, char** argv) {
     std::fputs(usage().c_str(), stdout);
     return kExitOk;
   }
-  if ((opt.sdpa || opt.torch_reference) && !have_torch())
-    return fail(std::string(opt.sdpa ? "--sdpa" : "--reference torch") +
+  const bool sdpa_asked = opt.sdpa && opt.peers_given;  // by default: the SDPA rows where the build has them
+  if ((sdpa_asked || opt.torch_reference) && !have_torch())
+    return fail(std::string(sdpa_asked ? "--sdpa" : "--reference torch") +
                     " needs PyTorch, and this build has none (reconfigure where `python3 -c 'import torch'` works)",
                 kExitBadOptions);
 
-  // Rows: the peers first (--torch, --sdpa), then the ladder in order.
+  // Rows: the peers first (every group this build has, or those --torch and
+  // --sdpa pick; none with --no-peers), then the ladder in order. Without
+  // torch, the torch peer lists are empty.
   static const Variant unfused = make_unfused_baseline();
   static const std::vector<Variant> torch_unfused = make_torch_unfused_peers(), sdpa = make_sdpa_peers();
   std::vector<const Variant*> selected;

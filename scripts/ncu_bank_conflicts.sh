@@ -9,6 +9,6 @@ metrics=smsp__inst_executed_op_ldsm.sum,l1tex__data_pipe_lsu_wavefronts_mem_shar
 for variant in split-q+stage2 split-q+swizzle+stage2; do
   echo "== $variant, B=1 H=8 N=4096 D=$D fp16"
   ncu --clock-control none -k regex:split_q_kernel -c 1 --metrics "$metrics" \
-    "$bin" --B 1 --H 8 --N 4096 --D "$D" --variant "$variant" --iters 1 --warmup 0 2>&1 |
+    "$bin" --B 1 --H 8 --N 4096 --D "$D" --variant "$variant" --iters 1 --warmup 0 --no-check --no-peers 2>&1 |
     grep -E "^\s+(smsp|l1tex|gpu__)" | sed 's/^ \+/  /'
 done

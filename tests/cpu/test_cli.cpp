@@ -42,7 +42,7 @@ TEST_CASE(cli_defaults_and_shape_flags) {
   EXPECT_EQ(r.options.Nk, 8192);
   EXPECT_EQ(r.options.Dv, 64);
   EXPECT_TRUE(r.options.dtype == DType::kFloat16);
-  EXPECT_TRUE(!r.options.causal && !r.options.check && !r.options.torch);
+  EXPECT_TRUE(!r.options.causal && r.options.check && r.options.torch && r.options.sdpa);  // checks and peers on
   const AttnProblem p = to_problem(r.options);
   EXPECT_NEAR(p.scale, 0.125, 1e-7);
 }
@@ -66,6 +66,7 @@ TEST_CASE(cli_run_flags) {
   EXPECT_EQ(r.options.warmup, 0);
   EXPECT_EQ(r.options.seed, uint64_t(42));
   EXPECT_TRUE(r.options.seed_given && r.options.check && r.options.show_all && r.options.torch);
+  EXPECT_TRUE(!r.options.sdpa && r.options.peers_given);  // --torch picks the unfused group alone
   EXPECT_EQ(r.options.variant_glob, std::string("split-q*"));
   EXPECT_EQ(r.options.csv, std::string("out.csv"));
 }
@@ -93,7 +94,7 @@ TEST_CASE(cli_peers_reference_and_sweep) {
   const ParseResult r = parse({"--sdpa", "--check", "--reference", "torch", "--sweep", "--sweep-N", "1024,8192",
                                "--sweep-D", "64", "--sweep-causal", "1"});
   EXPECT_TRUE(r.ok());
-  EXPECT_TRUE(r.options.sdpa && r.options.torch_reference && r.options.sweep);
+  EXPECT_TRUE(r.options.sdpa && !r.options.torch && r.options.torch_reference && r.options.sweep);
   EXPECT_TRUE(r.options.sweep_N == std::vector<int>({1024, 8192}));
   EXPECT_TRUE(r.options.sweep_D == std::vector<int>({64}));
   EXPECT_TRUE(r.options.sweep_causal == std::vector<int>({1}));
@@ -244,9 +245,9 @@ TEST_CASE(cli_options_that_need_another) {
   EXPECT_CONTAINS(parse({"--sweep", "--causal"}).error, "--causal does not apply to --sweep");
   EXPECT_CONTAINS(parse({"--sweep", "--show-all"}).error, "--show-all does not apply to --sweep");
   EXPECT_TRUE(parse({"--sweep", "--B", "2", "--H", "4", "--dtype", "bf16", "--check"}).ok());
-  // The reference is what --check compares against.
-  EXPECT_CONTAINS(parse({"--reference", "torch"}).error, "--reference needs --check");
-  EXPECT_CONTAINS(parse({"--reference", "fp32"}).error, "--reference needs --check");
+  // The reference is what the check compares against: on by default.
+  EXPECT_TRUE(parse({"--reference", "torch"}).ok() && parse({"--reference", "torch"}).options.torch_reference);
+  EXPECT_CONTAINS(parse({"--no-check", "--reference", "fp32"}).error, "--reference does not apply with --no-check");
   EXPECT_TRUE(parse({"--check", "--reference", "fp32"}).ok());
   // The top-W mask's parameters.
   EXPECT_CONTAINS(parse({"--window", "64"}).error, "--window needs --mask topk");
@@ -285,6 +286,36 @@ TEST_CASE(cli_options_that_need_another) {
   for (const std::vector<std::string>& args :
        {std::vector<std::string>{"--window", "1"}, {"--D", "1", "--D", "2"}, {"--sweep-N", "1"}, {"--seed", " 1"}})
     EXPECT_TRUE(parse(args).error.find('\n') == std::string::npos && !parse(args).error.empty());
+}
+
+TEST_CASE(cli_checks_and_peers_are_on_by_default) {
+  const Options d = parse({"--B", "1", "--H", "8", "--N", "8192", "--D", "512"}).options;
+  EXPECT_TRUE(d.check && d.torch && d.sdpa && !d.peers_given);
+  EXPECT_TRUE(parse({"--check"}).options.check);  // still accepted
+  EXPECT_TRUE(!parse({"--no-check"}).options.check);
+  const Options none = parse({"--no-peers"}).options;
+  EXPECT_TRUE(!none.torch && !none.sdpa && none.check);
+  const Options quick = parse({"--no-check", "--no-peers"}).options;
+  EXPECT_TRUE(!quick.check && !quick.torch && !quick.sdpa);
+  // --torch and --sdpa pick groups: only those given.
+  const Options sdpa = parse({"--sdpa"}).options;
+  EXPECT_TRUE(sdpa.sdpa && !sdpa.torch && sdpa.peers_given);
+  const Options both = parse({"--torch", "--sdpa"}).options;
+  EXPECT_TRUE(both.sdpa && both.torch);
+  // Contradictions: one line each.
+  EXPECT_CONTAINS(parse({"--check", "--no-check"}).error, "--check and --no-check contradict each other");
+  EXPECT_CONTAINS(parse({"--no-peers", "--torch"}).error, "--torch and --no-peers contradict each other");
+  EXPECT_CONTAINS(parse({"--sdpa", "--no-peers"}).error, "--sdpa and --no-peers contradict each other");
+  EXPECT_CONTAINS(parse({"--no-check=1"}).error, "--no-check takes no value");
+  EXPECT_CONTAINS(parse({"--no-peers", "--no-peers"}).error, "--no-peers given twice");
+  // The same defaults in the dynamic-mask mode.
+  const Options dma = parse({"--mask", "ones", "--bwd"}).options;
+  EXPECT_TRUE(dma.dynamic_mask() && dma.check && dma.torch && dma.sdpa);
+  EXPECT_TRUE(!parse({"--bias", "--no-check", "--no-peers"}).options.check);
+  EXPECT_CONTAINS(parse({"--bias", "--no-check", "--check"}).error, "contradict");
+  const std::string u = usage();
+  EXPECT_CONTAINS(u, "--no-check");
+  EXPECT_CONTAINS(u, "--no-peers");
 }
 
 TEST_CASE(cli_usage_documents_exit_codes_and_rules) {

@@ -54,7 +54,12 @@ expect_error 2 "--window needs --mask topk" --window 64
 expect_error 2 "--block needs --mask topk" --block 0
 expect_error 2 "--sweep-N needs --sweep" --sweep-N 1024
 expect_error 2 "--N does not apply to --sweep" --sweep --N 1024
-expect_error 2 "--reference needs --check" --reference fp32
+expect_error 2 "--reference does not apply with --no-check" --no-check --reference fp32
+# Checks and peers are on by default; asking for them and against them at once is an error.
+expect_error 2 "--check and --no-check contradict each other" --check --no-check
+expect_error 2 "--torch and --no-peers contradict each other" --no-peers --torch
+expect_error 2 "--sdpa and --no-peers contradict each other" --sdpa --no-peers
+expect_error 2 "--check and --no-check contradict each other" --bias --no-check --check
 expect_error 2 "--N has no effect with both --Nq and --Nk" --N 64 --Nq 1 --Nk 64
 expect_error 2 "--dma-mask-scan reads the mask" --dma-mask-scan prepass
 expect_error 2 "--variant does not apply to dynamic-mask runs" --bias --variant 'split-q*'
@@ -73,6 +78,10 @@ if "$bin" --list --sdpa >/dev/null 2>&1; then
 else
   expect_error 2 "this build has none" --sdpa
 fi
+
+# --list: every peer of the build by default, none with --no-peers.
+if "$bin" --list | grep -q "^unfused "; then pass; else fail "--list shows the unfused peer by default"; fi
+if "$bin" --list --no-peers | grep -q "^unfused "; then fail "--list --no-peers shows a peer"; else pass; fi
 
 # --help and --list need no GPU. --help documents the exit codes.
 if "$bin" --help | grep -q -- "--causal"; then pass; else fail "--help"; fi
