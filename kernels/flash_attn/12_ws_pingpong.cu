@@ -14,9 +14,9 @@
 //        right after, so while one does its softmax the other's MMAs keep the
 //        tensor cores busy. A named barrier per warpgroup carries the turn
 //        (FlashAttention-3, §3.1). A ready warpgroup may wait for its turn;
-//   NEW (tile order): causal work goes longest tile first (tile_order.cuh);
-//   +persistent (A/B): one block per SM walks its share of the tiles, loading
-//        the next tile's Q and K under this one's epilogue.
+//   NEW (tile order, tile_order.cuh): non-causal, a persistent grid (one block
+//        per SM walks its share of the tiles, the next tile's Q and K loading
+//        under this one's epilogue); causal, one block per tile, longest first.
 // TMA, mbarrier parity waits, setmaxnreg, named barriers: docs/hopper_primer.md.
 //
 // Per block: Br = 64 x W compute warpgroups + 1 producer; sQ [Br, D] once, sK
@@ -376,8 +376,7 @@ std::string unsupported(const AttnProblem& p) {
 }
 
 // kPingpong: the warpgroups take turns where the tile table says so.
-// kPersistent: one block per SM, each walking its share of the work items.
-template <bool kPingpong, bool kPersistent>
+template <bool kPingpong>
 cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stream) {
   cudaError_t err = cudaErrorInvalidValue;
   WsHeadDims::dispatch(p.D, p.Dv, [&](auto dims) {
@@ -388,7 +387,10 @@ cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stre
       CUtensorMap maps[3];
       if (!encode_qkv_maps<Cfg::kBr, Cfg::kBc>(maps, p, b.q, b.k, b.v)) return cudaErrorInvalidValue;
       const TileOrder order = make_tile_order(p, Cfg::kBr);
-      const int blocks = kPersistent ? std::min(order.items, device_sm_count()) : order.items;
+      // Non-causal: one block per SM (the tiles are equal, dealt round-robin).
+      // Causal: one block per tile, which the hardware starts as blocks finish,
+      // longest first; a static deal of unequal tiles measured slower.
+      const int blocks = p.causal ? order.items : std::min(order.items, device_sm_count());
       return launch_with_smem(ws_kernel<Cfg, T, kPingpong && WsTile<D, Dv>::kPingpong>,
                               dim3(unsigned(blocks)), Cfg::kThreads, Cfg::kSmemBytes, stream, maps[0], maps[1],
                               maps[2], static_cast<T*>(b.o), b.lse, p, order);
@@ -410,21 +412,19 @@ std::string describe_tiles() {
              " warps=" + std::to_string(Cfg::kWarps) + " smem=" + std::to_string(Cfg::kSmemBytes) + "B" +
              (kPingpong ? (turns ? " ping-pong" : " no ping-pong") : "");
       });
-  return s + "; fp16/bf16; GQA; causal (longest tiles first) or not; any Nq, Nk";
+  return s + "; fp16/bf16; GQA; non-causal on a persistent grid, causal longest tiles first; any Nq, Nk";
 }
 
-template <bool kPingpong, bool kPersistent = false>
+template <bool kPingpong>
 Variant make_variant() {
   Variant v;
-  v.name = std::string("ws+stage") + std::to_string(kWsStages) + (kPingpong ? "+pingpong" : "") +
-           (kPersistent ? "+persistent" : "");
+  v.name = std::string("ws+stage") + std::to_string(kWsStages) + (kPingpong ? "+pingpong" : "");
   v.rung = "12_ws_pingpong";
   v.unsupported_reason = unsupported;
-  v.launch = launch<kPingpong, kPersistent>;
+  v.launch = launch<kPingpong>;
   v.describe = [] {
     return std::string("sm_90a wgmma, K/V by TMA from a producer warp, softmax overlapped with P·V") +
-           (kPingpong ? ", the compute warpgroups alternate on the tensor cores" : "") +
-           (kPersistent ? ", one block per SM over its share of the tiles" : "") + "; " +
+           (kPingpong ? ", the compute warpgroups alternate on the tensor cores" : "") + "; " +
            describe_tiles<kPingpong>();
   };
   return v;
@@ -432,8 +432,6 @@ Variant make_variant() {
 
 }  // namespace
 
-std::vector<Variant> make_ws_pingpong_variants() {
-  return {make_variant<false>(), make_variant<true, true>(), make_variant<true>()};
-}
+std::vector<Variant> make_ws_pingpong_variants() { return {make_variant<false>(), make_variant<true>()}; }
 
 }  // namespace attnlab

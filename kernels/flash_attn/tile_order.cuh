@@ -1,7 +1,7 @@
 // attnlab: the order in which a rung's blocks take their (query tile, head)
-// work items — rung 12's tile scheduler. One block per work item; blocks start
-// in launch order (blockIdx.x), so the order of the grid is the order of the
-// work:
+// work items — rung 12's tile scheduler. Items are numbered in the order they
+// should start; a grid of one block per item starts them in that order
+// (blockIdx.x), a persistent grid deals them out round by round (next()):
 //   non-causal: head by head, the query tiles of one head together, so that
 //     its K and V are read from DRAM about once and then from L2;
 //   causal: the longest tiles first (LPT, longest processing time first, as
