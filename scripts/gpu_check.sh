@@ -11,8 +11,9 @@
 # Both build in build-gpu, so the second step reuses the first one's build.
 # Output: $OUT when set (the device tool's folder, which returns at most eight
 # files), else results/<gpu>/: check writes tests.txt, sanitizer_summary.txt,
-# reference_torch.txt, sass_mma.txt; bench writes bench.csv, bench.txt,
-# dmattn.csv, gemm_ceiling.txt, ncu_bank_conflicts.txt (and fwd.csv with
+# reference_torch.txt, sass_mma.txt; bench writes mission.txt (the harness with
+# no options), bench.csv, bench.txt, dmattn.csv, gemm_ceiling.txt,
+# ncu_bank_conflicts.txt (and fwd.csv with
 # SWEEP=1). Both write summary.md (scripts/gpu_summary.sh), printed last, and
 # logs.tar.gz with every other log, and exit 0 only when everything they ran
 # passed.
@@ -118,7 +119,8 @@ if [ "$mode" = check ]; then
   rung_shapes=("--Nq 129 --Nk 77 --D 64 --causal" "--Nq 17 --Nk 200 --D 256 --dtype bf16"
                "--Nq 70 --Nk 130 --D 512 --causal" "--Nq 70 --Nk 130 --D 1024 --causal"
                "--Nq 256 --Nk 300 --D 256 --causal --variant two-pass+stage4"
-               "--Nq 77 --Nk 129 --D 128 --variant minimal")
+               "--Nq 77 --Nk 129 --D 128 --variant minimal"
+               "--H 4 --Hkv 2 --Nq 300 --Nk 1000 --D 128 --causal" "--H 4 --Hkv 1 --Nq 700 --Nk 130 --D 192 --Dv 128 --causal")
   dmattn_shapes=("--Nq 1 --Nk 3000 --D 128 --Hkv 1 --mask topk --window 64 --block 0 --bias --splits 4"
                  "--Nq 1 --Nk 20000 --D 256 --mask topk --window 3000 --block 0 --bias --softcap 20 --splits 1"
                  "--Nq 70 --Nk 130 --D 128 --Hkv 1 --causal --mask topk --window 64 --bias --bwd"
@@ -288,9 +290,18 @@ run_bench() {
 # bench ARGS : every variant and peer, checked and timed, into bench.csv.
 bench() { run_bench "$out/bench.txt" "$csv" "$@" "${peers[@]}" --check --show-all --iters 20 --warmup 3; }
 # Large shapes: timed only (the fp32 reference alone would take minutes).
-bench_timing_only() { run_bench "$out/bench.txt" "$csv" "$@" "${peers[@]}" --show-all --iters 5 --warmup 1; }
-# dbench ARGS : one dynamic-mask run (its rows and peers) into dmattn.csv.
-dbench() { run_bench "$logs/dmattn_bench.txt" "$out/dmattn.csv" "$@" "${peers[@]}" --iters 10 --warmup 2; }
+bench_timing_only() { run_bench "$out/bench.txt" "$csv" "$@" "${peers[@]}" --no-check --show-all --iters 5 --warmup 1; }
+# dbench ARGS : one dynamic-mask run (its rows and peers) into dmattn.csv, checked
+# only where ARGS say --check.
+dbench() {
+  local check=(--no-check)
+  [[ " $* " == *" --check "* ]] && check=()
+  run_bench "$logs/dmattn_bench.txt" "$out/dmattn.csv" "$@" "${check[@]}" "${peers[@]}" --iters 10 --warmup 2
+}
+step "the harness with no options (mission.txt)"
+timeout 180 "$build/flash_attn_mma" --B 1 --H 8 --N 8192 --D 512 > "$out/mission.txt" 2>&1 ||
+  { echo "exit $? at: flash_attn_mma --B 1 --H 8 --N 8192 --D 512"; ok=1; }
+tail -2 "$out/mission.txt"
 step "benchmarks (bench.csv)"
 : > "$out/bench.txt"
 for D in 64 128 256; do
@@ -307,6 +318,11 @@ if [ -z "${QUICK:-}" ]; then
   python3 -c "import torch" 2>/dev/null &&
     timeout 120 python3 scripts/gemm_ceiling.py --D 1024 512 > "$out/gemm_ceiling.txt" 2>&1
   bench --B 4 --H 16 --N 4096 --D 128
+  bench --B 4 --H 16 --N 4096 --D 128 --dtype bf16 --causal
+  bench --B 1 --H 32 --Hkv 8 --N 8192 --D 128    # GQA
+  bench --B 1 --H 32 --Hkv 8 --N 8192 --D 128 --causal
+  bench --B 2 --H 16 --N 4096 --D 192 --Dv 128 --dtype bf16    # DeepSeek V3's prefill (MLA)
+  bench --B 2 --H 16 --N 4096 --D 192 --Dv 128 --dtype bf16 --causal
   bench --B 1 --H 8 --Nq 1000 --Nk 8192 --D 128 --causal
   bench_timing_only --B 1 --H 48 --N 16384 --D 512
 fi
