@@ -120,7 +120,7 @@ if [ "$mode" = check ]; then
                "--Nq 70 --Nk 130 --D 512 --causal" "--Nq 70 --Nk 130 --D 1024 --causal"
                "--Nq 256 --Nk 300 --D 256 --causal --variant two-pass+stage4"
                "--Nq 77 --Nk 129 --D 128 --variant minimal"
-               "--H 4 --Hkv 2 --Nq 300 --Nk 1000 --D 128 --causal" "--H 4 --Hkv 1 --Nq 700 --Nk 130 --D 192 --Dv 128 --causal")
+               "--H 4 --Hkv 2 --Nq 130 --Nk 300 --D 128 --causal" "--H 4 --Hkv 1 --Nq 300 --Nk 130 --D 192 --Dv 128 --causal")
   dmattn_shapes=("--Nq 1 --Nk 3000 --D 128 --Hkv 1 --mask topk --window 64 --block 0 --bias --splits 4"
                  "--Nq 1 --Nk 20000 --D 256 --mask topk --window 3000 --block 0 --bias --softcap 20 --splits 1"
                  "--Nq 70 --Nk 130 --D 128 --Hkv 1 --causal --mask topk --window 64 --bias --bwd"
@@ -153,6 +153,42 @@ if [ "$mode" = check ]; then
       fi > "$logs/sanitizer/$(printf %03d "$j").txt"
     done
   }
+  # The Python package: built by pip from the same build folder (configured
+  # alike, so nothing is compiled again), installed into a folder of its own,
+  # imported and tested from outside the source tree. The install runs first,
+  # alone: pip's configure relinks the build folder's programs, which must not
+  # happen while the tests below run them.
+  site=$build_abs/python
+  python_install() {
+    [ "${PIP:-1}" != 0 ] || return 0
+    site=$build_abs/pip-site
+    rm -rf "$site"
+    local -a defines=()
+    for d in "${cmake_defs[@]}"; do defines+=(-C "cmake.define.${d#-D}"); done
+    timeout "$(limit 300)" python3 -m pip install --no-build-isolation --no-deps --target "$site" \
+      -C build-dir="$build_abs" "${defines[@]}" . > "$logs/pip_install.log" 2>&1 && return 0
+    echo "pip install: FAILED (logs/pip_install.log)" > "$logs/python.rc"
+    return 1
+  }
+  python_tests() {
+    local where
+    where=$(cd /tmp && PYTHONPATH="$site" python3 -c "import attnlab; print(attnlab.__file__)" 2>> "$logs/python.log")
+    if [[ "$where" != "$site/"* ]]; then
+      echo "import attnlab: FAILED (found '${where:-nothing}', not under $site; logs/python.log)" > "$logs/python.rc"
+      return
+    fi
+    (cd /tmp && PYTHONPATH="$site" timeout "$(limit 300)" python3 -m pytest -q -p no:cacheprovider "$root/tests/python") \
+      >> "$logs/python.log" 2>&1
+    local rc=$?
+    echo "tests/python on $([ "${PIP:-1}" != 0 ] && echo "the pip-installed package" || echo build/python):" \
+      "$(grep -E '^[0-9]+ (passed|failed)|^Exit:' "$logs/python.log" | tail -1)$([ $rc -eq 0 ] || echo " FAILED (exit $rc)")" \
+      > "$logs/python.rc"
+    [ "${PIP:-1}" = 0 ] || echo "harness installed by pip: $("$site/bin/flash_attn_mma" --list > /dev/null 2>&1 &&
+      echo "runs" || echo "FAILED to run")" >> "$logs/python.rc"
+  }
+  step "the Python package: pip install"
+  python_install && { python_tests & pids+=($!); }
+
   sanitizers=0
   if [ -z "${QUICK:-}" ] && [ "${SANITIZER:-1}" != 0 ] && command -v compute-sanitizer >/dev/null; then
     sanitizers=1
@@ -181,39 +217,6 @@ if [ "$mode" = check ]; then
     for t in "${gpu_tests[@]:1}"; do gpu_test "$t" 400 & pids+=($!); done
   fi
 
-  # The Python package: built by pip from the same build folder (configured
-  # alike, so nothing is compiled again), installed into a folder of its own,
-  # imported and tested from outside the source tree.
-  python_tests() {
-    local site=$build_abs/pip-site
-    if [ "${PIP:-1}" != 0 ]; then
-      rm -rf "$site"
-      local -a defines=()
-      for d in "${cmake_defs[@]}"; do defines+=(-C "cmake.define.${d#-D}"); done
-      if ! timeout "$(limit 300)" python3 -m pip install --no-build-isolation --no-deps --target "$site" \
-             -C build-dir="$build_abs" "${defines[@]}" . > "$logs/pip_install.log" 2>&1; then
-        echo "pip install: FAILED (logs/pip_install.log)" > "$logs/python.rc"
-        return
-      fi
-    else
-      site=$build_abs/python
-    fi
-    local where
-    where=$(cd /tmp && PYTHONPATH="$site" python3 -c "import attnlab; print(attnlab.__file__)" 2>> "$logs/python.log")
-    if [[ "$where" != "$site/"* ]]; then
-      echo "import attnlab: FAILED (found '${where:-nothing}', not under $site; logs/python.log)" > "$logs/python.rc"
-      return
-    fi
-    (cd /tmp && PYTHONPATH="$site" timeout "$(limit 300)" python3 -m pytest -q -p no:cacheprovider "$root/tests/python") \
-      >> "$logs/python.log" 2>&1
-    local rc=$?
-    echo "tests/python on $([ "${PIP:-1}" != 0 ] && echo "the pip-installed package" || echo build/python):" \
-      "$(grep -E '^[0-9]+ (passed|failed)|^Exit:' "$logs/python.log" | tail -1)$([ $rc -eq 0 ] || echo " FAILED (exit $rc)")" \
-      > "$logs/python.rc"
-    [ "${PIP:-1}" = 0 ] || echo "harness installed by pip: $("$site/bin/flash_attn_mma" --list > /dev/null 2>&1 &&
-      echo "runs" || echo "FAILED to run")" >> "$logs/python.rc"
-  }
-  python_tests & pids+=($!)
 
   # Checks against torch's fp32 math SDPA (--reference torch), where torch has it.
   reference_torch() {
