@@ -28,7 +28,7 @@ import results_csv as rc  # noqa: E402
 
 MARKER = re.compile(r"^<!-- numbers: (?P<rung>[\w-]+)(?: prev=(?P<prev>[\w-]+))? -->\n.*?^<!-- numbers:end -->$",
                     re.S | re.M)
-SHAPE = ("B", "H", "Nq", "Nk", "D", "dtype", "causal")
+SHAPE = ("B", "H", "Hkv", "Nq", "Nk", "D", "Dv", "dtype", "causal")
 
 
 def of(variant, prefix):
@@ -52,7 +52,7 @@ def best_of(rows, prefix):
 
 def listed(shape, sl, n):
     """Whether the table lists `shape`: a square shape of the plots' slice only at N = n."""
-    B, H, Nq, Nk, D, dtype, causal = shape
+    B, H, Hkv, Nq, Nk, D, Dv, dtype, causal = shape
     in_slice = sl is not None and (B, H, dtype) == (sl.B, sl.H, sl.dtype) and Nq == Nk
     return not in_slice or Nq == n
 
@@ -65,7 +65,7 @@ def table(rows, rung, prev):
     ran_at = {shape_of(r) for r in mine if rc.ran(r)}
     # Shapes where no stage of the rung ran are summed up in one line below the table.
     shapes = [sh for sh in all_shapes if sh in ran_at]
-    skipped = sorted({sh[4] for sh in all_shapes if sh not in shapes} - {sh[4] for sh in shapes})
+    skipped = sorted({sh[5] for sh in all_shapes if sh not in shapes} - {sh[5] for sh in shapes})
     stages = sorted({r["variant"] for r in mine})
     if not shapes:  # a rung the CSVs have no timings of (yet): say so instead of an empty table
         why = f" (its rows at head dims {', '.join(str(d) for d in skipped)} say why)" if skipped else ""
@@ -78,8 +78,9 @@ def table(rows, rung, prev):
     used = []
     for shape in shapes:
         at = [r for r in rows if shape_of(r) == shape]
-        B, H, Nq, Nk, D, dtype, causal = shape
-        cells = [f"{B},{H},{Nq},{Nk},{D}", dtype, "yes" if causal else "no"]
+        B, H, Hkv, Nq, Nk, D, Dv, dtype, causal = shape
+        heads, dims = rc.heads_label(at[0]), rc.dims_label(at[0])
+        cells = [f"{B},{heads},{Nq},{Nk},{dims}", dtype, "yes" if causal else "no"]
         for s in stages:
             row = next((r for r in at if r["variant"] == s), None)
             cells.append(rc.fmt_tflops(row["tflops"]) if row and rc.ran(row) else (row["status"] if row else "–"))

@@ -70,11 +70,13 @@ bench = rc.load([os.path.join(out, "bench.csv")]) if os.path.isfile(os.path.join
 if bench:
     print(f"\n## Benchmarks (bench.csv; {provenance(bench)})\n")
     print("TFLOPS = 2·B·H·(D+Dv)·unmasked pairs / median time; fp16 unless noted.\n")
+    print("B,H,Nq,Nk,D: H/Hkv for GQA, D/Dv where they differ.\n")
     print("| B,H,Nq,Nk,D | dtype | causal | best rung | TFLOPS | best peer | TFLOPS | × peer | checks |")
     print("|---|---|---|---|---|---|---|---|---|")
     shapes = {}
     for r in bench:
-        shapes.setdefault(tuple(r[k] for k in ("B", "H", "Nq", "Nk", "D", "dtype", "causal")), []).append(r)
+        shapes.setdefault((r["B"], rc.heads_label(r), r["Nq"], r["Nk"], rc.dims_label(r), r["dtype"], r["causal"]),
+                          []).append(r)
     for key, rs in shapes.items():
         rung, peer = rc.best(rs, rc.RUNG), rc.best(rs, rc.PEER)
         cell = lambda r: (r["variant"], rc.fmt_tflops(r["tflops"])) if r else ("-", "-")

@@ -11,13 +11,16 @@ later file in FORWARD_CSVS, the later line in a file).
 """
 import csv
 import os
+import re
 from collections import Counter
 from dataclasses import dataclass
 
 COLUMNS = ("gpu", "driver", "cuda", "commit", "date", "variant", "kind", "B", "H", "Nq", "Nk", "D", "Dv",
            "dtype", "causal", "time_ms", "tflops", "ratio_to_best_peer", "status", "max_err", "tol", "lse_err",
            "seed", "note")
-KEY = ("variant", "B", "H", "Nq", "Nk", "D", "Dv", "dtype", "causal")
+# Hkv is not a CSV column: a GQA row's note starts "Hkv=N; " (the harness writes
+# it), and _parse() gives every row an "Hkv" field, H when the note has none.
+KEY = ("variant", "B", "H", "Hkv", "Nq", "Nk", "D", "Dv", "dtype", "causal")
 INT_COLUMNS = ("B", "H", "Nq", "Nk", "D", "Dv", "causal")
 FLOAT_COLUMNS = ("time_ms", "tflops")
 PEER, RUNG = "peer", "rung"
@@ -85,7 +88,19 @@ def _parse(row, where):
                 row[c] = convert(row[c])
             except ValueError:
                 raise CsvError(f"{where}: {c} is not a number: '{row[c]}'") from None
+    m = re.match(r"Hkv=(\d+);", row["note"])
+    row["Hkv"] = int(m.group(1)) if m else row["H"]
     return row
+
+
+def heads_label(row):
+    """H, or H/Hkv for a GQA row: '32/8'."""
+    return str(row["H"]) if row["Hkv"] == row["H"] else f"{row['H']}/{row['Hkv']}"
+
+
+def dims_label(row):
+    """D, or D/Dv when they differ: '192/128'."""
+    return str(row["D"]) if row["Dv"] == row["D"] else f"{row['D']}/{row['Dv']}"
 
 
 def _optional_float(text):
