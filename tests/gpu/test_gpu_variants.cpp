@@ -168,6 +168,18 @@ int main(int argc, char** argv) {
                                        {512, 600}};  // causal: neighbouring row blocks walk different key counts
   // 320..1024: only the tiling rungs (05, 06) take them; the 4096-long sizes
   // are skipped there to keep the run short (the fp32 reference dominates).
+  // Every selected variant that takes p, on fresh inputs; false after a fatal GPU error.
+  auto run_all = [&](const AttnProblem& p) {
+    ProblemBuffers bufs;
+    ReferenceData ref;
+    if (!set_up(p, [](const Variant&) { return true; }, bufs, ref)) return true;
+    for (const Variant& v : all_variants()) {
+      if (!selected(v) || !v.unsupported_reason(p).empty()) continue;
+      if (!run_and_record(v, p, bufs, ref, s)) return false;
+    }
+    return true;
+  };
+
   const int head_dims[] = {32, 64, 96, 128, 256, 320, 512, 768, 1024};
   for (auto [nq, nk] : sizes)
     for (int d : head_dims)
@@ -175,14 +187,7 @@ int main(int argc, char** argv) {
         for (bool causal : {false, true}) {
           const bool big = nq >= 4096 || nk >= 4096;
           if (big && d >= 512) continue;
-          const AttnProblem p = make(big ? 1 : 2, big ? 2 : 3, nq, nk, d, d, dtype, causal);
-          ProblemBuffers bufs;
-          ReferenceData ref;
-          if (!set_up(p, [](const Variant&) { return true; }, bufs, ref)) continue;
-          for (const Variant& v : all_variants()) {
-            if (!selected(v) || !v.unsupported_reason(p).empty()) continue;
-            if (!run_and_record(v, p, bufs, ref, s)) return 1;
-          }
+          if (!run_all(make(big ? 1 : 2, big ? 2 : 3, nq, nk, d, d, dtype, causal))) return 1;
         }
 
   // GQA (H = 4 on 2 KV heads) and MQA (on 1): every variant that takes the
@@ -191,16 +196,17 @@ int main(int argc, char** argv) {
     for (auto [nq, nk] : {std::pair{17, 1000}, std::pair{129, 300}})
       for (int d : {64, 128, 512, 1024})
         for (DType dtype : {DType::kFloat16, DType::kBFloat16})
-          for (bool causal : {false, true}) {
-            const AttnProblem p = make(2, 4, nq, nk, d, d, dtype, causal, hkv);
-            ProblemBuffers bufs;
-            ReferenceData ref;
-            if (!set_up(p, [](const Variant&) { return true; }, bufs, ref)) continue;
-            for (const Variant& v : all_variants()) {
-              if (!selected(v) || !v.unsupported_reason(p).empty()) continue;
-              if (!run_and_record(v, p, bufs, ref, s)) return 1;
-            }
-          }
+          for (bool causal : {false, true})
+            if (!run_all(make(2, 4, nq, nk, d, d, dtype, causal, hkv))) return 1;
+
+  // D != Dv (DeepSeek V3's 192 / 128, and 128 / 64), with and without GQA:
+  // every variant that takes the pair (the others say so in their rows).
+  for (auto [d, dv] : {std::pair{192, 128}, std::pair{128, 64}})
+    for (auto [nq, nk] : {std::pair{1, 1}, std::pair{17, 1000}, std::pair{1000, 17}, std::pair{129, 300}})
+      for (int hkv : {4, 1})
+        for (DType dtype : {DType::kFloat16, DType::kBFloat16})
+          for (bool causal : {false, true})
+            if (!run_all(make(2, 4, nq, nk, d, dv, dtype, causal, hkv))) return 1;
 
   // A variant with a workspace (rung 11's P̃) runs in rounds when it is given
   // less than it asks for: 1/3, 1/7 and 7/48 of it, at shapes whose rounds
