@@ -20,7 +20,7 @@
 #include <cstdint>
 
 #include "host/attn_problem.h"
-#include "host/rung_host.cuh"
+#include "host/env_switch.h"
 
 namespace attnlab {
 
@@ -37,13 +37,13 @@ struct TileOrder {
   // order (block b takes the b-th in even rounds, the b-th from the end in odd
   // ones), so that, items being longest first, every block gets long and short
   // ones alike.
-  __device__ __forceinline__ int next(int block, int blocks, int round) const {
+  __host__ __device__ __forceinline__ int next(int block, int blocks, int round) const {
     const int linear = round * blocks + (round % 2 == 0 ? block : blocks - 1 - block);
     return linear < items ? linear : -1;
   }
 
   // Work item `linear` (the block's index in launch order) -> its query tile and head.
-  __device__ __forceinline__ void item(int linear, int& m_block, int& head) const {
+  __host__ __device__ __forceinline__ void item(int linear, int& m_block, int& head) const {
     if (section == 0) {
       head = linear / m_blocks;
       m_block = m_blocks - 1 - linear % m_blocks;
@@ -51,7 +51,7 @@ struct TileOrder {
     }
     const int per_section = section * m_blocks;
     const int first = linear / per_section * section;    // the section's first head
-    const int n = min(section, heads - first);           // heads in this section (the last may have fewer)
+    const int n = heads - first < section ? heads - first : section;  // heads in this section (the last may have fewer)
     const int r = linear % per_section;
     head = first + r % n;
     m_block = m_blocks - 1 - r / n;

@@ -3,8 +3,6 @@
 // the support checks every rung makes, and the `--list` description.
 #pragma once
 
-#include <cstdlib>
-
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -13,6 +11,7 @@
 #include <type_traits>
 
 #include "host/attn_problem.h"
+#include "host/env_switch.h"
 #include "host/variant.h"
 
 namespace attnlab {
@@ -42,15 +41,6 @@ std::string head_dim_list() {
   std::string s;
   ((s += (s.empty() ? "" : ", ") + std::to_string(kHeadDims)), ...);
   return "{" + s + "}";
-}
-
-// Whether the environment variable `name` is set to anything but "" or "0":
-// the ATTNLAB_* switches (e.g. ATTNLAB_NO_PDL, ATTNLAB_TWO_PASS_NO_*, which
-// turn one mechanism off to measure what it buys). Read once per switch by the
-// caller.
-inline bool env_switch_on(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr && v[0] != '\0' && v[0] != '0';
 }
 
 // "" when a block of `smem_bytes` dynamic shared memory fits the device's
