@@ -17,7 +17,8 @@
 //   NEW (tile order, tile_order.cuh): non-causal, a persistent grid (one block
 //        per SM walks its share of the tiles, the next tile's Q and K loading
 //        under this one's epilogue); causal, one block per tile, longest first.
-// TMA, mbarrier parity waits, setmaxnreg, named barriers: docs/hopper_primer.md.
+// Files: this kernel and its tiles; ws_mainloop.cuh (copies, MMAs, softmax of
+// one work item); tile_order.cuh (the scheduler). Terms: docs/hopper_primer.md.
 //
 // Per block: Br = 64 x W compute warpgroups + 1 producer; sQ [Br, D] once, sK
 // [kStages][Bc, D], sV [kStages][Bc, Dv] (Sw128Blocks); 2 + 4·kStages mbarriers.
@@ -45,12 +46,10 @@
 #include <string>
 #include <vector>
 
-#include "common/online_softmax.cuh"
-#include "common/ptx.cuh"
-#include "common/split_q_parts.cuh"
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
 #include "flash_attn/tile_order.cuh"
+#include "flash_attn/ws_mainloop.cuh"
 #include "host/arch.h"
 #include "host/attn_problem.h"
 #include "host/rung_host.cuh"
@@ -141,195 +140,36 @@ ws_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUt
           const __grid_constant__ CUtensorMap tma_v, T* __restrict__ o, float* __restrict__ lse,
           const AttnProblem p, const TileOrder order) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int D = Cfg::kHeadDim, Dv = Cfg::kHeadDimV, Br = Cfg::kBr, Bc = Cfg::kBc, kStages = Cfg::kStages;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
-  T* sQ = reinterpret_cast<T*>(smem_raw + (((raw + 1023) & ~1023u) - raw));
-  T* sK = sQ + Cfg::kQElems;               // kStages K slots [Bc, D]
-  T* sV = sK + kStages * Cfg::kKElems;     // kStages V slots [Bc, Dv]
-  uint64_t* q_full = reinterpret_cast<uint64_t*>(sV + kStages * Cfg::kVElems);
-  uint64_t* q_empty = q_full + 1;  // NEW (persistent): sQ free for the block's next tile
-  uint64_t* k_full = q_full + 2;   // [kStages] each
-  uint64_t* k_empty = k_full + kStages;
-  uint64_t* v_full = k_empty + kStages;
-  uint64_t* v_empty = v_full + kStages;
-
-  if (threadIdx.x == 0) {
-    mbarrier_init(q_full, 1);  // full: the producer's arrive_expect_tx, then the bytes
-    mbarrier_init(q_empty, Cfg::kComputeWarps);
-    for (int s = 0; s < kStages; ++s) {
-      mbarrier_init(&k_full[s], 1);
-      mbarrier_init(&v_full[s], 1);
-      mbarrier_init(&k_empty[s], Cfg::kComputeWarps);  // empty: one arrival per compute warp
-      mbarrier_init(&v_empty[s], Cfg::kComputeWarps);
-    }
-    fence_mbarrier_init();
-  }
+  const WsShared<Cfg, T> sm(smem_raw);
+  if (threadIdx.x == 0) sm.init_barriers();
   __syncthreads();  // no copy may signal a barrier before it is initialised
 
   // A block computes the work items order.next(...) gives it: one (the grid has
-  // one block per item), or, on a persistent grid, one per round. Producer and
-  // compute warps walk the same items, and count the same K/V tiles (kv_count,
-  // the ring's position) and Q tiles (q_count) to find slots and phases.
-  struct Work {
-    int head, kv_head, q_start, n_tiles;
-  };
-  auto work = [&](int linear) {
-    Work w;
-    int m_block;
-    order.item(linear, m_block, w.head);
-    w.kv_head = w.head / (p.H / p.kv_heads());  // p.kv_head(head) in 32 bits: the K and V it reads (GQA: shared)
-    w.q_start = m_block * Br;
-    w.n_tiles = kv_tiles_for_query_tile(p, w.q_start, Br, Bc);
-    return w;
-  };
-
-  if (warp >= Cfg::kProducerWarp) {
+  // one block per item), or, on a persistent grid, one per round.
+  WsRing ring;
+  if (threadIdx.x / 32 >= Cfg::kProducerWarp) {
     // ---- the producer: one thread issues every copy of the block -----------------
     warpgroup_reg_dealloc<Cfg::kProducerRegs>();
-    if (warp == Cfg::kProducerWarp && lane == 0) {
+    if (threadIdx.x == 32 * Cfg::kProducerWarp) {
       prefetch_tensor_map(&tma_q);
       prefetch_tensor_map(&tma_k);
       prefetch_tensor_map(&tma_v);
-      int kv_count = 0, q_count = 0;
       for (int round = 0, linear; (linear = order.next(blockIdx.x, gridDim.x, round)) >= 0; ++round) {
-        const Work w = work(linear);
-        if (w.n_tiles == 0) continue;
-        if (q_count > 0) mbarrier_wait(q_empty, (q_count - 1) & 1);  // the last tile's Q·Kᵀ are done
-        mbarrier_arrive_expect_tx(q_full, 2 * Cfg::kQElems);
-        for (int b = 0; b < Cfg::kBoxesQK; ++b)
-          tma_load_3d(sQ + b * Br * 64, &tma_q, q_full, b * 64, w.q_start, w.head);
-        ++q_count;
-        // Tile j is the ring's tile g = kv_count + j: slot g % kStages, once the
-        // compute warps have released tile g - kStages from it (phase
-        // (g / kStages - 1) of its empty barrier).
-        auto load = [&](T* ring, int elems, int boxes, const CUtensorMap* map, uint64_t* full, uint64_t* empty,
-                        int j) {
-          const int g = kv_count + j, slot = g % kStages;
-          if (g >= kStages) mbarrier_wait(&empty[slot], (g / kStages - 1) & 1);
-          mbarrier_arrive_expect_tx(&full[slot], 2 * elems);
-          for (int b = 0; b < boxes; ++b)
-            tma_load_3d(ring + slot * elems + b * Bc * 64, map, &full[slot], b * 64, j * Bc, w.kv_head);
-        };
-        auto load_k = [&](int j) { load(sK, Cfg::kKElems, Cfg::kBoxesQK, &tma_k, k_full, k_empty, j); };
-        auto load_v = [&](int j) { load(sV, Cfg::kVElems, Cfg::kBoxesV, &tma_v, v_full, v_empty, j); };
-        // The order the compute warps use them in: K one tile ahead of V.
-        load_k(0);
-#pragma unroll 1  // rolled: the producer has 32 registers with three compute warpgroups
-        for (int j = 0; j < w.n_tiles; ++j) {
-          if (j + 1 < w.n_tiles) load_k(j + 1);
-          load_v(j);
-        }
-        kv_count += w.n_tiles;
+        const WsWork w = ws_work<Cfg>(p, order, linear);
+        ws_load<Cfg, T>(sm, &tma_q, &tma_k, &tma_v, w, ring);
+        ring.advance(w);
       }
     }
     __syncwarp();
     return;
   }
-
   // ---- the W compute warpgroups -----------------------------------------------------
   warpgroup_reg_alloc<Cfg::kComputeRegs>();
-  const int warpgroup = threadIdx.x / 128;
-  const T* sQ_wg = sQ + warpgroup * 64 * 64;  // this warpgroup's 64 rows of every 64-column block
-  const float scale_log2 = p.scale * kLog2e;
-  constexpr int W = Cfg::kComputeWarpgroups;
-
-  int kv_count = 0, q_count = 0;
   for (int round = 0, linear; (linear = order.next(blockIdx.x, gridDim.x, round)) >= 0; ++round) {
-    const Work w = work(linear);
-    const int n_tiles = w.n_tiles;  // the same for every warpgroup
-    const int row0 = w.q_start + warpgroup * 64 + (warp % 4) * 16 + lane / 4;  // row of c0, c1
-
-    // NEW (+pingpong): the turn. Warpgroup w waits on barrier kTurnBarrier + w,
-    // issues its MMAs, and arrives on the next one's (w + 1, round the W
-    // warpgroups). The last warpgroup pre-arrives once so that warpgroup 0 goes
-    // first, and skips its arrival after the last tile, so that every barrier
-    // phase that is started also completes, tile by tile.
-    auto take_turn = [&] {
-      if constexpr (kPingpong) named_barrier_sync(Cfg::kTurnBarrier + warpgroup, Cfg::kTurnThreads);
-    };
-    auto pass_turn = [&](int j) {
-      if constexpr (kPingpong)
-        if (warpgroup < W - 1 || j + 1 < n_tiles)
-          named_barrier_arrive(Cfg::kTurnBarrier + (warpgroup + 1) % W, Cfg::kTurnThreads);
-    };
-    // One arrival per warp, after the warp's own wgmma_wait: the slot is free
-    // once all kComputeWarps warps have finished reading it.
-    auto release = [&](uint64_t* empty, int j) {
-      if (lane == 0) mbarrier_arrive(&empty[(kv_count + j) % kStages]);
-    };
-    auto wait_full = [&](uint64_t* full, int j) {
-      const int g = kv_count + j;
-      mbarrier_wait(&full[g % kStages], (g / kStages) & 1);
-    };
-
-    // Rung 07's tile MMAs (common/wgmma.cuh), on the ring's slot of tile j.
-    auto issue_qk = [&](float (&S)[Cfg::kTilesS][4], int j) {
-      wgmma_qk_tile<T, D, Br, Bc>(S, sQ_wg, sK + ((kv_count + j) % kStages) * Cfg::kKElems);
-      wgmma_commit();
-    };
-    float O[Cfg::kTilesO][4] = {};
-    auto issue_pv = [&](const uint32_t (&P)[Cfg::kTilesS / 2][4], int j) {
-      wgmma_pv_tile<T, Dv, Bc>(O, P, sV + ((kv_count + j) % kStages) * Cfg::kVElems);
-      wgmma_commit();
-    };
-
-    RowStats stats;
-    uint32_t P[Cfg::kTilesS / 2][4];  // P_{j-1}, the A operand of the next P·V
-    if (n_tiles > 0) {
-      if (kPingpong && warpgroup == W - 1) named_barrier_arrive(Cfg::kTurnBarrier, Cfg::kTurnThreads);
-      mbarrier_wait(q_full, q_count & 1);
-      wait_full(k_full, 0);
-      float S[Cfg::kTilesS][4];
-      take_turn();
-      wgmma_fence();
-      issue_qk(S, 0);
-      pass_turn(0);
-      wgmma_wait<0>();
-      fence_accumulators(S);
-      release(k_empty, 0);
-      mask_scores(S, p, 0, w.q_start, row0, row0 + 8, lane % 4);
-      float alpha[2];
-      online_softmax_scores(S, stats, scale_log2, alpha);  // O is still zero: no rescale
-      pack_p_fragments<T>(P, S);
-    }
-
-    for (int j = 1; j < n_tiles; ++j) {
-      wait_full(k_full, j);
-      wait_full(v_full, j - 1);  // both before the turn: a warpgroup never holds it waiting on a copy
-      float S[Cfg::kTilesS][4];
-      take_turn();
-      wgmma_fence();
-      issue_qk(S, j);
-      issue_pv(P, j - 1);
-      pass_turn(j);
-      wgmma_wait<1>();  // S_j is done; the P·V may still run
-      fence_accumulators(S);
-      release(k_empty, j);
-      mask_scores(S, p, j * Bc, w.q_start, row0, row0 + 8, lane % 4);
-      float alpha[2];
-      online_softmax_scores(S, stats, scale_log2, alpha);
-      wgmma_wait<0>();
-      fence_accumulators(O);
-      release(v_empty, j - 1);
-      rescale_output(O, alpha);
-      pack_p_fragments<T>(P, S);
-    }
-
-    if (n_tiles > 0) {
-      if (lane == 0) mbarrier_arrive(q_empty);  // every Q·Kᵀ of the tile is done: the producer may load the next Q
-      wait_full(v_full, n_tiles - 1);  // the last P·V
-      wgmma_fence();
-      issue_pv(P, n_tiles - 1);
-      wgmma_wait<0>();
-      fence_accumulators(O);
-      release(v_empty, n_tiles - 1);
-    }
-    store_output<T>(O, stats, p, w.head, row0, /*col0=*/0, lane % 4, /*write_lse=*/true, o, lse);
-    kv_count += n_tiles;
-    q_count += n_tiles > 0 ? 1 : 0;
+    const WsWork w = ws_work<Cfg>(p, order, linear);
+    ws_compute<Cfg, T, kPingpong>(sm, p, w, ring, o, lse);
+    ring.advance(w);
   }
 #endif
 }

@@ -1,0 +1,233 @@
+// attnlab: rung 12's mainloop, one work item at a time — what its producer
+// thread and its compute warpgroups do for one (query tile, head), in the
+// roles of FlashAttention-3's CollectiveMainloop (hopper/mainloop_fwd_sm90_*.hpp):
+// ws_load issues the TMA copies of Q and of each K and V tile into the ring,
+// ws_compute runs the tile MMAs and the online softmax and ends in the epilogue
+// (store_output, common/split_q_parts.cuh). The kernel (12_ws_pingpong.cu)
+// walks its work items (tile_order.cuh) and calls one or the other.
+#pragma once
+
+#include <cuda.h>
+
+#include "common/online_softmax.cuh"
+#include "common/ptx.cuh"
+#include "common/split_q_parts.cuh"
+#include "common/tma.cuh"
+#include "common/wgmma.cuh"
+#include "flash_attn/tile_order.cuh"
+#include "host/attn_problem.h"
+
+namespace attnlab {
+
+// Device code of sm_90a only (TMA, mbarriers and wgmma exist there alone).
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+// The block's shared memory, Cfg's tiles then its barriers: sQ [Br, D] once,
+// sK [kStages][Bc, D], sV [kStages][Bc, Dv] (Sw128Blocks, 1024-aligned), and
+// 2 + 4·kStages mbarriers.
+template <typename Cfg, typename T>
+struct WsShared {
+  T* sQ;
+  T* sK;  // kStages K slots [Bc, D]
+  T* sV;  // kStages V slots [Bc, Dv]
+  uint64_t* q_full;
+  uint64_t* q_empty;  // NEW (persistent): sQ free for the block's next tile
+  uint64_t* k_full;   // [kStages] each
+  uint64_t* k_empty;
+  uint64_t* v_full;
+  uint64_t* v_empty;
+
+  __device__ __forceinline__ explicit WsShared(unsigned char* smem_raw) {
+    const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+    sQ = reinterpret_cast<T*>(smem_raw + (((raw + 1023) & ~1023u) - raw));
+    sK = sQ + Cfg::kQElems;
+    sV = sK + Cfg::kStages * Cfg::kKElems;
+    q_full = reinterpret_cast<uint64_t*>(sV + Cfg::kStages * Cfg::kVElems);
+    q_empty = q_full + 1;
+    k_full = q_full + 2;
+    k_empty = k_full + Cfg::kStages;
+    v_full = k_empty + Cfg::kStages;
+    v_empty = v_full + Cfg::kStages;
+  }
+
+  // By one thread, before the block's first __syncthreads.
+  __device__ __forceinline__ void init_barriers() const {
+    mbarrier_init(q_full, 1);  // full: the producer's arrive_expect_tx, then the bytes
+    mbarrier_init(q_empty, Cfg::kComputeWarps);
+    for (int s = 0; s < Cfg::kStages; ++s) {
+      mbarrier_init(&k_full[s], 1);
+      mbarrier_init(&v_full[s], 1);
+      mbarrier_init(&k_empty[s], Cfg::kComputeWarps);  // empty: one arrival per compute warp
+      mbarrier_init(&v_empty[s], Cfg::kComputeWarps);
+    }
+    fence_mbarrier_init();
+  }
+};
+
+// One work item: its (query) head, the KV head it reads, its first query row
+// and its number of K/V tiles (the same for every warpgroup).
+struct WsWork {
+  int head, kv_head, q_start, n_tiles;
+};
+template <typename Cfg>
+__device__ __forceinline__ WsWork ws_work(const AttnProblem& p, const TileOrder& order, int linear) {
+  WsWork w;
+  int m_block;
+  order.item(linear, m_block, w.head);
+  w.kv_head = w.head / (p.H / p.kv_heads());  // p.kv_head(head) in 32 bits: the K and V it reads (GQA: shared)
+  w.q_start = m_block * Cfg::kBr;
+  w.n_tiles = kv_tiles_for_query_tile(p, w.q_start, Cfg::kBr, Cfg::kBc);
+  return w;
+}
+
+// Where a block's producer and compute warps are in the ring: K/V tiles and
+// Q tiles so far, from which both find slots and barrier phases. They walk the
+// same items, so they count alike.
+struct WsRing {
+  int kv_count = 0, q_count = 0;
+  __device__ __forceinline__ void advance(const WsWork& w) {
+    kv_count += w.n_tiles;
+    q_count += w.n_tiles > 0 ? 1 : 0;
+  }
+};
+
+// The producer thread's copies for work item w: Q, then K_0, then K_{j+1}
+// and V_j for each j, the order the compute warps use them in.
+template <typename Cfg, typename T>
+__device__ __forceinline__ void ws_load(const WsShared<Cfg, T>& sm, const CUtensorMap* tma_q,
+                                        const CUtensorMap* tma_k, const CUtensorMap* tma_v, const WsWork& w,
+                                        const WsRing& ring) {
+  constexpr int Br = Cfg::kBr, Bc = Cfg::kBc, kStages = Cfg::kStages;
+  const int kv_count = ring.kv_count, q_count = ring.q_count;
+  if (w.n_tiles == 0) return;
+  if (q_count > 0) mbarrier_wait(sm.q_empty, (q_count - 1) & 1);  // the last tile's Q·Kᵀ are done
+  mbarrier_arrive_expect_tx(sm.q_full, 2 * Cfg::kQElems);
+  for (int b = 0; b < Cfg::kBoxesQK; ++b)
+    tma_load_3d(sm.sQ + b * Br * 64, tma_q, sm.q_full, b * 64, w.q_start, w.head);
+  // Tile j is the ring's tile g = kv_count + j: slot g % kStages, once the
+  // compute warps have released tile g - kStages from it (phase
+  // (g / kStages - 1) of its empty barrier).
+  auto load = [&](T* slots, int elems, int boxes, const CUtensorMap* map, uint64_t* full, uint64_t* empty,
+                  int j) {
+    const int g = kv_count + j, slot = g % kStages;
+    if (g >= kStages) mbarrier_wait(&empty[slot], (g / kStages - 1) & 1);
+    mbarrier_arrive_expect_tx(&full[slot], 2 * elems);
+    for (int b = 0; b < boxes; ++b)
+      tma_load_3d(slots + slot * elems + b * Bc * 64, map, &full[slot], b * 64, j * Bc, w.kv_head);
+  };
+  auto load_k = [&](int j) { load(sm.sK, Cfg::kKElems, Cfg::kBoxesQK, tma_k, sm.k_full, sm.k_empty, j); };
+  auto load_v = [&](int j) { load(sm.sV, Cfg::kVElems, Cfg::kBoxesV, tma_v, sm.v_full, sm.v_empty, j); };
+  // The order the compute warps use them in: K one tile ahead of V.
+  load_k(0);
+#pragma unroll 1  // rolled: the producer has 32 registers with three compute warpgroups
+  for (int j = 0; j < w.n_tiles; ++j) {
+    if (j + 1 < w.n_tiles) load_k(j + 1);
+    load_v(j);
+  }
+}
+
+// A compute warpgroup's share of work item w: 64 of its query rows against
+// every K/V tile, then O and LSE stored.
+template <typename Cfg, typename T, bool kPingpong>
+__device__ __forceinline__ void ws_compute(const WsShared<Cfg, T>& sm, const AttnProblem& p, const WsWork& w,
+                                           const WsRing& ring, T* __restrict__ o, float* __restrict__ lse) {
+  constexpr int D = Cfg::kHeadDim, Dv = Cfg::kHeadDimV, Br = Cfg::kBr, Bc = Cfg::kBc, kStages = Cfg::kStages;
+  constexpr int W = Cfg::kComputeWarpgroups;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warpgroup = threadIdx.x / 128;
+  const T* sQ_wg = sm.sQ + warpgroup * 64 * 64;  // this warpgroup's 64 rows of every 64-column block
+  const float scale_log2 = p.scale * kLog2e;
+  const int kv_count = ring.kv_count, q_count = ring.q_count;
+  const int n_tiles = w.n_tiles;  // the same for every warpgroup
+  const int row0 = w.q_start + warpgroup * 64 + (warp % 4) * 16 + lane / 4;  // row of c0, c1
+
+  // NEW (+pingpong): the turn. Warpgroup w waits on barrier kTurnBarrier + w,
+  // issues its MMAs, and arrives on the next one's (w + 1, round the W
+  // warpgroups). The last warpgroup pre-arrives once so that warpgroup 0 goes
+  // first, and skips its arrival after the last tile, so that every barrier
+  // phase that is started also completes, tile by tile.
+  auto take_turn = [&] {
+    if constexpr (kPingpong) named_barrier_sync(Cfg::kTurnBarrier + warpgroup, Cfg::kTurnThreads);
+  };
+  auto pass_turn = [&](int j) {
+    if constexpr (kPingpong)
+      if (warpgroup < W - 1 || j + 1 < n_tiles)
+        named_barrier_arrive(Cfg::kTurnBarrier + (warpgroup + 1) % W, Cfg::kTurnThreads);
+  };
+  // One arrival per warp, after the warp's own wgmma_wait: the slot is free
+  // once all kComputeWarps warps have finished reading it.
+  auto release = [&](uint64_t* empty, int j) {
+    if (lane == 0) mbarrier_arrive(&empty[(kv_count + j) % kStages]);
+  };
+  auto wait_full = [&](uint64_t* full, int j) {
+    const int g = kv_count + j;
+    mbarrier_wait(&full[g % kStages], (g / kStages) & 1);
+  };
+
+  // Rung 07's tile MMAs (common/wgmma.cuh), on the ring's slot of tile j.
+  auto issue_qk = [&](float (&S)[Cfg::kTilesS][4], int j) {
+    wgmma_qk_tile<T, D, Br, Bc>(S, sQ_wg, sm.sK + ((kv_count + j) % kStages) * Cfg::kKElems);
+    wgmma_commit();
+  };
+  float O[Cfg::kTilesO][4] = {};
+  auto issue_pv = [&](const uint32_t (&P)[Cfg::kTilesS / 2][4], int j) {
+    wgmma_pv_tile<T, Dv, Bc>(O, P, sm.sV + ((kv_count + j) % kStages) * Cfg::kVElems);
+    wgmma_commit();
+  };
+
+  RowStats stats;
+  uint32_t P[Cfg::kTilesS / 2][4];  // P_{j-1}, the A operand of the next P·V
+  if (n_tiles > 0) {
+    if (kPingpong && warpgroup == W - 1) named_barrier_arrive(Cfg::kTurnBarrier, Cfg::kTurnThreads);
+    mbarrier_wait(sm.q_full, q_count & 1);
+    wait_full(sm.k_full, 0);
+    float S[Cfg::kTilesS][4];
+    take_turn();
+    wgmma_fence();
+    issue_qk(S, 0);
+    pass_turn(0);
+    wgmma_wait<0>();
+    fence_accumulators(S);
+    release(sm.k_empty, 0);
+    mask_scores(S, p, 0, w.q_start, row0, row0 + 8, lane % 4);
+    float alpha[2];
+    online_softmax_scores(S, stats, scale_log2, alpha);  // O is still zero: no rescale
+    pack_p_fragments<T>(P, S);
+  }
+
+  for (int j = 1; j < n_tiles; ++j) {
+    wait_full(sm.k_full, j);
+    wait_full(sm.v_full, j - 1);  // both before the turn: a warpgroup never holds it waiting on a copy
+    float S[Cfg::kTilesS][4];
+    take_turn();
+    wgmma_fence();
+    issue_qk(S, j);
+    issue_pv(P, j - 1);
+    pass_turn(j);
+    wgmma_wait<1>();  // S_j is done; the P·V may still run
+    fence_accumulators(S);
+    release(sm.k_empty, j);
+    mask_scores(S, p, j * Bc, w.q_start, row0, row0 + 8, lane % 4);
+    float alpha[2];
+    online_softmax_scores(S, stats, scale_log2, alpha);
+    wgmma_wait<0>();
+    fence_accumulators(O);
+    release(sm.v_empty, j - 1);
+    rescale_output(O, alpha);
+    pack_p_fragments<T>(P, S);
+  }
+
+  if (n_tiles > 0) {
+    if (lane == 0) mbarrier_arrive(sm.q_empty);  // every Q·Kᵀ of the tile is done: the producer may load the next Q
+    wait_full(sm.v_full, n_tiles - 1);  // the last P·V
+    wgmma_fence();
+    issue_pv(P, n_tiles - 1);
+    wgmma_wait<0>();
+    fence_accumulators(O);
+    release(sm.v_empty, n_tiles - 1);
+  }
+  store_output<T>(O, stats, p, w.head, row0, /*col0=*/0, lane % 4, /*write_lse=*/true, o, lse);
+}
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+}  // namespace attnlab
