@@ -74,7 +74,7 @@ __device__ __forceinline__ WsWork ws_work(const AttnProblem& p, const TileOrder&
   WsWork w;
   int m_block;
   order.item(linear, m_block, w.head);
-  w.kv_head = w.head / (p.H / p.kv_heads());  // p.kv_head(head) in 32 bits: the K and V it reads (GQA: shared)
+  w.kv_head = int(p.kv_head(w.head));  // the K and V it reads (GQA: shared by H / Hkv heads)
   w.q_start = m_block * Cfg::kBr;
   w.n_tiles = kv_tiles_for_query_tile(p, w.q_start, Cfg::kBr, Cfg::kBc);
   return w;

@@ -46,8 +46,11 @@ struct AttnProblem {
   bool gqa() const { return kv_heads() != H; }
   // The KV head that query head `head` (b·H + h, the index of Q's [B, H] planes)
   // reads: b·Hkv + h / g with g = H / Hkv query heads per KV head, which is
-  // head / g, since b·H + h = (b·Hkv + h / g)·g + h % g.
-  ATTNLAB_HOST_DEVICE int64_t kv_head(int64_t head) const { return head / (H / kv_heads()); }
+  // head / g, since b·H + h = (b·Hkv + h / g)·g + h % g. In 32 bits (a 64-bit
+  // division costs a kernel registers): B·H <= 65535² < 2^32, the grid limit.
+  ATTNLAB_HOST_DEVICE int64_t kv_head(int64_t head) const {
+    return uint32_t(head) / uint32_t(H / kv_heads());
+  }
   int64_t q_elems() const { return heads() * Nq * D; }
   int64_t k_elems() const { return int64_t(B) * kv_heads() * Nk * D; }
   int64_t v_elems() const { return int64_t(B) * kv_heads() * Nk * Dv; }
