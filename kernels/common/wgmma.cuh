@@ -123,7 +123,7 @@ __device__ __forceinline__ void warpgroup_reg_alloc() {
 // sub-partition holds 3 of the 12 warps); the producer gives back all but 40
 // (with 24 or 32 its loop spills), which lifts the compute warpgroups to 232:
 // 128·40 + 256·232 <= 65536. Three compute warpgroups (rung 12 at D = 64)
-// start at 128 and split 56 / 152 (FlashAttention-3: 32 / 160).
+// start at 128 and split 32 / 160, as FlashAttention-3 does.
 template <int kComputeWarpgroups, int kProducerRegs_ = 40, int kComputeRegs_ = 232>
 struct ProducerWarpgroupSplit {
   static constexpr int kComputeWarps = 4 * kComputeWarpgroups;

@@ -31,7 +31,7 @@
 //   256       128   80   2 + 1       2       no        229456
 //   192 / 128 128  128   2 + 1       2       yes       213072
 //   128 / 64  128  128   2 + 1       2       yes       131152
-// Registers (setmaxnreg): producer / compute 40 / 232 (2 + 1), 56 / 152 (3 + 1).
+// Registers (setmaxnreg): producer / compute 40 / 232 (2 + 1), 32 / 160 (3 + 1).
 //
 // Supports: fp16, bf16; the (D, Dv) above; GQA/MQA; any Nq, Nk >= 1; causal
 // (bottom-right) or not; O and LSE. Needs sm_90, sm_90a, cuTensorMapEncodeTiled.
@@ -73,8 +73,8 @@ template <> struct WsTile<192, 128> { static constexpr int kBc = 128, kWarpgroup
 template <> struct WsTile<128, 64>  { static constexpr int kBc = 128, kWarpgroups = 2; static constexpr bool kPingpong = true; };
 
 // The producer/compute register split for W compute warpgroups: 40 / 232 for
-// two (rung 09's); 56 / 152 for three (FlashAttention-3 gives 32 / 160, but
-// this producer's loop over a persistent block's tiles spills under 32).
+// two (rung 09's), 32 / 160 for three (FlashAttention-3's; the producer's loop
+// is kept rolled to fit 32, the compute needs all 160).
 template <int kWarpgroups>
 using WsWarps = ProducerWarpgroupSplit<kWarpgroups, kWarpgroups == 2 ? 40 : 32, kWarpgroups == 2 ? 232 : 160>;
 
