@@ -1,6 +1,6 @@
 // attnlab: rung 12's mainloop, one work item at a time — what its producer
 // thread and its compute warpgroups do for one (query tile, head), in the
-// roles of FlashAttention-3's CollectiveMainloop (hopper/mainloop_fwd_sm90_*.hpp):
+// roles of FlashAttention-3's CollectiveMainloop (hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp):
 // ws_load issues the TMA copies of Q and of each K and V tile into the ring,
 // ws_compute runs the tile MMAs and the online softmax and ends in the epilogue
 // (store_output, common/split_q_parts.cuh). The kernel (12_ws_pingpong.cu)
