@@ -210,7 +210,7 @@ std::string unsupported(const AttnProblem& p) {
       }))
     return "head dims " + std::to_string(p.D) + (p.Dv == p.D ? "" : "/" + std::to_string(p.Dv)) + " not in " +
            WsHeadDims::names() + " (D, or D/Dv)";
-  if (p.H % p.kv_heads() != 0) return "H must be a multiple of Hkv";
+  if (std::string why = kv_heads_unsupported(p); !why.empty()) return why;
   if (make_tile_order(p, Br).items == 0) return "more than 2^30 query tiles";
   return smem_unsupported(size_t(smem));
 }
