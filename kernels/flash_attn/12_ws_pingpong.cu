@@ -188,6 +188,11 @@ struct HeadDimList {
   static bool dispatch(int D, int Dv, F&& f) {
     return ((D == Pairs::D && Dv == Pairs::Dv ? (f(Pairs{}), true) : false) || ...);
   }
+  // Calls f(Pairs{}) for every pair, in order.
+  template <typename F>
+  static void for_each(F&& f) {
+    (f(Pairs{}), ...);
+  }
   static std::string names() {
     std::string s;
     ((s += (s.empty() ? "" : ", ") + std::to_string(Pairs::D) +
@@ -242,16 +247,15 @@ cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stre
 template <bool kPingpong>
 std::string describe_tiles() {
   std::string s = "stages=" + std::to_string(kWsStages);
-  for (int D : {64, 128, 256, 192})
-    for (int Dv : {64, 128, 256})
-      WsHeadDims::dispatch(D, Dv, [&](auto dims) {
-        using Cfg = Config<decltype(dims)::D, decltype(dims)::Dv>;
-        const bool turns = kPingpong && WsTile<decltype(dims)::D, decltype(dims)::Dv>::kPingpong;
-        s += "; D=" + std::to_string(D) + (Dv == D ? "" : " Dv=" + std::to_string(Dv)) +
-             ": Br=" + std::to_string(Cfg::kBr) + " Bc=" + std::to_string(Cfg::kBc) +
-             " warps=" + std::to_string(Cfg::kWarps) + " smem=" + std::to_string(Cfg::kSmemBytes) + "B" +
-             (kPingpong ? (turns ? " ping-pong" : " no ping-pong") : "");
-      });
+  WsHeadDims::for_each([&](auto dims) {
+    constexpr int D = decltype(dims)::D, Dv = decltype(dims)::Dv;
+    using Cfg = Config<D, Dv>;
+    const bool turns = kPingpong && WsTile<D, Dv>::kPingpong;
+    s += "; D=" + std::to_string(D) + (Dv == D ? "" : " Dv=" + std::to_string(Dv)) +
+         ": Br=" + std::to_string(Cfg::kBr) + " Bc=" + std::to_string(Cfg::kBc) +
+         " warps=" + std::to_string(Cfg::kWarps) + " smem=" + std::to_string(Cfg::kSmemBytes) + "B" +
+         (kPingpong ? (turns ? " ping-pong" : " no ping-pong") : "");
+  });
   return s + "; fp16/bf16; GQA; non-causal on a persistent grid, causal longest tiles first; any Nq, Nk";
 }
 
