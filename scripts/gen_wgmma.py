@@ -7,13 +7,12 @@ root after changing SHAPES; the output is committed.
 """
 import pathlib
 
-SS_N = [32, 64, 80, 128, 176, 192, 256]  # S = Q·Kᵀ: both operands from shared memory, N = Bc (32: the backward's
-                                # Sᵀ slices; 80, 176 and 192: rung 12's key tiles at D = 256, 128 and 64 (FlashAttention-3's);
-                                # 256: rung 11's 256-key score tiles)
+SS_N = [32, 64, 80, 128, 176, 256]  # S = Q·Kᵀ: both operands from shared memory, N = Bc (32: the backward's Sᵀ
+                                # slices; 80 and 176: rung 12's key tiles at D = 256 and 128 (FlashAttention-3's); 256: rung 11's
+                                # 256-key score tiles)
 RS_N = [64, 128, 256]     # O += P·V: P from registers, N = Dv
 SS_TT_N = [64, 128]       # the dynamic-mask backward's dQ = dS·K: A M-major, B N-major, N = D
-SS_VT_N = [64, 256]       # O += P·V with P K-major in shared memory, V N-major, N = Dv: rung 12's P at D = 64
-                          # (FlashAttention-3's), rung 11's P̃ (TMA from global) at 256
+SS_VT_N = [256]           # rung 11's O += P̃·V: P̃ K-major in shared memory (TMA from global), V N-major, N = 256
 TYPES = [("half", "f16"), ("__nv_bfloat16", "bf16")]
 
 

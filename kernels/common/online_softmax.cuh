@@ -43,23 +43,15 @@ struct RowStats {
 // alpha[r] = exp(m_old - m_new) is returned for the caller to rescale O with.
 // Split from the rescale so that a kernel can do this while the tensor cores
 // still accumulate into O (rung 07's +overlap and the kernels built like it).
-//
-// max_lag_log2 > 0 (FlashAttention-4's rescale_threshold, flash_attn/cute/
-// softmax.py): a row keeps its old maximum while the new one is at most
-// max_lag_log2 above it in scaled log2 units. alpha is then exactly 1 and the
-// caller may skip O's rescale; P reaches at most 2^max_lag_log2 (256 for 8,
-// far inside fp16 and bf16), and O / l is the same softmax. 0: the paper's rule.
 template <int kTilesS>
 __device__ __forceinline__ void online_softmax_scores(float (&S)[kTilesS][4], RowStats& st, float scale_log2,
-                                                      float (&alpha)[2], float max_lag_log2 = 0.f) {
+                                                      float (&alpha)[2]) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {  // r = 0: row g (c0, c1); r = 1: row g+8 (c2, c3)
     float tile_max = -INFINITY;
 #pragma unroll
     for (int n = 0; n < kTilesS; ++n) tile_max = fmaxf(tile_max, fmaxf(S[n][2 * r], S[n][2 * r + 1]));
-    float m_new = fmaxf(st.m[r], quad_allreduce_max(tile_max));
-    // False while m is -inf (the difference is +inf or NaN): a first finite maximum is always taken.
-    if ((m_new - st.m[r]) * scale_log2 <= max_lag_log2) m_new = st.m[r];
+    const float m_new = fmaxf(st.m[r], quad_allreduce_max(tile_max));
     // A row that has seen only masked keys keeps m = -inf; subtract 0 instead so
     // that exp2(-inf - (-inf)) never produces NaN.
     const float base = (m_new == -INFINITY) ? 0.f : m_new * scale_log2;

@@ -22,8 +22,6 @@
 
 #include <cstdint>
 
-#include "common/ptx.cuh"
-
 namespace attnlab {
 
 // ---- the 128-byte-swizzled layout ------------------------------------------
@@ -184,31 +182,6 @@ template <typename T, int D, int Bc>
 __device__ __forceinline__ void wgmma_pv_tile(float (&O)[D / 8][4], const uint32_t (&P)[Bc / 16][4], const T* sV) {
 #pragma unroll
   for (int kk = 0; kk < Bc / 16; ++kk) wgmma_rs_vt<T, D>(O, P[kk], make_sw128_desc(sV + kk * 16 * 64, Bc * 128, 1024));
-}
-// The same with P from shared memory (FlashAttention-3's MmaPV_is_RS = false,
-// which frees P's Bc/4 registers per thread for a wider key tile): sP a
-// warpgroup's Sw128Blocks<64> tile [64, Bc], K-major as sQ in wgmma_qk_tile.
-template <typename T, int D, int Bc>
-__device__ __forceinline__ void wgmma_pv_tile_smem(float (&O)[D / 8][4], const T* sP, const T* sV) {
-#pragma unroll
-  for (int kk = 0; kk < Bc / 16; ++kk)
-    wgmma_ss_vt<T, D>(O, make_sw128_desc(sP + (kk / 4) * 64 * 64 + (kk % 4) * 16, 0, 1024),
-                      make_sw128_desc(sV + kk * 16 * 64, Bc * 128, 1024), 1);
-}
-// P = S (the softmax's output, S accumulators) into sP, a warpgroup's
-// Sw128Blocks<64> tile [64, Bc], as 16-bit values: per k16 step one
-// stmatrix_x4 of the warp's 16 rows (its four 8 x 8 matrices: rows +0 / +8,
-// columns +0 / +8), lane l addressing row l % 8 of matrix l / 8. Each warp
-// writes and (in wgmma_pv_tile_smem) is read only its own 16 rows; the caller
-// makes the writes visible to wgmma (fence_proxy_async_shared, __syncwarp).
-template <typename T, int kTilesS>
-__device__ __forceinline__ void store_p_tile(T* sP, const float (&S)[kTilesS][4], int warp_in_group, int lane) {
-  const int row = warp_in_group * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-#pragma unroll
-  for (int kk = 0; kk < kTilesS / 2; ++kk)
-    stmatrix_x4(sP + Sw128Blocks<64>::offset(row, kk * 16 + (lane >> 4) * 8), pack2<T>(S[2 * kk][0], S[2 * kk][1]),
-                pack2<T>(S[2 * kk][2], S[2 * kk][3]), pack2<T>(S[2 * kk + 1][0], S[2 * kk + 1][1]),
-                pack2<T>(S[2 * kk + 1][2], S[2 * kk + 1][3]));
 }
 #endif
 

@@ -43,9 +43,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "common/tma.cuh"
@@ -54,7 +52,6 @@
 #include "flash_attn/ws_mainloop.cuh"
 #include "host/arch.h"
 #include "host/attn_problem.h"
-#include "host/env_switch.h"
 #include "host/rung_host.cuh"
 #include "host/tensor_map.h"
 #include "host/variant.h"
@@ -63,31 +60,17 @@ namespace attnlab {
 
 namespace {
 
-// Which of a head dim's tiles a problem runs (launch picks): FlashAttention-3's
-// without a mask or under a causal one; at D = 64 also a tile of two
-// warpgroups (128 rows), for the persistent grids whose last round the
-// 192-row tiles would leave mostly empty.
-enum class WsTiles { kNoMask, kCausal, kTwoWarpgroups };
-
-// The key tile Bc, the compute warpgroups W, whether they take turns and
-// whether P goes through shared memory. FlashAttention-3's tiles
-// (hopper/tile_size.h): at D = 64 three warpgroups, 192 keys with P in shared
-// memory without a mask, 128 with P in registers (all 160 hold) under one;
-// 176 keys at D = 128, 80 at D = 256; FA3 takes turns up to D = 128.
-template <int kBc_, int kWarpgroups_, bool kPingpong_, bool kPInSmem_ = false>
-struct WsTileOf {
-  static constexpr int kBc = kBc_, kWarpgroups = kWarpgroups_;
-  static constexpr bool kPingpong = kPingpong_, kPInSmem = kPInSmem_;
-};
-template <int kHeadDim, int kHeadDimV, WsTiles kTiles>
+// The key tile Bc, the compute warpgroups W and whether they take turns, per
+// (D, Dv). FlashAttention-3's tiles: at D = 64 three warpgroups (FA3's 192 x 192
+// tile passes P through shared memory; with P in registers, 128 keys fit 160
+// registers), 176 keys at D = 128, 80 at D = 256; FA3 takes turns up to D = 128.
+template <int kHeadDim, int kHeadDimV>
 struct WsTile;
-template <> struct WsTile<64, 64, WsTiles::kNoMask> : WsTileOf<192, 3, true, true> {};
-template <> struct WsTile<64, 64, WsTiles::kCausal> : WsTileOf<128, 3, true> {};
-template <> struct WsTile<64, 64, WsTiles::kTwoWarpgroups> : WsTileOf<192, 2, true> {};
-template <WsTiles K> struct WsTile<128, 128, K> : WsTileOf<176, 2, true> {};
-template <WsTiles K> struct WsTile<256, 256, K> : WsTileOf<80, 2, false> {};
-template <WsTiles K> struct WsTile<192, 128, K> : WsTileOf<128, 2, true> {};  // DeepSeek V3's prefill
-template <WsTiles K> struct WsTile<128, 64, K> : WsTileOf<128, 2, true> {};
+template <> struct WsTile<64, 64>   { static constexpr int kBc = 128, kWarpgroups = 3; static constexpr bool kPingpong = true; };
+template <> struct WsTile<128, 128> { static constexpr int kBc = 176, kWarpgroups = 2; static constexpr bool kPingpong = true; };
+template <> struct WsTile<256, 256> { static constexpr int kBc = 80, kWarpgroups = 2; static constexpr bool kPingpong = false; };
+template <> struct WsTile<192, 128> { static constexpr int kBc = 128, kWarpgroups = 2; static constexpr bool kPingpong = true; };  // DeepSeek V3's prefill
+template <> struct WsTile<128, 64>  { static constexpr int kBc = 128, kWarpgroups = 2; static constexpr bool kPingpong = true; };
 
 // The producer/compute register split for W compute warpgroups: 40 / 232 for
 // two (rung 09's), 32 / 160 for three (FlashAttention-3's; the producer's loop
@@ -95,7 +78,7 @@ template <WsTiles K> struct WsTile<128, 64, K> : WsTileOf<128, 2, true> {};
 template <int kWarpgroups>
 using WsWarps = ProducerWarpgroupSplit<kWarpgroups, kWarpgroups == 2 ? 40 : 32, kWarpgroups == 2 ? 232 : 160>;
 
-template <int kHeadDim_, int kHeadDimV_, int kBc_, int kWarpgroups_, int kStages_, bool kPInSmem_>
+template <int kHeadDim_, int kHeadDimV_, int kBc_, int kWarpgroups_, int kStages_>
 struct WsConfig : WsWarps<kWarpgroups_> {  // W compute warpgroups + 1 producer warpgroup
   static constexpr int kHeadDim = kHeadDim_;    // D: Q and K
   static constexpr int kHeadDimV = kHeadDimV_;  // Dv: V and O
@@ -106,14 +89,12 @@ struct WsConfig : WsWarps<kWarpgroups_> {  // W compute warpgroups + 1 producer 
   static constexpr int kQElems = kBr * kHeadDim;
   static constexpr int kKElems = kBc * kHeadDim;   // one K tile
   static constexpr int kVElems = kBc * kHeadDimV;  // one V tile
-  static constexpr bool kPInSmem = kPInSmem_;
-  static constexpr int kPElems = kPInSmem ? 64 * kBc : 0;  // one warpgroup's P [64, Bc]
   static constexpr int kKBytes = 2 * kKElems;      // what a K slot's full barrier expects
   static constexpr int kVBytes = 2 * kVElems;
   static constexpr int kBoxesQK = kHeadDim / 64;   // TMA boxes of 64 columns per Q or K tile
   static constexpr int kBoxesV = kHeadDimV / 64;
   static constexpr int kBarriers = 2 + 4 * kStages;
-  static constexpr int kTileBytes = 2 * (kQElems + kStages * (kKElems + kVElems) + kComputeWarpgroups * kPElems);
+  static constexpr int kTileBytes = 2 * (kQElems + kStages * (kKElems + kVElems));
   static constexpr int kSmemBytes = kTileBytes + 8 * kBarriers + 1024;  // + slack to align the tiles to 1024
   static constexpr int kTilesS = kBc / 8;
   static constexpr int kTilesO = kHeadDimV / 8;
@@ -124,8 +105,7 @@ struct WsConfig : WsWarps<kWarpgroups_> {  // W compute warpgroups + 1 producer 
   static_assert(kBoxesQK * 64 == kHeadDim && kBoxesV * 64 == kHeadDimV,
                 "Sw128Blocks stores 64-column blocks, one box each");
   static_assert(kTilesS * 8 == kBc && kTilesO * 8 == kHeadDimV, "n8 accumulator tiles of S and O");
-  static_assert(2 * kQElems + kStages * (kKBytes + kVBytes) + 2 * kComputeWarpgroups * kPElems == kTileBytes,
-                "the tiles are Q, the two rings and the warpgroups' P");
+  static_assert(2 * kQElems + kStages * (kKBytes + kVBytes) == kTileBytes, "the tiles are Q and the two rings");
   static_assert(kTurnBarrier >= 1 && kTurnBarrier + kComputeWarpgroups <= 16 && kTurnThreads == 2 * 128,
                 "one hardware barrier per warpgroup past __syncthreads' 0, each counting two warpgroups");
   static_assert(kBc % 16 == 0 && kBc <= 256 && kBr <= 256, "wgmma N and TMA box rows are at most 256");
@@ -137,23 +117,19 @@ struct WsConfig : WsWarps<kWarpgroups_> {  // W compute warpgroups + 1 producer 
 
 constexpr int kWsStages = 2;
 static_assert(kWsStages == 2, "header: two slots in each of the K and V rings");
-template <int D, int Dv, WsTiles kTiles>
-using Config = WsConfig<D, Dv, WsTile<D, Dv, kTiles>::kBc, WsTile<D, Dv, kTiles>::kWarpgroups, kWsStages,
-                        WsTile<D, Dv, kTiles>::kPInSmem>;
+template <int D, int Dv>
+using Config = WsConfig<D, Dv, WsTile<D, Dv>::kBc, WsTile<D, Dv>::kWarpgroups, kWsStages>;
 
 // The header's table.
-template <int D, int Dv, WsTiles K, int kBr, int kBc, int kThreads, bool kPingpong, bool kPInSmem, int kSmem>
-constexpr bool kTableRow = Config<D, Dv, K>::kBr == kBr && Config<D, Dv, K>::kBc == kBc &&
-                           Config<D, Dv, K>::kThreads == kThreads && WsTile<D, Dv, K>::kPingpong == kPingpong &&
-                           WsTile<D, Dv, K>::kPInSmem == kPInSmem && Config<D, Dv, K>::kSmemBytes - 1024 == kSmem;
-constexpr WsTiles kNoMask = WsTiles::kNoMask, kCausal = WsTiles::kCausal, kTwoWgs = WsTiles::kTwoWarpgroups;
-static_assert(kTableRow<64, 64, kNoMask, 192, 192, 512, true, true, 196688>, "header: D=64, no mask");
-static_assert(kTableRow<64, 64, kCausal, 192, 128, 512, true, false, 90192>, "header: D=64, causal");
-static_assert(kTableRow<64, 64, kTwoWgs, 128, 192, 384, true, false, 114768>, "header: D=64, two warpgroups");
-static_assert(kTableRow<128, 128, kNoMask, 128, 176, 384, true, false, 213072>, "header: D=128");
-static_assert(kTableRow<256, 256, kNoMask, 128, 80, 384, false, false, 229456>, "header: D=256");
-static_assert(kTableRow<192, 128, kNoMask, 128, 128, 384, true, false, 213072>, "header: D=192, Dv=128");
-static_assert(kTableRow<128, 64, kNoMask, 128, 128, 384, true, false, 131152>, "header: D=128, Dv=64");
+template <int D, int Dv, int kBr, int kBc, int kThreads, bool kPingpong, int kSmem>
+constexpr bool kTableRow = Config<D, Dv>::kBr == kBr && Config<D, Dv>::kBc == kBc &&
+                           Config<D, Dv>::kThreads == kThreads && WsTile<D, Dv>::kPingpong == kPingpong &&
+                           Config<D, Dv>::kSmemBytes - 1024 == kSmem;
+static_assert(kTableRow<64, 64, 192, 128, 512, true, 90192>, "header: D=64");
+static_assert(kTableRow<128, 128, 128, 176, 384, true, 213072>, "header: D=128");
+static_assert(kTableRow<256, 256, 128, 80, 384, false, 229456>, "header: D=256");
+static_assert(kTableRow<192, 128, 128, 128, 384, true, 213072>, "header: D=192, Dv=128");
+static_assert(kTableRow<128, 64, 128, 128, 384, true, 131152>, "header: D=128, Dv=64");
 static_assert(WsWarps<2>::kLaunchRegs == 168 && WsWarps<2>::kProducerRegs == 40 && WsWarps<2>::kComputeRegs == 232,
               "header: 168 registers at launch, 40 / 232 after setmaxnreg");
 static_assert(WsWarps<3>::kProducerRegs == 32 && WsWarps<3>::kComputeRegs == 160, "header: 32 / 160 for 3 + 1");
@@ -162,7 +138,7 @@ template <typename Cfg, typename T, bool kPingpong>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
 ws_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUtensorMap tma_k,
           const __grid_constant__ CUtensorMap tma_v, T* __restrict__ o, float* __restrict__ lse,
-          const AttnProblem p, const TileOrder order, const float max_lag_log2) {
+          const AttnProblem p, const TileOrder order) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const WsShared<Cfg, T> sm(smem_raw);
@@ -192,7 +168,7 @@ ws_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUt
   warpgroup_reg_alloc<Cfg::kComputeRegs>();
   for (int round = 0, linear; (linear = order.next(blockIdx.x, gridDim.x, round)) >= 0; ++round) {
     const WsWork w = ws_work<Cfg>(p, order, linear);
-    ws_compute<Cfg, T, kPingpong>(sm, p, w, ring, max_lag_log2, o, lse);
+    ws_compute<Cfg, T, kPingpong>(sm, p, w, ring, o, lse);
     ring.advance(w);
   }
 #endif
@@ -228,92 +204,41 @@ struct HeadDimList {
 using WsHeadDims = HeadDimList<HeadDims<64, 64>, HeadDims<128, 128>, HeadDims<256, 256>, HeadDims<192, 128>,
                                HeadDims<128, 64>>;
 
-// Calls f(std::integral_constant<WsTiles, t>{}).
-template <WsTiles t>
-using TilesConstant = std::integral_constant<WsTiles, t>;
-template <typename F>
-auto dispatch_tiles(WsTiles t, F&& f) {
-  return t == kCausal   ? f(TilesConstant<kCausal>{})
-         : t == kTwoWgs ? f(TilesConstant<kTwoWgs>{})
-                        : f(TilesConstant<kNoMask>{});
-}
-constexpr WsTiles kAllTiles[] = {WsTiles::kNoMask, WsTiles::kCausal, WsTiles::kTwoWarpgroups};
-
 std::string unsupported(const AttnProblem& p) {
   static const std::string hopper = hopper_tma_unsupported();
   if (!hopper.empty()) return hopper;
-  int smem = 0, min_Br = 1 << 30;
+  int smem = 0, Br = 0;
   if (!WsHeadDims::dispatch(p.D, p.Dv, [&](auto dims) {
-        for (WsTiles t : kAllTiles)
-          dispatch_tiles(t, [&](auto tiles) {
-            using Cfg = Config<decltype(dims)::D, decltype(dims)::Dv, decltype(tiles)::value>;
-            smem = std::max(smem, Cfg::kSmemBytes);
-            min_Br = std::min(min_Br, Cfg::kBr);
-          });
+        using Cfg = Config<decltype(dims)::D, decltype(dims)::Dv>;
+        smem = Cfg::kSmemBytes;
+        Br = Cfg::kBr;
       }))
     return "head dims " + std::to_string(p.D) + (p.Dv == p.D ? "" : "/" + std::to_string(p.Dv)) + " not in " +
            WsHeadDims::names() + " (D, or D/Dv)";
   if (std::string why = kv_heads_unsupported(p); !why.empty()) return why;
-  if (make_tile_order(p, min_Br).items == 0) return "more than 2^30 query tiles";
+  if (make_tile_order(p, Br).items == 0) return "more than 2^30 query tiles";
   return smem_unsupported(size_t(smem));
 }
 
-// Rows keep their maximum while a new one is at most this much higher (log2
-// units; online_softmax_scores): 8, FlashAttention-4's value for 16-bit P.
-constexpr float kMaxLagLog2 = 8.f;
-// How much faster a 192-row tile of three warpgroups is than a 128-row one of
-// two, per row, at D = 64 (measured: docs/12_ws_pingpong.md).
-constexpr double kThreeWarpgroupGain = 1.0;
-
-// The share of a persistent grid's row slots that hold query rows, with Br-row
-// tiles: B·H·Nq rows in ceil(tiles / SMs) rounds of one tile per SM.
-double grid_fill(const AttnProblem& p, int Br) {
-  const int64_t tiles = int64_t(p.B) * p.H * ((p.Nq + Br - 1) / Br), sms = device_sm_count();
-  return double(p.B) * p.H * p.Nq / (double((tiles + sms - 1) / sms) * sms * Br);
-}
-
-// The tiles problem p runs: the causal ones under a mask; without, FA3's, or at
-// D = 64 the two-warpgroup tile where the grid fill beats the wide tile's gain.
-// ATTNLAB_WS_TILES=no-mask|causal|two-warpgroups forces one (an A/B switch).
-template <int D, int Dv>
-WsTiles pick_tiles(const AttnProblem& p) {
-  static const char* forced = std::getenv("ATTNLAB_WS_TILES");
-  if (forced != nullptr && *forced != '\0') {
-    const std::string f = forced;
-    return f == "causal" ? WsTiles::kCausal : f == "two-warpgroups" ? WsTiles::kTwoWarpgroups : WsTiles::kNoMask;
-  }
-  if (p.causal) return WsTiles::kCausal;
-  constexpr int kWideBr = Config<D, Dv, WsTiles::kNoMask>::kBr;
-  constexpr int kNarrowBr = Config<D, Dv, WsTiles::kTwoWarpgroups>::kBr;
-  if (kWideBr == kNarrowBr) return WsTiles::kNoMask;
-  return grid_fill(p, kNarrowBr) > kThreeWarpgroupGain * grid_fill(p, kWideBr) ? WsTiles::kTwoWarpgroups
-                                                                                 : WsTiles::kNoMask;
-}
-
 // kPingpong: the warpgroups take turns where the tile table says so.
-// ATTNLAB_WS_EAGER_RESCALE=1 rescales O after every tile (no lag; an A/B switch).
 template <bool kPingpong>
 cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stream) {
-  static const float max_lag_log2 = env_switch_on("ATTNLAB_WS_EAGER_RESCALE") ? 0.f : kMaxLagLog2;
   cudaError_t err = cudaErrorInvalidValue;
   WsHeadDims::dispatch(p.D, p.Dv, [&](auto dims) {
     constexpr int D = decltype(dims)::D, Dv = decltype(dims)::Dv;
-    err = dispatch_tiles(pick_tiles<D, Dv>(p), [&](auto tiles) {
-      using Tile = WsTile<D, Dv, decltype(tiles)::value>;
-      using Cfg = Config<D, Dv, decltype(tiles)::value>;
-      return dispatch_dtype(p.dtype, [&](auto type) {
-        using T = decltype(type);
-        CUtensorMap maps[3];
-        if (!encode_qkv_maps<Cfg::kBr, Cfg::kBc>(maps, p, b.q, b.k, b.v)) return cudaErrorInvalidValue;
-        const TileOrder order = make_tile_order(p, Cfg::kBr);
-        // Non-causal: one block per SM (the tiles are equal, dealt round-robin).
-        // Causal: one block per tile, which the hardware starts as blocks finish,
-        // longest first; a static deal of unequal tiles measured slower.
-        const int blocks = p.causal ? order.items : std::min(order.items, device_sm_count());
-        return launch_with_smem(ws_kernel<Cfg, T, kPingpong && Tile::kPingpong>, dim3(unsigned(blocks)),
-                                Cfg::kThreads, Cfg::kSmemBytes, stream, maps[0], maps[1], maps[2],
-                                static_cast<T*>(b.o), b.lse, p, order, max_lag_log2);
-      });
+    using Cfg = Config<D, Dv>;
+    err = dispatch_dtype(p.dtype, [&](auto type) {
+      using T = decltype(type);
+      CUtensorMap maps[3];
+      if (!encode_qkv_maps<Cfg::kBr, Cfg::kBc>(maps, p, b.q, b.k, b.v)) return cudaErrorInvalidValue;
+      const TileOrder order = make_tile_order(p, Cfg::kBr);
+      // Non-causal: one block per SM (the tiles are equal, dealt round-robin).
+      // Causal: one block per tile, which the hardware starts as blocks finish,
+      // longest first; a static deal of unequal tiles measured slower.
+      const int blocks = p.causal ? order.items : std::min(order.items, device_sm_count());
+      return launch_with_smem(ws_kernel<Cfg, T, kPingpong && WsTile<D, Dv>::kPingpong>,
+                              dim3(unsigned(blocks)), Cfg::kThreads, Cfg::kSmemBytes, stream, maps[0], maps[1],
+                              maps[2], static_cast<T*>(b.o), b.lse, p, order);
     });
   });
   return err;
@@ -324,19 +249,12 @@ std::string describe_tiles() {
   std::string s = "stages=" + std::to_string(kWsStages);
   WsHeadDims::for_each([&](auto dims) {
     constexpr int D = decltype(dims)::D, Dv = decltype(dims)::Dv;
-    std::string tiles[3];
-    for (int i = 0; i < 3; ++i)
-      tiles[i] = dispatch_tiles(kAllTiles[i], [&](auto t) {
-        using Cfg = Config<D, Dv, decltype(t)::value>;
-        using Tile = WsTile<D, Dv, decltype(t)::value>;
-        return "Br=" + std::to_string(Cfg::kBr) + " Bc=" + std::to_string(Cfg::kBc) +
-               " warps=" + std::to_string(Cfg::kWarps) + " smem=" + std::to_string(Cfg::kSmemBytes) + "B" +
-               (Tile::kPInSmem ? " P in smem" : "") +
-               (kPingpong ? (Tile::kPingpong ? " ping-pong" : " no ping-pong") : "");
-      });
-    s += "; D=" + std::to_string(D) + (Dv == D ? "" : " Dv=" + std::to_string(Dv)) + ": " + tiles[0];
-    if (tiles[1] != tiles[0]) s += " (causal: " + tiles[1] + ")";
-    if (tiles[2] != tiles[0]) s += " (short grids: " + tiles[2] + ")";
+    using Cfg = Config<D, Dv>;
+    const bool turns = kPingpong && WsTile<D, Dv>::kPingpong;
+    s += "; D=" + std::to_string(D) + (Dv == D ? "" : " Dv=" + std::to_string(Dv)) +
+         ": Br=" + std::to_string(Cfg::kBr) + " Bc=" + std::to_string(Cfg::kBc) +
+         " warps=" + std::to_string(Cfg::kWarps) + " smem=" + std::to_string(Cfg::kSmemBytes) + "B" +
+         (kPingpong ? (turns ? " ping-pong" : " no ping-pong") : "");
   });
   return s + "; fp16/bf16; GQA; non-causal on a persistent grid, causal longest tiles first; any Nq, Nk";
 }

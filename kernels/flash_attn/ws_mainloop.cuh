@@ -23,14 +23,13 @@ namespace attnlab {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
 // The block's shared memory, Cfg's tiles then its barriers: sQ [Br, D] once,
-// sK [kStages][Bc, D], sV [kStages][Bc, Dv], with Cfg::kPInSmem sP [W][64, Bc]
-// (Sw128Blocks, 1024-aligned), and 2 + 4·kStages mbarriers.
+// sK [kStages][Bc, D], sV [kStages][Bc, Dv] (Sw128Blocks, 1024-aligned), and
+// 2 + 4·kStages mbarriers.
 template <typename Cfg, typename T>
 struct WsShared {
   T* sQ;
   T* sK;  // kStages K slots [Bc, D]
   T* sV;  // kStages V slots [Bc, Dv]
-  T* sP;  // one [64, Bc] P per compute warpgroup (Cfg::kPInSmem; else none)
   uint64_t* q_full;
   uint64_t* q_empty;  // NEW (persistent): sQ free for the block's next tile
   uint64_t* k_full;   // [kStages] each
@@ -43,8 +42,7 @@ struct WsShared {
     sQ = reinterpret_cast<T*>(smem_raw + (((raw + 1023) & ~1023u) - raw));
     sK = sQ + Cfg::kQElems;
     sV = sK + Cfg::kStages * Cfg::kKElems;
-    sP = sV + Cfg::kStages * Cfg::kVElems;
-    q_full = reinterpret_cast<uint64_t*>(sP + Cfg::kComputeWarpgroups * Cfg::kPElems);
+    q_full = reinterpret_cast<uint64_t*>(sV + Cfg::kStages * Cfg::kVElems);
     q_empty = q_full + 1;
     k_full = q_full + 2;
     k_empty = k_full + Cfg::kStages;
@@ -129,11 +127,10 @@ __device__ __forceinline__ void ws_load(const WsShared<Cfg, T>& sm, const CUtens
 }
 
 // A compute warpgroup's share of work item w: 64 of its query rows against
-// every K/V tile, then O and LSE stored. max_lag_log2: online_softmax_scores'.
+// every K/V tile, then O and LSE stored.
 template <typename Cfg, typename T, bool kPingpong>
 __device__ __forceinline__ void ws_compute(const WsShared<Cfg, T>& sm, const AttnProblem& p, const WsWork& w,
-                                           const WsRing& ring, float max_lag_log2, T* __restrict__ o,
-                                           float* __restrict__ lse) {
+                                           const WsRing& ring, T* __restrict__ o, float* __restrict__ lse) {
   constexpr int D = Cfg::kHeadDim, Dv = Cfg::kHeadDimV, Br = Cfg::kBr, Bc = Cfg::kBc, kStages = Cfg::kStages;
   constexpr int W = Cfg::kComputeWarpgroups;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warpgroup = threadIdx.x / 128;
@@ -172,31 +169,13 @@ __device__ __forceinline__ void ws_compute(const WsShared<Cfg, T>& sm, const Att
     wgmma_commit();
   };
   float O[Cfg::kTilesO][4] = {};
-  // P_{j-1}, the A operand of the next P·V: the packed S registers, or with
-  // Cfg::kPInSmem (NEW: FlashAttention-3's MmaPV_is_RS = false) this
-  // warpgroup's sP, which leaves the registers to a wider key tile. One P
-  // buffer suffices: P_j is written after the wgmma_wait<0> of P_{j-1}·V.
-  uint32_t P[Cfg::kPInSmem ? 1 : Cfg::kTilesS / 2][4];
-  T* const sP_wg = sm.sP + warpgroup * Cfg::kPElems;
-  auto issue_pv = [&](int j) {
-    const T* sV = sm.sV + ((kv_count + j) % kStages) * Cfg::kVElems;
-    if constexpr (Cfg::kPInSmem)
-      wgmma_pv_tile_smem<T, Dv, Bc>(O, sP_wg, sV);
-    else
-      wgmma_pv_tile<T, Dv, Bc>(O, P, sV);
+  auto issue_pv = [&](const uint32_t (&P)[Cfg::kTilesS / 2][4], int j) {
+    wgmma_pv_tile<T, Dv, Bc>(O, P, sm.sV + ((kv_count + j) % kStages) * Cfg::kVElems);
     wgmma_commit();
-  };
-  auto stage_p = [&](const float (&S)[Cfg::kTilesS][4]) {
-    if constexpr (Cfg::kPInSmem) {
-      store_p_tile<T>(sP_wg, S, warp % 4, lane);
-      fence_proxy_async_shared();  // for the next P·V's wgmma to read
-      __syncwarp();                // a warp's wgmma reads only its own 16 rows of P (FA3)
-    } else {
-      pack_p_fragments<T>(P, S);
-    }
   };
 
   RowStats stats;
+  uint32_t P[Cfg::kTilesS / 2][4];  // P_{j-1}, the A operand of the next P·V
   if (n_tiles > 0) {
     if (kPingpong && warpgroup == W - 1) named_barrier_arrive(Cfg::kTurnBarrier, Cfg::kTurnThreads);
     mbarrier_wait(sm.q_full, q_count & 1);
@@ -211,8 +190,8 @@ __device__ __forceinline__ void ws_compute(const WsShared<Cfg, T>& sm, const Att
     release(sm.k_empty, 0);
     mask_scores(S, p, 0, w.q_start, row0, row0 + 8, lane % 4);
     float alpha[2];
-    online_softmax_scores(S, stats, scale_log2, alpha, max_lag_log2);  // O is still zero: no rescale
-    stage_p(S);
+    online_softmax_scores(S, stats, scale_log2, alpha);  // O is still zero: no rescale
+    pack_p_fragments<T>(P, S);
   }
 
   for (int j = 1; j < n_tiles; ++j) {
@@ -222,28 +201,26 @@ __device__ __forceinline__ void ws_compute(const WsShared<Cfg, T>& sm, const Att
     take_turn();
     wgmma_fence();
     issue_qk(S, j);
-    issue_pv(j - 1);
+    issue_pv(P, j - 1);
     pass_turn(j);
     wgmma_wait<1>();  // S_j is done; the P·V may still run
     fence_accumulators(S);
     release(sm.k_empty, j);
     mask_scores(S, p, j * Bc, w.q_start, row0, row0 + 8, lane % 4);
     float alpha[2];
-    online_softmax_scores(S, stats, scale_log2, alpha, max_lag_log2);
+    online_softmax_scores(S, stats, scale_log2, alpha);
     wgmma_wait<0>();
     fence_accumulators(O);
     release(sm.v_empty, j - 1);
-    // NEW (lazy rescale): only where some row of the warp moved its maximum
-    // (alpha = 1 exactly elsewhere); decided per warp, so the branch is uniform.
-    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) rescale_output(O, alpha);
-    stage_p(S);
+    rescale_output(O, alpha);
+    pack_p_fragments<T>(P, S);
   }
 
   if (n_tiles > 0) {
     if (lane == 0) mbarrier_arrive(sm.q_empty);  // every Q·Kᵀ of the tile is done: the producer may load the next Q
     wait_full(sm.v_full, n_tiles - 1);  // the last P·V
     wgmma_fence();
-    issue_pv(n_tiles - 1);
+    issue_pv(P, n_tiles - 1);
     wgmma_wait<0>();
     fence_accumulators(O);
     release(sm.v_empty, n_tiles - 1);

@@ -30,13 +30,6 @@ bool dispatch_bucket(int d, F&& f) {
   return ((d <= kBuckets ? (f(std::integral_constant<int, kBuckets>{}), true) : false) || ...);
 }
 
-// Calls f(std::true_type{}) or f(std::false_type{}): a run-time flag as a
-// template argument.
-template <typename F>
-auto dispatch_bool(bool b, F&& f) {
-  return b ? f(std::true_type{}) : f(std::false_type{});
-}
-
 // Calls f(half{}) or f(__nv_bfloat16{}).
 template <typename F>
 cudaError_t dispatch_dtype(DType t, F&& f) {
