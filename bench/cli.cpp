@@ -98,7 +98,8 @@ usage: flash_attn_mma [options]      (--flag V or --flag=V; each option once)
   --dtype T         fp16 | bf16 (default fp16)
   --causal          causal mask, bottom-right aligned when Nq != Nk
   --warmup N        untimed runs per variant (default 2)
-  --iters N         timed runs per variant; the median is reported (default 10)
+  --iters N         timed runs per variant, in rounds over all the rows; the median
+                    is reported (default 10)
   --seed N          input seed, 0 ... 2^64-1 (default: from the clock, printed
                     in the banner)
   --no-check        time only. By default every row is checked against the

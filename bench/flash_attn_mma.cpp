@@ -6,12 +6,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "cli.h"
 #include "dmattn_mode.h"
+#include "host/env_switch.h"
 #include "runner.h"
 #include "system_info.h"
 #include "torch_peers.h"
@@ -133,8 +135,10 @@ ShapeResult run_shape(const Options& opt, const AttnProblem& p, const std::vecto
     }
   }
 
-  double best = 0;
-  int hidden = 0;
+  // Three passes: every row run once and checked; the rows that ran, timed
+  // together, their iterations interleaved (time_calls_interleaved), so that
+  // peers and rungs meet the same clocks; then each row's figures, in order.
+  std::vector<Row> rows;
   for (const Variant* v : selected) {
     if (result.device_lost) break;
     Row r;
@@ -144,13 +148,44 @@ ShapeResult run_shape(const Options& opt, const AttnProblem& p, const std::vecto
       r.note = why;
     } else {
       r.outcome = run_and_check(*v, p, bufs, opt.check ? &ref : nullptr, stream);
-      if (r.outcome.error.empty()) r.outcome.error = time_variant(*v, p, bufs, opt.warmup, opt.iters, stream, &r.timing);
-      if (!r.outcome.error.empty()) {
+      if (!r.outcome.error.empty()) result.device_lost = cudaDeviceSynchronize() != cudaSuccess;  // sticky errors end the run
+    }
+    rows.push_back(r);
+  }
+  std::vector<std::function<std::string()>> calls;
+  std::vector<size_t> timed;  // the rows behind calls
+  for (size_t i = 0; i < rows.size() && !result.device_lost; ++i)
+    if (rows[i].status.empty() && rows[i].outcome.error.empty()) {
+      calls.push_back(variant_call(*rows[i].variant, p, bufs, stream));
+      timed.push_back(i);
+    }
+  std::vector<Timing> timings;
+  std::vector<std::string> errors;
+  static const bool sequential = env_switch_on("ATTNLAB_SEQUENTIAL_TIMING");  // the earlier timer, to measure against
+  if (sequential) {
+    timings.assign(calls.size(), Timing{});
+    errors.assign(calls.size(), "");
+    for (size_t c = 0; c < calls.size(); ++c)
+      errors[c] = time_calls(calls[c], opt.warmup, opt.iters, bufs.flush, bufs.flush_bytes, stream, &timings[c]);
+  } else {
+    time_calls_interleaved(calls, opt.warmup, opt.iters, bufs.flush, bufs.flush_bytes, stream, &timings, &errors);
+  }
+  for (size_t c = 0; c < timed.size(); ++c) {
+    rows[timed[c]].timing = timings[c];
+    rows[timed[c]].outcome.error = errors[c];
+  }
+  if (!timed.empty()) result.device_lost = result.device_lost || cudaDeviceSynchronize() != cudaSuccess;
+
+  double best = 0;
+  int hidden = 0;
+  for (Row& r : rows) {
+    const Variant* v = r.variant;
+    if (r.status.empty()) {
+      if (!r.outcome.error.empty() || !r.ran()) {
         r.status = "error";
-        r.note = r.outcome.error;
+        r.note = r.outcome.error.empty() ? "not timed (the device failed)" : r.outcome.error;
         r.timing = Timing{};
         result.failures += v->is_peer ? 0 : 1;  // a peer that cannot run is reported, not failed
-        result.device_lost = cudaDeviceSynchronize() != cudaSuccess;  // sticky errors end the run
       } else {
         r.tflops = forward_flops(p) / (r.timing.median_ms * 1e-3) / 1e12;
         if (r.tflops > best) {
@@ -172,7 +207,7 @@ ShapeResult run_shape(const Options& opt, const AttnProblem& p, const std::vecto
         } else {
           r.status = "unchecked";
         }
-        // Peers come first, so the best peer is known when a rung finishes.
+        // Peers come first, so the best peer is known when a rung's row is made.
         const bool peer_trusted = r.status != "FAIL";
         if (v->is_peer && peer_trusted && r.tflops > result.best_peer_tflops) {
           result.best_peer_tflops = r.tflops;

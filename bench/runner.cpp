@@ -1,6 +1,7 @@
 #include "runner.h"
 
 #include "torch_peers.h"
+#include "host/gpu_delay.h"
 
 #include <sys/stat.h>
 
@@ -186,6 +187,10 @@ RunOutcome run_and_check(const Variant& v, const AttnProblem& p, const ProblemBu
   return out;
 }
 
+// The GPU's wait before each timed call (host/gpu_delay.h): longer than a
+// call's host-side dispatch, so that the events see GPU time only.
+constexpr unsigned kTimerDelayUs = 300;
+
 std::string time_calls(const std::function<std::string()>& call, int warmup, int iters, void* flush,
                        size_t flush_bytes, cudaStream_t stream, Timing* out) {
   for (int i = 0; i < warmup; ++i)
@@ -197,6 +202,7 @@ std::string time_calls(const std::function<std::string()>& call, int warmup, int
   std::string err;
   for (int i = 0; i < iters && err.empty(); ++i) {
     cudaMemsetAsync(flush, i & 0xff, flush_bytes, stream);  // evict L2 (not timed)
+    enqueue_gpu_delay(stream, kTimerDelayUs);  // the call's dispatch is hidden under it
     cudaEventRecord(start, stream);
     err = call();
     cudaEventRecord(stop, stream);
@@ -216,17 +222,61 @@ std::string time_calls(const std::function<std::string()>& call, int warmup, int
   return "";
 }
 
+std::function<std::string()> variant_call(const Variant& v, const AttnProblem& p, const ProblemBuffers& bufs,
+                                          cudaStream_t stream) {
+  const AttnBuffers b = bufs.attn();
+  const auto* launch = v.launch_timed ? &v.launch_timed : &v.launch;  // v and p outlive the call
+  return [&v, &p, launch, b, stream]() -> std::string {
+    const cudaError_t e = (*launch)(p, b, stream);
+    return e == cudaSuccess ? "" : launch_error_text(v, e);
+  };
+}
+
 std::string time_variant(const Variant& v, const AttnProblem& p, const ProblemBuffers& bufs, int warmup, int iters,
                          cudaStream_t stream, Timing* out) {
-  const AttnBuffers b = bufs.attn();
-  const auto& launch = v.launch_timed ? v.launch_timed : v.launch;
-  return time_calls(
-      [&]() -> std::string {
-        const cudaError_t e = launch(p, b, stream);
-        if (e == cudaSuccess) return "";
-        return launch_error_text(v, e);
-      },
-      warmup, iters, bufs.flush, bufs.flush_bytes, stream, out);
+  return time_calls(variant_call(v, p, bufs, stream), warmup, iters, bufs.flush, bufs.flush_bytes, stream, out);
+}
+
+void time_calls_interleaved(const std::vector<std::function<std::string()>>& calls, int warmup, int iters,
+                            void* flush, size_t flush_bytes, cudaStream_t stream, std::vector<Timing>* out,
+                            std::vector<std::string>* errors) {
+  const size_t n = calls.size();
+  out->assign(n, Timing{});
+  errors->assign(n, "");
+  for (size_t c = 0; c < n; ++c)
+    for (int i = 0; i < warmup && (*errors)[c].empty(); ++i) (*errors)[c] = calls[c]();
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  std::vector<std::vector<float>> ms(n);
+  for (int i = 0; i < iters; ++i) {
+    for (size_t c = 0; c < n; ++c) {
+      if (!(*errors)[c].empty()) continue;
+      cudaMemsetAsync(flush, i & 0xff, flush_bytes, stream);  // evict L2 (not timed)
+      enqueue_gpu_delay(stream, kTimerDelayUs);
+      cudaEventRecord(start, stream);
+      std::string err = calls[c]();
+      cudaEventRecord(stop, stream);
+      float t = 0.f;
+      if (err.empty()) {
+        cudaError_t e = cudaEventSynchronize(stop);
+        if (e == cudaSuccess) e = cudaEventElapsedTime(&t, start, stop);
+        if (e != cudaSuccess) err = cuda_error_text("timing", e);
+      }
+      if (err.empty()) ms[c].push_back(t);
+      else (*errors)[c] = err;
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  for (size_t c = 0; c < n; ++c) {
+    std::vector<float>& m = ms[c];
+    if (!(*errors)[c].empty() || m.empty()) continue;
+    std::sort(m.begin(), m.end());
+    const size_t k = m.size();
+    (*out)[c].median_ms = k % 2 ? m[k / 2] : 0.5 * (double(m[k / 2 - 1]) + m[k / 2]);
+    (*out)[c].min_ms = m.front();
+  }
 }
 
 namespace {

@@ -77,6 +77,18 @@ std::string time_calls(const std::function<std::string()>& call, int warmup, int
 // time_calls of one variant's launch on the problem's buffers.
 std::string time_variant(const Variant& v, const AttnProblem& p, const ProblemBuffers& bufs, int warmup, int iters,
                          cudaStream_t stream, Timing* out);
+// time_calls of several calls at once, interleaved: each is warmed up, then
+// round r times call 0, 1, 2, ... once each (an L2 flush before every call),
+// so that every call's iterations spread over the same stretch of time and
+// meet the same clocks (the card's clock follows its power limit, and rows
+// timed one after another drifted by up to 10 %). errors[i] is call i's
+// first error ("" if none); a failed call is left out of the later rounds.
+void time_calls_interleaved(const std::vector<std::function<std::string()>>& calls, int warmup, int iters,
+                            void* flush, size_t flush_bytes, cudaStream_t stream, std::vector<Timing>* out,
+                            std::vector<std::string>* errors);
+// A variant's launch on the problem's buffers as a call for the timers.
+std::function<std::string()> variant_call(const Variant& v, const AttnProblem& p, const ProblemBuffers& bufs,
+                                          cudaStream_t stream);
 
 // "" when rows can be appended to the results CSV at `path`, else one line
 // saying why not ("cannot write --csv /no/such/dir/x.csv: No such file or
