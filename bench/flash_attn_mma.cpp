@@ -13,7 +13,6 @@
 
 #include "cli.h"
 #include "dmattn_mode.h"
-#include "host/env_switch.h"
 #include "runner.h"
 #include "system_info.h"
 #include "torch_peers.h"
@@ -161,15 +160,7 @@ ShapeResult run_shape(const Options& opt, const AttnProblem& p, const std::vecto
     }
   std::vector<Timing> timings;
   std::vector<std::string> errors;
-  static const bool sequential = env_switch_on("ATTNLAB_SEQUENTIAL_TIMING");  // the earlier timer, to measure against
-  if (sequential) {
-    timings.assign(calls.size(), Timing{});
-    errors.assign(calls.size(), "");
-    for (size_t c = 0; c < calls.size(); ++c)
-      errors[c] = time_calls(calls[c], opt.warmup, opt.iters, bufs.flush, bufs.flush_bytes, stream, &timings[c]);
-  } else {
-    time_calls_interleaved(calls, opt.warmup, opt.iters, bufs.flush, bufs.flush_bytes, stream, &timings, &errors);
-  }
+  time_calls_interleaved(calls, opt.warmup, opt.iters, bufs.flush, bufs.flush_bytes, stream, &timings, &errors);
   for (size_t c = 0; c < timed.size(); ++c) {
     rows[timed[c]].timing = timings[c];
     rows[timed[c]].outcome.error = errors[c];

@@ -1,7 +1,7 @@
 #include "runner.h"
 
-#include "torch_peers.h"
 #include "host/gpu_delay.h"
+#include "torch_peers.h"
 
 #include <sys/stat.h>
 

@@ -70,8 +70,9 @@ struct Timing {
 };
 // `warmup` untimed calls of `call` (which enqueues work on `stream` and returns
 // "" or a one-line error), then `iters` calls, each after an L2 flush (a write
-// of `flush_bytes` to `flush`) and between two CUDA events; the median is what
-// gets reported.
+// of `flush_bytes` to `flush`) and a queued GPU delay (host/gpu_delay.h: the
+// call's host-side dispatch happens under it), between two CUDA events; the
+// median is what gets reported.
 std::string time_calls(const std::function<std::string()>& call, int warmup, int iters, void* flush,
                        size_t flush_bytes, cudaStream_t stream, Timing* out);
 // time_calls of one variant's launch on the problem's buffers.
@@ -80,8 +81,9 @@ std::string time_variant(const Variant& v, const AttnProblem& p, const ProblemBu
 // time_calls of several calls at once, interleaved: each is warmed up, then
 // round r times call 0, 1, 2, ... once each (an L2 flush before every call),
 // so that every call's iterations spread over the same stretch of time and
-// meet the same clocks (the card's clock follows its power limit, and rows
-// timed one after another drifted by up to 10 %). errors[i] is call i's
+// meet the same clocks (the card's clock follows its power limit: timed one
+// after another, the last rows of a shape ran up to 6 % slower). Each timed
+// call waits behind a queued GPU delay, as in time_calls. errors[i] is call i's
 // first error ("" if none); a failed call is left out of the later rounds.
 void time_calls_interleaved(const std::vector<std::function<std::string()>>& calls, int warmup, int iters,
                             void* flush, size_t flush_bytes, cudaStream_t stream, std::vector<Timing>* out,
