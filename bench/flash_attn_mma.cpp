@@ -9,6 +9,7 @@
 #include <functional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli.h"
@@ -210,8 +211,8 @@ ShapeResult run_shape(const Options& opt, const AttnProblem& p, const std::vecto
     const bool interesting = r.status == "FAIL" || r.status == "error" || r.status == "unsupported" || r.gain_pct >= 0;
     if (verbose && (opt.show_all || interesting)) print_row(r, result.best_peer_name);
     else if (verbose) ++hidden;
-    result.rows.push_back(r);
   }
+  result.rows = std::move(rows);
   if (verbose) {
     std::printf("%s\n", std::string(kTableWidth, '-').c_str());
     if (hidden > 0)

@@ -191,37 +191,6 @@ RunOutcome run_and_check(const Variant& v, const AttnProblem& p, const ProblemBu
 // call's host-side dispatch, so that the events see GPU time only.
 constexpr unsigned kTimerDelayUs = 300;
 
-std::string time_calls(const std::function<std::string()>& call, int warmup, int iters, void* flush,
-                       size_t flush_bytes, cudaStream_t stream, Timing* out) {
-  for (int i = 0; i < warmup; ++i)
-    if (std::string e = call(); !e.empty()) return e;
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  std::vector<float> ms(size_t(iters), 0.f);
-  std::string err;
-  for (int i = 0; i < iters && err.empty(); ++i) {
-    cudaMemsetAsync(flush, i & 0xff, flush_bytes, stream);  // evict L2 (not timed)
-    enqueue_gpu_delay(stream, kTimerDelayUs);  // the call's dispatch is hidden under it
-    cudaEventRecord(start, stream);
-    err = call();
-    cudaEventRecord(stop, stream);
-    if (err.empty()) {
-      cudaError_t e = cudaEventSynchronize(stop);
-      if (e == cudaSuccess) e = cudaEventElapsedTime(&ms[size_t(i)], start, stop);
-      if (e != cudaSuccess) err = cuda_error_text("timing", e);
-    }
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  if (!err.empty()) return err;
-  std::sort(ms.begin(), ms.end());
-  const size_t n = ms.size();
-  out->median_ms = n % 2 ? ms[n / 2] : 0.5 * (double(ms[n / 2 - 1]) + ms[n / 2]);
-  out->min_ms = ms.front();
-  return "";
-}
-
 std::function<std::string()> variant_call(const Variant& v, const AttnProblem& p, const ProblemBuffers& bufs,
                                           cudaStream_t stream) {
   const AttnBuffers b = bufs.attn();
@@ -230,11 +199,6 @@ std::function<std::string()> variant_call(const Variant& v, const AttnProblem& p
     const cudaError_t e = (*launch)(p, b, stream);
     return e == cudaSuccess ? "" : launch_error_text(v, e);
   };
-}
-
-std::string time_variant(const Variant& v, const AttnProblem& p, const ProblemBuffers& bufs, int warmup, int iters,
-                         cudaStream_t stream, Timing* out) {
-  return time_calls(variant_call(v, p, bufs, stream), warmup, iters, bufs.flush, bufs.flush_bytes, stream, out);
 }
 
 void time_calls_interleaved(const std::vector<std::function<std::string()>>& calls, int warmup, int iters,
@@ -277,6 +241,15 @@ void time_calls_interleaved(const std::vector<std::function<std::string()>>& cal
     (*out)[c].median_ms = k % 2 ? m[k / 2] : 0.5 * (double(m[k / 2 - 1]) + m[k / 2]);
     (*out)[c].min_ms = m.front();
   }
+}
+
+std::string time_calls(const std::function<std::string()>& call, int warmup, int iters, void* flush,
+                       size_t flush_bytes, cudaStream_t stream, Timing* out) {
+  std::vector<Timing> timing;
+  std::vector<std::string> error;
+  time_calls_interleaved({call}, warmup, iters, flush, flush_bytes, stream, &timing, &error);
+  *out = timing[0];
+  return error[0];
 }
 
 namespace {

@@ -75,16 +75,13 @@ struct Timing {
 // median is what gets reported.
 std::string time_calls(const std::function<std::string()>& call, int warmup, int iters, void* flush,
                        size_t flush_bytes, cudaStream_t stream, Timing* out);
-// time_calls of one variant's launch on the problem's buffers.
-std::string time_variant(const Variant& v, const AttnProblem& p, const ProblemBuffers& bufs, int warmup, int iters,
-                         cudaStream_t stream, Timing* out);
-// time_calls of several calls at once, interleaved: each is warmed up, then
-// round r times call 0, 1, 2, ... once each (an L2 flush before every call),
+// time_calls of several calls at once, interleaved (time_calls is this with
+// one call): each is warmed up, then round r times call 0, 1, 2, ... once each,
 // so that every call's iterations spread over the same stretch of time and
 // meet the same clocks (the card's clock follows its power limit: timed one
-// after another, the last rows of a shape ran up to 6 % slower). Each timed
-// call waits behind a queued GPU delay, as in time_calls. errors[i] is call i's
-// first error ("" if none); a failed call is left out of the later rounds.
+// after another, the last rows of a shape ran up to 6 % slower). errors[i] is
+// call i's first error ("" if none); a failed call is left out of the later
+// rounds.
 void time_calls_interleaved(const std::vector<std::function<std::string()>>& calls, int warmup, int iters,
                             void* flush, size_t flush_bytes, cudaStream_t stream, std::vector<Timing>* out,
                             std::vector<std::string>* errors);

@@ -14,6 +14,7 @@
 #include <cmath>
 
 #include "common/block_reduce.cuh"
+#include "host/rung_host.cuh"
 #include "reference/reference.h"
 
 namespace attnlab {
@@ -121,7 +122,7 @@ Variant make_unfused_baseline() {
   v.name = "unfused";
   v.rung = "reference/unfused_attention";
   v.unsupported_reason = [](const AttnProblem& p) -> std::string {
-    if (p.kv_heads() < 1 || p.H % p.kv_heads() != 0) return "H must be a multiple of Hkv";
+    if (std::string why = kv_heads_unsupported(p); !why.empty()) return why;
     if (group_size(p) * p.Nq > INT32_MAX) return "(H / Hkv)·Nq rows exceed one cuBLAS GEMM";
     size_t free_bytes = 0, total = 0;
     if (cudaMemGetInfo(&free_bytes, &total) == cudaSuccess && unfused_workspace_granule(p) > free_bytes / 2)
