@@ -120,7 +120,8 @@ if [ "$mode" = check ]; then
                "--Nq 70 --Nk 130 --D 512 --causal" "--Nq 70 --Nk 130 --D 1024 --causal"
                "--Nq 256 --Nk 300 --D 256 --causal --variant two-pass+stage4"
                "--Nq 77 --Nk 129 --D 128 --variant minimal"
-               "--H 4 --Hkv 2 --Nq 130 --Nk 300 --D 128 --causal" "--H 4 --Hkv 1 --Nq 300 --Nk 130 --D 192 --Dv 128 --causal")
+               "--H 4 --Hkv 2 --Nq 130 --Nk 300 --D 128 --causal" "--H 4 --Hkv 1 --Nq 300 --Nk 130 --D 192 --Dv 128 --causal"
+               "--H 4 --Hkv 2 --Nq 300 --Nk 1000 --D 64")  # the last: rung 12's keys split over blocks
   dmattn_shapes=("--Nq 1 --Nk 3000 --D 128 --Hkv 1 --mask topk --window 64 --block 0 --bias --splits 4"
                  "--Nq 1 --Nk 20000 --D 256 --mask topk --window 3000 --block 0 --bias --softcap 20 --splits 1"
                  "--Nq 70 --Nk 130 --D 128 --Hkv 1 --causal --mask topk --window 64 --bias --bwd"

@@ -16,9 +16,9 @@
 //        (FlashAttention-3, §3.1). A ready warpgroup may wait for its turn;
 //   NEW (tile order, tile_order.cuh): non-causal, a persistent grid (one block
 //        per SM walks its share of the tiles, the next tile's Q and K loading
-//        under this one's epilogue); causal, one block per tile, longest first.
-// Files: this kernel and its tiles; ws_mainloop.cuh (copies, MMAs, softmax of
-// one work item); tile_order.cuh (the scheduler). Terms: docs/hopper_primer.md.
+//        under this one's epilogue), the last round's tiles split along the keys
+//        over all blocks (stream-K, common/kv_split.cuh merges the parts);
+//        causal, one block per tile, longest first. One piece's mainloop: ws_mainloop.cuh.
 //
 // Per block: Br = 64 x W compute warpgroups + 1 producer; sQ [Br, D] once, sK
 // [kStages][Bc, D], sV [kStages][Bc, Dv] (Sw128Blocks); 2 + 4·kStages mbarriers.
@@ -102,12 +102,15 @@ struct WsConfig : WsWarps<kWarpgroups_> {  // W compute warpgroups + 1 producer 
   // phase counts that warpgroup's sync and the previous one's arrive: 256 threads.
   static constexpr int kTurnBarrier = 1;
   static constexpr int kTurnThreads = 2 * 128;
+  // Named barrier of all compute warps, for a piece's partial state (kv_split.cuh).
+  static constexpr int kSplitBarrier = kTurnBarrier + kComputeWarpgroups;
   static_assert(kBoxesQK * 64 == kHeadDim && kBoxesV * 64 == kHeadDimV,
                 "Sw128Blocks stores 64-column blocks, one box each");
   static_assert(kTilesS * 8 == kBc && kTilesO * 8 == kHeadDimV, "n8 accumulator tiles of S and O");
   static_assert(2 * kQElems + kStages * (kKBytes + kVBytes) == kTileBytes, "the tiles are Q and the two rings");
   static_assert(kTurnBarrier >= 1 && kTurnBarrier + kComputeWarpgroups <= 16 && kTurnThreads == 2 * 128,
                 "one hardware barrier per warpgroup past __syncthreads' 0, each counting two warpgroups");
+  static_assert(kSplitBarrier <= 15, "hardware barriers 1..15");
   static_assert(kBc % 16 == 0 && kBc <= 256 && kBr <= 256, "wgmma N and TMA box rows are at most 256");
   static_assert((kBc * 128) % 1024 == 0, "each 64-column block of a K or V slot starts 1024-aligned (the swizzle atom)");
   static_assert(kStages >= 2, "the producer fills one slot while the compute warps read the other");
@@ -138,15 +141,15 @@ template <typename Cfg, typename T, bool kPingpong>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
 ws_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUtensorMap tma_k,
           const __grid_constant__ CUtensorMap tma_v, T* __restrict__ o, float* __restrict__ lse,
-          const AttnProblem p, const TileOrder order) {
+          const AttnProblem p, const TileOrder order, const KvSplitArgs split) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const WsShared<Cfg, T> sm(smem_raw);
   if (threadIdx.x == 0) sm.init_barriers();
   __syncthreads();  // no copy may signal a barrier before it is initialised
 
-  // A block computes the work items order.next(...) gives it: one (the grid has
-  // one block per item), or, on a persistent grid, one per round.
+  // A block computes the work pieces order.piece(...) gives it: one item (the
+  // grid has one block per item), or, on a persistent grid, one piece per round.
   WsRing ring;
   if (threadIdx.x / 32 >= Cfg::kProducerWarp) {
     // ---- the producer: one thread issues every copy of the block -----------------
@@ -155,10 +158,10 @@ ws_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUt
       prefetch_tensor_map(&tma_q);
       prefetch_tensor_map(&tma_k);
       prefetch_tensor_map(&tma_v);
-      for (int round = 0, linear; (linear = order.next(blockIdx.x, gridDim.x, round)) >= 0; ++round) {
-        const WsWork w = ws_work<Cfg>(p, order, linear);
+      WorkPiece piece;
+      for (int round = 0; (piece = order.piece(blockIdx.x, gridDim.x, round)).item >= 0; ++round) {
+        const WsWork w = ws_work<Cfg>(p, order, piece);
         ws_load<Cfg, T>(sm, &tma_q, &tma_k, &tma_v, w, ring);
-        ring.advance(w);
       }
     }
     __syncwarp();
@@ -166,10 +169,10 @@ ws_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUt
   }
   // ---- the W compute warpgroups -----------------------------------------------------
   warpgroup_reg_alloc<Cfg::kComputeRegs>();
-  for (int round = 0, linear; (linear = order.next(blockIdx.x, gridDim.x, round)) >= 0; ++round) {
-    const WsWork w = ws_work<Cfg>(p, order, linear);
-    ws_compute<Cfg, T, kPingpong>(sm, p, w, ring, o, lse);
-    ring.advance(w);
+  WorkPiece piece;
+  for (int round = 0; (piece = order.piece(blockIdx.x, gridDim.x, round)).item >= 0; ++round) {
+    const WsWork w = ws_work<Cfg>(p, order, piece);
+    ws_compute<Cfg, T, kPingpong>(sm, p, order, w, ring, split, o, lse);
   }
 #endif
 }
@@ -220,6 +223,17 @@ std::string unsupported(const AttnProblem& p) {
   return smem_unsupported(size_t(smem));
 }
 
+// The workspace of a split over `blocks` blocks: a flag and a partial state per block.
+template <typename Cfg>
+size_t split_workspace_bytes(int blocks) {
+  return kv_split_workspace_bytes(blocks, Cfg::kComputeWarps * 32, Cfg::kTilesO);
+}
+// ATTNLAB_NO_KV_SPLIT=1: the last round of a non-causal grid whole, to measure what the split buys.
+bool kv_split_off() {
+  static const bool off = env_switch_on("ATTNLAB_NO_KV_SPLIT");
+  return off;
+}
+
 // kPingpong: the warpgroups take turns where the tile table says so.
 template <bool kPingpong>
 cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stream) {
@@ -231,14 +245,19 @@ cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stre
       using T = decltype(type);
       CUtensorMap maps[3];
       if (!encode_qkv_maps<Cfg::kBr, Cfg::kBc>(maps, p, b.q, b.k, b.v)) return cudaErrorInvalidValue;
-      const TileOrder order = make_tile_order(p, Cfg::kBr);
-      // Non-causal: one block per SM (the tiles are equal, dealt round-robin).
+      TileOrder order = make_tile_order(p, Cfg::kBr);
+      // Non-causal: one block per SM (the tiles are equal, dealt round-robin),
+      // the last round's split along the keys where the workspace allows.
       // Causal: one block per tile, which the hardware starts as blocks finish,
       // longest first; a static deal of unequal tiles measured slower.
-      const int blocks = p.causal ? order.items : std::min(order.items, device_sm_count());
+      const int sms = device_sm_count();
+      const bool split_ok = !p.causal && !kv_split_off() && b.workspace != nullptr &&
+                            b.workspace_bytes >= split_workspace_bytes<Cfg>(sms);
+      const int blocks = p.causal ? order.items : plan_kv_split(order, (p.Nk + Cfg::kBc - 1) / Cfg::kBc, sms, split_ok);
+      const KvSplitArgs split = order.split_units > 0 ? kv_split_args(b.workspace, blocks) : KvSplitArgs{};
       return launch_with_smem(ws_kernel<Cfg, T, kPingpong && WsTile<D, Dv>::kPingpong>,
                               dim3(unsigned(blocks)), Cfg::kThreads, Cfg::kSmemBytes, stream, maps[0], maps[1],
-                              maps[2], static_cast<T*>(b.o), b.lse, p, order);
+                              maps[2], static_cast<T*>(b.o), b.lse, p, order, split);
     });
   });
   return err;
@@ -265,6 +284,14 @@ Variant make_variant() {
   v.name = std::string("ws+stage") + std::to_string(kWsStages) + (kPingpong ? "+pingpong" : "");
   v.rung = "12_ws_pingpong";
   v.unsupported_reason = unsupported;
+  v.workspace_bytes = [](const AttnProblem& p) {  // the split's, non-causal only
+    size_t bytes = 0;
+    if (!p.causal)
+      WsHeadDims::dispatch(p.D, p.Dv, [&](auto dims) {
+        bytes = split_workspace_bytes<Config<decltype(dims)::D, decltype(dims)::Dv>>(device_sm_count());
+      });
+    return bytes;
+  };
   v.launch = launch<kPingpong>;
   v.describe = [] {
     return std::string("sm_90a wgmma, K/V by TMA from a producer warp, softmax overlapped with P·V") +

@@ -12,6 +12,12 @@
 //     keep each one's K and V within half the L2), and inside a section tile
 //     row m of every head comes before row m - 1 of any: the short tiles fill
 //     the tail.
+// Non-causal, the items are equal, and a last round that fills only part of
+// the grid would leave the rest of the SMs idle (344 tiles on 132 SMs: 2.6
+// rounds run as 3). So the items of that round are split along the keys
+// (stream-K, Osama et al. 2023; CUTLASS's stream-K GEMM scheduler): their key
+// tiles are dealt evenly over every block, and the block holding an item's
+// last key tile merges the others' partial results (common/kv_split.cuh).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -24,12 +30,27 @@
 
 namespace attnlab {
 
+// One block's share of one work item: its key tiles [kv_begin, kv_end).
+// kv_end = kAllKeys: every key tile the item has.
+struct WorkPiece {
+  static constexpr int kAllKeys = 1 << 30;
+  int item = -1;  // -1: the block has no more work
+  int kv_begin = 0, kv_end = kAllKeys;
+};
+
 struct TileOrder {
   int m_blocks = 1;  // query tiles per head
   int heads = 1;     // B·H
   int section = 1;   // causal: heads per section; 0: head by head
   int items = 1;     // m_blocks · heads (make_tile_order: 0 when that exceeds kMaxItems)
   static constexpr int kMaxItems = (1 << 30);  // rounds of a persistent grid stay in int
+  // The split of the last round (plan_kv_split; split_units = 0: none). Items
+  // [0, whole_items) go whole, whole_items / blocks rounds of them; the key
+  // tiles ("units") of items [whole_items, items), kv_tiles per item, are
+  // numbered item by item and block b takes units [begin(b), begin(b + 1)).
+  int kv_tiles = 0;
+  int whole_items = 0;
+  int split_units = 0;
 
   // The item block `block` of a grid of `blocks` computes in round `round`, -1
   // when it has none left. A grid of one block per item has one round; a
@@ -40,6 +61,40 @@ struct TileOrder {
   __host__ __device__ __forceinline__ int next(int block, int blocks, int round) const {
     const int linear = round * blocks + (round % 2 == 0 ? block : blocks - 1 - block);
     return linear < items ? linear : -1;
+  }
+
+  // The piece block `block` of `blocks` computes in round `round`. Whole items
+  // first; then the block's units, at most two pieces (the end of one item,
+  // the start of the next; a block's share is below one item's kv_tiles). The
+  // piece that starts an item goes first: its partial result is what a lower
+  // block, ending that item, waits for at the end of its own share.
+  __host__ __device__ __forceinline__ WorkPiece piece(int block, int blocks, int round) const {
+    WorkPiece w;
+    const int whole_rounds = split_units > 0 ? whole_items / blocks : round + 1;
+    if (round < whole_rounds) {
+      w.item = next(block, blocks, round);
+      return w;
+    }
+    const int lo = split_begin(block, blocks), hi = split_begin(block + 1, blocks);
+    const int item_end = (lo / kv_tiles + 1) * kv_tiles;
+    const int lo_end = hi < item_end ? hi : item_end;  // the piece in lo's item ends here
+    const bool two = lo_end < hi;                                 // and one starts the next item
+    const int k = round - whole_rounds;
+    if (lo == hi || k > (two ? 1 : 0)) return w;
+    const int a = two && k == 0 ? lo_end : lo, b = two && k == 0 ? hi : lo_end;
+    w.item = whole_items + a / kv_tiles;
+    w.kv_begin = a % kv_tiles;
+    w.kv_end = w.kv_begin + (b - a);
+    return w;
+  }
+  // The first unit of block `block`'s share; split_begin(blocks, blocks) = split_units.
+  __host__ __device__ __forceinline__ int split_begin(int block, int blocks) const {
+    return block * split_units / blocks;  // plan_kv_split keeps split_units · blocks in int
+  }
+  // The block whose share holds unit u: the last b with split_begin(b) <= u
+  // (blocks with an empty share have the next one's begin, and are skipped).
+  __host__ __device__ __forceinline__ int split_owner(int u, int blocks) const {
+    return ((u + 1) * blocks - 1) / split_units;
   }
 
   // Work item `linear` (the block's index in launch order) -> its query tile and head.
@@ -92,6 +147,28 @@ inline TileOrder make_tile_order(const AttnProblem& p, int Br) {
     t.section = 0;
   }
   return t;
+}
+
+// Plans the split of the last round for a persistent grid of at most `sms`
+// blocks on equal items of kv_tiles key tiles each; returns the grid size.
+// Split only where a block's share of the last round saves it at least two
+// key tiles (each piece pays one more pipeline fill, and a partial store or
+// merge), and where the unit arithmetic fits in int. `allowed`: the caller
+// has the workspace (kv_split.cuh) and the problem is not causal.
+inline int plan_kv_split(TileOrder& t, int kv_tiles, int sms, bool allowed) {
+  t.split_units = 0;
+  const int64_t units = int64_t(t.items) * kv_tiles;
+  const int blocks = int(std::min<int64_t>(sms, units));
+  if (!allowed || kv_tiles <= 0 || t.items == 0) return std::min(t.items, sms);
+  const int rest = t.items % blocks;  // items of the last, partial round
+  const int64_t rest_units = int64_t(rest) * kv_tiles;
+  const int64_t share = (rest_units + blocks - 1) / blocks;  // the largest block share
+  if (rest == 0 || kv_tiles - share < 2 || rest_units * blocks >= (int64_t(1) << 31))
+    return std::min(t.items, sms);
+  t.kv_tiles = kv_tiles;
+  t.whole_items = t.items - rest;
+  t.split_units = int(rest_units);
+  return blocks;
 }
 
 }  // namespace attnlab

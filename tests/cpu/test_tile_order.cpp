@@ -1,6 +1,8 @@
 // Rung 12's tile order (kernels/flash_attn/tile_order.cuh): every (query tile,
 // head) work item exactly once, longest first under a causal mask, and a
 // persistent grid's rounds dealing out each item exactly once.
+#include <algorithm>
+#include <cstdio>
 #include <set>
 #include <utility>
 #include <vector>
@@ -91,4 +93,83 @@ TEST_CASE(tile_order_equal_sections) {
   p.causal = false;
   EXPECT_EQ(make_tile_order(p, 128).section, 0);
   EXPECT_EQ(make_tile_order(p, 128).items, 64 * 8);
+}
+
+// The split of a non-causal grid's last round along the keys: every key tile
+// of every item computed exactly once; a block leaves at most one partial
+// state and leaves it before it waits for any; the block that ends a split
+// item merges exactly the partials of that item, each from a lower block,
+// found by the walk the kernel does (ws_mainloop.cuh).
+TEST_CASE(tile_order_split_covers_every_key_tile_once) {
+  int splits = 0;
+  for (int items : {1, 2, 5, 44, 131, 132, 133, 200, 344, 512, 1000})
+    for (int kv_tiles : {1, 2, 3, 6, 47, 64})
+      for (int sms : {1, 7, 132}) {
+        TileOrder t = order(items, 1, 0);
+        const int blocks = plan_kv_split(t, kv_tiles, sms, true);
+        EXPECT_TRUE(blocks >= 1 && blocks <= sms);
+        std::vector<int> seen(size_t(items) * kv_tiles, 0);
+        std::vector<int> partial_item(size_t(blocks), -1), partial_round(size_t(blocks), -1), merged(size_t(blocks), 0);
+        bool ok = true;
+        for (int b = 0; b < blocks; ++b)
+          for (int round = 0;; ++round) {
+            const WorkPiece w = t.piece(b, blocks, round);
+            if (w.item < 0) break;
+            const int end = std::min(w.kv_end, kv_tiles);
+            ok = ok && w.item < items && w.kv_begin >= 0 && w.kv_begin < end;
+            for (int j = w.kv_begin; j < end; ++j) ++seen[size_t(w.item) * kv_tiles + j];
+            if (end < kv_tiles) {  // a partial: one per block
+              ok = ok && partial_item[size_t(b)] < 0;
+              partial_item[size_t(b)] = w.item;
+              partial_round[size_t(b)] = round;
+            } else if (w.kv_begin > 0) {  // ends a split item: the kernel's walk
+              const int first = t.split_begin(b, blocks) - w.kv_begin;
+              ok = ok && first == (w.item - t.whole_items) * kv_tiles;
+              for (int u = first; u < first + w.kv_begin;) {
+                const int owner = t.split_owner(u, blocks);
+                ok = ok && owner < b && partial_item[size_t(owner)] == w.item;
+                ok = ok && (partial_round[size_t(b)] < 0 || partial_round[size_t(b)] < round);
+                ++merged[size_t(owner)];
+                const int next = t.split_begin(owner + 1, blocks);
+                ok = ok && next > u;
+                if (next <= u) break;
+                u = next;
+              }
+            }
+          }
+        for (int n : seen) ok = ok && n == 1;
+        for (int b = 0; b < blocks; ++b) ok = ok && merged[size_t(b)] == (partial_item[size_t(b)] >= 0 ? 1 : 0);
+        if (t.split_units > 0) {
+          ++splits;
+          // Worth it: every block's share of the last round saves it two key tiles.
+          for (int b = 0; b < blocks; ++b) ok = ok && t.split_begin(b + 1, blocks) - t.split_begin(b, blocks) <= kv_tiles - 2;
+        }
+        if (!ok) std::printf("  items=%d kv_tiles=%d sms=%d\n", items, kv_tiles, sms);
+        EXPECT_TRUE(ok);
+      }
+  EXPECT_TRUE(splits > 20);  // the cases above do split
+}
+
+TEST_CASE(tile_order_split_only_where_it_pays) {
+  TileOrder t = order(344, 1, 0);  // D = 64, B = 1 H = 8 N = 8192: 2.6 rounds of 192-row tiles
+  EXPECT_EQ(plan_kv_split(t, 64, 132, true), 132);
+  EXPECT_EQ(t.whole_items, 264);  // two whole rounds, then 80 items over 132 blocks
+  EXPECT_EQ(t.split_units, 80 * 64);
+  t = order(344, 1, 0);
+  EXPECT_EQ(plan_kv_split(t, 64, 132, false), 132);  // not allowed: whole items round by round
+  EXPECT_EQ(t.split_units, 0);
+  EXPECT_EQ(t.piece(0, 132, 2).item, 264);
+  EXPECT_EQ(t.piece(100, 132, 2).item, -1);
+  t = order(264, 1, 0);  // whole rounds: nothing to split
+  EXPECT_EQ(plan_kv_split(t, 64, 132, true), 132);
+  EXPECT_EQ(t.split_units, 0);
+  t = order(263, 1, 0);  // 131 of 132 blocks busy in the last round: a share saves under two tiles
+  plan_kv_split(t, 64, 132, true);
+  EXPECT_EQ(t.split_units, 0);
+  t = order(6, 1, 0);  // fewer items than SMs: all of them split (split-KV)
+  EXPECT_EQ(plan_kv_split(t, 47, 132, true), 132);
+  EXPECT_EQ(t.whole_items, 0);
+  t = order(20, 1, 0);  // a key tile per item: nothing to split
+  EXPECT_EQ(plan_kv_split(t, 1, 132, true), 20);
+  EXPECT_EQ(t.split_units, 0);
 }
