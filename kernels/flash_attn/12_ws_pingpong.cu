@@ -18,19 +18,19 @@
 //        per SM walks its share of the tiles, the next tile's Q and K loading
 //        under this one's epilogue), the last round's tiles split along the keys
 //        over all blocks (stream-K, common/kv_split.cuh merges the parts);
-//        causal, one block per tile, longest first. One piece's mainloop: ws_mainloop.cuh.
+//        causal, longest first from an atomic counter. One piece's mainloop: ws_mainloop.cuh.
 //
 // Per block: Br = 64 x W compute warpgroups + 1 producer; sQ [Br, D] once, sK
-// [kStages][Bc, D], sV [kStages][Bc, Dv] (Sw128Blocks); 2 + 4·kStages mbarriers.
+// [kStages][Bc, D], sV [kStages][Bc, Dv] (Sw128Blocks); 6 + 4·kStages mbarriers.
 // Tiles (WsTile below, checked by static_assert): FlashAttention-3's per head
 // dim (hopper/tile_size.h), 3 warpgroups at D = 64; ping-pong where FA3 uses it
 // and it measures faster (not at D = 256, where MMAs outweigh the softmax):
 //   D / Dv     Br   Bc  warpgroups  stages  ping-pong  smem (+1024 alignment slack)
-//   64        192  128   3 + 1       2       yes        90192
-//   128       128  176   2 + 1       2       yes       213072
-//   256       128   80   2 + 1       2       no        229456
-//   192 / 128 128  128   2 + 1       2       yes       213072
-//   128 / 64  128  128   2 + 1       2       yes       131152
+//   64        192  128   3 + 1       2       yes        90232
+//   128       128  176   2 + 1       2       yes       213112
+//   256       128   80   2 + 1       2       no        229496
+//   192 / 128 128  128   2 + 1       2       yes       213112
+//   128 / 64  128  128   2 + 1       2       yes       131192
 // Registers (setmaxnreg): producer / compute 40 / 232 (2 + 1), 32 / 160 (3 + 1).
 //
 // Supports: fp16, bf16; the (D, Dv) above; GQA/MQA; any Nq, Nk >= 1; causal
@@ -93,9 +93,9 @@ struct WsConfig : WsWarps<kWarpgroups_> {  // W compute warpgroups + 1 producer 
   static constexpr int kVBytes = 2 * kVElems;
   static constexpr int kBoxesQK = kHeadDim / 64;   // TMA boxes of 64 columns per Q or K tile
   static constexpr int kBoxesV = kHeadDimV / 64;
-  static constexpr int kBarriers = 2 + 4 * kStages;
+  static constexpr int kBarriers = 2 + 4 * kStages + 4;  // Q, K and V rings; the item hand-off
   static constexpr int kTileBytes = 2 * (kQElems + kStages * (kKElems + kVElems));
-  static constexpr int kSmemBytes = kTileBytes + 8 * kBarriers + 1024;  // + slack to align the tiles to 1024
+  static constexpr int kSmemBytes = kTileBytes + 8 * kBarriers + 8 + 1024;  // + the two items, + slack to align to 1024
   static constexpr int kTilesS = kBc / 8;
   static constexpr int kTilesO = kHeadDimV / 8;
   // Named barriers kTurnBarrier + w: "warpgroup w may issue its MMAs". Each
@@ -128,11 +128,11 @@ template <int D, int Dv, int kBr, int kBc, int kThreads, bool kPingpong, int kSm
 constexpr bool kTableRow = Config<D, Dv>::kBr == kBr && Config<D, Dv>::kBc == kBc &&
                            Config<D, Dv>::kThreads == kThreads && WsTile<D, Dv>::kPingpong == kPingpong &&
                            Config<D, Dv>::kSmemBytes - 1024 == kSmem;
-static_assert(kTableRow<64, 64, 192, 128, 512, true, 90192>, "header: D=64");
-static_assert(kTableRow<128, 128, 128, 176, 384, true, 213072>, "header: D=128");
-static_assert(kTableRow<256, 256, 128, 80, 384, false, 229456>, "header: D=256");
-static_assert(kTableRow<192, 128, 128, 128, 384, true, 213072>, "header: D=192, Dv=128");
-static_assert(kTableRow<128, 64, 128, 128, 384, true, 131152>, "header: D=128, Dv=64");
+static_assert(kTableRow<64, 64, 192, 128, 512, true, 90232>, "header: D=64");
+static_assert(kTableRow<128, 128, 128, 176, 384, true, 213112>, "header: D=128");
+static_assert(kTableRow<256, 256, 128, 80, 384, false, 229496>, "header: D=256");
+static_assert(kTableRow<192, 128, 128, 128, 384, true, 213112>, "header: D=192, Dv=128");
+static_assert(kTableRow<128, 64, 128, 128, 384, true, 131192>, "header: D=128, Dv=64");
 static_assert(WsWarps<2>::kLaunchRegs == 168 && WsWarps<2>::kProducerRegs == 40 && WsWarps<2>::kComputeRegs == 232,
               "header: 168 registers at launch, 40 / 232 after setmaxnreg");
 static_assert(WsWarps<3>::kProducerRegs == 32 && WsWarps<3>::kComputeRegs == 160, "header: 32 / 160 for 3 + 1");
@@ -141,7 +141,7 @@ template <typename Cfg, typename T, bool kPingpong>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
 ws_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUtensorMap tma_k,
           const __grid_constant__ CUtensorMap tma_v, T* __restrict__ o, float* __restrict__ lse,
-          const AttnProblem p, const TileOrder order, const KvSplitArgs split) {
+          const AttnProblem p, const TileOrder order, const KvSplitArgs split, int* __restrict__ counter) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const WsShared<Cfg, T> sm(smem_raw);
@@ -149,7 +149,8 @@ ws_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUt
   __syncthreads();  // no copy may signal a barrier before it is initialised
 
   // A block computes the work pieces order.piece(...) gives it: one item (the
-  // grid has one block per item), or, on a persistent grid, one piece per round.
+  // grid has one block per item), or, on a persistent grid, one piece per
+  // round; under a dynamic order the producer takes them from `counter`.
   WsRing ring;
   if (threadIdx.x / 32 >= Cfg::kProducerWarp) {
     // ---- the producer: one thread issues every copy of the block -----------------
@@ -159,7 +160,7 @@ ws_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUt
       prefetch_tensor_map(&tma_k);
       prefetch_tensor_map(&tma_v);
       WorkPiece piece;
-      for (int round = 0; (piece = order.piece(blockIdx.x, gridDim.x, round)).item >= 0; ++round) {
+      for (int round = 0; (piece = ws_producer_piece(sm, order, counter, round)).item >= 0; ++round) {
         const WsWork w = ws_work<Cfg>(p, order, piece);
         ws_load<Cfg, T>(sm, &tma_q, &tma_k, &tma_v, w, ring);
       }
@@ -170,7 +171,7 @@ ws_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUt
   // ---- the W compute warpgroups -----------------------------------------------------
   warpgroup_reg_alloc<Cfg::kComputeRegs>();
   WorkPiece piece;
-  for (int round = 0; (piece = order.piece(blockIdx.x, gridDim.x, round)).item >= 0; ++round) {
+  for (int round = 0; (piece = ws_compute_piece(sm, order, round)).item >= 0; ++round) {
     const WsWork w = ws_work<Cfg>(p, order, piece);
     ws_compute<Cfg, T, kPingpong>(sm, p, order, w, ring, split, o, lse);
   }
@@ -233,6 +234,12 @@ bool kv_split_off() {
   static const bool off = env_switch_on("ATTNLAB_NO_KV_SPLIT");
   return off;
 }
+// ATTNLAB_NO_DYNAMIC=1: causal tiles one block each, to measure the counter's persistent grid against.
+bool dynamic_off() {
+  static const bool off = env_switch_on("ATTNLAB_NO_DYNAMIC");
+  return off;
+}
+constexpr size_t kCounterBytes = 16;  // the dynamic order's item counter, at the workspace's start
 
 // kPingpong: the warpgroups take turns where the tile table says so.
 template <bool kPingpong>
@@ -248,16 +255,29 @@ cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stre
       TileOrder order = make_tile_order(p, Cfg::kBr);
       // Non-causal: one block per SM (the tiles are equal, dealt round-robin),
       // the last round's split along the keys where the workspace allows.
-      // Causal: one block per tile, which the hardware starts as blocks finish,
-      // longest first; a static deal of unequal tiles measured slower.
+      // Causal: one block per SM taking the tiles longest first from a
+      // counter, zeroed here (a static deal of unequal tiles measured
+      // slower); without a workspace, one block per tile, which the hardware
+      // starts as blocks finish.
       const int sms = device_sm_count();
-      const bool split_ok = !p.causal && !kv_split_off() && b.workspace != nullptr &&
-                            b.workspace_bytes >= split_workspace_bytes<Cfg>(sms);
-      const int blocks = p.causal ? order.items : plan_kv_split(order, (p.Nk + Cfg::kBc - 1) / Cfg::kBc, sms, split_ok);
-      const KvSplitArgs split = order.split_units > 0 ? kv_split_args(b.workspace, blocks) : KvSplitArgs{};
+      int blocks = order.items;
+      KvSplitArgs split;
+      int* counter = nullptr;
+      if (!p.causal) {
+        const bool split_ok = !kv_split_off() && b.workspace != nullptr &&
+                              b.workspace_bytes >= split_workspace_bytes<Cfg>(sms);
+        blocks = plan_kv_split(order, (p.Nk + Cfg::kBc - 1) / Cfg::kBc, sms, split_ok);
+        if (order.split_units > 0) split = kv_split_args(b.workspace, blocks);
+      } else if (!dynamic_off() && b.workspace != nullptr && b.workspace_bytes >= kCounterBytes &&
+                 order.items > sms) {
+        order.dynamic = true;
+        blocks = sms;
+        counter = static_cast<int*>(b.workspace);
+        if (cudaError_t e = cudaMemsetAsync(counter, 0, sizeof(int), stream); e != cudaSuccess) return e;
+      }
       return launch_with_smem(ws_kernel<Cfg, T, kPingpong && WsTile<D, Dv>::kPingpong>,
                               dim3(unsigned(blocks)), Cfg::kThreads, Cfg::kSmemBytes, stream, maps[0], maps[1],
-                              maps[2], static_cast<T*>(b.o), b.lse, p, order, split);
+                              maps[2], static_cast<T*>(b.o), b.lse, p, order, split, counter);
     });
   });
   return err;
@@ -275,7 +295,8 @@ std::string describe_tiles() {
          " warps=" + std::to_string(Cfg::kWarps) + " smem=" + std::to_string(Cfg::kSmemBytes) + "B" +
          (kPingpong ? (turns ? " ping-pong" : " no ping-pong") : "");
   });
-  return s + "; fp16/bf16; GQA; non-causal on a persistent grid, causal longest tiles first; any Nq, Nk";
+  return s + "; fp16/bf16; GQA; a persistent grid: non-causal the last round split along the keys, causal "
+             "longest tiles first from a counter; any Nq, Nk";
 }
 
 template <bool kPingpong>
@@ -284,8 +305,8 @@ Variant make_variant() {
   v.name = std::string("ws+stage") + std::to_string(kWsStages) + (kPingpong ? "+pingpong" : "");
   v.rung = "12_ws_pingpong";
   v.unsupported_reason = unsupported;
-  v.workspace_bytes = [](const AttnProblem& p) {  // the split's, non-causal only
-    size_t bytes = 0;
+  v.workspace_bytes = [](const AttnProblem& p) {  // the split's (non-causal), the counter (causal)
+    size_t bytes = kCounterBytes;
     if (!p.causal)
       WsHeadDims::dispatch(p.D, p.Dv, [&](auto dims) {
         bytes = split_workspace_bytes<Config<decltype(dims)::D, decltype(dims)::Dv>>(device_sm_count());

@@ -12,6 +12,9 @@
 //     keep each one's K and V within half the L2), and inside a section tile
 //     row m of every head comes before row m - 1 of any: the short tiles fill
 //     the tail.
+// Causal, a persistent grid takes the items in that order from a global
+// counter, one block per SM (FlashAttention-3's dynamic persistent scheduler),
+// so that the next tile's Q and K load under the last one's epilogue.
 // Non-causal, the items are equal, and a last round that fills only part of
 // the grid would leave the rest of the SMs idle (344 tiles on 132 SMs: 2.6
 // rounds run as 3). So the items of that round are split along the keys
@@ -51,6 +54,10 @@ struct TileOrder {
   int kv_tiles = 0;
   int whole_items = 0;
   int split_units = 0;
+  // Causal on a persistent grid: round 0 takes item blockIdx.x, later rounds
+  // the next item of a global counter (the kernel's producer fetches it), so
+  // that a block which finishes early takes the next longest tile.
+  bool dynamic = false;
 
   // The item block `block` of a grid of `blocks` computes in round `round`, -1
   // when it has none left. A grid of one block per item has one round; a

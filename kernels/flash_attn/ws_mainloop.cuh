@@ -25,8 +25,8 @@ namespace attnlab {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
 // The block's shared memory, Cfg's tiles then its barriers: sQ [Br, D] once,
-// sK [kStages][Bc, D], sV [kStages][Bc, Dv] (Sw128Blocks, 1024-aligned), and
-// 2 + 4·kStages mbarriers.
+// sK [kStages][Bc, D], sV [kStages][Bc, Dv] (Sw128Blocks, 1024-aligned),
+// 2 + 4·kStages + 4 mbarriers, and the two slots of the items handed out.
 template <typename Cfg, typename T>
 struct WsShared {
   T* sQ;
@@ -38,6 +38,9 @@ struct WsShared {
   uint64_t* k_empty;
   uint64_t* v_full;
   uint64_t* v_empty;
+  uint64_t* item_full;  // NEW (dynamic): [2] the producer's hand-off of the next item
+  uint64_t* item_empty;
+  int* item;            // [2]
 
   __device__ __forceinline__ explicit WsShared(unsigned char* smem_raw) {
     const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
@@ -50,6 +53,9 @@ struct WsShared {
     k_empty = k_full + Cfg::kStages;
     v_full = k_empty + Cfg::kStages;
     v_empty = v_full + Cfg::kStages;
+    item_full = v_empty + Cfg::kStages;
+    item_empty = item_full + 2;
+    item = reinterpret_cast<int*>(item_empty + 2);
   }
 
   // By one thread, before the block's first __syncthreads.
@@ -61,6 +67,10 @@ struct WsShared {
       mbarrier_init(&v_full[s], 1);
       mbarrier_init(&k_empty[s], Cfg::kComputeWarps);  // empty: one arrival per compute warp
       mbarrier_init(&v_empty[s], Cfg::kComputeWarps);
+    }
+    for (int s = 0; s < 2; ++s) {
+      mbarrier_init(&item_full[s], 1);
+      mbarrier_init(&item_empty[s], Cfg::kComputeWarps);
     }
     fence_mbarrier_init();
   }
@@ -82,6 +92,38 @@ __device__ __forceinline__ WsWork ws_work(const AttnProblem& p, const TileOrder&
   const int all = kv_tiles_for_query_tile(p, w.q_start, Cfg::kBr, Cfg::kBc);
   w.kv_begin = piece.kv_begin;
   w.n_tiles = (piece.kv_end < all ? piece.kv_end : all) - piece.kv_begin;
+  return w;
+}
+
+// The block's work piece of round `round`, for its producer thread (the
+// order's, or under a dynamic order the next item of `counter`) and for its
+// compute warps (the order's, or the one the producer handed over). Items
+// go through a ring of two slots of shared memory, one full/empty pair each
+// (full: the producer's arrival, which releases its store; empty: one per
+// compute warp). `counter` holds the items taken after round 0, from 0.
+template <typename Cfg, typename T>
+__device__ __forceinline__ WorkPiece ws_producer_piece(const WsShared<Cfg, T>& sm, const TileOrder& order,
+                                                       int* counter, int round) {
+  if (!order.dynamic || round == 0) return order.piece(blockIdx.x, gridDim.x, round);
+  const int u = round - 1, slot = u % 2;  // the hand-off's index
+  const int next = atomicAdd(counter, 1) + int(gridDim.x);
+  WorkPiece w;
+  w.item = next < order.items ? next : -1;
+  if (u >= 2) mbarrier_wait(&sm.item_empty[slot], (u / 2 - 1) & 1);
+  sm.item[slot] = w.item;
+  mbarrier_arrive(&sm.item_full[slot]);
+  return w;
+}
+template <typename Cfg, typename T>
+__device__ __forceinline__ WorkPiece ws_compute_piece(const WsShared<Cfg, T>& sm, const TileOrder& order,
+                                                      int round) {
+  if (!order.dynamic || round == 0) return order.piece(blockIdx.x, gridDim.x, round);
+  const int u = round - 1, slot = u % 2;
+  mbarrier_wait(&sm.item_full[slot], (u / 2) & 1);
+  WorkPiece w;
+  w.item = *static_cast<volatile int*>(&sm.item[slot]);
+  __syncwarp();
+  if (threadIdx.x % 32 == 0) mbarrier_arrive(&sm.item_empty[slot]);
   return w;
 }
 
