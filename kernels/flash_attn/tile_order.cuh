@@ -85,7 +85,7 @@ struct TileOrder {
     const int lo = split_begin(block, blocks), hi = split_begin(block + 1, blocks);
     const int item_end = (lo / kv_tiles + 1) * kv_tiles;
     const int lo_end = hi < item_end ? hi : item_end;  // the piece in lo's item ends here
-    const bool two = lo_end < hi;                                 // and one starts the next item
+    const bool two = lo_end < hi;                       // and one starts the next item
     const int k = round - whole_rounds;
     if (lo == hi || k > (two ? 1 : 0)) return w;
     const int a = two && k == 0 ? lo_end : lo, b = two && k == 0 ? hi : lo_end;
@@ -164,9 +164,8 @@ inline TileOrder make_tile_order(const AttnProblem& p, int Br) {
 // has the workspace (kv_split.cuh) and the problem is not causal.
 inline int plan_kv_split(TileOrder& t, int kv_tiles, int sms, bool allowed) {
   t.split_units = 0;
-  const int64_t units = int64_t(t.items) * kv_tiles;
-  const int blocks = int(std::min<int64_t>(sms, units));
   if (!allowed || kv_tiles <= 0 || t.items == 0) return std::min(t.items, sms);
+  const int blocks = int(std::min<int64_t>(sms, int64_t(t.items) * kv_tiles));
   const int rest = t.items % blocks;  // items of the last, partial round
   const int64_t rest_units = int64_t(rest) * kv_tiles;
   const int64_t share = (rest_units + blocks - 1) / blocks;  // the largest block share
