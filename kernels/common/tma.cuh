@@ -81,6 +81,17 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
       : "memory");
 }
 
+// A 1-D bulk copy (cp.async.bulk, no tensor map) of `bytes` contiguous bytes
+// from global to shared memory, counted on `bar` like a TMA box: both
+// addresses 16-byte aligned, `bytes` a multiple of 16. The backward's rows of
+// LSE and Δ (padded per head to whole query tiles, so always in range).
+__device__ __forceinline__ void bulk_load(void* smem, const void* gmem, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   smem_addr(smem)),
+               "l"(gmem), "r"(bytes), "r"(smem_addr(bar))
+               : "memory");
+}
+
 // ---- device: TMA loads -----------------------------------------------------------
 // Brings the tensor map into the TMA unit's cache before its first use.
 __device__ __forceinline__ void prefetch_tensor_map(const CUtensorMap* map) {

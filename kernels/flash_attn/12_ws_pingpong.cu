@@ -180,31 +180,6 @@ ws_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUt
 
 // ---- host --------------------------------------------------------------------------
 
-template <int D_, int Dv_>
-struct HeadDims {
-  static constexpr int D = D_, Dv = Dv_;
-};
-// The (D, Dv) pairs the rung runs, in the order --list prints them.
-template <typename... Pairs>
-struct HeadDimList {
-  // Calls f(Pairs{}) for the pair equal to (D, Dv); false when there is none.
-  template <typename F>
-  static bool dispatch(int D, int Dv, F&& f) {
-    return ((D == Pairs::D && Dv == Pairs::Dv ? (f(Pairs{}), true) : false) || ...);
-  }
-  // Calls f(Pairs{}) for every pair, in order.
-  template <typename F>
-  static void for_each(F&& f) {
-    (f(Pairs{}), ...);
-  }
-  static std::string names() {
-    std::string s;
-    ((s += (s.empty() ? "" : ", ") + std::to_string(Pairs::D) +
-           (Pairs::Dv == Pairs::D ? std::string() : "/" + std::to_string(Pairs::Dv))),
-     ...);
-    return "{" + s + "}";
-  }
-};
 using WsHeadDims = HeadDimList<HeadDims<64, 64>, HeadDims<128, 128>, HeadDims<256, 256>, HeadDims<192, 128>,
                                HeadDims<128, 64>>;
 

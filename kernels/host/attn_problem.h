@@ -89,4 +89,22 @@ struct AttnBuffers {
   size_t workspace_bytes = 0;
 };
 
+// The backward of L = Σ O ⊙ dO: the forward's inputs and outputs (O in the
+// input dtype, LSE as the forward wrote it) and dO in; dQ, dK, dV out, in the
+// input dtype and the shapes of Q, K, V (dK, dV summed over the H / Hkv query
+// heads that share a KV head). A row that sees no key contributes nothing.
+struct AttnGradBuffers {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  const void* o = nullptr;     // [B, H, Nq, Dv]
+  const float* lse = nullptr;  // [B, H, Nq]
+  const void* dout = nullptr;  // [B, H, Nq, Dv]
+  void* dq = nullptr;          // [B, H, Nq, D]
+  void* dk = nullptr;          // [B, Hkv, Nk, D]
+  void* dv = nullptr;          // [B, Hkv, Nk, Dv]
+  void* workspace = nullptr;   // BwdVariant::workspace_bytes, 256-byte aligned
+  size_t workspace_bytes = 0;
+};
+
 }  // namespace attnlab

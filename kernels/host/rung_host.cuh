@@ -223,4 +223,31 @@ std::string bucket_describe() {
   return s + "; fp16/bf16; causal or not; GQA/MQA; any Nq, Nk";
 }
 
+// A (D, Dv) pair of head dims, as a type (for HeadDimList).
+template <int D_, int Dv_>
+struct HeadDims {
+  static constexpr int D = D_, Dv = Dv_;
+};
+// The (D, Dv) pairs a rung runs, in the order --list prints them.
+template <typename... Pairs>
+struct HeadDimList {
+  // Calls f(Pairs{}) for the pair equal to (D, Dv); false when there is none.
+  template <typename F>
+  static bool dispatch(int D, int Dv, F&& f) {
+    return ((D == Pairs::D && Dv == Pairs::Dv ? (f(Pairs{}), true) : false) || ...);
+  }
+  // Calls f(Pairs{}) for every pair, in order.
+  template <typename F>
+  static void for_each(F&& f) {
+    (f(Pairs{}), ...);
+  }
+  static std::string names() {
+    std::string s;
+    ((s += (s.empty() ? "" : ", ") + std::to_string(Pairs::D) +
+           (Pairs::Dv == Pairs::D ? std::string() : "/" + std::to_string(Pairs::Dv))),
+     ...);
+    return "{" + s + "}";
+  }
+};
+
 }  // namespace attnlab

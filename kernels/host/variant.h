@@ -49,8 +49,29 @@ struct Variant {
   std::function<std::string()> last_error;
 };
 
+// A backward variant: the same registry and the same rules, on AttnGradBuffers.
+// Rungs listed with ATTNLAB_BWD_RUNG(x) in kernels/registry.inc export
+// `std::vector<BwdVariant> make_<x>_variants()`.
+struct BwdVariant {
+  std::string name;  // row label, e.g. "bwd-ws" (a peer's is printed with " bwd" added: "sdpa(cudnn) bwd")
+  std::string rung;  // source file stem, e.g. "14_bwd_ws"
+  std::function<std::string(const AttnProblem&)> unsupported_reason;
+  std::function<size_t(const AttnProblem&)> workspace_bytes = [](const AttnProblem&) { return size_t(0); };
+  std::function<cudaError_t(const AttnProblem&, const AttnGradBuffers&, cudaStream_t)> launch;
+  std::function<std::string()> describe;
+  // Bitwise identical dQ, dK, dV run to run (no floating-point atomics, a
+  // fixed summation order); the harness checks it over repeated runs.
+  bool deterministic = false;
+  // Peers (torch's backward rows), as Variant's fields.
+  bool is_peer = false;
+  std::function<cudaError_t(const AttnProblem&, const AttnGradBuffers&, cudaStream_t)> launch_timed;
+  std::function<std::string()> last_error;
+};
+
 // Every registered variant, in ladder order.
 const std::vector<Variant>& all_variants();
+// Every registered backward variant, in ladder order.
+const std::vector<BwdVariant>& all_bwd_variants();
 
 // Shared-memory opt-in limit of the current device, in bytes (0 when no GPU).
 size_t device_smem_optin_bytes();

@@ -1,0 +1,100 @@
+// attnlab: the two small kernels around every backward rung's main kernel
+// (FlashAttention-2's backward, Dao 2023, Algorithm 2, lines 4 and 22;
+// FlashAttention-3's flash_bwd_preprocess / flash_bwd_postprocess kernels).
+//
+//   before: Δ_i = Σ_d dO_id·O_id in fp32, the row term of dS = P ∘ (dP − Δ),
+//           and LSE_i·log2(e), so that the main kernel recomputes P with one
+//           ex2: P = exp2(S·scale·log2e − LSE_i·log2e). Both are stored per
+//           head padded to Nq_pad rows (whole query tiles): a padding row, or
+//           a row that saw no key (LSE = −inf), gets +inf, so its P is 0 and
+//           it contributes nothing; its Δ is 0. Rows of a tile are then always
+//           in range and 16-byte aligned for a bulk copy.
+//   after:  dQ from its fp32 accumulator [B·H, Nq_pad, D] (dQ is summed over
+//           the key tiles, each block adding its part) to the input dtype.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "common/online_softmax.cuh"
+#include "common/ptx.cuh"
+#include "host/attn_problem.h"
+
+namespace attnlab {
+
+// One warp per padded row (b·H + h, i): Δ and LSE·log2e as described above.
+// Dv a multiple of 8 (16-byte loads of O and dO).
+template <typename T>
+__global__ void __launch_bounds__(256)
+bwd_row_stats_kernel(const T* __restrict__ o, const T* __restrict__ dout, const float* __restrict__ lse,
+                     float* __restrict__ lse2, float* __restrict__ delta, int Nq, int nq_pad, int Dv,
+                     int64_t padded_rows) {
+  const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= padded_rows) return;
+  const int64_t head = row / nq_pad;
+  const int i = int(row % nq_pad);
+  float dot = 0.f, lse_i = INFINITY;
+  if (i < Nq) {
+    const int64_t at = (head * Nq + i) * Dv;
+    for (int c = lane * 8; c < Dv; c += 32 * 8) {
+      const uint4 ov = *reinterpret_cast<const uint4*>(o + at + c);
+      const uint4 dv = *reinterpret_cast<const uint4*>(dout + at + c);
+      const T* oe = reinterpret_cast<const T*>(&ov);
+      const T* de = reinterpret_cast<const T*>(&dv);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) dot += float(oe[e]) * float(de[e]);
+    }
+    const float l = lse[head * Nq + i];
+    lse_i = l == -INFINITY ? INFINITY : l * kLog2e;
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+  if (lane == 0) {
+    delta[row] = i < Nq ? dot : 0.f;
+    lse2[row] = lse_i;
+  }
+}
+
+// dq[head, i, :] = acc[head, i, :] for i < Nq (D a multiple of 4; the
+// accumulator already holds scale·dS·K).
+template <typename T>
+__global__ void __launch_bounds__(256)
+bwd_dq_convert_kernel(const float* __restrict__ acc, T* __restrict__ dq, int Nq, int nq_pad, int D, int64_t quads) {
+  const int64_t x = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;  // one 4-element group of dq
+  if (x >= quads) return;
+  const int64_t e = x * 4, row = e / D, head = row / Nq;
+  const int d = int(e % D), i = int(row % Nq);
+  const float4 a = *reinterpret_cast<const float4*>(acc + (head * nq_pad + i) * D + d);
+  uint2 out;
+  out.x = pack2<T>(a.x, a.y);
+  out.y = pack2<T>(a.z, a.w);
+  *reinterpret_cast<uint2*>(dq + e) = out;
+}
+
+// The padded row count of one head: Nq rounded up to whole tiles of kBr rows.
+inline int bwd_padded_rows(int Nq, int kBr) { return (Nq + kBr - 1) / kBr * kBr; }
+
+template <typename T>
+cudaError_t launch_bwd_row_stats(const AttnProblem& p, const AttnGradBuffers& b, float* lse2, float* delta,
+                                 int nq_pad, cudaStream_t stream) {
+  const int64_t rows = p.heads() * nq_pad;
+  const int64_t blocks = (rows * 32 + 255) / 256;
+  bwd_row_stats_kernel<T><<<unsigned(blocks), 256, 0, stream>>>(static_cast<const T*>(b.o),
+                                                                static_cast<const T*>(b.dout), b.lse, lse2, delta,
+                                                                p.Nq, nq_pad, p.Dv, rows);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t launch_bwd_dq_convert(const AttnProblem& p, const float* acc, void* dq, int nq_pad, cudaStream_t stream) {
+  const int64_t quads = p.q_elems() / 4;
+  bwd_dq_convert_kernel<T><<<unsigned((quads + 255) / 256), 256, 0, stream>>>(acc, static_cast<T*>(dq), p.Nq, nq_pad,
+                                                                           p.D, quads);
+  return cudaGetLastError();
+}
+
+}  // namespace attnlab
