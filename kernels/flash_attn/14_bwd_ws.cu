@@ -1,0 +1,292 @@
+// ============================================================================
+// Rung 14 — the backward on Hopper: rung 13's algorithm on rung 12's engine
+//           (TMA from a producer warp, wgmma in two compute warpgroups)
+// ============================================================================
+// What changes against rung 13 (`bwd-mma`, FlashAttention-2's backward in
+// mma.sync): the same walk — a block per key tile K_j, V_j, dK_j and dV_j held
+// on chip, the visible query tiles streamed past it — on FlashAttention-3's
+// structure (Shah et al. 2024, §3; hopper/mainloop_bwd_sm90_tma_gmma_ws.hpp):
+//   NEW (ws): a producer thread issues Q_i, dO_i (TMA boxes) and LSE_i, Δ_i
+//        (bulk copies) into a ring of kStages slots with full/empty mbarriers;
+//        two compute warpgroups own 64 keys each (setmaxnreg 24 / 240);
+//   NEW (wgmma, transposed): Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ from shared memory, so
+//        that Pᵀ and dSᵀ are already the register A operands of dV += Pᵀ·dO and
+//        dK += dSᵀ·Q — P never goes through shared memory; dSᵀ does, once, for
+//        dQ = dS·K over both warpgroups' keys (bwd_ws_mainloop.cuh);
+//   NEW (dQ by TMA reduce-add): each tile's dQ is staged in shared memory (two
+//        buffers) and a dQ writer warp adds it to the fp32 accumulator, one
+//        tensor reduction per 32 columns, instead of per-element atomics;
+//        `+deterministic` adds the key tiles' parts of a dQ tile in key-tile
+//        order (a counter per dQ tile), walking the query tiles last first.
+// Before and after (common/bwd_prepost.cuh): Δ = rowsum(dO ∘ O) with LSE·log2e,
+// then dQ to the input dtype.
+//
+// Per block: Bc = 128 keys (2 x 64, one per compute warpgroup) + 1 producer
+// warpgroup; sK [Bc, D], sV [Bc, Dv] resident, sQ [kStages][Br, D], sdO
+// [kStages][Br, Dv], sdS [1|2][Bc, Br], sdQ [2][Br, D] fp32 (Sw128Blocks; 1 + 2·kStages
+// mbarriers). dQ's MMA is split between the warpgroups by rows (Br = 128) or
+// by columns (Br = 64). Tiles (BwdWsTile below, checked by static_assert):
+//   D / Dv     Br   Bc  warpgroups  stages  dQ split  dV early  dSᵀ bufs  smem (+1024 slack)
+//   64        128  128   2 + 1       2       rows      no        1         198696
+//   128        64  128   2 + 1       2       columns   yes       2         230440
+// Registers (setmaxnreg): producer / compute 24 / 240 (FlashAttention-3's).
+//
+// Supports: fp16, bf16; the (D, Dv) above; GQA/MQA (dK, dV summed over the
+// query heads of a KV head inside the block); any Nq, Nk >= 1; causal
+// (bottom-right) or not; rows that see no key get dQ = 0. Needs sm_90a and
+// cuTensorMapEncodeTiled; 16-byte aligned tensors.
+//
+// Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 128 --bwd --variant 'bwd*'
+// ============================================================================
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <string>
+#include <vector>
+
+#include "common/bwd_prepost.cuh"
+#include "common/tma.cuh"
+#include "common/wgmma.cuh"
+#include "flash_attn/bwd_ws_mainloop.cuh"
+#include "host/arch.h"
+#include "host/attn_problem.h"
+#include "host/rung_host.cuh"
+#include "host/tensor_map.h"
+#include "host/variant.h"
+
+namespace attnlab {
+namespace {
+
+// The query tile per (D, Dv): at D = 64 Sᵀ, dPᵀ of 128 queries fit next to
+// dK, dV (64 registers each); at D = 128 dK, dV take 128, so 64 queries.
+template <int kHeadDim, int kHeadDimV>
+struct BwdWsTile;
+// kEarlyDv: dV's MMA issued before dS is computed (registers allow it at D = 128).
+// kDsBuffers: dSᵀ double-buffered where shared memory allows (else a barrier per tile).
+template <> struct BwdWsTile<64, 64>   { static constexpr int kBr = 128, kDsBuffers = 1; static constexpr bool kEarlyDv = false; };
+template <> struct BwdWsTile<128, 128> { static constexpr int kBr = 64,  kDsBuffers = 2; static constexpr bool kEarlyDv = true; };
+
+template <int kHeadDim_, int kHeadDimV_, int kBr_, bool kEarlyDv_, int kDsBuffers_, int kStages_>
+struct BwdWsConfig : ProducerWarpgroupSplit<2, 24, 240> {  // 2 compute warpgroups + 1 producer warpgroup
+  static constexpr int kHeadDim = kHeadDim_;    // D: Q, K, dQ, dK
+  static constexpr int kHeadDimV = kHeadDimV_;  // Dv: V, O, dO, dV
+  static constexpr int kBr = kBr_;
+  static constexpr int kBc = 128;  // 64 keys per compute warpgroup (wgmma's M)
+  static constexpr int kStages = kStages_;
+  static constexpr bool kEarlyDv = kEarlyDv_;
+  static constexpr int kDsBuffers = kDsBuffers_;
+  static constexpr int kComputeThreads = 32 * kComputeWarps;
+  // dQ = dS·K (Br x D) between the two warpgroups: by rows (64 each) when Br =
+  // 128, else by columns; either way an m64 n(kDqCols) accumulator each.
+  static constexpr bool kDqSplitRows = kBr == 128;
+  static constexpr int kDqCols = kDqSplitRows ? kHeadDim : kHeadDim / 2;
+  static constexpr int kKElems = kBc * kHeadDim, kVElems = kBc * kHeadDimV;
+  static constexpr int kQElems = kBr * kHeadDim, kdOElems = kBr * kHeadDimV;
+  static constexpr int kdSElems = kBc * kBr;
+  static constexpr int kdQFloats = kBr * kHeadDim;  // one of the two dQ staging buffers
+  static constexpr int kKVBytes = 2 * (kKElems + kVElems);                  // what kv_full expects
+  static constexpr int kQdoBytes = 2 * (kQElems + kdOElems) + 2 * kBr * 4;  // q_full: Q, dO, LSE, Δ
+  static constexpr int kBarriers = 1 + 2 * kStages;
+  static constexpr int kTileBytes =
+      2 * (kKElems + kVElems + kStages * (kQElems + kdOElems) + kDsBuffers * kdSElems) + 4 * 2 * kdQFloats +
+      4 * 2 * kStages * kBr;
+  static constexpr int kSmemBytes = kTileBytes + 8 * kBarriers + 1024;  // + slack to align to 1024
+  // Named barriers (0 is __syncthreads'): "both compute warpgroups' dSᵀ are
+  // stored" (256 threads), and per dQ staging buffer "staged" and "read by the
+  // dQ writer" (the compute warps and the writer warp, 288).
+  // With one dSᵀ buffer, kDsFreeBarrier: "both have read the previous dSᵀ".
+  static constexpr int kDsBarrier = 1, kDqFullBarrier = 2, kDqEmptyBarrier = 4, kDsFreeBarrier = 6;
+  static constexpr int kDqWriterWarp = kProducerWarp + 1;
+  static_assert(kComputeWarps == 8 && kComputeThreads == 256 && kBc == 64 * 2, "two compute warpgroups of 64 keys");
+  static_assert(kKVBytes == 2 * kBc * (kHeadDim + kHeadDimV) && kQdoBytes == 2 * kBr * (kHeadDim + kHeadDimV + 4),
+                "the bytes each full barrier expects");
+  static_assert(kDsBarrier >= 1 && kDqFullBarrier == kDsBarrier + 1 && kDqEmptyBarrier == kDqFullBarrier + 2 &&
+                    kDsFreeBarrier == kDqEmptyBarrier + 2 && kDsFreeBarrier <= 15,
+                "hardware barriers 1..15, two per pair of dQ buffers");
+  static_assert(kDqWriterWarp < kWarps, "the dQ writer is a warp of the producer warpgroup");
+  static_assert(kHeadDim % 64 == 0 && kHeadDimV % 64 == 0, "Sw128Blocks stores 64-column blocks, one TMA box each");
+  static_assert(kBr == 64 || kBr == 128, "Sᵀ's N and the dQ split");
+  static_assert(kDqCols == 64, "dQ = dS·K as m64n64 per warpgroup (wgmma_ss_tt<T, 64>)");
+  static_assert(kHeadDim % 32 == 0, "dQ is added in boxes of 32 fp32 columns (128 bytes)");
+  static_assert((kBr * 128) % 1024 == 0 && (kBc * 128) % 1024 == 0, "every 64-column block starts 1024-aligned");
+  static_assert((4 * kdQFloats) % 1024 == 0 && (2 * kdSElems) % 1024 == 0, "sdQ's boxes stay 1024-aligned");
+  static_assert(kStages >= 2, "the producer fills one slot while the compute warps read the other");
+  static_assert(kDsBuffers == 1 || kDsBuffers == 2, "dSᵀ in one buffer (and a barrier) or two");
+};
+
+constexpr int kBwdWsStages = 2;
+template <int D, int Dv>
+using Config = BwdWsConfig<D, Dv, BwdWsTile<D, Dv>::kBr, BwdWsTile<D, Dv>::kEarlyDv, BwdWsTile<D, Dv>::kDsBuffers,
+                           kBwdWsStages>;
+
+// The header's table.
+template <int D, int Dv, int kBr, int kBc, int kThreads, bool kSplitRows, bool kEarlyDv, int kDsBufs, int kSmem>
+constexpr bool kTableRow = Config<D, Dv>::kBr == kBr && Config<D, Dv>::kBc == kBc &&
+                           Config<D, Dv>::kThreads == kThreads && Config<D, Dv>::kDqSplitRows == kSplitRows &&
+                           Config<D, Dv>::kEarlyDv == kEarlyDv && Config<D, Dv>::kDsBuffers == kDsBufs &&
+                           Config<D, Dv>::kSmemBytes - 1024 == kSmem;
+static_assert(kTableRow<64, 64, 128, 128, 384, true, false, 1, 198696>, "header: D=64");
+static_assert(kTableRow<128, 128, 64, 128, 384, false, true, 2, 230440>, "header: D=128");
+static_assert(kBwdWsStages == 2 && Config<64, 64>::kProducerRegs == 24 && Config<64, 64>::kComputeRegs == 240,
+              "header: two stages, 24 / 240 registers");
+
+template <typename Cfg, typename T, bool kDeterministic>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+bwd_ws_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUtensorMap tma_k,
+              const __grid_constant__ CUtensorMap tma_v, const __grid_constant__ CUtensorMap tma_do,
+              const __grid_constant__ CUtensorMap tma_dq, const float* __restrict__ lse2,
+              const float* __restrict__ delta, int* __restrict__ dq_turns, T* __restrict__ dk, T* __restrict__ dv,
+              const AttnProblem p, int nq_pad) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const BwdShared<Cfg, T> sm(smem_raw);
+  if (threadIdx.x == 0) sm.init_barriers();
+  __syncthreads();  // no copy may signal a barrier before it is initialised
+
+  // Block (KV head and batch, key tile): grid.x runs over the heads, so that
+  // every head's key tile 0 (causally the longest) starts before any tile 1.
+  const BwdWork w = bwd_work<Cfg::kBr, Cfg::kBc>(p, blockIdx.y, blockIdx.x % p.kv_heads(),
+                                                 blockIdx.x / p.kv_heads(), kDeterministic);
+  const int warp = threadIdx.x / 32;
+  if (warp >= Cfg::kProducerWarp) {
+    warpgroup_reg_dealloc<Cfg::kProducerRegs>();
+    if (warp == Cfg::kProducerWarp && threadIdx.x % 32 == 0 && w.n_slots > 0) {
+      prefetch_tensor_map(&tma_q);
+      prefetch_tensor_map(&tma_do);
+      bwd_load<Cfg, T>(sm, p, w, &tma_q, &tma_k, &tma_v, &tma_do, lse2, delta, nq_pad);
+    } else if (warp == Cfg::kDqWriterWarp) {
+      bwd_write_dq<Cfg, T, kDeterministic>(sm, p, w, &tma_dq, dq_turns, nq_pad / Cfg::kBr);
+    }
+    __syncwarp();
+    return;
+  }
+  warpgroup_reg_alloc<Cfg::kComputeRegs>();
+  bwd_compute<Cfg, T>(sm, p, w, dk, dv);
+#endif
+}
+
+// ---- host --------------------------------------------------------------------------
+
+using BwdWsHeadDims = HeadDimList<HeadDims<64, 64>, HeadDims<128, 128>>;
+
+// The workspace: LSE·log2e and Δ per padded row, dQ's fp32 accumulator, and
+// (deterministic) one turn counter per dQ tile; each part 256-byte aligned.
+struct BwdWorkspace {
+  float* lse2 = nullptr;
+  float* delta = nullptr;
+  float* dq_accum = nullptr;
+  int* dq_turns = nullptr;
+  size_t bytes = 0;
+};
+size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+BwdWorkspace bwd_workspace(const AttnProblem& p, int Br, void* base) {
+  const int64_t rows = p.heads() * bwd_padded_rows(p.Nq, Br);
+  const size_t row_bytes = align256(size_t(rows) * 4), acc_bytes = align256(size_t(rows) * p.D * 4);
+  const size_t turn_bytes = align256(size_t(rows / Br) * 4);
+  BwdWorkspace w;
+  w.bytes = 2 * row_bytes + acc_bytes + turn_bytes;
+  if (base != nullptr) {
+    char* at = static_cast<char*>(base);
+    w.lse2 = reinterpret_cast<float*>(at);
+    w.delta = reinterpret_cast<float*>(at + row_bytes);
+    w.dq_accum = reinterpret_cast<float*>(at + 2 * row_bytes);
+    w.dq_turns = reinterpret_cast<int*>(at + 2 * row_bytes + acc_bytes);
+  }
+  return w;
+}
+
+int query_tile_rows(const AttnProblem& p) {
+  int Br = 0;
+  BwdWsHeadDims::dispatch(p.D, p.Dv, [&](auto dims) { Br = Config<decltype(dims)::D, decltype(dims)::Dv>::kBr; });
+  return Br;
+}
+
+std::string unsupported(const AttnProblem& p) {
+  static const std::string hopper = hopper_tma_unsupported();
+  if (!hopper.empty()) return hopper;
+  int smem = 0;
+  if (!BwdWsHeadDims::dispatch(p.D, p.Dv, [&](auto dims) {
+        smem = Config<decltype(dims)::D, decltype(dims)::Dv>::kSmemBytes;
+      }))
+    return "head dims " + std::to_string(p.D) + (p.Dv == p.D ? "" : "/" + std::to_string(p.Dv)) + " not in " +
+           BwdWsHeadDims::names() + " (D, or D/Dv)";
+  if (p.H > 65535 || p.B > 65535) return "B and H must be <= 65535 (grid limits)";
+  if ((p.Nk + 127) / 128 > 65535) return "Nk must be <= 65535 x 128 (the key tiles are grid.y)";
+  if (std::string why = kv_heads_unsupported(p); !why.empty()) return why;
+  return smem_unsupported(size_t(smem));
+}
+
+template <bool kDeterministic>
+cudaError_t launch(const AttnProblem& p, const AttnGradBuffers& b, cudaStream_t stream) {
+  cudaError_t err = cudaErrorInvalidValue;
+  BwdWsHeadDims::dispatch(p.D, p.Dv, [&](auto dims) {
+    using Cfg = Config<decltype(dims)::D, decltype(dims)::Dv>;
+    err = dispatch_dtype(p.dtype, [&](auto type) {
+      using T = decltype(type);
+      const BwdWorkspace ws = bwd_workspace(p, Cfg::kBr, b.workspace);
+      if (b.workspace == nullptr || b.workspace_bytes < ws.bytes) return cudaErrorInvalidValue;
+      const int nq_pad = bwd_padded_rows(p.Nq, Cfg::kBr);
+      const int64_t kv_heads = int64_t(p.B) * p.kv_heads();
+      CUtensorMap tma_q, tma_k, tma_v, tma_do, tma_dq;
+      if (!encode_head_tiles<Cfg::kBr>(&tma_q, b.q, p.dtype, p.heads(), p.Nq, p.D) ||
+          !encode_head_tiles<Cfg::kBr>(&tma_do, b.dout, p.dtype, p.heads(), p.Nq, p.Dv) ||
+          !encode_head_tiles<Cfg::kBc>(&tma_k, b.k, p.dtype, kv_heads, p.Nk, p.D) ||
+          !encode_head_tiles<Cfg::kBc>(&tma_v, b.v, p.dtype, kv_heads, p.Nk, p.Dv) ||
+          !encode_f32_head_tiles<Cfg::kBr>(&tma_dq, ws.dq_accum, p.heads(), nq_pad, p.D))
+        return cudaErrorInvalidValue;
+      cudaError_t e = launch_bwd_row_stats<T>(p, b, ws.lse2, ws.delta, nq_pad, stream);
+      if (e == cudaSuccess)
+        e = cudaMemsetAsync(ws.dq_accum, 0, size_t(p.heads()) * nq_pad * p.D * sizeof(float), stream);
+      if (e == cudaSuccess && kDeterministic)
+        e = cudaMemsetAsync(ws.dq_turns, 0, size_t(p.heads()) * (nq_pad / Cfg::kBr) * sizeof(int), stream);
+      if (e != cudaSuccess) return e;
+      const dim3 grid(unsigned(p.B * p.kv_heads()), unsigned((p.Nk + Cfg::kBc - 1) / Cfg::kBc));
+      e = launch_with_smem(bwd_ws_kernel<Cfg, T, kDeterministic>, grid, Cfg::kThreads, Cfg::kSmemBytes, stream,
+                           tma_q, tma_k, tma_v, tma_do, tma_dq, static_cast<const float*>(ws.lse2),
+                           static_cast<const float*>(ws.delta), ws.dq_turns, static_cast<T*>(b.dk),
+                           static_cast<T*>(b.dv), p, nq_pad);
+      if (e != cudaSuccess) return e;
+      return launch_bwd_dq_convert<T>(p, ws.dq_accum, b.dq, nq_pad, stream);
+    });
+  });
+  return err;
+}
+
+std::string describe_tiles() {
+  std::string s = "stages=" + std::to_string(kBwdWsStages);
+  BwdWsHeadDims::for_each([&](auto dims) {
+    constexpr int D = decltype(dims)::D, Dv = decltype(dims)::Dv;
+    using Cfg = Config<D, Dv>;
+    s += "; D=" + std::to_string(D) + (Dv == D ? "" : " Dv=" + std::to_string(Dv)) +
+         ": Br=" + std::to_string(Cfg::kBr) + " Bc=" + std::to_string(Cfg::kBc) +
+         " warps=" + std::to_string(Cfg::kWarps) + " smem=" + std::to_string(Cfg::kSmemBytes) + "B";
+  });
+  return s + "; fp16/bf16; causal or not; GQA/MQA; any Nq, Nk";
+}
+
+template <bool kDeterministic>
+BwdVariant make_variant() {
+  BwdVariant v;
+  v.name = kDeterministic ? "bwd-ws+deterministic" : "bwd-ws";
+  v.rung = "14_bwd_ws";
+  v.deterministic = kDeterministic;
+  v.unsupported_reason = unsupported;
+  v.workspace_bytes = [](const AttnProblem& p) {
+    const int Br = query_tile_rows(p);
+    return Br > 0 ? bwd_workspace(p, Br, nullptr).bytes : size_t(0);
+  };
+  v.launch = launch<kDeterministic>;
+  v.describe = [] {
+    return std::string("sm_90a wgmma, Q/dO/LSE/Δ by TMA from a producer warp, Sᵀ and dPᵀ so that P and dS stay "
+                       "in registers, dQ by TMA reduce-add") +
+           (kDeterministic ? " in key-tile order (bitwise reproducible)" : "") + "; " + describe_tiles();
+  };
+  return v;
+}
+
+}  // namespace
+
+std::vector<BwdVariant> make_bwd_ws_variants() { return {make_variant<false>(), make_variant<true>()}; }
+
+}  // namespace attnlab

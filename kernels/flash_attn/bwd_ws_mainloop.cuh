@@ -1,0 +1,387 @@
+// attnlab: rung 14's mainloop — what its producer thread and its two compute
+// warpgroups do for one key tile, in the roles of FlashAttention-3's
+// CollectiveMainloopBwd (hopper/mainloop_bwd_sm90_tma_gmma_ws.hpp):
+// bwd_load issues K_j, V_j once and then every visible query tile's Q_i, dO_i,
+// LSE_i, Δ_i into a ring of kStages slots; bwd_compute runs the five GEMMs of
+// each query tile, stages its dQ in shared memory and ends in the epilogue
+// (bwd_store_dkv) with dK_j, dV_j; bwd_write_dq adds each staged dQ into the
+// fp32 accumulator (a TMA reduce-add). The kernel (14_bwd_ws.cu) splits the
+// warps and calls one of the three.
+#pragma once
+
+#include <cuda.h>
+
+#include "common/online_softmax.cuh"
+#include "common/ptx.cuh"
+#include "common/split_q_parts.cuh"
+#include "common/tma.cuh"
+#include "common/wgmma.cuh"
+#include "host/attn_problem.h"
+
+namespace attnlab {
+
+// One key tile's walk (the tile scheduler of the backward: one block per key
+// tile and KV head, key tile 0 of every head first: causally the heaviest,
+// since every query tile sees it; longest first, as FA3's LPT order).
+// Slot s of n_slots = group · n_m is query head hk·group + s / n_m and one of
+// the n_m query tiles that can see a key of this tile:
+//   default: m_first + (s % n_m + rot) % n_m, from a per-key-tile offset rot,
+//     so that the key tiles running side by side add into different dQ tiles;
+//   deterministic (the adds to a dQ tile take turns in key-tile order): the
+//     last query tile first, down to m_first, so that every key tile meets the
+//     tiles in the same order and waits only for its predecessor's last add,
+//     not for it to walk the causal band up to its own first tile.
+struct BwdWork {
+  int j_tile, kv0, hk, b, group, m_first, n_m, n_slots, rot;
+  bool descending;
+  int64_t kv_head;  // b·Hkv + hk
+  ATTNLAB_HOST_DEVICE void slot(int s, int& h, int& m) const {
+    const int i = s % n_m, mi = i + rot;
+    m = descending ? m_first + n_m - 1 - i : m_first + (mi < n_m ? mi : mi - n_m);
+    h = hk * group + s / n_m;
+  }
+};
+
+template <int Br, int Bc>
+ATTNLAB_HOST_DEVICE inline BwdWork bwd_work(const AttnProblem& p, int j_tile, int hk, int b, bool deterministic) {
+  BwdWork w;
+  w.j_tile = j_tile;
+  w.kv0 = j_tile * Bc;
+  w.hk = hk;
+  w.b = b;
+  w.group = p.H / p.kv_heads();
+  w.kv_head = int64_t(b) * p.kv_heads() + hk;
+  // Query i sees key kv0 iff kv0 <= i + (Nk − Nq) (bottom-right causal).
+  const int first_row = p.causal && w.kv0 > p.Nk - p.Nq ? w.kv0 - (p.Nk - p.Nq) : 0;
+  const int n_q_tiles = (p.Nq + Br - 1) / Br;
+  w.m_first = first_row / Br;
+  w.n_m = n_q_tiles > w.m_first ? n_q_tiles - w.m_first : 0;
+  w.n_slots = w.n_m * w.group;
+  w.rot = !deterministic && w.n_m > 0 ? j_tile % w.n_m : 0;
+  w.descending = deterministic;
+  return w;
+}
+
+// Device code of sm_90a only (TMA, mbarriers and wgmma exist there alone).
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+// The block's shared memory (Cfg's tiles, 1024-aligned, then the barriers).
+template <typename Cfg, typename T>
+struct BwdShared {
+  T* sK;          // [Bc, D]   Sw128Blocks<Bc>, resident
+  T* sV;          // [Bc, Dv]  Sw128Blocks<Bc>, resident
+  T* sQ;          // [kStages][Br, D]   Sw128Blocks<Br>
+  T* sdO;         // [kStages][Br, Dv]  Sw128Blocks<Br>
+  T* sdS;         // [kDsBuffers][Bc, Br] dSᵀ (keys x queries), Sw128Blocks<Bc>: A of dQ = dS·K
+  float* sdQ;     // [2] D/32 boxes of [Br][32] fp32, the 128-byte swizzle: dQ of a tile, for the reduce-add
+  float* sLSE2;   // [kStages][Br] LSE·log2e
+  float* sDelta;  // [kStages][Br] Δ
+  uint64_t* kv_full;
+  uint64_t* q_full;   // [kStages] Q, dO, LSE, Δ of a slot landed
+  uint64_t* q_empty;  // [kStages] the compute warps are done with it
+
+  __device__ __forceinline__ explicit BwdShared(unsigned char* smem_raw) {
+    const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+    sK = reinterpret_cast<T*>(smem_raw + (((raw + 1023) & ~1023u) - raw));
+    sV = sK + Cfg::kKElems;
+    sQ = sV + Cfg::kVElems;
+    sdO = sQ + Cfg::kStages * Cfg::kQElems;
+    sdS = sdO + Cfg::kStages * Cfg::kdOElems;
+    sdQ = reinterpret_cast<float*>(sdS + Cfg::kDsBuffers * Cfg::kdSElems);
+    sLSE2 = sdQ + 2 * Cfg::kdQFloats;
+    sDelta = sLSE2 + Cfg::kStages * Cfg::kBr;
+    kv_full = reinterpret_cast<uint64_t*>(sDelta + Cfg::kStages * Cfg::kBr);
+    q_full = kv_full + 1;
+    q_empty = q_full + Cfg::kStages;
+  }
+
+  // By one thread, before the block's first __syncthreads.
+  __device__ __forceinline__ void init_barriers() const {
+    mbarrier_init(kv_full, 1);
+    for (int s = 0; s < Cfg::kStages; ++s) {
+      mbarrier_init(&q_full[s], 1);                    // the producer's arrive_expect_tx, then the bytes
+      mbarrier_init(&q_empty[s], Cfg::kComputeWarps);  // one arrival per compute warp
+    }
+    fence_mbarrier_init();
+  }
+};
+
+// ---- the producer ------------------------------------------------------------------
+// One thread: K_j, V_j (rows past Nk zero-filled), then the ring. The n-th use
+// of slot s = n % kStages waits for the compute warps' release of its previous
+// use (phase n / kStages − 1 of q_empty[s]).
+template <typename Cfg, typename T>
+__device__ __forceinline__ void bwd_load(const BwdShared<Cfg, T>& sm, const AttnProblem& p, const BwdWork& w,
+                                         const CUtensorMap* tma_q, const CUtensorMap* tma_k, const CUtensorMap* tma_v,
+                                         const CUtensorMap* tma_do, const float* lse2, const float* delta,
+                                         int nq_pad) {
+  constexpr int Br = Cfg::kBr, Bc = Cfg::kBc;
+  mbarrier_arrive_expect_tx(sm.kv_full, Cfg::kKVBytes);
+#pragma unroll 1
+  for (int c = 0; c < Cfg::kHeadDim / 64; ++c)
+    tma_load_3d(sm.sK + c * Bc * 64, tma_k, sm.kv_full, c * 64, w.kv0, int(w.kv_head));
+#pragma unroll 1
+  for (int c = 0; c < Cfg::kHeadDimV / 64; ++c)
+    tma_load_3d(sm.sV + c * Bc * 64, tma_v, sm.kv_full, c * 64, w.kv0, int(w.kv_head));
+#pragma unroll 1
+  for (int s = 0; s < w.n_slots; ++s) {
+    const int stage = s % Cfg::kStages;
+    if (s >= Cfg::kStages) mbarrier_wait(&sm.q_empty[stage], ((s / Cfg::kStages) & 1) ^ 1);
+    int h, m;
+    w.slot(s, h, m);
+    const int q0 = m * Br;
+    const int64_t q_head = int64_t(w.b) * p.H + h;
+    uint64_t* bar = &sm.q_full[stage];
+    mbarrier_arrive_expect_tx(bar, Cfg::kQdoBytes);
+#pragma unroll 1
+    for (int c = 0; c < Cfg::kHeadDim / 64; ++c)
+      tma_load_3d(sm.sQ + stage * Cfg::kQElems + c * Br * 64, tma_q, bar, c * 64, q0, int(q_head));
+#pragma unroll 1
+    for (int c = 0; c < Cfg::kHeadDimV / 64; ++c)
+      tma_load_3d(sm.sdO + stage * Cfg::kdOElems + c * Br * 64, tma_do, bar, c * 64, q0, int(q_head));
+    bulk_load(sm.sLSE2 + stage * Br, lse2 + q_head * nq_pad + q0, Br * 4, bar);
+    bulk_load(sm.sDelta + stage * Br, delta + q_head * nq_pad + q0, Br * 4, bar);
+  }
+}
+
+// ---- the deterministic mode's turns -----------------------------------------------
+// dQ tile (q_head, m) takes its key tiles' adds in key-tile order: key tile j
+// waits until the tile's counter reads j (the key tiles before it that see the
+// tile: all j' < j, since the first visible query tile grows with j), adds,
+// waits for its add to land, and counts it (the CUTLASS barrier's release/acquire
+// pattern, FlashAttention-3's Deterministic dQ semaphore).
+__device__ __forceinline__ void bwd_wait_turn(const int* counter, int turn) {
+  int seen;
+  do {
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
+  } while (seen != turn);
+}
+__device__ __forceinline__ void bwd_pass_turn(int* counter) {
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");  // the TMA's adds before the generic-proxy release
+  asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter) : "memory");
+}
+
+// ---- the dQ writer -----------------------------------------------------------------
+// One warp of the producer warpgroup: for each slot, once the compute warps
+// have staged its dQ in buffer s % 2 (named barrier kDqFull + buffer), one
+// lane adds it to the fp32 accumulator with one tensor reduction per 32
+// columns (rows past Nq: the map's bounds), and the buffer is handed back
+// (kDqEmpty + buffer) when the reduction has read it — so the compute warps
+// never wait on the adds, and the deterministic mode's turns are taken here
+// (FA3's dQ writer warp, hopper/flash_bwd_kernel_sm90.h).
+template <typename Cfg, typename T, bool kDeterministic>
+__device__ __forceinline__ void bwd_write_dq(const BwdShared<Cfg, T>& sm, const AttnProblem& p, const BwdWork& w,
+                                             const CUtensorMap* tma_dq, int* dq_turns, int n_q_tiles) {
+  constexpr int Br = Cfg::kBr;
+  const int lane = threadIdx.x % 32;
+#pragma unroll 1
+  for (int s = 0; s < w.n_slots; ++s) {
+    const int buf = s % 2;
+    named_barrier_sync(Cfg::kDqFullBarrier + buf, Cfg::kComputeThreads + 32);
+    if (lane == 0) {
+      int h, m;
+      w.slot(s, h, m);
+      const int64_t q_head = int64_t(w.b) * p.H + h;
+      [[maybe_unused]] int* turn = nullptr;
+      if constexpr (kDeterministic) {
+        turn = dq_turns + q_head * n_q_tiles + m;
+        bwd_wait_turn(turn, w.j_tile);
+      }
+      const float* staged = sm.sdQ + buf * Cfg::kdQFloats;
+#pragma unroll
+      for (int box = 0; box < Cfg::kHeadDim / 32; ++box)
+        tma_reduce_add_3d(tma_dq, staged + box * Br * 32, box * 32, m * Br, int(q_head));
+      bulk_commit();
+      if constexpr (kDeterministic) {
+        bulk_wait();  // landed, before the next key tile's turn
+        bwd_pass_turn(turn);
+      } else {
+        bulk_wait_read();
+      }
+    }
+    __syncwarp();
+    // The compute warps wait for this buffer again only for slot s + 2.
+    if (s + 2 < w.n_slots) named_barrier_arrive(Cfg::kDqEmptyBarrier + buf, Cfg::kComputeThreads + 32);
+  }
+  if (lane == 0) bulk_wait();  // every add has landed before the block ends
+}
+
+// ---- the epilogue: dK_j (scaled), dV_j of this KV head, keys < Nk -----------------
+// Warp (wg, wi) holds keys kv0 + 64·wg + 16·wi + g (+8), columns 8n + 2t, +1.
+template <typename T, int D, int Dv>
+__device__ __forceinline__ void bwd_store_dkv(const AttnProblem& p, const BwdWork& w, int key_row0,
+                                              const float (&dK)[D / 8][4], const float (&dV)[Dv / 8][4], T* dk,
+                                              T* dv) {
+  const int t = threadIdx.x % 4;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int key = key_row0 + 8 * r;
+    if (key >= p.Nk) continue;
+    T* dk_row = dk + (w.kv_head * p.Nk + key) * D;
+    T* dv_row = dv + (w.kv_head * p.Nk + key) * Dv;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+      *reinterpret_cast<uint32_t*>(dk_row + n * 8 + 2 * t) =
+          pack2<T>(p.scale * dK[n][2 * r], p.scale * dK[n][2 * r + 1]);
+#pragma unroll
+    for (int n = 0; n < Dv / 8; ++n)
+      *reinterpret_cast<uint32_t*>(dv_row + n * 8 + 2 * t) = pack2<T>(dV[n][2 * r], dV[n][2 * r + 1]);
+  }
+}
+
+// ---- the compute warpgroups ---------------------------------------------------------
+// Warpgroup wg owns keys kv0 + 64·wg .. + 63 and their dK, dV (fp32 registers).
+// Per query tile (Br queries of head h), in the transposed form (Sᵀ, with the
+// keys as the MMA's M), so that Pᵀ and dSᵀ come out of the accumulators
+// already as the A operands of dV and dK:
+//   Sᵀ = K_wg·Q_iᵀ,  dPᵀ = V_wg·dO_iᵀ                          (SS, m64 n=Br)
+//   Pᵀ = exp2(Sᵀ·scale·log2e − LSE_i·log2e),  dSᵀ = Pᵀ ∘ (dPᵀ − Δ_i)
+//   dV_wg += Pᵀ·dO_i,  dK_wg += dSᵀ·Q_i                          (RS: Pᵀ, dSᵀ from registers)
+//   dQ_i += scale·dS·K_j  (all Bc keys: dSᵀ of both warpgroups through shared
+//        memory; they split dQ's rows when Br = 128, its columns when Br = 64;
+//        staged for the dQ writer warp, bwd_write_dq)
+template <typename Cfg, typename T>
+__device__ __forceinline__ void bwd_compute(const BwdShared<Cfg, T>& sm, const AttnProblem& p, const BwdWork& w,
+                                            T* dk, T* dv) {
+  constexpr int D = Cfg::kHeadDim, Dv = Cfg::kHeadDimV, Br = Cfg::kBr, Bc = Cfg::kBc;
+  constexpr int kTilesS = Br / 8;  // n8 tiles across the queries of Sᵀ
+  const int tid = threadIdx.x, wg = tid / 128, wi = (tid / 32) % 4, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int key_base = w.kv0 + 64 * wg;           // this warpgroup's first key
+  const int key_row0 = key_base + 16 * wi + g;    // the keys of c0, c1 (c2, c3: + 8)
+  const float scale_log2 = p.scale * kLog2e;
+  const int diag = p.Nk - p.Nq;                   // query i sees key j iff j <= i + diag (causal)
+  float dK[D / 8][4] = {}, dV[Dv / 8][4] = {};
+
+  if (w.n_slots > 0) mbarrier_wait(sm.kv_full, 0);
+#pragma unroll 1
+  for (int s = 0; s < w.n_slots; ++s) {
+    const int stage = s % Cfg::kStages;
+    int h, m;
+    w.slot(s, h, m);
+    const int q0 = m * Br;
+    const T* sQ = sm.sQ + stage * Cfg::kQElems;
+    const T* sdO = sm.sdO + stage * Cfg::kdOElems;
+    const float* sLSE2 = sm.sLSE2 + stage * Br;
+    const float* sDelta = sm.sDelta + stage * Br;
+    mbarrier_wait(&sm.q_full[stage], (s / Cfg::kStages) & 1);
+
+    // Sᵀ and dPᵀ: the forward's S = Q·Kᵀ with the roles swapped (A = the
+    // warpgroup's 64 rows of K or V, B = the Br rows of Q or dO), two groups.
+    float St[kTilesS][4], dPt[kTilesS][4];
+    wgmma_fence();
+    wgmma_qk_tile<T, D, Bc, Br>(St, sm.sK + wg * 64 * 64, sQ);
+    wgmma_commit();
+    wgmma_qk_tile<T, Dv, Bc, Br>(dPt, sm.sV + wg * 64 * 64, sdO);
+    wgmma_commit();
+    wgmma_wait<1>();
+    fence_accumulators(St);
+
+    // Pᵀ; a tile the causal diagonal or the end of the keys crosses is masked
+    // element by element (rows past Nq and rows that saw no key have
+    // LSE·log2e = +inf: P = 0 there without a test).
+    const bool masked = key_base + 64 > p.Nk || (p.causal && key_base + 63 > q0 + diag);
+#pragma unroll
+    for (int n = 0; n < kTilesS; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int qc = n * 8 + 2 * t + (e & 1);
+        float prob = exp2_approx(St[n][e] * scale_log2 - sLSE2[qc]);
+        if (masked) {
+          const int key = key_row0 + 8 * (e / 2);
+          if (key >= p.Nk || (p.causal && key > q0 + qc + diag)) prob = 0.f;
+        }
+        St[n][e] = prob;
+      }
+    // dV += Pᵀ·dO_i and dK += dSᵀ·Q_i: A from registers (16 queries per
+    // k-step), B = dO or Q read N-major (as V in the forward's P·V). With
+    // kEarlyDv, dV is issued as soon as Pᵀ is ready and runs under the dS
+    // code (which then holds Pᵀ twice: fp32 for dS, 16-bit for the MMA).
+    uint32_t Pa[kTilesS / 2][4], dSa[kTilesS / 2][4];
+    if constexpr (Cfg::kEarlyDv) {
+      pack_p_fragments<T>(Pa, St);
+      wgmma_fence();
+      wgmma_pv_tile<T, Dv, Br>(dV, Pa, sdO);
+      wgmma_commit();
+      wgmma_wait<1>();  // dPᵀ (dV may run on)
+    } else {
+      wgmma_wait<0>();
+    }
+    fence_accumulators(dPt);
+#pragma unroll
+    for (int n = 0; n < kTilesS; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dPt[n][e] = St[n][e] * (dPt[n][e] - sDelta[n * 8 + 2 * t + (e & 1)]);
+    pack_p_fragments<T>(dSa, dPt);
+    if constexpr (!Cfg::kEarlyDv) {
+      pack_p_fragments<T>(Pa, St);
+      wgmma_fence();
+      wgmma_pv_tile<T, Dv, Br>(dV, Pa, sdO);
+      wgmma_commit();
+    }
+
+    // dSᵀ to shared memory, [key][query]: fragment register i of k-step kk holds
+    // key 16·wi + g (+8 for odd i), queries 16kk + 8·(i/2) + 2t, +1. Both
+    // warpgroups' dQ MMAs read all of it, so the buffer is rewritten only
+    // once the other warpgroup's dQ of two tiles ago (two buffers) or of the
+    // previous tile (one buffer: a barrier here) has read it.
+    T* sdS = sm.sdS + (Cfg::kDsBuffers == 2 ? s % 2 : 0) * Cfg::kdSElems;
+    if constexpr (Cfg::kDsBuffers == 1) named_barrier_sync(Cfg::kDsFreeBarrier, Cfg::kComputeThreads);
+#pragma unroll
+    for (int kk = 0; kk < kTilesS / 2; ++kk)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        *reinterpret_cast<uint32_t*>(sdS + Sw128Blocks<Bc>::offset(64 * wg + 16 * wi + g + 8 * (i & 1),
+                                                                    kk * 16 + 8 * (i / 2) + 2 * t)) = dSa[kk][i];
+    fence_proxy_async_shared();  // the st.shared of dSᵀ, before wgmma reads them
+    named_barrier_sync(Cfg::kDsBarrier, Cfg::kComputeThreads);
+
+    // dQ = dS·K_j over the Bc keys (A = dS read from dSᵀ, M-major; B = K,
+    // N-major), then dK, each its own group: dK runs while dQ is staged.
+    float dQ[Cfg::kDqCols / 8][4];
+    wgmma_fence();
+    {
+      const uint64_t ds = opaque(make_sw128_desc(sdS + (Cfg::kDqSplitRows ? wg * Bc * 64 : 0), Bc * 128, 1024));
+      const uint64_t kd = opaque(make_sw128_desc(sm.sK + (Cfg::kDqSplitRows ? 0 : wg * Bc * 64), Bc * 128, 1024));
+#pragma unroll
+      for (int kk = 0; kk < Bc / 16; ++kk)  // 16 keys per k-step
+        wgmma_ss_tt<T, Cfg::kDqCols>(dQ, advance_desc(ds, kk * 16 * 128), advance_desc(kd, kk * 16 * 128), kk > 0);
+    }
+    wgmma_commit();
+    wgmma_pv_tile<T, D, Br>(dK, dSa, sQ);
+    wgmma_commit();
+    wgmma_wait<1>();  // dV and dQ (dK may run on)
+    fence_accumulators(dQ);
+
+    // dQ (scaled) into staging buffer s % 2, once the dQ writer has read what
+    // it held two slots ago: column c of row r in box c/32, 16-byte chunk
+    // (c % 32)/4 ^ (r % 8) of the row's 128 bytes (the map's swizzle).
+    const int buf = s % 2;
+    if (s >= 2) named_barrier_sync(Cfg::kDqEmptyBarrier + buf, Cfg::kComputeThreads + 32);
+    float* sdQ = sm.sdQ + buf * Cfg::kdQFloats;
+    const int row0 = Cfg::kDqSplitRows ? 64 * wg : 0, col0 = Cfg::kDqSplitRows ? 0 : Cfg::kDqCols * wg;
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int n = 0; n < Cfg::kDqCols / 8; ++n) {
+        const int row = row0 + 16 * wi + g + 8 * r, col = col0 + n * 8 + 2 * t, in_box = col % 32;
+        *reinterpret_cast<float2*>(sdQ + (col / 32) * Br * 32 + row * 32 + ((in_box / 4) ^ (row % 8)) * 4 +
+                                   in_box % 4) = make_float2(p.scale * dQ[n][2 * r], p.scale * dQ[n][2 * r + 1]);
+      }
+    fence_proxy_async_shared();  // the st.shared of dQ, before the tensor reduction reads them
+    named_barrier_arrive(Cfg::kDqFullBarrier + buf, Cfg::kComputeThreads + 32);
+
+    wgmma_wait<0>();  // dK: the slot's Q, dO (and LSE, Δ above) are read
+    fence_accumulators(dK);
+    fence_accumulators(dV);
+    // Every lane's reads of sLSE2, sDelta ordered before its warp's release
+    // (and, across proxies, before the producer's next bulk copy into them).
+    fence_proxy_async_shared();
+    __syncwarp();
+    if (lane == 0) mbarrier_arrive(&sm.q_empty[stage]);
+  }
+  bwd_store_dkv<T, D, Dv>(p, w, key_row0, dK, dV, dk, dv);
+}
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+}  // namespace attnlab
