@@ -1,4 +1,5 @@
 // attnlab: the correctness rule (see reference.h), and the CPU reference.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -67,6 +68,54 @@ void reference_attention_cpu(const AttnProblem& p, const std::vector<double>& q,
         for (int d = 0; d < p.Dv; ++d) O[d] += pj * V[j * p.Dv + d];
       }
       lse[size_t(head * p.Nq + i)] = m + std::log(l);
+    }
+  }
+}
+
+void reference_attention_backward_cpu(const AttnProblem& p, const std::vector<double>& q,
+                                      const std::vector<double>& k, const std::vector<double>& v,
+                                      const std::vector<double>& dout, std::vector<double>& dq,
+                                      std::vector<double>& dk, std::vector<double>& dv) {
+  dq.assign(size_t(p.q_elems()), 0.0);
+  dk.assign(size_t(p.k_elems()), 0.0);
+  dv.assign(size_t(p.v_elems()), 0.0);
+  std::vector<double> P(size_t(p.Nk)), dP(size_t(p.Nk));
+  for (int64_t head = 0; head < p.heads(); ++head) {
+    const double* Q = q.data() + head * p.Nq * p.D;
+    const double* dO = dout.data() + head * p.Nq * p.Dv;
+    const double* K = k.data() + p.kv_head(head) * p.Nk * p.D;
+    const double* V = v.data() + p.kv_head(head) * p.Nk * p.Dv;
+    double* dQ = dq.data() + head * p.Nq * p.D;
+    double* dK = dk.data() + p.kv_head(head) * p.Nk * p.D;
+    double* dV = dv.data() + p.kv_head(head) * p.Nk * p.Dv;
+    for (int64_t i = 0; i < p.Nq; ++i) {
+      const int64_t n = visible_keys(i, p);
+      if (n == 0) continue;  // P = 0: no gradient
+      double m = -std::numeric_limits<double>::infinity();
+      for (int64_t j = 0; j < n; ++j) {
+        double dot = 0;
+        for (int d = 0; d < p.D; ++d) dot += Q[i * p.D + d] * K[j * p.D + d];
+        P[size_t(j)] = dot * double(p.scale);
+        m = std::max(m, P[size_t(j)]);
+      }
+      double l = 0;
+      for (int64_t j = 0; j < n; ++j) l += std::exp(P[size_t(j)] - m);
+      double rowsum = 0;  // Σ_j P_ij · dP_ij
+      for (int64_t j = 0; j < n; ++j) {
+        P[size_t(j)] = std::exp(P[size_t(j)] - m) / l;
+        double dot = 0;
+        for (int d = 0; d < p.Dv; ++d) dot += dO[i * p.Dv + d] * V[j * p.Dv + d];
+        dP[size_t(j)] = dot;
+        rowsum += P[size_t(j)] * dot;
+      }
+      for (int64_t j = 0; j < n; ++j) {
+        const double ds = P[size_t(j)] * (dP[size_t(j)] - rowsum) * double(p.scale);  // scale · dS_ij
+        for (int d = 0; d < p.D; ++d) {
+          dQ[i * p.D + d] += ds * K[j * p.D + d];
+          dK[j * p.D + d] += ds * Q[i * p.D + d];
+        }
+        for (int d = 0; d < p.Dv; ++d) dV[j * p.Dv + d] += P[size_t(j)] * dO[i * p.Dv + d];
+      }
     }
   }
 }

@@ -23,6 +23,29 @@ constexpr int kMaxReferenceHeadDim = 1024;
 cudaError_t reference_attention_fp32(const AttnProblem& p, const void* q, const void* k, const void* v, float* o_ref,
                                      float* lse_ref, cudaStream_t stream);
 
+// ---- fp32 GPU reference backward -------------------------------------------
+// The gradients of L = Σ O ⊙ dO, unfused, from cuBLAS fp32 GEMMs per KV head
+// (its H / Hkv query heads stacked as rows, so that dK and dV sum over them):
+//   S = scale·Q·Kᵀ, P = softmax(S) (masked keys 0), dP = dO·Vᵀ,
+//   dS = P ∘ (dP − rowsum(P ∘ dP)), dV = Pᵀ·dO, dK = scale·dSᵀ·Q, dQ = scale·dS·K
+// S/P and dP/dS are materialised for as many rows as the workspace holds:
+// whole KV heads at a time, or blocks of one KV head's rows (dK, dV then
+// accumulate over the blocks). Outputs fp32: dq [B,H,Nq,D], dk [B,Hkv,Nk,D],
+// dv [B,Hkv,Nk,Dv]. A row that sees no key has P = 0: its dQ row is 0 and it
+// adds nothing to dK, dV. Any Nq, Nk, D != Dv.
+// low_precision: as an unfused fp16/bf16 backward computes it: S, P, dP, dS
+// and the gradients rounded to the input dtype where such a backward stores
+// them (its GEMMs accumulate in fp32). Its error against the fp32 one is the
+// yardstick of the backward check rule (the same-precision unfused error).
+// workspace: reference_backward_workspace_bytes(p, rows) for some rows >= 1
+// (more rows, fewer GEMM launches), or nullptr: then it allocates what fits
+// itself and frees it before it returns (which then waits for the GPU).
+cudaError_t reference_attention_backward_fp32(const AttnProblem& p, const void* q, const void* k, const void* v,
+                                              const void* dout, float* dq, float* dk, float* dv, bool low_precision,
+                                              void* workspace, size_t workspace_bytes, cudaStream_t stream);
+// The inputs as fp32, and S and dP for `rows` stacked query rows.
+size_t reference_backward_workspace_bytes(const AttnProblem& p, int64_t rows);
+
 // ---- the unfused baseline ------------------------------------------------
 // cuBLAS S = scale·Q·Kᵀ, a softmax kernel, cuBLAS O = P·V, all in the input
 // precision with fp32 accumulation. S is materialised in the workspace, as
@@ -36,6 +59,10 @@ size_t unfused_workspace_granule(const AttnProblem& p);
 // Standard-normal 16-bit values from a counter-based hash of (seed, index):
 // reproducible for a seed, different for every seed, never zeros or ones.
 cudaError_t fill_random_normal(void* x, int64_t n, DType dtype, uint64_t seed, cudaStream_t stream);
+
+// fp32 values rounded to the input dtype (e.g. the fp32 reference's O as the
+// forward output a backward starts from).
+cudaError_t convert_fp32_to_input_dtype(const float* x, void* out, int64_t n, DType dtype, cudaStream_t stream);
 
 // ---- comparison ----------------------------------------------------------
 struct ErrorStats {
@@ -105,5 +132,11 @@ cudaError_t poison_outputs(const AttnProblem& p, const AttnBuffers& b, cudaStrea
 // Nk, Dv]; same semantics as the GPU reference.
 void reference_attention_cpu(const AttnProblem& p, const std::vector<double>& q, const std::vector<double>& k,
                              const std::vector<double>& v, std::vector<double>& o, std::vector<double>& lse);
+// The backward of L = Σ O ⊙ dO (dout [B, H, Nq, Dv]): dq, dk, dv in the
+// shapes of q, k, v, dk and dv summed over the query heads of a KV head.
+void reference_attention_backward_cpu(const AttnProblem& p, const std::vector<double>& q,
+                                      const std::vector<double>& k, const std::vector<double>& v,
+                                      const std::vector<double>& dout, std::vector<double>& dq,
+                                      std::vector<double>& dk, std::vector<double>& dv);
 
 }  // namespace attnlab

@@ -15,6 +15,7 @@
 
 #include "common/block_reduce.cuh"
 #include "host/rung_host.cuh"
+#include "reference/cublas_handle.h"
 #include "reference/reference.h"
 
 namespace attnlab {
@@ -56,15 +57,6 @@ __global__ void softmax_rows_kernel(T* S, float* lse, AttnProblem p, int64_t fir
 // Query heads per KV head: the rows of one GEMM are that many heads of Nq rows.
 int64_t group_size(const AttnProblem& p) { return p.H / p.kv_heads(); }
 
-cublasHandle_t cublas_handle() {
-  static cublasHandle_t handle = [] {
-    cublasHandle_t h = nullptr;
-    cublasCreate(&h);
-    return h;
-  }();
-  return handle;
-}
-
 cudaError_t launch_unfused(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stream) {
   // As many KV heads as the workspace holds the S of, and few enough that the
   // softmax grid (one block per row) stays under 2^31 blocks.
@@ -74,7 +66,7 @@ cudaError_t launch_unfused(const AttnProblem& p, const AttnBuffers& b, cudaStrea
       std::min<int64_t>({int64_t(p.B) * p.kv_heads(), int64_t(b.workspace_bytes / unfused_workspace_granule(p)),
                          int64_t(INT32_MAX) / rows});
   if (kv_per_chunk < 1) return cudaErrorMemoryAllocation;
-  cublasHandle_t h = cublas_handle();
+  cublasHandle_t h = reference_cublas_handle();
   if (!h || cublasSetStream(h, stream) != CUBLAS_STATUS_SUCCESS) return cudaErrorUnknown;
   const cudaDataType_t type = p.dtype == DType::kFloat16 ? CUDA_R_16F : CUDA_R_16BF;
   const float alpha_qk = p.scale, alpha_pv = 1.f, beta = 0.f;
