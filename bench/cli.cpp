@@ -128,10 +128,26 @@ usage: flash_attn_mma [options]      (--flag V or --flag=V; each option once)
   --sweep-N L, --sweep-D L, --sweep-causal L   the grid, comma-separated (need --sweep)
   --csv FILE        append every row to FILE (with GPU, driver, CUDA, commit, date);
                     FILE must be writable, checked before anything runs
+  --bwd             the backward instead, on the same shape (--Hkv, --Nq, --Nk,
+                    --D, --Dv, --dtype, --causal): every backward rung (--variant
+                    picks them, e.g. 'bwd-ws*'; --list --bwd lists them) and the
+                    peers sdpa(flash), sdpa(cudnn), sdpa(efficient) (no mask;
+                    causal by torch's flag, so unsupported when Nq != Nk) and
+                    torch(unfused): torch's autograd, each from its own forward
+                    graph, the backward alone timed. Rows '<name> bwd'. The
+                    backward starts from the fp32 reference's O (rounded to the
+                    dtype) and LSE and a random dO; each of dQ, dK, dV is checked
+                    against the fp32 reference backward by the forward's rule:
+                    err <= 2 x the same-precision unfused backward's err (S, P,
+                    dP, dS in the dtype) + 2 x rounding; a deterministic rung is
+                    also run 5 more times and must repeat bit for bit. TFLOPS
+                    count 2·(3D+2Dv)·pairs.
+                    With a dynamic-mask option, that mode's backward (below).
+                    Not with --sweep or --reference torch
 
 dynamic-mask attention (flash-dmattn semantics). Any option of this section
-selects it, even at its default value; --variant, --show-all, --reference,
---sweep and --Dv != --D are then errors:
+but --bwd selects it, even at its default value (--mask none too); --variant,
+--show-all, --reference, --sweep and --Dv != --D are then errors:
   --mask M          none | causal | ones (an all-ones mask) | topk (per query,
                     the --window keys of largest bias, smoothed per --block keys)
   --window W        keys kept per query by --mask topk (default 1024; needs
@@ -140,10 +156,10 @@ selects it, even at its default value; --variant, --show-all, --reference,
                     needs --mask topk)
   --bias            add a random per-key bias of shape (B, Hkv, 1, Nk)
   --softcap C       S = C·tanh(S / C) after the bias (default 0: off)
-  --bwd             also the backward: dmattn's (dQ, dK, dV, dBias) and, with
-                    the peers, torch's through autograd; TFLOPS count
-                    2·(3D+2Dv)·pairs
-  --deterministic   the backward in its deterministic mode (implies --bwd):
+  --bwd             with one of these options: also the backward, dmattn's
+                    (dQ, dK, dV, dBias) and, with the peers, torch's through
+                    autograd; TFLOPS count 2·(3D+2Dv)·pairs
+  --deterministic   dmattn's backward in its deterministic mode (implies --bwd):
                     gradients bitwise identical run to run; when checked also
                     verified over 5 runs
   --bwd-walk-in-order  the backward's key tiles all walk their query tiles
@@ -185,16 +201,21 @@ selects it, even at its default value; --variant, --show-all, --reference,
                     auto or pipelined)
   Rows: dmattn (ours; effective TFLOPS count unmasked pairs only; the share of
   64x64 tiles skipped), the dense split-q+stage2 rung on the same shape, and
-  the peers: torch given the same mask as an additive float mask,
+  the peers: torch given the same mask and bias as an additive float mask,
   sdpa(efficient), sdpa(cudnn), torch(unfused), and sdpa(default), torch's
-  own entry point (its note says which backend torch picks there). As in the
+  own entry point (its note says which backend torch picks there), beside
+  sdpa(cudnn) without them, the dense speed of light; with no mask and no
+  bias, the torch rows are plain SDPA (sdpa(flash) too), without a mask, causal
+  by torch's flag (unsupported when Nq != Nk). Each note says whether torch
+  had the mask ('masked' or 'no mask'). As in the
   dense mode, the rows are checked unless --no-check (against dmattn's fp32
   reference, where it takes Nk; a row past that says so) and the peers run
   unless --no-peers (by default in a torch build; --torch or --sdpa ask for
   them, and --sdpa adds FA2's backward where every pair is active).
 
   --list            list the variants and their tile configurations (--variant,
-                    --torch, --sdpa and --no-peers choose the rows; no GPU needed)
+                    --torch, --sdpa and --no-peers choose the rows; with --bwd the
+                    backward's; no GPU needed)
   --help            this text (the other options are still checked)
 
 exit status: 0 every row ran (and, unless --no-check, passed); 1 a check failed, or
@@ -211,7 +232,7 @@ ParseResult parse_args(const std::vector<std::string>& args) {
   std::set<std::string> given;  // every option seen, by its canonical name
   // The options of the dynamic-mask mode: any of them selects it.
   static const std::set<std::string> dynamic_mask_options = {
-      "--mask", "--window", "--block", "--bias", "--softcap", "--bwd", "--deterministic", "--bwd-walk-in-order",
+      "--mask", "--window", "--block", "--bias", "--softcap", "--deterministic", "--bwd-walk-in-order",
       "--bwd-own-prepass", "--mask-bits", "--bwd-chunks", "--splits", "--dma-core", "--dma-mask-scan",
       "--dma-prepass-chunks"};
   for (size_t i = 0; i < args.size(); ++i) {
@@ -380,6 +401,12 @@ ParseResult parse_args(const std::vector<std::string>& args) {
     return fail("--bwd-chunks does not apply to --deterministic, which always runs one chunk");
   if (o.Hkv > 0 && o.H % o.Hkv != 0) return fail("--H must be a multiple of --Hkv");
   if (o.mask == "topk" && !o.bias) return fail("--mask topk selects keys by the bias: add --bias");
+  if (o.dense_backward()) {
+    if (o.sweep) return fail("--sweep does not apply to --bwd: the dense backward runs one shape");
+    if (o.torch_reference)
+      return fail("--reference torch does not apply to --bwd: the backward is checked against attnlab's fp32 "
+                  "reference backward");
+  }
   if (o.dynamic_mask()) {
     if (o.sweep) return fail("--sweep does not apply to dynamic-mask runs");
     if (o.Dv != o.D) return fail("dynamic-mask attention needs Dv == D");

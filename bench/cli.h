@@ -41,17 +41,20 @@ struct Options {
   std::string dma_core = "auto";  // the forward's tensor-core path: auto | mma | wgmma
   std::string dma_mask_scan = "auto";  // where the forward reads the mask: auto | prepass | in-kernel | pipelined
   int dma_prepass_chunks = 0;          // the pipelined pre-pass's chunks (0: automatic)
-  bool bwd = false;           // also time (and with --check, check) the backward
+  bool bwd = false;           // the backward: the dense one alone, or with a dynamic-mask option that mode's too
   bool deterministic = false;  // the backward's deterministic mode (bitwise reproducible)
   int bwd_chunks = 0;         // the backward's query chunks per key tile (0: automatic)
   bool bwd_rotate = true;     // the backward's query tiles walked from per-key-tile offsets (--bwd-walk-in-order: false)
   bool bwd_own_prepass = false;  // the backward's own mask pre-pass, not the forward's summary (--bwd-own-prepass)
   bool mask_bits = false;        // also rows on the mask bit-packed (--mask-bits)
   bool dynamic_mask_option = false;  // one of the dynamic-mask options was given (even at its default)
+  // --bwd alone is not one of them: it selects the dense backward.
   bool dynamic_mask() const {
-    return dynamic_mask_option || !mask.empty() || bias || softcap > 0.f || bwd || deterministic ||
-           dma_core != "auto" || dma_mask_scan != "auto" || dma_prepass_chunks != 0 || splits != 0 || mask_bits;
+    return dynamic_mask_option || !mask.empty() || bias || softcap > 0.f || deterministic || dma_core != "auto" ||
+           dma_mask_scan != "auto" || dma_prepass_chunks != 0 || splits != 0 || mask_bits;
   }
+  // The dense backward (bench/bwd_mode.h): --bwd without a dynamic-mask option.
+  bool dense_backward() const { return bwd && !dynamic_mask(); }
   bool list = false;
   bool help = false;
   std::string variant_glob = "*";

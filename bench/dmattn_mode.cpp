@@ -6,7 +6,9 @@
 //   split-q+stage2 (dense)       rung 02 on the same Q, K, V (GQA too) without mask
 //                                or bias: what skipping costs or saves
 //   sdpa(...)+mask, torch(unfused)+mask   in a torch build (unless --no-peers):
-//                                torch given the same mask as one additive float mask
+//                                torch given the same mask as one additive float mask,
+//                                and sdpa(cudnn) without it: the dense speed of light;
+//                                with no mask and no bias, plain unmasked torch rows
 //   dmattn bwd ..., ... bwd      with --bwd: the same rows for the backward
 // TFLOPS are effective: 4·D·(unmasked pairs) / time for every row, the pairs
 // counted on the GPU from the mask and the causal rule (the FLOP convention
@@ -483,11 +485,13 @@ RunError dense_rung_row(DmaRun& run) {
 // One row per torch peer: its first call builds its graph (untimed), then the
 // timed calls; a peer that cannot run is an unsupported row, and a set-up
 // that failed is one row named `setup_row`. The notes compare each with our
-// row `ours_name` (`ours_ms`) and, where they ran, the summary-given and
-// bit-packed rows.
+// row `ours_name` (`ours_ms`), saying whether torch had the mask, and, where
+// they ran, with the summary-given and bit-packed rows; an unmasked row of a
+// masked run also gives its own dense TFLOPS (`dense_flops` over its time).
 void torch_rows(DmaRun& run, const std::vector<MaskedTorchPeer>& peers, const std::string& setup,
-                const std::string& setup_row, double row_flops, double ours_ms, const char* ours_name,
-                double row_given_ms, double row_bits_ms) {
+                const std::string& setup_row, double row_flops, double dense_flops, double ours_ms,
+                const char* ours_name, double row_given_ms, double row_bits_ms) {
+  const bool masked_run = run.p.mask.data != nullptr || run.p.bias.data != nullptr;
   const cudaStream_t stream = run.stream;
   if (!setup.empty()) {
     DmaRow r;
@@ -512,8 +516,9 @@ void torch_rows(DmaRun& run, const std::vector<MaskedTorchPeer>& peers, const st
       r.ms = timing.median_ms;
       r.tflops = row_flops / (r.ms * 1e-3) / 1e12;
       r.status = "unchecked";
-      char note[96];
-      std::snprintf(note, sizeof note, "%s is %.2fx faster", ours_name, ours_ms > 0 ? r.ms / ours_ms : 0.0);
+      char note[160];
+      std::snprintf(note, sizeof note, "%s is %.2fx faster vs %s (%s)", ours_name, ours_ms > 0 ? r.ms / ours_ms : 0.0,
+                    peer.name.c_str(), peer.masked ? "masked" : "no mask");
       r.note = note;
       if (row_given_ms > 0) {
         std::snprintf(note, sizeof note, " (%.2fx with the mask summary given)", r.ms / row_given_ms);
@@ -521,6 +526,10 @@ void torch_rows(DmaRun& run, const std::vector<MaskedTorchPeer>& peers, const st
       }
       if (row_bits_ms > 0) {
         std::snprintf(note, sizeof note, " (%.2fx with the bit-packed mask)", r.ms / row_bits_ms);
+        r.note += note;
+      }
+      if (!peer.masked && masked_run) {
+        std::snprintf(note, sizeof note, "; its own dense TFLOPS %.1f", dense_flops / (r.ms * 1e-3) / 1e12);
         r.note += note;
       }
       if (!peer.about.empty()) r.note += "; " + peer.about;
@@ -538,7 +547,8 @@ void torch_forward_rows(DmaRun& run) {
   if (!torch_rows_wanted(run.opt)) return;
   std::string setup;
   const std::vector<MaskedTorchPeer> peers = make_masked_torch_peers(run.p, run.q, run.k, run.v, &setup);
-  torch_rows(run, peers, setup, "torch+mask", run.flops, run.fwd_ms, "dmattn", run.given_ms, run.bits_ms);
+  torch_rows(run, peers, setup, "torch+mask", run.flops, forward_flops(run.p.dense()), run.fwd_ms, "dmattn",
+             run.given_ms, run.bits_ms);
 }
 
 // ==== the backward rows ===============================================================
@@ -788,9 +798,10 @@ RunError bit_packed_backward_row(DmaRun& run, DmaBackward& g, const std::string&
 
 // With --bwd, after the dmattn row ran: the forward once more (the rows since
 // wrote over O and LSE), then ours, ours on the bit-packed mask, and torch's
-// backward through autograd with the same mask. Where every pair is active
-// (no mask, --mask causal or ones), the SDPA peers add FA2's backward without
-// the mask and bias, at the same pair count.
+// backward through autograd with the same mask (or, with no mask and no
+// bias, plain). Given a mask or bias that leaves every pair active (a bias
+// alone, --mask causal or ones), the SDPA peers add FA2's backward without
+// them, at the same pair count.
 RunError backward_rows(DmaRun& run) {
   const Options& opt = run.opt;
   const DynamicMaskProblem& p = run.p;
@@ -815,7 +826,8 @@ RunError backward_rows(DmaRun& run) {
     const bool all_active = opt.mask.empty() || opt.mask == "none" || opt.mask == "causal" || opt.mask == "ones";
     const std::vector<MaskedTorchPeer> peers =
         make_masked_torch_peers(p, run.q, run.k, run.v, &setup, g.dout, opt.sdpa && all_active);
-    torch_rows(run, peers, setup, "torch+mask bwd", g.flops, bwd.ms, "dmattn bwd", 0, bits_ms);
+    torch_rows(run, peers, setup, "torch+mask bwd", g.flops, backward_flops(p.dense()), bwd.ms, "dmattn bwd", 0,
+               bits_ms);
   }
   return {};
 }

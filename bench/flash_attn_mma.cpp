@@ -7,37 +7,24 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "bwd_mode.h"
 #include "cli.h"
 #include "dmattn_mode.h"
 #include "runner.h"
 #include "system_info.h"
+#include "table.h"
 #include "torch_peers.h"
 
 using namespace attnlab;
 
 namespace {
 
-constexpr int kTableWidth = 150;
-
-struct Row {
-  const Variant* variant = nullptr;
-  std::string status;  // PASS, FAIL, baseline, unchecked, unsupported, error
-  std::string note;    // check summary, the unsupported reason or the error
-  RunOutcome outcome;
-  Timing timing;
-  double tflops = 0;
-  double gain_pct = -1;          // over the best row so far; < 0 when not an improvement
-  double ratio_to_best_peer = 0; // rungs only; 0 when no peer ran
-  bool ran() const { return timing.median_ms > 0; }
-};
-
 struct ShapeResult {
-  std::vector<Row> rows;
+  std::vector<TableRow> rows;
   std::string best_peer_name;
   double best_peer_tflops = 0;
   int failures = 0;
@@ -48,48 +35,6 @@ struct ShapeResult {
 int fail(const std::string& message, int code) {
   std::fprintf(stderr, "flash_attn_mma: error: %s\n", message.c_str());
   return code;
-}
-
-// Appends the shape's rows to --csv; returns "" or what was lost.
-std::string append_csv(const std::string& path, const SystemInfo& sys, const AttnProblem& p, uint64_t seed,
-                       const std::vector<Row>& rows) {
-  // The CSV has no Hkv column: a GQA row says it in its note, as the dynamic-mask rows do.
-  const std::string kv_note = p.gqa() ? "Hkv=" + std::to_string(p.kv_heads()) + "; " : "";
-  std::ostringstream f;
-  for (const Row& r : rows) {
-    char nums[96] = ",,";
-    if (r.ran()) {
-      if (r.ratio_to_best_peer > 0)
-        std::snprintf(nums, sizeof nums, "%.6f,%.2f,%.3f", r.timing.median_ms, r.tflops, r.ratio_to_best_peer);
-      else
-        std::snprintf(nums, sizeof nums, "%.6f,%.2f,", r.timing.median_ms, r.tflops);
-    }
-    char errs[96] = ",,";
-    if (r.outcome.checked)
-      std::snprintf(errs, sizeof errs, "%.3e,%.3e,%.3e", r.outcome.check.err, r.outcome.check.tol,
-                    r.outcome.check.lse_err);
-    f << csv_field(sys.gpu) << ',' << csv_field(sys.driver) << ',' << csv_field(sys.cuda) << ',' << sys.commit << ','
-      << sys.date << ',' << r.variant->name << ',' << (r.variant->is_peer ? "peer" : "rung") << ',' << p.B << ','
-      << p.H << ',' << p.Nq << ',' << p.Nk << ',' << p.D << ',' << p.Dv << ',' << dtype_name(p.dtype) << ','
-      << (p.causal ? 1 : 0) << ',' << nums << ',' << r.status << ',' << errs << ',' << seed << ','
-      << csv_field(kv_note + r.note) << '\n';
-  }
-  return append_results_csv(path, f.str());
-}
-
-void print_row(const Row& r, const std::string& best_peer_name) {
-  const char* name = r.variant->name.c_str();
-  if (r.status == "unsupported" || r.status == "error") {
-    std::printf("%32s: %s: %s\n", name, r.status.c_str(), r.note.c_str());
-    return;
-  }
-  const float* v = r.outcome.first_values;
-  char gain[32] = "";
-  if (r.gain_pct >= 0) std::snprintf(gain, sizeof gain, "(+%.2f%%)", r.gain_pct);
-  char ratio[64] = "";
-  if (r.ratio_to_best_peer > 0) std::snprintf(ratio, sizeof ratio, "%.2fx %s", r.ratio_to_best_peer, best_peer_name.c_str());
-  std::printf("%32s: ['%-11.8f', '%-11.8f', '%-11.8f'], time:%.6fms, TFLOPS:%-7.2f%-10s %-22s %s\n", name, v[0], v[1],
-              v[2], r.timing.median_ms, r.tflops, gain, ratio, r.outcome.checked ? r.note.c_str() : "");
 }
 
 // The unfused baseline: one object, so that run_shape knows its row (the
@@ -123,9 +68,7 @@ ShapeResult run_shape(const Options& opt, const AttnProblem& p, const std::vecto
     char banner[256];
     std::snprintf(banner, sizeof banner, " %s, Warmup: %d, Iters: %d, Seed: %llu ", p.shape_string().c_str(),
                   opt.warmup, opt.iters, static_cast<unsigned long long>(seed));
-    const int len = int(std::string(banner).size()), pad = std::max(0, kTableWidth - len) / 2;
-    std::printf("%s%s%s\n", std::string(size_t(pad), '-').c_str(), banner,
-                std::string(size_t(std::max(0, kTableWidth - pad - len)), '-').c_str());
+    print_banner(banner);
     if (opt.check) {
       char baseline[32] = "unavailable";
       if (ref.baseline_err >= 0) std::snprintf(baseline, sizeof baseline, "%.2e", ref.baseline_err);
@@ -136,99 +79,63 @@ ShapeResult run_shape(const Options& opt, const AttnProblem& p, const std::vecto
   }
 
   // Three passes: every row run once and checked; the rows that ran, timed
-  // together, their iterations interleaved (time_calls_interleaved), so that
-  // peers and rungs meet the same clocks; then each row's figures, in order.
-  std::vector<Row> rows;
+  // together, their iterations interleaved (time_rows), so that peers and
+  // rungs meet the same clocks; then each row's figures, in order.
+  std::vector<TableRow> rows;
+  std::vector<std::function<std::string()>> calls;
   for (const Variant* v : selected) {
     if (result.device_lost) break;
-    Row r;
-    r.variant = v;
+    TableRow r;
+    r.name = v->name;
+    r.is_peer = v->is_peer;
+    r.is_baseline = v == &unfused;
     if (std::string why = v->unsupported_reason(p); !why.empty()) {
       r.status = "unsupported";
       r.note = why;
     } else {
-      r.outcome = run_and_check(*v, p, bufs, opt.check ? &ref : nullptr, stream);
-      if (!r.outcome.error.empty()) result.device_lost = cudaDeviceSynchronize() != cudaSuccess;  // sticky errors end the run
-    }
-    rows.push_back(r);
-  }
-  std::vector<std::function<std::string()>> calls;
-  std::vector<size_t> timed;  // the rows behind calls
-  for (size_t i = 0; i < rows.size() && !result.device_lost; ++i)
-    if (rows[i].status.empty() && rows[i].outcome.error.empty()) {
-      calls.push_back(variant_call(*rows[i].variant, p, bufs, stream));
-      timed.push_back(i);
-    }
-  std::vector<Timing> timings;
-  std::vector<std::string> errors;
-  time_calls_interleaved(calls, opt.warmup, opt.iters, bufs.flush, bufs.flush_bytes, stream, &timings, &errors);
-  for (size_t c = 0; c < timed.size(); ++c) {
-    rows[timed[c]].timing = timings[c];
-    rows[timed[c]].outcome.error = errors[c];
-  }
-  if (!timed.empty()) result.device_lost = result.device_lost || cudaDeviceSynchronize() != cudaSuccess;
-
-  double best = 0;
-  int hidden = 0;
-  for (Row& r : rows) {
-    const Variant* v = r.variant;
-    if (r.status.empty()) {
-      if (!r.outcome.error.empty() || !r.ran()) {
-        r.status = "error";
-        r.note = r.outcome.error.empty() ? "not timed (the device failed)" : r.outcome.error;
-        r.timing = Timing{};
-        result.failures += v->is_peer ? 0 : 1;  // a peer that cannot run is reported, not failed
-      } else {
-        r.tflops = forward_flops(p) / (r.timing.median_ms * 1e-3) / 1e12;
-        if (r.tflops > best) {
-          r.gain_pct = best > 0 ? (r.tflops / best - 1.0) * 100.0 : 0.0;
-          best = r.tflops;
-        }
-        if (r.outcome.checked && v == &unfused) {
+      const RunOutcome out = run_and_check(*v, p, bufs, opt.check ? &ref : nullptr, stream);
+      r.error = out.error;
+      std::copy(out.first_values, out.first_values + 3, r.first_values);
+      if (out.checked) {
+        r.checked = true;
+        r.pass = out.check.pass;
+        r.err = out.check.err;
+        r.tol = out.check.tol;
+        r.lse_err = out.check.lse_err;
+        if (r.is_baseline) {
           // The yardstick of the check rule is not judged by it: its S is stored
           // in 16 bits, so its LSE is only as good as those scores.
           char note[96];
-          std::snprintf(note, sizeof note, "baseline err %.2e, lse %.2e", r.outcome.check.err,
-                        r.outcome.check.lse_err);
-          r.status = "baseline";
-          r.note = note;
-        } else if (r.outcome.checked) {
-          r.status = r.outcome.check.pass ? "PASS" : "FAIL";
-          r.note = r.outcome.check.summary();
-          result.failures += (r.outcome.check.pass || v->is_peer) ? 0 : 1;
+          std::snprintf(note, sizeof note, "baseline err %.2e, lse %.2e", out.check.err, out.check.lse_err);
+          r.check_note = note;
         } else {
-          r.status = "unchecked";
+          r.check_note = out.check.summary();
         }
-        // Peers come first, so the best peer is known when a rung's row is made.
-        const bool peer_trusted = r.status != "FAIL";
-        if (v->is_peer && peer_trusted && r.tflops > result.best_peer_tflops) {
-          result.best_peer_tflops = r.tflops;
-          result.best_peer_name = v->name;
-        }
-        if (!v->is_peer && result.best_peer_tflops > 0) r.ratio_to_best_peer = r.tflops / result.best_peer_tflops;
       }
+      if (!r.error.empty()) result.device_lost = cudaDeviceSynchronize() != cudaSuccess;  // sticky errors end the run
     }
-    const bool interesting = r.status == "FAIL" || r.status == "error" || r.status == "unsupported" || r.gain_pct >= 0;
-    if (verbose && (opt.show_all || interesting)) print_row(r, result.best_peer_name);
-    else if (verbose) ++hidden;
+    calls.push_back(r.status.empty() && r.error.empty() ? variant_call(*v, p, bufs, stream)
+                                                        : std::function<std::string()>());
+    rows.push_back(r);
   }
+  if (!result.device_lost)
+    result.device_lost = time_rows(rows, calls, opt.warmup, opt.iters, bufs.flush, bufs.flush_bytes, stream);
+  const TableScore score = score_rows(rows, forward_flops(p));
+  result.best_peer_name = score.best_peer_name;
+  result.best_peer_tflops = score.best_peer_tflops;
+  result.failures = score.failures;
+  if (verbose) print_table(rows, result.best_peer_name, opt.show_all);
   result.rows = std::move(rows);
-  if (verbose) {
-    std::printf("%s\n", std::string(kTableWidth, '-').c_str());
-    if (hidden > 0)
-      std::printf("(%d row%s hidden: slower than the best so far; --show-all shows them)\n", hidden,
-                  hidden > 1 ? "s" : "");
-  }
   return result;
 }
 
 // One line per shape for --sweep.
 void print_sweep_line(int index, int total, const AttnProblem& p, const ShapeResult& r, double seconds) {
-  const Row* best_rung = nullptr;
-  for (const Row& row : r.rows)
-    if (!row.variant->is_peer && row.ran() && (!best_rung || row.tflops > best_rung->tflops)) best_rung = &row;
+  const TableRow* best_rung = nullptr;
+  for (const TableRow& row : r.rows)
+    if (!row.is_peer && row.ran() && (!best_rung || row.tflops > best_rung->tflops)) best_rung = &row;
   char rung[96] = "no rung runs this shape", peer[96] = "no peer";
-  if (best_rung) std::snprintf(rung, sizeof rung, "%s %.1f", best_rung->variant->name.c_str(), best_rung->tflops);
+  if (best_rung) std::snprintf(rung, sizeof rung, "%s %.1f", best_rung->name.c_str(), best_rung->tflops);
   if (r.best_peer_tflops > 0) std::snprintf(peer, sizeof peer, "%s %.1f", r.best_peer_name.c_str(), r.best_peer_tflops);
   char ratio[32] = "";
   if (best_rung && r.best_peer_tflops > 0) std::snprintf(ratio, sizeof ratio, " (%.2fx)", best_rung->tflops / r.best_peer_tflops);
@@ -236,18 +143,6 @@ void print_sweep_line(int index, int total, const AttnProblem& p, const ShapeRes
               p.D, p.causal ? "causal" : "dense", rung, peer, ratio, seconds, r.failures ? "  FAILURES" : "",
               r.fatal.empty() ? "" : ("  skipped: " + r.fatal).c_str());
   std::fflush(stdout);
-}
-
-// --list: one line per row, the columns padded to their longest entry.
-void print_list(const std::vector<const Variant*>& rows) {
-  size_t name_width = 0, rung_width = 0;
-  for (const Variant* v : rows) {
-    name_width = std::max(name_width, v->name.size());
-    rung_width = std::max(rung_width, v->rung.size());
-  }
-  for (const Variant* v : rows)
-    std::printf("%-*s  %-*s  %s\n", int(name_width), v->name.c_str(), int(rung_width), v->rung.c_str(),
-                v->describe().c_str());
 }
 
 }  // namespace
@@ -268,6 +163,22 @@ int main(int argc, char** argv) {
                     " needs PyTorch, and this build has none (reconfigure where `python3 -c 'import torch'` works)",
                 kExitBadOptions);
 
+  // --bwd alone: the dense backward (bench/bwd_mode.cpp), its own rows.
+  std::vector<const BwdVariant*> bwd_rows;
+  if (opt.dense_backward()) {
+    size_t rungs = 0;
+    bwd_rows = backward_rows(opt, &rungs);
+    if (opt.list) {
+      std::vector<ListEntry> entries;
+      for (const BwdVariant* v : bwd_rows) entries.push_back({v->name + " bwd", v->rung, v->describe()});
+      print_list(entries);
+      return kExitOk;
+    }
+    if (rungs == 0 && opt.variant_glob != "*")
+      return fail("no backward variant matches --variant '" + opt.variant_glob + "' (see --list --bwd)",
+                  kExitBadOptions);
+  }
+
   // Rows: the peers first (every group this build has, or those --torch and
   // --sdpa pick; none with --no-peers), then the ladder in order. Without
   // torch, the torch peer lists are empty.
@@ -285,10 +196,12 @@ int main(int argc, char** argv) {
     if (glob_match(opt.variant_glob, v.name)) selected.push_back(&v);
 
   if (opt.list) {
-    print_list(selected);
+    std::vector<ListEntry> entries;
+    for (const Variant* v : selected) entries.push_back({v->name, v->rung, v->describe()});
+    print_list(entries);
     return kExitOk;
   }
-  if (selected.size() == n_peers)
+  if (selected.size() == n_peers && !opt.dense_backward())
     return fail("no variant matches --variant '" + opt.variant_glob + "' (see --list)", kExitBadOptions);
   if (!opt.csv.empty())
     if (std::string e = results_csv_error(opt.csv); !e.empty()) return fail(e, kExitBadOptions);
@@ -306,6 +219,7 @@ int main(int argc, char** argv) {
                      : uint64_t(std::chrono::system_clock::now().time_since_epoch().count()) % 1000000007ull;
 
   if (opt.dynamic_mask()) return run_dynamic_mask_mode(opt, sys, seed, stream);
+  if (opt.dense_backward()) return run_dense_backward_mode(opt, bwd_rows, sys, seed, stream);
 
   // One shape, or the sweep's grid.
   std::vector<AttnProblem> problems;
@@ -333,7 +247,7 @@ int main(int argc, char** argv) {
     if (!r.fatal.empty() && !opt.sweep) return fail(r.fatal, kExitFailed);
     if (opt.sweep) print_sweep_line(int(i + 1), int(problems.size()), problems[i], r, seconds);
     if (!opt.csv.empty() && r.fatal.empty())
-      if (std::string e = append_csv(opt.csv, sys, problems[i], seed + i, r.rows); !e.empty())
+      if (std::string e = append_rows_csv(opt.csv, sys, problems[i], seed + i, r.rows); !e.empty())
         return fail(e, kExitFailed);
     failures += r.failures;
     if (r.device_lost) return fail("the GPU reported a fatal error; later rows were not run", kExitFailed);

@@ -20,13 +20,35 @@ std::string cuda_error_text(const char* what, cudaError_t err) {
   return std::string(what) + ": " + cudaGetErrorString(err);
 }
 
-std::string launch_error_text(const Variant& v, cudaError_t err) {
-  if (v.last_error) {
-    const std::string detail = v.last_error();
+namespace {
+// The variant's own message (a peer's: torch's words) if it has one, else CUDA's.
+std::string own_or_cuda_error(const std::function<std::string()>& last_error, cudaError_t err) {
+  if (last_error) {
+    const std::string detail = last_error();
     if (!detail.empty()) return detail;
   }
   return cudaGetErrorString(err);
 }
+
+// x[0], x[1] and x[n - 1] of a 16-bit tensor, as the table shows them.
+void read_first_values(const void* x, int64_t n, DType dtype, float out[3]) {
+  uint16_t raw[3] = {0, 0, 0};
+  cudaMemcpy(&raw[0], x, sizeof(uint16_t) * (n >= 2 ? 2 : 1), cudaMemcpyDeviceToHost);
+  cudaMemcpy(&raw[2], static_cast<const uint16_t*>(x) + (n - 1), sizeof(uint16_t), cudaMemcpyDeviceToHost);
+  for (int i = 0; i < 3; ++i) {
+    if (dtype == DType::kBFloat16) {
+      __nv_bfloat16_raw r{raw[i]};
+      out[i] = __bfloat162float(__nv_bfloat16(r));
+    } else {
+      __half_raw r{raw[i]};
+      out[i] = __half2float(__half(r));
+    }
+  }
+}
+}  // namespace
+
+std::string launch_error_text(const Variant& v, cudaError_t err) { return own_or_cuda_error(v.last_error, err); }
+std::string launch_error_text(const BwdVariant& v, cudaError_t err) { return own_or_cuda_error(v.last_error, err); }
 
 ProblemBuffers::~ProblemBuffers() {
   for (void* p : owned_) cudaFree(p);
@@ -170,20 +192,7 @@ RunOutcome run_and_check(const Variant& v, const AttnProblem& p, const ProblemBu
     out.check = check_outputs(p, b.o, v.writes_lse ? b.lse : nullptr, *ref, stream, lse_tol);
     out.checked = true;
   }
-  // First two and last output values, as the table shows them.
-  const int64_t n = p.o_elems();
-  uint16_t raw[3] = {0, 0, 0};
-  cudaMemcpy(&raw[0], b.o, sizeof(uint16_t) * (n >= 2 ? 2 : 1), cudaMemcpyDeviceToHost);
-  cudaMemcpy(&raw[2], static_cast<const uint16_t*>(b.o) + (n - 1), sizeof(uint16_t), cudaMemcpyDeviceToHost);
-  for (int i = 0; i < 3; ++i) {
-    if (p.dtype == DType::kBFloat16) {
-      __nv_bfloat16_raw r{raw[i]};
-      out.first_values[i] = __bfloat162float(__nv_bfloat16(r));
-    } else {
-      __half_raw r{raw[i]};
-      out.first_values[i] = __half2float(__half(r));
-    }
-  }
+  read_first_values(b.o, p.o_elems(), p.dtype, out.first_values);
   return out;
 }
 
@@ -250,6 +259,192 @@ std::string time_calls(const std::function<std::string()>& call, int warmup, int
   time_calls_interleaved({call}, warmup, iters, flush, flush_bytes, stream, &timing, &error);
   *out = timing[0];
   return error[0];
+}
+
+// ---- the backward ---------------------------------------------------------------
+
+GradBuffers::~GradBuffers() {
+  for (void* p : owned_) cudaFree(p);
+}
+
+std::string GradBuffers::allocate(const AttnProblem& p, bool with_reference, size_t wanted_workspace) {
+  // The forward's buffers (with its fp32 reference: the backward's O and LSE come from it).
+  if (std::string e = fwd.allocate(p, true, wanted_workspace, wanted_workspace, 0); !e.empty()) return e;
+  auto alloc = [&](size_t bytes, void** out, const char* what) -> std::string {
+    if (cudaMalloc(out, bytes) != cudaSuccess) {
+      cudaGetLastError();  // allocation failures are not sticky
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "out of GPU memory allocating %.2f GiB for %s of %s",
+                    double(bytes) / double(1ull << 30), what, p.shape_string().c_str());
+      return buf;
+    }
+    owned_.push_back(*out);
+    return "";
+  };
+  const size_t e16 = kInputElementBytes;
+  const int64_t elems[kGrads] = {p.q_elems(), p.k_elems(), p.v_elems()};
+  std::string err = alloc(size_t(p.o_elems()) * e16, &dout, "dO");
+  if (err.empty()) err = alloc(size_t(elems[0]) * e16, &dq, "dQ");
+  if (err.empty()) err = alloc(size_t(elems[1]) * e16, &dk, "dK");
+  if (err.empty()) err = alloc(size_t(elems[2]) * e16, &dv, "dV");
+  for (int g = 0; g < kGrads && with_reference && err.empty(); ++g) {
+    err = alloc(size_t(elems[g]) * sizeof(float), reinterpret_cast<void**>(&ref[g]), "the reference gradients");
+    if (err.empty())
+      err = alloc(size_t(elems[g]) * sizeof(float), reinterpret_cast<void**>(&lp[g]),
+                  "the same-precision gradients");
+  }
+  return err;
+}
+
+AttnGradBuffers GradBuffers::grad() const {
+  const AttnBuffers f = fwd.attn();
+  AttnGradBuffers g;
+  g.q = f.q;
+  g.k = f.k;
+  g.v = f.v;
+  g.o = f.o;
+  g.lse = f.lse;
+  g.dout = dout;
+  g.dq = dq;
+  g.dk = dk;
+  g.dv = dv;
+  g.workspace = f.workspace;
+  g.workspace_bytes = f.workspace_bytes;
+  return g;
+}
+
+std::string prepare_backward_inputs(const AttnProblem& p, GradBuffers& bufs, uint64_t seed, bool with_reference,
+                                    cudaStream_t stream, GradReference* ref) {
+  if (std::string e = prepare_inputs(p, bufs.fwd, seed, false, stream, nullptr); !e.empty()) return e;
+  const AttnBuffers f = bufs.fwd.attn();
+  // dO from a fourth stream of numbers (the complement of the seed: far from seed·3 + 0..2 of any nearby seed).
+  cudaError_t e = fill_random_normal(bufs.dout, p.o_elems(), p.dtype, ~seed, stream);
+  if (e != cudaSuccess) return cuda_error_text("filling dO", e);
+  e = reference_attention_fp32(p, f.q, f.k, f.v, bufs.fwd.o_ref, bufs.fwd.lse_ref, stream);
+  if (e == cudaSuccess) e = convert_fp32_to_input_dtype(bufs.fwd.o_ref, f.o, p.o_elems(), p.dtype, stream);
+  if (e == cudaSuccess)
+    e = cudaMemcpyAsync(f.lse, bufs.fwd.lse_ref, size_t(p.lse_elems()) * sizeof(float), cudaMemcpyDeviceToDevice,
+                        stream);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+  if (e != cudaSuccess) return cuda_error_text("fp32 reference forward", e);
+  if (!with_reference) return "";
+
+  e = reference_attention_backward_fp32(p, f.q, f.k, f.v, bufs.dout, bufs.ref[0], bufs.ref[1], bufs.ref[2], false,
+                                        nullptr, 0, stream);
+  if (e == cudaSuccess)
+    e = reference_attention_backward_fp32(p, f.q, f.k, f.v, bufs.dout, bufs.lp[0], bufs.lp[1], bufs.lp[2], true,
+                                          nullptr, 0, stream);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+  if (e != cudaSuccess) return cuda_error_text("fp32 reference backward", e);
+  const int64_t elems[kGrads] = {p.q_elems(), p.k_elems(), p.v_elems()};
+  for (int g = 0; g < kGrads; ++g) {
+    ref->ref[g] = bufs.ref[g];
+    const ErrorStats s = compare_output_fp32(bufs.lp[g], bufs.ref[g], elems[g], stream);
+    ref->baseline_err[g] = s.nonfinite == 0 ? s.max_abs_err : -1;
+    ref->rounding_err[g] = output_rounding_error(bufs.ref[g], elems[g], p.dtype, stream);
+  }
+  return "";
+}
+
+int GradCheck::worst() const {
+  int w = 0;
+  for (int g = 1; g < kGrads; ++g)
+    if (grad[g].err * grad[w].tol > grad[w].err * grad[g].tol) w = g;  // err / tol, without dividing by 0
+  return w;
+}
+
+std::string GradCheck::summary() const {
+  std::string s = pass ? "PASS" : "FAIL";
+  for (int g = 0; g < kGrads; ++g) {
+    const CheckResult& c = grad[g];
+    char buf[96];
+    if (c.nonfinite != 0)
+      std::snprintf(buf, sizeof buf, "%s %s %lld NaN/Inf/unwritten", g ? "," : "", kGradNames[g],
+                    static_cast<long long>(c.nonfinite));
+    else
+      std::snprintf(buf, sizeof buf, "%s %s %.2e %s %.2e", g ? "," : "", kGradNames[g], c.err,
+                    c.err <= c.tol ? "<=" : ">", c.tol);
+    s += buf;
+  }
+  return s;
+}
+
+GradCheck check_gradients(const AttnProblem& p, const AttnGradBuffers& g, const GradReference& ref,
+                          cudaStream_t stream) {
+  const void* grads[kGrads] = {g.dq, g.dk, g.dv};
+  const int64_t elems[kGrads] = {p.q_elems(), p.k_elems(), p.v_elems()};
+  GradCheck c;
+  c.pass = true;
+  for (int i = 0; i < kGrads; ++i) {
+    const ErrorStats s = compare_output(grads[i], p.dtype, ref.ref[i], elems[i], stream);
+    c.grad[i] = judge(s, ErrorStats{}, ref.baseline_err[i], ref.rounding_err[i]);  // no LSE to judge
+    c.pass = c.pass && c.grad[i].pass;
+  }
+  return c;
+}
+
+cudaError_t poison_gradients(const AttnProblem& p, const AttnGradBuffers& g, cudaStream_t stream) {
+  cudaError_t e = cudaMemsetAsync(g.dq, 0xFF, size_t(p.q_elems()) * kInputElementBytes, stream);
+  if (e == cudaSuccess) e = cudaMemsetAsync(g.dk, 0xFF, size_t(p.k_elems()) * kInputElementBytes, stream);
+  if (e == cudaSuccess) e = cudaMemsetAsync(g.dv, 0xFF, size_t(p.v_elems()) * kInputElementBytes, stream);
+  return e;
+}
+
+BwdRunOutcome run_and_check_backward(const BwdVariant& v, const AttnProblem& p, const GradBuffers& bufs,
+                                     const GradReference* ref, cudaStream_t stream) {
+  BwdRunOutcome out;
+  const AttnGradBuffers g = bufs.grad();
+  cudaError_t e = poison_gradients(p, g, stream);
+  if (e == cudaSuccess) e = v.launch(p, g, stream);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+  if (e != cudaSuccess) {
+    out.error = launch_error_text(v, e);
+    return out;
+  }
+  if (ref) {
+    out.check = check_gradients(p, g, *ref, stream);
+    out.checked = true;
+  }
+  read_first_values(g.dq, p.q_elems(), p.dtype, out.first_values);
+  return out;
+}
+
+namespace {
+// dQ, dK, dV as bytes, for the bitwise comparison.
+std::vector<uint8_t> gradient_bytes(const AttnProblem& p, const AttnGradBuffers& g) {
+  const size_t q = size_t(p.q_elems()) * kInputElementBytes, k = size_t(p.k_elems()) * kInputElementBytes;
+  const size_t v = size_t(p.v_elems()) * kInputElementBytes;
+  std::vector<uint8_t> h(q + k + v);
+  cudaMemcpy(h.data(), g.dq, q, cudaMemcpyDeviceToHost);
+  cudaMemcpy(h.data() + q, g.dk, k, cudaMemcpyDeviceToHost);
+  cudaMemcpy(h.data() + q + k, g.dv, v, cudaMemcpyDeviceToHost);
+  return h;
+}
+}  // namespace
+
+std::string check_bitwise_repeatable(const BwdVariant& v, const AttnProblem& p, const GradBuffers& bufs, int runs,
+                                     cudaStream_t stream, bool* identical) {
+  const AttnGradBuffers g = bufs.grad();
+  const std::vector<uint8_t> first = gradient_bytes(p, g);
+  *identical = true;
+  for (int r = 0; r < runs; ++r) {
+    cudaError_t e = poison_gradients(p, g, stream);
+    if (e == cudaSuccess) e = v.launch(p, g, stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+    if (e != cudaSuccess) return launch_error_text(v, e);
+    *identical = *identical && gradient_bytes(p, g) == first;
+  }
+  return "";
+}
+
+std::function<std::string()> bwd_variant_call(const BwdVariant& v, const AttnProblem& p, const GradBuffers& bufs,
+                                              cudaStream_t stream) {
+  const AttnGradBuffers g = bufs.grad();
+  const auto* launch = v.launch_timed ? &v.launch_timed : &v.launch;  // v and p outlive the call
+  return [&v, &p, launch, g, stream]() -> std::string {
+    const cudaError_t e = (*launch)(p, g, stream);
+    return e == cudaSuccess ? "" : launch_error_text(v, e);
+  };
 }
 
 namespace {

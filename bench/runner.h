@@ -89,6 +89,88 @@ void time_calls_interleaved(const std::vector<std::function<std::string()>>& cal
 std::function<std::string()> variant_call(const Variant& v, const AttnProblem& p, const ProblemBuffers& bufs,
                                           cudaStream_t stream);
 
+// ---- the backward ---------------------------------------------------------------
+// Device buffers of one backward problem: the forward's (ProblemBuffers: Q, K,
+// V, O, LSE, the fp32 reference O and LSE, the workspace, the L2 flush), dO,
+// dQ, dK, dV and, with references, the fp32 gradients of the reference
+// backward and of the same-precision unfused one. After allocate(), only the
+// reference backward allocates (its scratch, in prepare_backward_inputs,
+// freed before anything is timed).
+class GradBuffers {
+ public:
+  GradBuffers() = default;
+  GradBuffers(const GradBuffers&) = delete;
+  GradBuffers& operator=(const GradBuffers&) = delete;
+  ~GradBuffers();
+
+  // The workspace: `wanted_workspace` bytes (the largest a backward row asks
+  // for). Returns "" or a one-line error naming what did not fit.
+  std::string allocate(const AttnProblem& p, bool with_reference, size_t wanted_workspace);
+  AttnGradBuffers grad() const;
+
+  ProblemBuffers fwd;
+  void *dout = nullptr, *dq = nullptr, *dk = nullptr, *dv = nullptr;
+  float* ref[3] = {nullptr, nullptr, nullptr};  // dQ, dK, dV of the fp32 reference
+  float* lp[3] = {nullptr, nullptr, nullptr};   // the same of the same-precision unfused backward
+
+ private:
+  std::vector<void*> owned_;
+};
+
+// dQ, dK, dV: the three gradients every backward row is judged on, each alone.
+constexpr int kGrads = 3;
+constexpr const char* kGradNames[kGrads] = {"dQ", "dK", "dV"};
+
+// What a backward row is checked against, per gradient: the fp32 reference,
+// the same-precision unfused backward's error against it (< 0 when
+// unavailable) and the reference's own rounding error in the dtype.
+struct GradReference {
+  const float* ref[kGrads] = {nullptr, nullptr, nullptr};
+  double baseline_err[kGrads] = {-1, -1, -1};
+  double rounding_err[kGrads] = {0, 0, 0};
+};
+
+// Fills Q, K, V (as prepare_inputs) and dO from `seed`; the forward the
+// backward starts from: O = the fp32 reference's O rounded to the dtype, LSE
+// = its LSE; with `with_reference`, the reference gradients and the errors
+// above. Returns "" or a one-line error.
+std::string prepare_backward_inputs(const AttnProblem& p, GradBuffers& bufs, uint64_t seed, bool with_reference,
+                                    cudaStream_t stream, GradReference* ref);
+
+// dQ, dK, dV each judged by the forward's rule (judge: err <= 2 x the
+// same-precision unfused error + 2 x rounding, nothing NaN or unwritten).
+struct GradCheck {
+  CheckResult grad[kGrads];
+  bool pass = false;
+  int worst() const;            // the gradient with the largest err / tol
+  std::string summary() const;  // "PASS dQ 1.2e-03 <= 3.4e-03, dK ..., dV ..."
+};
+GradCheck check_gradients(const AttnProblem& p, const AttnGradBuffers& g, const GradReference& ref,
+                          cudaStream_t stream);
+
+struct BwdRunOutcome {
+  std::string error;     // a CUDA error, one line ("" when it ran)
+  bool checked = false;  // `check` holds a verdict
+  GradCheck check;
+  float first_values[3] = {0, 0, 0};  // dQ[0], dQ[1], dQ[last]
+};
+
+// Poisons dQ, dK, dV with NaN (0xFF bytes), so that unwritten elements are caught.
+cudaError_t poison_gradients(const AttnProblem& p, const AttnGradBuffers& g, cudaStream_t stream);
+// Poisons the gradients, runs the variant once and, given a reference, checks them.
+BwdRunOutcome run_and_check_backward(const BwdVariant& v, const AttnProblem& p, const GradBuffers& bufs,
+                                     const GradReference* ref, cudaStream_t stream);
+// For a deterministic variant, after run_and_check_backward: `runs` more
+// runs, each into poisoned buffers, whose dQ, dK, dV must equal, bit for bit,
+// what the buffers hold now. Returns "" or a launch error; *identical says
+// whether every run matched.
+constexpr int kDeterminismRuns = 5;
+std::string check_bitwise_repeatable(const BwdVariant& v, const AttnProblem& p, const GradBuffers& bufs, int runs,
+                                     cudaStream_t stream, bool* identical);
+// A backward variant's launch (launch_timed where it has one) as a call for the timers.
+std::function<std::string()> bwd_variant_call(const BwdVariant& v, const AttnProblem& p, const GradBuffers& bufs,
+                                              cudaStream_t stream);
+
 // "" when rows can be appended to the results CSV at `path`, else one line
 // saying why not ("cannot write --csv /no/such/dir/x.csv: No such file or
 // directory"). Opens the file for appending and closes it again, removing it
@@ -106,5 +188,6 @@ std::string csv_field(std::string s);
 std::string cuda_error_text(const char* what, cudaError_t err);
 // The variant's own message for a failed launch if it has one, else CUDA's.
 std::string launch_error_text(const Variant& v, cudaError_t err);
+std::string launch_error_text(const BwdVariant& v, cudaError_t err);
 
 }  // namespace attnlab

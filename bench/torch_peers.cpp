@@ -212,6 +212,147 @@ std::vector<Variant> make_sdpa_peers() {
           make_sdpa_peer("sdpa(efficient)", Backend::kEfficient)};
 }
 
+namespace {
+
+// ---- the backward peers ---------------------------------------------------------
+enum class BwdPeer { kFlash, kCudnn, kEfficient, kUnfused };
+
+// The forward graph of one peer on leaves q [B,H,Nq,D], k, v of H heads (GQA:
+// already repeated inside the graph): its output O.
+at::Tensor forward_graph(BwdPeer peer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                         const AttnProblem& p) {
+  const double scale = p.scale;
+  switch (peer) {
+    case BwdPeer::kFlash:
+      return std::get<0>(at::_scaled_dot_product_flash_attention(q, k, v, 0.0, p.causal, false, scale));
+    case BwdPeer::kCudnn:
+      return std::get<0>(
+          at::_scaled_dot_product_cudnn_attention(q, k, v, std::nullopt, true, 0.0, p.causal, false, scale));
+    case BwdPeer::kEfficient:
+      return std::get<0>(at::_scaled_dot_product_efficient_attention(q, k, v, std::nullopt, true, 0.0, p.causal,
+                                                                     scale));
+    case BwdPeer::kUnfused: {
+      at::Tensor s = at::matmul(q, k.transpose(-2, -1)).mul(scale);
+      if (p.causal) s = s.masked_fill(causal_mask(p.Nq, p.Nk), -std::numeric_limits<float>::infinity());
+      return at::matmul(at::softmax(s, -1), v);
+    }
+  }
+  return {};
+}
+
+// Whether an SDPA backend runs a problem's backward: torch's is_causal is
+// top-left aligned, and otherwise torch decides — a small trial forward and
+// backward per (D, Dv, dtype, causal) returns its own message. GQA is not
+// asked about: the graph repeats K and V.
+std::string sdpa_backward_unsupported(BwdPeer peer, const AttnProblem& p) {
+  if (p.causal && p.Nq != p.Nk) return "torch's is_causal is top-left aligned when Nq != Nk (attnlab: bottom-right)";
+  static std::map<std::tuple<int, int, int, int, int>, std::string> cache;
+  const auto key = std::make_tuple(int(peer), p.D, p.Dv, int(p.dtype), int(p.causal));
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  std::string reason;
+  try {
+    AttnProblem small = p;
+    small.B = small.H = 1;
+    small.Hkv = 0;
+    small.Nq = small.Nk = 256;
+    const auto opts = at::TensorOptions().dtype(scalar_type(p.dtype)).device(at::kCUDA, current_device());
+    const at::Tensor q = at::randn({1, 1, 256, p.D}, opts).requires_grad_(true);
+    const at::Tensor k = at::randn({1, 1, 256, p.D}, opts).requires_grad_(true);
+    const at::Tensor v = at::randn({1, 1, 256, p.Dv}, opts).requires_grad_(true);
+    const at::Tensor out = forward_graph(peer, q, k, v, small);
+    out.backward(at::randn_like(out));
+    cudaDeviceSynchronize();
+  } catch (const c10::Error& e) {
+    reason = first_line(e.what_without_backtrace());
+  }
+  cache.emplace(key, reason);
+  return reason;
+}
+
+bool same_problem(const AttnProblem& a, const AttnProblem& b) {
+  return a.B == b.B && a.H == b.H && a.kv_heads() == b.kv_heads() && a.Nq == b.Nq && a.Nk == b.Nk && a.D == b.D &&
+         a.Dv == b.Dv && a.dtype == b.dtype && a.causal == b.causal && a.scale == b.scale;
+}
+
+// One peer's autograd graph, built for one problem on one set of buffers.
+struct BwdGraph {
+  AttnProblem p;
+  const void *q = nullptr, *k = nullptr, *v = nullptr, *dout = nullptr;
+  at::Tensor q_leaf, k_leaf, v_leaf, grad_out, out;
+  bool built_for(const AttnProblem& problem, const AttnGradBuffers& b) const {
+    return out.defined() && same_problem(p, problem) && q == b.q && k == b.k && v == b.v && dout == b.dout;
+  }
+};
+
+// Leaves that take gradients (copies of the harness's Q, K, V) and the forward graph on them.
+void build_graph(BwdPeer peer, BwdGraph& g, const AttnProblem& p, const AttnGradBuffers& b) {
+  g.out = at::Tensor();  // the old graph's memory first
+  const auto t = scalar_type(p.dtype);
+  const int64_t hkv = p.kv_heads();
+  g.q_leaf = wrap(b.q, {p.B, p.H, p.Nq, p.D}, t).detach().clone().requires_grad_(true);
+  g.k_leaf = wrap(b.k, {p.B, hkv, p.Nk, p.D}, t).detach().clone().requires_grad_(true);
+  g.v_leaf = wrap(b.v, {p.B, hkv, p.Nk, p.Dv}, t).detach().clone().requires_grad_(true);
+  g.grad_out = wrap(b.dout, {p.B, p.H, p.Nq, p.Dv}, t);
+  g.out = forward_graph(peer, g.q_leaf, repeat_kv(g.k_leaf, p), repeat_kv(g.v_leaf, p), p);
+  g.p = p;
+  g.q = b.q;
+  g.k = b.k;
+  g.v = b.v;
+  g.dout = b.dout;
+}
+
+// One backward through the graph, the leaves' gradients set to none first.
+void run_backward(BwdGraph& g) {
+  for (at::Tensor* leaf : {&g.q_leaf, &g.k_leaf, &g.v_leaf}) leaf->mutable_grad() = at::Tensor();
+  g.out.backward(g.grad_out, /*retain_graph=*/true);
+}
+
+BwdVariant make_backward_peer(const std::string& name, BwdPeer peer, const std::string& about) {
+  auto error = std::make_shared<std::string>();
+  auto graph = std::make_shared<BwdGraph>();
+  BwdVariant v;
+  v.name = name;
+  v.rung = "torch " TORCH_VERSION;
+  v.is_peer = true;
+  v.unsupported_reason = [peer](const AttnProblem& p) {
+    return peer == BwdPeer::kUnfused ? std::string() : sdpa_backward_unsupported(peer, p);
+  };
+  v.launch = [peer, error, graph](const AttnProblem& p, const AttnGradBuffers& b, cudaStream_t s) {
+    return on_stream(s, error.get(), [&] {
+      if (!graph->built_for(p, b)) build_graph(peer, *graph, p, b);
+      run_backward(*graph);
+      const auto t = scalar_type(p.dtype);
+      wrap(b.dq, {p.B, p.H, p.Nq, p.D}, t).copy_(graph->q_leaf.grad());
+      wrap(b.dk, {p.B, p.kv_heads(), p.Nk, p.D}, t).copy_(graph->k_leaf.grad());
+      wrap(b.dv, {p.B, p.kv_heads(), p.Nk, p.Dv}, t).copy_(graph->v_leaf.grad());
+    });
+  };
+  v.launch_timed = [peer, error, graph](const AttnProblem& p, const AttnGradBuffers& b, cudaStream_t s) {
+    return on_stream(s, error.get(), [&] {
+      if (!graph->built_for(p, b)) build_graph(peer, *graph, p, b);  // (launch built it: not in the timed calls)
+      run_backward(*graph);
+    });
+  };
+  v.last_error = [error] { return *error; };
+  v.describe = [about] { return about; };
+  return v;
+}
+
+}  // namespace
+
+std::vector<BwdVariant> make_torch_unfused_backward_peers() {
+  return {make_backward_peer("torch(unfused)", BwdPeer::kUnfused,
+                             "eager PyTorch autograd: softmax(q @ k^T * scale) @ v, the backward alone")};
+}
+
+std::vector<BwdVariant> make_sdpa_backward_peers() {
+  const std::string about = " backend of scaled_dot_product_attention through autograd, the backward alone";
+  return {make_backward_peer("sdpa(flash)", BwdPeer::kFlash, "the flash (FA2)" + about),
+          make_backward_peer("sdpa(cudnn)", BwdPeer::kCudnn, "the cuDNN" + about),
+          make_backward_peer("sdpa(efficient)", BwdPeer::kEfficient, "the memory-efficient" + about)};
+}
+
 std::string torch_reference(const AttnProblem& p, const void* q, const void* k, const void* v, float* o_ref,
                             float* lse_ref, cudaStream_t stream) {
   std::string error;
@@ -254,19 +395,84 @@ at::Tensor operand_tensor(const BroadcastOperand& x, at::ScalarType type, const 
   return t.expand({p.B, p.H, p.Nq, p.Nk});
 }
 
+// The torch rows of a dynamic-mask problem: which call each makes.
+enum class MaskedCall { kEfficient, kCudnn, kUnfused, kDefault, kFlash };
+
+// One forward of `call` on q [B,H,Nq,D], k, v (of H heads): given the
+// additive mask `bias`, or plain with torch's causal flag `is_causal` (torch(unfused)
+// plain: our bottom-right rule, `bottom_right`). `grad`: in a graph that
+// takes gradients (out-of-place ops, the LSE the backward needs).
+at::Tensor masked_call(MaskedCall call, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                       const std::optional<at::Tensor>& bias, bool is_causal, bool bottom_right, double scale,
+                       bool grad) {
+  switch (call) {
+    case MaskedCall::kEfficient:
+      return std::get<0>(at::_scaled_dot_product_efficient_attention(q, k, v, bias, grad, 0.0, is_causal, scale));
+    case MaskedCall::kCudnn:
+      return std::get<0>(at::_scaled_dot_product_cudnn_attention(q, k, v, bias, grad, 0.0, is_causal, false, scale));
+    case MaskedCall::kDefault:  // the public entry point: whatever backend torch picks
+      return at::scaled_dot_product_attention(q, k, v, bias, 0.0, is_causal, scale);
+    case MaskedCall::kFlash:
+      return std::get<0>(at::_scaled_dot_product_flash_attention(q, k, v, 0.0, is_causal, false, scale));
+    case MaskedCall::kUnfused: {
+      at::Tensor s = at::matmul(q, k.transpose(-2, -1));
+      s = grad ? s.mul(scale) : s.mul_(scale);
+      if (bias) s = grad ? s.add(*bias) : s.add_(*bias);
+      else if (bottom_right) s.masked_fill_(causal_mask(q.size(2), k.size(2)), -std::numeric_limits<float>::infinity());
+      return at::matmul(at::softmax(s, -1), v);
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
 std::vector<MaskedTorchPeer> make_masked_torch_peers(const DynamicMaskProblem& p, const void* q, const void* k,
                                                      const void* v, std::string* setup_error, const void* dout,
                                                      bool fa2_reference) {
   setup_error->clear();
+  // Given the mask and bias as one additive float mask, or (with neither) plain attention.
+  const bool has_mask = p.mask.data != nullptr || p.bias.data != nullptr;
+  struct Row {
+    std::string name;
+    MaskedCall call;
+    bool masked;  // given the additive mask
+    std::string about;
+  };
+  const std::string sol = "the same Q, K, V without the mask or bias: the dense speed of light at this shape";
+  std::vector<Row> rows;
+  if (has_mask) {
+    rows = {{"sdpa(efficient)+mask", MaskedCall::kEfficient, true, ""},
+            {"sdpa(cudnn)+mask", MaskedCall::kCudnn, true, ""},
+            {"torch(unfused)+mask", MaskedCall::kUnfused, true, ""},
+            {"sdpa(default)+mask", MaskedCall::kDefault, true, ""},
+            {"sdpa(cudnn) (no mask: dense speed of light)", MaskedCall::kCudnn, false, sol}};
+  } else {
+    rows = {{"sdpa(flash)", MaskedCall::kFlash, false, ""},
+            {"sdpa(efficient)", MaskedCall::kEfficient, false, ""},
+            {"sdpa(cudnn)", MaskedCall::kCudnn, false, ""},
+            {"torch(unfused)", MaskedCall::kUnfused, false, ""},
+            {"sdpa(default)", MaskedCall::kDefault, false, ""}};
+  }
+  if (dout != nullptr) {
+    for (Row& r : rows) {  // "sdpa(cudnn) bwd (no mask: ...)", "sdpa(flash) bwd"
+      const size_t paren = r.name.find(" (");
+      r.name = paren == std::string::npos ? r.name + " bwd" : r.name.substr(0, paren) + " bwd" + r.name.substr(paren);
+    }
+    if (has_mask && fa2_reference)
+      rows.push_back({"sdpa(flash) bwd, no mask", MaskedCall::kFlash, false,
+                      "FA2 on the same Q, K, V, dO without mask or bias: the dense reference"});
+  }
+
   struct State {
-    at::Tensor q, k, v, additive;
+    at::Tensor q, k, v;
+    std::optional<at::Tensor> additive;       // with a mask or bias
     at::Tensor q_leaf, k_leaf, v_leaf, dout;  // backward: leaves that take gradients
-    at::Tensor out[5];                        // backward: each peer's forward graph, built once
-    std::string default_backend;              // what scaled_dot_product_attention picks here
+    std::vector<at::Tensor> out;              // backward: each row's forward graph, built once
+    std::string default_backend[2];           // what scaled_dot_product_attention picks, plain / masked
   };
   auto st = std::make_shared<State>();
+  st->out.resize(rows.size());
   try {
     const auto t = scalar_type(p.dtype);
     st->q = wrap(q, {p.B, p.H, p.Nq, p.D}, t);
@@ -276,19 +482,25 @@ std::vector<MaskedTorchPeer> make_masked_torch_peers(const DynamicMaskProblem& p
       st->k = st->k.repeat_interleave(p.H / p.Hkv, 1);
       st->v = st->v.repeat_interleave(p.H / p.Hkv, 1);
     }
-    const auto opts = at::TensorOptions().dtype(t).device(at::kCUDA, current_device());
-    at::Tensor add = at::zeros({p.B, p.H, p.Nq, p.Nk}, opts);
-    if (p.bias.data) add.add_(operand_tensor(p.bias, t, p));
-    const float neg_inf = -std::numeric_limits<float>::infinity();
-    if (p.mask.data) add.masked_fill_(operand_tensor(p.mask, at::kByte, p) == 0, neg_inf);
-    if (p.causal) add.masked_fill_(causal_mask(p.Nq, p.Nk), neg_inf);
-    st->additive = add;
+    if (has_mask) {
+      const auto opts = at::TensorOptions().dtype(t).device(at::kCUDA, current_device());
+      at::Tensor add = at::zeros({p.B, p.H, p.Nq, p.Nk}, opts);
+      if (p.bias.data) add.add_(operand_tensor(p.bias, t, p));
+      const float neg_inf = -std::numeric_limits<float>::infinity();
+      if (p.mask.data) add.masked_fill_(operand_tensor(p.mask, at::kByte, p) == 0, neg_inf);
+      if (p.causal) add.masked_fill_(causal_mask(p.Nq, p.Nk), neg_inf);
+      st->additive = add;
+    }
     // The backend torch's public entry point picks for these inputs (the
     // sdpa(default) row runs that entry point): aten::_fused_sdp_choice, whose
     // values are sdp::SDPBackend's.
-    const int64_t choice = at::_fused_sdp_choice(st->q, st->k, st->v, st->additive, 0.0, false, double(p.scale));
     static const char* const kBackends[] = {"math", "flash", "efficient", "cudnn", "overrideable"};
-    st->default_backend = choice >= 0 && choice < 5 ? kBackends[choice] : "none";
+    for (int masked = 0; masked < 2; ++masked) {
+      if (masked && !has_mask) continue;
+      const int64_t choice = at::_fused_sdp_choice(st->q, st->k, st->v, masked ? st->additive : std::nullopt, 0.0,
+                                                   masked ? false : p.causal, double(p.scale));
+      st->default_backend[masked] = choice >= 0 && choice < 5 ? kBackends[choice] : "none";
+    }
     if (dout != nullptr) {
       st->q_leaf = wrap(q, {p.B, p.H, p.Nq, p.D}, t).detach().clone().requires_grad_(true);
       st->k_leaf = wrap(k, {p.B, p.Hkv, p.Nk, p.D}, t).detach().clone().requires_grad_(true);
@@ -300,82 +512,49 @@ std::vector<MaskedTorchPeer> make_masked_torch_peers(const DynamicMaskProblem& p
     *setup_error = first_line(e.what_without_backtrace());
     return {};
   }
-  const double scale = p.scale;
-  const bool softcap = p.softcap > 0.f;
-  auto make = [&](const std::string& name, int which) {
-    MaskedTorchPeer peer;
-    peer.name = name;
-    peer.run = [st, scale, which, softcap, p](cudaStream_t stream) {
-      if (softcap) return std::string("torch SDPA has no softcap");
-      std::string err;
-      on_stream(stream, &err, [&] {
-        if (which == 0)
-          at::_scaled_dot_product_efficient_attention(st->q, st->k, st->v, st->additive, false, 0.0, false, scale);
-        else if (which == 1)
-          at::_scaled_dot_product_cudnn_attention(st->q, st->k, st->v, st->additive, false, 0.0, false, false, scale);
-        else if (which == 3)  // the public entry point: whatever backend torch picks
-          at::scaled_dot_product_attention(st->q, st->k, st->v, st->additive, 0.0, false, scale);
-        else
-          at::matmul(at::softmax(at::matmul(st->q, st->k.transpose(-2, -1)).mul_(scale).add_(st->additive), -1),
-                     st->v);
-      });
-      return err;
-    };
-    if (which == 3) peer.about = "torch picks " + st->default_backend;
-    return peer;
-  };
-  if (dout == nullptr)
-    return {make("sdpa(efficient)+mask", 0), make("sdpa(cudnn)+mask", 1), make("torch(unfused)+mask", 2),
-            make("sdpa(default)+mask", 3)};
 
-  // Backward: the forward graph is built on the first call (untimed in the
-  // harness), then every call is one backward through it (retain_graph), with
-  // the gradients of the leaves reset first. GQA: K, V repeated inside the
-  // graph, so their gradients sum over the group as ours do.
+  const double scale = p.scale;
+  const bool softcap = p.softcap > 0.f, causal = p.causal, top_left_differs = p.causal && p.Nq != p.Nk;
+  // The backward: the forward graph is built on the first call (untimed in
+  // the harness), then every call is one backward through it (retain_graph),
+  // with the gradients of the leaves reset first. GQA: K, V repeated inside
+  // the graph, so their gradients sum over the group as ours do.
   const int group = p.H / p.Hkv;
-  // which == 4: FA2 (the flash backend) on the same leaves without the additive
-  // mask, causal by torch's flag: the dense reference where every pair is active.
-  const bool causal = p.causal, top_left_differs = p.causal && p.Nq != p.Nk;
-  auto make_bwd = [&](const std::string& name, int which) {
+  const bool backward = dout != nullptr;
+  std::vector<MaskedTorchPeer> peers;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row row = rows[i];
     MaskedTorchPeer peer;
-    peer.name = name;
-    peer.run = [st, scale, which, softcap, group, causal, top_left_differs](cudaStream_t stream) {
+    peer.name = row.name;
+    peer.masked = row.masked;
+    peer.about = row.about;
+    if (row.call == MaskedCall::kDefault) peer.about = "torch picks " + st->default_backend[row.masked ? 1 : 0];
+    peer.run = [st, row, i, scale, softcap, causal, top_left_differs, group, backward](cudaStream_t stream) {
       if (softcap) return std::string("torch SDPA has no softcap");
-      if (which == 4 && top_left_differs)
-        return std::string("torch's causal flag is aligned top-left, ours bottom-right (Nq != Nk)");
+      // A plain SDPA row is causal by torch's flag: it cannot say bottom-right.
+      if (!row.masked && top_left_differs && row.call != MaskedCall::kUnfused)
+        return std::string("torch's is_causal is top-left aligned when Nq != Nk (attnlab: bottom-right)");
+      const std::optional<at::Tensor> bias = row.masked ? st->additive : std::nullopt;
+      const bool is_causal = !row.masked && causal;
       std::string err;
       on_stream(stream, &err, [&] {
-        if (!st->out[which].defined()) {
+        if (!backward) {
+          masked_call(row.call, st->q, st->k, st->v, bias, is_causal, is_causal, scale, false);
+          return;
+        }
+        if (!st->out[i].defined()) {
           const at::Tensor kh = group > 1 ? st->k_leaf.repeat_interleave(group, 1) : st->k_leaf;
           const at::Tensor vh = group > 1 ? st->v_leaf.repeat_interleave(group, 1) : st->v_leaf;
-          if (which == 0)
-            st->out[0] = std::get<0>(at::_scaled_dot_product_efficient_attention(st->q_leaf, kh, vh, st->additive,
-                                                                                 true, 0.0, false, scale));
-          else if (which == 1)
-            st->out[1] = std::get<0>(at::_scaled_dot_product_cudnn_attention(st->q_leaf, kh, vh, st->additive, true,
-                                                                              0.0, false, false, scale));
-          else if (which == 3)
-            st->out[3] = at::scaled_dot_product_attention(st->q_leaf, kh, vh, st->additive, 0.0, false, scale);
-          else if (which == 4)
-            st->out[4] =
-                std::get<0>(at::_scaled_dot_product_flash_attention(st->q_leaf, kh, vh, 0.0, causal, false, scale));
-          else
-            st->out[2] = at::matmul(
-                at::softmax(at::matmul(st->q_leaf, kh.transpose(-2, -1)).mul(scale).add(st->additive), -1), vh);
+          st->out[i] = masked_call(row.call, st->q_leaf, kh, vh, bias, is_causal, is_causal, scale, true);
         }
         for (at::Tensor* leaf : {&st->q_leaf, &st->k_leaf, &st->v_leaf})
           if (leaf->grad().defined()) leaf->mutable_grad().zero_();
-        st->out[which].backward(st->dout, /*retain_graph=*/true);
+        st->out[i].backward(st->dout, /*retain_graph=*/true);
       });
       return err;
     };
-    if (which == 3) peer.about = "torch picks " + st->default_backend;
-    if (which == 4) peer.about = "FA2 on the same Q, K, V, dO without mask or bias: the dense reference";
-    return peer;
-  };
-  std::vector<MaskedTorchPeer> peers = {make_bwd("sdpa(efficient)+mask bwd", 0), make_bwd("sdpa(cudnn)+mask bwd", 1),
-                                        make_bwd("torch(unfused)+mask bwd", 2), make_bwd("sdpa(default)+mask bwd", 3)};
-  if (fa2_reference) peers.push_back(make_bwd("sdpa(flash) bwd, no mask", 4));
+    peers.push_back(peer);
+  }
   return peers;
 }
 

@@ -7,6 +7,8 @@ bool have_torch() { return false; }
 std::string torch_version() { return "none"; }
 std::vector<Variant> make_torch_unfused_peers() { return {}; }
 std::vector<Variant> make_sdpa_peers() { return {}; }
+std::vector<BwdVariant> make_torch_unfused_backward_peers() { return {}; }
+std::vector<BwdVariant> make_sdpa_backward_peers() { return {}; }
 std::string torch_reference(const AttnProblem&, const void*, const void*, const void*, float*, float*, cudaStream_t) {
   return "this build has no torch";
 }

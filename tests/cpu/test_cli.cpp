@@ -8,6 +8,7 @@
 
 #include "cli.h"
 #include "runner.h"
+#include "table.h"
 #include "testing.h"
 
 using namespace attnlab;
@@ -158,7 +159,8 @@ TEST_CASE(cli_dynamic_mask_flags) {
   EXPECT_EQ(parse({"--bias"}).options.splits, 0);            // split-KV: automatic by default
   EXPECT_EQ(parse({"--bias", "--splits", "16"}).options.splits, 16);
   EXPECT_CONTAINS(parse({"--splits", "-1"}).error, "--splits must be between 0 and 1024");
-  EXPECT_TRUE(parse({"--bwd"}).options.bwd && parse({"--bwd"}).options.dynamic_mask());
+  EXPECT_TRUE(parse({"--bias", "--bwd"}).options.bwd && parse({"--bias", "--bwd"}).options.dynamic_mask());
+  EXPECT_TRUE(!parse({"--bias", "--bwd"}).options.dense_backward());  // dmattn's backward, not the dense one
   EXPECT_CONTAINS(parse({"--bwd=1"}).error, "--bwd takes no value");
   EXPECT_EQ(parse({"--bwd"}).options.bwd_chunks, 0);  // query chunks: automatic by default
   EXPECT_TRUE(parse({"--bwd-chunks", "7"}).options.bwd_chunks == 7 && parse({"--bwd-chunks", "7"}).options.bwd);
@@ -288,6 +290,42 @@ TEST_CASE(cli_options_that_need_another) {
     EXPECT_TRUE(parse(args).error.find('\n') == std::string::npos && !parse(args).error.empty());
 }
 
+TEST_CASE(cli_bwd_alone_is_the_dense_backward) {
+  // --bwd without a dynamic-mask option: the dense backward on the shape given.
+  const ParseResult r = parse({"--bwd", "--D", "64"});
+  EXPECT_TRUE(r.ok());
+  EXPECT_TRUE(r.options.bwd && r.options.dense_backward() && !r.options.dynamic_mask());
+  EXPECT_TRUE(!parse({"--D", "64"}).options.dense_backward());  // the forward by default
+  // Every dense shape option applies: GQA, Nq != Nk, D != Dv, bf16, causal; and the rows' options.
+  const ParseResult full = parse({"--bwd", "--B", "4", "--H", "16", "--Hkv", "4", "--Nq", "300", "--Nk", "1000", "--D",
+                                  "192", "--Dv", "128", "--dtype", "bf16", "--causal", "--variant", "bwd-ws*",
+                                  "--show-all", "--csv", "/tmp/x.csv", "--no-peers"});
+  EXPECT_TRUE(full.ok() && full.options.dense_backward());
+  const AttnProblem p = to_problem(full.options);
+  EXPECT_TRUE(p.gqa() && p.Nq == 300 && p.Nk == 1000 && p.D == 192 && p.Dv == 128 && p.causal);
+  EXPECT_TRUE(parse({"--bwd", "--sdpa", "--torch"}).options.dense_backward());
+  EXPECT_TRUE(parse({"--bwd", "--reference", "fp32"}).ok());
+  EXPECT_TRUE(parse({"--bwd", "--list"}).options.dense_backward());
+  // The options of dmattn's backward still select the dynamic-mask mode (and imply --bwd there).
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--deterministic"}, {"--bwd", "--deterministic"}, {"--bwd-chunks", "2"},
+        {"--bwd", "--bwd-walk-in-order"}, {"--bwd", "--mask", "none"}, {"--bwd", "--mask", "causal"},
+        {"--bwd", "--softcap", "0"}, {"--bwd", "--splits", "0"}, {"--bwd", "--bias"}}) {
+    const Options o = parse(args).options;
+    EXPECT_TRUE(parse(args).ok() && o.bwd && o.dynamic_mask() && !o.dense_backward());
+  }
+  // What it cannot take: one line each, before anything runs.
+  EXPECT_CONTAINS(parse({"--bwd", "--sweep"}).error,
+                  "--sweep does not apply to --bwd: the dense backward runs one shape");
+  EXPECT_CONTAINS(parse({"--bwd", "--reference", "torch"}).error, "--reference torch does not apply to --bwd");
+  EXPECT_CONTAINS(parse({"--bwd", "--H", "8", "--Hkv", "3"}).error, "--H must be a multiple of --Hkv");
+  EXPECT_CONTAINS(parse({"--bwd", "--bias", "--Dv", "32"}).error, "dynamic-mask attention needs Dv == D");
+  EXPECT_CONTAINS(parse({"--bwd", "--bwd"}).error, "--bwd given twice");
+  const std::string u = usage();
+  EXPECT_CONTAINS(u, "--bwd             the backward instead");
+  EXPECT_CONTAINS(u, "but --bwd selects it");
+}
+
 TEST_CASE(cli_checks_and_peers_are_on_by_default) {
   const Options d = parse({"--B", "1", "--H", "8", "--N", "8192", "--D", "512"}).options;
   EXPECT_TRUE(d.check && d.torch && d.sdpa && !d.peers_given);
@@ -363,4 +401,85 @@ TEST_CASE(results_csv_unwritable_paths_are_found_first) {
     EXPECT_CONTAINS(append_results_csv("/dev/full", "row\n"),
                     "writing --csv /dev/full failed: No space left on device");
   }
+}
+
+TEST_CASE(table_rows_are_scored_in_order) {
+  // Peers first: the best peer that did not FAIL is what the rungs' ratios divide by.
+  auto row = [](const char* name, bool peer, double ms, bool pass) {
+    TableRow r;
+    r.name = name;
+    r.is_peer = peer;
+    r.timing.median_ms = ms;
+    r.checked = true;
+    r.pass = pass;
+    r.check_note = pass ? "PASS" : "FAIL";
+    return r;
+  };
+  std::vector<TableRow> rows = {row("fast-but-wrong bwd", true, 1.0, false), row("sdpa(cudnn) bwd", true, 2.0, true),
+                                row("bwd-mma", false, 4.0, true), row("bwd-ws", false, 1.6, false)};
+  TableRow unsupported;
+  unsupported.name = "bwd-ws+deterministic bwd";
+  unsupported.status = "unsupported";
+  rows.push_back(unsupported);
+  TableRow broken = row("bwd-mma+deterministic bwd", false, 0, true);
+  broken.error = "an illegal memory access";
+  rows.push_back(broken);
+  const TableScore score = score_rows(rows, 2e12);  // 2 TFLOP: TFLOPS = 2000 / ms
+  EXPECT_EQ(score.best_peer_name, std::string("sdpa(cudnn) bwd"));
+  EXPECT_NEAR(score.best_peer_tflops, 1000.0, 1e-9);
+  EXPECT_EQ(score.failures, 2);  // the failed rung and the one that errored; never a peer
+  EXPECT_EQ(rows[0].status, std::string("FAIL"));
+  EXPECT_NEAR(rows[2].ratio_to_best_peer, 0.5, 1e-12);
+  EXPECT_NEAR(rows[3].ratio_to_best_peer, 1.25, 1e-12);
+  EXPECT_TRUE(rows[3].gain_pct < 0);  // slower than the wrong peer before it
+  EXPECT_EQ(rows[4].status, std::string("unsupported"));
+  EXPECT_EQ(rows[5].status, std::string("error"));
+  EXPECT_EQ(rows[5].note, std::string("an illegal memory access"));
+}
+
+TEST_CASE(backward_rows_in_the_results_csv) {
+  // The forward's columns; a backward row's err and tol are its worst gradient's, lse_err empty.
+  GradCheck c;
+  const double errs[kGrads] = {1e-3, 4e-3, 1e-4}, tols[kGrads] = {2e-3, 5e-3, 2e-3};
+  for (int g = 0; g < kGrads; ++g) {
+    c.grad[g].err = errs[g];
+    c.grad[g].tol = tols[g];
+    c.grad[g].pass = true;
+  }
+  c.pass = true;
+  EXPECT_EQ(c.worst(), 1);  // 0.8 of its bound
+  EXPECT_EQ(c.summary(),
+            std::string("PASS dQ 1.00e-03 <= 2.00e-03, dK 4.00e-03 <= 5.00e-03, dV 1.00e-04 <= 2.00e-03"));
+  c.grad[2].nonfinite = 3;
+  EXPECT_CONTAINS(c.summary(), "dV 3 NaN/Inf/unwritten");
+  TableRow r;
+  r.name = "bwd-ws";
+  r.timing.median_ms = 0.5;
+  r.checked = true;
+  r.pass = true;
+  r.err = 4e-3;
+  r.tol = 5e-3;
+  r.check_note = "PASS dQ ...";
+  std::vector<TableRow> rows = {r};
+  score_rows(rows, 1e9);  // 2 TFLOPS in 0.5 ms
+  const std::string dir = temp_dir();
+  const std::string path = dir + "/bwd.csv";
+  SystemInfo sys;
+  sys.gpu = "NVIDIA H200";
+  AttnProblem p;
+  p.B = 2;
+  p.H = 4;
+  p.Hkv = 2;
+  p.Nq = 300;
+  p.Nk = 1000;
+  p.D = 192;
+  p.Dv = 128;
+  p.dtype = DType::kBFloat16;
+  p.causal = true;
+  EXPECT_EQ(append_rows_csv(path, sys, p, 7, rows), std::string());
+  const std::string text = read_file(path);
+  EXPECT_CONTAINS(text, ",bwd-ws,rung,2,4,300,1000,192,128,bf16,1,0.500000,2.00,,PASS,4.000e-03,5.000e-03,,7,"
+                        "Hkv=2; PASS dQ ...\n");
+  std::remove(path.c_str());
+  rmdir(dir.c_str());
 }

@@ -63,6 +63,16 @@ expect_error 2 "--check and --no-check contradict each other" --bias --no-check 
 expect_error 2 "--N has no effect with both --Nq and --Nk" --N 64 --Nq 1 --Nk 64
 expect_error 2 "--dma-mask-scan reads the mask" --dma-mask-scan prepass
 expect_error 2 "--variant does not apply to dynamic-mask runs" --bias --variant 'split-q*'
+# The dense backward (--bwd alone): its own option errors, before anything runs.
+expect_error 2 "--sweep does not apply to --bwd" --bwd --sweep
+expect_error 2 "--reference torch does not apply to --bwd" --bwd --reference torch
+expect_error 2 "no backward variant matches --variant 'no-such-variant*'" --bwd --variant 'no-such-variant*'
+expect_error 2 "--H must be a multiple of --Hkv" --bwd --H 8 --Hkv 3
+expect_error 2 "--dtype must be fp16 or bf16" --bwd --dtype fp32
+expect_error 2 "cannot write --csv /nonexistent/dir/x.csv" --bwd --N 64 --csv /nonexistent/dir/x.csv
+# ... while dmattn's backward options still select the dynamic-mask mode, whose rules apply.
+expect_error 2 "--variant does not apply to dynamic-mask runs" --deterministic --variant 'bwd*'
+expect_error 2 "dynamic-mask attention needs Dv == D" --bwd --mask none --Dv 32
 # --csv that cannot be written: found before anything runs, nothing written.
 expect_error 2 "cannot write --csv /nonexistent/dir/x.csv: No such file or directory" --csv /nonexistent/dir/x.csv
 expect_error 2 "cannot write --csv $tmp: it is a directory" --csv "$tmp"
@@ -82,6 +92,14 @@ fi
 # --list: every peer of the build by default, none with --no-peers.
 if "$bin" --list | grep -q "^unfused "; then pass; else fail "--list shows the unfused peer by default"; fi
 if "$bin" --list --no-peers | grep -q "^unfused "; then fail "--list --no-peers shows a peer"; else pass; fi
+
+# --list --bwd: the backward rows, each named '<name> bwd' (none may be there without torch).
+if out=$("$bin" --list --bwd) && ! printf '%s\n' "$out" | grep -v '^$' | awk '{ print $1, $2 }' | grep -qv ' bwd$'; then
+  pass
+else
+  fail "--list --bwd: $out"
+fi
+if "$bin" --list --bwd --no-peers | grep -q "^sdpa"; then fail "--list --bwd --no-peers shows a peer"; else pass; fi
 
 # --help and --list need no GPU. --help documents the exit codes.
 if "$bin" --help | grep -q -- "--causal"; then pass; else fail "--help"; fi
@@ -106,6 +124,7 @@ elif [ "$rc" -eq 3 ] && [ "$(printf '%s' "$out" | grep -c '')" -eq 1 ] && [[ "$o
   pass
   if [ ! -e "$tmp/rows.csv" ]; then pass; else fail "--csv file left behind by a run that did not start"; fi
   expect_error 3 "no usable CUDA GPU: " --bias --N 64 --D 64 --H 1 --iters 1 --warmup 0
+  expect_error 3 "no usable CUDA GPU: " --bwd --N 64 --D 64 --H 1 --iters 1 --warmup 0
 else
   fail "valid shape -> exit $rc: $out"
 fi
@@ -114,6 +133,10 @@ fi
 # --csv whose writes fail (the rows are lost: exit 1, not 0).
 if [ "$rc" -eq 0 ]; then
   expect_error 1 "of GPU memory" --B 64 --H 64 --N 1048576 --D 1024
+  expect_error 1 "of GPU memory" --bwd --B 64 --H 64 --N 1048576 --D 1024
+  # The dense backward on a small shape: every row that runs passes (exit 0), its rows in the CSV.
+  if "$bin" --bwd --B 1 --H 4 --Hkv 2 --Nq 70 --Nk 130 --D 64 --causal --iters 1 --warmup 0 \
+      --csv "$tmp/bwd.csv" >/dev/null 2>&1; then pass; else fail "--bwd on a small shape"; fi
   if [ -w /dev/full ]; then
     expect_error 1 "writing --csv /dev/full failed" --B 1 --H 1 --N 64 --D 64 --iters 1 --warmup 0 --variant split-q+stage2 \
       --csv /dev/full

@@ -1,0 +1,29 @@
+// attnlab: flash_attn_mma's dense backward, selected by --bwd without any
+// dynamic-mask option: every backward rung (all_bwd_variants()) and torch's
+// backward peers on one dense shape, checked and timed as the forward's rows
+// are (bench/table.h). See bwd_mode.cpp for the rows.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "cli.h"
+#include "host/variant.h"
+#include "system_info.h"
+
+namespace attnlab {
+
+// The rows: the peers first (those of the groups --torch / --sdpa pick, none
+// with --no-peers), then the backward rungs whose name matches --variant.
+// *rungs: how many of them are rungs.
+std::vector<const BwdVariant*> backward_rows(const Options& opt, size_t* rungs);
+
+// Runs, checks (unless --no-check) and times the rows on the shape of the
+// options; returns the process exit code (kExitOk; kExitFailed on a failed
+// check, a GPU error or a lost CSV write).
+int run_dense_backward_mode(const Options& opt, const std::vector<const BwdVariant*>& rows, const SystemInfo& sys,
+                            uint64_t seed, cudaStream_t stream);
+
+}  // namespace attnlab
