@@ -1,6 +1,8 @@
-// attnlab's Python module (attnlab._C): the registered variants on torch tensors,
-// and dynamic-mask attention's forward and backward (kernels/dmattn/dmattn.h)
-// for attnlab.dynamic_mask_attention (python/attnlab/dynamic_mask.py).
+// attnlab's Python module (attnlab._C): the registered variants on torch tensors
+// (forward and backward, for attnlab.forward and attnlab.attention:
+// python/attnlab/attention.py), and dynamic-mask attention's forward and
+// backward (kernels/dmattn/dmattn.h) for attnlab.dynamic_mask_attention
+// (python/attnlab/dynamic_mask.py).
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/extension.h>
@@ -52,7 +54,9 @@ std::string str(at::ScalarType t) { return c10::toString(t); }
 std::string str(const c10::Device& d) { return d.str(); }
 
 using attnlab::AttnBuffers;
+using attnlab::AttnGradBuffers;
 using attnlab::AttnProblem;
+using attnlab::BwdVariant;
 using attnlab::DType;
 using attnlab::Variant;
 
@@ -107,41 +111,48 @@ void check_tensor(const at::Tensor& t, const std::string& name, const at::Tensor
                            str(t.strides()));
 }
 
-// enable_gqa as in torch's scaled_dot_product_attention: without it k and v
-// have q's heads; with it any Hkv that divides them (query head h reads KV
-// head h / (H / Hkv)).
-std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                           const std::string& variant, bool is_causal, std::optional<double> scale,
-                                           bool enable_gqa) {
-  check_tensor(q, "q", q);
-  check_tensor(k, "k", q);
-  check_tensor(v, "v", q);
+// q, k, v checked and described as a problem; `where` names the Python
+// function for the messages. enable_gqa as in torch's
+// scaled_dot_product_attention: without it k and v have q's heads; with it
+// any Hkv that divides them (query head h reads KV head h / (H / Hkv)).
+AttnProblem checked_problem(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool is_causal,
+                            std::optional<double> scale, bool enable_gqa, const char* where) {
+#define REQUIRE_AT(ok, message) ATTNLAB_RAISE_UNLESS(ok, py::value_error, where, message)
+  check_tensor(q, "q", q, where);
+  check_tensor(k, "k", q, where);
+  check_tensor(v, "v", q, where);
   const int64_t B = q.size(0), H = q.size(1), Nq = q.size(2), D = q.size(3), Nk = k.size(2), Dv = v.size(3);
   const int64_t Hkv = k.size(1);
   const std::string shapes = str(q.sizes()) + ", " + str(k.sizes()) + ", " + str(v.sizes());
-  ATTNLAB_REQUIRE_VALUE(k.size(0) == B && v.size(0) == B, "q, k, v must share B; got " + shapes);
-  ATTNLAB_REQUIRE_VALUE(v.size(1) == Hkv, "k and v must have the same number of heads; got " + shapes);
-  ATTNLAB_REQUIRE_VALUE(enable_gqa || Hkv == H, "k and v must have q's number of heads (" + std::to_string(H) +
-                                                    ") unless enable_gqa=True; got " + shapes);
-  ATTNLAB_REQUIRE_VALUE(Hkv >= 1 && H % Hkv == 0, "q's heads (" + std::to_string(H) +
-                                                      ") must be a multiple of k's and v's (" + std::to_string(Hkv) +
-                                                      "); got " + shapes);
-  ATTNLAB_REQUIRE_VALUE(k.size(3) == D, "k's head dim must equal q's (" + std::to_string(k.size(3)) + " vs " +
-                                            std::to_string(D) + ")");
-  ATTNLAB_REQUIRE_VALUE(v.size(2) == Nk, "v must have as many rows as k (" + std::to_string(v.size(2)) + " vs " +
-                                             std::to_string(Nk) + ")");
-  ATTNLAB_REQUIRE_VALUE(B >= 1 && H >= 1 && Nq >= 1 && Nk >= 1 && D >= 1 && Dv >= 1,
-                        "every dimension must be at least 1; got " + shapes);
-  ATTNLAB_REQUIRE_VALUE(B <= 65535 && H <= 65535 && Nq < (int64_t(1) << 31) && Nk < (int64_t(1) << 31),
-                        "shape too large: B and H must be <= 65535 and N < 2^31");
-  ATTNLAB_REQUIRE_VALUE(!scale || (std::isfinite(*scale) && *scale > 0), "scale must be positive");
+  REQUIRE_AT(k.size(0) == B && v.size(0) == B, "q, k, v must share B; got " + shapes);
+  REQUIRE_AT(v.size(1) == Hkv, "k and v must have the same number of heads; got " + shapes);
+  REQUIRE_AT(enable_gqa || Hkv == H,
+             "k and v must have q's number of heads (" + std::to_string(H) + ") unless enable_gqa=True; got " + shapes);
+  REQUIRE_AT(Hkv >= 1 && H % Hkv == 0, "q's heads (" + std::to_string(H) + ") must be a multiple of k's and v's (" +
+                                           std::to_string(Hkv) + "); got " + shapes);
+  REQUIRE_AT(k.size(3) == D,
+             "k's head dim must equal q's (" + std::to_string(k.size(3)) + " vs " + std::to_string(D) + ")");
+  REQUIRE_AT(v.size(2) == Nk,
+             "v must have as many rows as k (" + std::to_string(v.size(2)) + " vs " + std::to_string(Nk) + ")");
+  REQUIRE_AT(B >= 1 && H >= 1 && Nq >= 1 && Nk >= 1 && D >= 1 && Dv >= 1,
+             "every dimension must be at least 1; got " + shapes);
+  REQUIRE_AT(B <= 65535 && H <= 65535 && Nq < (int64_t(1) << 31) && Nk < (int64_t(1) << 31),
+             "shape too large: B and H must be <= 65535 and N < 2^31");
+  REQUIRE_AT(!scale || (std::isfinite(*scale) && *scale > 0), "scale must be positive");
+#undef REQUIRE_AT
+  return make_problem(B, H, Nq, Nk, D, Dv, q.scalar_type() == at::kBFloat16, is_causal, scale, Hkv);
+}
 
-  const AttnProblem p = make_problem(B, H, Nq, Nk, D, Dv, q.scalar_type() == at::kBFloat16, is_causal, scale, Hkv);
-
-  const c10::cuda::CUDAGuard guard(q.device());
+std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
+                                           const std::string& variant, bool is_causal, std::optional<double> scale,
+                                           bool enable_gqa) {
+  const AttnProblem p = checked_problem(q_in, k_in, v_in, is_causal, scale, enable_gqa, "attnlab.forward");
+  const int64_t B = p.B, H = p.H, Nq = p.Nq, Dv = p.Dv;
+  const c10::cuda::CUDAGuard guard(q_in.device());
   const Variant& var = find_variant(variant);
   const std::string why = var.unsupported_reason(p);
   ATTNLAB_REQUIRE_VALUE(why.empty(), "variant '" + variant + "' does not support " + p.shape_string() + ": " + why);
+  const at::Tensor q = aligned16(q_in), k = aligned16(k_in), v = aligned16(v_in);
   at::Tensor o = at::empty({B, H, Nq, Dv}, q.options());
   at::Tensor lse = at::empty({B, H, Nq}, q.options().dtype(at::kFloat));
   at::Tensor workspace;
@@ -160,6 +171,88 @@ std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& q, const at::Tensor
   if (err != cudaSuccess)
     throw std::runtime_error("attnlab.forward: " + variant + " failed: " + cudaGetErrorString(err));
   return {o, lse};
+}
+
+// ---- the backward (for attnlab.attention) ---------------------------------------------
+#define ATTNLAB_BWD_REQUIRE_VALUE(ok, message) ATTNLAB_RAISE_UNLESS(ok, py::value_error, "attnlab.backward", message)
+
+std::vector<std::string> bwd_variant_names() {
+  std::vector<std::string> names;
+  for (const BwdVariant& v : attnlab::all_bwd_variants()) names.push_back(v.name);
+  return names;
+}
+
+const BwdVariant& find_bwd_variant(const std::string& name) {
+  for (const BwdVariant& v : attnlab::all_bwd_variants())
+    if (v.name == name) return v;
+  std::string known;
+  for (const std::string& n : bwd_variant_names()) known += (known.empty() ? "" : ", ") + n;
+  throw py::value_error("attnlab.backward: unknown backward variant '" + name + "'; known: " +
+                        (known.empty() ? std::string("none is registered") : known));
+}
+
+bool bwd_deterministic(const std::string& name) { return find_bwd_variant(name).deterministic; }
+
+// dQ, dK, dV (q's, k's and v's shapes and dtype) of L = Σ o ⊙ dout, from the
+// forward's o [B,H,Nq,Dv] and lse [B,H,Nq] (fp32), with one backward variant.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor& q_in, const at::Tensor& k_in,
+                                                        const at::Tensor& v_in, const at::Tensor& o_in,
+                                                        const at::Tensor& lse, const at::Tensor& dout_in,
+                                                        const std::string& variant, bool is_causal,
+                                                        std::optional<double> scale, bool enable_gqa) {
+  const AttnProblem p = checked_problem(q_in, k_in, v_in, is_causal, scale, enable_gqa, "attnlab.backward");
+  const std::vector<int64_t> o_shape = {p.B, p.H, p.Nq, p.Dv};
+  for (const auto& [t, name] : {std::pair{&o_in, "o"}, std::pair{&dout_in, "dout"}})
+    ATTNLAB_BWD_REQUIRE_VALUE(t->is_cuda() && t->device() == q_in.device() && t->scalar_type() == q_in.scalar_type() &&
+                                  t->sizes() == at::IntArrayRef(o_shape) && t->is_contiguous(),
+                              std::string(name) + " must be a contiguous " + str(q_in.scalar_type()) + " tensor " +
+                                  str(at::IntArrayRef(o_shape)) + " on " + str(q_in.device()) + "; got " +
+                                  str(t->scalar_type()) + " " + str(*t) + " on " + str(t->device()));
+  ATTNLAB_BWD_REQUIRE_VALUE(lse.is_cuda() && lse.device() == q_in.device() && lse.scalar_type() == at::kFloat &&
+                                lse.sizes() == q_in.sizes().slice(0, 3) && lse.is_contiguous(),
+                            "lse must be a contiguous float32 tensor [B, H, Nq] on q's device; got " +
+                                str(lse.scalar_type()) + " " + str(lse));
+  const c10::cuda::CUDAGuard guard(q_in.device());
+  const BwdVariant& var = find_bwd_variant(variant);
+  const std::string why = var.unsupported_reason(p);
+  ATTNLAB_BWD_REQUIRE_VALUE(why.empty(),
+                            "variant '" + variant + "' does not support " + p.shape_string() + ": " + why);
+  const at::Tensor q = aligned16(q_in), k = aligned16(k_in), v = aligned16(v_in), o = aligned16(o_in),
+                   dout = aligned16(dout_in);
+  at::Tensor dq = at::empty(q.sizes(), q.options());
+  at::Tensor dk = at::empty(k.sizes(), k.options());
+  at::Tensor dv = at::empty(v.sizes(), v.options());
+  at::Tensor workspace;
+  AttnGradBuffers b;
+  b.q = q.data_ptr();
+  b.k = k.data_ptr();
+  b.v = v.data_ptr();
+  b.o = o.data_ptr();
+  b.lse = lse.data_ptr<float>();
+  b.dout = dout.data_ptr();
+  b.dq = dq.data_ptr();
+  b.dk = dk.data_ptr();
+  b.dv = dv.data_ptr();
+  if (const size_t bytes = var.workspace_bytes(p); bytes > 0) {
+    // 256-byte aligned, as the caching allocator's blocks are.
+    workspace = at::empty({int64_t(bytes)}, q.options().dtype(at::kByte));
+    b.workspace = workspace.data_ptr();
+    b.workspace_bytes = bytes;
+  }
+  const cudaError_t err = var.launch(p, b, at::cuda::getCurrentCUDAStream());
+  if (err != cudaSuccess) {
+    const std::string detail = var.last_error ? var.last_error() : std::string();
+    throw std::runtime_error("attnlab.backward: " + variant + " failed: " +
+                             (detail.empty() ? std::string(cudaGetErrorString(err)) : detail));
+  }
+  return {dq, dk, dv};
+}
+
+// Why a backward variant cannot run this problem ("" when it can); Hkv: the KV heads (0: = H).
+std::string bwd_unsupported_reason(const std::string& variant, int64_t B, int64_t H, int64_t Nq, int64_t Nk,
+                                   int64_t D, int64_t Dv, bool bf16, bool is_causal, int64_t Hkv) {
+  return find_bwd_variant(variant).unsupported_reason(
+      make_problem(B, H, Nq, Nk, D, Dv, bf16, is_causal, std::nullopt, Hkv));
 }
 
 // Why `variant` cannot run this problem ("" when it can), for tests to skip.
@@ -442,6 +535,17 @@ PYBIND11_MODULE(_C, m) {
         pybind11::arg("Nq"), pybind11::arg("Nk"), pybind11::arg("D"), pybind11::arg("Dv"), pybind11::arg("bf16"),
         pybind11::arg("is_causal"), pybind11::arg("Hkv") = 0,
         "Why a variant cannot run a problem ('' when it can); Hkv: KV heads (0: = H).");
+  m.def("bwd_variants", &bwd_variant_names, "Names of every registered backward variant, in ladder order.");
+  m.def("bwd_deterministic", &bwd_deterministic, pybind11::arg("variant"),
+        "Whether a backward variant's gradients are bitwise identical run to run.");
+  m.def("backward", &backward, pybind11::arg("q"), pybind11::arg("k"), pybind11::arg("v"), pybind11::arg("o"),
+        pybind11::arg("lse"), pybind11::arg("dout"), pybind11::arg("variant"), pybind11::arg("is_causal") = false,
+        pybind11::arg("scale") = pybind11::none(), pybind11::arg("enable_gqa") = false,
+        "dq, dk, dv of L = sum(o * dout) from forward's (o, lse), with one backward variant (use attnlab.attention).");
+  m.def("bwd_unsupported_reason", &bwd_unsupported_reason, pybind11::arg("variant"), pybind11::arg("B"),
+        pybind11::arg("H"), pybind11::arg("Nq"), pybind11::arg("Nk"), pybind11::arg("D"), pybind11::arg("Dv"),
+        pybind11::arg("bf16"), pybind11::arg("is_causal"), pybind11::arg("Hkv") = 0,
+        "Why a backward variant cannot run a problem ('' when it can); Hkv: KV heads (0: = H).");
   m.def("judge", &judge, "The check rule: (pass, tolerance) from measured errors.");
   m.attr("lse_tolerance") = attnlab::kLseTolerance;
   m.def("dma_forward", &dma_forward, pybind11::arg("q"), pybind11::arg("k"), pybind11::arg("v"),

@@ -11,6 +11,11 @@ h // (H // Hkv).
 Causal masks are bottom-right aligned when Nq != Nk (query i sees key j iff
 j <= i + Nk - Nq), as in FlashAttention.
 
+Differentiable, in place of torch.nn.functional.scaled_dot_product_attention
+(the same arguments; no mask or dropout; causal bottom-right aligned):
+
+    o = attnlab.attention(q, k, v, is_causal=True)   # backward: the fastest backward rung
+
 Dynamic-mask attention (GQA, a broadcast boolean mask and additive bias,
 softcap), differentiable, for use inside a model:
 
@@ -22,13 +27,16 @@ bytes for the kernels to read): attn_mask=attnlab.pack_mask(mask).
 import torch  # noqa: F401  (loads libtorch before the extension)
 
 from . import _C
+from .attention import attention, backward, backward_variant, bwd_variants
 from .dynamic_mask import MaskSummary, PackedMask, build_mask_summary, dynamic_mask_attention, pack_mask
 
-__all__ = ["variants", "forward", "default_variant", "judge", "unsupported_reason", "dynamic_mask_attention",
+__all__ = ["variants", "forward", "default_variant", "judge", "unsupported_reason", "attention", "backward",
+           "backward_variant", "bwd_variants", "bwd_unsupported_reason", "dynamic_mask_attention",
            "build_mask_summary", "MaskSummary", "pack_mask", "PackedMask"]
 
 judge = _C.judge
 unsupported_reason = _C.unsupported_reason
+bwd_unsupported_reason = _C.bwd_unsupported_reason
 
 
 def variants():
