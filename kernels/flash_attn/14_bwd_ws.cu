@@ -3,38 +3,38 @@
 //           (TMA from a producer warp, wgmma in two compute warpgroups)
 // ============================================================================
 // What changes against rung 13 (`bwd-mma`, FlashAttention-2's backward in
-// mma.sync): the same walk — a block per key tile K_j, V_j, dK_j and dV_j held
-// on chip, the visible query tiles streamed past it — on FlashAttention-3's
+// mma.sync): the same walk — a block per key tile, K_j, V_j, dK_j, dV_j on
+// chip, the visible query tiles streamed past — on FlashAttention-3's
 // structure (Shah et al. 2024, §3; hopper/mainloop_bwd_sm90_tma_gmma_ws.hpp):
 //   NEW (ws): a producer thread issues Q_i, dO_i (TMA boxes) and LSE_i, Δ_i
 //        (bulk copies) into a ring of kStages slots with full/empty mbarriers;
 //        two compute warpgroups own 64 keys each (setmaxnreg 24 / 240);
-//   NEW (wgmma, transposed): Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ from shared memory, so
-//        that Pᵀ and dSᵀ are already the register A operands of dV += Pᵀ·dO and
-//        dK += dSᵀ·Q — P never goes through shared memory; dSᵀ does, once, for
-//        dQ = dS·K over both warpgroups' keys (bwd_ws_mainloop.cuh);
-//   NEW (dQ by TMA reduce-add): each tile's dQ is staged in shared memory (two
-//        buffers) and a dQ writer warp adds it to the fp32 accumulator, one
-//        tensor reduction per 32 columns, instead of per-element atomics;
-//        `+deterministic` adds the key tiles' parts of a dQ tile in key-tile
-//        order (a counter per dQ tile), walking the query tiles last first.
-// Before and after (common/bwd_prepost.cuh): Δ = rowsum(dO ∘ O) with LSE·log2e,
-// then dQ to the input dtype.
+//   NEW (wgmma, transposed): Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ, so that Pᵀ and dSᵀ are
+//        already the register A operands of dV += Pᵀ·dO and dK += dSᵀ·Q — P
+//        never goes through shared memory; dSᵀ does, once, for dQ = dS·K over
+//        both warpgroups' keys (bwd_ws_mainloop.cuh);
+//   NEW (dQ by TMA reduce-add): each tile's dQ is staged in shared memory and
+//        a dQ writer warp adds it to the fp32 accumulator, one tensor
+//        reduction per 32 columns, instead of per-element atomics;
+//        `+deterministic` adds a dQ tile's parts in key-tile order (a counter
+//        per dQ tile), walking the query tiles last first.
+// Before and after (common/bwd_prepost.cuh): Δ = rowsum(dO ∘ O), LSE·log2e; dQ's cast.
 //
-// Per block: Bc = 128 keys (2 x 64, one per compute warpgroup) + 1 producer
-// warpgroup; sK [Bc, D], sV [Bc, Dv] resident, sQ [kStages][Br, D], sdO
-// [kStages][Br, Dv], sdS [1|2][Bc, Br], sdQ [2][Br, D] fp32 (Sw128Blocks; 1 + 2·kStages
-// mbarriers). dQ's MMA is split between the warpgroups by rows (Br = 128) or
-// by columns (Br = 64). Tiles (BwdWsTile below, checked by static_assert):
-//   D / Dv     Br   Bc  warpgroups  stages  dQ split  dV early  dSᵀ bufs  smem (+1024 slack)
-//   64        128  128   2 + 1       2       rows      no        1         198696
-//   128        64  128   2 + 1       2       columns   yes       2         230440
+// Per block: Bc = 128 keys + 1 producer warpgroup; sK [Bc, D], sV [Bc, Dv],
+// sQ, sdO [kStages][Br, D | Dv], sdS [bufs][Bc, Br], sdQ [bufs][Br, D] fp32
+// (Sw128Blocks); 1 + 2·kStages mbarriers. dQ's MMA split between the warpgroups
+// by rows (Br = 128) or columns. Tiles (BwdWsTile, checked by static_assert):
+//   D / Dv     Br  slice  Bc  stages  dQ split  dV early  dSᵀ/dQ bufs  smem (+1024)
+//   64        128   128  128   2       rows      no        1 / 2        198696
+//   128        64    64  128   2       columns   yes       2 / 2        230440
+//   192 / 128  64    32  128   2       columns   no        1 / 1        230440
 // Registers (setmaxnreg): producer / compute 24 / 240 (FlashAttention-3's).
 //
-// Supports: fp16, bf16; the (D, Dv) above; GQA/MQA (dK, dV summed over the
-// query heads of a KV head inside the block); any Nq, Nk >= 1; causal
-// (bottom-right) or not; rows that see no key get dQ = 0. Needs sm_90a and
-// cuTensorMapEncodeTiled; 16-byte aligned tensors.
+// Supports: fp16, bf16; the (D, Dv) above (not 256: dK, dV of 64 keys would
+// take 256 registers per thread); GQA/MQA (dK, dV summed over a KV head's
+// query heads in the block); any Nq, Nk >= 1; causal (bottom-right) or not;
+// rows that see no key get dQ = 0. sm_90a, cuTensorMapEncodeTiled, 16-byte
+// aligned tensors.
 //
 // Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 128 --bwd --variant 'bwd*'
 // ============================================================================
@@ -63,19 +63,25 @@ namespace {
 template <int kHeadDim, int kHeadDimV>
 struct BwdWsTile;
 // kEarlyDv: dV's MMA issued before dS is computed (registers allow it at D = 128).
-// kDsBuffers: dSᵀ double-buffered where shared memory allows (else a barrier per tile).
-template <> struct BwdWsTile<64, 64>   { static constexpr int kBr = 128, kDsBuffers = 1; static constexpr bool kEarlyDv = false; };
-template <> struct BwdWsTile<128, 128> { static constexpr int kBr = 64,  kDsBuffers = 2; static constexpr bool kEarlyDv = true; };
+// kDsBuffers, kDqBuffers: dSᵀ and the dQ staging double-buffered where shared
+// memory allows (else a barrier per tile, and a wait for the dQ writer's read).
+// kSliceQ: Sᵀ and dPᵀ in slices of this many queries (registers at D = 192).
+template <> struct BwdWsTile<64, 64>   { static constexpr int kBr = 128, kSliceQ = 128, kDsBuffers = 1, kDqBuffers = 2; static constexpr bool kEarlyDv = false; };
+template <> struct BwdWsTile<128, 128> { static constexpr int kBr = 64,  kSliceQ = 64,  kDsBuffers = 2, kDqBuffers = 2; static constexpr bool kEarlyDv = true; };
+template <> struct BwdWsTile<192, 128> { static constexpr int kBr = 64,  kSliceQ = 32,  kDsBuffers = 1, kDqBuffers = 1; static constexpr bool kEarlyDv = false; };
 
-template <int kHeadDim_, int kHeadDimV_, int kBr_, bool kEarlyDv_, int kDsBuffers_, int kStages_>
+template <int kHeadDim_, int kHeadDimV_, int kBr_, int kSliceQ_, bool kEarlyDv_, int kDsBuffers_, int kDqBuffers_,
+          int kStages_>
 struct BwdWsConfig : ProducerWarpgroupSplit<2, 24, 240> {  // 2 compute warpgroups + 1 producer warpgroup
   static constexpr int kHeadDim = kHeadDim_;    // D: Q, K, dQ, dK
   static constexpr int kHeadDimV = kHeadDimV_;  // Dv: V, O, dO, dV
   static constexpr int kBr = kBr_;
   static constexpr int kBc = 128;  // 64 keys per compute warpgroup (wgmma's M)
   static constexpr int kStages = kStages_;
+  static constexpr int kSliceQ = kSliceQ_;
   static constexpr bool kEarlyDv = kEarlyDv_;
   static constexpr int kDsBuffers = kDsBuffers_;
+  static constexpr int kDqBuffers = kDqBuffers_;
   static constexpr int kComputeThreads = 32 * kComputeWarps;
   // dQ = dS·K (Br x D) between the two warpgroups: by rows (64 each) when Br =
   // 128, else by columns; either way an m64 n(kDqCols) accumulator each.
@@ -84,12 +90,12 @@ struct BwdWsConfig : ProducerWarpgroupSplit<2, 24, 240> {  // 2 compute warpgrou
   static constexpr int kKElems = kBc * kHeadDim, kVElems = kBc * kHeadDimV;
   static constexpr int kQElems = kBr * kHeadDim, kdOElems = kBr * kHeadDimV;
   static constexpr int kdSElems = kBc * kBr;
-  static constexpr int kdQFloats = kBr * kHeadDim;  // one of the two dQ staging buffers
+  static constexpr int kdQFloats = kBr * kHeadDim;  // one dQ staging buffer
   static constexpr int kKVBytes = 2 * (kKElems + kVElems);                  // what kv_full expects
   static constexpr int kQdoBytes = 2 * (kQElems + kdOElems) + 2 * kBr * 4;  // q_full: Q, dO, LSE, Δ
   static constexpr int kBarriers = 1 + 2 * kStages;
   static constexpr int kTileBytes =
-      2 * (kKElems + kVElems + kStages * (kQElems + kdOElems) + kDsBuffers * kdSElems) + 4 * 2 * kdQFloats +
+      2 * (kKElems + kVElems + kStages * (kQElems + kdOElems) + kDsBuffers * kdSElems) + 4 * kDqBuffers * kdQFloats +
       4 * 2 * kStages * kBr;
   static constexpr int kSmemBytes = kTileBytes + 8 * kBarriers + 1024;  // + slack to align to 1024
   // Named barriers (0 is __syncthreads'): "both compute warpgroups' dSᵀ are
@@ -107,27 +113,32 @@ struct BwdWsConfig : ProducerWarpgroupSplit<2, 24, 240> {  // 2 compute warpgrou
   static_assert(kDqWriterWarp < kWarps, "the dQ writer is a warp of the producer warpgroup");
   static_assert(kHeadDim % 64 == 0 && kHeadDimV % 64 == 0, "Sw128Blocks stores 64-column blocks, one TMA box each");
   static_assert(kBr == 64 || kBr == 128, "Sᵀ's N and the dQ split");
-  static_assert(kDqCols == 64, "dQ = dS·K as m64n64 per warpgroup (wgmma_ss_tt<T, 64>)");
+  static_assert(kDqCols == 64 || kDqCols == 96, "dQ = dS·K as m64n64 or m64n96 per warpgroup (wgmma_ss_tt)");
   static_assert(kHeadDim % 32 == 0, "dQ is added in boxes of 32 fp32 columns (128 bytes)");
   static_assert((kBr * 128) % 1024 == 0 && (kBc * 128) % 1024 == 0, "every 64-column block starts 1024-aligned");
   static_assert((4 * kdQFloats) % 1024 == 0 && (2 * kdSElems) % 1024 == 0, "sdQ's boxes stay 1024-aligned");
   static_assert(kStages >= 2, "the producer fills one slot while the compute warps read the other");
   static_assert(kDsBuffers == 1 || kDsBuffers == 2, "dSᵀ in one buffer (and a barrier) or two");
+  static_assert(kDqBuffers == 1 || kDqBuffers == 2, "two named barriers of each kind for the dQ buffers");
+  static_assert(kBr % kSliceQ == 0 && kSliceQ % 32 == 0, "whole slices, 8-row groups of the swizzle");
+  static_assert(kSliceQ == kBr || !kEarlyDv, "dV early only with one slice");
 };
 
 constexpr int kBwdWsStages = 2;
 template <int D, int Dv>
-using Config = BwdWsConfig<D, Dv, BwdWsTile<D, Dv>::kBr, BwdWsTile<D, Dv>::kEarlyDv, BwdWsTile<D, Dv>::kDsBuffers,
-                           kBwdWsStages>;
+using Config = BwdWsConfig<D, Dv, BwdWsTile<D, Dv>::kBr, BwdWsTile<D, Dv>::kSliceQ, BwdWsTile<D, Dv>::kEarlyDv,
+                           BwdWsTile<D, Dv>::kDsBuffers, BwdWsTile<D, Dv>::kDqBuffers, kBwdWsStages>;
 
 // The header's table.
-template <int D, int Dv, int kBr, int kBc, int kThreads, bool kSplitRows, bool kEarlyDv, int kDsBufs, int kSmem>
-constexpr bool kTableRow = Config<D, Dv>::kBr == kBr && Config<D, Dv>::kBc == kBc &&
-                           Config<D, Dv>::kThreads == kThreads && Config<D, Dv>::kDqSplitRows == kSplitRows &&
+template <int D, int Dv, int kBr, int kSlice, int kBc, bool kSplitRows, bool kEarlyDv, int kDsBufs, int kDqBufs,
+          int kSmem>
+constexpr bool kTableRow = Config<D, Dv>::kBr == kBr && Config<D, Dv>::kSliceQ == kSlice && Config<D, Dv>::kBc == kBc &&
+                           Config<D, Dv>::kThreads == 384 && Config<D, Dv>::kDqSplitRows == kSplitRows &&
                            Config<D, Dv>::kEarlyDv == kEarlyDv && Config<D, Dv>::kDsBuffers == kDsBufs &&
-                           Config<D, Dv>::kSmemBytes - 1024 == kSmem;
-static_assert(kTableRow<64, 64, 128, 128, 384, true, false, 1, 198696>, "header: D=64");
-static_assert(kTableRow<128, 128, 64, 128, 384, false, true, 2, 230440>, "header: D=128");
+                           Config<D, Dv>::kDqBuffers == kDqBufs && Config<D, Dv>::kSmemBytes - 1024 == kSmem;
+static_assert(kTableRow<64, 64, 128, 128, 128, true, false, 1, 2, 198696>, "header: D=64");
+static_assert(kTableRow<128, 128, 64, 64, 128, false, true, 2, 2, 230440>, "header: D=128");
+static_assert(kTableRow<192, 128, 64, 32, 128, false, false, 1, 1, 230440>, "header: D=192, Dv=128");
 static_assert(kBwdWsStages == 2 && Config<64, 64>::kProducerRegs == 24 && Config<64, 64>::kComputeRegs == 240,
               "header: two stages, 24 / 240 registers");
 
@@ -168,7 +179,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__
 
 // ---- host --------------------------------------------------------------------------
 
-using BwdWsHeadDims = HeadDimList<HeadDims<64, 64>, HeadDims<128, 128>>;
+using BwdWsHeadDims = HeadDimList<HeadDims<64, 64>, HeadDims<128, 128>, HeadDims<192, 128>>;
 
 // The workspace: LSE·log2e and Δ per padded row, dQ's fp32 accumulator, and
 // (deterministic) one turn counter per dQ tile; each part 256-byte aligned.

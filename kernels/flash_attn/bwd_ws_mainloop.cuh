@@ -73,7 +73,7 @@ struct BwdShared {
   T* sQ;          // [kStages][Br, D]   Sw128Blocks<Br>
   T* sdO;         // [kStages][Br, Dv]  Sw128Blocks<Br>
   T* sdS;         // [kDsBuffers][Bc, Br] dSᵀ (keys x queries), Sw128Blocks<Bc>: A of dQ = dS·K
-  float* sdQ;     // [2] D/32 boxes of [Br][32] fp32, the 128-byte swizzle: dQ of a tile, for the reduce-add
+  float* sdQ;     // [kDqBuffers] D/32 boxes of [Br][32] fp32, the 128-byte swizzle: dQ of a tile, for the reduce-add
   float* sLSE2;   // [kStages][Br] LSE·log2e
   float* sDelta;  // [kStages][Br] Δ
   uint64_t* kv_full;
@@ -88,7 +88,7 @@ struct BwdShared {
     sdO = sQ + Cfg::kStages * Cfg::kQElems;
     sdS = sdO + Cfg::kStages * Cfg::kdOElems;
     sdQ = reinterpret_cast<float*>(sdS + Cfg::kDsBuffers * Cfg::kdSElems);
-    sLSE2 = sdQ + 2 * Cfg::kdQFloats;
+    sLSE2 = sdQ + Cfg::kDqBuffers * Cfg::kdQFloats;
     sDelta = sLSE2 + Cfg::kStages * Cfg::kBr;
     kv_full = reinterpret_cast<uint64_t*>(sDelta + Cfg::kStages * Cfg::kBr);
     q_full = kv_full + 1;
@@ -163,7 +163,7 @@ __device__ __forceinline__ void bwd_pass_turn(int* counter) {
 
 // ---- the dQ writer -----------------------------------------------------------------
 // One warp of the producer warpgroup: for each slot, once the compute warps
-// have staged its dQ in buffer s % 2 (named barrier kDqFull + buffer), one
+// have staged its dQ in buffer s % kDqBuffers (named barrier kDqFull + buffer), one
 // lane adds it to the fp32 accumulator with one tensor reduction per 32
 // columns (rows past Nq: the map's bounds), and the buffer is handed back
 // (kDqEmpty + buffer) when the reduction has read it — so the compute warps
@@ -176,7 +176,7 @@ __device__ __forceinline__ void bwd_write_dq(const BwdShared<Cfg, T>& sm, const 
   const int lane = threadIdx.x % 32;
 #pragma unroll 1
   for (int s = 0; s < w.n_slots; ++s) {
-    const int buf = s % 2;
+    const int buf = s % Cfg::kDqBuffers;
     named_barrier_sync(Cfg::kDqFullBarrier + buf, Cfg::kComputeThreads + 32);
     if (lane == 0) {
       int h, m;
@@ -200,8 +200,8 @@ __device__ __forceinline__ void bwd_write_dq(const BwdShared<Cfg, T>& sm, const 
       }
     }
     __syncwarp();
-    // The compute warps wait for this buffer again only for slot s + 2.
-    if (s + 2 < w.n_slots) named_barrier_arrive(Cfg::kDqEmptyBarrier + buf, Cfg::kComputeThreads + 32);
+    // The compute warps wait for this buffer again only for slot s + kDqBuffers.
+    if (s + Cfg::kDqBuffers < w.n_slots) named_barrier_arrive(Cfg::kDqEmptyBarrier + buf, Cfg::kComputeThreads + 32);
   }
   if (lane == 0) bulk_wait();  // every add has landed before the block ends
 }
@@ -229,6 +229,28 @@ __device__ __forceinline__ void bwd_store_dkv(const AttnProblem& p, const BwdWor
   }
 }
 
+// ---- the compute warpgroups' MMAs ---------------------------------------------------
+// acc (=) A·Bᵀ over kK columns: A the warpgroup's 64 rows of a Sw128Blocks<kARows>
+// tile (64-column blocks kARows·128 bytes apart), B kN rows of a
+// Sw128Blocks<kBRows> tile starting at `b`; both K-major. Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ.
+template <typename T, int kK, int kN, int kARows, int kBRows>
+__device__ __forceinline__ void wgmma_rows_tile(float (&acc)[kN / 8][4], const T* a, const T* b) {
+  const uint64_t da = opaque(make_sw128_desc(a, 0, 1024)), db = opaque(make_sw128_desc(b, 0, 1024));
+#pragma unroll
+  for (int kk = 0; kk < kK / 16; ++kk)  // k-step kk: 64-column block kk/4, 32 bytes on inside it
+    wgmma_ss<T, kN>(acc, advance_desc(da, (kk / 4) * kARows * 128 + (kk % 4) * 32),
+                    advance_desc(db, (kk / 4) * kBRows * 128 + (kk % 4) * 32), kk > 0);
+}
+// acc += A·B over kRows rows: A from registers (16 rows per k-step), B those
+// rows of a Sw128Blocks<kBRows> tile from `b` on, read N-major. dV += Pᵀ·dO, dK += dSᵀ·Q.
+template <typename T, int kN, int kRows, int kBRows>
+__device__ __forceinline__ void wgmma_rows_rs(float (&acc)[kN / 8][4], const uint32_t (&a)[kRows / 16][4],
+                                              const T* b) {
+  const uint64_t db = opaque(make_sw128_desc(b, kBRows * 128, 1024));
+#pragma unroll
+  for (int kk = 0; kk < kRows / 16; ++kk) wgmma_rs_vt<T, kN>(acc, a[kk], advance_desc(db, kk * 16 * 128));
+}
+
 // ---- the compute warpgroups ---------------------------------------------------------
 // Warpgroup wg owns keys kv0 + 64·wg .. + 63 and their dK, dV (fp32 registers).
 // Per query tile (Br queries of head h), in the transposed form (Sᵀ, with the
@@ -244,7 +266,8 @@ template <typename Cfg, typename T>
 __device__ __forceinline__ void bwd_compute(const BwdShared<Cfg, T>& sm, const AttnProblem& p, const BwdWork& w,
                                             T* dk, T* dv) {
   constexpr int D = Cfg::kHeadDim, Dv = Cfg::kHeadDimV, Br = Cfg::kBr, Bc = Cfg::kBc;
-  constexpr int kTilesS = Br / 8;  // n8 tiles across the queries of Sᵀ
+  constexpr int kSlices = Br / Cfg::kSliceQ;
+  constexpr int kTilesS = Cfg::kSliceQ / 8;  // n8 tiles across the queries of a slice of Sᵀ
   const int tid = threadIdx.x, wg = tid / 128, wi = (tid / 32) % 4, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int key_base = w.kv0 + 64 * wg;           // this warpgroup's first key
   const int key_row0 = key_base + 16 * wi + g;    // the keys of c0, c1 (c2, c3: + 8)
@@ -265,78 +288,85 @@ __device__ __forceinline__ void bwd_compute(const BwdShared<Cfg, T>& sm, const A
     const float* sDelta = sm.sDelta + stage * Br;
     mbarrier_wait(&sm.q_full[stage], (s / Cfg::kStages) & 1);
 
-    // Sᵀ and dPᵀ: the forward's S = Q·Kᵀ with the roles swapped (A = the
-    // warpgroup's 64 rows of K or V, B = the Br rows of Q or dO), two groups.
-    float St[kTilesS][4], dPt[kTilesS][4];
-    wgmma_fence();
-    wgmma_qk_tile<T, D, Bc, Br>(St, sm.sK + wg * 64 * 64, sQ);
-    wgmma_commit();
-    wgmma_qk_tile<T, Dv, Bc, Br>(dPt, sm.sV + wg * 64 * 64, sdO);
-    wgmma_commit();
-    wgmma_wait<1>();
-    fence_accumulators(St);
-
-    // Pᵀ; a tile the causal diagonal or the end of the keys crosses is masked
-    // element by element (rows past Nq and rows that saw no key have
-    // LSE·log2e = +inf: P = 0 there without a test).
-    const bool masked = key_base + 64 > p.Nk || (p.causal && key_base + 63 > q0 + diag);
-#pragma unroll
-    for (int n = 0; n < kTilesS; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int qc = n * 8 + 2 * t + (e & 1);
-        float prob = exp2_approx(St[n][e] * scale_log2 - sLSE2[qc]);
-        if (masked) {
-          const int key = key_row0 + 8 * (e / 2);
-          if (key >= p.Nk || (p.causal && key > q0 + qc + diag)) prob = 0.f;
-        }
-        St[n][e] = prob;
-      }
-    // dV += Pᵀ·dO_i and dK += dSᵀ·Q_i: A from registers (16 queries per
-    // k-step), B = dO or Q read N-major (as V in the forward's P·V). With
-    // kEarlyDv, dV is issued as soon as Pᵀ is ready and runs under the dS
-    // code (which then holds Pᵀ twice: fp32 for dS, 16-bit for the MMA).
-    uint32_t Pa[kTilesS / 2][4], dSa[kTilesS / 2][4];
-    if constexpr (Cfg::kEarlyDv) {
-      pack_p_fragments<T>(Pa, St);
-      wgmma_fence();
-      wgmma_pv_tile<T, Dv, Br>(dV, Pa, sdO);
-      wgmma_commit();
-      wgmma_wait<1>();  // dPᵀ (dV may run on)
-    } else {
-      wgmma_wait<0>();
-    }
-    fence_accumulators(dPt);
-#pragma unroll
-    for (int n = 0; n < kTilesS; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) dPt[n][e] = St[n][e] * (dPt[n][e] - sDelta[n * 8 + 2 * t + (e & 1)]);
-    pack_p_fragments<T>(dSa, dPt);
-    if constexpr (!Cfg::kEarlyDv) {
-      pack_p_fragments<T>(Pa, St);
-      wgmma_fence();
-      wgmma_pv_tile<T, Dv, Br>(dV, Pa, sdO);
-      wgmma_commit();
-    }
-
-    // dSᵀ to shared memory, [key][query]: fragment register i of k-step kk holds
-    // key 16·wi + g (+8 for odd i), queries 16kk + 8·(i/2) + 2t, +1. Both
-    // warpgroups' dQ MMAs read all of it, so the buffer is rewritten only
-    // once the other warpgroup's dQ of two tiles ago (two buffers) or of the
-    // previous tile (one buffer: a barrier here) has read it.
+    // The tile's queries in kSlices slices of kSliceQ (one slice but at
+    // D = 192, where Sᵀ and dPᵀ of 64 queries do not fit beside dK and dV).
+    uint32_t dSa[kTilesS / 2][4];
     T* sdS = sm.sdS + (Cfg::kDsBuffers == 2 ? s % 2 : 0) * Cfg::kdSElems;
-    if constexpr (Cfg::kDsBuffers == 1) named_barrier_sync(Cfg::kDsFreeBarrier, Cfg::kComputeThreads);
 #pragma unroll
-    for (int kk = 0; kk < kTilesS / 2; ++kk)
+    for (int sl = 0; sl < kSlices; ++sl) {
+      const int qh = sl * Cfg::kSliceQ;  // the slice's first query column
+      // Sᵀ and dPᵀ: the forward's S = Q·Kᵀ with the roles swapped (A = the
+      // warpgroup's 64 rows of K or V, B = the slice's rows of Q or dO), two groups.
+      float St[kTilesS][4], dPt[kTilesS][4];
+      wgmma_fence();
+      wgmma_rows_tile<T, D, Cfg::kSliceQ, Bc, Br>(St, sm.sK + wg * 64 * 64, sQ + qh * 64);
+      wgmma_commit();
+      wgmma_rows_tile<T, Dv, Cfg::kSliceQ, Bc, Br>(dPt, sm.sV + wg * 64 * 64, sdO + qh * 64);
+      wgmma_commit();
+      wgmma_wait<1>();
+      fence_accumulators(St);
+
+      // Pᵀ; a tile the causal diagonal or the end of the keys crosses is masked
+      // element by element (rows past Nq and rows that saw no key have
+      // LSE·log2e = +inf: P = 0 there without a test).
+      const bool masked = key_base + 64 > p.Nk || (p.causal && key_base + 63 > q0 + qh + diag);
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
-        *reinterpret_cast<uint32_t*>(sdS + Sw128Blocks<Bc>::offset(64 * wg + 16 * wi + g + 8 * (i & 1),
-                                                                    kk * 16 + 8 * (i / 2) + 2 * t)) = dSa[kk][i];
+      for (int n = 0; n < kTilesS; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int qc = qh + n * 8 + 2 * t + (e & 1);
+          float prob = exp2_approx(St[n][e] * scale_log2 - sLSE2[qc]);
+          if (masked) {
+            const int key = key_row0 + 8 * (e / 2);
+            if (key >= p.Nk || (p.causal && key > q0 + qc + diag)) prob = 0.f;
+          }
+          St[n][e] = prob;
+        }
+      // dV += Pᵀ·dO and dK += dSᵀ·Q over the slice: A from registers (16
+      // queries per k-step), B = dO or Q rows read N-major (as V in the
+      // forward's P·V). With kEarlyDv, dV is issued as soon as Pᵀ is ready and
+      // runs under the dS code (which then holds Pᵀ twice: fp32 for dS,
+      // 16-bit for the MMA).
+      uint32_t Pa[kTilesS / 2][4];
+      if constexpr (Cfg::kEarlyDv) {
+        pack_p_fragments<T>(Pa, St);
+        wgmma_fence();
+        wgmma_rows_rs<T, Dv, Cfg::kSliceQ, Br>(dV, Pa, sdO + qh * 64);
+        wgmma_commit();
+        wgmma_wait<1>();  // dPᵀ (dV may run on)
+      } else {
+        wgmma_wait<0>();
+      }
+      fence_accumulators(dPt);
+#pragma unroll
+      for (int n = 0; n < kTilesS; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dPt[n][e] = St[n][e] * (dPt[n][e] - sDelta[qh + n * 8 + 2 * t + (e & 1)]);
+      pack_p_fragments<T>(dSa, dPt);
+      if constexpr (!Cfg::kEarlyDv) pack_p_fragments<T>(Pa, St);
+      if constexpr (!Cfg::kEarlyDv || kSlices > 1) wgmma_fence();
+      if constexpr (!Cfg::kEarlyDv) wgmma_rows_rs<T, Dv, Cfg::kSliceQ, Br>(dV, Pa, sdO + qh * 64);
+      if constexpr (kSlices > 1) wgmma_rows_rs<T, D, Cfg::kSliceQ, Br>(dK, dSa, sQ + qh * 64);  // (else after dQ)
+      if constexpr (!Cfg::kEarlyDv || kSlices > 1) wgmma_commit();
+
+      // dSᵀ to shared memory, [key][query]: fragment register i of k-step kk holds
+      // key 16·wi + g (+8 for odd i), queries qh + 16kk + 8·(i/2) + 2t, +1. Both
+      // warpgroups' dQ MMAs read all of it, so the buffer is rewritten only
+      // once the other warpgroup's dQ of two tiles ago (two buffers) or of the
+      // previous tile (one buffer: a barrier here) has read it.
+      if (Cfg::kDsBuffers == 1 && sl == 0) named_barrier_sync(Cfg::kDsFreeBarrier, Cfg::kComputeThreads);
+#pragma unroll
+      for (int kk = 0; kk < kTilesS / 2; ++kk)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          *reinterpret_cast<uint32_t*>(sdS + Sw128Blocks<Bc>::offset(64 * wg + 16 * wi + g + 8 * (i & 1),
+                                                                      qh + kk * 16 + 8 * (i / 2) + 2 * t)) = dSa[kk][i];
+    }
     fence_proxy_async_shared();  // the st.shared of dSᵀ, before wgmma reads them
     named_barrier_sync(Cfg::kDsBarrier, Cfg::kComputeThreads);
 
     // dQ = dS·K_j over the Bc keys (A = dS read from dSᵀ, M-major; B = K,
-    // N-major), then dK, each its own group: dK runs while dQ is staged.
+    // N-major); with one slice then dK, its own group, running while dQ is staged.
     float dQ[Cfg::kDqCols / 8][4];
     wgmma_fence();
     {
@@ -347,16 +377,20 @@ __device__ __forceinline__ void bwd_compute(const BwdShared<Cfg, T>& sm, const A
         wgmma_ss_tt<T, Cfg::kDqCols>(dQ, advance_desc(ds, kk * 16 * 128), advance_desc(kd, kk * 16 * 128), kk > 0);
     }
     wgmma_commit();
-    wgmma_pv_tile<T, D, Br>(dK, dSa, sQ);
-    wgmma_commit();
-    wgmma_wait<1>();  // dV and dQ (dK may run on)
+    if constexpr (kSlices == 1) {
+      wgmma_rows_rs<T, D, Cfg::kSliceQ, Br>(dK, dSa, sQ);
+      wgmma_commit();
+      wgmma_wait<1>();  // dV and dQ (dK may run on)
+    } else {
+      wgmma_wait<0>();
+    }
     fence_accumulators(dQ);
 
-    // dQ (scaled) into staging buffer s % 2, once the dQ writer has read what
-    // it held two slots ago: column c of row r in box c/32, 16-byte chunk
-    // (c % 32)/4 ^ (r % 8) of the row's 128 bytes (the map's swizzle).
-    const int buf = s % 2;
-    if (s >= 2) named_barrier_sync(Cfg::kDqEmptyBarrier + buf, Cfg::kComputeThreads + 32);
+    // dQ (scaled) into staging buffer s % kDqBuffers, once the dQ writer has
+    // read what it held kDqBuffers slots ago: column c of row r in box c/32,
+    // 16-byte chunk (c % 32)/4 ^ (r % 8) of the row's 128 bytes (the map's swizzle).
+    const int buf = s % Cfg::kDqBuffers;
+    if (s >= Cfg::kDqBuffers) named_barrier_sync(Cfg::kDqEmptyBarrier + buf, Cfg::kComputeThreads + 32);
     float* sdQ = sm.sdQ + buf * Cfg::kdQFloats;
     const int row0 = Cfg::kDqSplitRows ? 64 * wg : 0, col0 = Cfg::kDqSplitRows ? 0 : Cfg::kDqCols * wg;
 #pragma unroll
