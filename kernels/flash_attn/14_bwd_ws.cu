@@ -84,9 +84,18 @@ struct BwdWsConfig : ProducerWarpgroupSplit<2, 24, 240> {  // 2 compute warpgrou
   static constexpr int kDqBuffers = kDqBuffers_;
   static constexpr int kComputeThreads = 32 * kComputeWarps;
   // dQ = dS·K (Br x D) between the two warpgroups: by rows (64 each) when Br =
-  // 128, else by columns; either way an m64 n(kDqCols) accumulator each.
+  // 128, else by columns, D/2 each, in parts that start on a 64-column block
+  // or half-way into one (the descriptor's start moves by 16-byte chunks): one
+  // part of kDqColsA, or at D = 192 a part of 64 and one of 32 — warpgroup 0
+  // columns 0-63 and 64-95, warpgroup 1 columns 128-191 and 96-127.
   static constexpr bool kDqSplitRows = kBr == 128;
   static constexpr int kDqCols = kDqSplitRows ? kHeadDim : kHeadDim / 2;
+  static constexpr int kDqColsB = kDqCols % 64 == 0 || kDqCols < 64 ? 0 : kDqCols % 64;
+  static constexpr int kDqColsA = kDqCols - kDqColsB;
+  // The first column of warpgroup wg's part (0: A, 1: B).
+  ATTNLAB_HOST_DEVICE static constexpr int dq_part_col(int wg, int part) {
+    return kDqSplitRows ? 0 : part == 0 ? wg * (kDqColsA + 2 * kDqColsB) : kDqColsA + wg * kDqColsB;
+  }
   static constexpr int kKElems = kBc * kHeadDim, kVElems = kBc * kHeadDimV;
   static constexpr int kQElems = kBr * kHeadDim, kdOElems = kBr * kHeadDimV;
   static constexpr int kdSElems = kBc * kBr;
@@ -113,7 +122,10 @@ struct BwdWsConfig : ProducerWarpgroupSplit<2, 24, 240> {  // 2 compute warpgrou
   static_assert(kDqWriterWarp < kWarps, "the dQ writer is a warp of the producer warpgroup");
   static_assert(kHeadDim % 64 == 0 && kHeadDimV % 64 == 0, "Sw128Blocks stores 64-column blocks, one TMA box each");
   static_assert(kBr == 64 || kBr == 128, "Sᵀ's N and the dQ split");
-  static_assert(kDqCols == 64 || kDqCols == 96, "dQ = dS·K as m64n64 or m64n96 per warpgroup (wgmma_ss_tt)");
+  static_assert(kDqColsA == 64 && (kDqColsB == 0 || kDqColsB == 32), "dQ parts: m64n64 (+ m64n32) per warpgroup");
+  static_assert(kDqSplitRows || (dq_part_col(1, 0) + kDqColsA == kHeadDim && dq_part_col(0, 1) == kDqColsA &&
+                                 dq_part_col(1, 1) + kDqColsB == dq_part_col(1, 0)),
+                "the two warpgroups' parts tile dQ's columns");
   static_assert(kHeadDim % 32 == 0, "dQ is added in boxes of 32 fp32 columns (128 bytes)");
   static_assert((kBr * 128) % 1024 == 0 && (kBc * 128) % 1024 == 0, "every 64-column block starts 1024-aligned");
   static_assert((4 * kdQFloats) % 1024 == 0 && (2 * kdSElems) % 1024 == 0, "sdQ's boxes stay 1024-aligned");

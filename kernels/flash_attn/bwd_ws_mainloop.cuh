@@ -366,15 +366,26 @@ __device__ __forceinline__ void bwd_compute(const BwdShared<Cfg, T>& sm, const A
     named_barrier_sync(Cfg::kDsBarrier, Cfg::kComputeThreads);
 
     // dQ = dS·K_j over the Bc keys (A = dS read from dSᵀ, M-major; B = K,
-    // N-major); with one slice then dK, its own group, running while dQ is staged.
-    float dQ[Cfg::kDqCols / 8][4];
+    // N-major), this warpgroup's columns in one or two parts (Cfg::dq_part:
+    // at D = 192 a 64- and a 32-column part, so that each part starts on a
+    // 64-column block or half-way into one); with one slice then dK, its own
+    // group, running while dQ is staged.
+    constexpr int kColsA = Cfg::kDqColsA, kColsB = Cfg::kDqColsB;
+    float dQa[kColsA / 8][4], dQb[kColsB > 0 ? kColsB / 8 : 1][4];
+    const int colA = Cfg::dq_part_col(wg, 0), colB = Cfg::dq_part_col(wg, 1);
     wgmma_fence();
     {
       const uint64_t ds = opaque(make_sw128_desc(sdS + (Cfg::kDqSplitRows ? wg * Bc * 64 : 0), Bc * 128, 1024));
-      const uint64_t kd = opaque(make_sw128_desc(sm.sK + (Cfg::kDqSplitRows ? 0 : wg * Bc * 64), Bc * 128, 1024));
+      const uint64_t ka = opaque(make_sw128_desc(sm.sK + (colA / 64) * Bc * 64 + colA % 64, Bc * 128, 1024));
 #pragma unroll
       for (int kk = 0; kk < Bc / 16; ++kk)  // 16 keys per k-step
-        wgmma_ss_tt<T, Cfg::kDqCols>(dQ, advance_desc(ds, kk * 16 * 128), advance_desc(kd, kk * 16 * 128), kk > 0);
+        wgmma_ss_tt<T, kColsA>(dQa, advance_desc(ds, kk * 16 * 128), advance_desc(ka, kk * 16 * 128), kk > 0);
+      if constexpr (kColsB > 0) {
+        const uint64_t kb = opaque(make_sw128_desc(sm.sK + (colB / 64) * Bc * 64 + colB % 64, Bc * 128, 1024));
+#pragma unroll
+        for (int kk = 0; kk < Bc / 16; ++kk)
+          wgmma_ss_tt<T, kColsB>(dQb, advance_desc(ds, kk * 16 * 128), advance_desc(kb, kk * 16 * 128), kk > 0);
+      }
     }
     wgmma_commit();
     if constexpr (kSlices == 1) {
@@ -384,7 +395,8 @@ __device__ __forceinline__ void bwd_compute(const BwdShared<Cfg, T>& sm, const A
     } else {
       wgmma_wait<0>();
     }
-    fence_accumulators(dQ);
+    fence_accumulators(dQa);
+    if constexpr (kColsB > 0) fence_accumulators(dQb);
 
     // dQ (scaled) into staging buffer s % kDqBuffers, once the dQ writer has
     // read what it held kDqBuffers slots ago: column c of row r in box c/32,
@@ -392,15 +404,19 @@ __device__ __forceinline__ void bwd_compute(const BwdShared<Cfg, T>& sm, const A
     const int buf = s % Cfg::kDqBuffers;
     if (s >= Cfg::kDqBuffers) named_barrier_sync(Cfg::kDqEmptyBarrier + buf, Cfg::kComputeThreads + 32);
     float* sdQ = sm.sdQ + buf * Cfg::kdQFloats;
-    const int row0 = Cfg::kDqSplitRows ? 64 * wg : 0, col0 = Cfg::kDqSplitRows ? 0 : Cfg::kDqCols * wg;
+    const int row0 = Cfg::kDqSplitRows ? 64 * wg : 0;
+    auto stage_dq = [&](const auto& acc, int n_tiles, int col0) {
 #pragma unroll
-    for (int r = 0; r < 2; ++r)
+      for (int r = 0; r < 2; ++r)
 #pragma unroll
-      for (int n = 0; n < Cfg::kDqCols / 8; ++n) {
-        const int row = row0 + 16 * wi + g + 8 * r, col = col0 + n * 8 + 2 * t, in_box = col % 32;
-        *reinterpret_cast<float2*>(sdQ + (col / 32) * Br * 32 + row * 32 + ((in_box / 4) ^ (row % 8)) * 4 +
-                                   in_box % 4) = make_float2(p.scale * dQ[n][2 * r], p.scale * dQ[n][2 * r + 1]);
-      }
+        for (int n = 0; n < n_tiles; ++n) {
+          const int row = row0 + 16 * wi + g + 8 * r, col = col0 + n * 8 + 2 * t, in_box = col % 32;
+          *reinterpret_cast<float2*>(sdQ + (col / 32) * Br * 32 + row * 32 + ((in_box / 4) ^ (row % 8)) * 4 +
+                                     in_box % 4) = make_float2(p.scale * acc[n][2 * r], p.scale * acc[n][2 * r + 1]);
+        }
+    };
+    stage_dq(dQa, kColsA / 8, colA);
+    if constexpr (kColsB > 0) stage_dq(dQb, kColsB / 8, colB);
     fence_proxy_async_shared();  // the st.shared of dQ, before the tensor reduction reads them
     named_barrier_arrive(Cfg::kDqFullBarrier + buf, Cfg::kComputeThreads + 32);
 
