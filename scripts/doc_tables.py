@@ -14,8 +14,11 @@ peer and to sdpa(flash). Of the square shapes the plots show (the most common
 B and H, fp16), only N = 8192 is listed (the plots have the other N); every
 other shape is listed. With prev=, the block ends with one line: the best stage
 against the previous rung's best at N = 8192 for each head dim, causal in
-brackets. Pages without the marker are left alone (scripts/regenerate.py fills
-every page).
+brackets. A backward rung's block (ladder.BACKWARD, e.g. bwd-ws) is the same
+table from the folder's backward rows (results_csv.load_bwd, bwd.csv), its
+variants against the peers' backward rows ("sdpa(cudnn) bwd"), with the ratio
+to sdpa(cudnn) bwd and to sdpa(flash) bwd; without a bwd.csv it says so.
+Pages without the marker are left alone (scripts/regenerate.py fills every page).
 """
 import argparse
 import os
@@ -29,6 +32,10 @@ import results_csv as rc  # noqa: E402
 MARKER = re.compile(r"^<!-- numbers: (?P<rung>[\w-]+)(?: prev=(?P<prev>[\w-]+))? -->\n.*?^<!-- numbers:end -->$",
                     re.S | re.M)
 SHAPE = ("B", "H", "Hkv", "Nq", "Nk", "D", "Dv", "dtype", "causal")
+# The peers a rung's best is divided by, beyond the best peer: forward, backward.
+RATIO_PEERS = {False: ("sdpa(flash)",), True: ("sdpa(cudnn)" + ladder.BWD, "sdpa(flash)" + ladder.BWD)}
+NO_BWD_CSV = ("The results have no bwd.csv (the dense backward's rows, from `scripts/gpu_check.sh bwd`), "
+              "so no timed row of this rung.")
 
 
 def of(variant, prefix):
@@ -57,7 +64,9 @@ def listed(shape, sl, n):
     return not in_slice or Nq == n
 
 
-def table(rows, rung, prev):
+def table(rows, rung, prev, backward=False):
+    """The block's body: the forward table of `rung` from forward rows, or with backward=True from backward rows."""
+    word, source = ("variant", "bwd.csv") if backward else ("stage", "The results CSV")
     sl = rc.forward_slice(rows)
     n = rc.preferred_n(sl.values("Nq")) if sl else rc.TABLE_N
     mine = [r for r in rows if of(r["variant"], rung)]
@@ -69,11 +78,11 @@ def table(rows, rung, prev):
     stages = sorted({r["variant"] for r in mine})
     if not shapes:  # a rung the CSVs have no timings of (yet): say so instead of an empty table
         why = f" (its rows at head dims {', '.join(str(d) for d in skipped)} say why)" if skipped else ""
-        return f"The results CSV has no timed row of this rung{why}."
+        return f"{source} has no timed row of this rung{why}."
     head = ["B,H,Nq,Nk,D", "dtype", "causal"] + [stage(s, rung) for s in stages]
     if prev:
         head.append(f"best {prev}")
-    head += ["best peer", "best stage / best peer", "best stage / sdpa(flash)"]
+    head += ["best peer", f"best {word} / best peer"] + [f"best {word} / {p}" for p in RATIO_PEERS[backward]]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     used = []
     for shape in shapes:
@@ -91,8 +100,9 @@ def table(rows, rung, prev):
         cells.append(f"{peer['tflops']:.1f} {peer['variant']}" if peer else "–")
         best = best_of(at, rung)
         cells.append(rc.fmt_ratio(best["tflops"] / peer["tflops"]) if peer else "–")
-        fa2 = rc.tflops(at, "sdpa(flash)")
-        cells.append(rc.fmt_ratio(best["tflops"] / fa2) if fa2 else "–")
+        for name in RATIO_PEERS[backward]:
+            theirs = rc.tflops(at, name)
+            cells.append(rc.fmt_ratio(best["tflops"] / theirs) if theirs else "–")
         lines.append("| " + " | ".join(cells) + " |")
         used += [r for r in at if rc.ran(r)]
     gpus, commits, span = rc.provenance(used)
@@ -103,13 +113,13 @@ def table(rows, rung, prev):
     if skipped:
         lines.append(f"Not run at head dims {', '.join(str(d) for d in skipped)} (unsupported; the CSV rows say why).")
     if prev:
-        lines += ["", verdict(rows, rung, prev, sl, n)]
+        lines += ["", verdict(rows, rung, prev, sl, n, word)]
     return "\n".join(lines)
 
 
-def verdict(rows, rung, prev, sl, n):
+def verdict(rows, rung, prev, sl, n, word="stage"):
     """One line: the best stage over prev's best at N = n in the plots' slice, per head dim."""
-    head = f"Best stage against best {prev}"
+    head = f"Best {word} against best {prev}"
     if sl is None:
         return f"{head}: no square shapes to compare."
     parts, mixed = [], False
@@ -131,10 +141,15 @@ def verdict(rows, rung, prev, sl, n):
     return f"{head} at N={n}, {sl.describe()} ({runs}): {', '.join(parts)}."
 
 
-def fill(text, rows):
-    """`text` with every numbers block regenerated from `rows`."""
+def fill(text, rows, bwd_rows=None):
+    """`text` with every numbers block regenerated: forward rungs' from `rows`, backward rungs' from
+    `bwd_rows` (None: the folder has no bwd.csv)."""
     def one(m):
-        body = table(rows, m.group("rung"), m.group("prev"))
+        rung, prev = m.group("rung"), m.group("prev")
+        if not ladder.is_backward(rung):
+            body = table(rows, rung, prev)
+        else:
+            body = NO_BWD_CSV if bwd_rows is None else table(bwd_rows, rung, prev, backward=True)
         return m.group(0).split("\n", 1)[0] + "\n" + body + "\n<!-- numbers:end -->"
     return MARKER.sub(one, text)
 
@@ -145,14 +160,14 @@ def main(argv=None):
     ap.add_argument("pages", nargs="+")
     args = ap.parse_args(argv)
     try:
-        rows = rc.load_gpu(args.folder)
+        rows, bwd_rows = rc.load_gpu(args.folder), rc.load_bwd(args.folder)
     except rc.CsvError as e:
         print(f"doc_tables.py: error: {e}", file=sys.stderr)
         return 2
     for page in args.pages:
         with open(page, encoding="utf-8") as f:
             text = f.read()
-        new = fill(text, rows)
+        new = fill(text, rows, bwd_rows)
         if new != text:
             with open(page, "w", encoding="utf-8") as f:
                 f.write(new)

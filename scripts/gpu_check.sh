@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The GPU machine's checks, in two steps that each fit one 10-minute device
-# call with a cold build:
+# The GPU machine's checks, in steps that each fit one 10-minute device call
+# (check and bench with a cold build, bwd with the build already there):
 #   scripts/gpu_check.sh check   # build; the CPU and GPU tests; compute-sanitizer
 #                                # (memcheck, racecheck, synccheck) on ragged shapes;
 #                                # checks against torch's fp32 SDPA; the Python package
@@ -8,20 +8,25 @@
 #   scripts/gpu_check.sh bench   # build; the benchmark set (bench.csv, dmattn.csv), the
 #                                # GEMM ceiling, ncu's bank conflicts; in results/<gpu>/
 #                                # also every table and plot regenerated from the CSVs
-# Both build in build-gpu, so the second step reuses the first one's build.
+#   scripts/gpu_check.sh bwd     # build; the dense backward's benchmark set (bwd.csv),
+#                                # checked, and the GEMM ceiling; no ncu; in results/<gpu>/
+#                                # also every table regenerated
+# All build in build-gpu, so a later step reuses the first one's build.
 # Output: $OUT when set (the device tool's folder, which returns at most eight
 # files), else results/<gpu>/: check writes tests.txt, sanitizer_summary.txt,
 # reference_torch.txt, sass_mma.txt; bench writes mission.txt (the harness with
 # no options), bench.csv, bench.txt, dmattn.csv, gemm_ceiling.txt,
-# ncu_bank_conflicts.txt (and fwd.csv with
-# SWEEP=1). Both write summary.md (scripts/gpu_summary.sh), printed last, and
-# logs.tar.gz with every other log, and exit 0 only when everything they ran
-# passed.
+# ncu_bank_conflicts.txt (and fwd.csv with SWEEP=1); bwd writes bwd.csv,
+# bwd.txt, gemm_ceiling_bwd.txt. Each writes summary.md (scripts/gpu_summary.sh),
+# printed last, and logs.tar.gz with every other log, and exits 0 only when
+# everything it ran passed (bwd: every harness run, no row FAIL).
 # Switches (environment): CUDA_ARCH=90a, BUILD_DIR=build-gpu, QUICK=1 (check: no
-# sanitizers; bench: no causal, bf16 or large shapes), SANITIZER=0,
-# SANITIZER_STREAMS=6 (runs at once), CHECK_BUDGET=540 (check: the seconds
-# after which nothing runs on), ONLY='wgmma*' (GPU variant tests of the
-# matching variants only), DMATTN=0 (no dynamic-mask tests or benchmarks;
+# sanitizers; bench: no causal, bf16 or large shapes; bwd: the B=1 H=8 shapes
+# only), SANITIZER=0, SANITIZER_STREAMS=6 (runs at once), CHECK_BUDGET=540
+# (check: the seconds after which nothing runs on), BWD_BUDGET=540 (bwd: the
+# same), ONLY='wgmma*' or 'bwd-ws*' (GPU variant tests of the matching variants
+# only: test_gpu_variants and test_gpu_bwd_variants each run when ONLY names
+# one of their variants), DMATTN=0 (no dynamic-mask tests or benchmarks;
 # DMATTN_L="1024 8192"), SKIP_TORCH_REF=1, PIP=0 (tests/python on build/python
 # instead of the installed package), NCU=0, SWEEP=1 (bench: also scripts/sweep;
 # SWEEP_ARGS="--iters 5", SWEEP_TIMEOUT=400 seconds).
@@ -30,8 +35,8 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 mode=${1:-}
 case "$mode" in
-  check | bench) ;;
-  *) echo "usage: scripts/gpu_check.sh check|bench" >&2; exit 2 ;;
+  check | bench | bwd) ;;
+  *) echo "usage: scripts/gpu_check.sh check|bench|bwd" >&2; exit 2 ;;
 esac
 build=${BUILD_DIR:-build-gpu}
 arch=${CUDA_ARCH:-90a}
@@ -79,6 +84,9 @@ if [ $build_rc -ne 0 ]; then
 fi
 
 build_abs=$(cd "$build" && pwd)
+# limit SECONDS: a run's timeout, SECONDS or what is left of the step's budget
+# (check, bwd: set below), at least 1.
+limit() { local left=$((budget - SECONDS)); echo $((left < $1 ? (left > 1 ? left : 1) : $1)); }
 
 if [ "$mode" = check ]; then
   # ---- check: everything at once ------------------------------------------------------
@@ -90,8 +98,6 @@ if [ "$mode" = check ]; then
   ok=0
   pids=()
   budget=${CHECK_BUDGET:-540}
-  # limit SECONDS: a run's timeout, SECONDS or what is left of the budget.
-  limit() { local left=$((budget - SECONDS)); echo $((left < $1 ? (left > 1 ? left : 1) : $1)); }
 
   # sanitize LOG TOOL ARGS : one checked run of the harness under compute-sanitizer
   # (B=1 H=2 unless ARGS say; its output appended to LOG); prints one line: the
@@ -110,7 +116,8 @@ if [ "$mode" = check ]; then
       grep -q 'tiles skipped 100.0%' "$log.run" && echo ' (EMPTY MASK: only the fully-masked path ran)')"
     rm -f "$log.run"
   }
-  # The shapes: the rungs (every variant runs; --show-all prints each), then
+  # The shapes: the rungs (every variant runs; --show-all prints each), the
+  # dense backward's rungs (--bwd: every backward variant), then
   # dynamic-mask attention: forward with a forced split count, and the
   # backward. The top-W masks are block-smoothed by majority (--block 64)
   # unless --block 0: W must be about Nk/2 for some key blocks to survive
@@ -122,6 +129,7 @@ if [ "$mode" = check ]; then
                "--Nq 77 --Nk 129 --D 128 --variant minimal"
                "--H 4 --Hkv 2 --Nq 130 --Nk 300 --D 128 --causal" "--H 4 --Hkv 1 --Nq 300 --Nk 130 --D 192 --Dv 128 --causal"
                "--H 4 --Hkv 2 --Nq 300 --Nk 1000 --D 64")  # the last: rung 12's keys split over blocks
+  bwd_shapes=("--B 2 --H 4 --Hkv 2 --Nq 257 --Nk 383 --D 64 --causal" "--H 4 --Hkv 1 --Nq 383 --Nk 257 --D 128 --dtype bf16")
   dmattn_shapes=("--Nq 1 --Nk 3000 --D 128 --Hkv 1 --mask topk --window 64 --block 0 --bias --splits 4"
                  "--Nq 1 --Nk 20000 --D 256 --mask topk --window 3000 --block 0 --bias --softcap 20 --splits 1"
                  "--Nq 70 --Nk 130 --D 128 --Hkv 1 --causal --mask topk --window 64 --bias --bwd"
@@ -135,7 +143,7 @@ if [ "$mode" = check ]; then
                  "--Nq 130 --Nk 300 --D 128 --causal --mask topk --window 150 --bias --bwd --mask-bits")
   [ "${DMATTN:-1}" != 0 ] || dmattn_shapes=()
   san_jobs=()  # "TOOL|ARGS", shape by shape
-  for shape in "${rung_shapes[@]/%/ --show-all}" "${dmattn_shapes[@]}"; do
+  for shape in "${rung_shapes[@]/%/ --show-all}" "${bwd_shapes[@]/%/ --bwd --show-all}" "${dmattn_shapes[@]}"; do
     for tool in memcheck racecheck synccheck; do san_jobs+=("$tool|$shape"); done
   done
   # run_sanitizer_stream K : takes the next job not yet taken (a counter under
@@ -211,11 +219,21 @@ if [ "$mode" = check ]; then
     echo "$exe: $(tail -1 "$logs/$exe.log")$([ $rc -eq 0 ] || echo " (exit $rc$([ $rc -eq 124 ] && echo ': timed out'))")" \
       > "$logs/$exe.rc"
   }
-  gpu_tests=(test_gpu_variants)
-  gpu_test test_gpu_variants 300 "${ONLY:-*}" & pids+=($!)
+  # The variant tests, forward and dense backward, each of the variants ONLY
+  # names (every one without ONLY); a program ONLY names none of is not run.
+  names_any() { [ -z "${ONLY:-}" ] || [ -n "$("$build/flash_attn_mma" --list --no-peers --variant "$ONLY" "$@" 2>/dev/null)" ]; }
+  gpu_tests=()
+  names_any && gpu_tests+=(test_gpu_variants)
+  names_any --bwd && gpu_tests+=(test_gpu_bwd_variants)
+  for t in "${gpu_tests[@]}"; do gpu_test "$t" 300 "${ONLY:-*}" & pids+=($!); done
+  if [ ${#gpu_tests[@]} -eq 0 ]; then
+    echo "ONLY='$ONLY': names no variant: no variant test ran" > "$logs/only.rc"
+    gpu_tests+=(only)
+  fi
   if [ "${DMATTN:-1}" != 0 ]; then
-    gpu_tests+=(test_dmattn test_dmattn_backward test_dmattn_reference test_dmattn_summary test_dmattn_backward_reference)
-    for t in "${gpu_tests[@]:1}"; do gpu_test "$t" 400 & pids+=($!); done
+    dmattn_tests=(test_dmattn test_dmattn_backward test_dmattn_reference test_dmattn_summary test_dmattn_backward_reference)
+    for t in "${dmattn_tests[@]}"; do gpu_test "$t" 400 & pids+=($!); done
+    gpu_tests+=("${dmattn_tests[@]}")
   fi
 
 
@@ -276,21 +294,71 @@ if [ "$mode" = check ]; then
   finish $ok
 fi
 
-# ---- bench: the benchmark set, alone on the GPU -------------------------------------
+# ---- bench and bwd: benchmarks, alone on the GPU ------------------------------------
 ok=0
-csv="$out/bench.csv"
-rm -f "$csv" "$out/dmattn.csv"
 peers=(--torch)
 "$build/flash_attn_mma" --list --sdpa >/dev/null 2>&1 && peers+=(--sdpa)
-# run_bench LOG CSV ARGS : one harness run, its output appended to LOG, its rows
-# to CSV; a dot for a run that passed, a line for one that did not.
+budget=${BWD_BUDGET:-540}  # bwd's; bench's runs are not cut
+# run_bench LOG CSV ARGS : one harness run (at most $run_limit seconds), its
+# output appended to LOG, its rows to CSV; a dot for a run that passed, a line
+# for one that did not.
+run_limit=180
 run_bench() {
   local log=$1 rows=$2 rc
   shift 2
-  timeout 180 "$build/flash_attn_mma" "$@" --csv "$rows" >> "$log" 2>&1
+  timeout "$run_limit" "$build/flash_attn_mma" "$@" --csv "$rows" >> "$log" 2>&1
   rc=$?
   if [ $rc -eq 0 ]; then printf .; else printf '\nexit %d at: %s\n' $rc "$*" | tee -a "$log"; ok=1; fi
 }
+
+if [ "$mode" = bwd ]; then
+  # ---- bwd: the dense backward's benchmark set ----------------------------------------
+  # One harness run per shape: every backward rung and peer, each of dQ, dK,
+  # dV checked against the fp32 reference backward, then timed. No run goes
+  # on past BWD_BUDGET seconds (a cut run fails), and one that would start in
+  # the last 30 seconds is reported as not run (and fails the step).
+  csv="$out/bwd.csv"
+  rm -f "$csv"
+  : > "$out/bwd.txt"
+  bwd_bench() {
+    if ((budget - SECONDS < 30)); then
+      printf '\nNOT RUN (past the step'"'"'s time budget): %s\n' "$*" | tee -a "$out/bwd.txt"; ok=1; return
+    fi
+    run_limit=$(limit 240) run_bench "$out/bwd.txt" "$csv" --bwd "$@" "${peers[@]}" --check --show-all --iters 20 --warmup 3
+  }
+  step "dense backward benchmarks (bwd.csv)"
+  for D in 64 128 256; do
+    bwd_bench --B 1 --H 8 --N 8192 --D $D
+    bwd_bench --B 1 --H 8 --N 8192 --D $D --causal
+  done
+  if [ -z "${QUICK:-}" ]; then
+    bwd_bench --B 4 --H 16 --N 4096 --D 128 --dtype bf16 --causal
+    bwd_bench --B 1 --H 32 --Hkv 8 --N 8192 --D 128    # GQA
+    bwd_bench --B 1 --H 32 --Hkv 8 --N 8192 --D 128 --causal
+    bwd_bench --B 2 --H 16 --N 4096 --D 192 --Dv 128 --dtype bf16    # DeepSeek V3's prefill (MLA)
+    bwd_bench --B 2 --H 16 --N 4096 --D 192 --Dv 128 --dtype bf16 --causal
+  fi
+  echo
+  # The GEMM ceiling and the clock the card sustains, right after those runs.
+  python3 -c "import torch" 2>/dev/null &&
+    timeout "$(limit 120)" python3 scripts/gemm_ceiling.py > "$out/gemm_ceiling_bwd.txt" 2>&1
+  if [ ! -s "$csv" ]; then
+    echo "no rows in $csv"; ok=1
+  elif grep -q ",FAIL," "$csv"; then
+    echo "rows that FAILED their check: $(grep ",FAIL," "$csv" | cut -d, -f6 | sort -u | paste -sd, -)"; ok=1
+  fi
+  if [ -z "${OUT:-}" ]; then
+    step "tables regenerated from the CSVs"
+    python3 scripts/regenerate.py || ok=1
+  else
+    step "to regenerate the tables: copy bwd.csv into results/${slug:-<gpu>}/, then python3 scripts/regenerate.py"
+  fi
+  finish $ok
+fi
+
+# ---- bench: the benchmark set -------------------------------------------------------
+csv="$out/bench.csv"
+rm -f "$csv" "$out/dmattn.csv"
 # bench ARGS : every variant and peer, checked and timed, into bench.csv.
 bench() { run_bench "$out/bench.txt" "$csv" "$@" "${peers[@]}" --check --show-all --iters 20 --warmup 3; }
 # Large shapes: timed only (the fp32 reference alone would take minutes).

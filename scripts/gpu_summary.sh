@@ -4,8 +4,9 @@
 # gpu_check.sh calls it at the end of each step. Sections, each where its file
 # is there: the machine; the tests (tests.txt, from `gpu_check.sh check`); the
 # sanitizers (sanitizer_summary.txt: a tally per tool, every run that was not
-# clean in full); the benchmarks (bench.csv: the best rung and the best peer
-# of each shape; dmattn.csv: one line per dynamic-mask run). The rest (every
+# clean in full); the benchmarks (bench.csv, and the dense backward's bwd.csv:
+# the best rung and the best peer of each shape; dmattn.csv: one line per
+# dynamic-mask run). The rest (every
 # row, the GEMM ceiling, ncu's counters) is in the folder's other files and
 # in logs.tar.gz. Where nvidia-smi does not
 # say (a folder copied off the GPU machine), the GPU and driver come from the
@@ -18,7 +19,8 @@ echo
 [ -n "${SUMMARY_NOTE:-}" ] && { echo "> $SUMMARY_NOTE"; echo; }
 gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
 if [ -z "$gpu" ]; then  # the first CSV row's gpu and driver columns
-  gpu=$(tail -qn +2 "$out/bench.csv" "$out/dmattn.csv" 2>/dev/null | head -1 | cut -d, -f1,2 | sed 's/,/, driver /')
+  gpu=$(tail -qn +2 "$out/bench.csv" "$out/bwd.csv" "$out/dmattn.csv" 2>/dev/null | head -1 | cut -d, -f1,2 |
+        sed 's/,/, driver /')
 fi
 cuda=$(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' | sed 's/release //')
 echo "- machine: ${gpu:-unknown GPU}; CUDA ${cuda:-unknown}; torch ${TORCH_VERSION:-unknown}; built for sm_${CUDA_ARCH:-90a}"
@@ -66,15 +68,19 @@ def provenance(rs):
     return f"commit {commits}, {span}"
 
 
-bench = rc.load([os.path.join(out, "bench.csv")]) if os.path.isfile(os.path.join(out, "bench.csv")) else []
-if bench:
-    print(f"\n## Benchmarks (bench.csv; {provenance(bench)})\n")
-    print("TFLOPS = 2·B·H·(D+Dv)·unmasked pairs / median time; fp16 unless noted.\n")
+def best_table(name, title, flops):
+    """The best rung and the best peer of each shape of `name` (merged rows), when the file is there."""
+    path = os.path.join(out, name)
+    rs_all = rc.load([path]) if os.path.isfile(path) else []
+    if not rs_all:
+        return
+    print(f"\n## {title} ({name}; {provenance(rs_all)})\n")
+    print(f"TFLOPS = {flops}·unmasked pairs / median time; fp16 unless noted.\n")
     print("B,H,Nq,Nk,D: H/Hkv for GQA, D/Dv where they differ.\n")
     print("| B,H,Nq,Nk,D | dtype | causal | best rung | TFLOPS | best peer | TFLOPS | × peer | checks |")
     print("|---|---|---|---|---|---|---|---|---|")
     shapes = {}
-    for r in bench:
+    for r in rs_all:
         shapes.setdefault((r["B"], rc.heads_label(r), r["Nq"], r["Nk"], rc.dims_label(r), r["dtype"], r["causal"]),
                           []).append(r)
     for key, rs in shapes.items():
@@ -88,6 +94,13 @@ if bench:
         print(f"| {B},{H},{Nq},{Nk},{D} | {dtype} | {causal} | {' | '.join(cell(rung))} | "
               f"{' | '.join(cell(peer))} | {'-' if ratio is None else rc.fmt_ratio(ratio)} | "
               f"{checks}{'; FAILED' if failed else ''} |")
+    failed = sorted({r["variant"] for r in rs_all if r["status"] == "FAIL"})
+    if failed:
+        print(f"\nRows that FAILED their check: {', '.join(failed)}")
+
+
+best_table("bench.csv", "Benchmarks", "2·B·H·(D+Dv)")
+best_table("bwd.csv", "Dense backward", "2·B·H·(3D+2Dv)")
 
 dmattn = rows("dmattn.csv")
 if dmattn:

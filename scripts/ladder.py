@@ -1,15 +1,18 @@
-"""The ladder's rungs, and the one-shape table of them the README and docs/ladder.md show.
+"""The ladder's rungs, and the one-shape tables of them the README and docs/ladder.md show.
 
 RUNGS is the one list of rungs the scripts know: number, the prefix of its
 variants' names (a rung's variants are PREFIX+stage..., e.g. split-q+stage2),
 the rung it grows from, its family (the plots' colour, docs/results.md) and
-its idea in one line. The table (ladder_block) has one row per rung at SHAPE:
+its idea in one line. The forward rungs' families are FAMILIES; the backward
+rungs (family BACKWARD, variants bwd-...) have their own CSV (bwd.csv) and
+table. A table (ladder_block) has one row per rung of its direction at SHAPE:
 the TFLOPS of the rung's best stage, its ratio to the best stage of the rung it
-grows from, to sdpa(flash) (FlashAttention-2) and to sdpa(cudnn), all from the
-merged rows of one GPU folder (results_csv.load_gpu); "–" with a short reason
-where a rung has no timed row at that shape.
+grows from, to FlashAttention-2 and to cuDNN (sdpa(flash) and sdpa(cudnn); in
+the backward table their backward, "sdpa(flash) bwd" and "sdpa(cudnn) bwd"),
+all from the merged rows of one GPU folder (results_csv.load_gpu, resp.
+load_bwd); "–" with a short reason where a rung has no timed row at that shape.
 
-    python3 scripts/ladder.py results/H200      # prints the table
+    python3 scripts/ladder.py results/H200 [--bwd]     # prints the table
 """
 import argparse
 import os
@@ -21,6 +24,7 @@ import results_csv as rc  # noqa: E402
 
 Rung = namedtuple("Rung", "number prefix parent family page idea")
 MMA, HOPPER, SPLIT_D, TWO_PASS = "mma.sync", "Hopper dense", "split-D", "two-pass"
+BACKWARD = "backward"
 
 RUNGS = tuple(Rung(*r) for r in (
     # number, prefix, grows from, family, docs page, idea
@@ -50,14 +54,22 @@ RUNGS = tuple(Rung(*r) for r in (
      "large D: pass 1 writes P̃ = exp(S − m_ref), pass 2 is the GEMM P̃·V"),
     ("12", "ws", "07", HOPPER, "12_ws_pingpong.md",
      "rung 07 fed by TMA from a producer warp; warpgroups take turns on the tensor cores"),
+    ("13", "bwd-mma", "02", BACKWARD, "13_bwd_mma.md",
+     "FlashAttention-2's backward in mma.sync: a block per key tile, dQ by fp32 atomics"),
+    ("14", "bwd-ws", "13", BACKWARD, "14_bwd_ws.md",
+     "FlashAttention-3's backward: TMA producer, two wgmma warpgroups on Sᵀ, dQ by TMA reduce-add from a writer warp"),
 ))
 BY_NUMBER = {r.number: r for r in RUNGS}
-FAMILIES = (MMA, HOPPER, SPLIT_D, TWO_PASS)
+FAMILIES = (MMA, HOPPER, SPLIT_D, TWO_PASS)  # the forward rungs' families: the forward plots' colours
+FORWARD_RUNGS = tuple(r for r in RUNGS if r.family != BACKWARD)
+BACKWARD_RUNGS = tuple(r for r in RUNGS if r.family == BACKWARD)
 
 # The one shape of the table: B=1 H=8 N=8192 D=128 fp16, non-causal.
 SHAPE = dict(B=1, H=8, Nq=8192, Nk=8192, D=128, Dv=128, dtype="fp16", causal=0)
 FA2, CUDNN = "sdpa(flash)", "sdpa(cudnn)"
+BWD = " bwd"  # a peer's backward row: its name and this ("sdpa(cudnn) bwd")
 BEGIN, END = "<!-- ladder:begin -->", "<!-- ladder:end -->"
+BWD_BEGIN, BWD_END = "<!-- ladder-bwd:begin -->", "<!-- ladder-bwd:end -->"
 
 
 def is_variant_of(variant, prefix):
@@ -67,6 +79,11 @@ def is_variant_of(variant, prefix):
 def rung_of(variant):
     """The Rung whose variant `variant` is, or None (a peer, or a name no rung has)."""
     return next((r for r in RUNGS if is_variant_of(variant, r.prefix)), None)
+
+
+def is_backward(prefix):
+    """Whether `prefix` names a backward rung (its rows are in bwd.csv)."""
+    return any(r.prefix == prefix and r.family == BACKWARD for r in RUNGS)
 
 
 def stage_of(variant, rung):
@@ -93,11 +110,11 @@ def why_not(rows_at, all_rows, rung):
     return "no rows in the results"
 
 
-def ladder_rows(rows):
-    """(the rows at SHAPE, [(rung, its best row or None, why not or None)] for every rung)."""
+def ladder_rows(rows, rungs=FORWARD_RUNGS):
+    """(the rows at SHAPE, [(rung, its best row or None, why not or None)] for every rung of `rungs`)."""
     at = [r for r in rows if all(r[k] == v for k, v in SHAPE.items())]
     table = []
-    for rung in RUNGS:
+    for rung in rungs:
         row = best_stage(at, rung)
         table.append((rung, row, None if row else why_not(at, rows, rung)))
     return at, table
@@ -107,25 +124,38 @@ def ratio(a, b):
     return "–" if a is None or b is None else f"{a / b:.2f}"
 
 
-def ladder_block(rows, gpu_folder, docs_dir, pages=()):
-    """The markdown between the ladder markers.
+def ladder_block(rows, gpu_folder, docs_dir, pages=(), backward=False):
+    """The markdown between the ladder markers (with backward=True: the backward ladder's).
 
-    `gpu_folder` names the rows' source in the caption (e.g. results/H200);
-    `docs_dir` is the docs folder relative to the page, with its trailing '/'
-    ('' beside it), and `pages` the file names there: a rung whose page exists
-    links to it.
+    `rows` are the GPU folder's merged forward rows, or with backward=True its
+    backward rows (None when it has no bwd.csv); `gpu_folder` names their
+    source in the caption (e.g. results/H200); `docs_dir` is the docs folder
+    relative to the page, with its trailing '/' ('' beside it), and `pages` the
+    file names there: a rung whose page exists links to it.
     """
-    at, table = ladder_rows(rows)
-    best = {rung.number: row for rung, row, _ in table}
-    fa2, cudnn = rc.tflops(at, FA2), rc.tflops(at, CUDNN)
-    used = [row for _, row, _ in table if row] + [r for r in at if r["variant"] in (FA2, CUDNN) and rc.ran(r)]
-    gpus, commits, span = rc.provenance(used)
     s = SHAPE
-    lines = [f"<!-- generated by scripts/regenerate.py from {gpu_folder}; edit the CSVs, not this block -->",
-             f"Forward, B={s['B']} H={s['H']} N={s['Nq']} D={s['D']}, {s['dtype']}, non-causal, on {gpus} "
-             f"(commit {commits}, {span}). TFLOPS of each rung's best stage; × previous: over the best stage of "
-             f"the rung it grows from (in brackets); × FA2, × cuDNN: over `{FA2}` and `{CUDNN}` at the same shape.",
-             "", "| rung | idea | TFLOPS | × previous | × FA2 | × cuDNN |", "|---|---|---:|---:|---:|---:|"]
+    shape = f"B={s['B']} H={s['H']} N={s['Nq']} D={s['D']}, {s['dtype']}, non-causal"
+    lines = [f"<!-- generated by scripts/regenerate.py from {gpu_folder}; edit the CSVs, not this block -->"]
+    if backward and rows is None:
+        return "\n".join(lines + [f"Backward, {shape}: {gpu_folder} has no bwd.csv, so no backward row is timed "
+                                  "(`scripts/gpu_check.sh bwd` writes it)."])
+    rungs, peer_suffix = (BACKWARD_RUNGS, BWD) if backward else (FORWARD_RUNGS, "")
+    fa2_name, cudnn_name = FA2 + peer_suffix, CUDNN + peer_suffix
+    at, table = ladder_rows(rows, rungs)
+    best = {rung.number: row for rung, row, _ in table}
+    fa2, cudnn = rc.tflops(at, fa2_name), rc.tflops(at, cudnn_name)
+    used = [row for _, row, _ in table if row] + [r for r in at if r["variant"] in (fa2_name, cudnn_name) and rc.ran(r)]
+    gpus, commits, span = rc.provenance(used)
+    if backward:
+        lines.append(f"Backward (dQ, dK, dV), {shape}, on {gpus} (commit {commits}, {span}), from bwd.csv. TFLOPS "
+                     "(backward FLOPs, 2·B·H·(3D + 2Dv)·pairs) of each rung's best variant; × previous: over the best "
+                     "variant of the rung it grows from (in brackets; none for one grown from a forward rung); × FA2, "
+                     f"× cuDNN: over `{fa2_name}` and `{cudnn_name}` at the same shape.")
+    else:
+        lines.append(f"Forward, {shape}, on {gpus} (commit {commits}, {span}). TFLOPS of each rung's best stage; "
+                     "× previous: over the best stage of the rung it grows from (in brackets); × FA2, × cuDNN: over "
+                     f"`{fa2_name}` and `{cudnn_name}` at the same shape.")
+    lines += ["", "| rung | idea | TFLOPS | × previous | × FA2 | × cuDNN |", "|---|---|---:|---:|---:|---:|"]
     for rung, row, reason in table:
         name = f"{rung.number} `{rung.prefix}`"
         if rung.page in pages:
@@ -134,8 +164,13 @@ def ladder_block(rows, gpu_folder, docs_dir, pages=()):
             cells = [f"– ({reason})", "–", "–", "–"]
         else:
             stage = stage_of(row["variant"], rung)
-            parent = best.get(rung.parent) if rung.parent else None
-            prev = "–" if rung.parent is None else f"{ratio(row['tflops'], parent and parent['tflops'])} ({rung.parent})"
+            if rung.parent is None:
+                prev = "–"
+            elif rung.parent not in best:  # it grows from a rung of the other direction
+                prev = f"– ({rung.parent}: {'forward' if backward else 'backward'})"
+            else:
+                parent = best[rung.parent]
+                prev = f"{ratio(row['tflops'], parent and parent['tflops'])} ({rung.parent})"
             cells = [f"{row['tflops']:.1f}" + (f" ({stage})" if stage else ""), prev,
                      ratio(row["tflops"], fa2), ratio(row["tflops"], cudnn)]
         lines.append("| " + " | ".join([name, rung.idea] + cells) + " |")
@@ -145,13 +180,14 @@ def ladder_block(rows, gpu_folder, docs_dir, pages=()):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("gpu_folder", help="results/<gpu>")
+    ap.add_argument("--bwd", action="store_true", help="the backward rungs, from bwd.csv")
     args = ap.parse_args(argv)
     try:
-        rows = rc.load_gpu(args.gpu_folder)
+        rows = rc.load_bwd(args.gpu_folder) if args.bwd else rc.load_gpu(args.gpu_folder)
     except rc.CsvError as e:
         print(f"ladder.py: error: {e}", file=sys.stderr)
         return 2
-    print(ladder_block(rows, args.gpu_folder, ""))
+    print(ladder_block(rows, args.gpu_folder, "", backward=args.bwd))
     return 0
 
 

@@ -12,8 +12,10 @@ From the CSVs under DIR/results/ (DIR: the repository, by default), rewrites
   - in README.md and docs/*.md, every generated block, found by its markers
     (each a line of its own), from the GPU folder --gpu (default H200):
       <!-- results:begin --> ... <!-- results:end -->   the results table (plot.py)
-      <!-- ladder:begin --> ... <!-- ladder:end -->     one row per rung at one shape (ladder.py)
-      <!-- numbers: RUNG prev=RUNG --> ... <!-- numbers:end -->   a rung's table (doc_tables.py)
+      <!-- ladder:begin --> ... <!-- ladder:end -->     one row per forward rung at one shape (ladder.py)
+      <!-- ladder-bwd:begin --> ... <!-- ladder-bwd:end -->   the same of the backward rungs, from bwd.csv
+      <!-- numbers: RUNG prev=RUNG --> ... <!-- numbers:end -->   a rung's table (doc_tables.py;
+                                                                  a backward rung's from bwd.csv)
       <!-- dmattn-table: TABLE --> ... <!-- dmattn-table:end -->   a dynamic-mask table (plot_dmattn.py)
 The output depends only on the CSVs (and, for PNGs, the matplotlib version,
 which each PNG records): rerunning changes nothing. A file is written only when
@@ -118,25 +120,31 @@ def fill_page(text, page, root, gpu, gpu_rows, files):
     page_dir = os.path.dirname(page)
     folder = os.path.join(root, "results", gpu)
     has = {kind: generated.replace_block(text, begin, end, "", where) is not None
-           for kind, begin, end in (("results", plot.BEGIN, plot.END), ("ladder", ladder.BEGIN, ladder.END))}
+           for kind, begin, end in (("results", plot.BEGIN, plot.END), ("ladder", ladder.BEGIN, ladder.END),
+                                    ("ladder-bwd", ladder.BWD_BEGIN, ladder.BWD_END))}
     has_numbers, has_dmattn = bool(doc_tables.MARKER.search(text)), bool(plot_dmattn.MARKER.search(text))
-    if not (has["results"] or has["ladder"] or has_numbers or has_dmattn):
+    if not (any(has.values()) or has_numbers or has_dmattn):
         return None
-    if (has["results"] or has["ladder"] or has_numbers) and gpu not in gpu_rows:
+    if (any(has.values()) or has_numbers) and gpu not in gpu_rows:
         raise ValueError(f"{where} has generated blocks but results/{gpu}/ has no forward results")
     if has["results"]:
         images = {name: os.path.join(root, *rel.split("/")) for name in (plot.VS_N, plot.VS_D, plot.HEATMAP)
                   for rel in [posix("results", gpu, name)] if rel in files}
         block = plot.results_block(gpu_rows[gpu], rc.forward_csvs(folder), images, page_dir)
         text = generated.replace_block(text, plot.BEGIN, plot.END, block, where)
-    if has["ladder"]:
+    bwd_rows = rc.load_bwd(folder) if has["ladder-bwd"] or has_numbers else None
+    if has["ladder"] or has["ladder-bwd"]:
         docs = os.path.join(root, "docs")
         link = rc.posix_relpath(docs, page_dir)
         pages = set(os.listdir(docs)) if os.path.isdir(docs) else set()
-        block = ladder.ladder_block(gpu_rows[gpu], posix("results", gpu), "" if link == "." else link + "/", pages)
-        text = generated.replace_block(text, ladder.BEGIN, ladder.END, block, where)
+        docs_dir = "" if link == "." else link + "/"
+        for kind, begin, end, rows in (("ladder", ladder.BEGIN, ladder.END, gpu_rows[gpu]),
+                                       ("ladder-bwd", ladder.BWD_BEGIN, ladder.BWD_END, bwd_rows)):
+            if has[kind]:
+                block = ladder.ladder_block(rows, posix("results", gpu), docs_dir, pages, backward=kind == "ladder-bwd")
+                text = generated.replace_block(text, begin, end, block, where)
     if has_numbers:
-        text = doc_tables.fill(text, gpu_rows[gpu])
+        text = doc_tables.fill(text, gpu_rows[gpu], bwd_rows)
     if has_dmattn:
         text = plot_dmattn.fill(text, os.path.join(folder, "dmattn"), where)
     return text

@@ -1,4 +1,4 @@
-"""Read a GPU's forward results and pick the rows the plots and tables show.
+"""Read a GPU's results and pick the rows the plots and tables show.
 
 The one results source of every generated table and plot (plot.py,
 doc_tables.py, compare_gpus.py, ladder.py, regenerate.py); standard library
@@ -7,7 +7,9 @@ column means). A GPU's folder results/<gpu>/ holds its forward CSVs, FORWARD_CSV
 in this order: the sweep's fwd.csv and gpu_check's bench.csv. load_gpu() reads
 them all and merges their rows with one rule: for the same KEY (variant and
 shape) the row with the newest `date` wins; on equal dates, the later one (the
-later file in FORWARD_CSVS, the later line in a file).
+later file in FORWARD_CSVS, the later line in a file). The dense backward's
+rows (flash_attn_mma --bwd: BACKWARD_CSV, bwd.csv) are kept apart: load_bwd()
+merges them by the same rule, and no forward table or plot sees them.
 """
 import csv
 import os
@@ -26,6 +28,7 @@ FLOAT_COLUMNS = ("time_ms", "tflops")
 PEER, RUNG = "peer", "rung"
 TABLE_N = 8192  # the N the tables show when the CSV has it
 FORWARD_CSVS = ("fwd.csv", "bench.csv")  # a GPU folder's forward results, in merge order
+BACKWARD_CSV = "bwd.csv"  # a GPU folder's dense backward results (gpu_check.sh bwd)
 
 
 class CsvError(Exception):
@@ -41,6 +44,12 @@ def forward_csvs(folder):
 def load_gpu(folder):
     """The merged forward rows of one GPU folder (results/<gpu>/); [] when it has no forward CSV."""
     return load(forward_csvs(folder))
+
+
+def load_bwd(folder):
+    """The merged backward rows of one GPU folder, from its bwd.csv; None when it has none."""
+    path = os.path.join(folder, BACKWARD_CSV)
+    return load([path]) if os.path.isfile(path) else None
 
 
 def gpu_folders(results_dir):

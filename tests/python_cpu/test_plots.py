@@ -262,6 +262,51 @@ def test_doc_tables_says_when_a_rung_has_no_rows(tmp_path):
     assert "The results CSV has no timed row of this rung." in text and "|" not in text, text
 
 
+BWD_PAGE = ("# Rung 14\n\n<!-- numbers: bwd-ws prev=bwd-mma -->\nstale\n<!-- numbers:end -->\n\n"
+            "<!-- numbers: bwd-mma -->\n<!-- numbers:end -->\n\nAfter.\n")
+
+
+def test_doc_tables_fills_a_backward_page_from_bwd_csv(tmp_path):
+    page = tmp_path / "14_bwd_ws.md"
+    write(page, BWD_PAGE)
+    expect_ok(run(DOC_TABLES, GPU_A, page))
+    text = read(page)
+    assert "stale" not in text and text.endswith("<!-- numbers:end -->\n\nAfter.\n"), text
+    assert ("| B,H,Nq,Nk,D | dtype | causal | bwd-ws | deterministic | best bwd-mma | best peer | "
+            "best variant / best peer | best variant / sdpa(cudnn) bwd | best variant / sdpa(flash) bwd |") in text, text
+    # 450 / 420 (cuDNN's backward, the best peer) and / 300 (FlashAttention-2's); bwd-mma's best 330.
+    assert "| 1,8,8192,8192,128 | fp16 | no | 450.0 | 430.0 | 330.0 (bwd-mma) | 420.0 sdpa(cudnn) bwd | 1.07 | 1.07 | 1.50 |" \
+        in text, text
+    assert "| 1,8,8192,8192,128 | fp16 | yes | 410.0 | FAIL |" in text, "a FAILed row is not shown as FAIL"
+    assert "| 1,32/8,8192,8192,128 | fp16 | yes |" in text, "no GQA row"
+    assert "Not run at head dims 192, 256 (unsupported" in text, text
+    assert "Best variant against best bwd-mma at N=8192, B=1, H=8, fp16 (same runs): D=64 1.29×, D=128 1.36× " \
+           "(causal 1.41×)." in text, text
+    assert "| 1,8,8192,8192,64 | fp16 | no | 280.0 | 240.0 | 330.0 sdpa(cudnn) bwd | 0.85 | 0.85 | 1.12 |" in text
+    assert "split-q" not in text and "sdpa(flash) |" not in text, "forward rows in a backward table"
+    expect_ok(run(DOC_TABLES, GPU_A, page))
+    assert read(page) == text, "rerun changed the page"
+
+
+def test_doc_tables_says_when_there_is_no_bwd_csv(tmp_path):
+    page = tmp_path / "14_bwd_ws.md"
+    write(page, BWD_PAGE)
+    expect_ok(run(DOC_TABLES, os.path.join(FIXTURES, "FakeGPU-B"), page))
+    text = read(page)
+    assert text.count("The results have no bwd.csv") == 2 and "|" not in text, text
+
+
+def test_ladder_keeps_the_backward_rungs_to_their_own_table():
+    import ladder
+    import results_csv as rc
+    forward = ladder.ladder_block(rc.load_gpu(GPU_A), "results/A", "")
+    assert "| 12 `ws` |" in forward and "bwd-" not in forward, forward
+    backward = ladder.ladder_block(rc.load_bwd(GPU_A), "results/A", "", backward=True)
+    assert "| 13 `bwd-mma` |" in backward and "| 12 `ws` |" not in backward, backward
+    missing = ladder.ladder_block(None, "results/B", "", backward=True)
+    assert "results/B has no bwd.csv" in missing and "|" not in missing, missing
+
+
 def test_plot_dmattn_writes_pngs_and_summary(tmp_path):
     folder = tmp_path / "dmattn"
     shutil.copytree(os.path.join(GPU_A, "dmattn"), folder)

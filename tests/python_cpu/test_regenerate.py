@@ -146,7 +146,10 @@ stale
 <!-- results:end -->
 """
 PAGES = {
-    "ladder.md": "# Ladder\n\n<!-- ladder:begin -->\nstale\n<!-- ladder:end -->\n",
+    "ladder.md": ("# Ladder\n\n<!-- ladder:begin -->\nstale\n<!-- ladder:end -->\n\n"
+                  "<!-- ladder-bwd:begin -->\nstale\n<!-- ladder-bwd:end -->\n"),
+    "13_bwd_mma.md": "# Rung 13\n\n<!-- numbers: bwd-mma -->\n<!-- numbers:end -->\n",
+    "14_bwd_ws.md": "# Rung 14\n\n<!-- numbers: bwd-ws prev=bwd-mma -->\nstale\n<!-- numbers:end -->\n\nLimits.\n",
     "02_split_q.md": "# Rung 02\n\n<!-- numbers: split-q prev=split-kv -->\n<!-- numbers:end -->\n\nVerdict.\n",
     "dmattn_forward.md": "# Forward\n\n<!-- dmattn-table: train -->\n<!-- dmattn-table:end -->\n",
     "plain.md": "No generated block; the marker `<!-- results:begin -->` quoted in prose is text.\n",
@@ -191,6 +194,16 @@ def test_fixture_blocks_are_filled(fixtures):
     assert "| 00 `minimal` |" in readme, "a rung without a page must still have its row, unlinked"
     assert "`results/FakeGPU-A/fwd.csv`" in readme and "(results/FakeGPU-A/fwd_tflops_vs_N.png)" in readme
     assert "| [02 `split-q`](02_split_q.md) |" in text["docs/ladder.md"]
+    assert "bwd-" not in readme, "the forward ladder shows backward rungs"
+    ladder, bwd = text["docs/ladder.md"].split("<!-- ladder-bwd:begin -->")
+    assert "bwd-" not in ladder and "stale" not in bwd, bwd
+    assert "| [13 `bwd-mma`](13_bwd_mma.md) | FlashAttention-2's backward" in bwd, bwd
+    assert "| 330.0 | – (02: forward) | 1.10 | 0.79 |" in bwd, "rung 13's row: 330 over 300 (FA2) and 420 (cuDNN)"
+    assert "| [14 `bwd-ws`](14_bwd_ws.md) |" in bwd and "| 450.0 | 1.36 (13) | 1.50 | 1.07 |" in bwd, bwd
+    assert "| 1,8,8192,8192,128 | fp16 | no | 330.0 | 300.0 | 420.0 sdpa(cudnn) bwd |" in text["docs/13_bwd_mma.md"]
+    rung14 = text["docs/14_bwd_ws.md"]
+    assert "| 1,8,8192,8192,128 | fp16 | no | 450.0 | 430.0 | 330.0 (bwd-mma) |" in rung14, rung14
+    assert "stale" not in rung14 and rung14.endswith("<!-- numbers:end -->\n\nLimits.\n"), rung14
     assert "| 1,8,8192,8192,64 | fp16 | no |" in text["docs/02_split_q.md"]
     assert text["docs/02_split_q.md"].endswith("<!-- numbers:end -->\n\nVerdict.\n")
     assert "| 32768 | 0.20% | 99.8% | 0.5781 |" in text["docs/dmattn_forward.md"]

@@ -2,7 +2,7 @@
 
 For the same variant and shape the newest `date` wins; on equal dates the
 later file in FORWARD_CSVS (fwd.csv, then bench.csv), and within a file the
-later line.
+later line. The backward's bwd.csv is read apart (load_bwd), by the same rule.
 """
 import csv
 import os
@@ -64,3 +64,21 @@ def test_gpu_folders_are_those_with_a_forward_csv(tmp_path):
     (tmp_path / "no-csv" / "other.csv").write_text("x\n")
     assert [os.path.basename(f) for f in rc.gpu_folders(tmp_path)] == ["A-gpu", "B-gpu"]
     assert rc.load_gpu(tmp_path / "no-csv") == []
+
+
+def test_bwd_csv_is_kept_apart_from_the_forward_rows(tmp_path):
+    write_csv(tmp_path / "bench.csv", [dict(variant="split-q+stage2", tflops="100")])
+    assert rc.load_bwd(tmp_path) is None, "no bwd.csv must read as None, not as no rows"
+    write_csv(tmp_path / "bwd.csv", [dict(variant="bwd-ws", date="2025-06-02T00:00:00Z", tflops="400"),
+                                     dict(variant="bwd-ws", date="2025-06-03T00:00:00Z", tflops="450"),
+                                     dict(variant="sdpa(cudnn) bwd", kind="peer", tflops="420")])
+    assert [r["variant"] for r in rc.load_gpu(tmp_path)] == ["split-q+stage2"], "the forward merge read bwd.csv"
+    rows = rc.load_bwd(tmp_path)
+    assert sorted(r["variant"] for r in rows) == ["bwd-ws", "sdpa(cudnn) bwd"]
+    assert tflops_of(rows, "bwd-ws") == [450.0], "the backward rows are not merged by the newest date"
+
+
+def test_a_folder_with_only_bwd_csv_is_no_forward_gpu_folder(tmp_path):
+    (tmp_path / "gpu").mkdir()
+    write_csv(tmp_path / "gpu" / "bwd.csv", [dict(variant="bwd-ws", tflops="450")])
+    assert rc.gpu_folders(tmp_path) == [] and rc.load_gpu(tmp_path / "gpu") == []
