@@ -24,7 +24,7 @@
 # sanitizers; bench: no causal, bf16 or large shapes; bwd: the B=1 H=8 shapes
 # only), SANITIZER=0, SANITIZER_STREAMS=6 (runs at once), CHECK_BUDGET=540
 # (check: the seconds after which nothing runs on), BWD_BUDGET=540 (bwd: the
-# same), ONLY='wgmma*' or 'bwd-ws*' (GPU variant tests of the matching variants
+# same; GQA=1: also its two GQA shapes), ONLY='wgmma*' or 'bwd-ws*' (GPU variant tests of the matching variants
 # only: test_gpu_variants and test_gpu_bwd_variants each run when ONLY names
 # one of their variants), DMATTN=0 (no dynamic-mask tests or benchmarks;
 # DMATTN_L="1024 8192"), SKIP_TORCH_REF=1, PIP=0 (tests/python on build/python
@@ -333,10 +333,13 @@ if [ "$mode" = bwd ]; then
   done
   if [ -z "${QUICK:-}" ]; then
     bwd_bench --B 4 --H 16 --N 4096 --D 128 --dtype bf16 --causal
-    bwd_bench --B 1 --H 32 --Hkv 8 --N 8192 --D 128    # GQA
-    bwd_bench --B 1 --H 32 --Hkv 8 --N 8192 --D 128 --causal
     bwd_bench --B 2 --H 16 --N 4096 --D 192 --Dv 128 --dtype bf16    # DeepSeek V3's prefill (MLA)
     bwd_bench --B 2 --H 16 --N 4096 --D 192 --Dv 128 --dtype bf16 --causal
+  fi
+  # GQA=1: also B = 1 H = 32 Hkv = 8 (its fp32 reference backward alone takes about a minute a shape).
+  if [ -n "${GQA:-}" ]; then
+    bwd_bench --B 1 --H 32 --Hkv 8 --N 8192 --D 128
+    bwd_bench --B 1 --H 32 --Hkv 8 --N 8192 --D 128 --causal
   fi
   echo
   # The GEMM ceiling and the clock the card sustains, right after those runs.
