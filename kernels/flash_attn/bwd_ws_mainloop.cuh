@@ -100,7 +100,7 @@ struct BwdShared {
     mbarrier_init(kv_full, 1);
     for (int s = 0; s < Cfg::kStages; ++s) {
       mbarrier_init(&q_full[s], 1);                    // the producer's arrive_expect_tx, then the bytes
-      mbarrier_init(&q_empty[s], Cfg::kComputeWarps);  // one arrival per compute warp
+      mbarrier_init(&q_empty[s], Cfg::kComputeThreads);  // one arrival per compute thread
     }
     fence_mbarrier_init();
   }
@@ -423,11 +423,11 @@ __device__ __forceinline__ void bwd_compute(const BwdShared<Cfg, T>& sm, const A
     wgmma_wait<0>();  // dK: the slot's Q, dO (and LSE, Δ above) are read
     fence_accumulators(dK);
     fence_accumulators(dV);
-    // Every lane's reads of sLSE2, sDelta ordered before its warp's release
-    // (and, across proxies, before the producer's next bulk copy into them).
+    // Every thread releases the slot itself: its own reads of sLSE2, sDelta
+    // are then ordered (across proxies too) before the producer's next bulk
+    // copy into them, with no warp-level step in between.
     fence_proxy_async_shared();
-    __syncwarp();
-    if (lane == 0) mbarrier_arrive(&sm.q_empty[stage]);
+    mbarrier_arrive(&sm.q_empty[stage]);
   }
   bwd_store_dkv<T, D, Dv>(p, w, key_row0, dK, dV, dk, dv);
 }
