@@ -136,6 +136,18 @@ __device__ __forceinline__ void griddep_launch_dependents() {
 #endif
 }
 
+// *a += x, *(a + 1) += y in global fp32 (a 8-byte aligned): one vector
+// reduction on sm_90 (red.global.add.v2.f32), half the atomic operations;
+// two atomics before it. The backwards' dQ (and dK, dV of split walks).
+__device__ __forceinline__ void atomic_add2(float* a, float x, float y) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float2*>(a), make_float2(x, y));
+#else
+  atomicAdd(a, x);
+  atomicAdd(a + 1, y);
+#endif
+}
+
 // 2^x on the special-function unit (exp2(-inf) = 0). The softmax works in the
 // exp2 domain with log2(e) folded into the scale, as FlashAttention does.
 __device__ __forceinline__ float exp2_approx(float x) {

@@ -265,17 +265,6 @@ __global__ void sum_copies_to_dtype_kernel(const float* __restrict__ in, int cop
   }
 }
 
-// *a += x, *(a + 1) += y (fp32, global memory; a 8-byte aligned). sm_90 has a
-// vector reduction (red.global.add.v2.f32): half the atomic operations.
-__device__ __forceinline__ void atomic_add2(float* a, float x, float y) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  atomicAdd(reinterpret_cast<float2*>(a), make_float2(x, y));
-#else
-  atomicAdd(a, x);
-  atomicAdd(a + 1, y);
-#endif
-}
-
 // Where a block adds its dBias: one fp32 accumulator in the bias's shape, or
 // (deterministic mode, bias broadcast over the batch and/or the KV heads) one
 // copy per batch and/or KV head, so that no element is shared by two blocks.

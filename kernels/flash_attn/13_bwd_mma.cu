@@ -118,17 +118,6 @@ static_assert(header_row<64, 128, 64, 147456, 55296>(), "header: D=64");
 static_assert(header_row<96, 64, 48, 125952, 79872>(), "header: D=96");
 static_assert(header_row<128, 64, 64, 158720, 104448>(), "header: D=128");
 
-// *a += x, *(a + 1) += y in global fp32 (a 8-byte aligned): one vector
-// reduction on sm_90 (red.global.add.v2.f32), two atomics before it.
-__device__ __forceinline__ void atomic_add2(float* a, float x, float y) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  atomicAdd(reinterpret_cast<float2*>(a), make_float2(x, y));
-#else
-  atomicAdd(a, x);
-  atomicAdd(a + 1, y);
-#endif
-}
-
 // Sets to -inf the entries of a warp's Sᵀ (16 keys x queries) whose key is past
 // Nk or, if causal, after the query's diagonal (query i sees key j iff
 // j <= i + Nk - Nq). Queries past Nq need nothing: their LSE is +inf, P = 0.
