@@ -58,6 +58,16 @@ finish() {
   cat "$out/summary.md"
   exit "$1"
 }
+# regenerate_tables WHAT : the tables and plots regenerated from results/<gpu>/
+# (ok=1 if that fails), or, when the results went to $OUT, how to do it there.
+regenerate_tables() {
+  if [ -z "${OUT:-}" ]; then
+    step "tables and plots regenerated from the CSVs"
+    python3 scripts/regenerate.py || ok=1
+  else
+    step "to regenerate the tables and plots: copy $1 into results/${slug:-<gpu>}/, then python3 scripts/regenerate.py"
+  fi
+}
 torch_version=$(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null || echo none)
 
 # ---- configure + build (both steps) ------------------------------------------------
@@ -350,12 +360,7 @@ if [ "$mode" = bwd ]; then
   elif grep -q ",FAIL," "$csv"; then
     echo "rows that FAILED their check: $(grep ",FAIL," "$csv" | cut -d, -f6 | sort -u | paste -sd, -)"; ok=1
   fi
-  if [ -z "${OUT:-}" ]; then
-    step "tables regenerated from the CSVs"
-    python3 scripts/regenerate.py || ok=1
-  else
-    step "to regenerate the tables: copy bwd.csv into results/${slug:-<gpu>}/, then python3 scripts/regenerate.py"
-  fi
+  regenerate_tables bwd.csv
   finish $ok
 fi
 
@@ -465,10 +470,5 @@ if [ -n "${SWEEP:-}" ]; then
 fi
 
 grep -q ",FAIL," "$csv" "$out/dmattn.csv" 2>/dev/null && ok=1
-if [ -z "${OUT:-}" ]; then
-  step "tables and plots regenerated from the CSVs"
-  python3 scripts/regenerate.py || ok=1
-else
-  step "to regenerate the tables and plots: copy the CSVs into results/${slug:-<gpu>}/, then python3 scripts/regenerate.py"
-fi
+regenerate_tables "the CSVs"
 finish $ok

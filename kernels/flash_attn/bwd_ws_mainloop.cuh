@@ -233,6 +233,8 @@ __device__ __forceinline__ void bwd_store_dkv(const AttnProblem& p, const BwdWor
 // acc (=) A·Bᵀ over kK columns: A the warpgroup's 64 rows of a Sw128Blocks<kARows>
 // tile (64-column blocks kARows·128 bytes apart), B kN rows of a
 // Sw128Blocks<kBRows> tile starting at `b`; both K-major. Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ.
+// (wgmma.cuh's wgmma_qk_tile and wgmma_pv_tile, with the B tile's rows apart
+// from N: a slice of a query tile.)
 template <typename T, int kK, int kN, int kARows, int kBRows>
 __device__ __forceinline__ void wgmma_rows_tile(float (&acc)[kN / 8][4], const T* a, const T* b) {
   const uint64_t da = opaque(make_sw128_desc(a, 0, 1024)), db = opaque(make_sw128_desc(b, 0, 1024));

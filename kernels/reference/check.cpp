@@ -41,11 +41,29 @@ std::string CheckResult::summary() const {
   return buf;
 }
 
+namespace {
+// Row i of one head's softmax in double: P[0..n) = softmax(scale·Q_i·K_jᵀ) over
+// its n visible keys (n > 0); returns the row's LSE.
+double softmax_row(const AttnProblem& p, const double* Qi, const double* K, int64_t n, std::vector<double>& P) {
+  double m = -std::numeric_limits<double>::infinity();
+  for (int64_t j = 0; j < n; ++j) {
+    double dot = 0;
+    for (int d = 0; d < p.D; ++d) dot += Qi[d] * K[j * p.D + d];
+    P[size_t(j)] = dot * double(p.scale);
+    m = std::max(m, P[size_t(j)]);
+  }
+  double l = 0;
+  for (int64_t j = 0; j < n; ++j) l += std::exp(P[size_t(j)] - m);
+  for (int64_t j = 0; j < n; ++j) P[size_t(j)] = std::exp(P[size_t(j)] - m) / l;
+  return m + std::log(l);
+}
+}  // namespace
+
 void reference_attention_cpu(const AttnProblem& p, const std::vector<double>& q, const std::vector<double>& k,
                              const std::vector<double>& v, std::vector<double>& o, std::vector<double>& lse) {
   o.assign(size_t(p.o_elems()), 0.0);
   lse.assign(size_t(p.lse_elems()), -std::numeric_limits<double>::infinity());
-  std::vector<double> s(size_t(p.Nk));
+  std::vector<double> P(size_t(p.Nk));
   for (int64_t head = 0; head < p.heads(); ++head) {
     const double* Q = q.data() + head * p.Nq * p.D;
     const double* K = k.data() + p.kv_head(head) * p.Nk * p.D;
@@ -53,21 +71,10 @@ void reference_attention_cpu(const AttnProblem& p, const std::vector<double>& q,
     for (int64_t i = 0; i < p.Nq; ++i) {
       const int64_t n = visible_keys(i, p);
       if (n == 0) continue;  // O row stays 0, LSE -inf
-      double m = -std::numeric_limits<double>::infinity();
-      for (int64_t j = 0; j < n; ++j) {
-        double dot = 0;
-        for (int d = 0; d < p.D; ++d) dot += Q[i * p.D + d] * K[j * p.D + d];
-        s[size_t(j)] = dot * double(p.scale);
-        m = std::max(m, s[size_t(j)]);
-      }
-      double l = 0;
-      for (int64_t j = 0; j < n; ++j) l += std::exp(s[size_t(j)] - m);
+      lse[size_t(head * p.Nq + i)] = softmax_row(p, Q + i * p.D, K, n, P);
       double* O = o.data() + (head * p.Nq + i) * p.Dv;
-      for (int64_t j = 0; j < n; ++j) {
-        const double pj = std::exp(s[size_t(j)] - m) / l;
-        for (int d = 0; d < p.Dv; ++d) O[d] += pj * V[j * p.Dv + d];
-      }
-      lse[size_t(head * p.Nq + i)] = m + std::log(l);
+      for (int64_t j = 0; j < n; ++j)
+        for (int d = 0; d < p.Dv; ++d) O[d] += P[size_t(j)] * V[j * p.Dv + d];
     }
   }
 }
@@ -91,18 +98,9 @@ void reference_attention_backward_cpu(const AttnProblem& p, const std::vector<do
     for (int64_t i = 0; i < p.Nq; ++i) {
       const int64_t n = visible_keys(i, p);
       if (n == 0) continue;  // P = 0: no gradient
-      double m = -std::numeric_limits<double>::infinity();
-      for (int64_t j = 0; j < n; ++j) {
-        double dot = 0;
-        for (int d = 0; d < p.D; ++d) dot += Q[i * p.D + d] * K[j * p.D + d];
-        P[size_t(j)] = dot * double(p.scale);
-        m = std::max(m, P[size_t(j)]);
-      }
-      double l = 0;
-      for (int64_t j = 0; j < n; ++j) l += std::exp(P[size_t(j)] - m);
+      softmax_row(p, Q + i * p.D, K, n, P);
       double rowsum = 0;  // Σ_j P_ij · dP_ij
       for (int64_t j = 0; j < n; ++j) {
-        P[size_t(j)] = std::exp(P[size_t(j)] - m) / l;
         double dot = 0;
         for (int d = 0; d < p.Dv; ++d) dot += dO[i * p.Dv + d] * V[j * p.Dv + d];
         dP[size_t(j)] = dot;

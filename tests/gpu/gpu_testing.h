@@ -51,6 +51,15 @@ inline int finish() {
   return failed == 0 && passed > 0 ? 0 : 1;
 }
 
+// After a launch that returned `launch_error` ("" when it ran): false, with the
+// tally so far, when the error left the GPU unusable (a sticky error), so that
+// the caller stops instead of failing every later case on a dead context.
+inline bool gpu_still_usable(const std::string& launch_error) {
+  if (launch_error.empty() || cudaDeviceSynchronize() == cudaSuccess) return true;
+  std::printf("fatal GPU error, stopping\n%d passed, %d failed\n", passed, failed);
+  return false;
+}
+
 inline uint16_t to_bits(double x, DType t) {
   if (t == DType::kFloat16) return __half_raw(__float2half_rn(float(x))).x;
   return __nv_bfloat16_raw(__float2bfloat16_rn(float(x))).x;

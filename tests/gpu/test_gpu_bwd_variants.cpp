@@ -191,11 +191,7 @@ bool run_and_record(const BwdVariant& v, const AttnProblem& p, const GradBuffers
                                          " runs" + (e.empty() ? "" : ": " + e));
     }
   }
-  if (!r.error.empty() && cudaDeviceSynchronize() != cudaSuccess) {
-    std::printf("fatal GPU error, stopping\n%d passed, %d failed\n", passed, failed);
-    return false;
-  }
-  return true;
+  return gpu_still_usable(r.error);
 }
 
 }  // namespace

@@ -128,11 +128,7 @@ bool run_and_record(const Variant& v, const AttnProblem& p, const ProblemBuffers
   const RunOutcome r = run_and_check(v, p, bufs, &ref, s, workspace_cap);
   record(r.error.empty() && r.checked && r.check.pass,
          v.name + " " + p.shape_string() + label + ": " + (r.error.empty() ? r.check.summary() : r.error));
-  if (!r.error.empty() && cudaDeviceSynchronize() != cudaSuccess) {
-    std::printf("fatal GPU error, stopping\n%d passed, %d failed\n", passed, failed);
-    return false;
-  }
-  return true;
+  return gpu_still_usable(r.error);
 }
 
 }  // namespace
