@@ -10,6 +10,9 @@ echo "built at $SECONDS s"
 B=build-gpu/flash_attn_mma
 timeout 150 $B --B 1 --H 8 --N 4096 --D 128 --iters 5 > "$out/fwd.txt" 2>&1; echo "fwd rc=$? at $SECONDS s"
 timeout 90 $B --B 1 --H 8 --N 4096 --D 128 --mask topk --window 2048 --bias --iters 5 > "$out/dmattn.txt" 2>&1; echo "dmattn rc=$? at $SECONDS s"
+for d in 64 128; do for c in "" --causal; do
+  timeout 100 $B --B 1 --H 8 --N 8192 --D $d $c --bwd --variant 'bwd-ws,bwd-ws~*' --sdpa --no-check --show-all --iters 10 >> "$out/knobs.txt" 2>&1
+  echo "knobs D=$d $c rc=$? at $SECONDS s"; done; done
 NCU=(ncu --clock-control none --set full --import-source yes)
 for d in 64 128; do
   timeout 120 "${NCU[@]}" -k regex:bwd_ws_kernel -c 1 -o /tmp/ours$d $B --B 1 --H 8 --N 8192 --D $d --bwd \
