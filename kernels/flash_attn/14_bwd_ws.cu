@@ -154,7 +154,7 @@ static_assert(kTableRow<192, 128, 64, 32, 128, false, false, 1, 1, 230440>, "hea
 static_assert(kBwdWsStages == 2 && Config<64, 64>::kProducerRegs == 24 && Config<64, 64>::kComputeRegs == 240,
               "header: two stages, 24 / 240 registers");
 
-template <typename Cfg, typename T, bool kDeterministic, int kProbe = 0>
+template <typename Cfg, typename T, bool kDeterministic>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
 bwd_ws_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUtensorMap tma_k,
               const __grid_constant__ CUtensorMap tma_v, const __grid_constant__ CUtensorMap tma_do,
@@ -179,13 +179,13 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__
       prefetch_tensor_map(&tma_do);
       bwd_load<Cfg, T>(sm, p, w, &tma_q, &tma_k, &tma_v, &tma_do, lse2, delta, nq_pad);
     } else if (warp == Cfg::kDqWriterWarp) {
-      bwd_write_dq<Cfg, T, kDeterministic, kProbe>(sm, p, w, &tma_dq, dq_turns, nq_pad / Cfg::kBr);
+      bwd_write_dq<Cfg, T, kDeterministic>(sm, p, w, &tma_dq, dq_turns, nq_pad / Cfg::kBr);
     }
     __syncwarp();
     return;
   }
   warpgroup_reg_alloc<Cfg::kComputeRegs>();
-  bwd_compute<Cfg, T, kProbe>(sm, p, w, dk, dv);
+  bwd_compute<Cfg, T>(sm, p, w, dk, dv);
 #endif
 }
 
@@ -240,13 +240,12 @@ std::string unsupported(const AttnProblem& p) {
   return smem_unsupported(size_t(smem));
 }
 
-template <bool kDeterministic, int kProbe = 0>
+template <bool kDeterministic>
 cudaError_t launch(const AttnProblem& p, const AttnGradBuffers& b, cudaStream_t stream) {
   cudaError_t err = cudaErrorInvalidValue;
-  using Dims = std::conditional_t<kProbe == 0, BwdWsHeadDims, HeadDimList<HeadDims<64, 64>, HeadDims<128, 128>>>;
-  Dims::dispatch(p.D, p.Dv, [&](auto dims) {
+  BwdWsHeadDims::dispatch(p.D, p.Dv, [&](auto dims) {
     using Cfg = Config<decltype(dims)::D, decltype(dims)::Dv>;
-    auto body = [&](auto type) {
+    err = dispatch_dtype(p.dtype, [&](auto type) {
       using T = decltype(type);
       const BwdWorkspace ws = bwd_workspace(p, Cfg::kBr, b.workspace);
       if (b.workspace == nullptr || b.workspace_bytes < ws.bytes) return cudaErrorInvalidValue;
@@ -266,15 +265,13 @@ cudaError_t launch(const AttnProblem& p, const AttnGradBuffers& b, cudaStream_t 
         e = cudaMemsetAsync(ws.dq_turns, 0, size_t(p.heads()) * (nq_pad / Cfg::kBr) * sizeof(int), stream);
       if (e != cudaSuccess) return e;
       const dim3 grid(unsigned(p.B * p.kv_heads()), unsigned((p.Nk + Cfg::kBc - 1) / Cfg::kBc));
-      e = launch_with_smem(bwd_ws_kernel<Cfg, T, kDeterministic, kProbe>, grid, Cfg::kThreads, Cfg::kSmemBytes, stream,
+      e = launch_with_smem(bwd_ws_kernel<Cfg, T, kDeterministic>, grid, Cfg::kThreads, Cfg::kSmemBytes, stream,
                            tma_q, tma_k, tma_v, tma_do, tma_dq, static_cast<const float*>(ws.lse2),
                            static_cast<const float*>(ws.delta), ws.dq_turns, static_cast<T*>(b.dk),
                            static_cast<T*>(b.dv), p, nq_pad);
       if (e != cudaSuccess) return e;
       return launch_bwd_dq_convert<T>(p, ws.dq_accum, b.dq, nq_pad, stream);
-    };
-    if constexpr (kProbe != 0) err = body(__half{});
-    else err = dispatch_dtype(p.dtype, body);
+    });
   });
   return err;
 }
@@ -313,20 +310,6 @@ BwdVariant make_variant() {
 
 }  // namespace
 
-template <int kProbe>
-BwdVariant probe_variant() {
-  BwdVariant v = make_variant<false>();
-  v.name = "bwd-ws~p" + std::to_string(kProbe);
-  v.unsupported_reason = [](const AttnProblem& p) {
-    return (p.D == 64 || p.D == 128) && p.Dv == p.D && p.dtype == DType::kFloat16 ? unsupported(p) : std::string("probe");
-  };
-  v.launch = launch<false, kProbe>;
-  return v;
-}
-
-std::vector<BwdVariant> make_bwd_ws_variants() {
-  return {make_variant<false>(), make_variant<true>(), probe_variant<1>(), probe_variant<2>(), probe_variant<4>(),
-          probe_variant<8>()};
-}
+std::vector<BwdVariant> make_bwd_ws_variants() { return {make_variant<false>(), make_variant<true>()}; }
 
 }  // namespace attnlab

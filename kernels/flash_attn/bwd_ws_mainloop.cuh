@@ -169,7 +169,7 @@ __device__ __forceinline__ void bwd_pass_turn(int* counter) {
 // (kDqEmpty + buffer) when the reduction has read it — so the compute warps
 // never wait on the adds, and the deterministic mode's turns are taken here
 // (FA3's dQ writer warp, hopper/flash_bwd_kernel_sm90.h).
-template <typename Cfg, typename T, bool kDeterministic, int kProbe = 0>
+template <typename Cfg, typename T, bool kDeterministic>
 __device__ __forceinline__ void bwd_write_dq(const BwdShared<Cfg, T>& sm, const AttnProblem& p, const BwdWork& w,
                                              const CUtensorMap* tma_dq, int* dq_turns, int n_q_tiles) {
   constexpr int Br = Cfg::kBr;
@@ -190,7 +190,7 @@ __device__ __forceinline__ void bwd_write_dq(const BwdShared<Cfg, T>& sm, const 
       const float* staged = sm.sdQ + buf * Cfg::kdQFloats;
 #pragma unroll
       for (int box = 0; box < Cfg::kHeadDim / 32; ++box)
-        if constexpr (!(kProbe & 8)) tma_reduce_add_3d(tma_dq, staged + box * Br * 32, box * 32, m * Br, int(q_head));
+        tma_reduce_add_3d(tma_dq, staged + box * Br * 32, box * 32, m * Br, int(q_head));
       bulk_commit();
       if constexpr (kDeterministic) {
         bulk_wait();  // landed, before the next key tile's turn
@@ -264,7 +264,7 @@ __device__ __forceinline__ void wgmma_rows_rs(float (&acc)[kN / 8][4], const uin
 //   dQ_i += scale·dS·K_j  (all Bc keys: dSᵀ of both warpgroups through shared
 //        memory; they split dQ's rows when Br = 128, its columns when Br = 64;
 //        staged for the dQ writer warp, bwd_write_dq)
-template <typename Cfg, typename T, int kProbe = 0>
+template <typename Cfg, typename T>
 __device__ __forceinline__ void bwd_compute(const BwdShared<Cfg, T>& sm, const AttnProblem& p, const BwdWork& w,
                                             T* dk, T* dv) {
   constexpr int D = Cfg::kHeadDim, Dv = Cfg::kHeadDimV, Br = Cfg::kBr, Bc = Cfg::kBc;
@@ -317,7 +317,7 @@ __device__ __forceinline__ void bwd_compute(const BwdShared<Cfg, T>& sm, const A
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int qc = qh + n * 8 + 2 * t + (e & 1);
-          float prob = (kProbe & 2) ? St[n][e] * scale_log2 - sLSE2[qc] : exp2_approx(St[n][e] * scale_log2 - sLSE2[qc]);
+          float prob = exp2_approx(St[n][e] * scale_log2 - sLSE2[qc]);
           if (masked) {
             const int key = key_row0 + 8 * (e / 2);
             if (key >= p.Nk || (p.causal && key > q0 + qc + diag)) prob = 0.f;
@@ -357,7 +357,6 @@ __device__ __forceinline__ void bwd_compute(const BwdShared<Cfg, T>& sm, const A
       // once the other warpgroup's dQ of two tiles ago (two buffers) or of the
       // previous tile (one buffer: a barrier here) has read it.
       if (Cfg::kDsBuffers == 1 && sl == 0) named_barrier_sync(Cfg::kDsFreeBarrier, Cfg::kComputeThreads);
-      if constexpr (!(kProbe & 4))
 #pragma unroll
       for (int kk = 0; kk < kTilesS / 2; ++kk)
 #pragma unroll
@@ -377,7 +376,7 @@ __device__ __forceinline__ void bwd_compute(const BwdShared<Cfg, T>& sm, const A
     float dQa[kColsA / 8][4], dQb[kColsB > 0 ? kColsB / 8 : 1][4];
     const int colA = Cfg::dq_part_col(wg, 0), colB = Cfg::dq_part_col(wg, 1);
     wgmma_fence();
-    if constexpr (!(kProbe & 1)) {
+    {
       const uint64_t ds = opaque(make_sw128_desc(sdS + (Cfg::kDqSplitRows ? wg * Bc * 64 : 0), Bc * 128, 1024));
       const uint64_t ka = opaque(make_sw128_desc(sm.sK + (colA / 64) * Bc * 64 + colA % 64, Bc * 128, 1024));
 #pragma unroll
@@ -418,10 +417,8 @@ __device__ __forceinline__ void bwd_compute(const BwdShared<Cfg, T>& sm, const A
                                      in_box % 4) = make_float2(p.scale * acc[n][2 * r], p.scale * acc[n][2 * r + 1]);
         }
     };
-    if constexpr (!(kProbe & 1)) {
     stage_dq(dQa, kColsA / 8, colA);
     if constexpr (kColsB > 0) stage_dq(dQb, kColsB / 8, colB);
-    }
     fence_proxy_async_shared();  // the st.shared of dQ, before the tensor reduction reads them
     named_barrier_arrive(Cfg::kDqFullBarrier + buf, Cfg::kComputeThreads + 32);
 
