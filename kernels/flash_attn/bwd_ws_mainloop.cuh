@@ -11,6 +11,8 @@
 
 #include <cuda.h>
 
+#include <type_traits>
+
 #include "common/online_softmax.cuh"
 #include "common/ptx.cuh"
 #include "common/split_q_parts.cuh"
@@ -305,25 +307,34 @@ __device__ __forceinline__ void bwd_compute(const BwdShared<Cfg, T>& sm, const A
       wgmma_commit();
       wgmma_rows_tile<T, Dv, Cfg::kSliceQ, Bc, Br>(dPt, sm.sV + wg * 64 * 64, sdO + qh * 64);
       wgmma_commit();
+      // This thread's LSE·log2e (queries qh + 8n + 2t, +1: one 8-byte load per
+      // n8 tile), read while the MMAs run, so the exponentials wait on no load.
+      float2 lse[kTilesS];
+#pragma unroll
+      for (int n = 0; n < kTilesS; ++n) lse[n] = *reinterpret_cast<const float2*>(sLSE2 + qh + n * 8 + 2 * t);
       wgmma_wait<1>();
       fence_accumulators(St);
 
-      // Pᵀ; a tile the causal diagonal or the end of the keys crosses is masked
-      // element by element (rows past Nq and rows that saw no key have
-      // LSE·log2e = +inf: P = 0 there without a test).
-      const bool masked = key_base + 64 > p.Nk || (p.causal && key_base + 63 > q0 + qh + diag);
+      // Pᵀ (rows past Nq and rows that saw no key have LSE·log2e = +inf: P = 0
+      // there without a test); then, only on a tile that the causal diagonal or
+      // the end of the keys crosses, the mask element by element — one branch
+      // around the loop, not one per element.
 #pragma unroll
       for (int n = 0; n < kTilesS; ++n)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int qc = qh + n * 8 + 2 * t + (e & 1);
-          float prob = exp2_approx(St[n][e] * scale_log2 - sLSE2[qc]);
-          if (masked) {
-            const int key = key_row0 + 8 * (e / 2);
-            if (key >= p.Nk || (p.causal && key > q0 + qc + diag)) prob = 0.f;
+        for (int e = 0; e < 4; ++e) St[n][e] = exp2_approx(St[n][e] * scale_log2 - (e & 1 ? lse[n].y : lse[n].x));
+      if (key_base + 64 > p.Nk || (p.causal && key_base + 63 > q0 + qh + diag)) {
+#pragma unroll
+        for (int n = 0; n < kTilesS; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key = key_row0 + 8 * (e / 2), qc = qh + n * 8 + 2 * t + (e & 1);
+            St[n][e] = key >= p.Nk || (p.causal && key > q0 + qc + diag) ? 0.f : St[n][e];
           }
-          St[n][e] = prob;
-        }
+      }
+      float2 delta[kTilesS];  // Δ likewise, loaded before the wait for dPᵀ
+#pragma unroll
+      for (int n = 0; n < kTilesS; ++n) delta[n] = *reinterpret_cast<const float2*>(sDelta + qh + n * 8 + 2 * t);
       // dV += Pᵀ·dO and dK += dSᵀ·Q over the slice: A from registers (16
       // queries per k-step), B = dO or Q rows read N-major (as V in the
       // forward's P·V). With kEarlyDv, dV is issued as soon as Pᵀ is ready and
@@ -343,7 +354,7 @@ __device__ __forceinline__ void bwd_compute(const BwdShared<Cfg, T>& sm, const A
 #pragma unroll
       for (int n = 0; n < kTilesS; ++n)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) dPt[n][e] = St[n][e] * (dPt[n][e] - sDelta[qh + n * 8 + 2 * t + (e & 1)]);
+        for (int e = 0; e < 4; ++e) dPt[n][e] = St[n][e] * (dPt[n][e] - (e & 1 ? delta[n].y : delta[n].x));
       pack_p_fragments<T>(dSa, dPt);
       if constexpr (!Cfg::kEarlyDv) pack_p_fragments<T>(Pa, St);
       if constexpr (!Cfg::kEarlyDv || kSlices > 1) wgmma_fence();
@@ -403,22 +414,30 @@ __device__ __forceinline__ void bwd_compute(const BwdShared<Cfg, T>& sm, const A
     // dQ (scaled) into staging buffer s % kDqBuffers, once the dQ writer has
     // read what it held kDqBuffers slots ago: column c of row r in box c/32,
     // 16-byte chunk (c % 32)/4 ^ (r % 8) of the row's 128 bytes (the map's swizzle).
+    // n8 tile n of a row fills the chunk pair 2n, 2n+1 (mod 8), which the XOR
+    // with an odd row maps onto itself: rows g and g^1 would share banks. So
+    // lanes of odd g store tile n^1 when the others store tile n, and each
+    // 8-byte store takes the ideal two wavefronts.
     const int buf = s % Cfg::kDqBuffers;
     if (s >= Cfg::kDqBuffers) named_barrier_sync(Cfg::kDqEmptyBarrier + buf, Cfg::kComputeThreads + 32);
     float* sdQ = sm.sdQ + buf * Cfg::kdQFloats;
     const int row0 = Cfg::kDqSplitRows ? 64 * wg : 0;
-    auto stage_dq = [&](const auto& acc, int n_tiles, int col0) {
+    const bool odd = g & 1;
+    auto stage_dq = [&](const auto& acc, auto n_tiles, int col0) {
+      static_assert(decltype(n_tiles)::value % 2 == 0, "tiles swapped in pairs");
 #pragma unroll
       for (int r = 0; r < 2; ++r)
 #pragma unroll
-        for (int n = 0; n < n_tiles; ++n) {
-          const int row = row0 + 16 * wi + g + 8 * r, col = col0 + n * 8 + 2 * t, in_box = col % 32;
+        for (int n = 0; n < decltype(n_tiles)::value; ++n) {
+          const int nt = odd ? n ^ 1 : n;
+          const int row = row0 + 16 * wi + g + 8 * r, col = col0 + nt * 8 + 2 * t, in_box = col % 32;
+          const float x = odd ? acc[n ^ 1][2 * r] : acc[n][2 * r], y = odd ? acc[n ^ 1][2 * r + 1] : acc[n][2 * r + 1];
           *reinterpret_cast<float2*>(sdQ + (col / 32) * Br * 32 + row * 32 + ((in_box / 4) ^ (row % 8)) * 4 +
-                                     in_box % 4) = make_float2(p.scale * acc[n][2 * r], p.scale * acc[n][2 * r + 1]);
+                                     in_box % 4) = make_float2(p.scale * x, p.scale * y);
         }
     };
-    stage_dq(dQa, kColsA / 8, colA);
-    if constexpr (kColsB > 0) stage_dq(dQb, kColsB / 8, colB);
+    stage_dq(dQa, std::integral_constant<int, kColsA / 8>{}, colA);
+    if constexpr (kColsB > 0) stage_dq(dQb, std::integral_constant<int, kColsB / 8>{}, colB);
     fence_proxy_async_shared();  // the st.shared of dQ, before the tensor reduction reads them
     named_barrier_arrive(Cfg::kDqFullBarrier + buf, Cfg::kComputeThreads + 32);
 
