@@ -272,7 +272,11 @@ __device__ __forceinline__ void bwd_compute(const BwdShared<Cfg, T>& sm, const A
   constexpr int D = Cfg::kHeadDim, Dv = Cfg::kHeadDimV, Br = Cfg::kBr, Bc = Cfg::kBc;
   constexpr int kSlices = Br / Cfg::kSliceQ;
   constexpr int kTilesS = Cfg::kSliceQ / 8;  // n8 tiles across the queries of a slice of Sᵀ
-  const int tid = threadIdx.x, wg = tid / 128, wi = (tid / 32) % 4, lane = tid % 32, g = lane / 4, t = lane % 4;
+  // wg through a shuffle from lane 0, so the compiler knows it is uniform in the
+  // warp and keeps the descriptors of the warpgroup's K and V rows (and their
+  // per-k-step advances) in uniform registers (CUTLASS's canonical_warp_group_idx).
+  const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid / 128, 0), wi = (tid / 32) % 4, lane = tid % 32,
+            g = lane / 4, t = lane % 4;
   const int key_base = w.kv0 + 64 * wg;           // this warpgroup's first key
   const int key_row0 = key_base + 16 * wi + g;    // the keys of c0, c1 (c2, c3: + 8)
   const float scale_log2 = p.scale * kLog2e;
