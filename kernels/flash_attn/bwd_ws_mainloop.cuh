@@ -272,11 +272,13 @@ __device__ __forceinline__ void bwd_compute(const BwdShared<Cfg, T>& sm, const A
   constexpr int D = Cfg::kHeadDim, Dv = Cfg::kHeadDimV, Br = Cfg::kBr, Bc = Cfg::kBc;
   constexpr int kSlices = Br / Cfg::kSliceQ;
   constexpr int kTilesS = Cfg::kSliceQ / 8;  // n8 tiles across the queries of a slice of Sᵀ
-  // wg through a shuffle from lane 0, so the compiler knows it is uniform in the
-  // warp and keeps the descriptors of the warpgroup's K and V rows (and their
-  // per-k-step advances) in uniform registers (CUTLASS's canonical_warp_group_idx).
-  const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid / 128, 0), wi = (tid / 32) % 4, lane = tid % 32,
-            g = lane / 4, t = lane % 4;
+  // wg_uniform: wg through a shuffle from lane 0, so the compiler knows it is
+  // uniform in the warp and keeps the descriptors of the warpgroup's K and V
+  // rows (and their k-step advances) in uniform registers (CUTLASS's
+  // canonical_warp_group_idx). Used there only: with every use of wg taken
+  // from it, or dQ's descriptors too, ptxas spills 40-100 bytes.
+  const int tid = threadIdx.x, wg = tid / 128, wi = (tid / 32) % 4, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int wg_uniform = __shfl_sync(0xffffffffu, wg, 0);
   const int key_base = w.kv0 + 64 * wg;           // this warpgroup's first key
   const int key_row0 = key_base + 16 * wi + g;    // the keys of c0, c1 (c2, c3: + 8)
   const float scale_log2 = p.scale * kLog2e;
@@ -307,9 +309,9 @@ __device__ __forceinline__ void bwd_compute(const BwdShared<Cfg, T>& sm, const A
       // warpgroup's 64 rows of K or V, B = the slice's rows of Q or dO), two groups.
       float St[kTilesS][4], dPt[kTilesS][4];
       wgmma_fence();
-      wgmma_rows_tile<T, D, Cfg::kSliceQ, Bc, Br>(St, sm.sK + wg * 64 * 64, sQ + qh * 64);
+      wgmma_rows_tile<T, D, Cfg::kSliceQ, Bc, Br>(St, sm.sK + wg_uniform * 64 * 64, sQ + qh * 64);
       wgmma_commit();
-      wgmma_rows_tile<T, Dv, Cfg::kSliceQ, Bc, Br>(dPt, sm.sV + wg * 64 * 64, sdO + qh * 64);
+      wgmma_rows_tile<T, Dv, Cfg::kSliceQ, Bc, Br>(dPt, sm.sV + wg_uniform * 64 * 64, sdO + qh * 64);
       wgmma_commit();
       // This thread's LSE·log2e (queries qh + 8n + 2t, +1: one 8-byte load per
       // n8 tile), read while the MMAs run, so the exponentials wait on no load.
@@ -385,10 +387,12 @@ __device__ __forceinline__ void bwd_compute(const BwdShared<Cfg, T>& sm, const A
     // dQ = dS·K_j over the Bc keys (A = dS read from dSᵀ, M-major; B = K,
     // N-major), this warpgroup's columns in one or two parts (Cfg::dq_part:
     // at D = 192 a 64- and a 32-column part, so that each part starts on a
-    // 64-column block or half-way into one); with one slice then dK, its own
-    // group, running while dQ is staged.
+    // 64-column block or half-way into one; the second part is issued once
+    // the first is staged, so that the two never hold registers beside dK and
+    // dV at once: ptxas would serialise the wgmmas); with one slice then dK,
+    // its own group, running while dQ is staged.
     constexpr int kColsA = Cfg::kDqColsA, kColsB = Cfg::kDqColsB;
-    float dQa[kColsA / 8][4], dQb[kColsB > 0 ? kColsB / 8 : 1][4];
+    float dQa[kColsA / 8][4];
     const int colA = Cfg::dq_part_col(wg, 0), colB = Cfg::dq_part_col(wg, 1);
     wgmma_fence();
     {
@@ -397,12 +401,6 @@ __device__ __forceinline__ void bwd_compute(const BwdShared<Cfg, T>& sm, const A
 #pragma unroll
       for (int kk = 0; kk < Bc / 16; ++kk)  // 16 keys per k-step
         wgmma_ss_tt<T, kColsA>(dQa, advance_desc(ds, kk * 16 * 128), advance_desc(ka, kk * 16 * 128), kk > 0);
-      if constexpr (kColsB > 0) {
-        const uint64_t kb = opaque(make_sw128_desc(sm.sK + (colB / 64) * Bc * 64 + colB % 64, Bc * 128, 1024));
-#pragma unroll
-        for (int kk = 0; kk < Bc / 16; ++kk)
-          wgmma_ss_tt<T, kColsB>(dQb, advance_desc(ds, kk * 16 * 128), advance_desc(kb, kk * 16 * 128), kk > 0);
-      }
     }
     wgmma_commit();
     if constexpr (kSlices == 1) {
@@ -413,7 +411,6 @@ __device__ __forceinline__ void bwd_compute(const BwdShared<Cfg, T>& sm, const A
       wgmma_wait<0>();
     }
     fence_accumulators(dQa);
-    if constexpr (kColsB > 0) fence_accumulators(dQb);
 
     // dQ (scaled) into staging buffer s % kDqBuffers, once the dQ writer has
     // read what it held kDqBuffers slots ago: column c of row r in box c/32,
@@ -441,7 +438,20 @@ __device__ __forceinline__ void bwd_compute(const BwdShared<Cfg, T>& sm, const A
         }
     };
     stage_dq(dQa, std::integral_constant<int, kColsA / 8>{}, colA);
-    if constexpr (kColsB > 0) stage_dq(dQb, std::integral_constant<int, kColsB / 8>{}, colB);
+    if constexpr (kColsB > 0) {
+      static_assert(kSlices > 1, "dK has landed before the second part (whose wait is the tile's last)");
+      float dQb[kColsB / 8][4];
+      const uint64_t ds = opaque(make_sw128_desc(sdS, Bc * 128, 1024));
+      const uint64_t kb = opaque(make_sw128_desc(sm.sK + (colB / 64) * Bc * 64 + colB % 64, Bc * 128, 1024));
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < Bc / 16; ++kk)
+        wgmma_ss_tt<T, kColsB>(dQb, advance_desc(ds, kk * 16 * 128), advance_desc(kb, kk * 16 * 128), kk > 0);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_accumulators(dQb);
+      stage_dq(dQb, std::integral_constant<int, kColsB / 8>{}, colB);
+    }
     fence_proxy_async_shared();  // the st.shared of dQ, before the tensor reduction reads them
     named_barrier_arrive(Cfg::kDqFullBarrier + buf, Cfg::kComputeThreads + 32);
 
