@@ -11,8 +11,7 @@ SS_N = [32, 64, 80, 128, 176, 256]  # S = Q·Kᵀ: both operands from shared mem
                                 # slices; 80 and 176: rung 12's key tiles at D = 256 and 128 (FlashAttention-3's); 256: rung 11's
                                 # 256-key score tiles)
 RS_N = [64, 128, 192, 256]  # O += P·V: P from registers, N = Dv (192: the backward's dK at D = 192)
-SS_TT_N = [32, 64, 80, 128]  # the backwards' dQ = dS·K: A M-major, B N-major, N = D or a part of it (32: rung 14 at
-                             # D = 192); 80: rung 14's dQᵀ = Kᵀ·dSᵀ over 80 queries
+SS_TT_N = [32, 64, 128]   # the backwards' dQ = dS·K: A M-major, B N-major, N = D or a part of it (32: rung 14 at D = 192)
 SS_VT_N = [256]           # rung 11's O += P̃·V: P̃ K-major in shared memory (TMA from global), V N-major, N = 256
 TYPES = [("half", "f16"), ("__nv_bfloat16", "bf16")]
 

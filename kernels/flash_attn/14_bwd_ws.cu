@@ -23,17 +23,18 @@
 // Per block: Bc = 128 keys + 1 producer warpgroup; sK [Bc, D], sV [Bc, Dv],
 // sQ, sdO [kStages][Br, D | Dv], sdS [bufs][Bc, Br], sdQ [bufs][Br, D] fp32
 // (Sw128Blocks); 1 + 2·kStages mbarriers. dQ's MMA split between the warpgroups
-// by rows (Br = 128), columns, or as dQᵀ = Kᵀ·dSᵀ by D. Tiles (BwdWsTile, static_assert):
-//   D / Dv       Br  slice  Bc  stages  dQ split  dV early  dSᵀ/dQ bufs  smem (+1024)
-//   64          128   128  128   2       rows      no        1 / 2        198696
-//   128 causal   64    64  128   2       columns   yes       2 / 2        230440
-//   128 no mask  80    80  128   2       dQᵀ       no        1 / 1        222504
-//   192 / 128    64    32  128   2       columns   no        1 / 1        230440
+// by rows (Br = 128) or columns. Tiles (BwdWsTile, checked by static_assert):
+//   D / Dv     Br  slice  Bc  stages  dQ split  dV early  dSᵀ/dQ bufs  smem (+1024)
+//   64        128   128  128   2       rows      no        1 / 2        198696
+//   128        64    64  128   2       columns   yes       2 / 2        230440
+//   192 / 128  64    32  128   2       columns   no        1 / 1        230440
 // Registers (setmaxnreg): producer / compute 24 / 240 (FlashAttention-3's).
+//
 // Supports: fp16, bf16; the (D, Dv) above (not 256: dK, dV of 64 keys would
-// take 256 registers per thread); GQA/MQA (dK, dV summed over a KV head's query
-// heads in the block); any Nq, Nk >= 1; causal (bottom-right) or not; rows that
-// see no key get dQ = 0. sm_90a, cuTensorMapEncodeTiled, 16-byte aligned tensors.
+// take 256 registers per thread); GQA/MQA (dK, dV summed over a KV head's
+// query heads in the block); any Nq, Nk >= 1; causal (bottom-right) or not;
+// rows that see no key get dQ = 0. sm_90a, cuTensorMapEncodeTiled, 16-byte
+// aligned tensors.
 //
 // Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 128 --bwd --variant 'bwd*'
 // ============================================================================
@@ -59,24 +60,18 @@ namespace {
 
 // The query tile per (D, Dv): at D = 64 Sᵀ, dPᵀ of 128 queries fit next to
 // dK, dV (64 registers each); at D = 128 dK, dV take 128, so 64 queries.
-// kWide: the tile without a causal mask where it differs (D = 128: 80 queries,
-// FlashAttention-3's, with dQ computed transposed, dQᵀ = Kᵀ·dSᵀ, so that its M
-// is the head dim: 80 is no multiple of wgmma's 64 rows).
-template <int kHeadDim, int kHeadDimV, bool kWide = false>
+template <int kHeadDim, int kHeadDimV>
 struct BwdWsTile;
 // kEarlyDv: dV's MMA issued before dS is computed (registers allow it at D = 128).
 // kDsBuffers, kDqBuffers: dSᵀ and the dQ staging double-buffered where shared
 // memory allows (else a barrier per tile, and a wait for the dQ writer's read).
 // kSliceQ: Sᵀ and dPᵀ in slices of this many queries (registers at D = 192).
-template <> struct BwdWsTile<64, 64>   { static constexpr int kBr = 128, kSliceQ = 128, kDsBuffers = 1, kDqBuffers = 2; static constexpr bool kEarlyDv = false, kDqT = false; };
-template <> struct BwdWsTile<128, 128> { static constexpr int kBr = 64,  kSliceQ = 64,  kDsBuffers = 2, kDqBuffers = 2; static constexpr bool kEarlyDv = true,  kDqT = false; };
-template <> struct BwdWsTile<192, 128> { static constexpr int kBr = 64,  kSliceQ = 32,  kDsBuffers = 1, kDqBuffers = 1; static constexpr bool kEarlyDv = false, kDqT = false; };
-template <> struct BwdWsTile<128, 128, true> { static constexpr int kBr = 80, kSliceQ = 80, kDsBuffers = 1, kDqBuffers = 1; static constexpr bool kEarlyDv = false, kDqT = true; };
-template <int D, int Dv>
-constexpr bool kHasWideTile = D == 128 && Dv == 128;
+template <> struct BwdWsTile<64, 64>   { static constexpr int kBr = 128, kSliceQ = 128, kDsBuffers = 1, kDqBuffers = 2; static constexpr bool kEarlyDv = false; };
+template <> struct BwdWsTile<128, 128> { static constexpr int kBr = 64,  kSliceQ = 64,  kDsBuffers = 2, kDqBuffers = 2; static constexpr bool kEarlyDv = true; };
+template <> struct BwdWsTile<192, 128> { static constexpr int kBr = 64,  kSliceQ = 32,  kDsBuffers = 1, kDqBuffers = 1; static constexpr bool kEarlyDv = false; };
 
 template <int kHeadDim_, int kHeadDimV_, int kBr_, int kSliceQ_, bool kEarlyDv_, int kDsBuffers_, int kDqBuffers_,
-          bool kDqTransposed_, int kStages_>
+          int kStages_>
 struct BwdWsConfig : ProducerWarpgroupSplit<2, 24, 240> {  // 2 compute warpgroups + 1 producer warpgroup
   static constexpr int kHeadDim = kHeadDim_;    // D: Q, K, dQ, dK
   static constexpr int kHeadDimV = kHeadDimV_;  // Dv: V, O, dO, dV
@@ -87,10 +82,6 @@ struct BwdWsConfig : ProducerWarpgroupSplit<2, 24, 240> {  // 2 compute warpgrou
   static constexpr bool kEarlyDv = kEarlyDv_;
   static constexpr int kDsBuffers = kDsBuffers_;
   static constexpr int kDqBuffers = kDqBuffers_;
-  // dQᵀ = Kᵀ·dSᵀ, each warpgroup 64 of D's columns over all Br queries (else dQ = dS·K, split below).
-  static constexpr bool kDqTransposed = kDqTransposed_;
-  // LSE and Δ by shuffles (a register per 32 queries) where Sᵀ and dPᵀ of 80 queries leave too few registers.
-  static constexpr bool kShuffleStats = kBr == 80;
   static constexpr int kComputeThreads = 32 * kComputeWarps;
   // dQ = dS·K (Br x D) between the two warpgroups: by rows (64 each) when Br =
   // 128, else by columns, D/2 each, in parts that start on a 64-column block
@@ -107,7 +98,7 @@ struct BwdWsConfig : ProducerWarpgroupSplit<2, 24, 240> {  // 2 compute warpgrou
   }
   static constexpr int kKElems = kBc * kHeadDim, kVElems = kBc * kHeadDimV;
   static constexpr int kQElems = kBr * kHeadDim, kdOElems = kBr * kHeadDimV;
-  static constexpr int kdSElems = kBc * ((kBr + 63) / 64 * 64);  // whole 64-query blocks
+  static constexpr int kdSElems = kBc * kBr;
   static constexpr int kdQFloats = kBr * kHeadDim;  // one dQ staging buffer
   static constexpr int kKVBytes = 2 * (kKElems + kVElems);                  // what kv_full expects
   static constexpr int kQdoBytes = 2 * (kQElems + kdOElems) + 2 * kBr * 4;  // q_full: Q, dO, LSE, Δ
@@ -130,9 +121,7 @@ struct BwdWsConfig : ProducerWarpgroupSplit<2, 24, 240> {  // 2 compute warpgrou
                 "hardware barriers 1..15, two per pair of dQ buffers");
   static_assert(kDqWriterWarp < kWarps, "the dQ writer is a warp of the producer warpgroup");
   static_assert(kHeadDim % 64 == 0 && kHeadDimV % 64 == 0, "Sw128Blocks stores 64-column blocks, one TMA box each");
-  static_assert(kBr == 64 || kBr == 128 || (kBr == 80 && kDqTransposed), "Sᵀ's N and the dQ split");
-  static_assert(!kDqTransposed || (kHeadDim == 128 && kSliceQ == kBr && !kEarlyDv),
-                "dQᵀ: the two warpgroups take D's two 64-column blocks, over one slice");
+  static_assert(kBr == 64 || kBr == 128, "Sᵀ's N and the dQ split");
   static_assert(kDqColsA == 64 && (kDqColsB == 0 || kDqColsB == 32), "dQ parts: m64n64 (+ m64n32) per warpgroup");
   static_assert(kDqSplitRows || (dq_part_col(1, 0) + kDqColsA == kHeadDim && dq_part_col(0, 1) == kDqColsA &&
                                  dq_part_col(1, 1) + kDqColsB == dq_part_col(1, 0)),
@@ -143,26 +132,25 @@ struct BwdWsConfig : ProducerWarpgroupSplit<2, 24, 240> {  // 2 compute warpgrou
   static_assert(kStages >= 2, "the producer fills one slot while the compute warps read the other");
   static_assert(kDsBuffers == 1 || kDsBuffers == 2, "dSᵀ in one buffer (and a barrier) or two");
   static_assert(kDqBuffers == 1 || kDqBuffers == 2, "two named barriers of each kind for the dQ buffers");
-  static_assert(kBr % kSliceQ == 0 && kSliceQ % 16 == 0, "whole slices of 16-query k-steps");
+  static_assert(kBr % kSliceQ == 0 && kSliceQ % 32 == 0, "whole slices, 8-row groups of the swizzle");
   static_assert(kSliceQ == kBr || !kEarlyDv, "dV early only with one slice");
 };
 
 constexpr int kBwdWsStages = 2;
-template <int D, int Dv, bool kWide = false, typename Tile = BwdWsTile<D, Dv, kWide>>
-using Config = BwdWsConfig<D, Dv, Tile::kBr, Tile::kSliceQ, Tile::kEarlyDv, Tile::kDsBuffers, Tile::kDqBuffers, Tile::kDqT,
-                           kBwdWsStages>;
-
+template <int D, int Dv>
+using Config = BwdWsConfig<D, Dv, BwdWsTile<D, Dv>::kBr, BwdWsTile<D, Dv>::kSliceQ, BwdWsTile<D, Dv>::kEarlyDv,
+                           BwdWsTile<D, Dv>::kDsBuffers, BwdWsTile<D, Dv>::kDqBuffers, kBwdWsStages>;
 
 // The header's table.
-// (dQ split: 0 rows, 1 columns, 2 transposed.)
-template <typename C, int kBr, int kSlice, int kBc, int kSplit, bool kEarlyDv, int kDsBufs, int kDqBufs, int kSmem>
-constexpr bool kTableRow = C::kBr == kBr && C::kSliceQ == kSlice && C::kBc == kBc && C::kThreads == 384 &&
-                           (C::kDqTransposed ? 2 : C::kDqSplitRows ? 0 : 1) == kSplit && C::kEarlyDv == kEarlyDv &&
-                           C::kDsBuffers == kDsBufs && C::kDqBuffers == kDqBufs && C::kSmemBytes - 1024 == kSmem;
-static_assert(kTableRow<Config<64, 64>, 128, 128, 128, 0, false, 1, 2, 198696>, "header: D=64");
-static_assert(kTableRow<Config<128, 128>, 64, 64, 128, 1, true, 2, 2, 230440>, "header: D=128");
-static_assert(kTableRow<Config<128, 128, true>, 80, 80, 128, 2, false, 1, 1, 222504>, "header: D=128, no mask");
-static_assert(kTableRow<Config<192, 128>, 64, 32, 128, 1, false, 1, 1, 230440>, "header: D=192, Dv=128");
+template <int D, int Dv, int kBr, int kSlice, int kBc, bool kSplitRows, bool kEarlyDv, int kDsBufs, int kDqBufs,
+          int kSmem>
+constexpr bool kTableRow = Config<D, Dv>::kBr == kBr && Config<D, Dv>::kSliceQ == kSlice && Config<D, Dv>::kBc == kBc &&
+                           Config<D, Dv>::kThreads == 384 && Config<D, Dv>::kDqSplitRows == kSplitRows &&
+                           Config<D, Dv>::kEarlyDv == kEarlyDv && Config<D, Dv>::kDsBuffers == kDsBufs &&
+                           Config<D, Dv>::kDqBuffers == kDqBufs && Config<D, Dv>::kSmemBytes - 1024 == kSmem;
+static_assert(kTableRow<64, 64, 128, 128, 128, true, false, 1, 2, 198696>, "header: D=64");
+static_assert(kTableRow<128, 128, 64, 64, 128, false, true, 2, 2, 230440>, "header: D=128");
+static_assert(kTableRow<192, 128, 64, 32, 128, false, false, 1, 1, 230440>, "header: D=192, Dv=128");
 static_assert(kBwdWsStages == 2 && Config<64, 64>::kProducerRegs == 24 && Config<64, 64>::kComputeRegs == 240,
               "header: two stages, 24 / 240 registers");
 
@@ -205,21 +193,6 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__
 
 using BwdWsHeadDims = HeadDimList<HeadDims<64, 64>, HeadDims<128, 128>, HeadDims<192, 128>>;
 
-// f(Cfg{}) for the problem's head dims and mask (the wide tile without one); false if none.
-template <typename F>
-bool dispatch_config(const AttnProblem& p, F&& f) {
-  return BwdWsHeadDims::dispatch(p.D, p.Dv, [&](auto dims) {
-    constexpr int D = decltype(dims)::D, Dv = decltype(dims)::Dv;
-    if constexpr (kHasWideTile<D, Dv>) {
-      if (!p.causal) {
-        f(Config<D, Dv, true>{});
-        return;
-      }
-    }
-    f(Config<D, Dv>{});
-  });
-}
-
 // The workspace: LSE·log2e and Δ per padded row, dQ's fp32 accumulator, and
 // (deterministic) one turn counter per dQ tile; each part 256-byte aligned.
 struct BwdWorkspace {
@@ -248,7 +221,7 @@ BwdWorkspace bwd_workspace(const AttnProblem& p, int Br, void* base) {
 
 int query_tile_rows(const AttnProblem& p) {
   int Br = 0;
-  dispatch_config(p, [&](auto cfg) { Br = decltype(cfg)::kBr; });
+  BwdWsHeadDims::dispatch(p.D, p.Dv, [&](auto dims) { Br = Config<decltype(dims)::D, decltype(dims)::Dv>::kBr; });
   return Br;
 }
 
@@ -256,7 +229,9 @@ std::string unsupported(const AttnProblem& p) {
   static const std::string hopper = hopper_tma_unsupported();
   if (!hopper.empty()) return hopper;
   int smem = 0;
-  if (!dispatch_config(p, [&](auto cfg) { smem = decltype(cfg)::kSmemBytes; }))
+  if (!BwdWsHeadDims::dispatch(p.D, p.Dv, [&](auto dims) {
+        smem = Config<decltype(dims)::D, decltype(dims)::Dv>::kSmemBytes;
+      }))
     return "head dims " + std::to_string(p.D) + (p.Dv == p.D ? "" : "/" + std::to_string(p.Dv)) + " not in " +
            BwdWsHeadDims::names() + " (D, or D/Dv)";
   if (p.H > 65535 || p.B > 65535) return "B and H must be <= 65535 (grid limits)";
@@ -268,8 +243,8 @@ std::string unsupported(const AttnProblem& p) {
 template <bool kDeterministic>
 cudaError_t launch(const AttnProblem& p, const AttnGradBuffers& b, cudaStream_t stream) {
   cudaError_t err = cudaErrorInvalidValue;
-  dispatch_config(p, [&](auto cfg) {
-    using Cfg = decltype(cfg);
+  BwdWsHeadDims::dispatch(p.D, p.Dv, [&](auto dims) {
+    using Cfg = Config<decltype(dims)::D, decltype(dims)::Dv>;
     err = dispatch_dtype(p.dtype, [&](auto type) {
       using T = decltype(type);
       const BwdWorkspace ws = bwd_workspace(p, Cfg::kBr, b.workspace);
@@ -305,18 +280,10 @@ std::string describe_tiles() {
   std::string s = "stages=" + std::to_string(kBwdWsStages);
   BwdWsHeadDims::for_each([&](auto dims) {
     constexpr int D = decltype(dims)::D, Dv = decltype(dims)::Dv;
-    auto row = [&](auto cfg, const char* when) {
-      using Cfg = decltype(cfg);
-      s += "; D=" + std::to_string(D) + (Dv == D ? "" : " Dv=" + std::to_string(Dv)) + when +
-           ": Br=" + std::to_string(Cfg::kBr) + " Bc=" + std::to_string(Cfg::kBc) +
-           " warps=" + std::to_string(Cfg::kWarps) + " smem=" + std::to_string(Cfg::kSmemBytes) + "B";
-    };
-    if constexpr (kHasWideTile<D, Dv>) {
-      row(Config<D, Dv>{}, " causal");
-      row(Config<D, Dv, true>{}, " no mask");
-    } else {
-      row(Config<D, Dv>{}, "");
-    }
+    using Cfg = Config<D, Dv>;
+    s += "; D=" + std::to_string(D) + (Dv == D ? "" : " Dv=" + std::to_string(Dv)) +
+         ": Br=" + std::to_string(Cfg::kBr) + " Bc=" + std::to_string(Cfg::kBc) +
+         " warps=" + std::to_string(Cfg::kWarps) + " smem=" + std::to_string(Cfg::kSmemBytes) + "B";
   });
   return s + "; fp16/bf16; causal or not; GQA/MQA; any Nq, Nk";
 }

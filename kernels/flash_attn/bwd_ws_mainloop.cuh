@@ -255,37 +255,6 @@ __device__ __forceinline__ void wgmma_rows_rs(float (&acc)[kN / 8][4], const uin
   for (int kk = 0; kk < kRows / 16; ++kk) wgmma_rs_vt<T, kN>(acc, a[kk], advance_desc(db, kk * 16 * 128));
 }
 
-// A slice's LSE·log2e or Δ as a thread reads them: query 8n + 2t + (e & 1) of
-// the slice for register (n, e) of Sᵀ. Either as 8-byte pairs, one per n8 tile,
-// or, where registers are short (kShuffle), one value per lane per 32 queries
-// and a shuffle per read (FlashAttention-3's ShuffleStats).
-template <int kTilesS, bool kShuffle>
-struct SliceStats {
-  float2 v[kTilesS];
-  int t;
-  __device__ __forceinline__ void load(const float* row, int lane) {
-    t = lane % 4;
-#pragma unroll
-    for (int n = 0; n < kTilesS; ++n) v[n] = *reinterpret_cast<const float2*>(row + n * 8 + 2 * t);
-  }
-  __device__ __forceinline__ float get(int n, int e) const { return e & 1 ? v[n].y : v[n].x; }
-};
-template <int kTilesS>
-struct SliceStats<kTilesS, true> {
-  static constexpr int kRegs = (kTilesS * 8 + 31) / 32;
-  float v[kRegs];
-  int t;
-  __device__ __forceinline__ void load(const float* row, int lane) {
-    t = lane % 4;
-#pragma unroll
-    for (int i = 0; i < kRegs; ++i) v[i] = 32 * i + lane < kTilesS * 8 ? row[32 * i + lane] : 0.f;
-  }
-  // Query 8n + 2t + (e & 1) is in register n / 4 of lane 8 (n % 4) + 2t + (e & 1).
-  __device__ __forceinline__ float get(int n, int e) const {
-    return __shfl_sync(0xffffffffu, v[n / 4], 8 * (n % 4) + 2 * t + (e & 1));
-  }
-};
-
 // ---- the compute warpgroups ---------------------------------------------------------
 // Warpgroup wg owns keys kv0 + 64·wg .. + 63 and their dK, dV (fp32 registers).
 // Per query tile (Br queries of head h), in the transposed form (Sᵀ, with the
@@ -344,10 +313,11 @@ __device__ __forceinline__ void bwd_compute(const BwdShared<Cfg, T>& sm, const A
       wgmma_commit();
       wgmma_rows_tile<T, Dv, Cfg::kSliceQ, Bc, Br>(dPt, sm.sV + wg_uniform * 64 * 64, sdO + qh * 64);
       wgmma_commit();
-      // This thread's LSE·log2e, read while the MMAs run, so that the
-      // exponentials wait on no load.
-      SliceStats<kTilesS, Cfg::kShuffleStats> lse;
-      lse.load(sLSE2 + qh, lane);
+      // This thread's LSE·log2e (queries qh + 8n + 2t, +1: one 8-byte load per
+      // n8 tile), read while the MMAs run, so the exponentials wait on no load.
+      float2 lse[kTilesS];
+#pragma unroll
+      for (int n = 0; n < kTilesS; ++n) lse[n] = *reinterpret_cast<const float2*>(sLSE2 + qh + n * 8 + 2 * t);
       wgmma_wait<1>();
       fence_accumulators(St);
 
@@ -358,7 +328,7 @@ __device__ __forceinline__ void bwd_compute(const BwdShared<Cfg, T>& sm, const A
 #pragma unroll
       for (int n = 0; n < kTilesS; ++n)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) St[n][e] = exp2_approx(St[n][e] * scale_log2 - lse.get(n, e));
+        for (int e = 0; e < 4; ++e) St[n][e] = exp2_approx(St[n][e] * scale_log2 - (e & 1 ? lse[n].y : lse[n].x));
       if (key_base + 64 > p.Nk || (p.causal && key_base + 63 > q0 + qh + diag)) {
 #pragma unroll
         for (int n = 0; n < kTilesS; ++n)
@@ -368,8 +338,9 @@ __device__ __forceinline__ void bwd_compute(const BwdShared<Cfg, T>& sm, const A
             St[n][e] = key >= p.Nk || (p.causal && key > q0 + qc + diag) ? 0.f : St[n][e];
           }
       }
-      SliceStats<kTilesS, Cfg::kShuffleStats> delta;  // Δ likewise, loaded before the wait for dPᵀ
-      delta.load(sDelta + qh, lane);
+      float2 delta[kTilesS];  // Δ likewise, loaded before the wait for dPᵀ
+#pragma unroll
+      for (int n = 0; n < kTilesS; ++n) delta[n] = *reinterpret_cast<const float2*>(sDelta + qh + n * 8 + 2 * t);
       // dV += Pᵀ·dO and dK += dSᵀ·Q over the slice: A from registers (16
       // queries per k-step), B = dO or Q rows read N-major (as V in the
       // forward's P·V). With kEarlyDv, dV is issued as soon as Pᵀ is ready and
@@ -389,7 +360,7 @@ __device__ __forceinline__ void bwd_compute(const BwdShared<Cfg, T>& sm, const A
 #pragma unroll
       for (int n = 0; n < kTilesS; ++n)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) dPt[n][e] = St[n][e] * (dPt[n][e] - delta.get(n, e));
+        for (int e = 0; e < 4; ++e) dPt[n][e] = St[n][e] * (dPt[n][e] - (e & 1 ? delta[n].y : delta[n].x));
       pack_p_fragments<T>(dSa, dPt);
       if constexpr (!Cfg::kEarlyDv) pack_p_fragments<T>(Pa, St);
       if constexpr (!Cfg::kEarlyDv || kSlices > 1) wgmma_fence();
@@ -420,103 +391,66 @@ __device__ __forceinline__ void bwd_compute(const BwdShared<Cfg, T>& sm, const A
     // the first is staged, so that the two never hold registers beside dK and
     // dV at once: ptxas would serialise the wgmmas); with one slice then dK,
     // its own group, running while dQ is staged.
-    const int buf = s % Cfg::kDqBuffers;
-    float* sdQ = sm.sdQ + buf * Cfg::kdQFloats;
-    if constexpr (Cfg::kDqTransposed) {
-      // dQᵀ = Kᵀ·dSᵀ (FlashAttention-3's dQ_swapAB at 80 queries): M = this
-      // warpgroup's 64 of D's columns (A = K's 64-column block wg, read
-      // M-major), N = the Br queries (B = dSᵀ, N-major, over two 64-query
-      // blocks), K = the Bc keys; then dK, its own group, while dQ is staged.
-      // dV's MMA (issued before the dSᵀ store) lands first, so that its A
-      // registers (Pᵀ) are free: beside dK, dV, dSᵀ and dQᵀ they made ptxas
-      // serialise the wgmmas.
-      wgmma_wait<0>();
-      float dQt[Br / 8][4];
-      wgmma_fence();
-      {
-        const uint64_t ka = opaque(make_sw128_desc(sm.sK + wg * Bc * 64, Bc * 128, 1024));
-        const uint64_t ds = opaque(make_sw128_desc(sdS, Bc * 128, 1024));
+    constexpr int kColsA = Cfg::kDqColsA, kColsB = Cfg::kDqColsB;
+    float dQa[kColsA / 8][4];
+    const int colA = Cfg::dq_part_col(wg, 0), colB = Cfg::dq_part_col(wg, 1);
+    wgmma_fence();
+    {
+      const uint64_t ds = opaque(make_sw128_desc(sdS + (Cfg::kDqSplitRows ? wg * Bc * 64 : 0), Bc * 128, 1024));
+      const uint64_t ka = opaque(make_sw128_desc(sm.sK + (colA / 64) * Bc * 64 + colA % 64, Bc * 128, 1024));
 #pragma unroll
-        for (int kk = 0; kk < Bc / 16; ++kk)  // 16 keys per k-step
-          wgmma_ss_tt<T, Br>(dQt, advance_desc(ka, kk * 16 * 128), advance_desc(ds, kk * 16 * 128), kk > 0);
-      }
-      wgmma_commit();
+      for (int kk = 0; kk < Bc / 16; ++kk)  // 16 keys per k-step
+        wgmma_ss_tt<T, kColsA>(dQa, advance_desc(ds, kk * 16 * 128), advance_desc(ka, kk * 16 * 128), kk > 0);
+    }
+    wgmma_commit();
+    if constexpr (kSlices == 1) {
       wgmma_rows_rs<T, D, Cfg::kSliceQ, Br>(dK, dSa, sQ);
       wgmma_commit();
-      wgmma_wait<1>();  // dQᵀ (dK may run on)
-      fence_accumulators(dQt);
-      // Register (n, e) holds column c = 64·wg + 16·wi + g + 8·(e/2) of query
-      // row r = 8n + 2t + (e & 1): one 4-byte store each, at the map's swizzle
-      // (column c in box c/32, chunk (c % 32)/4 ^ (r % 8)); a warp's 32 stores
-      // (4 rows x 8 columns, two chunks of each row) fall in 32 banks.
-      if (s >= Cfg::kDqBuffers) named_barrier_sync(Cfg::kDqEmptyBarrier + buf, Cfg::kComputeThreads + 32);
-#pragma unroll
-      for (int n = 0; n < Br / 8; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int col = 64 * wg + 16 * wi + g + 8 * (e / 2), row = 8 * n + 2 * t + (e & 1), in_box = col % 32;
-          sdQ[(col / 32) * Br * 32 + row * 32 + ((in_box / 4) ^ (row % 8)) * 4 + in_box % 4] = p.scale * dQt[n][e];
-        }
+      wgmma_wait<1>();  // dV and dQ (dK may run on)
     } else {
-      constexpr int kColsA = Cfg::kDqColsA, kColsB = Cfg::kDqColsB;
-      float dQa[kColsA / 8][4];
-      const int colA = Cfg::dq_part_col(wg, 0), colB = Cfg::dq_part_col(wg, 1);
-      wgmma_fence();
-      {
-        const uint64_t ds = opaque(make_sw128_desc(sdS + (Cfg::kDqSplitRows ? wg * Bc * 64 : 0), Bc * 128, 1024));
-        const uint64_t ka = opaque(make_sw128_desc(sm.sK + (colA / 64) * Bc * 64 + colA % 64, Bc * 128, 1024));
-  #pragma unroll
-        for (int kk = 0; kk < Bc / 16; ++kk)  // 16 keys per k-step
-          wgmma_ss_tt<T, kColsA>(dQa, advance_desc(ds, kk * 16 * 128), advance_desc(ka, kk * 16 * 128), kk > 0);
-      }
-      wgmma_commit();
-      if constexpr (kSlices == 1) {
-        wgmma_rows_rs<T, D, Cfg::kSliceQ, Br>(dK, dSa, sQ);
-        wgmma_commit();
-        wgmma_wait<1>();  // dV and dQ (dK may run on)
-      } else {
-        wgmma_wait<0>();
-      }
-      fence_accumulators(dQa);
+      wgmma_wait<0>();
+    }
+    fence_accumulators(dQa);
 
-      // dQ (scaled) into staging buffer s % kDqBuffers, once the dQ writer has
-      // read what it held kDqBuffers slots ago: column c of row r in box c/32,
-      // 16-byte chunk (c % 32)/4 ^ (r % 8) of the row's 128 bytes (the map's swizzle).
-      // n8 tile n of a row fills the chunk pair 2n, 2n+1 (mod 8), which the XOR
-      // with an odd row maps onto itself: rows g and g^1 would share banks. So
-      // lanes of odd g store tile n^1 when the others store tile n, and each
-      // 8-byte store takes the ideal two wavefronts.
-      if (s >= Cfg::kDqBuffers) named_barrier_sync(Cfg::kDqEmptyBarrier + buf, Cfg::kComputeThreads + 32);
-      const int row0 = Cfg::kDqSplitRows ? 64 * wg : 0;
-      const bool odd = g & 1;
-      auto stage_dq = [&](const auto& acc, auto n_tiles, int col0) {
-        static_assert(decltype(n_tiles)::value % 2 == 0, "tiles swapped in pairs");
-  #pragma unroll
-        for (int r = 0; r < 2; ++r)
-  #pragma unroll
-          for (int n = 0; n < decltype(n_tiles)::value; ++n) {
-            const int nt = odd ? n ^ 1 : n;
-            const int row = row0 + 16 * wi + g + 8 * r, col = col0 + nt * 8 + 2 * t, in_box = col % 32;
-            const float x = odd ? acc[n ^ 1][2 * r] : acc[n][2 * r], y = odd ? acc[n ^ 1][2 * r + 1] : acc[n][2 * r + 1];
-            *reinterpret_cast<float2*>(sdQ + (col / 32) * Br * 32 + row * 32 + ((in_box / 4) ^ (row % 8)) * 4 +
-                                       in_box % 4) = make_float2(p.scale * x, p.scale * y);
-          }
-      };
-      stage_dq(dQa, std::integral_constant<int, kColsA / 8>{}, colA);
-      if constexpr (kColsB > 0) {
-        static_assert(kSlices > 1, "dK has landed before the second part (whose wait is the tile's last)");
-        float dQb[kColsB / 8][4];
-        const uint64_t ds = opaque(make_sw128_desc(sdS, Bc * 128, 1024));
-        const uint64_t kb = opaque(make_sw128_desc(sm.sK + (colB / 64) * Bc * 64 + colB % 64, Bc * 128, 1024));
-        wgmma_fence();
-  #pragma unroll
-        for (int kk = 0; kk < Bc / 16; ++kk)
-          wgmma_ss_tt<T, kColsB>(dQb, advance_desc(ds, kk * 16 * 128), advance_desc(kb, kk * 16 * 128), kk > 0);
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_accumulators(dQb);
-        stage_dq(dQb, std::integral_constant<int, kColsB / 8>{}, colB);
-      }
+    // dQ (scaled) into staging buffer s % kDqBuffers, once the dQ writer has
+    // read what it held kDqBuffers slots ago: column c of row r in box c/32,
+    // 16-byte chunk (c % 32)/4 ^ (r % 8) of the row's 128 bytes (the map's swizzle).
+    // n8 tile n of a row fills the chunk pair 2n, 2n+1 (mod 8), which the XOR
+    // with an odd row maps onto itself: rows g and g^1 would share banks. So
+    // lanes of odd g store tile n^1 when the others store tile n, and each
+    // 8-byte store takes the ideal two wavefronts.
+    const int buf = s % Cfg::kDqBuffers;
+    if (s >= Cfg::kDqBuffers) named_barrier_sync(Cfg::kDqEmptyBarrier + buf, Cfg::kComputeThreads + 32);
+    float* sdQ = sm.sdQ + buf * Cfg::kdQFloats;
+    const int row0 = Cfg::kDqSplitRows ? 64 * wg : 0;
+    const bool odd = g & 1;
+    auto stage_dq = [&](const auto& acc, auto n_tiles, int col0) {
+      static_assert(decltype(n_tiles)::value % 2 == 0, "tiles swapped in pairs");
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int n = 0; n < decltype(n_tiles)::value; ++n) {
+          const int nt = odd ? n ^ 1 : n;
+          const int row = row0 + 16 * wi + g + 8 * r, col = col0 + nt * 8 + 2 * t, in_box = col % 32;
+          const float x = odd ? acc[n ^ 1][2 * r] : acc[n][2 * r], y = odd ? acc[n ^ 1][2 * r + 1] : acc[n][2 * r + 1];
+          *reinterpret_cast<float2*>(sdQ + (col / 32) * Br * 32 + row * 32 + ((in_box / 4) ^ (row % 8)) * 4 +
+                                     in_box % 4) = make_float2(p.scale * x, p.scale * y);
+        }
+    };
+    stage_dq(dQa, std::integral_constant<int, kColsA / 8>{}, colA);
+    if constexpr (kColsB > 0) {
+      static_assert(kSlices > 1, "dK has landed before the second part (whose wait is the tile's last)");
+      float dQb[kColsB / 8][4];
+      const uint64_t ds = opaque(make_sw128_desc(sdS, Bc * 128, 1024));
+      const uint64_t kb = opaque(make_sw128_desc(sm.sK + (colB / 64) * Bc * 64 + colB % 64, Bc * 128, 1024));
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < Bc / 16; ++kk)
+        wgmma_ss_tt<T, kColsB>(dQb, advance_desc(ds, kk * 16 * 128), advance_desc(kb, kk * 16 * 128), kk > 0);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_accumulators(dQb);
+      stage_dq(dQb, std::integral_constant<int, kColsB / 8>{}, colB);
     }
     fence_proxy_async_shared();  // the st.shared of dQ, before the tensor reduction reads them
     named_barrier_arrive(Cfg::kDqFullBarrier + buf, Cfg::kComputeThreads + 32);
