@@ -1,0 +1,92 @@
+// attnlab: FlexAttention's programming model — which (query, key) pairs a
+// mask_mod keeps, and how a score_mod changes the scaled score — as
+// compile-time functors, usable on the host (the block-mask builder and the
+// references) and in kernels alike. Definitions follow FlashAttention's
+// tests (tests/cute/mask_mod_definitions.py, score_mod_definitions.py) and
+// torch.nn.attention.flex_attention:
+//
+//   mask_mod(b, h, q, k) -> keep           score_mod(s, b, h, q, k) -> s'
+//   s = scale · q·kᵀ; a kept pair contributes exp(s' − LSE), a dropped one 0.
+//
+// Offsets: `causal` and `sliding_window` are aligned to the bottom-right
+// corner (off = Nk − Nq, as rung 0's causal flag); the block-structured masks
+// (block_diagonal, mini_causal, prefix_lm, dilated_sliding_window) and
+// `document` are top-left aligned, as FlashAttention's tests define them.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "host/attn_problem.h"
+
+namespace attnlab {
+
+// ---- mask_mods --------------------------------------------------------------------
+enum class MaskModKind { kNone, kCausal, kSlidingWindow, kBlockDiagonal, kMiniCausal, kPrefixLm, kDilatedWindow, kDocument };
+
+// One mask_mod with its arguments (a, b: see each kind). Plain data, so that a
+// kernel takes it by value; `doc` points at int32 document ids [B][doc_len]
+// (the same ids for queries and keys) on the side that evaluates it.
+struct MaskMod {
+  MaskModKind kind = MaskModKind::kNone;
+  int a = 0, b = 0;     // sliding_window: left, right; block_diagonal / mini_causal: the block;
+                        // prefix_lm: the prefix length; dilated: the window, the stride
+  int off = 0;          // Nk − Nq (causal, sliding_window)
+  const int32_t* doc = nullptr;
+  int doc_len = 0;
+
+  ATTNLAB_HOST_DEVICE bool operator()(int batch, int /*head*/, int q, int k) const {
+    switch (kind) {
+      case MaskModKind::kNone: return true;
+      case MaskModKind::kCausal: return k <= q + off;
+      case MaskModKind::kSlidingWindow: return k >= q + off - a && k <= q + off + b;
+      case MaskModKind::kBlockDiagonal: return q / a == k / a;
+      case MaskModKind::kMiniCausal: return q % a >= k % a;
+      case MaskModKind::kPrefixLm: return (q < a && k < a) || q >= k;
+      case MaskModKind::kDilatedWindow: return q >= k && q - k < a && (q - k) % b == 0;
+      case MaskModKind::kDocument: return doc[int64_t(batch) * doc_len + q] == doc[int64_t(batch) * doc_len + k];
+    }
+    return false;
+  }
+};
+
+// ---- score_mods -------------------------------------------------------------------
+enum class ScoreModKind { kNone, kRelBias, kAlibi, kSoftcap };
+
+// s' for the scaled score s: rel_bias s + |q − k|; alibi s − slope_h·|q − k|
+// with slope_h = 2^(−8(h+1)/H) (ALiBi's geometric slopes, Press et al. 2022);
+// softcap C·tanh(s / C). And ds/ds' (the backward's chain rule): 1, 1, and
+// 1 − tanh²(s / C).
+struct ScoreMod {
+  ScoreModKind kind = ScoreModKind::kNone;
+  float cap = 0.f;  // softcap's C
+  int heads = 1;    // alibi's H
+
+  ATTNLAB_HOST_DEVICE float alibi_slope(int head) const { return exp2f(-8.f * float(head + 1) / float(heads)); }
+  ATTNLAB_HOST_DEVICE float operator()(float s, int /*batch*/, int head, int q, int k) const {
+    switch (kind) {
+      case ScoreModKind::kNone: return s;
+      case ScoreModKind::kRelBias: return s + float(q > k ? q - k : k - q);
+      case ScoreModKind::kAlibi: return s - alibi_slope(head) * float(q > k ? q - k : k - q);
+      case ScoreModKind::kSoftcap: return cap * tanhf(s / cap);
+    }
+    return s;
+  }
+  // d s' / d s at the score s (before the mod).
+  ATTNLAB_HOST_DEVICE float grad(float s) const {
+    if (kind != ScoreModKind::kSoftcap) return 1.f;
+    const float th = tanhf(s / cap);
+    return 1.f - th * th;
+  }
+};
+
+// "NAME[:ARGS]" as the harness and Python take them, e.g. "sliding_window:128,128",
+// "block_diagonal:128", "softcap:30"; on a bad spec `why` says what is wrong and
+// the result is kNone. Nq, Nk set the bottom-right offset; H the ALiBi slopes.
+MaskMod parse_mask_mod(const std::string& spec, int Nq, int Nk, std::string& why);
+ScoreMod parse_score_mod(const std::string& spec, int H, std::string& why);
+std::string mask_mod_name(const MaskMod& m);
+std::string score_mod_name(const ScoreMod& s);
+
+}  // namespace attnlab

@@ -1,0 +1,209 @@
+// The block mask (kernels/blocksparse/block_mask.h) against brute force: for
+// every mask_mod, ragged lengths (1, 17, 113 x 203, 239 x 1, 799 x 3, 300 x
+// 1000) and block sizes (128 x 128, 256 x 256, 64 x 128), each block's kind
+// in the lists is what its in-bounds pairs say, every kept pair lies in a
+// listed block, the transpose agrees, the dense-mask builder agrees with the
+// mask_mod's, and a broken block mask is refused with a reason.
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "blocksparse/block_mask.h"
+#include "testing.h"
+
+using namespace attnlab;
+
+namespace {
+
+struct Shape {
+  int Nq, Nk;
+};
+const Shape kShapes[] = {{1, 1}, {17, 17}, {113, 203}, {239, 1}, {799, 3}, {300, 1000}, {256, 256}};
+const int kBlocks[][2] = {{128, 128}, {256, 256}, {64, 128}};
+
+// Every mask_mod, with arguments that make blocks of all three kinds.
+std::vector<MaskMod> all_mods(int Nq, int Nk, const std::vector<int32_t>& doc, int doc_len) {
+  std::vector<MaskMod> mods;
+  std::string why;
+  for (const char* spec : {"none", "causal", "sliding_window:64,32", "block_diagonal:100", "mini_causal:64",
+                           "prefix_lm:150", "dilated_sliding_window:256,2", "document"}) {
+    MaskMod m = parse_mask_mod(spec, Nq, Nk, why);
+    EXPECT_TRUE(why.empty());
+    if (m.kind == MaskModKind::kDocument) {
+      m.doc = doc.data();
+      m.doc_len = doc_len;
+    }
+    mods.push_back(m);
+  }
+  return mods;
+}
+
+// Document ids [B][L]: L cut into a few random segments.
+std::vector<int32_t> random_docs(int B, int L, std::mt19937& rng) {
+  std::vector<int32_t> ids(size_t(B) * L);
+  for (int b = 0; b < B; ++b) {
+    int id = 0;
+    for (int i = 0; i < L; ++i) {
+      if (i > 0 && rng() % 97 == 0) ++id;
+      ids[size_t(b) * L + i] = id;
+    }
+  }
+  return ids;
+}
+
+BlockKind brute_kind(const MaskMod& mod, const BlockMask& bm, int b, int h, int m, int n) {
+  int64_t kept = 0, pairs = 0;
+  for (int q = m * bm.block_q; q < std::min(bm.Nq, (m + 1) * bm.block_q); ++q)
+    for (int k = n * bm.block_kv; k < std::min(bm.Nk, (n + 1) * bm.block_kv); ++k, ++pairs) kept += mod(b, h, q, k);
+  return kept == 0 ? BlockKind::kEmpty : kept == pairs ? BlockKind::kFull : BlockKind::kPartial;
+}
+
+}  // namespace
+
+TEST_CASE(block_mask_kinds_match_brute_force) {
+  std::mt19937 rng(7);
+  const int B = 2, H = 2;
+  for (const Shape& s : kShapes) {
+    const int L = std::max(s.Nq, s.Nk);
+    const std::vector<int32_t> doc = random_docs(B, L, rng);
+    for (const MaskMod& mod : all_mods(s.Nq, s.Nk, doc, L))
+      for (const auto& blk : kBlocks) {
+        const BlockMask bm = block_mask_from_mod(mod, B, H, s.Nq, s.Nk, blk[0], blk[1]);
+        EXPECT_EQ(bm.m_blocks, (s.Nq + blk[0] - 1) / blk[0]);
+        EXPECT_EQ(bm.n_blocks, (s.Nk + blk[1] - 1) / blk[1]);
+        int64_t kept_pairs = 0, wrong = 0, outside = 0;
+        for (int b = 0; b < B; ++b)
+          for (int h = 0; h < H; ++h)
+            for (int m = 0; m < bm.m_blocks; ++m)
+              for (int n = 0; n < bm.n_blocks; ++n) {
+                const BlockKind kind = listed_kind(bm, b, h, m, n);
+                wrong += kind != brute_kind(mod, bm, b, h, m, n);
+                for (int q = m * blk[0]; q < std::min(s.Nq, (m + 1) * blk[0]); ++q)
+                  for (int k = n * blk[1]; k < std::min(s.Nk, (n + 1) * blk[1]); ++k)
+                    if (mod(b, h, q, k)) {
+                      ++kept_pairs;
+                      outside += kind == BlockKind::kEmpty;
+                    }
+              }
+        EXPECT_EQ(wrong, int64_t(0));
+        EXPECT_EQ(outside, int64_t(0));  // no kept pair in an unlisted block
+        EXPECT_TRUE(bm.visited_pairs() >= kept_pairs);
+        EXPECT_EQ(block_mask_invalid(bm, B, H, s.Nq, s.Nk), std::string());
+      }
+  }
+}
+
+TEST_CASE(block_mask_transpose_lists_each_block_once) {
+  std::string why;
+  const MaskMod mod = parse_mask_mod("sliding_window:200,0", 300, 1000, why);
+  const BlockMask bm = block_mask_from_mod(mod, 1, 3, 300, 1000, 64, 128);
+  int64_t forward = 0, backward = 0;
+  for (int n = 0; n < bm.n_blocks; ++n)
+    for (int h = 0; h < 3; ++h) {
+      const int64_t c = bm.col(0, h, n);
+      backward += bm.q_count[c] + bm.full_q_count[c];
+      for (int i = 0; i < bm.q_count[c]; ++i)
+        EXPECT_TRUE(listed_kind(bm, 0, h, bm.q_index[c * bm.m_blocks + i], n) == BlockKind::kPartial);
+      for (int i = 0; i < bm.full_q_count[c]; ++i)
+        EXPECT_TRUE(listed_kind(bm, 0, h, bm.full_q_index[c * bm.m_blocks + i], n) == BlockKind::kFull);
+    }
+  for (size_t r = 0; r < bm.kv_count.size(); ++r) forward += bm.kv_count[r] + bm.full_count[r];
+  EXPECT_EQ(forward, backward);
+  EXPECT_TRUE(forward > 0);
+}
+
+TEST_CASE(block_mask_boundary_rule_full_ragged_block) {
+  // 17 x 17 with one 128 x 128 block: every in-bounds pair kept -> full, not partial.
+  std::string why;
+  const BlockMask none = block_mask_from_mod(parse_mask_mod("none", 17, 17, why), 1, 1, 17, 17, 128, 128);
+  EXPECT_EQ(none.full_count[0], 1);
+  EXPECT_EQ(none.kv_count[0], 0);
+  EXPECT_EQ(none.visited_pairs(), int64_t(17 * 17));
+  // Causal 17 x 17: partial. Causal with Nq = 239, Nk = 1 (bottom-right):
+  // k = 0 <= q + (1 - 239) holds for q = 238 alone.
+  const BlockMask causal = block_mask_from_mod(parse_mask_mod("causal", 17, 17, why), 1, 1, 17, 17, 128, 128);
+  EXPECT_EQ(causal.kv_count[0], 1);
+  const MaskMod tall = parse_mask_mod("causal", 239, 1, why);
+  EXPECT_TRUE(tall(0, 0, 238, 0) && !tall(0, 0, 237, 0));
+  const BlockMask t = block_mask_from_mod(tall, 1, 1, 239, 1, 128, 128);
+  EXPECT_EQ(t.kv_count[0] + t.full_count[0], 0);  // queries 0-127 see no key
+  EXPECT_EQ(t.kv_count[1], 1);                    // queries 128-238: only 238 sees key 0
+}
+
+TEST_CASE(block_mask_dense_builder_matches_mod) {
+  std::mt19937 rng(11);
+  for (const Shape& s : kShapes) {
+    const int B = 2, H = 3, L = std::max(s.Nq, s.Nk);
+    const std::vector<int32_t> doc = random_docs(B, L, rng);
+    for (const MaskMod& mod : all_mods(s.Nq, s.Nk, doc, L)) {
+      std::vector<uint8_t> keep(size_t(B) * H * s.Nq * s.Nk);
+      for (int b = 0; b < B; ++b)
+        for (int h = 0; h < H; ++h)
+          for (int q = 0; q < s.Nq; ++q)
+            for (int k = 0; k < s.Nk; ++k) keep[((size_t(b) * H + h) * s.Nq + q) * s.Nk + k] = mod(b, h, q, k);
+      const BlockMask a = block_mask_from_mod(mod, B, H, s.Nq, s.Nk, 128, 128);
+      const BlockMask d = block_mask_from_dense(keep, B, H, B, H, s.Nq, s.Nk, 128, 128);
+      EXPECT_TRUE(a.kv_count == d.kv_count && a.kv_index == d.kv_index && a.full_count == d.full_count &&
+                  a.full_index == d.full_index && a.q_index == d.q_index && a.full_q_index == d.full_q_index);
+    }
+  }
+  // A [1, 1, Nq, Nk] mask broadcast over B = 2, H = 2.
+  std::vector<uint8_t> keep(size_t(40) * 50);
+  for (auto& x : keep) x = rng() % 3 == 0;
+  const BlockMask d = block_mask_from_dense(keep, 1, 1, 2, 2, 40, 50, 16, 16);
+  for (int b = 0; b < 2; ++b)
+    for (int h = 0; h < 2; ++h)
+      for (int m = 0; m < d.m_blocks; ++m)
+        EXPECT_EQ(d.kv_count[d.row(b, h, m)] + d.full_count[d.row(b, h, m)], d.kv_count[m] + d.full_count[m]);
+}
+
+TEST_CASE(block_mask_refuses_broken_masks) {
+  std::string why;
+  const BlockMask good = block_mask_from_mod(parse_mask_mod("causal", 300, 300, why), 1, 2, 300, 300, 128, 128);
+  EXPECT_EQ(block_mask_invalid(good, 1, 2, 300, 300), std::string());
+  EXPECT_CONTAINS(block_mask_invalid(good, 1, 2, 301, 300), "not this problem's");
+  BlockMask bad = good;
+  bad.kv_index[0] = 7;  // out of range (3 key blocks)
+  EXPECT_CONTAINS(block_mask_invalid(bad, 1, 2, 300, 300), "out of range");
+  bad = good;
+  bad.full_count[bad.m_blocks - 1] = 0;  // the forward lists change, the backward ones do not
+  EXPECT_CONTAINS(block_mask_invalid(bad, 1, 2, 300, 300), "transpose");
+  bad = good;
+  const int64_t r = bad.row(0, 0, 2);  // query block 2 of a causal 300 x 300: key blocks 0, 1 full, 2 partial
+  EXPECT_EQ(bad.full_count[r], 2);
+  bad.kv_index[r * bad.n_blocks + 0] = 1;  // key block 1 now also partial
+  EXPECT_CONTAINS(block_mask_invalid(bad, 1, 2, 300, 300), "both partial and full");
+  bad = good;
+  bad.kv_index.pop_back();
+  EXPECT_CONTAINS(block_mask_invalid(bad, 1, 2, 300, 300), "wrong size");
+}
+
+TEST_CASE(mask_and_score_mod_specs) {
+  std::string why;
+  EXPECT_TRUE(parse_mask_mod("sliding_window:128,0", 10, 20, why).kind == MaskModKind::kSlidingWindow);
+  EXPECT_EQ(mask_mod_name(parse_mask_mod("sliding_window:128,0", 10, 20, why)), std::string("sliding_window:128,0"));
+  EXPECT_EQ(parse_mask_mod("causal", 10, 20, why).off, 10);
+  for (const char* bad : {"sliding_window:1", "block_diagonal:0", "mini_causal:x", "dilated_sliding_window:8,0",
+                          "causal:3", "topk", "prefix_lm:-1"}) {
+    why.clear();
+    EXPECT_TRUE(parse_mask_mod(bad, 10, 10, why).kind == MaskModKind::kNone);
+    EXPECT_TRUE(!why.empty());
+  }
+  why.clear();
+  const ScoreMod cap = parse_score_mod("softcap:30", 8, why);
+  EXPECT_TRUE(why.empty() && cap.kind == ScoreModKind::kSoftcap);
+  EXPECT_NEAR(cap(60.f, 0, 0, 0, 0), 30.f * std::tanh(2.f), 1e-5);
+  EXPECT_NEAR(cap.grad(0.f), 1.f, 1e-6);
+  const ScoreMod alibi = parse_score_mod("alibi", 8, why);
+  EXPECT_NEAR(alibi.alibi_slope(0), 0.5f, 1e-7);   // 2^(-8/8)
+  EXPECT_NEAR(alibi.alibi_slope(7), 1.f / 256, 1e-9);
+  EXPECT_NEAR(alibi(1.f, 0, 0, 3, 7), 1.f - 0.5f * 4, 1e-6);
+  EXPECT_NEAR(parse_score_mod("rel_bias", 8, why)(1.f, 0, 0, 3, 7), 5.f, 1e-6);
+  for (const char* bad : {"softcap", "softcap:0", "softcap:-1", "alibi:2", "tanh"}) {
+    why.clear();
+    parse_score_mod(bad, 8, why);
+    EXPECT_TRUE(!why.empty());
+  }
+}
