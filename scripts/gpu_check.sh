@@ -139,7 +139,8 @@ if [ "$mode" = check ]; then
                "--Nq 77 --Nk 129 --D 128 --variant minimal"
                "--H 4 --Hkv 2 --Nq 130 --Nk 300 --D 128 --causal" "--H 4 --Hkv 1 --Nq 300 --Nk 130 --D 192 --Dv 128 --causal"
                "--H 4 --Hkv 2 --Nq 300 --Nk 1000 --D 64")  # the last: rung 12's keys split over blocks
-  bwd_shapes=("--B 2 --H 4 --Hkv 2 --Nq 257 --Nk 383 --D 64 --causal" "--H 4 --Hkv 1 --Nq 383 --Nk 257 --D 128 --dtype bf16")
+  bwd_shapes=("--B 2 --H 4 --Hkv 2 --Nq 257 --Nk 383 --D 64 --causal" "--H 4 --Hkv 1 --Nq 383 --Nk 257 --D 128 --dtype bf16"
+              "--H 4 --Hkv 2 --Nq 150 --Nk 221 --D 256 --causal")
   dmattn_shapes=("--Nq 1 --Nk 3000 --D 128 --Hkv 1 --mask topk --window 64 --block 0 --bias --splits 4"
                  "--Nq 1 --Nk 20000 --D 256 --mask topk --window 3000 --block 0 --bias --softcap 20 --splits 1"
                  "--Nq 70 --Nk 130 --D 128 --Hkv 1 --causal --mask topk --window 64 --bias --bwd"

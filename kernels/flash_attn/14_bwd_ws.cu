@@ -45,15 +45,10 @@
 #include <string>
 #include <vector>
 
-#include "common/bwd_prepost.cuh"
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
+#include "flash_attn/bwd_ws_host.cuh"
 #include "flash_attn/bwd_ws_mainloop.cuh"
-#include "host/arch.h"
-#include "host/attn_problem.h"
-#include "host/rung_host.cuh"
-#include "host/tensor_map.h"
-#include "host/variant.h"
 
 namespace attnlab {
 namespace {
@@ -100,6 +95,7 @@ struct BwdWsConfig : ProducerWarpgroupSplit<2, 24, 240> {  // 2 compute warpgrou
   static constexpr int kQElems = kBr * kHeadDim, kdOElems = kBr * kHeadDimV;
   static constexpr int kdSElems = kBc * kBr;
   static constexpr int kdQFloats = kBr * kHeadDim;  // one dQ staging buffer
+  static constexpr int kPFloats = 0;                // (no Pᵀ handed between warpgroups)
   static constexpr int kKVBytes = 2 * (kKElems + kVElems);                  // what kv_full expects
   static constexpr int kQdoBytes = 2 * (kQElems + kdOElems) + 2 * kBr * 4;  // q_full: Q, dO, LSE, Δ
   static constexpr int kBarriers = 1 + 2 * kStages;
@@ -193,53 +189,6 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__
 
 using BwdWsHeadDims = HeadDimList<HeadDims<64, 64>, HeadDims<128, 128>, HeadDims<192, 128>>;
 
-// The workspace: LSE·log2e and Δ per padded row, dQ's fp32 accumulator, and
-// (deterministic) one turn counter per dQ tile; each part 256-byte aligned.
-struct BwdWorkspace {
-  float* lse2 = nullptr;
-  float* delta = nullptr;
-  float* dq_accum = nullptr;
-  int* dq_turns = nullptr;
-  size_t bytes = 0;
-};
-size_t align256(size_t n) { return (n + 255) / 256 * 256; }
-BwdWorkspace bwd_workspace(const AttnProblem& p, int Br, void* base) {
-  const int64_t rows = p.heads() * bwd_padded_rows(p.Nq, Br);
-  const size_t row_bytes = align256(size_t(rows) * 4), acc_bytes = align256(size_t(rows) * p.D * 4);
-  const size_t turn_bytes = align256(size_t(rows / Br) * 4);
-  BwdWorkspace w;
-  w.bytes = 2 * row_bytes + acc_bytes + turn_bytes;
-  if (base != nullptr) {
-    char* at = static_cast<char*>(base);
-    w.lse2 = reinterpret_cast<float*>(at);
-    w.delta = reinterpret_cast<float*>(at + row_bytes);
-    w.dq_accum = reinterpret_cast<float*>(at + 2 * row_bytes);
-    w.dq_turns = reinterpret_cast<int*>(at + 2 * row_bytes + acc_bytes);
-  }
-  return w;
-}
-
-int query_tile_rows(const AttnProblem& p) {
-  int Br = 0;
-  BwdWsHeadDims::dispatch(p.D, p.Dv, [&](auto dims) { Br = Config<decltype(dims)::D, decltype(dims)::Dv>::kBr; });
-  return Br;
-}
-
-std::string unsupported(const AttnProblem& p) {
-  static const std::string hopper = hopper_tma_unsupported();
-  if (!hopper.empty()) return hopper;
-  int smem = 0;
-  if (!BwdWsHeadDims::dispatch(p.D, p.Dv, [&](auto dims) {
-        smem = Config<decltype(dims)::D, decltype(dims)::Dv>::kSmemBytes;
-      }))
-    return "head dims " + std::to_string(p.D) + (p.Dv == p.D ? "" : "/" + std::to_string(p.Dv)) + " not in " +
-           BwdWsHeadDims::names() + " (D, or D/Dv)";
-  if (p.H > 65535 || p.B > 65535) return "B and H must be <= 65535 (grid limits)";
-  if ((p.Nk + 127) / 128 > 65535) return "Nk must be <= 65535 x 128 (the key tiles are grid.y)";
-  if (std::string why = kv_heads_unsupported(p); !why.empty()) return why;
-  return smem_unsupported(size_t(smem));
-}
-
 template <bool kDeterministic>
 cudaError_t launch(const AttnProblem& p, const AttnGradBuffers& b, cudaStream_t stream) {
   cudaError_t err = cudaErrorInvalidValue;
@@ -247,30 +196,13 @@ cudaError_t launch(const AttnProblem& p, const AttnGradBuffers& b, cudaStream_t 
     using Cfg = Config<decltype(dims)::D, decltype(dims)::Dv>;
     err = dispatch_dtype(p.dtype, [&](auto type) {
       using T = decltype(type);
-      const BwdWorkspace ws = bwd_workspace(p, Cfg::kBr, b.workspace);
-      if (b.workspace == nullptr || b.workspace_bytes < ws.bytes) return cudaErrorInvalidValue;
-      const int nq_pad = bwd_padded_rows(p.Nq, Cfg::kBr);
-      const int64_t kv_heads = int64_t(p.B) * p.kv_heads();
-      CUtensorMap tma_q, tma_k, tma_v, tma_do, tma_dq;
-      if (!encode_head_tiles<Cfg::kBr>(&tma_q, b.q, p.dtype, p.heads(), p.Nq, p.D) ||
-          !encode_head_tiles<Cfg::kBr>(&tma_do, b.dout, p.dtype, p.heads(), p.Nq, p.Dv) ||
-          !encode_head_tiles<Cfg::kBc>(&tma_k, b.k, p.dtype, kv_heads, p.Nk, p.D) ||
-          !encode_head_tiles<Cfg::kBc>(&tma_v, b.v, p.dtype, kv_heads, p.Nk, p.Dv) ||
-          !encode_f32_head_tiles<Cfg::kBr>(&tma_dq, ws.dq_accum, p.heads(), nq_pad, p.D))
-        return cudaErrorInvalidValue;
-      cudaError_t e = launch_bwd_row_stats<T>(p, b, ws.lse2, ws.delta, nq_pad, stream);
-      if (e == cudaSuccess)
-        e = cudaMemsetAsync(ws.dq_accum, 0, size_t(p.heads()) * nq_pad * p.D * sizeof(float), stream);
-      if (e == cudaSuccess && kDeterministic)
-        e = cudaMemsetAsync(ws.dq_turns, 0, size_t(p.heads()) * (nq_pad / Cfg::kBr) * sizeof(int), stream);
-      if (e != cudaSuccess) return e;
-      const dim3 grid(unsigned(p.B * p.kv_heads()), unsigned((p.Nk + Cfg::kBc - 1) / Cfg::kBc));
-      e = launch_with_smem(bwd_ws_kernel<Cfg, T, kDeterministic>, grid, Cfg::kThreads, Cfg::kSmemBytes, stream,
-                           tma_q, tma_k, tma_v, tma_do, tma_dq, static_cast<const float*>(ws.lse2),
-                           static_cast<const float*>(ws.delta), ws.dq_turns, static_cast<T*>(b.dk),
-                           static_cast<T*>(b.dv), p, nq_pad);
-      if (e != cudaSuccess) return e;
-      return launch_bwd_dq_convert<T>(p, ws.dq_accum, b.dq, nq_pad, stream);
+      return bwd_ws_launch<Cfg, T, kDeterministic>(
+          p, b, stream, [&](dim3 grid, const BwdMaps& m, const BwdWorkspace& ws, int nq_pad) {
+            return launch_with_smem(bwd_ws_kernel<Cfg, T, kDeterministic>, grid, Cfg::kThreads, Cfg::kSmemBytes,
+                                    stream, m.q, m.k, m.v, m.dout, m.dq, static_cast<const float*>(ws.lse2),
+                                    static_cast<const float*>(ws.delta), ws.dq_turns, static_cast<T*>(b.dk),
+                                    static_cast<T*>(b.dv), p, nq_pad);
+          });
     });
   });
   return err;
@@ -294,11 +226,8 @@ BwdVariant make_variant() {
   v.name = kDeterministic ? "bwd-ws+deterministic" : "bwd-ws";
   v.rung = "14_bwd_ws";
   v.deterministic = kDeterministic;
-  v.unsupported_reason = unsupported;
-  v.workspace_bytes = [](const AttnProblem& p) {
-    const int Br = query_tile_rows(p);
-    return Br > 0 ? bwd_workspace(p, Br, nullptr).bytes : size_t(0);
-  };
+  v.unsupported_reason = bwd_ws_unsupported<BwdWsHeadDims, Config>;
+  v.workspace_bytes = bwd_ws_workspace_bytes<BwdWsHeadDims, Config>;
   v.launch = launch<kDeterministic>;
   v.describe = [] {
     return std::string("sm_90a wgmma, Q/dO/LSE/Δ by TMA from a producer warp, Sᵀ and dPᵀ so that P and dS stay "

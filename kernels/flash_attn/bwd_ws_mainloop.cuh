@@ -76,6 +76,7 @@ struct BwdShared {
   T* sdO;         // [kStages][Br, Dv]  Sw128Blocks<Br>
   T* sdS;         // [kDsBuffers][Bc, Br] dSᵀ (keys x queries), Sw128Blocks<Bc>: A of dQ = dS·K
   float* sdQ;     // [kDqBuffers] D/32 boxes of [Br][32] fp32, the 128-byte swizzle: dQ of a tile, for the reduce-add
+  float* sP;      // [kPFloats] Pᵀ handed from one warpgroup to the other (rung 15; none here)
   float* sLSE2;   // [kStages][Br] LSE·log2e
   float* sDelta;  // [kStages][Br] Δ
   uint64_t* kv_full;
@@ -90,7 +91,8 @@ struct BwdShared {
     sdO = sQ + Cfg::kStages * Cfg::kQElems;
     sdS = sdO + Cfg::kStages * Cfg::kdOElems;
     sdQ = reinterpret_cast<float*>(sdS + Cfg::kDsBuffers * Cfg::kdSElems);
-    sLSE2 = sdQ + Cfg::kDqBuffers * Cfg::kdQFloats;
+    sP = sdQ + Cfg::kDqBuffers * Cfg::kdQFloats;
+    sLSE2 = sP + Cfg::kPFloats;
     sDelta = sLSE2 + Cfg::kStages * Cfg::kBr;
     kv_full = reinterpret_cast<uint64_t*>(sDelta + Cfg::kStages * Cfg::kBr);
     q_full = kv_full + 1;
@@ -158,9 +160,12 @@ __device__ __forceinline__ void bwd_wait_turn(const int* counter, int turn) {
     asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
   } while (seen != turn);
 }
+__device__ __forceinline__ void bwd_release_turn(int* counter) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter) : "memory");
+}
 __device__ __forceinline__ void bwd_pass_turn(int* counter) {
   asm volatile("fence.proxy.async.global;\n" ::: "memory");  // the TMA's adds before the generic-proxy release
-  asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter) : "memory");
+  bwd_release_turn(counter);
 }
 
 // ---- the dQ writer -----------------------------------------------------------------
@@ -209,26 +214,70 @@ __device__ __forceinline__ void bwd_write_dq(const BwdShared<Cfg, T>& sm, const 
 }
 
 // ---- the epilogue: dK_j (scaled), dV_j of this KV head, keys < Nk -----------------
-// Warp (wg, wi) holds keys kv0 + 64·wg + 16·wi + g (+8), columns 8n + 2t, +1.
-template <typename T, int D, int Dv>
-__device__ __forceinline__ void bwd_store_dkv(const AttnProblem& p, const BwdWork& w, int key_row0,
-                                              const float (&dK)[D / 8][4], const float (&dV)[Dv / 8][4], T* dk,
-                                              T* dv) {
+// A warp holds keys key_row0 (+8) of its 16-key slice, columns 8n + 2t, +1 of
+// an accumulator of N columns; out: dK or dV, [KV heads][Nk][N], times factor.
+template <typename T, int N>
+__device__ __forceinline__ void bwd_store_key_rows(const AttnProblem& p, const BwdWork& w, int key_row0,
+                                                   const float (&acc)[N / 8][4], float factor, T* out) {
   const int t = threadIdx.x % 4;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int key = key_row0 + 8 * r;
     if (key >= p.Nk) continue;
-    T* dk_row = dk + (w.kv_head * p.Nk + key) * D;
-    T* dv_row = dv + (w.kv_head * p.Nk + key) * Dv;
+    T* row = out + (w.kv_head * p.Nk + key) * N;
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n)
-      *reinterpret_cast<uint32_t*>(dk_row + n * 8 + 2 * t) =
-          pack2<T>(p.scale * dK[n][2 * r], p.scale * dK[n][2 * r + 1]);
-#pragma unroll
-    for (int n = 0; n < Dv / 8; ++n)
-      *reinterpret_cast<uint32_t*>(dv_row + n * 8 + 2 * t) = pack2<T>(dV[n][2 * r], dV[n][2 * r + 1]);
+    for (int n = 0; n < N / 8; ++n)
+      *reinterpret_cast<uint32_t*>(row + n * 8 + 2 * t) = pack2<T>(factor * acc[n][2 * r], factor * acc[n][2 * r + 1]);
   }
+}
+// Warp (wg, wi) holds keys kv0 + 64·wg + 16·wi + g (+8) of both.
+template <typename T, int D, int Dv>
+__device__ __forceinline__ void bwd_store_dkv(const AttnProblem& p, const BwdWork& w, int key_row0,
+                                              const float (&dK)[D / 8][4], const float (&dV)[Dv / 8][4], T* dk,
+                                              T* dv) {
+  bwd_store_key_rows<T, D>(p, w, key_row0, dK, p.scale, dk);
+  bwd_store_key_rows<T, Dv>(p, w, key_row0, dV, 1.f, dv);
+}
+
+// ---- the compute warpgroups' element-wise steps ------------------------------------
+// Pᵀ = exp2(Sᵀ·scale·log2e − LSE·log2e) in place, for a warp's keys key_row0
+// (c0, c1; c2, c3: + 8) and queries q_first + 8n + 2t (+1). Rows past Nq and
+// rows that saw no key have LSE·log2e = +inf: P = 0 there without a test.
+// Then, only on a tile that the causal diagonal or the end of the keys
+// crosses (its 64 keys from key_base), the mask element by element — one
+// branch around the loop, not one per element.
+template <int kTiles>
+__device__ __forceinline__ void bwd_probabilities(float (&St)[kTiles][4], const float2 (&lse)[kTiles],
+                                                  const AttnProblem& p, float scale_log2, int key_base, int key_row0,
+                                                  int q_first) {
+  const int t = threadIdx.x % 4, diag = p.Nk - p.Nq;  // query i sees key j iff j <= i + diag (causal)
+#pragma unroll
+  for (int n = 0; n < kTiles; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) St[n][e] = exp2_approx(St[n][e] * scale_log2 - (e & 1 ? lse[n].y : lse[n].x));
+  if (key_base + 64 > p.Nk || (p.causal && key_base + 63 > q_first + diag)) {
+#pragma unroll
+    for (int n = 0; n < kTiles; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = key_row0 + 8 * (e / 2), q = q_first + n * 8 + 2 * t + (e & 1);
+        St[n][e] = key >= p.Nk || (p.causal && key > q + diag) ? 0.f : St[n][e];
+      }
+  }
+}
+
+// dSᵀ (16-bit A fragments) to shared memory, [key][query] in Sw128Blocks<Bc>:
+// register i of k-step kk holds key row0 (+8 for odd i), queries qh + 16kk +
+// 8·(i/2) + 2t, +1.
+template <int Bc, typename T, int kSteps>
+__device__ __forceinline__ void bwd_store_dst(T* sdS, const uint32_t (&dSa)[kSteps][4], int row0, int qh) {
+  const int t = threadIdx.x % 4;
+#pragma unroll
+  for (int kk = 0; kk < kSteps; ++kk)
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      *reinterpret_cast<uint32_t*>(sdS + Sw128Blocks<Bc>::offset(row0 + 8 * (i & 1), qh + kk * 16 + 8 * (i / 2) + 2 * t)) =
+          dSa[kk][i];
 }
 
 // ---- the compute warpgroups' MMAs ---------------------------------------------------
@@ -282,7 +331,6 @@ __device__ __forceinline__ void bwd_compute(const BwdShared<Cfg, T>& sm, const A
   const int key_base = w.kv0 + 64 * wg;           // this warpgroup's first key
   const int key_row0 = key_base + 16 * wi + g;    // the keys of c0, c1 (c2, c3: + 8)
   const float scale_log2 = p.scale * kLog2e;
-  const int diag = p.Nk - p.Nq;                   // query i sees key j iff j <= i + diag (causal)
   float dK[D / 8][4] = {}, dV[Dv / 8][4] = {};
 
   if (w.n_slots > 0) mbarrier_wait(sm.kv_full, 0);
@@ -321,23 +369,7 @@ __device__ __forceinline__ void bwd_compute(const BwdShared<Cfg, T>& sm, const A
       wgmma_wait<1>();
       fence_accumulators(St);
 
-      // Pᵀ (rows past Nq and rows that saw no key have LSE·log2e = +inf: P = 0
-      // there without a test); then, only on a tile that the causal diagonal or
-      // the end of the keys crosses, the mask element by element — one branch
-      // around the loop, not one per element.
-#pragma unroll
-      for (int n = 0; n < kTilesS; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) St[n][e] = exp2_approx(St[n][e] * scale_log2 - (e & 1 ? lse[n].y : lse[n].x));
-      if (key_base + 64 > p.Nk || (p.causal && key_base + 63 > q0 + qh + diag)) {
-#pragma unroll
-        for (int n = 0; n < kTilesS; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int key = key_row0 + 8 * (e / 2), qc = qh + n * 8 + 2 * t + (e & 1);
-            St[n][e] = key >= p.Nk || (p.causal && key > q0 + qc + diag) ? 0.f : St[n][e];
-          }
-      }
+      bwd_probabilities(St, lse, p, scale_log2, key_base, key_row0, q0 + qh);
       float2 delta[kTilesS];  // Δ likewise, loaded before the wait for dPᵀ
 #pragma unroll
       for (int n = 0; n < kTilesS; ++n) delta[n] = *reinterpret_cast<const float2*>(sDelta + qh + n * 8 + 2 * t);
@@ -368,18 +400,11 @@ __device__ __forceinline__ void bwd_compute(const BwdShared<Cfg, T>& sm, const A
       if constexpr (kSlices > 1) wgmma_rows_rs<T, D, Cfg::kSliceQ, Br>(dK, dSa, sQ + qh * 64);  // (else after dQ)
       if constexpr (!Cfg::kEarlyDv || kSlices > 1) wgmma_commit();
 
-      // dSᵀ to shared memory, [key][query]: fragment register i of k-step kk holds
-      // key 16·wi + g (+8 for odd i), queries qh + 16kk + 8·(i/2) + 2t, +1. Both
-      // warpgroups' dQ MMAs read all of it, so the buffer is rewritten only
-      // once the other warpgroup's dQ of two tiles ago (two buffers) or of the
-      // previous tile (one buffer: a barrier here) has read it.
+      // dSᵀ to shared memory. Both warpgroups' dQ MMAs read all of it, so the
+      // buffer is rewritten only once the other warpgroup's dQ of two tiles ago
+      // (two buffers) or of the previous tile (one buffer: a barrier here) has read it.
       if (Cfg::kDsBuffers == 1 && sl == 0) named_barrier_sync(Cfg::kDsFreeBarrier, Cfg::kComputeThreads);
-#pragma unroll
-      for (int kk = 0; kk < kTilesS / 2; ++kk)
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-          *reinterpret_cast<uint32_t*>(sdS + Sw128Blocks<Bc>::offset(64 * wg + 16 * wi + g + 8 * (i & 1),
-                                                                      qh + kk * 16 + 8 * (i / 2) + 2 * t)) = dSa[kk][i];
+      bwd_store_dst<Bc>(sdS, dSa, 64 * wg + 16 * wi + g, qh);
     }
     fence_proxy_async_shared();  // the st.shared of dSᵀ, before wgmma reads them
     named_barrier_sync(Cfg::kDsBarrier, Cfg::kComputeThreads);

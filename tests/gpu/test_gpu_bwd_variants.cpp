@@ -239,7 +239,7 @@ int main(int argc, char** argv) {
             if (!run_all(make(2, 4, nq, nk, d, dv, dtype, causal, hkv))) return 1;
   // MQA, and a longer causal row block walk, at the common head dims.
   for (auto [nq, nk] : {std::pair{129, 300}, std::pair{300, 129}, std::pair{2048, 2048}})
-    for (int d : {64, 128})
+    for (int d : {64, 128, 256})
       for (DType dtype : {DType::kFloat16, DType::kBFloat16})
         for (bool causal : {false, true})
           if (!run_all(make(1, 4, nq, nk, d, d, dtype, causal, 1))) return 1;

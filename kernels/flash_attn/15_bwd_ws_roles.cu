@@ -1,0 +1,179 @@
+// ============================================================================
+// Rung 15 — the backward at D = 256: two warpgroups split by role, not by keys
+// ============================================================================
+// What changes against rung 14 (`bwd-ws`): there each compute warpgroup owns
+// 64 keys and their dK and dV in registers — 2·D/2 = D fp32 registers per
+// thread, which at D = 256 leaves nothing for the scores. Here both warpgroups
+// share one tile of Bc = 64 keys and each keeps one gradient
+// (bwd_roles_mainloop.cuh):
+//   NEW (roles): warpgroup 0 the P chain — Sᵀ = K·Qᵀ, Pᵀ, dV += Pᵀ·dO;
+//        warpgroup 1 the dS chain — dPᵀ = V·dOᵀ, dSᵀ = Pᵀ∘(dPᵀ − Δ),
+//        dK += dSᵀ·Q. Each does the same MMA work; Pᵀ goes from the first to
+//        the second through shared memory (fp32, in fragment order), dSᵀ to
+//        both for dQ = dS·K, each warpgroup taking D/2 of its columns;
+//   NEW (dQ by atomics): no room is left to stage dQ (64 x 256 fp32), so each
+//        thread adds its dQ fragment with vector fp32 atomics
+//        (FlashAttention-3 at D = 256); `+deterministic` has the compute warps
+//        take rung 14's turns (a counter per dQ tile, key-tile order).
+// Unchanged: the producer thread and its Q/dO/LSE/Δ ring, the walk (one block
+// per key tile and KV head), the pre-pass and dQ's cast (bwd_ws_host.cuh).
+// Where it is slower than rung 14 would be: Pᵀ waits for the P chain's
+// exponentials before the dS chain can go on, and dQ costs twice the atomic
+// traffic per FLOP of a 128-key tile.
+//
+// Per block: sK [Bc, D], sV [Bc, Dv], sQ, sdO [kStages][Br, D | Dv]
+// (Sw128Blocks), sdSᵀ [Bc, Br], sP [Bc·Br] fp32, 1 + 2·kStages mbarriers.
+// Tiles (BwdRolesConfig, checked by static_assert):
+//   D / Dv     Br  Bc  stages  smem (+1024)  dQ columns per warpgroup
+//   256        64  64   2      222248        128
+// Registers (setmaxnreg): producer / compute 24 / 240; at peak a chain holds
+// its gradient (128), its half of dQ (64) and Pᵀ or dSᵀ in 16 bits (16).
+//
+// Supports: fp16, bf16; D = Dv = 256; GQA/MQA (dK, dV summed over a KV head's
+// query heads in the block); any Nq, Nk >= 1; causal (bottom-right) or not;
+// rows that see no key get dQ = 0. sm_90a, 16-byte aligned tensors.
+//
+// Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 256 --bwd --variant 'bwd*'
+// ============================================================================
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <string>
+#include <vector>
+
+#include "common/tma.cuh"
+#include "common/wgmma.cuh"
+#include "flash_attn/bwd_roles_mainloop.cuh"
+#include "flash_attn/bwd_ws_host.cuh"
+
+namespace attnlab {
+namespace {
+
+template <int kHeadDim_, int kHeadDimV_, int kStages_>
+struct BwdRolesConfig : ProducerWarpgroupSplit<2, 24, 240> {  // 2 compute warpgroups + 1 producer warpgroup
+  static constexpr int kHeadDim = kHeadDim_;    // D: Q, K, dQ, dK
+  static constexpr int kHeadDimV = kHeadDimV_;  // Dv: V, O, dO, dV
+  static constexpr int kBr = 64;                // queries per tile (Sᵀ's N)
+  static constexpr int kBc = 64;                // keys per block (wgmma's M, both warpgroups)
+  static constexpr int kStages = kStages_;
+  static constexpr int kComputeThreads = 32 * kComputeWarps;
+  static constexpr int kKElems = kBc * kHeadDim, kVElems = kBc * kHeadDimV;
+  static constexpr int kQElems = kBr * kHeadDim, kdOElems = kBr * kHeadDimV;
+  // BwdShared's tiles: one dSᵀ buffer, no dQ staging, Pᵀ in fp32.
+  static constexpr int kdSElems = kBc * kBr, kDsBuffers = 1;
+  static constexpr int kdQFloats = 0, kDqBuffers = 0;
+  static constexpr int kPFloats = kBc * kBr;
+  static constexpr int kKVBytes = 2 * (kKElems + kVElems);
+  static constexpr int kQdoBytes = 2 * (kQElems + kdOElems) + 2 * kBr * 4;  // Q, dO, LSE, Δ
+  static constexpr int kBarriers = 1 + 2 * kStages;
+  static constexpr int kTileBytes = 2 * (kKElems + kVElems + kStages * (kQElems + kdOElems) + kdSElems) +
+                                    4 * kPFloats + 4 * 2 * kStages * kBr;
+  static constexpr int kSmemBytes = kTileBytes + 8 * kBarriers + 1024;  // + slack to align to 1024
+  // Named barriers (256 compute threads each): Pᵀ handed over, dSᵀ stored,
+  // and the deterministic mode's turn.
+  static constexpr int kPBarrier = 1, kDsBarrier = 2, kTurnBarrier = 3;
+  static_assert(kComputeWarps == 8 && kComputeThreads == 256, "two compute warpgroups: the P and the dS chain");
+  static_assert(kBr == 64 && kBc == 64, "Sᵀ and dPᵀ are one m64n64 tile per chain");
+  static_assert(kHeadDim == kHeadDimV && kHeadDim % 128 == 0 && kHeadDim <= 256,
+                "dV and dK are one RS wgmma of N = D; dQ two SS ones of N = D/2, each starting on a 64-column block");
+  static_assert(kPFloats == 128 * 4 * (kBr / 8), "Pᵀ: one float4 per thread per n8 tile");
+  static_assert((2 * kdSElems) % 1024 == 0 && (kBr * 128) % 1024 == 0 && (kBc * 128) % 1024 == 0,
+                "every 64-column block starts 1024-aligned");
+  static_assert(kStages >= 2, "the producer fills one slot while the compute warps read the other");
+};
+
+constexpr int kBwdRolesStages = 2;
+template <int D, int Dv>
+using Config = BwdRolesConfig<D, Dv, kBwdRolesStages>;
+
+// The header's table.
+static_assert(Config<256, 256>::kBr == 64 && Config<256, 256>::kBc == 64 && Config<256, 256>::kStages == 2 &&
+                  Config<256, 256>::kSmemBytes - 1024 == 222248 && Config<256, 256>::kThreads == 384,
+              "header: D=256");
+static_assert(Config<256, 256>::kProducerRegs == 24 && Config<256, 256>::kComputeRegs == 240,
+              "header: 24 / 240 registers");
+
+template <typename Cfg, typename T, bool kDeterministic>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+bwd_roles_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUtensorMap tma_k,
+                 const __grid_constant__ CUtensorMap tma_v, const __grid_constant__ CUtensorMap tma_do,
+                 const float* __restrict__ lse2, const float* __restrict__ delta, float* __restrict__ dq_accum,
+                 int* __restrict__ dq_turns, T* __restrict__ dk, T* __restrict__ dv, const AttnProblem p,
+                 int nq_pad) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const BwdShared<Cfg, T> sm(smem_raw);
+  if (threadIdx.x == 0) sm.init_barriers();
+  __syncthreads();  // no copy may signal a barrier before it is initialised
+
+  const BwdWork w = bwd_work<Cfg::kBr, Cfg::kBc>(p, blockIdx.y, blockIdx.x % p.kv_heads(),
+                                                 blockIdx.x / p.kv_heads(), kDeterministic);
+  const int warp = threadIdx.x / 32;
+  if (warp >= Cfg::kProducerWarp) {
+    warpgroup_reg_dealloc<Cfg::kProducerRegs>();
+    if (warp == Cfg::kProducerWarp && threadIdx.x % 32 == 0 && w.n_slots > 0) {
+      prefetch_tensor_map(&tma_q);
+      prefetch_tensor_map(&tma_do);
+      bwd_load<Cfg, T>(sm, p, w, &tma_q, &tma_k, &tma_v, &tma_do, lse2, delta, nq_pad);
+    }
+    __syncwarp();
+    return;
+  }
+  warpgroup_reg_alloc<Cfg::kComputeRegs>();
+  if (threadIdx.x < 128)
+    bwd_roles_p_chain<Cfg, T, kDeterministic>(sm, p, w, dv, dq_accum, dq_turns, nq_pad);
+  else
+    bwd_roles_ds_chain<Cfg, T, kDeterministic>(sm, p, w, dk, dq_accum, dq_turns, nq_pad);
+#endif
+}
+
+// ---- host --------------------------------------------------------------------------
+
+using BwdRolesHeadDims = HeadDimList<HeadDims<256, 256>>;
+
+template <bool kDeterministic>
+cudaError_t launch(const AttnProblem& p, const AttnGradBuffers& b, cudaStream_t stream) {
+  cudaError_t err = cudaErrorInvalidValue;
+  BwdRolesHeadDims::dispatch(p.D, p.Dv, [&](auto dims) {
+    using Cfg = Config<decltype(dims)::D, decltype(dims)::Dv>;
+    err = dispatch_dtype(p.dtype, [&](auto type) {
+      using T = decltype(type);
+      return bwd_ws_launch<Cfg, T, kDeterministic>(
+          p, b, stream, [&](dim3 grid, const BwdMaps& m, const BwdWorkspace& ws, int nq_pad) {
+            return launch_with_smem(bwd_roles_kernel<Cfg, T, kDeterministic>, grid, Cfg::kThreads, Cfg::kSmemBytes,
+                                    stream, m.q, m.k, m.v, m.dout, static_cast<const float*>(ws.lse2),
+                                    static_cast<const float*>(ws.delta), ws.dq_accum, ws.dq_turns,
+                                    static_cast<T*>(b.dk), static_cast<T*>(b.dv), p, nq_pad);
+          });
+    });
+  });
+  return err;
+}
+
+template <bool kDeterministic>
+BwdVariant make_variant() {
+  BwdVariant v;
+  v.name = kDeterministic ? "bwd-roles+deterministic" : "bwd-roles";
+  v.rung = "15_bwd_ws_roles";
+  v.deterministic = kDeterministic;
+  v.unsupported_reason = bwd_ws_unsupported<BwdRolesHeadDims, Config>;
+  v.workspace_bytes = bwd_ws_workspace_bytes<BwdRolesHeadDims, Config>;
+  v.launch = launch<kDeterministic>;
+  v.describe = [] {
+    using Cfg = Config<256, 256>;
+    return std::string("sm_90a wgmma, rung 14's producer; both warpgroups on one 64-key tile, one the P chain "
+                       "(S, P, dV), one the dS chain (dP, dS, dK), dQ by fp32 atomics") +
+           (kDeterministic ? " taking turns in key-tile order (bitwise reproducible)" : "") +
+           "; stages=" + std::to_string(kBwdRolesStages) + "; D=256: Br=" + std::to_string(Cfg::kBr) +
+           " Bc=" + std::to_string(Cfg::kBc) + " warps=" + std::to_string(Cfg::kWarps) +
+           " smem=" + std::to_string(Cfg::kSmemBytes) + "B; fp16/bf16; causal or not; GQA/MQA; any Nq, Nk";
+  };
+  return v;
+}
+
+}  // namespace
+
+std::vector<BwdVariant> make_bwd_ws_roles_variants() { return {make_variant<false>(), make_variant<true>()}; }
+
+}  // namespace attnlab

@@ -1,0 +1,113 @@
+// attnlab: the host side that the Hopper backward rungs (14 and 15) share —
+// their workspace, the shapes they refuse, and the launch around the main
+// kernel: the pre-pass (Δ, LSE·log2e), the zeroed dQ accumulator (and the
+// deterministic mode's turn counters), the tensor maps, and dQ's cast.
+// A rung gives its configs (Cfg<D, Dv>: kBr, kBc, kSmemBytes) and launches
+// its own kernel from the maps and the workspace.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "common/bwd_prepost.cuh"
+#include "host/arch.h"
+#include "host/attn_problem.h"
+#include "host/rung_host.cuh"
+#include "host/tensor_map.h"
+#include "host/variant.h"
+
+namespace attnlab {
+
+// The workspace: LSE·log2e and Δ per padded row, dQ's fp32 accumulator, and
+// (deterministic) one turn counter per dQ tile; each part 256-byte aligned.
+struct BwdWorkspace {
+  float* lse2 = nullptr;
+  float* delta = nullptr;
+  float* dq_accum = nullptr;
+  int* dq_turns = nullptr;
+  size_t bytes = 0;
+};
+
+inline size_t bwd_align256(size_t n) { return (n + 255) / 256 * 256; }
+
+inline BwdWorkspace bwd_workspace(const AttnProblem& p, int Br, void* base) {
+  const int64_t rows = p.heads() * bwd_padded_rows(p.Nq, Br);
+  const size_t row_bytes = bwd_align256(size_t(rows) * 4), acc_bytes = bwd_align256(size_t(rows) * p.D * 4);
+  const size_t turn_bytes = bwd_align256(size_t(rows / Br) * 4);
+  BwdWorkspace w;
+  w.bytes = 2 * row_bytes + acc_bytes + turn_bytes;
+  if (base != nullptr) {
+    char* at = static_cast<char*>(base);
+    w.lse2 = reinterpret_cast<float*>(at);
+    w.delta = reinterpret_cast<float*>(at + row_bytes);
+    w.dq_accum = reinterpret_cast<float*>(at + 2 * row_bytes);
+    w.dq_turns = reinterpret_cast<int*>(at + 2 * row_bytes + acc_bytes);
+  }
+  return w;
+}
+
+// The tensor maps a Hopper backward kernel takes: Q, dO in boxes of Br rows,
+// K, V in boxes of Bc rows, and dQ's fp32 accumulator (Br rows x 32 columns).
+struct BwdMaps {
+  CUtensorMap q, k, v, dout, dq;
+};
+
+// Bytes of workspace a rung needs for p (0 where it does not run p's head dims).
+template <typename HeadDimsList, template <int, int> class Cfg>
+size_t bwd_ws_workspace_bytes(const AttnProblem& p) {
+  int Br = 0;
+  HeadDimsList::dispatch(p.D, p.Dv, [&](auto dims) { Br = Cfg<decltype(dims)::D, decltype(dims)::Dv>::kBr; });
+  return Br > 0 ? bwd_workspace(p, Br, nullptr).bytes : size_t(0);
+}
+
+// Why a rung with these head dims and configs does not run p ("" when it does).
+template <typename HeadDimsList, template <int, int> class Cfg>
+std::string bwd_ws_unsupported(const AttnProblem& p) {
+  static const std::string hopper = hopper_tma_unsupported();
+  if (!hopper.empty()) return hopper;
+  int smem = 0, Bc = 0;
+  if (!HeadDimsList::dispatch(p.D, p.Dv, [&](auto dims) {
+        using C = Cfg<decltype(dims)::D, decltype(dims)::Dv>;
+        smem = C::kSmemBytes;
+        Bc = C::kBc;
+      }))
+    return "head dims " + std::to_string(p.D) + (p.Dv == p.D ? "" : "/" + std::to_string(p.Dv)) + " not in " +
+           HeadDimsList::names() + " (D, or D/Dv)";
+  if (p.H > 65535 || p.B > 65535) return "B and H must be <= 65535 (grid limits)";
+  if ((int64_t(p.Nk) + Bc - 1) / Bc > 65535)
+    return "Nk must be <= 65535 x " + std::to_string(Bc) + " (the key tiles are grid.y)";
+  if (std::string why = kv_heads_unsupported(p); !why.empty()) return why;
+  return smem_unsupported(size_t(smem));
+}
+
+// Runs the backward of p with config Cfg and dtype T: the pre-pass, the
+// zeroed accumulator (and turns), then launch_kernel(grid, maps, workspace,
+// nq_pad) — one block per (KV head and batch, key tile) — then dQ's cast.
+template <typename Cfg, typename T, bool kDeterministic, typename LaunchKernel>
+cudaError_t bwd_ws_launch(const AttnProblem& p, const AttnGradBuffers& b, cudaStream_t stream,
+                          LaunchKernel&& launch_kernel) {
+  const BwdWorkspace ws = bwd_workspace(p, Cfg::kBr, b.workspace);
+  if (b.workspace == nullptr || b.workspace_bytes < ws.bytes) return cudaErrorInvalidValue;
+  const int nq_pad = bwd_padded_rows(p.Nq, Cfg::kBr);
+  const int64_t kv_heads = int64_t(p.B) * p.kv_heads();
+  BwdMaps maps;
+  if (!encode_head_tiles<Cfg::kBr>(&maps.q, b.q, p.dtype, p.heads(), p.Nq, p.D) ||
+      !encode_head_tiles<Cfg::kBr>(&maps.dout, b.dout, p.dtype, p.heads(), p.Nq, p.Dv) ||
+      !encode_head_tiles<Cfg::kBc>(&maps.k, b.k, p.dtype, kv_heads, p.Nk, p.D) ||
+      !encode_head_tiles<Cfg::kBc>(&maps.v, b.v, p.dtype, kv_heads, p.Nk, p.Dv) ||
+      !encode_f32_head_tiles<Cfg::kBr>(&maps.dq, ws.dq_accum, p.heads(), nq_pad, p.D))
+    return cudaErrorInvalidValue;
+  cudaError_t e = launch_bwd_row_stats<T>(p, b, ws.lse2, ws.delta, nq_pad, stream);
+  if (e == cudaSuccess) e = cudaMemsetAsync(ws.dq_accum, 0, size_t(p.heads()) * nq_pad * p.D * sizeof(float), stream);
+  if (e == cudaSuccess && kDeterministic)
+    e = cudaMemsetAsync(ws.dq_turns, 0, size_t(p.heads()) * (nq_pad / Cfg::kBr) * sizeof(int), stream);
+  if (e != cudaSuccess) return e;
+  const dim3 grid(unsigned(p.B * p.kv_heads()), unsigned((p.Nk + Cfg::kBc - 1) / Cfg::kBc));
+  e = launch_kernel(grid, maps, ws, nq_pad);
+  if (e != cudaSuccess) return e;
+  return launch_bwd_dq_convert<T>(p, ws.dq_accum, b.dq, nq_pad, stream);
+}
+
+}  // namespace attnlab
