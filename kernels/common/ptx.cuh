@@ -117,6 +117,17 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
 __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+// The same two for threads that reach one barrier at different instructions
+// (warpgroups in different roles that both wait, as in rung 15): bar.sync and
+// bar.arrive are barrier.sync.aligned and barrier.arrive.aligned, which
+// require every participating thread to execute the same instruction
+// (compute-sanitizer's synccheck reports "divergent threads" otherwise).
+__device__ __forceinline__ void named_barrier_sync_any(int id, int threads) {
+  asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive_any(int id, int threads) {
+  asm volatile("barrier.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 
 // Programmatic dependent launch (sm_90; PTX ISA, "griddepcontrol"). A kernel
 // launched with the programmatic-stream-serialization attribute may start

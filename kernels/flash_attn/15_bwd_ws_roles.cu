@@ -64,6 +64,7 @@ struct BwdRolesConfig : ProducerWarpgroupSplit<2, 24, 240> {  // 2 compute warpg
   static constexpr int kdSElems = kBc * kBr, kDsBuffers = 1;
   static constexpr int kdQFloats = 0, kDqBuffers = 0;
   static constexpr int kPFloats = kBc * kBr;
+  static constexpr int kDqPart = 64;  // dQ columns per MMA (each warpgroup D/2 in two)
   static constexpr int kKVBytes = 2 * (kKElems + kVElems);
   static constexpr int kQdoBytes = 2 * (kQElems + kdOElems) + 2 * kBr * 4;  // Q, dO, LSE, Δ
   static constexpr int kBarriers = 1 + 2 * kStages;
@@ -122,9 +123,9 @@ bwd_roles_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constan
   }
   warpgroup_reg_alloc<Cfg::kComputeRegs>();
   if (threadIdx.x < 128)
-    bwd_roles_p_chain<Cfg, T, kDeterministic>(sm, p, w, dv, dq_accum, dq_turns, nq_pad);
+    bwd_roles_chain<Cfg, T, kDeterministic, true>(sm, p, w, dv, dq_accum, dq_turns, nq_pad);
   else
-    bwd_roles_ds_chain<Cfg, T, kDeterministic>(sm, p, w, dk, dq_accum, dq_turns, nq_pad);
+    bwd_roles_chain<Cfg, T, kDeterministic, false>(sm, p, w, dk, dq_accum, dq_turns, nq_pad);
 #endif
 }
 
