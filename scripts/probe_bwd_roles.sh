@@ -24,18 +24,22 @@ bench --B 1 --H 8 --N 8192 --D 256
 bench --B 1 --H 8 --N 8192 --D 256 --causal
 echo "bench ${SECONDS}s"
 grep -E "cudnn|flash\)|bwd-roles" "$out/bench.txt" | cut -c1-150
-timeout 200 $b/test_gpu_bwd_variants 'bwd-roles*' > "$out/test_roles.log" 2>&1
-echo "test bwd-roles*: rc=$? $(tail -1 "$out/test_roles.log")"; grep -m5 FAIL "$out/test_roles.log"
-for tool in memcheck racecheck synccheck; do
-  timeout 60 compute-sanitizer --tool $tool --error-exitcode 9 $b/flash_attn_mma --bwd --H 4 --Hkv 2 --Nq 150 --Nk 221 \
-    --D 256 --causal --iters 1 --warmup 0 --check --no-peers --variant 'bwd-roles*' > "$out/san_$tool.log" 2>&1
-  echo "$tool: rc=$? $(grep -E 'SUMMARY' "$out/san_$tool.log" | tail -1)"
+for v in 'bwd-roles*' 'bwd-ws*'; do
+  timeout 200 $b/test_gpu_bwd_variants "$v" > "$out/test_${v%\*}.log" 2>&1
+  echo "test $v: rc=$? $(tail -1 "$out/test_${v%\*}.log") ${SECONDS}s"; grep -m5 FAIL "$out/test_${v%\*}.log"
 done
-sed -i 's/^      atomic_add2(rows/      if (p.B < 0) atomic_add2(rows/' kernels/flash_attn/bwd_roles_mainloop.cuh
+for tool in memcheck racecheck synccheck; do
+  for shape in "--H 4 --Hkv 2 --Nq 150 --Nk 221 --D 256 --causal --variant bwd-roles*" \
+               "--H 4 --Hkv 1 --Nq 383 --Nk 257 --D 128 --dtype bf16 --variant bwd-ws*"; do
+    timeout 60 compute-sanitizer --tool $tool --error-exitcode 9 $b/flash_attn_mma --bwd $shape \
+      --iters 1 --warmup 0 --check --no-peers > "$out/san.log" 2>&1
+    echo "$tool $shape: rc=$? $(grep -E 'SUMMARY' "$out/san.log" | tail -1)"
+  done
+done
+sed -i 's/^    atomic_add4(row/    if (p.B < 0) atomic_add4(row/' kernels/flash_attn/bwd_roles_mainloop.cuh
 build _noadd
 for c in "" --causal; do
   timeout 60 $b/flash_attn_mma --bwd --B 1 --H 8 --N 8192 --D 256 $c --no-check --no-peers --iters 20 --warmup 3 \
     --variant 'bwd-roles*' --show-all 2>&1 | grep bwd-roles | cut -c1-150 | sed 's/^/no dQ adds: /'
 done
-git checkout kernels/flash_attn/bwd_roles_mainloop.cuh
 echo "done ${SECONDS}s"

@@ -64,7 +64,6 @@ struct BwdRolesConfig : ProducerWarpgroupSplit<2, 24, 240> {  // 2 compute warpg
   static constexpr int kdSElems = kBc * kBr, kDsBuffers = 1;
   static constexpr int kdQFloats = 0, kDqBuffers = 0;
   static constexpr int kPFloats = kBc * kBr;
-  static constexpr int kDqPart = 64;  // dQ columns per MMA (each warpgroup D/2 in two)
   static constexpr int kKVBytes = 2 * (kKElems + kVElems);
   static constexpr int kQdoBytes = 2 * (kQElems + kdOElems) + 2 * kBr * 4;  // Q, dO, LSE, Δ
   static constexpr int kBarriers = 1 + 2 * kStages;

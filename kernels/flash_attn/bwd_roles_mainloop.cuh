@@ -15,43 +15,49 @@ namespace attnlab {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
 // ---- dQ: both warpgroups -----------------------------------------------------------
-// Warpgroup wg takes dQ's columns wg·D/2 .. + D/2, in parts of kDqPart = 64
-// (so that a part and the next tile's scores fit beside the gradient).
-// dQ_i[:, part] = dS·K_j[:, part] (A = dS read from dSᵀ, M-major; B = K,
-// N-major; 16 keys per k-step), one commit group.
+// dQ_i[:, cols] = dS·K_j[:, cols] for warpgroup wg's D/2 columns (A = dS read
+// from dSᵀ, M-major; B = K, N-major; 16 keys per k-step), one commit group.
 template <typename Cfg, typename T>
-__device__ __forceinline__ void bwd_roles_dq_mma(const BwdShared<Cfg, T>& sm, int col0,
-                                                 float (&dQ)[Cfg::kDqPart / 8][4]) {
-  constexpr int Bc = Cfg::kBc;
+__device__ __forceinline__ void bwd_roles_dq_mma(const BwdShared<Cfg, T>& sm, int wg,
+                                                 float (&dQ)[Cfg::kHeadDim / 16][4]) {
+  constexpr int Bc = Cfg::kBc, kCols = Cfg::kHeadDim / 2;
   const uint64_t ds = opaque(make_sw128_desc(sm.sdS, Bc * 128, 1024));
-  const uint64_t kd = opaque(make_sw128_desc(sm.sK + (col0 / 64) * Bc * 64, Bc * 128, 1024));
+  const uint64_t kd = opaque(make_sw128_desc(sm.sK + wg * (kCols / 64) * Bc * 64, Bc * 128, 1024));
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < Bc / 16; ++kk)
-    wgmma_ss_tt<T, Cfg::kDqPart>(dQ, advance_desc(ds, kk * 16 * 128), advance_desc(kd, kk * 16 * 128), kk > 0);
+    wgmma_ss_tt<T, kCols>(dQ, advance_desc(ds, kk * 16 * 128), advance_desc(kd, kk * 16 * 128), kk > 0);
   wgmma_commit();
 }
 
-// scale·dQ of a part (rows q0.., columns col0..) added to the accumulator
-// [heads][nq_pad][D] with vector fp32 atomics; padding rows past Nq get zeros
+// scale·dQ (rows row0.., warpgroup wg's columns) added to the accumulator
+// [heads][nq_pad][D] with 16-byte fp32 atomics; padding rows past Nq get zeros
 // (their dS is 0) inside the padded accumulator.
 template <typename Cfg>
-__device__ __forceinline__ void bwd_roles_dq_add(const AttnProblem& p, int64_t row0, int col0,
-                                                 const float (&dQ)[Cfg::kDqPart / 8][4], float* dq_accum) {
-  constexpr int D = Cfg::kHeadDim;
+__device__ __forceinline__ void bwd_roles_dq_add(const AttnProblem& p, int wg, int64_t row0,
+                                                 const float (&dQ)[Cfg::kHeadDim / 16][4], float* dq_accum) {
+  constexpr int D = Cfg::kHeadDim, kCols = D / 2;
   const int tid = threadIdx.x, wi = (tid / 32) % 4, g = (tid % 32) / 4, t = tid % 4;
-  float* rows = dq_accum + (row0 + 16 * wi + g) * D + col0 + 2 * t;
+  // Lanes t and t^1 hold neighbouring column pairs of rows g and g + 8: one
+  // exchange of a pair gives the even lane row g's four columns 4(t/2)..+3 of
+  // each n8 tile and the odd lane row g + 8's, so each thread adds one
+  // 16-byte vector per tile (half the atomic instructions of pairs).
+  const bool odd = t & 1;
+  float* row = dq_accum + (row0 + 16 * wi + g + (odd ? 8 : 0)) * D + wg * kCols + 4 * (t / 2);
 #pragma unroll
-  for (int r = 0; r < 2; ++r)
-#pragma unroll
-    for (int n = 0; n < Cfg::kDqPart / 8; ++n)
-      atomic_add2(rows + 8 * r * D + n * 8, p.scale * dQ[n][2 * r], p.scale * dQ[n][2 * r + 1]);
+  for (int n = 0; n < kCols / 8; ++n) {
+    const float give_x = odd ? dQ[n][0] : dQ[n][2], give_y = odd ? dQ[n][1] : dQ[n][3];
+    const float got_x = __shfl_xor_sync(0xffffffffu, give_x, 1), got_y = __shfl_xor_sync(0xffffffffu, give_y, 1);
+    const float4 v = odd ? make_float4(got_x, got_y, dQ[n][2], dQ[n][3]) : make_float4(dQ[n][0], dQ[n][1], got_x, got_y);
+    atomic_add4(row + n * 8, make_float4(p.scale * v.x, p.scale * v.y, p.scale * v.z, p.scale * v.w));
+  }
 }
 
 // Deterministic: the adds to a dQ tile take turns in key-tile order (rung
-// 14's counters), here taken by the compute warps themselves: thread 0 waits,
-// both warpgroups add, and thread 0 passes the turn once every thread's adds
-// are issued (CUTLASS's barrier: bar.sync, then one release).
+// 14's counters), here taken by the compute warps themselves, before dQ's MMA
+// (waiting with dQ in flight costs registers): thread 0 waits, both
+// warpgroups compute and add, and thread 0 passes the turn once every
+// thread's adds are issued (CUTLASS's barrier: bar.sync, then one release).
 template <typename Cfg>
 __device__ __forceinline__ void bwd_roles_take_turn(const BwdWork& w, int* dq_turn) {
   if (threadIdx.x == 0) bwd_wait_turn(dq_turn, w.j_tile);
@@ -64,27 +70,6 @@ __device__ __forceinline__ void bwd_roles_pass_turn(int* dq_turn) {
 }
 
 // ---- the two chains ------------------------------------------------------------------
-// Both run the same software pipeline over the block's query tiles: the
-// scores of tile s+1 (Sᵀ or dPᵀ) are issued right behind dQ of tile s, so
-// that the tensor cores have them to run while dQ's atomics go out:
-//   [scores s landed] element-wise s, gradient MMA s, hand-over,
-//   [slot s released] dQ MMAs s (two parts), [part 0 landed] its adds,
-//   scores s+1, [part 1 landed] its adds, ...
-// At the peak a chain holds its gradient (128 registers at D = 256) and two
-// of dQ's parts or one part and the next scores (32 + 32).
-template <typename Cfg, typename T>
-__device__ __forceinline__ void bwd_roles_issue_scores(const BwdShared<Cfg, T>& sm, const BwdWork& w, int s,
-                                                       bool p_chain, float (&acc)[Cfg::kBr / 8][4]) {
-  const int stage = s % Cfg::kStages;
-  mbarrier_wait(&sm.q_full[stage], (s / Cfg::kStages) & 1);
-  wgmma_fence();
-  if (p_chain)  // Sᵀ = K_j·Q_iᵀ
-    wgmma_rows_tile<T, Cfg::kHeadDim, Cfg::kBr, Cfg::kBc, Cfg::kBr>(acc, sm.sK, sm.sQ + stage * Cfg::kQElems);
-  else          // dPᵀ = V_j·dO_iᵀ
-    wgmma_rows_tile<T, Cfg::kHeadDimV, Cfg::kBr, Cfg::kBc, Cfg::kBr>(acc, sm.sV, sm.sdO + stage * Cfg::kdOElems);
-  wgmma_commit();
-}
-
 // Warpgroup 0, the P chain: Sᵀ = K_j·Q_iᵀ (SS, m64 n=Br), Pᵀ = exp2(Sᵀ·scale·
 // log2e − LSE·log2e) masked, dV_j += Pᵀ·dO_i (RS: Pᵀ from registers), Pᵀ in
 // fp32 to shared memory for the dS chain, then its half of dQ.
@@ -92,6 +77,8 @@ __device__ __forceinline__ void bwd_roles_issue_scores(const BwdShared<Cfg, T>& 
 // handed Pᵀ over, dSᵀ = Pᵀ ∘ (dPᵀ − Δ_i), dK_j += dSᵀ·Q_i (RS), dSᵀ to
 // shared memory for both warpgroups' dQ, then its half of dQ.
 // Each ends by storing its gradient (dV, or dK scaled) for the tile's keys.
+// At the peak a chain holds its gradient (128 registers at D = 256), its half
+// of dQ (64) and Pᵀ or dSᵀ in 16 bits (16).
 template <typename Cfg, typename T, bool kDeterministic, bool kPChain>
 __device__ __forceinline__ void bwd_roles_chain(const BwdShared<Cfg, T>& sm, const AttnProblem& p, const BwdWork& w,
                                                 T* grad_out, float* dq_accum, int* dq_turns, int nq_pad) {
@@ -106,12 +93,8 @@ __device__ __forceinline__ void bwd_roles_chain(const BwdShared<Cfg, T>& sm, con
   // each n8 tile is one conflict-free 16-byte store and load.
   float4* sP = reinterpret_cast<float4*>(sm.sP) + tid % 128;
   float grad[D / 8][4] = {};  // dV (P chain) or dK (dS chain), unscaled
-  float scores[kTiles][4];    // Sᵀ or dPᵀ of the tile in flight
 
-  if (w.n_slots > 0) {
-    mbarrier_wait(sm.kv_full, 0);
-    bwd_roles_issue_scores<Cfg, T>(sm, w, 0, kPChain, scores);
-  }
+  if (w.n_slots > 0) mbarrier_wait(sm.kv_full, 0);
 #pragma unroll 1
   for (int s = 0; s < w.n_slots; ++s) {
     const int stage = s % Cfg::kStages;
@@ -119,8 +102,17 @@ __device__ __forceinline__ void bwd_roles_chain(const BwdShared<Cfg, T>& sm, con
     w.slot(s, h, m);
     const T* sQ = sm.sQ + stage * Cfg::kQElems;
     const T* sdO = sm.sdO + stage * Cfg::kdOElems;
+    mbarrier_wait(&sm.q_full[stage], (s / Cfg::kStages) & 1);
+
+    float scores[kTiles][4];  // Sᵀ (P chain) or dPᵀ (dS chain)
+    wgmma_fence();
+    if constexpr (kPChain)
+      wgmma_rows_tile<T, D, Br, Bc, Br>(scores, sm.sK, sQ);
+    else
+      wgmma_rows_tile<T, D, Br, Bc, Br>(scores, sm.sV, sdO);
+    wgmma_commit();
     // LSE·log2e (P chain) or Δ (dS chain) of queries 8n + 2t, +1, read while
-    // the scores' MMA runs.
+    // the MMA runs.
     const float* row_stat = (kPChain ? sm.sLSE2 : sm.sDelta) + stage * Br;
     float2 stat[kTiles];
 #pragma unroll
@@ -159,31 +151,18 @@ __device__ __forceinline__ void bwd_roles_chain(const BwdShared<Cfg, T>& sm, con
       fence_proxy_async_shared();  // the st.shared of dSᵀ, before wgmma reads them
       named_barrier_sync_any(Cfg::kDsBarrier, Cfg::kComputeThreads);
     }
-    wgmma_wait<0>();  // the gradient MMA: the slot's Q, dO (and LSE, Δ above) are read
-    fence_accumulators(grad);
-    fence_proxy_async_shared();  // this thread's reads of the slot, before the producer's next copies into it
-    mbarrier_arrive(&sm.q_empty[stage]);
 
-    // dQ in two parts; each part's adds go out while the tensor cores run
-    // the next MMA: part 1, then the next tile's scores.
-    static_assert(D / 2 == 2 * Cfg::kDqPart, "two dQ parts per warpgroup");
-    const int64_t q_head = int64_t(w.b) * p.H + h, row0 = q_head * nq_pad + m * Br;
+    const int64_t q_head = int64_t(w.b) * p.H + h;
     int* turn = dq_turns + q_head * (nq_pad / Br) + m;
     if constexpr (kDeterministic) bwd_roles_take_turn<Cfg>(w, turn);
-    float dQa[Cfg::kDqPart / 8][4], dQb[Cfg::kDqPart / 8][4];
-    bwd_roles_dq_mma<Cfg, T>(sm, wg * D / 2, dQa);
-    bwd_roles_dq_mma<Cfg, T>(sm, wg * D / 2 + Cfg::kDqPart, dQb);
-    wgmma_wait<1>();
-    fence_accumulators(dQa);
-    bwd_roles_dq_add<Cfg>(p, row0, wg * D / 2, dQa, dq_accum);
-    if (s + 1 < w.n_slots) {
-      bwd_roles_issue_scores<Cfg, T>(sm, w, s + 1, kPChain, scores);
-      wgmma_wait<1>();  // dQ's part 1 (the next scores run on)
-    } else {
-      wgmma_wait<0>();
-    }
-    fence_accumulators(dQb);
-    bwd_roles_dq_add<Cfg>(p, row0, wg * D / 2 + Cfg::kDqPart, dQb, dq_accum);
+    float dQ[D / 16][4];
+    bwd_roles_dq_mma<Cfg, T>(sm, wg, dQ);
+    wgmma_wait<0>();  // dQ and the gradient MMA: the slot's Q, dO (and LSE, Δ above) are read
+    fence_accumulators(grad);
+    fence_accumulators(dQ);
+    fence_proxy_async_shared();  // this thread's reads of the slot, before the producer's next copies into it
+    mbarrier_arrive(&sm.q_empty[stage]);
+    bwd_roles_dq_add<Cfg>(p, wg, q_head * nq_pad + m * Br, dQ, dq_accum);
     if constexpr (kDeterministic) bwd_roles_pass_turn<Cfg>(turn);
   }
   bwd_store_key_rows<T, D>(p, w, key_row0, grad, kPChain ? 1.f : p.scale, grad_out);
