@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # probe (removed in the next commit): rung 15 `bwd-roles` on the H200 — build,
 # timings at D = 256 beside the torch peers, the backward variant tests, the
-# sanitizers on a ragged D = 256 shape, then the rung again with dQ's atomics
-# left out (results wrong, timing only). Logs in $OUT.
+# sanitizers on a ragged D = 256 shape, and rung 14 at D = 128 (its dQ staging
+# moved into a shared helper). Logs in $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/probe}
@@ -22,6 +22,7 @@ bench() {
 }
 bench --B 1 --H 8 --N 8192 --D 256
 bench --B 1 --H 8 --N 8192 --D 256 --causal
+bench --B 1 --H 8 --N 8192 --D 128 --variant 'bwd-ws*'
 echo "bench ${SECONDS}s"
 grep -E "cudnn|flash\)|bwd-roles" "$out/bench.txt" | cut -c1-150
 for v in 'bwd-roles*' 'bwd-ws*'; do
@@ -35,11 +36,5 @@ for tool in memcheck racecheck synccheck; do
       --iters 1 --warmup 0 --check --no-peers > "$out/san.log" 2>&1
     echo "$tool $shape: rc=$? $(grep -E 'SUMMARY' "$out/san.log" | tail -1)"
   done
-done
-sed -i 's/^    atomic_add4(row/    if (p.B < 0) atomic_add4(row/' kernels/flash_attn/bwd_roles_mainloop.cuh
-build _noadd
-for c in "" --causal; do
-  timeout 60 $b/flash_attn_mma --bwd --B 1 --H 8 --N 8192 --D 256 $c --no-check --no-peers --iters 20 --warmup 3 \
-    --variant 'bwd-roles*' --show-all 2>&1 | grep bwd-roles | cut -c1-150 | sed 's/^/no dQ adds: /'
 done
 echo "done ${SECONDS}s"

@@ -158,18 +158,6 @@ __device__ __forceinline__ void atomic_add2(float* a, float x, float y) {
   atomicAdd(a + 1, y);
 #endif
 }
-// *a += v.x, ..., *(a + 3) += v.w in global fp32 (a 16-byte aligned): one
-// vector reduction on sm_90, four scalar atomics before it.
-__device__ __forceinline__ void atomic_add4(float* a, float4 v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  atomicAdd(reinterpret_cast<float4*>(a), v);
-#else
-  atomicAdd(a, v.x);
-  atomicAdd(a + 1, v.y);
-  atomicAdd(a + 2, v.z);
-  atomicAdd(a + 3, v.w);
-#endif
-}
 
 // 2^x on the special-function unit (exp2(-inf) = 0). The softmax works in the
 // exp2 domain with log2(e) folded into the scale, as FlashAttention does.

@@ -96,6 +96,7 @@ struct BwdWsConfig : ProducerWarpgroupSplit<2, 24, 240> {  // 2 compute warpgrou
   static constexpr int kdSElems = kBc * kBr;
   static constexpr int kdQFloats = kBr * kHeadDim;  // one dQ staging buffer
   static constexpr int kPFloats = 0;                // (no Pᵀ handed between warpgroups)
+  static constexpr int kSlotReleasers = kComputeThreads;  // q_empty: every compute thread
   static constexpr int kKVBytes = 2 * (kKElems + kVElems);                  // what kv_full expects
   static constexpr int kQdoBytes = 2 * (kQElems + kdOElems) + 2 * kBr * 4;  // q_full: Q, dO, LSE, Δ
   static constexpr int kBarriers = 1 + 2 * kStages;

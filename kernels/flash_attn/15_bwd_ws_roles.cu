@@ -70,9 +70,11 @@ struct BwdRolesConfig : ProducerWarpgroupSplit<2, 24, 240> {  // 2 compute warpg
   static constexpr int kTileBytes = 2 * (kKElems + kVElems + kStages * (kQElems + kdOElems) + kdSElems) +
                                     4 * kPFloats + 4 * 2 * kStages * kBr;
   static constexpr int kSmemBytes = kTileBytes + 8 * kBarriers + 1024;  // + slack to align to 1024
-  // Named barriers (256 compute threads each): Pᵀ handed over, dSᵀ stored,
-  // and the deterministic mode's turn.
-  static constexpr int kPBarrier = 1, kDsBarrier = 2, kTurnBarrier = 3;
+  static constexpr int kSlotReleasers = 1;  // q_empty: the dQ writer, once dQ's adds have read the slot
+  // Named barriers: Pᵀ handed over, dSᵀ stored, the slot's Q and dO read
+  // (256 compute threads each), and per stage "dQ staged" (+ the writer warp).
+  static constexpr int kPBarrier = 1, kDsBarrier = 2, kSlotReadBarrier = 3, kDqFullBarrier = 4;
+  static constexpr int kDqWriterWarp = kProducerWarp + 1;
   static_assert(kComputeWarps == 8 && kComputeThreads == 256, "two compute warpgroups: the P and the dS chain");
   static_assert(kBr == 64 && kBc == 64, "Sᵀ and dPᵀ are one m64n64 tile per chain");
   static_assert(kHeadDim == kHeadDimV && kHeadDim % 128 == 0 && kHeadDim <= 256,
@@ -81,6 +83,9 @@ struct BwdRolesConfig : ProducerWarpgroupSplit<2, 24, 240> {  // 2 compute warpg
   static_assert((2 * kdSElems) % 1024 == 0 && (kBr * 128) % 1024 == 0 && (kBc * 128) % 1024 == 0,
                 "every 64-column block starts 1024-aligned");
   static_assert(kStages >= 2, "the producer fills one slot while the compute warps read the other");
+  static_assert(kDqFullBarrier + kStages - 1 <= 15, "hardware barriers 1..15");
+  static_assert(4 * kBr * kHeadDim / 2 == 2 * kQElems && kQElems == kdOElems,
+                "a warpgroup's half of dQ in fp32 fills the slot's Q (or dO) tile exactly");
 };
 
 constexpr int kBwdRolesStages = 2;
@@ -98,9 +103,9 @@ template <typename Cfg, typename T, bool kDeterministic>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
 bwd_roles_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUtensorMap tma_k,
                  const __grid_constant__ CUtensorMap tma_v, const __grid_constant__ CUtensorMap tma_do,
-                 const float* __restrict__ lse2, const float* __restrict__ delta, float* __restrict__ dq_accum,
-                 int* __restrict__ dq_turns, T* __restrict__ dk, T* __restrict__ dv, const AttnProblem p,
-                 int nq_pad) {
+                 const __grid_constant__ CUtensorMap tma_dq, const float* __restrict__ lse2,
+                 const float* __restrict__ delta, int* __restrict__ dq_turns, T* __restrict__ dk,
+                 T* __restrict__ dv, const AttnProblem p, int nq_pad) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const BwdShared<Cfg, T> sm(smem_raw);
@@ -116,15 +121,17 @@ bwd_roles_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constan
       prefetch_tensor_map(&tma_q);
       prefetch_tensor_map(&tma_do);
       bwd_load<Cfg, T>(sm, p, w, &tma_q, &tma_k, &tma_v, &tma_do, lse2, delta, nq_pad);
+    } else if (warp == Cfg::kDqWriterWarp) {
+      bwd_roles_write_dq<Cfg, T, kDeterministic>(sm, p, w, &tma_dq, dq_turns, nq_pad / Cfg::kBr);
     }
     __syncwarp();
     return;
   }
   warpgroup_reg_alloc<Cfg::kComputeRegs>();
   if (threadIdx.x < 128)
-    bwd_roles_chain<Cfg, T, kDeterministic, true>(sm, p, w, dv, dq_accum, dq_turns, nq_pad);
+    bwd_roles_chain<Cfg, T, true>(sm, p, w, dv);
   else
-    bwd_roles_chain<Cfg, T, kDeterministic, false>(sm, p, w, dk, dq_accum, dq_turns, nq_pad);
+    bwd_roles_chain<Cfg, T, false>(sm, p, w, dk);
 #endif
 }
 
@@ -142,9 +149,9 @@ cudaError_t launch(const AttnProblem& p, const AttnGradBuffers& b, cudaStream_t 
       return bwd_ws_launch<Cfg, T, kDeterministic>(
           p, b, stream, [&](dim3 grid, const BwdMaps& m, const BwdWorkspace& ws, int nq_pad) {
             return launch_with_smem(bwd_roles_kernel<Cfg, T, kDeterministic>, grid, Cfg::kThreads, Cfg::kSmemBytes,
-                                    stream, m.q, m.k, m.v, m.dout, static_cast<const float*>(ws.lse2),
-                                    static_cast<const float*>(ws.delta), ws.dq_accum, ws.dq_turns,
-                                    static_cast<T*>(b.dk), static_cast<T*>(b.dv), p, nq_pad);
+                                    stream, m.q, m.k, m.v, m.dout, m.dq, static_cast<const float*>(ws.lse2),
+                                    static_cast<const float*>(ws.delta), ws.dq_turns, static_cast<T*>(b.dk),
+                                    static_cast<T*>(b.dv), p, nq_pad);
           });
     });
   });

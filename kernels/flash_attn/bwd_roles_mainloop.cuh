@@ -1,11 +1,11 @@
 // attnlab: rung 15's mainloop — its two compute warpgroups, which share one
 // tile of 64 keys and split the backward's work by role instead of by keys:
 // warpgroup 0 runs the P chain (Sᵀ, Pᵀ, dV), warpgroup 1 the dS chain (dPᵀ,
-// dSᵀ, dK), and both take half of dQ's columns, which they add to the fp32
-// accumulator with vector atomics from registers (FlashAttention-3 does the
-// same at D = 256: hopper/mainloop_bwd_sm90_tma_gmma_ws.hpp, !dQacc_use_TMA).
-// The producer (bwd_load), the walk (BwdWork), the element-wise steps and the
-// epilogue are rung 14's (bwd_ws_mainloop.cuh).
+// dSᵀ, dK), and both take half of dQ's columns, which they stage over the
+// ring slot that the tile's Q and dO came in, for a dQ writer warp to add by
+// TMA reduce-add. The producer (bwd_load), the walk (BwdWork), the
+// element-wise steps, dQ's staging and the epilogue are rung 14's
+// (bwd_ws_mainloop.cuh).
 #pragma once
 
 #include "flash_attn/bwd_ws_mainloop.cuh"
@@ -30,43 +30,59 @@ __device__ __forceinline__ void bwd_roles_dq_mma(const BwdShared<Cfg, T>& sm, in
   wgmma_commit();
 }
 
-// scale·dQ (rows row0.., warpgroup wg's columns) added to the accumulator
-// [heads][nq_pad][D] with 16-byte fp32 atomics; padding rows past Nq get zeros
-// (their dS is 0) inside the padded accumulator.
-template <typename Cfg>
-__device__ __forceinline__ void bwd_roles_dq_add(const AttnProblem& p, int wg, int64_t row0,
-                                                 const float (&dQ)[Cfg::kHeadDim / 16][4], float* dq_accum) {
-  constexpr int D = Cfg::kHeadDim, kCols = D / 2;
-  const int tid = threadIdx.x, wi = (tid / 32) % 4, g = (tid % 32) / 4, t = tid % 4;
-  // Lanes t and t^1 hold neighbouring column pairs of rows g and g + 8: one
-  // exchange of a pair gives the even lane row g's four columns 4(t/2)..+3 of
-  // each n8 tile and the odd lane row g + 8's, so each thread adds one
-  // 16-byte vector per tile (half the atomic instructions of pairs).
-  const bool odd = t & 1;
-  float* row = dq_accum + (row0 + 16 * wi + g + (odd ? 8 : 0)) * D + wg * kCols + 4 * (t / 2);
-#pragma unroll
-  for (int n = 0; n < kCols / 8; ++n) {
-    const float give_x = odd ? dQ[n][0] : dQ[n][2], give_y = odd ? dQ[n][1] : dQ[n][3];
-    const float got_x = __shfl_xor_sync(0xffffffffu, give_x, 1), got_y = __shfl_xor_sync(0xffffffffu, give_y, 1);
-    const float4 v = odd ? make_float4(got_x, got_y, dQ[n][2], dQ[n][3]) : make_float4(dQ[n][0], dQ[n][1], got_x, got_y);
-    atomic_add4(row + n * 8, make_float4(p.scale * v.x, p.scale * v.y, p.scale * v.z, p.scale * v.w));
-  }
+// ---- the dQ writer -----------------------------------------------------------------
+// One warp of the producer warpgroup. The compute warps stage each tile's dQ
+// in its own ring slot, whose Q and dO are read by then (warpgroup 0's columns
+// over Q, warpgroup 1's over dO: 64 x 128 fp32 each, exactly a 64 x 256
+// 16-bit tile); one lane adds the D/32 boxes to the fp32 accumulator by TMA
+// reduce-add (rows past Nq: the map's bounds) and releases the slot to the
+// producer once the adds have read it. Deterministic: the adds to a dQ tile
+// take turns in key-tile order, as in rung 14 (bwd_wait_turn).
+template <typename Cfg, typename T>
+__device__ __forceinline__ float* bwd_roles_dq_staging(const BwdShared<Cfg, T>& sm, int stage, int wg) {
+  return reinterpret_cast<float*>(wg == 0 ? sm.sQ + stage * Cfg::kQElems : sm.sdO + stage * Cfg::kdOElems);
 }
 
-// Deterministic: the adds to a dQ tile take turns in key-tile order (rung
-// 14's counters), here taken by the compute warps themselves, before dQ's MMA
-// (waiting with dQ in flight costs registers): thread 0 waits, both
-// warpgroups compute and add, and thread 0 passes the turn once every
-// thread's adds are issued (CUTLASS's barrier: bar.sync, then one release).
-template <typename Cfg>
-__device__ __forceinline__ void bwd_roles_take_turn(const BwdWork& w, int* dq_turn) {
-  if (threadIdx.x == 0) bwd_wait_turn(dq_turn, w.j_tile);
-  named_barrier_sync_any(Cfg::kTurnBarrier, Cfg::kComputeThreads);
-}
-template <typename Cfg>
-__device__ __forceinline__ void bwd_roles_pass_turn(int* dq_turn) {
-  named_barrier_sync_any(Cfg::kTurnBarrier, Cfg::kComputeThreads);
-  if (threadIdx.x == 0) bwd_release_turn(dq_turn);
+template <typename Cfg, typename T, bool kDeterministic>
+__device__ __forceinline__ void bwd_roles_write_dq(const BwdShared<Cfg, T>& sm, const AttnProblem& p,
+                                                   const BwdWork& w, const CUtensorMap* tma_dq, int* dq_turns,
+                                                   int n_q_tiles) {
+  constexpr int Br = Cfg::kBr, kBoxesPerWg = Cfg::kHeadDim / 2 / 32;
+  const int lane = threadIdx.x % 32;
+#pragma unroll 1
+  for (int s = 0; s < w.n_slots; ++s) {
+    const int stage = s % Cfg::kStages;
+    // Barrier per stage: the compute warps may stage slot s + 1 before this
+    // warp has taken slot s, but not slot s + kStages (it needs s's release).
+    named_barrier_sync_any(Cfg::kDqFullBarrier + stage, Cfg::kComputeThreads + 32);
+    if (lane == 0) {
+      int h, m;
+      w.slot(s, h, m);
+      const int64_t q_head = int64_t(w.b) * p.H + h;
+      [[maybe_unused]] int* turn = nullptr;
+      if constexpr (kDeterministic) {
+        turn = dq_turns + q_head * n_q_tiles + m;
+        bwd_wait_turn(turn, w.j_tile);
+      }
+#pragma unroll
+      for (int wg = 0; wg < 2; ++wg) {
+        const float* staged = bwd_roles_dq_staging(sm, stage, wg);
+#pragma unroll
+        for (int box = 0; box < kBoxesPerWg; ++box)
+          tma_reduce_add_3d(tma_dq, staged + box * Br * 32, (wg * kBoxesPerWg + box) * 32, m * Br, int(q_head));
+      }
+      bulk_commit();
+      if constexpr (kDeterministic) {
+        bulk_wait();  // landed, before the next key tile's turn
+        bwd_pass_turn(turn);
+      } else {
+        bulk_wait_read();
+      }
+      mbarrier_arrive(&sm.q_empty[stage]);
+    }
+    __syncwarp();
+  }
+  if (lane == 0) bulk_wait();  // every add has landed before the block ends
 }
 
 // ---- the two chains ------------------------------------------------------------------
@@ -79,9 +95,9 @@ __device__ __forceinline__ void bwd_roles_pass_turn(int* dq_turn) {
 // Each ends by storing its gradient (dV, or dK scaled) for the tile's keys.
 // At the peak a chain holds its gradient (128 registers at D = 256), its half
 // of dQ (64) and Pᵀ or dSᵀ in 16 bits (16).
-template <typename Cfg, typename T, bool kDeterministic, bool kPChain>
+template <typename Cfg, typename T, bool kPChain>
 __device__ __forceinline__ void bwd_roles_chain(const BwdShared<Cfg, T>& sm, const AttnProblem& p, const BwdWork& w,
-                                                T* grad_out, float* dq_accum, int* dq_turns, int nq_pad) {
+                                                T* grad_out) {
   constexpr int D = Cfg::kHeadDim, Br = Cfg::kBr, Bc = Cfg::kBc, kTiles = Br / 8;
   static_assert(Cfg::kHeadDim == Cfg::kHeadDimV, "one gradient shape for both chains");
   constexpr int wg = kPChain ? 0 : 1;
@@ -152,18 +168,17 @@ __device__ __forceinline__ void bwd_roles_chain(const BwdShared<Cfg, T>& sm, con
       named_barrier_sync_any(Cfg::kDsBarrier, Cfg::kComputeThreads);
     }
 
-    const int64_t q_head = int64_t(w.b) * p.H + h;
-    int* turn = dq_turns + q_head * (nq_pad / Br) + m;
-    if constexpr (kDeterministic) bwd_roles_take_turn<Cfg>(w, turn);
     float dQ[D / 16][4];
     bwd_roles_dq_mma<Cfg, T>(sm, wg, dQ);
-    wgmma_wait<0>();  // dQ and the gradient MMA: the slot's Q, dO (and LSE, Δ above) are read
+    wgmma_wait<0>();  // dQ and the gradient MMA
     fence_accumulators(grad);
     fence_accumulators(dQ);
-    fence_proxy_async_shared();  // this thread's reads of the slot, before the producer's next copies into it
-    mbarrier_arrive(&sm.q_empty[stage]);
-    bwd_roles_dq_add<Cfg>(p, wg, q_head * nq_pad + m * Br, dQ, dq_accum);
-    if constexpr (kDeterministic) bwd_roles_pass_turn<Cfg>(turn);
+    // NEW: dQ staged over the slot's Q (P chain) or dO (dS chain), once both
+    // chains' gradient MMAs have read them; the writer adds it and frees the slot.
+    named_barrier_sync_any(Cfg::kSlotReadBarrier, Cfg::kComputeThreads);
+    bwd_stage_dq<Br, true>(bwd_roles_dq_staging(sm, stage, wg), dQ, 16 * wi + g, 0, p.scale);
+    fence_proxy_async_shared();  // the st.shared of dQ (and every read of the slot), before the TMA reads it
+    named_barrier_arrive_any(Cfg::kDqFullBarrier + stage, Cfg::kComputeThreads + 32);
   }
   bwd_store_key_rows<T, D>(p, w, key_row0, grad, kPChain ? 1.f : p.scale, grad_out);
 }

@@ -81,7 +81,7 @@ struct BwdShared {
   float* sDelta;  // [kStages][Br] Δ
   uint64_t* kv_full;
   uint64_t* q_full;   // [kStages] Q, dO, LSE, Δ of a slot landed
-  uint64_t* q_empty;  // [kStages] the compute warps are done with it
+  uint64_t* q_empty;  // [kStages] the slot may be refilled: kSlotReleasers arrivals (every compute thread; rung 15 the dQ writer)
 
   __device__ __forceinline__ explicit BwdShared(unsigned char* smem_raw) {
     const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
@@ -104,7 +104,7 @@ struct BwdShared {
     mbarrier_init(kv_full, 1);
     for (int s = 0; s < Cfg::kStages; ++s) {
       mbarrier_init(&q_full[s], 1);                    // the producer's arrive_expect_tx, then the bytes
-      mbarrier_init(&q_empty[s], Cfg::kComputeThreads);  // one arrival per compute thread
+      mbarrier_init(&q_empty[s], Cfg::kSlotReleasers);
     }
     fence_mbarrier_init();
   }
@@ -160,12 +160,9 @@ __device__ __forceinline__ void bwd_wait_turn(const int* counter, int turn) {
     asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
   } while (seen != turn);
 }
-__device__ __forceinline__ void bwd_release_turn(int* counter) {
-  asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter) : "memory");
-}
 __device__ __forceinline__ void bwd_pass_turn(int* counter) {
   asm volatile("fence.proxy.async.global;\n" ::: "memory");  // the TMA's adds before the generic-proxy release
-  bwd_release_turn(counter);
+  asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter) : "memory");
 }
 
 // ---- the dQ writer -----------------------------------------------------------------
@@ -278,6 +275,45 @@ __device__ __forceinline__ void bwd_store_dst(T* sdS, const uint32_t (&dSa)[kSte
     for (int i = 0; i < 4; ++i)
       *reinterpret_cast<uint32_t*>(sdS + Sw128Blocks<Bc>::offset(row0 + 8 * (i & 1), qh + kk * 16 + 8 * (i / 2) + 2 * t)) =
           dSa[kk][i];
+}
+
+// scale·dQ of a warp's rows row0, row0 + 8 and columns col0 + 8n + 2t, +1
+// (an accumulator of kTiles n8 tiles) into a staging area of Br-row boxes of
+// 32 fp32 columns, as the dQ map's TMA reduce-add reads them: column c of row
+// r in box c/32, 16-byte chunk (c % 32)/4 ^ (r % 8) of the row's 128 bytes
+// (the 128-byte swizzle). n8 tile n of a row fills the chunk pair 2n, 2n+1
+// (mod 8), which the XOR with an odd row maps onto itself: rows g and g^1
+// would share banks. Two ways out, each store then taking its ideal
+// wavefronts:
+//   kByParity = false: lanes of odd g store tile n^1 when the others store
+//     tile n (a select per value: registers for kTiles = 8, rung 14);
+//   kByParity = true: lanes of even g store, then lanes of odd g — twice the
+//     instructions, each half a warp, no selects (kTiles = 16, rung 15, where
+//     the selects would spill).
+template <int Br, bool kByParity, int kTiles>
+__device__ __forceinline__ void bwd_stage_dq(float* sdQ, const float (&acc)[kTiles][4], int row0, int col0,
+                                             float scale) {
+  static_assert(kTiles % 2 == 0, "tiles swapped in pairs");
+  const int t = threadIdx.x % 4;
+  const bool odd = (row0 & 1) != 0;
+  auto store = [&](int r, int n, float x, float y) {
+    const int row = row0 + 8 * r, col = col0 + n * 8 + 2 * t, in_box = col % 32;
+    *reinterpret_cast<float2*>(sdQ + (col / 32) * Br * 32 + row * 32 + ((in_box / 4) ^ (row % 8)) * 4 + in_box % 4) =
+        make_float2(scale * x, scale * y);
+  };
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+#pragma unroll
+    for (int n = 0; n < kTiles; ++n) {
+      if constexpr (kByParity) {
+        if (!odd) store(r, n, acc[n][2 * r], acc[n][2 * r + 1]);
+        asm volatile("" ::: "memory");  // two stores: the compiler may not merge the halves into one
+        if (odd) store(r, n, acc[n][2 * r], acc[n][2 * r + 1]);
+      } else {
+        const int nt = odd ? n ^ 1 : n;
+        store(r, nt, odd ? acc[n ^ 1][2 * r] : acc[n][2 * r], odd ? acc[n ^ 1][2 * r + 1] : acc[n][2 * r + 1]);
+      }
+    }
 }
 
 // ---- the compute warpgroups' MMAs ---------------------------------------------------
@@ -438,31 +474,12 @@ __device__ __forceinline__ void bwd_compute(const BwdShared<Cfg, T>& sm, const A
     fence_accumulators(dQa);
 
     // dQ (scaled) into staging buffer s % kDqBuffers, once the dQ writer has
-    // read what it held kDqBuffers slots ago: column c of row r in box c/32,
-    // 16-byte chunk (c % 32)/4 ^ (r % 8) of the row's 128 bytes (the map's swizzle).
-    // n8 tile n of a row fills the chunk pair 2n, 2n+1 (mod 8), which the XOR
-    // with an odd row maps onto itself: rows g and g^1 would share banks. So
-    // lanes of odd g store tile n^1 when the others store tile n, and each
-    // 8-byte store takes the ideal two wavefronts.
+    // read what it held kDqBuffers slots ago (bwd_stage_dq).
     const int buf = s % Cfg::kDqBuffers;
     if (s >= Cfg::kDqBuffers) named_barrier_sync(Cfg::kDqEmptyBarrier + buf, Cfg::kComputeThreads + 32);
     float* sdQ = sm.sdQ + buf * Cfg::kdQFloats;
-    const int row0 = Cfg::kDqSplitRows ? 64 * wg : 0;
-    const bool odd = g & 1;
-    auto stage_dq = [&](const auto& acc, auto n_tiles, int col0) {
-      static_assert(decltype(n_tiles)::value % 2 == 0, "tiles swapped in pairs");
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-#pragma unroll
-        for (int n = 0; n < decltype(n_tiles)::value; ++n) {
-          const int nt = odd ? n ^ 1 : n;
-          const int row = row0 + 16 * wi + g + 8 * r, col = col0 + nt * 8 + 2 * t, in_box = col % 32;
-          const float x = odd ? acc[n ^ 1][2 * r] : acc[n][2 * r], y = odd ? acc[n ^ 1][2 * r + 1] : acc[n][2 * r + 1];
-          *reinterpret_cast<float2*>(sdQ + (col / 32) * Br * 32 + row * 32 + ((in_box / 4) ^ (row % 8)) * 4 +
-                                     in_box % 4) = make_float2(p.scale * x, p.scale * y);
-        }
-    };
-    stage_dq(dQa, std::integral_constant<int, kColsA / 8>{}, colA);
+    const int row0 = (Cfg::kDqSplitRows ? 64 * wg : 0) + 16 * wi + g;
+    bwd_stage_dq<Br, false>(sdQ, dQa, row0, colA, p.scale);
     if constexpr (kColsB > 0) {
       static_assert(kSlices > 1, "dK has landed before the second part (whose wait is the tile's last)");
       float dQb[kColsB / 8][4];
@@ -475,7 +492,7 @@ __device__ __forceinline__ void bwd_compute(const BwdShared<Cfg, T>& sm, const A
       wgmma_commit();
       wgmma_wait<0>();
       fence_accumulators(dQb);
-      stage_dq(dQb, std::integral_constant<int, kColsB / 8>{}, colB);
+      bwd_stage_dq<Br, false>(sdQ, dQb, row0, colB, p.scale);
     }
     fence_proxy_async_shared();  // the st.shared of dQ, before the tensor reduction reads them
     named_barrier_arrive(Cfg::kDqFullBarrier + buf, Cfg::kComputeThreads + 32);
