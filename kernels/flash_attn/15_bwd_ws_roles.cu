@@ -2,24 +2,24 @@
 // Rung 15 — the backward at D = 256: two warpgroups split by role, not by keys
 // ============================================================================
 // What changes against rung 14 (`bwd-ws`): there each compute warpgroup owns
-// 64 keys and their dK and dV in registers — 2·D/2 = D fp32 registers per
-// thread, which at D = 256 leaves nothing for the scores. Here both warpgroups
-// share one tile of Bc = 64 keys and each keeps one gradient
-// (bwd_roles_mainloop.cuh):
+// 64 keys and their dK and dV in registers — D fp32 registers per thread,
+// which at D = 256 is more than a thread has. Here both warpgroups share one
+// tile of Bc = 64 keys and each keeps one gradient (bwd_roles_mainloop.cuh):
 //   NEW (roles): warpgroup 0 the P chain — Sᵀ = K·Qᵀ, Pᵀ, dV += Pᵀ·dO;
 //        warpgroup 1 the dS chain — dPᵀ = V·dOᵀ, dSᵀ = Pᵀ∘(dPᵀ − Δ),
 //        dK += dSᵀ·Q. Each does the same MMA work; Pᵀ goes from the first to
 //        the second through shared memory (fp32, in fragment order), dSᵀ to
 //        both for dQ = dS·K, each warpgroup taking D/2 of its columns;
-//   NEW (dQ by atomics): no room is left to stage dQ (64 x 256 fp32), so each
-//        thread adds its dQ fragment with vector fp32 atomics
-//        (FlashAttention-3 at D = 256); `+deterministic` has the compute warps
-//        take rung 14's turns (a counter per dQ tile, key-tile order).
+//   NEW (dQ staged in the ring): no room is left for a dQ buffer, so once
+//        both gradient MMAs have read the tile's slot, the P chain stages its
+//        half of dQ over the slot's Q and the dS chain over its dO (64 x 128
+//        fp32 each: the same bytes); rung 14's dQ writer warp adds them by
+//        TMA reduce-add and only then frees the slot for the producer.
 // Unchanged: the producer thread and its Q/dO/LSE/Δ ring, the walk (one block
-// per key tile and KV head), the pre-pass and dQ's cast (bwd_ws_host.cuh).
-// Where it is slower than rung 14 would be: Pᵀ waits for the P chain's
-// exponentials before the dS chain can go on, and dQ costs twice the atomic
-// traffic per FLOP of a 128-key tile.
+// per key tile and KV head), `+deterministic`'s turns (a counter per dQ tile,
+// key-tile order), the pre-pass and dQ's cast (bwd_ws_host.cuh).
+// Where it is slower than it could be: the dS chain waits for the P chain's
+// exponentials, and a 64-key tile adds dQ twice as often per FLOP as 128 keys.
 //
 // Per block: sK [Bc, D], sV [Bc, Dv], sQ, sdO [kStages][Br, D | Dv]
 // (Sw128Blocks), sdSᵀ [Bc, Br], sP [Bc·Br] fp32, 1 + 2·kStages mbarriers.
@@ -70,7 +70,8 @@ struct BwdRolesConfig : ProducerWarpgroupSplit<2, 24, 240> {  // 2 compute warpg
   static constexpr int kTileBytes = 2 * (kKElems + kVElems + kStages * (kQElems + kdOElems) + kdSElems) +
                                     4 * kPFloats + 4 * 2 * kStages * kBr;
   static constexpr int kSmemBytes = kTileBytes + 8 * kBarriers + 1024;  // + slack to align to 1024
-  static constexpr int kSlotReleasers = 1;  // q_empty: the dQ writer, once dQ's adds have read the slot
+  // q_empty: every compute thread once its dQ is staged, and the dQ writer once the adds have read it.
+  static constexpr int kSlotReleasers = kComputeThreads + 1;
   // Named barriers: Pᵀ handed over, dSᵀ stored, the slot's Q and dO read
   // (256 compute threads each), and per stage "dQ staged" (+ the writer warp).
   static constexpr int kPBarrier = 1, kDsBarrier = 2, kSlotReadBarrier = 3, kDqFullBarrier = 4;
@@ -170,8 +171,9 @@ BwdVariant make_variant() {
   v.describe = [] {
     using Cfg = Config<256, 256>;
     return std::string("sm_90a wgmma, rung 14's producer; both warpgroups on one 64-key tile, one the P chain "
-                       "(S, P, dV), one the dS chain (dP, dS, dK), dQ by fp32 atomics") +
-           (kDeterministic ? " taking turns in key-tile order (bitwise reproducible)" : "") +
+                       "(S, P, dV), one the dS chain (dP, dS, dK), dQ staged in the ring slot and added by TMA "
+                       "reduce-add") +
+           (kDeterministic ? " in key-tile order (bitwise reproducible)" : "") +
            "; stages=" + std::to_string(kBwdRolesStages) + "; D=256: Br=" + std::to_string(Cfg::kBr) +
            " Bc=" + std::to_string(Cfg::kBc) + " warps=" + std::to_string(Cfg::kWarps) +
            " smem=" + std::to_string(Cfg::kSmemBytes) + "B; fp16/bf16; causal or not; GQA/MQA; any Nq, Nk";

@@ -35,8 +35,8 @@ __device__ __forceinline__ void bwd_roles_dq_mma(const BwdShared<Cfg, T>& sm, in
 // in its own ring slot, whose Q and dO are read by then (warpgroup 0's columns
 // over Q, warpgroup 1's over dO: 64 x 128 fp32 each, exactly a 64 x 256
 // 16-bit tile); one lane adds the D/32 boxes to the fp32 accumulator by TMA
-// reduce-add (rows past Nq: the map's bounds) and releases the slot to the
-// producer once the adds have read it. Deterministic: the adds to a dQ tile
+// reduce-add (rows past Nq: the map's bounds) and adds its release of the slot
+// to the compute threads' once the adds have read it. Deterministic: the adds to a dQ tile
 // take turns in key-tile order, as in rung 14 (bwd_wait_turn).
 template <typename Cfg, typename T>
 __device__ __forceinline__ float* bwd_roles_dq_staging(const BwdShared<Cfg, T>& sm, int stage, int wg) {
@@ -179,6 +179,10 @@ __device__ __forceinline__ void bwd_roles_chain(const BwdShared<Cfg, T>& sm, con
     bwd_stage_dq<Br, true>(bwd_roles_dq_staging(sm, stage, wg), dQ, 16 * wi + g, 0, p.scale);
     fence_proxy_async_shared();  // the st.shared of dQ (and every read of the slot), before the TMA reads it
     named_barrier_arrive_any(Cfg::kDqFullBarrier + stage, Cfg::kComputeThreads + 32);
+    // Every thread releases the slot too (as in rung 14): its own reads of
+    // LSE, Δ and its dQ stores are then ordered before the producer's next
+    // copies into the slot directly, not through the writer's barrier.
+    mbarrier_arrive(&sm.q_empty[stage]);
   }
   bwd_store_key_rows<T, D>(p, w, key_row0, grad, kPChain ? 1.f : p.scale, grad_out);
 }

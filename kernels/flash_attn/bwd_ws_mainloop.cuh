@@ -81,7 +81,7 @@ struct BwdShared {
   float* sDelta;  // [kStages][Br] Δ
   uint64_t* kv_full;
   uint64_t* q_full;   // [kStages] Q, dO, LSE, Δ of a slot landed
-  uint64_t* q_empty;  // [kStages] the slot may be refilled: kSlotReleasers arrivals (every compute thread; rung 15 the dQ writer)
+  uint64_t* q_empty;  // [kStages] the slot may be refilled: kSlotReleasers arrivals (every compute thread; rung 15 also the dQ writer)
 
   __device__ __forceinline__ explicit BwdShared(unsigned char* smem_raw) {
     const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
