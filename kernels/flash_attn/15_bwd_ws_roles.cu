@@ -109,30 +109,17 @@ bwd_roles_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constan
                  T* __restrict__ dv, const AttnProblem p, int nq_pad) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  const BwdShared<Cfg, T> sm(smem_raw);
-  if (threadIdx.x == 0) sm.init_barriers();
-  __syncthreads();  // no copy may signal a barrier before it is initialised
-
-  const BwdWork w = bwd_work<Cfg::kBr, Cfg::kBc>(p, blockIdx.y, blockIdx.x % p.kv_heads(),
-                                                 blockIdx.x / p.kv_heads(), kDeterministic);
-  const int warp = threadIdx.x / 32;
-  if (warp >= Cfg::kProducerWarp) {
-    warpgroup_reg_dealloc<Cfg::kProducerRegs>();
-    if (warp == Cfg::kProducerWarp && threadIdx.x % 32 == 0 && w.n_slots > 0) {
-      prefetch_tensor_map(&tma_q);
-      prefetch_tensor_map(&tma_do);
-      bwd_load<Cfg, T>(sm, p, w, &tma_q, &tma_k, &tma_v, &tma_do, lse2, delta, nq_pad);
-    } else if (warp == Cfg::kDqWriterWarp) {
-      bwd_roles_write_dq<Cfg, T, kDeterministic>(sm, p, w, &tma_dq, dq_turns, nq_pad / Cfg::kBr);
-    }
-    __syncwarp();
-    return;
-  }
-  warpgroup_reg_alloc<Cfg::kComputeRegs>();
-  if (threadIdx.x < 128)
-    bwd_roles_chain<Cfg, T, true>(sm, p, w, dv);
-  else
-    bwd_roles_chain<Cfg, T, false>(sm, p, w, dk);
+  bwd_ws_block<Cfg, T, kDeterministic>(
+      smem_raw, p, &tma_q, &tma_k, &tma_v, &tma_do, lse2, delta, nq_pad,
+      [&](const BwdShared<Cfg, T>& sm, const BwdWork& w) {
+        bwd_roles_write_dq<Cfg, T, kDeterministic>(sm, p, w, &tma_dq, dq_turns, nq_pad / Cfg::kBr);
+      },
+      [&](const BwdShared<Cfg, T>& sm, const BwdWork& w) {
+        if (threadIdx.x < 128)
+          bwd_roles_chain<Cfg, T, true>(sm, p, w, dv);
+        else
+          bwd_roles_chain<Cfg, T, false>(sm, p, w, dk);
+      });
 #endif
 }
 
@@ -142,21 +129,9 @@ using BwdRolesHeadDims = HeadDimList<HeadDims<256, 256>>;
 
 template <bool kDeterministic>
 cudaError_t launch(const AttnProblem& p, const AttnGradBuffers& b, cudaStream_t stream) {
-  cudaError_t err = cudaErrorInvalidValue;
-  BwdRolesHeadDims::dispatch(p.D, p.Dv, [&](auto dims) {
-    using Cfg = Config<decltype(dims)::D, decltype(dims)::Dv>;
-    err = dispatch_dtype(p.dtype, [&](auto type) {
-      using T = decltype(type);
-      return bwd_ws_launch<Cfg, T, kDeterministic>(
-          p, b, stream, [&](dim3 grid, const BwdMaps& m, const BwdWorkspace& ws, int nq_pad) {
-            return launch_with_smem(bwd_roles_kernel<Cfg, T, kDeterministic>, grid, Cfg::kThreads, Cfg::kSmemBytes,
-                                    stream, m.q, m.k, m.v, m.dout, m.dq, static_cast<const float*>(ws.lse2),
-                                    static_cast<const float*>(ws.delta), ws.dq_turns, static_cast<T*>(b.dk),
-                                    static_cast<T*>(b.dv), p, nq_pad);
-          });
-    });
+  return bwd_ws_launch<BwdRolesHeadDims, Config, kDeterministic>(p, b, stream, [](auto cfg, auto type) {
+    return bwd_roles_kernel<decltype(cfg), decltype(type), kDeterministic>;
   });
-  return err;
 }
 
 template <bool kDeterministic>

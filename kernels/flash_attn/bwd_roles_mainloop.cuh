@@ -59,25 +59,10 @@ __device__ __forceinline__ void bwd_roles_write_dq(const BwdShared<Cfg, T>& sm, 
       int h, m;
       w.slot(s, h, m);
       const int64_t q_head = int64_t(w.b) * p.H + h;
-      [[maybe_unused]] int* turn = nullptr;
-      if constexpr (kDeterministic) {
-        turn = dq_turns + q_head * n_q_tiles + m;
-        bwd_wait_turn(turn, w.j_tile);
-      }
-#pragma unroll
-      for (int wg = 0; wg < 2; ++wg) {
-        const float* staged = bwd_roles_dq_staging(sm, stage, wg);
-#pragma unroll
-        for (int box = 0; box < kBoxesPerWg; ++box)
-          tma_reduce_add_3d(tma_dq, staged + box * Br * 32, (wg * kBoxesPerWg + box) * 32, m * Br, int(q_head));
-      }
-      bulk_commit();
-      if constexpr (kDeterministic) {
-        bulk_wait();  // landed, before the next key tile's turn
-        bwd_pass_turn(turn);
-      } else {
-        bulk_wait_read();
-      }
+      bwd_add_dq_tile<Br, 2 * kBoxesPerWg, kDeterministic>(
+          tma_dq, q_head, m, dq_turns + q_head * n_q_tiles + m, w.j_tile, [&](int box) {
+            return bwd_roles_dq_staging(sm, stage, box / kBoxesPerWg) + (box % kBoxesPerWg) * Br * 32;
+          });
       mbarrier_arrive(&sm.q_empty[stage]);
     }
     __syncwarp();

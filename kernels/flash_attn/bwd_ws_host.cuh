@@ -2,8 +2,8 @@
 // their workspace, the shapes they refuse, and the launch around the main
 // kernel: the pre-pass (Δ, LSE·log2e), the zeroed dQ accumulator (and the
 // deterministic mode's turn counters), the tensor maps, and dQ's cast.
-// A rung gives its configs (Cfg<D, Dv>: kBr, kBc, kSmemBytes) and launches
-// its own kernel from the maps and the workspace.
+// A rung gives its head dims, its configs (Cfg<D, Dv>: kBr, kBc, kThreads,
+// kSmemBytes) and its kernel.
 #pragma once
 
 #include <cuda.h>
@@ -82,32 +82,43 @@ std::string bwd_ws_unsupported(const AttnProblem& p) {
   return smem_unsupported(size_t(smem));
 }
 
-// Runs the backward of p with config Cfg and dtype T: the pre-pass, the
-// zeroed accumulator (and turns), then launch_kernel(grid, maps, workspace,
-// nq_pad) — one block per (KV head and batch, key tile) — then dQ's cast.
-template <typename Cfg, typename T, bool kDeterministic, typename LaunchKernel>
-cudaError_t bwd_ws_launch(const AttnProblem& p, const AttnGradBuffers& b, cudaStream_t stream,
-                          LaunchKernel&& launch_kernel) {
-  const BwdWorkspace ws = bwd_workspace(p, Cfg::kBr, b.workspace);
-  if (b.workspace == nullptr || b.workspace_bytes < ws.bytes) return cudaErrorInvalidValue;
-  const int nq_pad = bwd_padded_rows(p.Nq, Cfg::kBr);
-  const int64_t kv_heads = int64_t(p.B) * p.kv_heads();
-  BwdMaps maps;
-  if (!encode_head_tiles<Cfg::kBr>(&maps.q, b.q, p.dtype, p.heads(), p.Nq, p.D) ||
-      !encode_head_tiles<Cfg::kBr>(&maps.dout, b.dout, p.dtype, p.heads(), p.Nq, p.Dv) ||
-      !encode_head_tiles<Cfg::kBc>(&maps.k, b.k, p.dtype, kv_heads, p.Nk, p.D) ||
-      !encode_head_tiles<Cfg::kBc>(&maps.v, b.v, p.dtype, kv_heads, p.Nk, p.Dv) ||
-      !encode_f32_head_tiles<Cfg::kBr>(&maps.dq, ws.dq_accum, p.heads(), nq_pad, p.D))
-    return cudaErrorInvalidValue;
-  cudaError_t e = launch_bwd_row_stats<T>(p, b, ws.lse2, ws.delta, nq_pad, stream);
-  if (e == cudaSuccess) e = cudaMemsetAsync(ws.dq_accum, 0, size_t(p.heads()) * nq_pad * p.D * sizeof(float), stream);
-  if (e == cudaSuccess && kDeterministic)
-    e = cudaMemsetAsync(ws.dq_turns, 0, size_t(p.heads()) * (nq_pad / Cfg::kBr) * sizeof(int), stream);
-  if (e != cudaSuccess) return e;
-  const dim3 grid(unsigned(p.B * p.kv_heads()), unsigned((p.Nk + Cfg::kBc - 1) / Cfg::kBc));
-  e = launch_kernel(grid, maps, ws, nq_pad);
-  if (e != cudaSuccess) return e;
-  return launch_bwd_dq_convert<T>(p, ws.dq_accum, b.dq, nq_pad, stream);
+// Runs the backward of p on a rung with these head dims and configs: the
+// pre-pass, the zeroed accumulator (and turns), the kernel kernel_of(Cfg{},
+// T{}) — one block per (KV head and batch, key tile), every Hopper backward
+// kernel taking the same arguments — then dQ's cast.
+template <typename HeadDimsList, template <int, int> class Cfg, bool kDeterministic, typename KernelOf>
+cudaError_t bwd_ws_launch(const AttnProblem& p, const AttnGradBuffers& b, cudaStream_t stream, KernelOf&& kernel_of) {
+  cudaError_t err = cudaErrorInvalidValue;
+  HeadDimsList::dispatch(p.D, p.Dv, [&](auto dims) {
+    using C = Cfg<decltype(dims)::D, decltype(dims)::Dv>;
+    err = dispatch_dtype(p.dtype, [&](auto type) {
+      using T = decltype(type);
+      const BwdWorkspace ws = bwd_workspace(p, C::kBr, b.workspace);
+      if (b.workspace == nullptr || b.workspace_bytes < ws.bytes) return cudaErrorInvalidValue;
+      const int nq_pad = bwd_padded_rows(p.Nq, C::kBr);
+      const int64_t kv_heads = int64_t(p.B) * p.kv_heads();
+      BwdMaps m;
+      if (!encode_head_tiles<C::kBr>(&m.q, b.q, p.dtype, p.heads(), p.Nq, p.D) ||
+          !encode_head_tiles<C::kBr>(&m.dout, b.dout, p.dtype, p.heads(), p.Nq, p.Dv) ||
+          !encode_head_tiles<C::kBc>(&m.k, b.k, p.dtype, kv_heads, p.Nk, p.D) ||
+          !encode_head_tiles<C::kBc>(&m.v, b.v, p.dtype, kv_heads, p.Nk, p.Dv) ||
+          !encode_f32_head_tiles<C::kBr>(&m.dq, ws.dq_accum, p.heads(), nq_pad, p.D))
+        return cudaErrorInvalidValue;
+      cudaError_t e = launch_bwd_row_stats<T>(p, b, ws.lse2, ws.delta, nq_pad, stream);
+      if (e == cudaSuccess)
+        e = cudaMemsetAsync(ws.dq_accum, 0, size_t(p.heads()) * nq_pad * p.D * sizeof(float), stream);
+      if (e == cudaSuccess && kDeterministic)
+        e = cudaMemsetAsync(ws.dq_turns, 0, size_t(p.heads()) * (nq_pad / C::kBr) * sizeof(int), stream);
+      if (e != cudaSuccess) return e;
+      const dim3 grid(unsigned(p.B * p.kv_heads()), unsigned((p.Nk + C::kBc - 1) / C::kBc));
+      e = launch_with_smem(kernel_of(C{}, type), grid, C::kThreads, C::kSmemBytes, stream, m.q, m.k, m.v, m.dout,
+                           m.dq, static_cast<const float*>(ws.lse2), static_cast<const float*>(ws.delta), ws.dq_turns,
+                           static_cast<T*>(b.dk), static_cast<T*>(b.dv), p, nq_pad);
+      if (e != cudaSuccess) return e;
+      return launch_bwd_dq_convert<T>(p, ws.dq_accum, b.dq, nq_pad, stream);
+    });
+  });
+  return err;
 }
 
 }  // namespace attnlab

@@ -5,8 +5,9 @@
 // LSE_i, Δ_i into a ring of kStages slots; bwd_compute runs the five GEMMs of
 // each query tile, stages its dQ in shared memory and ends in the epilogue
 // (bwd_store_dkv) with dK_j, dV_j; bwd_write_dq adds each staged dQ into the
-// fp32 accumulator (a TMA reduce-add). The kernel (14_bwd_ws.cu) splits the
-// warps and calls one of the three.
+// fp32 accumulator (a TMA reduce-add). bwd_ws_block splits a block's warps
+// between them; rung 15 (bwd_roles_mainloop.cuh) reuses all but the compute
+// warpgroups and the writer's staging.
 #pragma once
 
 #include <cuda.h>
@@ -166,10 +167,30 @@ __device__ __forceinline__ void bwd_pass_turn(int* counter) {
 }
 
 // ---- the dQ writer -----------------------------------------------------------------
-// One warp of the producer warpgroup: for each slot, once the compute warps
-// have staged its dQ in buffer s % kDqBuffers (named barrier kDqFull + buffer), one
-// lane adds it to the fp32 accumulator with one tensor reduction per 32
-// columns (rows past Nq: the map's bounds), and the buffer is handed back
+// One lane: the adds of dQ tile (q_head, m) to the fp32 accumulator from
+// kBoxes staged boxes of Br rows x 32 columns (columns 32b.. at box_at(b)),
+// one tensor reduction each (rows past Nq: the map's bounds); returns once
+// the reductions have read the staging. Deterministic: key tile j_tile first
+// waits until the tile's counter reads j_tile, then waits for its adds to
+// land and passes the turn on.
+template <int Br, int kBoxes, bool kDeterministic, typename BoxAt>
+__device__ __forceinline__ void bwd_add_dq_tile(const CUtensorMap* tma_dq, int64_t q_head, int m, int* turn,
+                                                int j_tile, BoxAt&& box_at) {
+  if constexpr (kDeterministic) bwd_wait_turn(turn, j_tile);
+#pragma unroll
+  for (int box = 0; box < kBoxes; ++box) tma_reduce_add_3d(tma_dq, box_at(box), box * 32, m * Br, int(q_head));
+  bulk_commit();
+  if constexpr (kDeterministic) {
+    bulk_wait();  // landed, before the next key tile's turn
+    bwd_pass_turn(turn);
+  } else {
+    bulk_wait_read();
+  }
+}
+
+// Rung 14's writer, one warp of the producer warpgroup: for each slot, once
+// the compute warps have staged its dQ in buffer s % kDqBuffers (named
+// barrier kDqFull + buffer), one lane adds it, and the buffer is handed back
 // (kDqEmpty + buffer) when the reduction has read it — so the compute warps
 // never wait on the adds, and the deterministic mode's turns are taken here
 // (FA3's dQ writer warp, hopper/flash_bwd_kernel_sm90.h).
@@ -186,28 +207,51 @@ __device__ __forceinline__ void bwd_write_dq(const BwdShared<Cfg, T>& sm, const 
       int h, m;
       w.slot(s, h, m);
       const int64_t q_head = int64_t(w.b) * p.H + h;
-      [[maybe_unused]] int* turn = nullptr;
-      if constexpr (kDeterministic) {
-        turn = dq_turns + q_head * n_q_tiles + m;
-        bwd_wait_turn(turn, w.j_tile);
-      }
       const float* staged = sm.sdQ + buf * Cfg::kdQFloats;
-#pragma unroll
-      for (int box = 0; box < Cfg::kHeadDim / 32; ++box)
-        tma_reduce_add_3d(tma_dq, staged + box * Br * 32, box * 32, m * Br, int(q_head));
-      bulk_commit();
-      if constexpr (kDeterministic) {
-        bulk_wait();  // landed, before the next key tile's turn
-        bwd_pass_turn(turn);
-      } else {
-        bulk_wait_read();
-      }
+      bwd_add_dq_tile<Br, Cfg::kHeadDim / 32, kDeterministic>(tma_dq, q_head, m, dq_turns + q_head * n_q_tiles + m,
+                                                              w.j_tile,
+                                                              [&](int box) { return staged + box * Br * 32; });
     }
     __syncwarp();
     // The compute warps wait for this buffer again only for slot s + kDqBuffers.
     if (s + Cfg::kDqBuffers < w.n_slots) named_barrier_arrive(Cfg::kDqEmptyBarrier + buf, Cfg::kComputeThreads + 32);
   }
   if (lane == 0) bulk_wait();  // every add has landed before the block ends
+}
+
+// ---- the block ----------------------------------------------------------------------
+// What a Hopper backward kernel's block does (rungs 14 and 15): its shared
+// memory and barriers, the walk of key tile blockIdx.y (grid.x runs over the
+// heads, so that every head's key tile 0, causally the longest, starts
+// before any tile 1), and the warps' roles with their registers (setmaxnreg):
+// the producer thread (bwd_load), the dQ writer warp (write_dq(sm, w)) and
+// the compute warpgroups (compute(sm, w)).
+template <typename Cfg, typename T, bool kDeterministic, typename WriteDq, typename Compute>
+__device__ __forceinline__ void bwd_ws_block(unsigned char* smem_raw, const AttnProblem& p, const CUtensorMap* tma_q,
+                                             const CUtensorMap* tma_k, const CUtensorMap* tma_v,
+                                             const CUtensorMap* tma_do, const float* lse2, const float* delta,
+                                             int nq_pad, WriteDq&& write_dq, Compute&& compute) {
+  const BwdShared<Cfg, T> sm(smem_raw);
+  if (threadIdx.x == 0) sm.init_barriers();
+  __syncthreads();  // no copy may signal a barrier before it is initialised
+
+  const BwdWork w = bwd_work<Cfg::kBr, Cfg::kBc>(p, blockIdx.y, blockIdx.x % p.kv_heads(),
+                                                 blockIdx.x / p.kv_heads(), kDeterministic);
+  const int warp = threadIdx.x / 32;
+  if (warp >= Cfg::kProducerWarp) {
+    warpgroup_reg_dealloc<Cfg::kProducerRegs>();
+    if (warp == Cfg::kProducerWarp && threadIdx.x % 32 == 0 && w.n_slots > 0) {
+      prefetch_tensor_map(tma_q);
+      prefetch_tensor_map(tma_do);
+      bwd_load<Cfg, T>(sm, p, w, tma_q, tma_k, tma_v, tma_do, lse2, delta, nq_pad);
+    } else if (warp == Cfg::kDqWriterWarp) {
+      write_dq(sm, w);
+    }
+    __syncwarp();
+    return;
+  }
+  warpgroup_reg_alloc<Cfg::kComputeRegs>();
+  compute(sm, w);
 }
 
 // ---- the epilogue: dK_j (scaled), dV_j of this KV head, keys < Nk -----------------
