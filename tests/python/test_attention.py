@@ -132,7 +132,7 @@ def test_gradients_match_fp64_autograd(dtype, causal, d):
 
 @pytest.mark.parametrize("heads", [(4, 2), (4, 1)], ids=["gqa", "mqa"])
 @pytest.mark.parametrize("causal", [False, True], ids=["dense", "causal"])
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", [64, 128, 256])
 def test_gqa_gradients_sum_over_the_group(heads, causal, d):
     H, Hkv = heads
     ran = [check_case(H, Hkv, nq, nk, d, d, DTYPES[i % 2], causal)
@@ -156,7 +156,8 @@ def test_head_dims_differ(dims, dtype, causal):
 @pytest.mark.parametrize("causal", [False, True], ids=["dense", "causal"])
 def test_every_backward_variant(variant, dtype, causal):
     """Each backward variant by name (attnlab.backward), not only the one attention() picks."""
-    for H, Hkv, nq, nk, d in [(3, 3, 129, 129, 64), (4, 2, 300, 1000, 128), (2, 1, 1000, 300, 64), (3, 3, 17, 17, 128)]:
+    for H, Hkv, nq, nk, d in [(3, 3, 129, 129, 64), (4, 2, 300, 1000, 128), (2, 1, 1000, 300, 64), (3, 3, 17, 17, 128),
+                              (4, 2, 129, 300, 256)]:
         bf16 = dtype == torch.bfloat16
         if attnlab.bwd_unsupported_reason(variant, 2, H, nq, nk, d, d, bf16, causal, Hkv):
             continue
