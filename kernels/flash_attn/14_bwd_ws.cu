@@ -31,10 +31,10 @@
 // Registers (setmaxnreg): producer / compute 24 / 240 (FlashAttention-3's).
 //
 // Supports: fp16, bf16; the (D, Dv) above (not 256: dK, dV of 64 keys would
-// take 256 registers per thread); GQA/MQA (dK, dV summed over a KV head's
-// query heads in the block); any Nq, Nk >= 1; causal (bottom-right) or not;
-// rows that see no key get dQ = 0. sm_90a, cuTensorMapEncodeTiled, 16-byte
-// aligned tensors.
+// take 256 registers per thread; rung 15 runs it); GQA/MQA (dK, dV summed
+// over a KV head's query heads in the block); any Nq, Nk >= 1; causal
+// (bottom-right) or not; rows that see no key get dQ = 0. sm_90a,
+// cuTensorMapEncodeTiled, 16-byte aligned tensors.
 //
 // Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 128 --bwd --variant 'bwd*'
 // ============================================================================
