@@ -35,9 +35,8 @@ __device__ __forceinline__ void bwd_roles_dq_mma(const BwdShared<Cfg, T>& sm, in
 // in its own ring slot, whose Q and dO are read by then (warpgroup 0's columns
 // over Q, warpgroup 1's over dO: 64 x 128 fp32 each, exactly a 64 x 256
 // 16-bit tile); one lane adds the D/32 boxes to the fp32 accumulator by TMA
-// reduce-add (rows past Nq: the map's bounds) and adds its release of the slot
-// to the compute threads' once the adds have read it. Deterministic: the adds to a dQ tile
-// take turns in key-tile order, as in rung 14 (bwd_wait_turn).
+// reduce-add (bwd_add_dq_tile, with rung 14's deterministic turns) and, once
+// the adds have read the slot, adds its release to the compute threads'.
 template <typename Cfg, typename T>
 __device__ __forceinline__ float* bwd_roles_dq_staging(const BwdShared<Cfg, T>& sm, int stage, int wg) {
   return reinterpret_cast<float*>(wg == 0 ? sm.sQ + stage * Cfg::kQElems : sm.sdO + stage * Cfg::kdOElems);
@@ -128,12 +127,13 @@ __device__ __forceinline__ void bwd_roles_chain(const BwdShared<Cfg, T>& sm, con
       wgmma_fence();
       wgmma_rows_rs<T, D, Br, Br>(grad, frag, sdO);  // dV += Pᵀ·dO, while Pᵀ is handed over
       wgmma_commit();
+      // NEW: Pᵀ to the dS chain, then wait for its dSᵀ.
 #pragma unroll
       for (int n = 0; n < kTiles; ++n) sP[n * 128] = make_float4(scores[n][0], scores[n][1], scores[n][2], scores[n][3]);
       named_barrier_arrive_any(Cfg::kPBarrier, Cfg::kComputeThreads);
       named_barrier_sync_any(Cfg::kDsBarrier, Cfg::kComputeThreads);  // dSᵀ stored
     } else {
-      named_barrier_sync_any(Cfg::kPBarrier, Cfg::kComputeThreads);  // Pᵀ handed over
+      named_barrier_sync_any(Cfg::kPBarrier, Cfg::kComputeThreads);  // NEW: Pᵀ handed over
 #pragma unroll
       for (int n = 0; n < kTiles; ++n) {
         const float4 P = sP[n * 128];
