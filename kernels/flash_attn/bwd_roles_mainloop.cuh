@@ -31,12 +31,11 @@ __device__ __forceinline__ void bwd_roles_dq_mma(const BwdShared<Cfg, T>& sm, in
 }
 
 // ---- the dQ writer -----------------------------------------------------------------
-// One warp of the producer warpgroup. The compute warps stage each tile's dQ
-// in its own ring slot, whose Q and dO are read by then (warpgroup 0's columns
-// over Q, warpgroup 1's over dO: 64 x 128 fp32 each, exactly a 64 x 256
-// 16-bit tile); one lane adds the D/32 boxes to the fp32 accumulator by TMA
-// reduce-add (bwd_add_dq_tile, with rung 14's deterministic turns) and, once
-// the adds have read the slot, adds its release to the compute threads'.
+// Rung 14's writer (bwd_dq_writer) over a different staging: the compute
+// warps stage each tile's dQ in its own ring slot, whose Q and dO are read by
+// then (warpgroup 0's columns over Q, warpgroup 1's over dO: 64 x 128 fp32
+// each, exactly a 64 x 256 16-bit tile), and the writer, once the adds have
+// read the slot, adds its release of it to the compute threads'.
 template <typename Cfg, typename T>
 __device__ __forceinline__ float* bwd_roles_dq_staging(const BwdShared<Cfg, T>& sm, int stage, int wg) {
   return reinterpret_cast<float*>(wg == 0 ? sm.sQ + stage * Cfg::kQElems : sm.sdO + stage * Cfg::kdOElems);
@@ -46,27 +45,18 @@ template <typename Cfg, typename T, bool kDeterministic>
 __device__ __forceinline__ void bwd_roles_write_dq(const BwdShared<Cfg, T>& sm, const AttnProblem& p,
                                                    const BwdWork& w, const CUtensorMap* tma_dq, int* dq_turns,
                                                    int n_q_tiles) {
-  constexpr int Br = Cfg::kBr, kBoxesPerWg = Cfg::kHeadDim / 2 / 32;
-  const int lane = threadIdx.x % 32;
-#pragma unroll 1
-  for (int s = 0; s < w.n_slots; ++s) {
-    const int stage = s % Cfg::kStages;
-    // Barrier per stage: the compute warps may stage slot s + 1 before this
-    // warp has taken slot s, but not slot s + kStages (it needs s's release).
-    named_barrier_sync_any(Cfg::kDqFullBarrier + stage, Cfg::kComputeThreads + 32);
-    if (lane == 0) {
-      int h, m;
-      w.slot(s, h, m);
-      const int64_t q_head = int64_t(w.b) * p.H + h;
-      bwd_add_dq_tile<Br, 2 * kBoxesPerWg, kDeterministic>(
-          tma_dq, q_head, m, dq_turns + q_head * n_q_tiles + m, w.j_tile, [&](int box) {
-            return bwd_roles_dq_staging(sm, stage, box / kBoxesPerWg) + (box % kBoxesPerWg) * Br * 32;
-          });
-      mbarrier_arrive(&sm.q_empty[stage]);
-    }
-    __syncwarp();
-  }
-  if (lane == 0) bulk_wait();  // every add has landed before the block ends
+  constexpr int kBoxesPerWg = Cfg::kHeadDim / 2 / 32;
+  bwd_dq_writer<Cfg, kDeterministic>(
+      p, w, tma_dq, dq_turns, n_q_tiles,
+      // A barrier per stage: the compute warps may stage slot s + 1 before
+      // this warp has taken slot s, but not slot s + kStages (it needs s's release).
+      [&](int s) { named_barrier_sync_any(Cfg::kDqFullBarrier + s % Cfg::kStages, Cfg::kComputeThreads + 32); },
+      [&](int s, int box) {
+        return bwd_roles_dq_staging(sm, s % Cfg::kStages, box / kBoxesPerWg) + (box % kBoxesPerWg) * Cfg::kBr * 32;
+      },
+      [&](int s) {
+        if (threadIdx.x % 32 == 0) mbarrier_arrive(&sm.q_empty[s % Cfg::kStages]);
+      });
 }
 
 // ---- the two chains ------------------------------------------------------------------

@@ -167,56 +167,60 @@ __device__ __forceinline__ void bwd_pass_turn(int* counter) {
 }
 
 // ---- the dQ writer -----------------------------------------------------------------
-// One lane: the adds of dQ tile (q_head, m) to the fp32 accumulator from
-// kBoxes staged boxes of Br rows x 32 columns (columns 32b.. at box_at(b)),
-// one tensor reduction each (rows past Nq: the map's bounds); returns once
-// the reductions have read the staging. Deterministic: key tile j_tile first
-// waits until the tile's counter reads j_tile, then waits for its adds to
-// land and passes the turn on.
-template <int Br, int kBoxes, bool kDeterministic, typename BoxAt>
-__device__ __forceinline__ void bwd_add_dq_tile(const CUtensorMap* tma_dq, int64_t q_head, int m, int* turn,
-                                                int j_tile, BoxAt&& box_at) {
-  if constexpr (kDeterministic) bwd_wait_turn(turn, j_tile);
-#pragma unroll
-  for (int box = 0; box < kBoxes; ++box) tma_reduce_add_3d(tma_dq, box_at(box), box * 32, m * Br, int(q_head));
-  bulk_commit();
-  if constexpr (kDeterministic) {
-    bulk_wait();  // landed, before the next key tile's turn
-    bwd_pass_turn(turn);
-  } else {
-    bulk_wait_read();
-  }
-}
-
-// Rung 14's writer, one warp of the producer warpgroup: for each slot, once
-// the compute warps have staged its dQ in buffer s % kDqBuffers (named
-// barrier kDqFull + buffer), one lane adds it, and the buffer is handed back
-// (kDqEmpty + buffer) when the reduction has read it — so the compute warps
-// never wait on the adds, and the deterministic mode's turns are taken here
-// (FA3's dQ writer warp, hopper/flash_bwd_kernel_sm90.h).
-template <typename Cfg, typename T, bool kDeterministic>
-__device__ __forceinline__ void bwd_write_dq(const BwdShared<Cfg, T>& sm, const AttnProblem& p, const BwdWork& w,
-                                             const CUtensorMap* tma_dq, int* dq_turns, int n_q_tiles) {
+// One warp of the producer warpgroup (FA3's dQ writer warp,
+// hopper/flash_bwd_kernel_sm90.h): for each slot s, once wait_staged(s) says
+// the compute warps have staged its dQ tile (q_head, m) — D/32 boxes of Br
+// rows x 32 fp32 columns, box b at box_at(s, b) — one lane adds them to the
+// accumulator, one tensor reduction per box (rows past Nq: the map's bounds),
+// and hand_back(s) runs once the reductions have read the staging. So the
+// compute warps never wait on the adds. Deterministic: key tile j first waits
+// until the dQ tile's counter reads j, then waits for its adds to land and
+// passes the turn on.
+template <typename Cfg, bool kDeterministic, typename WaitStaged, typename BoxAt, typename HandBack>
+__device__ __forceinline__ void bwd_dq_writer(const AttnProblem& p, const BwdWork& w, const CUtensorMap* tma_dq,
+                                              int* dq_turns, int n_q_tiles, WaitStaged&& wait_staged,
+                                              BoxAt&& box_at, HandBack&& hand_back) {
   constexpr int Br = Cfg::kBr;
   const int lane = threadIdx.x % 32;
 #pragma unroll 1
   for (int s = 0; s < w.n_slots; ++s) {
-    const int buf = s % Cfg::kDqBuffers;
-    named_barrier_sync(Cfg::kDqFullBarrier + buf, Cfg::kComputeThreads + 32);
+    wait_staged(s);
     if (lane == 0) {
       int h, m;
       w.slot(s, h, m);
       const int64_t q_head = int64_t(w.b) * p.H + h;
-      const float* staged = sm.sdQ + buf * Cfg::kdQFloats;
-      bwd_add_dq_tile<Br, Cfg::kHeadDim / 32, kDeterministic>(tma_dq, q_head, m, dq_turns + q_head * n_q_tiles + m,
-                                                              w.j_tile,
-                                                              [&](int box) { return staged + box * Br * 32; });
+      [[maybe_unused]] int* turn = dq_turns + q_head * n_q_tiles + m;
+      if constexpr (kDeterministic) bwd_wait_turn(turn, w.j_tile);
+#pragma unroll
+      for (int box = 0; box < Cfg::kHeadDim / 32; ++box)
+        tma_reduce_add_3d(tma_dq, box_at(s, box), box * 32, m * Br, int(q_head));
+      bulk_commit();
+      if constexpr (kDeterministic) {
+        bulk_wait();  // landed, before the next key tile's turn
+        bwd_pass_turn(turn);
+      } else {
+        bulk_wait_read();
+      }
     }
     __syncwarp();
-    // The compute warps wait for this buffer again only for slot s + kDqBuffers.
-    if (s + Cfg::kDqBuffers < w.n_slots) named_barrier_arrive(Cfg::kDqEmptyBarrier + buf, Cfg::kComputeThreads + 32);
+    hand_back(s);
   }
   if (lane == 0) bulk_wait();  // every add has landed before the block ends
+}
+
+// Rung 14's: dQ staged in its own buffers, s % kDqBuffers, handed over by
+// named barriers (kDqFull + buffer, kDqEmpty + buffer).
+template <typename Cfg, typename T, bool kDeterministic>
+__device__ __forceinline__ void bwd_write_dq(const BwdShared<Cfg, T>& sm, const AttnProblem& p, const BwdWork& w,
+                                             const CUtensorMap* tma_dq, int* dq_turns, int n_q_tiles) {
+  bwd_dq_writer<Cfg, kDeterministic>(
+      p, w, tma_dq, dq_turns, n_q_tiles,
+      [&](int s) { named_barrier_sync(Cfg::kDqFullBarrier + s % Cfg::kDqBuffers, Cfg::kComputeThreads + 32); },
+      [&](int s, int box) { return sm.sdQ + (s % Cfg::kDqBuffers) * Cfg::kdQFloats + box * Cfg::kBr * 32; },
+      [&](int s) {  // the compute warps wait for this buffer again only for slot s + kDqBuffers
+        if (s + Cfg::kDqBuffers < w.n_slots)
+          named_barrier_arrive(Cfg::kDqEmptyBarrier + s % Cfg::kDqBuffers, Cfg::kComputeThreads + 32);
+      });
 }
 
 // ---- the block ----------------------------------------------------------------------
