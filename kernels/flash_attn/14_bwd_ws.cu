@@ -15,7 +15,7 @@
 //        both warpgroups' keys (bwd_ws_mainloop.cuh);
 //   NEW (dQ by TMA reduce-add): each tile's dQ is staged in shared memory and
 //        a dQ writer warp adds it to the fp32 accumulator, one tensor
-//        reduction per 32 columns, instead of per-element atomics;
+//        reduction per 8 columns, instead of per-element atomics;
 //        `+deterministic` adds a dQ tile's parts in key-tile order (a counter
 //        per dQ tile), walking the query tiles last first.
 // Before and after (common/bwd_prepost.cuh): Δ = rowsum(dO ∘ O), LSE·log2e; dQ's cast.
@@ -123,7 +123,7 @@ struct BwdWsConfig : ProducerWarpgroupSplit<2, 24, 240> {  // 2 compute warpgrou
   static_assert(kDqSplitRows || (dq_part_col(1, 0) + kDqColsA == kHeadDim && dq_part_col(0, 1) == kDqColsA &&
                                  dq_part_col(1, 1) + kDqColsB == dq_part_col(1, 0)),
                 "the two warpgroups' parts tile dQ's columns");
-  static_assert(kHeadDim % 32 == 0, "dQ is added in boxes of 32 fp32 columns (128 bytes)");
+  static_assert(kHeadDim % 8 == 0 && (kBr * 32) % 128 == 0, "dQ is added in boxes of 8 fp32 columns, each 128-byte aligned");
   static_assert((kBr * 128) % 1024 == 0 && (kBc * 128) % 1024 == 0, "every 64-column block starts 1024-aligned");
   static_assert((4 * kdQFloats) % 1024 == 0 && (2 * kdSElems) % 1024 == 0, "sdQ's boxes stay 1024-aligned");
   static_assert(kStages >= 2, "the producer fills one slot while the compute warps read the other");

@@ -45,14 +45,14 @@ template <typename Cfg, typename T, bool kDeterministic>
 __device__ __forceinline__ void bwd_roles_write_dq(const BwdShared<Cfg, T>& sm, const AttnProblem& p,
                                                    const BwdWork& w, const CUtensorMap* tma_dq, int* dq_turns,
                                                    int n_q_tiles) {
-  constexpr int kBoxesPerWg = Cfg::kHeadDim / 2 / 32;
+  constexpr int kBoxesPerWg = Cfg::kHeadDim / 2 / 8;
   bwd_dq_writer<Cfg, kDeterministic>(
       p, w, tma_dq, dq_turns, n_q_tiles,
       // A barrier per stage: the compute warps may stage slot s + 1 before
       // this warp has taken slot s, but not slot s + kStages (it needs s's release).
       [&](int s) { named_barrier_sync_any(Cfg::kDqFullBarrier + s % Cfg::kStages, Cfg::kComputeThreads + 32); },
       [&](int s, int box) {
-        return bwd_roles_dq_staging(sm, s % Cfg::kStages, box / kBoxesPerWg) + (box % kBoxesPerWg) * Cfg::kBr * 32;
+        return bwd_roles_dq_staging(sm, s % Cfg::kStages, box / kBoxesPerWg) + (box % kBoxesPerWg) * Cfg::kBr * 8;
       },
       [&](int s) {
         if (threadIdx.x % 32 == 0) mbarrier_arrive(&sm.q_empty[s % Cfg::kStages]);
@@ -94,6 +94,12 @@ __device__ __forceinline__ void bwd_roles_chain(const BwdShared<Cfg, T>& sm, con
     const T* sdO = sm.sdO + stage * Cfg::kdOElems;
     mbarrier_wait(&sm.q_full[stage], (s / Cfg::kStages) & 1);
 
+    // LSE·log2e (P chain) or Δ (dS chain) of queries 8n + 2t, +1, loaded
+    // before the MMA is issued (not queued behind its operand reads).
+    const float* row_stat = (kPChain ? sm.sLSE2 : sm.sDelta) + stage * Br;
+    float2 stat[kTiles];
+#pragma unroll
+    for (int n = 0; n < kTiles; ++n) stat[n] = *reinterpret_cast<const float2*>(row_stat + n * 8 + 2 * t);
     float scores[kTiles][4];  // Sᵀ (P chain) or dPᵀ (dS chain)
     wgmma_fence();
     if constexpr (kPChain)
@@ -101,12 +107,6 @@ __device__ __forceinline__ void bwd_roles_chain(const BwdShared<Cfg, T>& sm, con
     else
       wgmma_rows_tile<T, D, Br, Bc, Br>(scores, sm.sV, sdO);
     wgmma_commit();
-    // LSE·log2e (P chain) or Δ (dS chain) of queries 8n + 2t, +1, read while
-    // the MMA runs.
-    const float* row_stat = (kPChain ? sm.sLSE2 : sm.sDelta) + stage * Br;
-    float2 stat[kTiles];
-#pragma unroll
-    for (int n = 0; n < kTiles; ++n) stat[n] = *reinterpret_cast<const float2*>(row_stat + n * 8 + 2 * t);
     wgmma_wait<0>();
     fence_accumulators(scores);
 
@@ -121,6 +121,10 @@ __device__ __forceinline__ void bwd_roles_chain(const BwdShared<Cfg, T>& sm, con
 #pragma unroll
       for (int n = 0; n < kTiles; ++n) sP[n * 128] = make_float4(scores[n][0], scores[n][1], scores[n][2], scores[n][3]);
       named_barrier_arrive_any(Cfg::kPBarrier, Cfg::kComputeThreads);
+      // dV has landed before dQ's MMA is issued (it has, by the time dSᵀ is
+      // stored): with dV's operands still live beside dQ's accumulators,
+      // ptxas serialises every wgmma of the kernel (warning C7512).
+      wgmma_wait<0>();
       named_barrier_sync_any(Cfg::kDsBarrier, Cfg::kComputeThreads);  // dSᵀ stored
     } else {
       named_barrier_sync_any(Cfg::kPBarrier, Cfg::kComputeThreads);  // NEW: Pᵀ handed over
@@ -151,7 +155,7 @@ __device__ __forceinline__ void bwd_roles_chain(const BwdShared<Cfg, T>& sm, con
     // NEW: dQ staged over the slot's Q (P chain) or dO (dS chain), once both
     // chains' gradient MMAs have read them; the writer adds it and frees the slot.
     named_barrier_sync_any(Cfg::kSlotReadBarrier, Cfg::kComputeThreads);
-    bwd_stage_dq<Br, true>(bwd_roles_dq_staging(sm, stage, wg), dQ, 16 * wi + g, 0, p.scale);
+    bwd_stage_dq<Br>(bwd_roles_dq_staging(sm, stage, wg), dQ, 16 * wi + g, 0, p.scale);
     fence_proxy_async_shared();  // the st.shared of dQ (and every read of the slot), before the TMA reads it
     named_barrier_arrive_any(Cfg::kDqFullBarrier + stage, Cfg::kComputeThreads + 32);
     // Every thread releases the slot too (as in rung 14): its own reads of

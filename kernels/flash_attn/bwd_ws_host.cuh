@@ -49,7 +49,7 @@ inline BwdWorkspace bwd_workspace(const AttnProblem& p, int Br, void* base) {
 }
 
 // The tensor maps a Hopper backward kernel takes: Q, dO in boxes of Br rows,
-// K, V in boxes of Bc rows, and dQ's fp32 accumulator (Br rows x 32 columns).
+// K, V in boxes of Bc rows, and dQ's fp32 accumulator (Br rows x 8 columns).
 struct BwdMaps {
   CUtensorMap q, k, v, dout, dq;
 };
@@ -102,7 +102,7 @@ cudaError_t bwd_ws_launch(const AttnProblem& p, const AttnGradBuffers& b, cudaSt
           !encode_head_tiles<C::kBr>(&m.dout, b.dout, p.dtype, p.heads(), p.Nq, p.Dv) ||
           !encode_head_tiles<C::kBc>(&m.k, b.k, p.dtype, kv_heads, p.Nk, p.D) ||
           !encode_head_tiles<C::kBc>(&m.v, b.v, p.dtype, kv_heads, p.Nk, p.Dv) ||
-          !encode_f32_head_tiles<C::kBr>(&m.dq, ws.dq_accum, p.heads(), nq_pad, p.D))
+          !encode_f32_column_groups<C::kBr>(&m.dq, ws.dq_accum, p.heads(), nq_pad, p.D))
         return cudaErrorInvalidValue;
       cudaError_t e = launch_bwd_row_stats<T>(p, b, ws.lse2, ws.delta, nq_pad, stream);
       if (e == cudaSuccess)

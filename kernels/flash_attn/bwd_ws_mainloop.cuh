@@ -76,7 +76,7 @@ struct BwdShared {
   T* sQ;          // [kStages][Br, D]   Sw128Blocks<Br>
   T* sdO;         // [kStages][Br, Dv]  Sw128Blocks<Br>
   T* sdS;         // [kDsBuffers][Bc, Br] dSᵀ (keys x queries), Sw128Blocks<Bc>: A of dQ = dS·K
-  float* sdQ;     // [kDqBuffers] D/32 boxes of [Br][32] fp32, the 128-byte swizzle: dQ of a tile, for the reduce-add
+  float* sdQ;     // [kDqBuffers] D/8 boxes of [Br][8] fp32, unswizzled: dQ of a tile, for the reduce-add
   float* sP;      // [kPFloats] Pᵀ handed from one warpgroup to the other (rung 15; none here)
   float* sLSE2;   // [kStages][Br] LSE·log2e
   float* sDelta;  // [kStages][Br] Δ
@@ -169,8 +169,8 @@ __device__ __forceinline__ void bwd_pass_turn(int* counter) {
 // ---- the dQ writer -----------------------------------------------------------------
 // One warp of the producer warpgroup (FA3's dQ writer warp,
 // hopper/flash_bwd_kernel_sm90.h): for each slot s, once wait_staged(s) says
-// the compute warps have staged its dQ tile (q_head, m) — D/32 boxes of Br
-// rows x 32 fp32 columns, box b at box_at(s, b) — one lane adds them to the
+// the compute warps have staged its dQ tile (q_head, m) — D/8 boxes of Br
+// rows x 8 fp32 columns, box b at box_at(s, b) — one lane adds them to the
 // accumulator, one tensor reduction per box (rows past Nq: the map's bounds),
 // and hand_back(s) runs once the reductions have read the staging. So the
 // compute warps never wait on the adds. Deterministic: key tile j first waits
@@ -192,8 +192,8 @@ __device__ __forceinline__ void bwd_dq_writer(const AttnProblem& p, const BwdWor
       [[maybe_unused]] int* turn = dq_turns + q_head * n_q_tiles + m;
       if constexpr (kDeterministic) bwd_wait_turn(turn, w.j_tile);
 #pragma unroll
-      for (int box = 0; box < Cfg::kHeadDim / 32; ++box)
-        tma_reduce_add_3d(tma_dq, box_at(s, box), box * 32, m * Br, int(q_head));
+      for (int box = 0; box < Cfg::kHeadDim / 8; ++box)
+        tma_reduce_add_3d(tma_dq, box_at(s, box), box * 8, m * Br, int(q_head));
       bulk_commit();
       if constexpr (kDeterministic) {
         bulk_wait();  // landed, before the next key tile's turn
@@ -216,7 +216,7 @@ __device__ __forceinline__ void bwd_write_dq(const BwdShared<Cfg, T>& sm, const 
   bwd_dq_writer<Cfg, kDeterministic>(
       p, w, tma_dq, dq_turns, n_q_tiles,
       [&](int s) { named_barrier_sync(Cfg::kDqFullBarrier + s % Cfg::kDqBuffers, Cfg::kComputeThreads + 32); },
-      [&](int s, int box) { return sm.sdQ + (s % Cfg::kDqBuffers) * Cfg::kdQFloats + box * Cfg::kBr * 32; },
+      [&](int s, int box) { return sm.sdQ + (s % Cfg::kDqBuffers) * Cfg::kdQFloats + box * Cfg::kBr * 8; },
       [&](int s) {  // the compute warps wait for this buffer again only for slot s + kDqBuffers
         if (s + Cfg::kDqBuffers < w.n_slots)
           named_barrier_arrive(Cfg::kDqEmptyBarrier + s % Cfg::kDqBuffers, Cfg::kComputeThreads + 32);
@@ -326,42 +326,23 @@ __device__ __forceinline__ void bwd_store_dst(T* sdS, const uint32_t (&dSa)[kSte
 }
 
 // scale·dQ of a warp's rows row0, row0 + 8 and columns col0 + 8n + 2t, +1
-// (an accumulator of kTiles n8 tiles) into a staging area of Br-row boxes of
-// 32 fp32 columns, as the dQ map's TMA reduce-add reads them: column c of row
-// r in box c/32, 16-byte chunk (c % 32)/4 ^ (r % 8) of the row's 128 bytes
-// (the 128-byte swizzle). n8 tile n of a row fills the chunk pair 2n, 2n+1
-// (mod 8), which the XOR with an odd row maps onto itself: rows g and g^1
-// would share banks. Two ways out, each store then taking its ideal
-// wavefronts:
-//   kByParity = false: lanes of odd g store tile n^1 when the others store
-//     tile n (a select per value: registers for kTiles = 8, rung 14);
-//   kByParity = true: lanes of even g store, then lanes of odd g — twice the
-//     instructions, each half a warp, no selects (kTiles = 16, rung 15, where
-//     the selects would spill).
-template <int Br, bool kByParity, int kTiles>
+// (an accumulator of kTiles n8 tiles) into a staging area of 8-column boxes
+// of Br rows, as the dQ map's TMA reduce-add reads them
+// (encode_f32_column_groups): column c of row r at (c/8)·Br·8 + 8r + c % 8.
+// A warp's store of one n8 tile then fills 8 consecutive rows of one box,
+// 256 contiguous bytes: two wavefronts, free of bank conflicts. (In 32-column
+// boxes with the 128-byte swizzle, rows g and g^1 of a half-warp shared their
+// banks under any order of the stores: twice the wavefronts, as measured.)
+template <int Br, int kTiles>
 __device__ __forceinline__ void bwd_stage_dq(float* sdQ, const float (&acc)[kTiles][4], int row0, int col0,
                                              float scale) {
-  static_assert(kTiles % 2 == 0, "tiles swapped in pairs");
   const int t = threadIdx.x % 4;
-  const bool odd = (row0 & 1) != 0;
-  auto store = [&](int r, int n, float x, float y) {
-    const int row = row0 + 8 * r, col = col0 + n * 8 + 2 * t, in_box = col % 32;
-    *reinterpret_cast<float2*>(sdQ + (col / 32) * Br * 32 + row * 32 + ((in_box / 4) ^ (row % 8)) * 4 + in_box % 4) =
-        make_float2(scale * x, scale * y);
-  };
 #pragma unroll
   for (int r = 0; r < 2; ++r)
 #pragma unroll
-    for (int n = 0; n < kTiles; ++n) {
-      if constexpr (kByParity) {
-        if (!odd) store(r, n, acc[n][2 * r], acc[n][2 * r + 1]);
-        asm volatile("" ::: "memory");  // two stores: the compiler may not merge the halves into one
-        if (odd) store(r, n, acc[n][2 * r], acc[n][2 * r + 1]);
-      } else {
-        const int nt = odd ? n ^ 1 : n;
-        store(r, nt, odd ? acc[n ^ 1][2 * r] : acc[n][2 * r], odd ? acc[n ^ 1][2 * r + 1] : acc[n][2 * r + 1]);
-      }
-    }
+    for (int n = 0; n < kTiles; ++n)
+      *reinterpret_cast<float2*>(sdQ + (col0 / 8 + n) * Br * 8 + (row0 + 8 * r) * 8 + 2 * t) =
+          make_float2(scale * acc[n][2 * r], scale * acc[n][2 * r + 1]);
 }
 
 // ---- the compute warpgroups' MMAs ---------------------------------------------------
@@ -439,17 +420,18 @@ __device__ __forceinline__ void bwd_compute(const BwdShared<Cfg, T>& sm, const A
       const int qh = sl * Cfg::kSliceQ;  // the slice's first query column
       // Sᵀ and dPᵀ: the forward's S = Q·Kᵀ with the roles swapped (A = the
       // warpgroup's 64 rows of K or V, B = the slice's rows of Q or dO), two groups.
+      // This thread's LSE·log2e (queries qh + 8n + 2t, +1: one 8-byte load per
+      // n8 tile), loaded before the MMAs are issued: behind them, the loads
+      // queue after the MMAs' operand reads and the exponentials wait on them.
+      float2 lse[kTilesS];
+#pragma unroll
+      for (int n = 0; n < kTilesS; ++n) lse[n] = *reinterpret_cast<const float2*>(sLSE2 + qh + n * 8 + 2 * t);
       float St[kTilesS][4], dPt[kTilesS][4];
       wgmma_fence();
       wgmma_rows_tile<T, D, Cfg::kSliceQ, Bc, Br>(St, sm.sK + wg_uniform * 64 * 64, sQ + qh * 64);
       wgmma_commit();
       wgmma_rows_tile<T, Dv, Cfg::kSliceQ, Bc, Br>(dPt, sm.sV + wg_uniform * 64 * 64, sdO + qh * 64);
       wgmma_commit();
-      // This thread's LSE·log2e (queries qh + 8n + 2t, +1: one 8-byte load per
-      // n8 tile), read while the MMAs run, so the exponentials wait on no load.
-      float2 lse[kTilesS];
-#pragma unroll
-      for (int n = 0; n < kTilesS; ++n) lse[n] = *reinterpret_cast<const float2*>(sLSE2 + qh + n * 8 + 2 * t);
       wgmma_wait<1>();
       fence_accumulators(St);
 
@@ -527,7 +509,7 @@ __device__ __forceinline__ void bwd_compute(const BwdShared<Cfg, T>& sm, const A
     if (s >= Cfg::kDqBuffers) named_barrier_sync(Cfg::kDqEmptyBarrier + buf, Cfg::kComputeThreads + 32);
     float* sdQ = sm.sdQ + buf * Cfg::kdQFloats;
     const int row0 = (Cfg::kDqSplitRows ? 64 * wg : 0) + 16 * wi + g;
-    bwd_stage_dq<Br, false>(sdQ, dQa, row0, colA, p.scale);
+    bwd_stage_dq<Br>(sdQ, dQa, row0, colA, p.scale);
     if constexpr (kColsB > 0) {
       static_assert(kSlices > 1, "dK has landed before the second part (whose wait is the tile's last)");
       float dQb[kColsB / 8][4];
@@ -540,7 +522,7 @@ __device__ __forceinline__ void bwd_compute(const BwdShared<Cfg, T>& sm, const A
       wgmma_commit();
       wgmma_wait<0>();
       fence_accumulators(dQb);
-      bwd_stage_dq<Br, false>(sdQ, dQb, row0, colB, p.scale);
+      bwd_stage_dq<Br>(sdQ, dQb, row0, colB, p.scale);
     }
     fence_proxy_async_shared();  // the st.shared of dQ, before the tensor reduction reads them
     named_barrier_arrive(Cfg::kDqFullBarrier + buf, Cfg::kComputeThreads + 32);
