@@ -11,6 +11,11 @@
 //           in range and 16-byte aligned for a bulk copy.
 //   after:  dQ from its fp32 accumulator [B·H, Nq_pad, D] (dQ is summed over
 //           the key tiles, each block adding its part) to the input dtype.
+//           The accumulator is row-major, or (tile_rows > 0: the Hopper
+//           rungs) in tiles of tile_rows rows, each tile in the order a tile
+//           is staged in shared memory so that a block adds it by one bulk
+//           copy: 8-column groups of tile_rows rows, column c of the tile's
+//           row r at (c/8)·tile_rows·8 + 8r + c % 8.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -59,16 +64,21 @@ bwd_row_stats_kernel(const T* __restrict__ o, const T* __restrict__ dout, const 
   }
 }
 
-// dq[head, i, :] = acc[head, i, :] for i < Nq (D a multiple of 4; the
-// accumulator already holds scale·dS·K).
+// dq[head, i, :] = acc[head, i, :] for i < Nq, the accumulator row-major or
+// in tiles of tile_rows rows (above); D a multiple of 8. The accumulator
+// already holds scale·dS·K.
 template <typename T>
 __global__ void __launch_bounds__(256)
-bwd_dq_convert_kernel(const float* __restrict__ acc, T* __restrict__ dq, int Nq, int nq_pad, int D, int64_t quads) {
+bwd_dq_convert_kernel(const float* __restrict__ acc, T* __restrict__ dq, int Nq, int nq_pad, int D, int tile_rows,
+                      int64_t quads) {
   const int64_t x = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;  // one 4-element group of dq
   if (x >= quads) return;
   const int64_t e = x * 4, row = e / D, head = row / Nq;
   const int d = int(e % D), i = int(row % Nq);
-  const float4 a = *reinterpret_cast<const float4*>(acc + (head * nq_pad + i) * D + d);
+  const int64_t at = tile_rows == 0 ? (head * nq_pad + i) * D + d
+                                    : (head * nq_pad + i - i % tile_rows) * D +
+                                          (d / 8) * tile_rows * 8 + (i % tile_rows) * 8 + d % 8;
+  const float4 a = *reinterpret_cast<const float4*>(acc + at);
   uint2 out;
   out.x = pack2<T>(a.x, a.y);
   out.y = pack2<T>(a.z, a.w);
@@ -90,10 +100,11 @@ cudaError_t launch_bwd_row_stats(const AttnProblem& p, const AttnGradBuffers& b,
 }
 
 template <typename T>
-cudaError_t launch_bwd_dq_convert(const AttnProblem& p, const float* acc, void* dq, int nq_pad, cudaStream_t stream) {
+cudaError_t launch_bwd_dq_convert(const AttnProblem& p, const float* acc, void* dq, int nq_pad, cudaStream_t stream,
+                                  int tile_rows = 0) {
   const int64_t quads = p.q_elems() / 4;
   bwd_dq_convert_kernel<T><<<unsigned((quads + 255) / 256), 256, 0, stream>>>(acc, static_cast<T*>(dq), p.Nq, nq_pad,
-                                                                           p.D, quads);
+                                                                           p.D, tile_rows, quads);
   return cudaGetLastError();
 }
 

@@ -219,6 +219,19 @@ __device__ __forceinline__ void tma_store_3d_if(bool issue, const CUtensorMap* m
       : "memory");
 #endif
 }
+// Bulk reduction (cp.reduce.async.bulk, sm_90, the async proxy): `bytes`
+// contiguous bytes of fp32 at `gmem` += those at `smem`, element by element
+// (both 16-byte aligned, bytes a multiple of 16); one instruction from one
+// thread, in its bulk group like the tensor reduction above. FA3 adds dQ so:
+// its accumulator is laid out tile by tile in the order a tile is staged in,
+// so that a tile's add is one copy (SM90_BULK_REDUCE_ADD, hopper/mainloop_bwd_sm90_tma_gmma_ws.hpp).
+__device__ __forceinline__ void bulk_reduce_add_f32(float* gmem, const float* smem, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(gmem),
+               "r"(smem_addr(smem)), "r"(bytes)
+               : "memory");
+#endif
+}
 __device__ __forceinline__ void bulk_commit() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");

@@ -14,8 +14,9 @@
 //        never goes through shared memory; dSᵀ does, once, for dQ = dS·K over
 //        both warpgroups' keys (bwd_ws_mainloop.cuh);
 //   NEW (dQ by TMA reduce-add): each tile's dQ is staged in shared memory and
-//        a dQ writer warp adds it to the fp32 accumulator, one tensor
-//        reduction per 8 columns, instead of per-element atomics;
+//        a dQ writer warp adds it to the fp32 accumulator (which holds
+//        each tile in the staging's layout) by one bulk reduction, instead
+//        of per-element atomics;
 //        `+deterministic` adds a dQ tile's parts in key-tile order (a counter
 //        per dQ tile), walking the query tiles last first.
 // Before and after (common/bwd_prepost.cuh): Δ = rowsum(dO ∘ O), LSE·log2e; dQ's cast.
@@ -123,7 +124,7 @@ struct BwdWsConfig : ProducerWarpgroupSplit<2, 24, 240> {  // 2 compute warpgrou
   static_assert(kDqSplitRows || (dq_part_col(1, 0) + kDqColsA == kHeadDim && dq_part_col(0, 1) == kDqColsA &&
                                  dq_part_col(1, 1) + kDqColsB == dq_part_col(1, 0)),
                 "the two warpgroups' parts tile dQ's columns");
-  static_assert(kHeadDim % 8 == 0 && (kBr * 32) % 128 == 0, "dQ is added in boxes of 8 fp32 columns, each 128-byte aligned");
+  static_assert(kHeadDim % 8 == 0, "dQ is staged in groups of 8 fp32 columns");
   static_assert((kBr * 128) % 1024 == 0 && (kBc * 128) % 1024 == 0, "every 64-column block starts 1024-aligned");
   static_assert((4 * kdQFloats) % 1024 == 0 && (2 * kdSElems) % 1024 == 0, "sdQ's boxes stay 1024-aligned");
   static_assert(kStages >= 2, "the producer fills one slot while the compute warps read the other");
@@ -155,7 +156,7 @@ template <typename Cfg, typename T, bool kDeterministic>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
 bwd_ws_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUtensorMap tma_k,
               const __grid_constant__ CUtensorMap tma_v, const __grid_constant__ CUtensorMap tma_do,
-              const __grid_constant__ CUtensorMap tma_dq, const float* __restrict__ lse2,
+              float* __restrict__ dq_accum, const float* __restrict__ lse2,
               const float* __restrict__ delta, int* __restrict__ dq_turns, T* __restrict__ dk, T* __restrict__ dv,
               const AttnProblem p, int nq_pad) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -163,7 +164,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__
   bwd_ws_block<Cfg, T, kDeterministic>(
       smem_raw, p, &tma_q, &tma_k, &tma_v, &tma_do, lse2, delta, nq_pad,
       [&](const BwdShared<Cfg, T>& sm, const BwdWork& w) {
-        bwd_write_dq<Cfg, T, kDeterministic>(sm, p, w, &tma_dq, dq_turns, nq_pad / Cfg::kBr);
+        bwd_write_dq<Cfg, T, kDeterministic>(sm, p, w, dq_accum, nq_pad, dq_turns);
       },
       [&](const BwdShared<Cfg, T>& sm, const BwdWork& w) { bwd_compute<Cfg, T>(sm, p, w, dk, dv); });
 #endif

@@ -104,7 +104,7 @@ template <typename Cfg, typename T, bool kDeterministic>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
 bwd_roles_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUtensorMap tma_k,
                  const __grid_constant__ CUtensorMap tma_v, const __grid_constant__ CUtensorMap tma_do,
-                 const __grid_constant__ CUtensorMap tma_dq, const float* __restrict__ lse2,
+                 float* __restrict__ dq_accum, const float* __restrict__ lse2,
                  const float* __restrict__ delta, int* __restrict__ dq_turns, T* __restrict__ dk,
                  T* __restrict__ dv, const AttnProblem p, int nq_pad) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -112,7 +112,7 @@ bwd_roles_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constan
   bwd_ws_block<Cfg, T, kDeterministic>(
       smem_raw, p, &tma_q, &tma_k, &tma_v, &tma_do, lse2, delta, nq_pad,
       [&](const BwdShared<Cfg, T>& sm, const BwdWork& w) {
-        bwd_roles_write_dq<Cfg, T, kDeterministic>(sm, p, w, &tma_dq, dq_turns, nq_pad / Cfg::kBr);
+        bwd_roles_write_dq<Cfg, T, kDeterministic>(sm, p, w, dq_accum, nq_pad, dq_turns);
       },
       [&](const BwdShared<Cfg, T>& sm, const BwdWork& w) {
         if (threadIdx.x < 128)

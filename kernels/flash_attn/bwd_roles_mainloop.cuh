@@ -43,17 +43,13 @@ __device__ __forceinline__ float* bwd_roles_dq_staging(const BwdShared<Cfg, T>& 
 
 template <typename Cfg, typename T, bool kDeterministic>
 __device__ __forceinline__ void bwd_roles_write_dq(const BwdShared<Cfg, T>& sm, const AttnProblem& p,
-                                                   const BwdWork& w, const CUtensorMap* tma_dq, int* dq_turns,
-                                                   int n_q_tiles) {
-  constexpr int kBoxesPerWg = Cfg::kHeadDim / 2 / 8;
-  bwd_dq_writer<Cfg, kDeterministic>(
-      p, w, tma_dq, dq_turns, n_q_tiles,
+                                                   const BwdWork& w, float* dq_accum, int nq_pad, int* dq_turns) {
+  bwd_dq_writer<Cfg, kDeterministic, 2>(  // part wg: warpgroup wg's columns, from its half of the slot
+      p, w, dq_accum, nq_pad, dq_turns,
       // A barrier per stage: the compute warps may stage slot s + 1 before
       // this warp has taken slot s, but not slot s + kStages (it needs s's release).
       [&](int s) { named_barrier_sync_any(Cfg::kDqFullBarrier + s % Cfg::kStages, Cfg::kComputeThreads + 32); },
-      [&](int s, int box) {
-        return bwd_roles_dq_staging(sm, s % Cfg::kStages, box / kBoxesPerWg) + (box % kBoxesPerWg) * Cfg::kBr * 8;
-      },
+      [&](int s, int part) { return bwd_roles_dq_staging(sm, s % Cfg::kStages, part); },
       [&](int s) {
         if (threadIdx.x % 32 == 0) mbarrier_arrive(&sm.q_empty[s % Cfg::kStages]);
       });

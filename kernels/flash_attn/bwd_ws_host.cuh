@@ -49,9 +49,9 @@ inline BwdWorkspace bwd_workspace(const AttnProblem& p, int Br, void* base) {
 }
 
 // The tensor maps a Hopper backward kernel takes: Q, dO in boxes of Br rows,
-// K, V in boxes of Bc rows, and dQ's fp32 accumulator (Br rows x 8 columns).
+// K, V in boxes of Bc rows.
 struct BwdMaps {
-  CUtensorMap q, k, v, dout, dq;
+  CUtensorMap q, k, v, dout;
 };
 
 // Bytes of workspace a rung needs for p (0 where it does not run p's head dims).
@@ -101,8 +101,7 @@ cudaError_t bwd_ws_launch(const AttnProblem& p, const AttnGradBuffers& b, cudaSt
       if (!encode_head_tiles<C::kBr>(&m.q, b.q, p.dtype, p.heads(), p.Nq, p.D) ||
           !encode_head_tiles<C::kBr>(&m.dout, b.dout, p.dtype, p.heads(), p.Nq, p.Dv) ||
           !encode_head_tiles<C::kBc>(&m.k, b.k, p.dtype, kv_heads, p.Nk, p.D) ||
-          !encode_head_tiles<C::kBc>(&m.v, b.v, p.dtype, kv_heads, p.Nk, p.Dv) ||
-          !encode_f32_column_groups<C::kBr>(&m.dq, ws.dq_accum, p.heads(), nq_pad, p.D))
+          !encode_head_tiles<C::kBc>(&m.v, b.v, p.dtype, kv_heads, p.Nk, p.Dv))
         return cudaErrorInvalidValue;
       cudaError_t e = launch_bwd_row_stats<T>(p, b, ws.lse2, ws.delta, nq_pad, stream);
       if (e == cudaSuccess)
@@ -112,10 +111,10 @@ cudaError_t bwd_ws_launch(const AttnProblem& p, const AttnGradBuffers& b, cudaSt
       if (e != cudaSuccess) return e;
       const dim3 grid(unsigned(p.B * p.kv_heads()), unsigned((p.Nk + C::kBc - 1) / C::kBc));
       e = launch_with_smem(kernel_of(C{}, type), grid, C::kThreads, C::kSmemBytes, stream, m.q, m.k, m.v, m.dout,
-                           m.dq, static_cast<const float*>(ws.lse2), static_cast<const float*>(ws.delta), ws.dq_turns,
+                           ws.dq_accum, static_cast<const float*>(ws.lse2), static_cast<const float*>(ws.delta), ws.dq_turns,
                            static_cast<T*>(b.dk), static_cast<T*>(b.dv), p, nq_pad);
       if (e != cudaSuccess) return e;
-      return launch_bwd_dq_convert<T>(p, ws.dq_accum, b.dq, nq_pad, stream);
+      return launch_bwd_dq_convert<T>(p, ws.dq_accum, b.dq, nq_pad, stream, C::kBr);
     });
   });
   return err;

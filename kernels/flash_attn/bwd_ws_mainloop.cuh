@@ -76,7 +76,7 @@ struct BwdShared {
   T* sQ;          // [kStages][Br, D]   Sw128Blocks<Br>
   T* sdO;         // [kStages][Br, Dv]  Sw128Blocks<Br>
   T* sdS;         // [kDsBuffers][Bc, Br] dSᵀ (keys x queries), Sw128Blocks<Bc>: A of dQ = dS·K
-  float* sdQ;     // [kDqBuffers] D/8 boxes of [Br][8] fp32, unswizzled: dQ of a tile, for the reduce-add
+  float* sdQ;     // [kDqBuffers] Br x D fp32 in the tile layout (bwd_stage_dq): dQ of a tile, for the reduce-add
   float* sP;      // [kPFloats] Pᵀ handed from one warpgroup to the other (rung 15; none here)
   float* sLSE2;   // [kStages][Br] LSE·log2e
   float* sDelta;  // [kStages][Br] Δ
@@ -169,18 +169,20 @@ __device__ __forceinline__ void bwd_pass_turn(int* counter) {
 // ---- the dQ writer -----------------------------------------------------------------
 // One warp of the producer warpgroup (FA3's dQ writer warp,
 // hopper/flash_bwd_kernel_sm90.h): for each slot s, once wait_staged(s) says
-// the compute warps have staged its dQ tile (q_head, m) — D/8 boxes of Br
-// rows x 8 fp32 columns, box b at box_at(s, b) — one lane adds them to the
-// accumulator, one tensor reduction per box (rows past Nq: the map's bounds),
-// and hand_back(s) runs once the reductions have read the staging. So the
+// the compute warps have staged its dQ tile (q_head, m) — Br rows x D fp32 in
+// the tile layout of bwd_stage_dq, in kParts contiguous parts, part i at
+// part_at(s, i) — one lane adds them to the accumulator, which holds each
+// tile in that same layout (common/bwd_prepost.cuh), one bulk reduction per part, and
+// hand_back(s) runs once the reductions have read the staging. So the
 // compute warps never wait on the adds. Deterministic: key tile j first waits
 // until the dQ tile's counter reads j, then waits for its adds to land and
 // passes the turn on.
-template <typename Cfg, bool kDeterministic, typename WaitStaged, typename BoxAt, typename HandBack>
-__device__ __forceinline__ void bwd_dq_writer(const AttnProblem& p, const BwdWork& w, const CUtensorMap* tma_dq,
-                                              int* dq_turns, int n_q_tiles, WaitStaged&& wait_staged,
-                                              BoxAt&& box_at, HandBack&& hand_back) {
-  constexpr int Br = Cfg::kBr;
+template <typename Cfg, bool kDeterministic, int kParts, typename WaitStaged, typename PartAt, typename HandBack>
+__device__ __forceinline__ void bwd_dq_writer(const AttnProblem& p, const BwdWork& w, float* dq_accum, int nq_pad,
+                                              int* dq_turns, WaitStaged&& wait_staged, PartAt&& part_at,
+                                              HandBack&& hand_back) {
+  constexpr int Br = Cfg::kBr, kPartFloats = Br * Cfg::kHeadDim / kParts;
+  static_assert((Br * Cfg::kHeadDim) % (4 * kParts) == 0, "parts of whole 16-byte chunks");
   const int lane = threadIdx.x % 32;
 #pragma unroll 1
   for (int s = 0; s < w.n_slots; ++s) {
@@ -189,11 +191,12 @@ __device__ __forceinline__ void bwd_dq_writer(const AttnProblem& p, const BwdWor
       int h, m;
       w.slot(s, h, m);
       const int64_t q_head = int64_t(w.b) * p.H + h;
-      [[maybe_unused]] int* turn = dq_turns + q_head * n_q_tiles + m;
+      [[maybe_unused]] int* turn = dq_turns + q_head * (nq_pad / Br) + m;
       if constexpr (kDeterministic) bwd_wait_turn(turn, w.j_tile);
+      float* tile = dq_accum + (q_head * nq_pad + m * Br) * Cfg::kHeadDim;
 #pragma unroll
-      for (int box = 0; box < Cfg::kHeadDim / 8; ++box)
-        tma_reduce_add_3d(tma_dq, box_at(s, box), box * 8, m * Br, int(q_head));
+      for (int part = 0; part < kParts; ++part)
+        bulk_reduce_add_f32(tile + part * kPartFloats, part_at(s, part), kPartFloats * 4);
       bulk_commit();
       if constexpr (kDeterministic) {
         bulk_wait();  // landed, before the next key tile's turn
@@ -212,11 +215,11 @@ __device__ __forceinline__ void bwd_dq_writer(const AttnProblem& p, const BwdWor
 // named barriers (kDqFull + buffer, kDqEmpty + buffer).
 template <typename Cfg, typename T, bool kDeterministic>
 __device__ __forceinline__ void bwd_write_dq(const BwdShared<Cfg, T>& sm, const AttnProblem& p, const BwdWork& w,
-                                             const CUtensorMap* tma_dq, int* dq_turns, int n_q_tiles) {
-  bwd_dq_writer<Cfg, kDeterministic>(
-      p, w, tma_dq, dq_turns, n_q_tiles,
+                                             float* dq_accum, int nq_pad, int* dq_turns) {
+  bwd_dq_writer<Cfg, kDeterministic, 1>(
+      p, w, dq_accum, nq_pad, dq_turns,
       [&](int s) { named_barrier_sync(Cfg::kDqFullBarrier + s % Cfg::kDqBuffers, Cfg::kComputeThreads + 32); },
-      [&](int s, int box) { return sm.sdQ + (s % Cfg::kDqBuffers) * Cfg::kdQFloats + box * Cfg::kBr * 8; },
+      [&](int s, int) { return sm.sdQ + (s % Cfg::kDqBuffers) * Cfg::kdQFloats; },
       [&](int s) {  // the compute warps wait for this buffer again only for slot s + kDqBuffers
         if (s + Cfg::kDqBuffers < w.n_slots)
           named_barrier_arrive(Cfg::kDqEmptyBarrier + s % Cfg::kDqBuffers, Cfg::kComputeThreads + 32);
@@ -326,13 +329,14 @@ __device__ __forceinline__ void bwd_store_dst(T* sdS, const uint32_t (&dSa)[kSte
 }
 
 // scale·dQ of a warp's rows row0, row0 + 8 and columns col0 + 8n + 2t, +1
-// (an accumulator of kTiles n8 tiles) into a staging area of 8-column boxes
-// of Br rows, as the dQ map's TMA reduce-add reads them
-// (encode_f32_column_groups): column c of row r at (c/8)·Br·8 + 8r + c % 8.
-// A warp's store of one n8 tile then fills 8 consecutive rows of one box,
-// 256 contiguous bytes: two wavefronts, free of bank conflicts. (In 32-column
-// boxes with the 128-byte swizzle, rows g and g^1 of a half-warp shared their
-// banks under any order of the stores: twice the wavefronts, as measured.)
+// (an accumulator of kTiles n8 tiles) into a dQ tile of Br rows in the tile
+// layout: 8-column groups of Br rows, column c of row r at (c/8)·Br·8 + 8r +
+// c % 8 — the layout in which dq_accum holds each tile, so that the dQ
+// writer adds a tile by one bulk copy (bwd_dq_writer). A warp's store of one
+// n8 tile fills 8 consecutive rows of one group, 256 contiguous bytes: two
+// wavefronts, free of bank conflicts. (Staged for a tensor map in the
+// 128-byte swizzle, rows g and g^1 of a half-warp shared their banks under
+// any order of the stores: twice the wavefronts, as measured.)
 template <int Br, int kTiles>
 __device__ __forceinline__ void bwd_stage_dq(float* sdQ, const float (&acc)[kTiles][4], int row0, int col0,
                                              float scale) {

@@ -31,12 +31,10 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 
 // A map of `heads` row-major [rows, cols] matrices stored back to back, read
 // (or reduced into) in boxes of box_cols x box_rows of one head, with the
-// 128-byte swizzle (box_cols · elem_bytes must be 128) or none (box_cols ·
-// elem_bytes a multiple of 16). Rows past `rows` are zero-filled on loads and
-// not written by reductions. False on failure.
+// 128-byte swizzle (box_cols · elem_bytes must be 128). Rows past `rows` are
+// zero-filled on loads and not written by reductions. False on failure.
 inline bool encode_head_boxes(CUtensorMap* map, const void* base, CUtensorMapDataType type, int elem_bytes,
-                              int64_t heads, int rows, int cols, int box_cols, int box_rows,
-                              CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B) {
+                              int64_t heads, int rows, int cols, int box_cols, int box_rows) {
   const auto encode = tensor_map_encoder();
   if (!encode || (reinterpret_cast<uintptr_t>(base) % 16) != 0 || cols % box_cols != 0) return false;
   const cuuint64_t dims[3] = {cuuint64_t(cols), cuuint64_t(rows), cuuint64_t(heads)};  // innermost first
@@ -44,7 +42,7 @@ inline bool encode_head_boxes(CUtensorMap* map, const void* base, CUtensorMapDat
   const cuuint32_t box[3] = {cuuint32_t(box_cols), cuuint32_t(box_rows), 1};
   const cuuint32_t element_strides[3] = {1, 1, 1};
   return encode(map, type, 3, const_cast<void*>(base), dims, strides, box, element_strides,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
@@ -65,16 +63,6 @@ inline bool encode_head_tiles(CUtensorMap* map, const void* base, DType dtype, i
 template <int kBoxRows>
 inline bool encode_f32_head_tiles(CUtensorMap* map, const float* base, int64_t heads, int rows, int cols) {
   return encode_head_boxes(map, base, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, heads, rows, cols, 32, kBoxRows);
-}
-
-// fp32 elements (the Hopper backward rungs' dq_accum) in boxes of 8 columns x
-// kBoxRows rows, unswizzled: a box is kBoxRows rows of 32 contiguous bytes in
-// shared memory, so that a warp's 8-byte stores of an n8 accumulator tile (8
-// rows x 8 columns) fill 256 contiguous bytes, free of bank conflicts.
-template <int kBoxRows>
-inline bool encode_f32_column_groups(CUtensorMap* map, const float* base, int64_t heads, int rows, int cols) {
-  return encode_head_boxes(map, base, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, heads, rows, cols, 8, kBoxRows,
-                           CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
 // Q, K and V maps of a dense problem: Q in boxes of kQRows rows over its B·H
