@@ -15,18 +15,20 @@ namespace attnlab {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
 // ---- dQ: both warpgroups -----------------------------------------------------------
-// dQ_i[:, cols] = dS·K_j[:, cols] for warpgroup wg's D/2 columns (A = dS read
-// from dSᵀ, M-major; B = K, N-major; 16 keys per k-step), one commit group.
+// dQ_i[:, cols] = dS·K_j[:, cols] for 64 of warpgroup wg's D/2 columns, its
+// half `half` (A = dS read from dSᵀ, M-major; B = K, N-major; 16 keys per
+// k-step), one commit group.
 template <typename Cfg, typename T>
-__device__ __forceinline__ void bwd_roles_dq_mma(const BwdShared<Cfg, T>& sm, int wg,
-                                                 float (&dQ)[Cfg::kHeadDim / 16][4]) {
+__device__ __forceinline__ void bwd_roles_dq_mma(const BwdShared<Cfg, T>& sm, int wg, int half,
+                                                 float (&dQ)[8][4]) {
   constexpr int Bc = Cfg::kBc, kCols = Cfg::kHeadDim / 2;
+  static_assert(kCols == 128, "two 64-column halves per warpgroup");
   const uint64_t ds = opaque(make_sw128_desc(sm.sdS, Bc * 128, 1024));
-  const uint64_t kd = opaque(make_sw128_desc(sm.sK + wg * (kCols / 64) * Bc * 64, Bc * 128, 1024));
+  const uint64_t kd = opaque(make_sw128_desc(sm.sK + (wg * 2 + half) * Bc * 64, Bc * 128, 1024));
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < Bc / 16; ++kk)
-    wgmma_ss_tt<T, kCols>(dQ, advance_desc(ds, kk * 16 * 128), advance_desc(kd, kk * 16 * 128), kk > 0);
+    wgmma_ss_tt<T, 64>(dQ, advance_desc(ds, kk * 16 * 128), advance_desc(kd, kk * 16 * 128), kk > 0);
   wgmma_commit();
 }
 
@@ -143,15 +145,22 @@ __device__ __forceinline__ void bwd_roles_chain(const BwdShared<Cfg, T>& sm, con
       named_barrier_sync_any(Cfg::kDsBarrier, Cfg::kComputeThreads);
     }
 
-    float dQ[D / 16][4];
-    bwd_roles_dq_mma<Cfg, T>(sm, wg, dQ);
-    wgmma_wait<0>();  // dQ and the gradient MMA
+    // dQ in two 64-column halves, so that the first is staged while the
+    // second's MMA runs.
+    float dQ0[8][4], dQ1[8][4];
+    bwd_roles_dq_mma<Cfg, T>(sm, wg, 0, dQ0);
+    bwd_roles_dq_mma<Cfg, T>(sm, wg, 1, dQ1);
+    wgmma_wait<1>();  // the gradient MMA and the first half
     fence_accumulators(grad);
-    fence_accumulators(dQ);
+    fence_accumulators(dQ0);
     // NEW: dQ staged over the slot's Q (P chain) or dO (dS chain), once both
     // chains' gradient MMAs have read them; the writer adds it and frees the slot.
+    float* staging = bwd_roles_dq_staging(sm, stage, wg);
     named_barrier_sync_any(Cfg::kSlotReadBarrier, Cfg::kComputeThreads);
-    bwd_stage_dq<Br>(bwd_roles_dq_staging(sm, stage, wg), dQ, 16 * wi + g, 0, p.scale);
+    bwd_stage_dq<Br>(staging, dQ0, 16 * wi + g, 0, p.scale);
+    wgmma_wait<0>();
+    fence_accumulators(dQ1);
+    bwd_stage_dq<Br>(staging, dQ1, 16 * wi + g, 64, p.scale);
     fence_proxy_async_shared();  // the st.shared of dQ (and every read of the slot), before the TMA reads it
     named_barrier_arrive_any(Cfg::kDqFullBarrier + stage, Cfg::kComputeThreads + 32);
     // Every thread releases the slot too (as in rung 14): its own reads of
