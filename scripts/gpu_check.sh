@@ -88,6 +88,9 @@ step "configure + build (sm_$arch, $(nproc) jobs)"
 build_rc=$?
 grep -E "attnlab:|error|retrying" "$logs/build.log" | head -20
 echo "ptxas spill warnings: $(grep -c 'Registers are spilled' "$logs/build.log")"
+# ptxas's advisories that it serialised a kernel's wgmmas or waited for them
+# where the code does not (C7510-C7517): every wgmma then waits for the last.
+echo "ptxas wgmma serialisation advisories: $(grep -c '(C751[0-9])' "$logs/build.log")"
 if [ $build_rc -ne 0 ]; then
   tail -30 "$logs/build.log"
   SUMMARY_NOTE="The build FAILED: logs/build.log in logs.tar.gz; nothing else ran." finish 1
