@@ -57,7 +57,7 @@ RUNGS = tuple(Rung(*r) for r in (
     ("13", "bwd-mma", "02", BACKWARD, "13_bwd_mma.md",
      "FlashAttention-2's backward in mma.sync: a block per key tile, dQ by fp32 atomics"),
     ("14", "bwd-ws", "13", BACKWARD, "14_bwd_ws.md",
-     "FlashAttention-3's backward: TMA producer, two wgmma warpgroups on Sᵀ, dQ by TMA reduce-add from a writer warp"),
+     "FlashAttention-3's backward: TMA producer, two wgmma warpgroups on Sᵀ, dQ by bulk reduce-add from a writer warp"),
     ("15", "bwd-roles", "14", BACKWARD, "15_bwd_ws_roles.md",
      "D = 256: both warpgroups on one 64-key tile, one the P chain and one the dS chain; dQ staged in the ring slot"),
 ))

@@ -13,10 +13,9 @@
 //        already the register A operands of dV += Pᵀ·dO and dK += dSᵀ·Q — P
 //        never goes through shared memory; dSᵀ does, once, for dQ = dS·K over
 //        both warpgroups' keys (bwd_ws_mainloop.cuh);
-//   NEW (dQ by TMA reduce-add): each tile's dQ is staged in shared memory and
-//        a dQ writer warp adds it to the fp32 accumulator (which holds
-//        each tile in the staging's layout) by one bulk reduction, instead
-//        of per-element atomics;
+//   NEW (dQ by bulk reduce-add): a dQ writer warp adds each tile's dQ, staged
+//        in shared memory in the fp32 accumulator's own tile layout, by one
+//        bulk reduction instead of per-element atomics;
 //        `+deterministic` adds a dQ tile's parts in key-tile order (a counter
 //        per dQ tile), walking the query tiles last first.
 // Before and after (common/bwd_prepost.cuh): Δ = rowsum(dO ∘ O), LSE·log2e; dQ's cast.
@@ -204,7 +203,7 @@ BwdVariant make_variant() {
   v.launch = launch<kDeterministic>;
   v.describe = [] {
     return std::string("sm_90a wgmma, Q/dO/LSE/Δ by TMA from a producer warp, Sᵀ and dPᵀ so that P and dS stay "
-                       "in registers, dQ by TMA reduce-add") +
+                       "in registers, dQ by bulk reduce-add") +
            (kDeterministic ? " in key-tile order (bitwise reproducible)" : "") + "; " + describe_tiles();
   };
   return v;

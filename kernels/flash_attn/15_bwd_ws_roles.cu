@@ -14,7 +14,7 @@
 //        both gradient MMAs have read the tile's slot, the P chain stages its
 //        half of dQ over the slot's Q and the dS chain over its dO (64 x 128
 //        fp32 each: the same bytes); rung 14's dQ writer warp adds them by
-//        TMA reduce-add and only then frees the slot for the producer.
+//        bulk reduce-add and only then frees the slot for the producer.
 // Unchanged: the producer thread and its Q/dO/LSE/Δ ring, the walk (one block
 // per key tile and KV head), `+deterministic`'s turns (a counter per dQ tile,
 // key-tile order), the pre-pass and dQ's cast (bwd_ws_host.cuh).
@@ -146,7 +146,7 @@ BwdVariant make_variant() {
   v.describe = [] {
     using Cfg = Config<256, 256>;
     return std::string("sm_90a wgmma, rung 14's producer; both warpgroups on one 64-key tile, one the P chain "
-                       "(S, P, dV), one the dS chain (dP, dS, dK), dQ staged in the ring slot and added by TMA "
+                       "(S, P, dV), one the dS chain (dP, dS, dK), dQ staged in the ring slot and added by bulk "
                        "reduce-add") +
            (kDeterministic ? " in key-tile order (bitwise reproducible)" : "") +
            "; stages=" + std::to_string(kBwdRolesStages) + "; D=256: Br=" + std::to_string(Cfg::kBr) +

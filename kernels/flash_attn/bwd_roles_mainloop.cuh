@@ -3,7 +3,7 @@
 // warpgroup 0 runs the P chain (Sᵀ, Pᵀ, dV), warpgroup 1 the dS chain (dPᵀ,
 // dSᵀ, dK), and both take half of dQ's columns, which they stage over the
 // ring slot that the tile's Q and dO came in, for a dQ writer warp to add by
-// TMA reduce-add. The producer (bwd_load), the walk (BwdWork), the
+// bulk reduce-add. The producer (bwd_load), the walk (BwdWork), the
 // element-wise steps, dQ's staging and the epilogue are rung 14's
 // (bwd_ws_mainloop.cuh).
 #pragma once

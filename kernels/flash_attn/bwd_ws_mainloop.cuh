@@ -5,7 +5,7 @@
 // LSE_i, Δ_i into a ring of kStages slots; bwd_compute runs the five GEMMs of
 // each query tile, stages its dQ in shared memory and ends in the epilogue
 // (bwd_store_dkv) with dK_j, dV_j; bwd_write_dq adds each staged dQ into the
-// fp32 accumulator (a TMA reduce-add). bwd_ws_block splits a block's warps
+// fp32 accumulator (a bulk reduce-add). bwd_ws_block splits a block's warps
 // between them; rung 15 (bwd_roles_mainloop.cuh) reuses all but the compute
 // warpgroups and the writer's staging.
 #pragma once
