@@ -249,6 +249,8 @@ if [ "$mode" = check ]; then
     for t in "${dmattn_tests[@]}"; do gpu_test "$t" 400 & pids+=($!); done
     gpu_tests+=("${dmattn_tests[@]}")
   fi
+  gpu_test test_block_mask_gpu 120 & pids+=($!)  # the block-sparse family's GPU block masks
+  gpu_tests+=(test_block_mask_gpu)
 
 
   # Checks against torch's fp32 math SDPA (--reference torch), where torch has it.
