@@ -78,6 +78,9 @@ struct BwdMmaConfig {
   // Queries per Sᵀ slice: Sᵀ and dPᵀ of a slice (kSlice registers per thread)
   // sit next to dK and dV (D registers) in one thread's 255.
   static constexpr int kSlice = 64;
+  // K_j's and V_j's A fragments kept in registers (2·D/4 per thread) rather
+  // than reloaded for every query tile: where they fit beside dK, dV, Sᵀ, dPᵀ.
+  static constexpr bool kKVInRegs = kHeadDim <= 64;
   static constexpr int kSlots = 2;  // Q_i/dO_i/LSE_i/Δ_i slots: the next tile lands during this one
   static constexpr int kStride = kHeadDim + 8;  // padded rows: ldmatrix hits 8 bank groups
   static constexpr int kDsStride = kBr + 8;
@@ -191,6 +194,19 @@ bwd_mma_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
 
   float dK[kTilesD][4] = {}, dV[kTilesD][4] = {};  // [16 keys, D] per warp, fp32
   const int key0 = kv0 + warp * 16 + g;             // key of c0, c1 (c2, c3: key0 + 8)
+  // The warp's 16 rows of K and V as MMA A fragments, loaded once (they are
+  // the same for every query tile) where registers allow.
+  constexpr bool kKVInRegs = Cfg::kKVInRegs;
+  uint32_t kA[kKVInRegs ? D / 16 : 1][4], vA[kKVInRegs ? D / 16 : 1][4];
+  if constexpr (kKVInRegs) {
+    cp_async_wait<0>();  // K_j, V_j (and pair 0)
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      load_a_fragment<kStride>(kA[kk], sK + warp * 16 * kStride + kk * 16, lane);
+      load_a_fragment<kStride>(vA[kk], sV + warp * 16 * kStride + kk * 16, lane);
+    }
+  }
 
 #pragma unroll 1
   for (int s = 0; s < n_slots; ++s) {
@@ -212,11 +228,16 @@ bwd_mma_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
       float St[kTilesS][4] = {}, dPt[kTilesS][4] = {};
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
-        uint32_t a[4];
-        load_a_fragment<kStride>(a, sK + warp * 16 * kStride + kk * 16, lane);
-        qk_slice<T, kTilesS, kStride>(St, a, sQ + qh * kStride + kk * 16, lane);
-        load_a_fragment<kStride>(a, sV + warp * 16 * kStride + kk * 16, lane);
-        qk_slice<T, kTilesS, kStride>(dPt, a, sdO + qh * kStride + kk * 16, lane);
+        if constexpr (kKVInRegs) {
+          qk_slice<T, kTilesS, kStride>(St, kA[kk], sQ + qh * kStride + kk * 16, lane);
+          qk_slice<T, kTilesS, kStride>(dPt, vA[kk], sdO + qh * kStride + kk * 16, lane);
+        } else {
+          uint32_t a[4];
+          load_a_fragment<kStride>(a, sK + warp * 16 * kStride + kk * 16, lane);
+          qk_slice<T, kTilesS, kStride>(St, a, sQ + qh * kStride + kk * 16, lane);
+          load_a_fragment<kStride>(a, sV + warp * 16 * kStride + kk * 16, lane);
+          qk_slice<T, kTilesS, kStride>(dPt, a, sdO + qh * kStride + kk * 16, lane);
+        }
       }
       // Only a ragged key tile or one that crosses the diagonal pays for the mask.
       if (kv0 + Bc > p.Nk || (p.causal && kv0 + Bc - 1 > q0 + qh + causal_offset))
