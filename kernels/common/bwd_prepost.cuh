@@ -64,6 +64,14 @@ bwd_row_stats_kernel(const T* __restrict__ o, const T* __restrict__ dout, const 
   }
 }
 
+// The offset of row r, column 8·group + c8 (c8 < 8) inside a tile of
+// tile_rows rows in the tile layout above: the Hopper rungs stage dQ in it
+// (bwd_stage_dq) and the cast below reads it. (The column comes split so
+// that a caller whose columns start on a group boundary pays no division.)
+ATTNLAB_HOST_DEVICE constexpr int dq_tile_offset(int r, int group, int c8, int tile_rows) {
+  return group * tile_rows * 8 + r * 8 + c8;
+}
+
 // dq[head, i, :] = acc[head, i, :] for i < Nq, the accumulator row-major or
 // in tiles of tile_rows rows (above); D a multiple of 8. The accumulator
 // already holds scale·dS·K.
@@ -77,7 +85,7 @@ bwd_dq_convert_kernel(const float* __restrict__ acc, T* __restrict__ dq, int Nq,
   const int d = int(e % D), i = int(row % Nq);
   const int64_t at = tile_rows == 0 ? (head * nq_pad + i) * D + d
                                     : (head * nq_pad + i - i % tile_rows) * D +
-                                          (d / 8) * tile_rows * 8 + (i % tile_rows) * 8 + d % 8;
+                                          dq_tile_offset(i % tile_rows, d / 8, d % 8, tile_rows);
   const float4 a = *reinterpret_cast<const float4*>(acc + at);
   uint2 out;
   out.x = pack2<T>(a.x, a.y);

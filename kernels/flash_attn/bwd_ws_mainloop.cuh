@@ -14,6 +14,7 @@
 
 #include <type_traits>
 
+#include "common/bwd_prepost.cuh"
 #include "common/online_softmax.cuh"
 #include "common/ptx.cuh"
 #include "common/split_q_parts.cuh"
@@ -330,9 +331,9 @@ __device__ __forceinline__ void bwd_store_dst(T* sdS, const uint32_t (&dSa)[kSte
 
 // scale·dQ of a warp's rows row0, row0 + 8 and columns col0 + 8n + 2t, +1
 // (an accumulator of kTiles n8 tiles) into a dQ tile of Br rows in the tile
-// layout: 8-column groups of Br rows, column c of row r at (c/8)·Br·8 + 8r +
-// c % 8 — the layout in which dq_accum holds each tile, so that the dQ
-// writer adds a tile by one bulk copy (bwd_dq_writer). A warp's store of one
+// layout (8-column groups of Br rows: dq_tile_offset, common/bwd_prepost.cuh),
+// in which dq_accum holds each tile, so that the dQ writer adds a tile by one
+// bulk copy (bwd_dq_writer). A warp's store of one
 // n8 tile fills 8 consecutive rows of one group, 256 contiguous bytes: two
 // wavefronts, free of bank conflicts. (Staged for a tensor map in the
 // 128-byte swizzle, rows g and g^1 of a half-warp shared their banks under
@@ -345,7 +346,7 @@ __device__ __forceinline__ void bwd_stage_dq(float* sdQ, const float (&acc)[kTil
   for (int r = 0; r < 2; ++r)
 #pragma unroll
     for (int n = 0; n < kTiles; ++n)
-      *reinterpret_cast<float2*>(sdQ + (col0 / 8 + n) * Br * 8 + (row0 + 8 * r) * 8 + 2 * t) =
+      *reinterpret_cast<float2*>(sdQ + dq_tile_offset(row0 + 8 * r, col0 / 8 + n, 2 * t, Br)) =
           make_float2(scale * acc[n][2 * r], scale * acc[n][2 * r + 1]);
 }
 
