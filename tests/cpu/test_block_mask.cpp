@@ -10,10 +10,12 @@
 #include <string>
 #include <vector>
 
+#include "../block_mask_cases.h"
 #include "blocksparse/block_mask.h"
 #include "testing.h"
 
 using namespace attnlab;
+using block_mask_cases::random_docs;
 
 namespace {
 
@@ -27,8 +29,7 @@ const int kBlocks[][2] = {{128, 128}, {256, 256}, {64, 128}};
 std::vector<MaskMod> all_mods(int Nq, int Nk, const std::vector<int32_t>& doc, int doc_len) {
   std::vector<MaskMod> mods;
   std::string why;
-  for (const char* spec : {"none", "causal", "sliding_window:64,32", "block_diagonal:100", "mini_causal:64",
-                           "prefix_lm:150", "dilated_sliding_window:256,2", "document"}) {
+  for (const char* spec : block_mask_cases::kMaskModSpecs) {
     MaskMod m = parse_mask_mod(spec, Nq, Nk, why);
     EXPECT_TRUE(why.empty());
     if (m.kind == MaskModKind::kDocument) {
@@ -38,19 +39,6 @@ std::vector<MaskMod> all_mods(int Nq, int Nk, const std::vector<int32_t>& doc, i
     mods.push_back(m);
   }
   return mods;
-}
-
-// Document ids [B][L]: L cut into a few random segments.
-std::vector<int32_t> random_docs(int B, int L, std::mt19937& rng) {
-  std::vector<int32_t> ids(size_t(B) * L);
-  for (int b = 0; b < B; ++b) {
-    int id = 0;
-    for (int i = 0; i < L; ++i) {
-      if (i > 0 && rng() % 97 == 0) ++id;
-      ids[size_t(b) * L + i] = id;
-    }
-  }
-  return ids;
 }
 
 BlockKind brute_kind(const MaskMod& mod, const BlockMask& bm, int b, int h, int m, int n) {

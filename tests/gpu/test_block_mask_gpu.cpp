@@ -13,12 +13,14 @@
 #include <string>
 #include <vector>
 
+#include "../block_mask_cases.h"
 #include "blocksparse/block_mask.h"
 #include "blocksparse/block_mask_gpu.h"
 #include "gpu_testing.h"
 
 using namespace attnlab;
 using namespace attnlab::testing;
+using block_mask_cases::random_docs;
 
 namespace {
 
@@ -28,18 +30,6 @@ struct Shape {
 const Shape kShapes[] = {{1, 1}, {17, 17}, {113, 203}, {239, 1}, {799, 3}, {300, 1000}, {128, 8192}};
 const int kBlocks[][2] = {{64, 64}, {128, 128}, {256, 256}, {128, 64}};
 constexpr int kB = 2, kH = 3;
-
-std::vector<int32_t> random_docs(int B, int L, std::mt19937& rng) {
-  std::vector<int32_t> ids(size_t(B) * L);
-  for (int b = 0; b < B; ++b) {
-    int id = 0;
-    for (int i = 0; i < L; ++i) {
-      if (i > 0 && rng() % 97 == 0) ++id;
-      ids[size_t(b) * L + i] = id;
-    }
-  }
-  return ids;
-}
 
 // "" when the two block masks hold the same lists, else the first difference.
 std::string difference(const BlockMask& got, const BlockMask& want) {
@@ -100,8 +90,7 @@ int main() {
     int32_t* d_doc = nullptr;
     cudaMalloc(&d_doc, doc.size() * 4);
     cudaMemcpy(d_doc, doc.data(), doc.size() * 4, cudaMemcpyHostToDevice);
-    for (const char* spec : {"none", "causal", "sliding_window:64,32", "block_diagonal:100", "mini_causal:64",
-                             "prefix_lm:150", "dilated_sliding_window:256,2", "document"}) {
+    for (const char* spec : block_mask_cases::kMaskModSpecs) {
       std::string why;
       MaskMod mod = parse_mask_mod(spec, s.Nq, s.Nk, why);
       record(why.empty(), std::string(spec) + ": " + why);
