@@ -173,13 +173,6 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__
 
 using BwdWsHeadDims = HeadDimList<HeadDims<64, 64>, HeadDims<128, 128>, HeadDims<192, 128>>;
 
-template <bool kDeterministic>
-cudaError_t launch(const AttnProblem& p, const AttnGradBuffers& b, cudaStream_t stream) {
-  return bwd_ws_launch<BwdWsHeadDims, Config, kDeterministic>(p, b, stream, [](auto cfg, auto type) {
-    return bwd_ws_kernel<decltype(cfg), decltype(type), kDeterministic>;
-  });
-}
-
 std::string describe_tiles() {
   std::string s = "stages=" + std::to_string(kBwdWsStages);
   BwdWsHeadDims::for_each([&](auto dims) {
@@ -194,19 +187,12 @@ std::string describe_tiles() {
 
 template <bool kDeterministic>
 BwdVariant make_variant() {
-  BwdVariant v;
-  v.name = kDeterministic ? "bwd-ws+deterministic" : "bwd-ws";
-  v.rung = "14_bwd_ws";
-  v.deterministic = kDeterministic;
-  v.unsupported_reason = bwd_ws_unsupported<BwdWsHeadDims, Config>;
-  v.workspace_bytes = bwd_ws_workspace_bytes<BwdWsHeadDims, Config>;
-  v.launch = launch<kDeterministic>;
-  v.describe = [] {
-    return std::string("sm_90a wgmma, Q/dO/LSE/Δ by TMA from a producer warp, Sᵀ and dPᵀ so that P and dS stay "
-                       "in registers, dQ by bulk reduce-add") +
-           (kDeterministic ? " in key-tile order (bitwise reproducible)" : "") + "; " + describe_tiles();
-  };
-  return v;
+  return bwd_ws_variant<BwdWsHeadDims, Config, kDeterministic>(
+      "bwd-ws", "14_bwd_ws",
+      [](auto cfg, auto type) { return bwd_ws_kernel<decltype(cfg), decltype(type), kDeterministic>; },
+      "sm_90a wgmma, Q/dO/LSE/Δ by TMA from a producer warp, Sᵀ and dPᵀ so that P and dS stay in registers, dQ by "
+      "bulk reduce-add",
+      describe_tiles);
 }
 
 }  // namespace

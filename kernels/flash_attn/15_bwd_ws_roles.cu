@@ -128,32 +128,18 @@ bwd_roles_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constan
 using BwdRolesHeadDims = HeadDimList<HeadDims<256, 256>>;
 
 template <bool kDeterministic>
-cudaError_t launch(const AttnProblem& p, const AttnGradBuffers& b, cudaStream_t stream) {
-  return bwd_ws_launch<BwdRolesHeadDims, Config, kDeterministic>(p, b, stream, [](auto cfg, auto type) {
-    return bwd_roles_kernel<decltype(cfg), decltype(type), kDeterministic>;
-  });
-}
-
-template <bool kDeterministic>
 BwdVariant make_variant() {
-  BwdVariant v;
-  v.name = kDeterministic ? "bwd-roles+deterministic" : "bwd-roles";
-  v.rung = "15_bwd_ws_roles";
-  v.deterministic = kDeterministic;
-  v.unsupported_reason = bwd_ws_unsupported<BwdRolesHeadDims, Config>;
-  v.workspace_bytes = bwd_ws_workspace_bytes<BwdRolesHeadDims, Config>;
-  v.launch = launch<kDeterministic>;
-  v.describe = [] {
-    using Cfg = Config<256, 256>;
-    return std::string("sm_90a wgmma, rung 14's producer; both warpgroups on one 64-key tile, one the P chain "
-                       "(S, P, dV), one the dS chain (dP, dS, dK), dQ staged in the ring slot and added by bulk "
-                       "reduce-add") +
-           (kDeterministic ? " in key-tile order (bitwise reproducible)" : "") +
-           "; stages=" + std::to_string(kBwdRolesStages) + "; D=256: Br=" + std::to_string(Cfg::kBr) +
-           " Bc=" + std::to_string(Cfg::kBc) + " warps=" + std::to_string(Cfg::kWarps) +
-           " smem=" + std::to_string(Cfg::kSmemBytes) + "B; fp16/bf16; causal or not; GQA/MQA; any Nq, Nk";
-  };
-  return v;
+  return bwd_ws_variant<BwdRolesHeadDims, Config, kDeterministic>(
+      "bwd-roles", "15_bwd_ws_roles",
+      [](auto cfg, auto type) { return bwd_roles_kernel<decltype(cfg), decltype(type), kDeterministic>; },
+      "sm_90a wgmma, rung 14's producer; both warpgroups on one 64-key tile, one the P chain (S, P, dV), one the dS "
+      "chain (dP, dS, dK), dQ staged in the ring slot and added by bulk reduce-add",
+      [] {
+        using Cfg = Config<256, 256>;
+        return "stages=" + std::to_string(kBwdRolesStages) + "; D=256: Br=" + std::to_string(Cfg::kBr) +
+               " Bc=" + std::to_string(Cfg::kBc) + " warps=" + std::to_string(Cfg::kWarps) +
+               " smem=" + std::to_string(Cfg::kSmemBytes) + "B; fp16/bf16; causal or not; GQA/MQA; any Nq, Nk";
+      });
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <functional>
 #include <string>
 
 #include "common/bwd_prepost.cuh"
@@ -118,6 +119,28 @@ cudaError_t bwd_ws_launch(const AttnProblem& p, const AttnGradBuffers& b, cudaSt
     });
   });
   return err;
+}
+
+// A Hopper backward rung's variant, `name` or `name+deterministic`: its
+// refusals, workspace and launch from its head dims, configs and kernel_of
+// (as bwd_ws_launch takes it); described as `what` (+ the deterministic
+// mode's order), then `tiles()`.
+template <typename HeadDimsList, template <int, int> class Cfg, bool kDeterministic, typename KernelOf>
+BwdVariant bwd_ws_variant(const std::string& name, const std::string& rung, KernelOf kernel_of,
+                          const std::string& what, std::function<std::string()> tiles) {
+  BwdVariant v;
+  v.name = kDeterministic ? name + "+deterministic" : name;
+  v.rung = rung;
+  v.deterministic = kDeterministic;
+  v.unsupported_reason = bwd_ws_unsupported<HeadDimsList, Cfg>;
+  v.workspace_bytes = bwd_ws_workspace_bytes<HeadDimsList, Cfg>;
+  v.launch = [kernel_of](const AttnProblem& p, const AttnGradBuffers& b, cudaStream_t stream) {
+    return bwd_ws_launch<HeadDimsList, Cfg, kDeterministic>(p, b, stream, kernel_of);
+  };
+  v.describe = [what, tiles] {
+    return what + (kDeterministic ? " in key-tile order (bitwise reproducible)" : "") + "; " + tiles();
+  };
+  return v;
 }
 
 }  // namespace attnlab
