@@ -13,9 +13,9 @@
 //        already the register A operands of dV += Pᵀ·dO and dK += dSᵀ·Q — P
 //        never goes through shared memory; dSᵀ does, once, for dQ = dS·K over
 //        both warpgroups' keys (bwd_ws_mainloop.cuh);
-//   NEW (dQ by bulk reduce-add): a dQ writer warp adds each tile's dQ, staged
-//        in shared memory in the fp32 accumulator's own tile layout, by one
-//        bulk reduction instead of per-element atomics;
+//   NEW (dQ by bulk reduce-add): dQ writer warps (one per staging buffer) add
+//        each tile's dQ, staged in shared memory in the fp32 accumulator's own
+//        tile layout, by one bulk reduction instead of per-element atomics;
 //        `+deterministic` adds a dQ tile's parts in key-tile order (a counter
 //        per dQ tile), walking the query tiles last first.
 // Before and after (common/bwd_prepost.cuh): Δ = rowsum(dO ∘ O), LSE·log2e; dQ's cast.
@@ -106,17 +106,18 @@ struct BwdWsConfig : ProducerWarpgroupSplit<2, 24, 240> {  // 2 compute warpgrou
   static constexpr int kSmemBytes = kTileBytes + 8 * kBarriers + 1024;  // + slack to align to 1024
   // Named barriers (0 is __syncthreads'): "both compute warpgroups' dSᵀ are
   // stored" (256 threads), and per dQ staging buffer "staged" and "read by the
-  // dQ writer" (the compute warps and the writer warp, 288).
+  // dQ writer" (the compute warps and that buffer's writer warp, 288).
   // With one dSᵀ buffer, kDsFreeBarrier: "both have read the previous dSᵀ".
   static constexpr int kDsBarrier = 1, kDqFullBarrier = 2, kDqEmptyBarrier = 4, kDsFreeBarrier = 6;
   static constexpr int kDqWriterWarp = kProducerWarp + 1;
+  static constexpr int kDqWriters = kDqBuffers;  // a dQ writer warp per staging buffer
   static_assert(kComputeWarps == 8 && kComputeThreads == 256 && kBc == 64 * 2, "two compute warpgroups of 64 keys");
   static_assert(kKVBytes == 2 * kBc * (kHeadDim + kHeadDimV) && kQdoBytes == 2 * kBr * (kHeadDim + kHeadDimV + 4),
                 "the bytes each full barrier expects");
   static_assert(kDsBarrier >= 1 && kDqFullBarrier == kDsBarrier + 1 && kDqEmptyBarrier == kDqFullBarrier + 2 &&
                     kDsFreeBarrier == kDqEmptyBarrier + 2 && kDsFreeBarrier <= 15,
                 "hardware barriers 1..15, two per pair of dQ buffers");
-  static_assert(kDqWriterWarp < kWarps, "the dQ writer is a warp of the producer warpgroup");
+  static_assert(kDqWriterWarp + kDqWriters <= kWarps, "the dQ writers are warps of the producer warpgroup");
   static_assert(kHeadDim % 64 == 0 && kHeadDimV % 64 == 0, "Sw128Blocks stores 64-column blocks, one TMA box each");
   static_assert(kBr == 64 || kBr == 128, "Sᵀ's N and the dQ split");
   static_assert(kDqColsA == 64 && (kDqColsB == 0 || kDqColsB == 32), "dQ parts: m64n64 (+ m64n32) per warpgroup");
@@ -162,8 +163,8 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bwd_ws_block<Cfg, T, kDeterministic>(
       smem_raw, p, &tma_q, &tma_k, &tma_v, &tma_do, lse2, delta, nq_pad,
-      [&](const BwdShared<Cfg, T>& sm, const BwdWork& w) {
-        bwd_write_dq<Cfg, T, kDeterministic>(sm, p, w, dq_accum, nq_pad, dq_turns);
+      [&](const BwdShared<Cfg, T>& sm, const BwdWork& w, int writer) {
+        bwd_write_dq<Cfg, T, kDeterministic>(sm, p, w, dq_accum, nq_pad, dq_turns, writer);
       },
       [&](const BwdShared<Cfg, T>& sm, const BwdWork& w) { bwd_compute<Cfg, T>(sm, p, w, dk, dv); });
 #endif

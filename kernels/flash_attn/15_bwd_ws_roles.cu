@@ -13,8 +13,8 @@
 //   NEW (dQ staged in the ring): no room is left for a dQ buffer, so once
 //        both gradient MMAs have read the tile's slot, the P chain stages its
 //        half of dQ over the slot's Q and the dS chain over its dO (64 x 128
-//        fp32 each: the same bytes); rung 14's dQ writer warp adds them by
-//        bulk reduce-add and only then frees the slot for the producer.
+//        fp32 each: the same bytes); rung 14's dQ writers (a warp per slot)
+//        add them by bulk reduce-add and only then free the slot.
 // Unchanged: the producer thread and its Q/dO/LSE/Δ ring, the walk (one block
 // per key tile and KV head), `+deterministic`'s turns (a counter per dQ tile,
 // key-tile order), the pre-pass and dQ's cast (bwd_ws_host.cuh).
@@ -73,9 +73,11 @@ struct BwdRolesConfig : ProducerWarpgroupSplit<2, 24, 240> {  // 2 compute warpg
   // q_empty: every compute thread once its dQ is staged, and the dQ writer once the adds have read it.
   static constexpr int kSlotReleasers = kComputeThreads + 1;
   // Named barriers: Pᵀ handed over, dSᵀ stored, the slot's Q and dO read
-  // (256 compute threads each), and per stage "dQ staged" (+ the writer warp).
+  // (256 compute threads each), and per stage "dQ staged" (+ its writer warp).
   static constexpr int kPBarrier = 1, kDsBarrier = 2, kSlotReadBarrier = 3, kDqFullBarrier = 4;
   static constexpr int kDqWriterWarp = kProducerWarp + 1;
+  static constexpr int kDqWriters = kStages;  // a dQ writer warp per ring slot (its staging)
+  static_assert(kDqWriterWarp + kDqWriters <= kWarps, "the dQ writers are warps of the producer warpgroup");
   static_assert(kComputeWarps == 8 && kComputeThreads == 256, "two compute warpgroups: the P and the dS chain");
   static_assert(kBr == 64 && kBc == 64, "Sᵀ and dPᵀ are one m64n64 tile per chain");
   static_assert(kHeadDim == kHeadDimV && kHeadDim % 128 == 0 && kHeadDim <= 256,
@@ -111,8 +113,8 @@ bwd_roles_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constan
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bwd_ws_block<Cfg, T, kDeterministic>(
       smem_raw, p, &tma_q, &tma_k, &tma_v, &tma_do, lse2, delta, nq_pad,
-      [&](const BwdShared<Cfg, T>& sm, const BwdWork& w) {
-        bwd_roles_write_dq<Cfg, T, kDeterministic>(sm, p, w, dq_accum, nq_pad, dq_turns);
+      [&](const BwdShared<Cfg, T>& sm, const BwdWork& w, int writer) {
+        bwd_roles_write_dq<Cfg, T, kDeterministic>(sm, p, w, dq_accum, nq_pad, dq_turns, writer);
       },
       [&](const BwdShared<Cfg, T>& sm, const BwdWork& w) {
         if (threadIdx.x < 128)

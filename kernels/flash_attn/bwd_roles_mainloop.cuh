@@ -45,9 +45,10 @@ __device__ __forceinline__ float* bwd_roles_dq_staging(const BwdShared<Cfg, T>& 
 
 template <typename Cfg, typename T, bool kDeterministic>
 __device__ __forceinline__ void bwd_roles_write_dq(const BwdShared<Cfg, T>& sm, const AttnProblem& p,
-                                                   const BwdWork& w, float* dq_accum, int nq_pad, int* dq_turns) {
+                                                   const BwdWork& w, float* dq_accum, int nq_pad, int* dq_turns,
+                                                   int writer) {
   bwd_dq_writer<Cfg, kDeterministic, 2>(  // part wg: warpgroup wg's columns, from its half of the slot
-      p, w, dq_accum, nq_pad, dq_turns,
+      p, w, dq_accum, nq_pad, dq_turns, writer,
       // A barrier per stage: the compute warps may stage slot s + 1 before
       // this warp has taken slot s, but not slot s + kStages (it needs s's release).
       [&](int s) { named_barrier_sync_any(Cfg::kDqFullBarrier + s % Cfg::kStages, Cfg::kComputeThreads + 32); },

@@ -167,47 +167,51 @@ __device__ __forceinline__ void bwd_pass_turn(int* counter) {
   asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter) : "memory");
 }
 
-// ---- the dQ writer -----------------------------------------------------------------
-// One warp of the producer warpgroup (FA3's dQ writer warp,
-// hopper/flash_bwd_kernel_sm90.h): for each slot s, once wait_staged(s) says
-// the compute warps have staged its dQ tile (q_head, m) — Br rows x D fp32 in
-// the tile layout of bwd_stage_dq, in kParts contiguous parts, part i at
+// ---- the dQ writers ----------------------------------------------------------------
+// kWriters warps of the producer warpgroup (FA3's dQ writer warp,
+// hopper/flash_bwd_kernel_sm90.h), one per staging buffer: writer k takes the
+// slots s ≡ k (mod kWriters). For each, once wait_staged(s) says the compute
+// warps have staged its dQ tile (q_head, m) — Br rows x D fp32 in the tile
+// layout of bwd_stage_dq, in kParts contiguous parts, part i at
 // part_at(s, i) — one lane adds them to the accumulator, which holds each
-// tile in that same layout (common/bwd_prepost.cuh), one bulk reduction per part, and
-// hand_back(s) runs once the reductions have read the staging. So the
-// compute warps never wait on the adds. Deterministic: key tile j first waits
-// until the dQ tile's counter reads j, then waits for its adds to land and
-// passes the turn on.
+// tile in that same layout (common/bwd_prepost.cuh), one bulk reduction per
+// part, and hand_back(s) runs once the reductions have read the staging. So
+// the compute warps never wait on the adds. Deterministic: key tile j first
+// waits until the dQ tile's counter reads j; after the hand-back it waits for
+// its adds to land and passes the turn on — while the other writer takes the
+// next slot, so that neither the buffer nor the next add waits for a landing.
 template <typename Cfg, bool kDeterministic, int kParts, typename WaitStaged, typename PartAt, typename HandBack>
 __device__ __forceinline__ void bwd_dq_writer(const AttnProblem& p, const BwdWork& w, float* dq_accum, int nq_pad,
-                                              int* dq_turns, WaitStaged&& wait_staged, PartAt&& part_at,
+                                              int* dq_turns, int writer, WaitStaged&& wait_staged, PartAt&& part_at,
                                               HandBack&& hand_back) {
   constexpr int Br = Cfg::kBr, kPartFloats = Br * Cfg::kHeadDim / kParts;
   static_assert((Br * Cfg::kHeadDim) % (4 * kParts) == 0, "parts of whole 16-byte chunks");
   const int lane = threadIdx.x % 32;
 #pragma unroll 1
-  for (int s = 0; s < w.n_slots; ++s) {
+  for (int s = writer; s < w.n_slots; s += Cfg::kDqWriters) {
     wait_staged(s);
+    int* turn = nullptr;
     if (lane == 0) {
       int h, m;
       w.slot(s, h, m);
       const int64_t q_head = int64_t(w.b) * p.H + h;
-      [[maybe_unused]] int* turn = dq_turns + q_head * (nq_pad / Br) + m;
+      turn = dq_turns + q_head * (nq_pad / Br) + m;
       if constexpr (kDeterministic) bwd_wait_turn(turn, w.j_tile);
       float* tile = dq_accum + (q_head * nq_pad + m * Br) * Cfg::kHeadDim;
 #pragma unroll
       for (int part = 0; part < kParts; ++part)
         bulk_reduce_add_f32(tile + part * kPartFloats, part_at(s, part), kPartFloats * 4);
       bulk_commit();
-      if constexpr (kDeterministic) {
-        bulk_wait();  // landed, before the next key tile's turn
-        bwd_pass_turn(turn);
-      } else {
-        bulk_wait_read();
-      }
+      bulk_wait_read();
     }
     __syncwarp();
     hand_back(s);
+    if constexpr (kDeterministic) {
+      if (lane == 0) {
+        bulk_wait();  // landed, before the next key tile's turn
+        bwd_pass_turn(turn);
+      }
+    }
   }
   if (lane == 0) bulk_wait();  // every add has landed before the block ends
 }
@@ -216,9 +220,10 @@ __device__ __forceinline__ void bwd_dq_writer(const AttnProblem& p, const BwdWor
 // named barriers (kDqFull + buffer, kDqEmpty + buffer).
 template <typename Cfg, typename T, bool kDeterministic>
 __device__ __forceinline__ void bwd_write_dq(const BwdShared<Cfg, T>& sm, const AttnProblem& p, const BwdWork& w,
-                                             float* dq_accum, int nq_pad, int* dq_turns) {
+                                             float* dq_accum, int nq_pad, int* dq_turns, int writer) {
+  static_assert(Cfg::kDqWriters == Cfg::kDqBuffers, "a writer per staging buffer (its named barriers)");
   bwd_dq_writer<Cfg, kDeterministic, 1>(
-      p, w, dq_accum, nq_pad, dq_turns,
+      p, w, dq_accum, nq_pad, dq_turns, writer,
       [&](int s) { named_barrier_sync(Cfg::kDqFullBarrier + s % Cfg::kDqBuffers, Cfg::kComputeThreads + 32); },
       [&](int s, int) { return sm.sdQ + (s % Cfg::kDqBuffers) * Cfg::kdQFloats; },
       [&](int s) {  // the compute warps wait for this buffer again only for slot s + kDqBuffers
@@ -232,7 +237,7 @@ __device__ __forceinline__ void bwd_write_dq(const BwdShared<Cfg, T>& sm, const 
 // memory and barriers, the walk of key tile blockIdx.y (grid.x runs over the
 // heads, so that every head's key tile 0, causally the longest, starts
 // before any tile 1), and the warps' roles with their registers (setmaxnreg):
-// the producer thread (bwd_load), the dQ writer warp (write_dq(sm, w)) and
+// the producer thread (bwd_load), the dQ writer warps (write_dq(sm, w, k)) and
 // the compute warpgroups (compute(sm, w)).
 template <typename Cfg, typename T, bool kDeterministic, typename WriteDq, typename Compute>
 __device__ __forceinline__ void bwd_ws_block(unsigned char* smem_raw, const AttnProblem& p, const CUtensorMap* tma_q,
@@ -252,8 +257,8 @@ __device__ __forceinline__ void bwd_ws_block(unsigned char* smem_raw, const Attn
       prefetch_tensor_map(tma_q);
       prefetch_tensor_map(tma_do);
       bwd_load<Cfg, T>(sm, p, w, tma_q, tma_k, tma_v, tma_do, lse2, delta, nq_pad);
-    } else if (warp == Cfg::kDqWriterWarp) {
-      write_dq(sm, w);
+    } else if (warp >= Cfg::kDqWriterWarp && warp < Cfg::kDqWriterWarp + Cfg::kDqWriters) {
+      write_dq(sm, w, warp - Cfg::kDqWriterWarp);
     }
     __syncwarp();
     return;
