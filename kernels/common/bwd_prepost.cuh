@@ -9,6 +9,7 @@
 //           a row that saw no key (LSE = −inf), gets +inf, so its P is 0 and
 //           it contributes nothing; its Δ is 0. Rows of a tile are then always
 //           in range and 16-byte aligned for a bulk copy.
+//           The same pass zeroes dQ's fp32 accumulator.
 //   after:  dQ from its fp32 accumulator [B·H, Nq_pad, D] (dQ is summed over
 //           the key tiles, each block adding its part) to the input dtype.
 //           The accumulator is row-major, or (tile_rows > 0: the Hopper
@@ -30,22 +31,27 @@
 
 namespace attnlab {
 
-// One warp per padded row (b·H + h, i): Δ and LSE·log2e as described above.
-// Dv a multiple of 8 (16-byte loads of O and dO).
-template <typename T>
+// kLanes lanes per padded row (b·H + h, i), 8 columns each per step (16-byte
+// loads of O and dO): Δ and LSE·log2e as described above. Dv a multiple of 8.
+// The same threads zero `zero` (zero_quads float4s: dQ's accumulator), so that
+// its zeroing streams beside the reads instead of as a pass of its own.
+template <typename T, int kLanes>
 __global__ void __launch_bounds__(256)
 bwd_row_stats_kernel(const T* __restrict__ o, const T* __restrict__ dout, const float* __restrict__ lse,
                      float* __restrict__ lse2, float* __restrict__ delta, int Nq, int nq_pad, int Dv,
-                     int64_t padded_rows) {
-  const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int lane = threadIdx.x % 32;
-  if (row >= padded_rows) return;
+                     int64_t padded_rows, float4* __restrict__ zero, int64_t zero_quads) {
+  static_assert(kLanes >= 1 && kLanes <= 32 && 32 % kLanes == 0, "a row's lanes inside one warp");
+  const int64_t x = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (int64_t z = x; z < zero_quads; z += int64_t(gridDim.x) * blockDim.x) zero[z] = make_float4(0.f, 0.f, 0.f, 0.f);
+  const int64_t row = x / kLanes;
+  const int lane = threadIdx.x % kLanes;
   const int64_t head = row / nq_pad;
   const int i = int(row % nq_pad);
+  const bool valid = row < padded_rows && i < Nq;  // (every lane stays for the shuffles)
   float dot = 0.f, lse_i = INFINITY;
-  if (i < Nq) {
+  if (valid) {
     const int64_t at = (head * Nq + i) * Dv;
-    for (int c = lane * 8; c < Dv; c += 32 * 8) {
+    for (int c = lane * 8; c < Dv; c += kLanes * 8) {
       const uint4 ov = *reinterpret_cast<const uint4*>(o + at + c);
       const uint4 dv = *reinterpret_cast<const uint4*>(dout + at + c);
       const T* oe = reinterpret_cast<const T*>(&ov);
@@ -57,9 +63,9 @@ bwd_row_stats_kernel(const T* __restrict__ o, const T* __restrict__ dout, const 
     lse_i = l == -INFINITY ? INFINITY : l * kLog2e;
   }
 #pragma unroll
-  for (int off = 16; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
-  if (lane == 0) {
-    delta[row] = i < Nq ? dot : 0.f;
+  for (int off = kLanes / 2; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+  if (lane == 0 && row < padded_rows) {
+    delta[row] = valid ? dot : 0.f;
     lse2[row] = lse_i;
   }
 }
@@ -74,45 +80,57 @@ ATTNLAB_HOST_DEVICE constexpr int dq_tile_offset(int r, int group, int c8, int t
 
 // dq[head, i, :] = acc[head, i, :] for i < Nq, the accumulator row-major or
 // in tiles of tile_rows rows (above); D a multiple of 8. The accumulator
-// already holds scale·dS·K.
+// already holds scale·dS·K. One thread per 8 columns of a row: 32 contiguous
+// bytes of the accumulator in either layout, one 16-byte store.
 template <typename T>
 __global__ void __launch_bounds__(256)
 bwd_dq_convert_kernel(const float* __restrict__ acc, T* __restrict__ dq, int Nq, int nq_pad, int D, int tile_rows,
-                      int64_t quads) {
-  const int64_t x = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;  // one 4-element group of dq
-  if (x >= quads) return;
-  const int64_t e = x * 4, row = e / D, head = row / Nq;
+                      int64_t octs) {
+  const int64_t x = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;  // one 8-element group of dq
+  if (x >= octs) return;
+  const int64_t e = x * 8, row = e / D, head = row / Nq;
   const int d = int(e % D), i = int(row % Nq);
   const int64_t at = tile_rows == 0 ? (head * nq_pad + i) * D + d
                                     : (head * nq_pad + i - i % tile_rows) * D +
-                                          dq_tile_offset(i % tile_rows, d / 8, d % 8, tile_rows);
+                                          dq_tile_offset(i % tile_rows, d / 8, 0, tile_rows);
   const float4 a = *reinterpret_cast<const float4*>(acc + at);
-  uint2 out;
+  const float4 c = *reinterpret_cast<const float4*>(acc + at + 4);
+  uint4 out;
   out.x = pack2<T>(a.x, a.y);
   out.y = pack2<T>(a.z, a.w);
-  *reinterpret_cast<uint2*>(dq + e) = out;
+  out.z = pack2<T>(c.x, c.y);
+  out.w = pack2<T>(c.z, c.w);
+  *reinterpret_cast<uint4*>(dq + e) = out;
 }
 
 // The padded row count of one head: Nq rounded up to whole tiles of kBr rows.
 inline int bwd_padded_rows(int Nq, int kBr) { return (Nq + kBr - 1) / kBr * kBr; }
 
+// The pre-pass, zeroing dQ's accumulator (acc_floats of it, a multiple of 4;
+// none when acc is nullptr) on the way.
 template <typename T>
 cudaError_t launch_bwd_row_stats(const AttnProblem& p, const AttnGradBuffers& b, float* lse2, float* delta,
-                                 int nq_pad, cudaStream_t stream) {
+                                 int nq_pad, cudaStream_t stream, float* acc = nullptr, int64_t acc_floats = 0) {
   const int64_t rows = p.heads() * nq_pad;
-  const int64_t blocks = (rows * 32 + 255) / 256;
-  bwd_row_stats_kernel<T><<<unsigned(blocks), 256, 0, stream>>>(static_cast<const T*>(b.o),
-                                                                static_cast<const T*>(b.dout), b.lse, lse2, delta,
-                                                                p.Nq, nq_pad, p.Dv, rows);
+  auto launch = [&](auto kernel, int lanes) {
+    kernel<<<unsigned((rows * lanes + 255) / 256), 256, 0, stream>>>(
+        static_cast<const T*>(b.o), static_cast<const T*>(b.dout), b.lse, lse2, delta, p.Nq, nq_pad, p.Dv, rows,
+        reinterpret_cast<float4*>(acc), acc == nullptr ? int64_t(0) : acc_floats / 4);
+  };
+  // The lanes of a row: as many as cover Dv in one step of 8 columns each, at most a warp.
+  if (p.Dv <= 32) launch(bwd_row_stats_kernel<T, 4>, 4);
+  else if (p.Dv <= 64) launch(bwd_row_stats_kernel<T, 8>, 8);
+  else if (p.Dv <= 128) launch(bwd_row_stats_kernel<T, 16>, 16);
+  else launch(bwd_row_stats_kernel<T, 32>, 32);
   return cudaGetLastError();
 }
 
 template <typename T>
 cudaError_t launch_bwd_dq_convert(const AttnProblem& p, const float* acc, void* dq, int nq_pad, cudaStream_t stream,
                                   int tile_rows = 0) {
-  const int64_t quads = p.q_elems() / 4;
-  bwd_dq_convert_kernel<T><<<unsigned((quads + 255) / 256), 256, 0, stream>>>(acc, static_cast<T*>(dq), p.Nq, nq_pad,
-                                                                           p.D, tile_rows, quads);
+  const int64_t octs = p.q_elems() / 8;
+  bwd_dq_convert_kernel<T><<<unsigned((octs + 255) / 256), 256, 0, stream>>>(acc, static_cast<T*>(dq), p.Nq, nq_pad,
+                                                                          p.D, tile_rows, octs);
   return cudaGetLastError();
 }
 

@@ -456,9 +456,8 @@ cudaError_t launch(const AttnProblem& p, const AttnGradBuffers& b, cudaStream_t 
       const T* k = static_cast<const T*>(b.k);
       const T* v = static_cast<const T*>(b.v);
       const T* dout = static_cast<const T*>(b.dout);
-      cudaError_t e = launch_bwd_row_stats<T>(p, b, lse2, delta, nq_pad, stream);  // Δ, LSE·log2e
-      if (e == cudaSuccess && dq_accum != nullptr)
-        e = cudaMemsetAsync(dq_accum, 0, size_t(p.heads()) * nq_pad * D * sizeof(float), stream);
+      // Δ, LSE·log2e, and dQ's accumulator zeroed
+      cudaError_t e = launch_bwd_row_stats<T>(p, b, lse2, delta, nq_pad, stream, dq_accum, int64_t(p.heads()) * nq_pad * D);
       if (e != cudaSuccess) return e;
       const dim3 grid(unsigned((p.Nk + Cfg::kBc - 1) / Cfg::kBc), unsigned(p.kv_heads()), unsigned(p.B));
       e = launch_with_smem(bwd_mma_kernel<Cfg, T>, grid, Cfg::kThreads, Cfg::kSmemBytes, stream, q, k, v, dout,

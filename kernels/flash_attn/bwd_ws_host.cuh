@@ -1,7 +1,7 @@
 // attnlab: the host side that the Hopper backward rungs (14 and 15) share —
 // their workspace, the shapes they refuse, and the launch around the main
-// kernel: the pre-pass (Δ, LSE·log2e), the zeroed dQ accumulator (and the
-// deterministic mode's turn counters), the tensor maps, and dQ's cast.
+// kernel: the pre-pass (Δ, LSE·log2e; it zeroes the dQ accumulator and the
+// deterministic mode's turn counters too), the tensor maps, and dQ's cast.
 // A rung gives its head dims, its configs (Cfg<D, Dv>: kBr, kBc, kThreads,
 // kSmemBytes) and its kernel.
 #pragma once
@@ -29,6 +29,7 @@ struct BwdWorkspace {
   float* dq_accum = nullptr;
   int* dq_turns = nullptr;
   size_t bytes = 0;
+  size_t zeroed_bytes = 0;  // from dq_accum on: the accumulator and the turns, zeroed before each run
 };
 
 inline size_t bwd_align256(size_t n) { return (n + 255) / 256 * 256; }
@@ -39,6 +40,7 @@ inline BwdWorkspace bwd_workspace(const AttnProblem& p, int Br, void* base) {
   const size_t turn_bytes = bwd_align256(size_t(rows / Br) * 4);
   BwdWorkspace w;
   w.bytes = 2 * row_bytes + acc_bytes + turn_bytes;
+  w.zeroed_bytes = acc_bytes + turn_bytes;
   if (base != nullptr) {
     char* at = static_cast<char*>(base);
     w.lse2 = reinterpret_cast<float*>(at);
@@ -84,7 +86,7 @@ std::string bwd_ws_unsupported(const AttnProblem& p) {
 }
 
 // Runs the backward of p on a rung with these head dims and configs: the
-// pre-pass, the zeroed accumulator (and turns), the kernel kernel_of(Cfg{},
+// pre-pass (zeroing the accumulator and the turns), the kernel kernel_of(Cfg{},
 // T{}) — one block per (KV head and batch, key tile), every Hopper backward
 // kernel taking the same arguments — then dQ's cast.
 template <typename HeadDimsList, template <int, int> class Cfg, bool kDeterministic, typename KernelOf>
@@ -104,11 +106,9 @@ cudaError_t bwd_ws_launch(const AttnProblem& p, const AttnGradBuffers& b, cudaSt
           !encode_head_tiles<C::kBc>(&m.k, b.k, p.dtype, kv_heads, p.Nk, p.D) ||
           !encode_head_tiles<C::kBc>(&m.v, b.v, p.dtype, kv_heads, p.Nk, p.Dv))
         return cudaErrorInvalidValue;
-      cudaError_t e = launch_bwd_row_stats<T>(p, b, ws.lse2, ws.delta, nq_pad, stream);
-      if (e == cudaSuccess)
-        e = cudaMemsetAsync(ws.dq_accum, 0, size_t(p.heads()) * nq_pad * p.D * sizeof(float), stream);
-      if (e == cudaSuccess && kDeterministic)
-        e = cudaMemsetAsync(ws.dq_turns, 0, size_t(p.heads()) * (nq_pad / C::kBr) * sizeof(int), stream);
+      // The pre-pass zeroes the accumulator and the turn counters behind it (whole 256-byte parts).
+      cudaError_t e = launch_bwd_row_stats<T>(p, b, ws.lse2, ws.delta, nq_pad, stream, ws.dq_accum,
+                                              int64_t(ws.zeroed_bytes / 4));
       if (e != cudaSuccess) return e;
       const dim3 grid(unsigned(p.B * p.kv_heads()), unsigned((p.Nk + C::kBc - 1) / C::kBc));
       e = launch_with_smem(kernel_of(C{}, type), grid, C::kThreads, C::kSmemBytes, stream, m.q, m.k, m.v, m.dout,
