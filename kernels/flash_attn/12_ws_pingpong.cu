@@ -72,51 +72,8 @@ template <> struct WsTile<256, 256> { static constexpr int kBc = 80, kWarpgroups
 template <> struct WsTile<192, 128> { static constexpr int kBc = 128, kWarpgroups = 2; static constexpr bool kPingpong = true; };  // DeepSeek V3's prefill
 template <> struct WsTile<128, 64>  { static constexpr int kBc = 128, kWarpgroups = 2; static constexpr bool kPingpong = true; };
 
-// The producer/compute register split for W compute warpgroups: 40 / 232 for
-// two (rung 09's), 32 / 160 for three (FlashAttention-3's; the producer's loop
-// is kept rolled to fit 32, the compute needs all 160).
-template <int kWarpgroups>
-using WsWarps = ProducerWarpgroupSplit<kWarpgroups, kWarpgroups == 2 ? 40 : 32, kWarpgroups == 2 ? 232 : 160>;
-
-template <int kHeadDim_, int kHeadDimV_, int kBc_, int kWarpgroups_, int kStages_>
-struct WsConfig : WsWarps<kWarpgroups_> {  // W compute warpgroups + 1 producer warpgroup
-  static constexpr int kHeadDim = kHeadDim_;    // D: Q and K
-  static constexpr int kHeadDimV = kHeadDimV_;  // Dv: V and O
-  static constexpr int kStages = kStages_;
-  static constexpr int kComputeWarpgroups = kWarpgroups_;
-  static constexpr int kBr = 64 * kComputeWarpgroups;  // one m64 row block per compute warpgroup
-  static constexpr int kBc = kBc_;
-  static constexpr int kQElems = kBr * kHeadDim;
-  static constexpr int kKElems = kBc * kHeadDim;   // one K tile
-  static constexpr int kVElems = kBc * kHeadDimV;  // one V tile
-  static constexpr int kKBytes = 2 * kKElems;      // what a K slot's full barrier expects
-  static constexpr int kVBytes = 2 * kVElems;
-  static constexpr int kBoxesQK = kHeadDim / 64;   // TMA boxes of 64 columns per Q or K tile
-  static constexpr int kBoxesV = kHeadDimV / 64;
-  static constexpr int kBarriers = 2 + 4 * kStages + 4;  // Q, K and V rings; the item hand-off
-  static constexpr int kTileBytes = 2 * (kQElems + kStages * (kKElems + kVElems));
-  static constexpr int kSmemBytes = kTileBytes + 8 * kBarriers + 8 + 1024;  // + the two items, + slack to align to 1024
-  static constexpr int kTilesS = kBc / 8;
-  static constexpr int kTilesO = kHeadDimV / 8;
-  // Named barriers kTurnBarrier + w: "warpgroup w may issue its MMAs". Each
-  // phase counts that warpgroup's sync and the previous one's arrive: 256 threads.
-  static constexpr int kTurnBarrier = 1;
-  static constexpr int kTurnThreads = 2 * 128;
-  // Named barrier of all compute warps, for a piece's partial state (kv_split.cuh).
-  static constexpr int kSplitBarrier = kTurnBarrier + kComputeWarpgroups;
-  static_assert(kBoxesQK * 64 == kHeadDim && kBoxesV * 64 == kHeadDimV,
-                "Sw128Blocks stores 64-column blocks, one box each");
-  static_assert(kTilesS * 8 == kBc && kTilesO * 8 == kHeadDimV, "n8 accumulator tiles of S and O");
-  static_assert(2 * kQElems + kStages * (kKBytes + kVBytes) == kTileBytes, "the tiles are Q and the two rings");
-  static_assert(kTurnBarrier >= 1 && kTurnBarrier + kComputeWarpgroups <= 16 && kTurnThreads == 2 * 128,
-                "one hardware barrier per warpgroup past __syncthreads' 0, each counting two warpgroups");
-  static_assert(kSplitBarrier <= 15, "hardware barriers 1..15");
-  static_assert(kBc % 16 == 0 && kBc <= 256 && kBr <= 256, "wgmma N and TMA box rows are at most 256");
-  static_assert((kBc * 128) % 1024 == 0, "each 64-column block of a K or V slot starts 1024-aligned (the swizzle atom)");
-  static_assert(kStages >= 2, "the producer fills one slot while the compute warps read the other");
-  static_assert(kComputeWarpgroups == 2 || kComputeWarpgroups == 3, "two or three compute warpgroups");
-  static_assert(WsConfig::kComputeWarps == 4 * kComputeWarpgroups, "the split's compute warps");
-};
+// WsWarps and WsConfig (the register split and the tile config the mainloop
+// takes): ws_mainloop.cuh, shared with the block-sparse forward.
 
 constexpr int kWsStages = 2;
 static_assert(kWsStages == 2, "header: two slots in each of the K and V rings");
