@@ -251,6 +251,8 @@ if [ "$mode" = check ]; then
   fi
   gpu_test test_block_mask_gpu 120 & pids+=($!)  # the block-sparse family's GPU block masks
   gpu_tests+=(test_block_mask_gpu)
+  gpu_test test_blocksparse_fwd 180 & pids+=($!)  # the block-sparse forward against CPU references
+  gpu_tests+=(test_blocksparse_fwd)
 
 
   # Checks against torch's fp32 math SDPA (--reference torch), where torch has it.

@@ -1,0 +1,95 @@
+// attnlab: a mask_mod and a score_mod (mods.h) applied to one tile of scores
+// in accumulator fragments — the mask/score step of the block-sparse
+// mainloops, in the roles of FlashAttention-3's Mask (hopper/mask.h) and of
+// flash_attn/cute's apply_mask / apply_score_mod (mask.py, softmax.py).
+//
+//   S: [kTilesS][4] fp32 of one lane: keys kv_start + n·8 + 2t (+1) of rows
+//      row0 (c0, c1) and row0 + 8 (c2, c3), t = lane % 4 (wgmma's and
+//      mma.sync's accumulator layout alike).
+//
+// A mod's kind is a kernel argument. Each function switches on it once per
+// tile and calls, per case, a copy of the mod whose kind is that case's
+// constant: after inlining, the per-element loop holds one formula, not the
+// switch.
+#pragma once
+
+#include <cmath>
+
+#include "blocksparse/mods.h"
+
+namespace attnlab {
+
+// f(mod with its kind fixed at compile time).
+template <typename F>
+__device__ __forceinline__ void with_static_kind(const MaskMod& mod, F&& f) {
+  auto as = [&](MaskModKind kind) {
+    MaskMod fixed = mod;
+    fixed.kind = kind;
+    f(fixed);
+  };
+  switch (mod.kind) {
+    case MaskModKind::kNone: as(MaskModKind::kNone); break;
+    case MaskModKind::kCausal: as(MaskModKind::kCausal); break;
+    case MaskModKind::kSlidingWindow: as(MaskModKind::kSlidingWindow); break;
+    case MaskModKind::kBlockDiagonal: as(MaskModKind::kBlockDiagonal); break;
+    case MaskModKind::kMiniCausal: as(MaskModKind::kMiniCausal); break;
+    case MaskModKind::kPrefixLm: as(MaskModKind::kPrefixLm); break;
+    case MaskModKind::kDilatedWindow: as(MaskModKind::kDilatedWindow); break;
+    case MaskModKind::kDocument: as(MaskModKind::kDocument); break;
+  }
+}
+template <typename F>
+__device__ __forceinline__ void with_static_kind(const ScoreMod& mod, F&& f) {
+  auto as = [&](ScoreModKind kind) {
+    ScoreMod fixed = mod;
+    fixed.kind = kind;
+    f(fixed);
+  };
+  switch (mod.kind) {
+    case ScoreModKind::kNone: as(ScoreModKind::kNone); break;
+    case ScoreModKind::kRelBias: as(ScoreModKind::kRelBias); break;
+    case ScoreModKind::kAlibi: as(ScoreModKind::kAlibi); break;
+    case ScoreModKind::kSoftcap: as(ScoreModKind::kSoftcap); break;
+  }
+}
+
+// Calls f(S[n][e], q, k) for every entry of the lane's fragment.
+template <int kTilesS, typename F>
+__device__ __forceinline__ void for_each_score(float (&S)[kTilesS][4], int row0, int kv_start, int t, F&& f) {
+#pragma unroll
+  for (int n = 0; n < kTilesS; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) f(S[n][e], row0 + (e / 2) * 8, kv_start + n * 8 + 2 * t + e % 2);
+}
+
+// s' = score_mod(scale · s): the raw scores become the softmax's (scaled) input.
+template <int kTilesS>
+__device__ __forceinline__ void apply_score_mod(float (&S)[kTilesS][4], const ScoreMod& score, float scale, int batch,
+                                                int head, int row0, int kv_start, int t) {
+  with_static_kind(score, [&](const ScoreMod& mod) {
+    for_each_score(S, row0, kv_start, t, [&](float& s, int q, int k) { s = mod(s * scale, batch, head, q, k); });
+  });
+}
+
+// -inf outside the sequence bounds (q >= Nq or k >= Nk) and where the mask_mod
+// drops the pair; the mask_mod is never evaluated out of bounds (a document
+// mask_mod's ids end there).
+template <int kTilesS>
+__device__ __forceinline__ void apply_mask_mod(float (&S)[kTilesS][4], const MaskMod& mask, int batch, int head,
+                                               int row0, int kv_start, int t, int Nq, int Nk) {
+  with_static_kind(mask, [&](const MaskMod& mod) {
+    for_each_score(S, row0, kv_start, t, [&](float& s, int q, int k) {
+      if (!(q < Nq && k < Nk && mod(batch, head, q, k))) s = -INFINITY;
+    });
+  });
+}
+
+// -inf outside the sequence bounds only (a full block's ragged tile).
+template <int kTilesS>
+__device__ __forceinline__ void apply_bounds(float (&S)[kTilesS][4], int row0, int kv_start, int t, int Nq, int Nk) {
+  for_each_score(S, row0, kv_start, t, [&](float& s, int q, int k) {
+    if (q >= Nq || k >= Nk) s = -INFINITY;
+  });
+}
+
+}  // namespace attnlab

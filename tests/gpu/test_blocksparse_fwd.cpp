@@ -1,0 +1,346 @@
+// The block-sparse forward (kernels/blocksparse/blocksparse_fwd.h) against
+// CPU references that apply the mask_mod and the score_mod pair by pair, on
+// fresh normal inputs per case: O and LSE against a double-precision
+// reference, held to the project's rule (kernels/reference/reference.h,
+// judge): max|O - O_ref| <= 2·(the same-precision error) + 2·(rounding of
+// O_ref to the dtype), |LSE - LSE_ref| <= kLseTolerance, nothing NaN or
+// unwritten (O and LSE are poisoned with NaN first). The same-precision path
+// is computed here, as an unfused fp16/bf16 kernel would: S in fp32 from the
+// 16-bit inputs, the score_mod in fp32, P = softmax(S) rounded to the dtype
+// before P·V, O rounded. Rows that see no key must hold O = 0, LSE = -inf
+// exactly.
+// Cases: every mask_mod over lengths 1, 17, 113 x 203, 239 x 1, 799 x 3,
+// 300 x 1000, rotating the score_mods, head dims, dtypes, block sizes (every
+// multiple of the tile, 128 to 384) and MHA / GQA / MQA; then causal with
+// Nq != Nk and whole query blocks that see no key, every score_mod in both
+// dtypes, lists broadcast over B and H, 2048-key walks, the refusals, and a
+// negative control (the kernel given another score_mod must fail). -v: one
+// line per case.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../block_mask_cases.h"
+#include "blocksparse/block_mask_gpu.h"
+#include "blocksparse/blocksparse_fwd.h"
+#include "blocksparse/mods.h"
+#include "gpu_testing.h"
+#include "host/arch.h"
+#include "reference/reference.h"
+
+using namespace attnlab;
+using namespace attnlab::testing;
+
+namespace {
+
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+bool verbose = false;  // -v: one line per case, passing or not
+
+struct Case {
+  std::string mask, score;
+  int Nq, Nk, D, Dv;
+  DType dtype;
+  int block_q, block_kv;
+  int B, H, Hkv;
+  bool broadcast_lists = false;  // one list per query block for every (b, h)
+  std::string kernel_score = "";  // a negative control: the kernel runs this score_mod, and must fail
+
+  std::string name() const {
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "%s + %s, %dx%d, D=%d/%d, %s, blocks %dx%d, B=%d H=%d Hkv=%d%s", mask.c_str(),
+                  score.c_str(), Nq, Nk, D, Dv, dtype_name(dtype), block_q, block_kv, B, H, Hkv,
+                  broadcast_lists ? ", lists broadcast" : "");
+    return buf;
+  }
+};
+
+// s' in double, written out from mods.h's definitions (not its float functor).
+double score_mod_double(const ScoreMod& m, double s, int h, int q, int k) {
+  const double dist = std::fabs(double(q) - double(k));
+  switch (m.kind) {
+    case ScoreModKind::kNone: return s;
+    case ScoreModKind::kRelBias: return s + dist;
+    case ScoreModKind::kAlibi: return s - std::exp2(-8.0 * (h + 1) / m.heads) * dist;
+    case ScoreModKind::kSoftcap: return m.cap * std::tanh(s / m.cap);
+  }
+  return s;
+}
+
+double round_to(double x, DType t) { return from_bits(to_bits(x, t), t); }
+
+// O_ref, LSE_ref in double; O_low as the same-precision unfused path computes it.
+void references(const AttnProblem& p, const MaskMod& mask, const ScoreMod& score, const std::vector<double>& q,
+                const std::vector<double>& k, const std::vector<double>& v, std::vector<double>& o_ref,
+                std::vector<double>& lse_ref, std::vector<double>& o_low) {
+  o_ref.assign(size_t(p.o_elems()), 0.0);
+  o_low.assign(size_t(p.o_elems()), 0.0);
+  lse_ref.assign(size_t(p.lse_elems()), kNegInf);
+  std::vector<double> s_ref(size_t(p.Nk));
+  std::vector<float> s_low(size_t(p.Nk)), o_acc(size_t(p.Dv));
+  std::vector<int> kept;
+  for (int b = 0; b < p.B; ++b)
+    for (int h = 0; h < p.H; ++h) {
+      const int64_t head = int64_t(b) * p.H + h, kvh = p.kv_head(head);
+      for (int i = 0; i < p.Nq; ++i) {
+        const double* qi = q.data() + (head * p.Nq + i) * p.D;
+        kept.clear();
+        double m = kNegInf;
+        float m_low = -INFINITY;
+        for (int j = 0; j < p.Nk; ++j) {
+          if (!mask(b, h, i, j)) continue;
+          const double* kj = k.data() + (kvh * p.Nk + j) * p.D;
+          double dot = 0;
+          float dot_low = 0.f;
+          for (int d = 0; d < p.D; ++d) {
+            dot += qi[d] * kj[d];
+            dot_low += float(qi[d]) * float(kj[d]);
+          }
+          s_ref[size_t(j)] = score_mod_double(score, double(p.scale) * dot, h, i, j);
+          s_low[size_t(j)] = score(p.scale * dot_low, b, h, i, j);
+          m = std::max(m, s_ref[size_t(j)]);
+          m_low = std::max(m_low, s_low[size_t(j)]);
+          kept.push_back(j);
+        }
+        if (kept.empty()) continue;  // O = 0, LSE = -inf
+        double l = 0;
+        float l_low = 0.f;
+        for (int j : kept) {
+          l += std::exp(s_ref[size_t(j)] - m);
+          l_low += std::exp(s_low[size_t(j)] - m_low);
+        }
+        const int64_t row = head * p.Nq + i;
+        lse_ref[size_t(row)] = m + std::log(l);
+        double* o = o_ref.data() + row * p.Dv;
+        std::fill(o_acc.begin(), o_acc.end(), 0.f);
+        for (int j : kept) {
+          const double* vj = v.data() + (kvh * p.Nk + j) * p.Dv;
+          const double P = std::exp(s_ref[size_t(j)] - m) / l;
+          const float P_low = float(round_to(std::exp(s_low[size_t(j)] - m_low) / l_low, p.dtype));
+          for (int d = 0; d < p.Dv; ++d) {
+            o[d] += P * vj[d];
+            o_acc[size_t(d)] += P_low * float(vj[d]);
+          }
+        }
+        for (int d = 0; d < p.Dv; ++d) o_low[size_t(row * p.Dv + d)] = round_to(o_acc[size_t(d)], p.dtype);
+      }
+    }
+}
+
+// Device memory freed on every path out of a case.
+struct DeviceBuffers {
+  std::vector<void*> ptrs;
+  template <typename T>
+  T* alloc(size_t bytes) {
+    void* p = nullptr;
+    if (cudaMalloc(&p, std::max<size_t>(bytes, 1)) != cudaSuccess) return nullptr;
+    ptrs.push_back(p);
+    return static_cast<T*>(p);
+  }
+  ~DeviceBuffers() {
+    for (void* p : ptrs) cudaFree(p);
+  }
+};
+
+// Runs one case and records it; false when the GPU is no longer usable.
+bool run_case(const Case& c, std::mt19937_64& rng) {
+  const std::string what = c.name();
+  AttnProblem p;
+  p.B = c.B, p.H = c.H, p.Hkv = c.Hkv, p.Nq = c.Nq, p.Nk = c.Nk, p.D = c.D, p.Dv = c.Dv, p.dtype = c.dtype;
+  p.scale = default_scale(c.D);
+  std::string why;
+  MaskMod mask = parse_mask_mod(c.mask, c.Nq, c.Nk, why);
+  const ScoreMod score = parse_score_mod(c.score, c.H, why);
+  const ScoreMod kernel_score = c.kernel_score.empty() ? score : parse_score_mod(c.kernel_score, c.H, why);
+  if (!why.empty()) {
+    record(false, what + ": " + why);
+    return true;
+  }
+  std::vector<uint16_t> qb, kb, vb;
+  std::vector<double> q, k, v;
+  random_tensor(rng, p.q_elems(), p.dtype, 1.0, qb, q);
+  random_tensor(rng, p.k_elems(), p.dtype, 1.0, kb, k);
+  random_tensor(rng, p.v_elems(), p.dtype, 1.0, vb, v);
+  const int L = std::max(c.Nq, c.Nk);
+  std::mt19937 doc_rng{static_cast<unsigned>(rng())};
+  const std::vector<int32_t> doc = block_mask_cases::random_docs(c.B, L, doc_rng);
+
+  DeviceBuffers dev;
+  const int lists_B = c.broadcast_lists ? 1 : c.B, lists_H = c.broadcast_lists ? 1 : c.H;
+  void* mask_base = dev.alloc<void>(block_mask_device_bytes(lists_B, lists_H, c.Nq, c.Nk, c.block_q, c.block_kv));
+  void* dq = dev.alloc<void>(qb.size() * 2);
+  void* dk = dev.alloc<void>(kb.size() * 2);
+  void* dv = dev.alloc<void>(vb.size() * 2);
+  void* d_o = dev.alloc<void>(size_t(p.o_elems()) * 2);
+  float* d_lse = dev.alloc<float>(size_t(p.lse_elems()) * 4);
+  int32_t* d_doc = dev.alloc<int32_t>(doc.size() * 4);
+  if (!mask_base || !dq || !dk || !dv || !d_o || !d_lse || !d_doc) {
+    record(false, what + ": out of device memory");
+    return true;
+  }
+  cudaMemcpy(dq, qb.data(), qb.size() * 2, cudaMemcpyHostToDevice);
+  cudaMemcpy(dk, kb.data(), kb.size() * 2, cudaMemcpyHostToDevice);
+  cudaMemcpy(dv, vb.data(), vb.size() * 2, cudaMemcpyHostToDevice);
+  cudaMemcpy(d_doc, doc.data(), doc.size() * 4, cudaMemcpyHostToDevice);
+  cudaMemset(mask_base, 0xff, block_mask_device_bytes(lists_B, lists_H, c.Nq, c.Nk, c.block_q, c.block_kv));
+  cudaMemset(d_o, 0xff, size_t(p.o_elems()) * 2);  // NaN in both dtypes
+  cudaMemset(d_lse, 0xff, size_t(p.lse_elems()) * 4);
+
+  MaskMod dev_mask = mask, host_mask = mask;
+  if (mask.kind == MaskModKind::kDocument) {
+    dev_mask.doc = d_doc, dev_mask.doc_len = L;
+    host_mask.doc = doc.data(), host_mask.doc_len = L;
+  }
+  const BlockMaskView view = block_mask_view(mask_base, lists_B, lists_H, c.Nq, c.Nk, c.block_q, c.block_kv);
+  cudaError_t err = build_block_mask_from_mod(dev_mask, view, nullptr);
+  if (const std::string refused = blocksparse_fwd_unsupported(p, view); !refused.empty()) {
+    record(false, what + ": unsupported: " + refused);
+    return true;
+  }
+  AttnBuffers buf;
+  buf.q = dq, buf.k = dk, buf.v = dv, buf.o = d_o, buf.lse = d_lse;
+  if (err == cudaSuccess) err = blocksparse_fwd(p, buf, view, dev_mask, kernel_score, nullptr);
+  if (err == cudaSuccess) err = cudaDeviceSynchronize();
+  if (err != cudaSuccess) {
+    record(false, what + ": " + cudaGetErrorString(err));
+    return gpu_still_usable(cudaGetErrorString(err));
+  }
+  std::vector<uint16_t> o_bits(size_t(p.o_elems()));
+  std::vector<float> lse(size_t(p.lse_elems()));
+  cudaMemcpy(o_bits.data(), d_o, o_bits.size() * 2, cudaMemcpyDeviceToHost);
+  cudaMemcpy(lse.data(), d_lse, lse.size() * 4, cudaMemcpyDeviceToHost);
+
+  std::vector<double> o_ref, lse_ref, o_low;
+  references(p, host_mask, score, q, k, v, o_ref, lse_ref, o_low);
+  ErrorStats out, lse_stats;
+  double baseline_err = 0, rounding_err = 0;
+  for (size_t i = 0; i < o_ref.size(); ++i) {
+    const double got = from_bits(o_bits[i], p.dtype);
+    if (!std::isfinite(got)) ++out.nonfinite;
+    else out.max_abs_err = std::max(out.max_abs_err, std::fabs(got - o_ref[i]));
+    baseline_err = std::max(baseline_err, std::fabs(o_low[i] - o_ref[i]));
+    const float ref = float(o_ref[i]);  // output_rounding_error's measure, in fp32 as on the GPU
+    rounding_err = std::max(rounding_err, double(std::fabs(float(round_to(ref + 0.3f, p.dtype)) - 0.3f - ref)));
+  }
+  int64_t empty_rows_wrong = 0;  // rows that see no key: O exactly 0, LSE exactly -inf
+  for (size_t r = 0; r < lse_ref.size(); ++r) {
+    if (lse_ref[r] == kNegInf) {
+      bool zero = lse[r] == -INFINITY;
+      for (int d = 0; d < p.Dv; ++d) zero = zero && from_bits(o_bits[r * p.Dv + d], p.dtype) == 0.0;
+      if (!zero) ++empty_rows_wrong;
+      if (lse[r] != -INFINITY) ++lse_stats.nonfinite;
+    } else if (!std::isfinite(lse[r])) {
+      ++lse_stats.nonfinite;
+    } else {
+      lse_stats.max_abs_err = std::max(lse_stats.max_abs_err, std::fabs(double(lse[r]) - lse_ref[r]));
+    }
+  }
+  const CheckResult r = judge(out, lse_stats, baseline_err, rounding_err);
+  char extra[96] = "";
+  if (empty_rows_wrong > 0)
+    std::snprintf(extra, sizeof extra, ", %lld rows without keys not O = 0, LSE = -inf",
+                  static_cast<long long>(empty_rows_wrong));
+  const bool pass = r.pass && empty_rows_wrong == 0;
+  if (verbose) std::printf("%s %s: %s%s\n", pass ? "pass" : "fail", what.c_str(), r.summary().c_str(), extra);
+  if (!c.kernel_score.empty()) record(!pass, what + " with the kernel's score_mod " + c.kernel_score + " must FAIL");
+  else record(pass, what + ": " + r.summary() + extra);
+  return true;
+}
+
+std::vector<Case> all_cases() {
+  struct Shape {
+    int Nq, Nk;
+  };
+  const Shape shapes[] = {{1, 1}, {17, 17}, {113, 203}, {239, 1}, {799, 3}, {300, 1000}};
+  const char* scores[] = {"none", "rel_bias", "alibi", "softcap:2"};
+  const int dims[][2] = {{64, 64}, {128, 128}, {192, 128}, {256, 256}, {128, 64}};
+  const int blocks[][2] = {{128, 128}, {256, 256}, {128, 256}, {256, 128}};
+  const int heads[][3] = {{2, 2, 2}, {1, 4, 2}, {1, 3, 1}};  // B, H, Hkv: MHA, GQA, MQA
+  std::vector<Case> cases;
+  int n = 0;
+  for (const char* mask : block_mask_cases::kMaskModSpecs)
+    for (const Shape& s : shapes) {
+      const int* d = dims[n % 5];
+      const int* blk = blocks[(n / 5) % 4];
+      const int* hd = heads[(n / 2) % 3];
+      cases.push_back({mask, scores[n % 4], s.Nq, s.Nk, d[0], d[1], (n / 4) % 2 ? DType::kBFloat16 : DType::kFloat16,
+                       blk[0], blk[1], hd[0], hd[1], hd[2]});
+      ++n;
+    }
+  // Causal with Nq != Nk both ways; with Nq > Nk whole query blocks see no key
+  // (empty lists: no tile is loaded) and the rows above the diagonal none.
+  for (const DType t : {DType::kFloat16, DType::kBFloat16}) {
+    cases.push_back({"causal", "none", 1000, 300, 128, 128, t, 128, 128, 2, 2, 2});
+    cases.push_back({"causal", "alibi", 1000, 300, 64, 64, t, 256, 256, 1, 4, 1});
+    cases.push_back({"causal", "rel_bias", 300, 1000, 128, 128, t, 128, 128, 1, 4, 2});
+    cases.push_back({"sliding_window:64,32", "none", 520, 130, 64, 64, t, 128, 128, 1, 2, 2});
+  }
+  // Every score_mod in both dtypes on one mask with partial and full blocks.
+  for (const char* score : scores)
+    for (const DType t : {DType::kFloat16, DType::kBFloat16})
+      cases.push_back({"prefix_lm:150", score, 333, 455, 128, 128, t, 128, 128, 1, 2, 1});
+  // Key tiles of 64 (D = 256): blocks of 128 x 64 and 128 x 192, ragged tails.
+  cases.push_back({"sliding_window:64,32", "softcap:2", 300, 1000, 256, 256, DType::kBFloat16, 128, 64, 1, 2, 2});
+  cases.push_back({"mini_causal:64", "none", 257, 513, 256, 256, DType::kFloat16, 128, 192, 1, 2, 1});
+  // Query blocks of three tiles, key blocks of three (kv subtiling, ragged last block).
+  cases.push_back({"causal", "none", 700, 900, 64, 64, DType::kFloat16, 384, 384, 1, 2, 2});
+  cases.push_back({"document", "rel_bias", 700, 700, 192, 128, DType::kBFloat16, 256, 384, 2, 2, 1});
+  // One list per query block for every batch and head.
+  cases.push_back({"causal", "none", 300, 1000, 64, 64, DType::kFloat16, 128, 128, 2, 2, 1, true});
+  cases.push_back({"block_diagonal:100", "alibi", 511, 511, 128, 128, DType::kBFloat16, 256, 256, 2, 2, 2, true});
+  // Long walks: 16 key tiles per query tile, the ring's phases wrapping many times.
+  cases.push_back({"none", "none", 256, 2048, 128, 128, DType::kBFloat16, 128, 128, 1, 2, 2});
+  cases.push_back({"document", "none", 2048, 2048, 64, 64, DType::kFloat16, 128, 128, 1, 1, 1});
+  // The check can fail: the kernel given another score_mod than the reference.
+  Case wrong{"causal", "none", 300, 1000, 128, 128, DType::kBFloat16, 128, 128, 1, 2, 2};
+  wrong.kernel_score = "alibi";
+  cases.push_back(wrong);
+  return cases;
+}
+
+// Block sizes that are not multiples of the tile, and p.causal, are refused
+// with a reason, and blocksparse_fwd does not launch them.
+void refusals() {
+  struct Refused {
+    int D, block_q, block_kv;
+    bool causal;
+  };
+  for (const Refused& r : {Refused{128, 64, 128, false}, Refused{64, 128, 64, false}, Refused{256, 192, 64, false},
+                           Refused{128, 128, 128, true}}) {
+    AttnProblem p;
+    p.B = 1, p.H = 1, p.Nq = 300, p.Nk = 300, p.D = r.D, p.Dv = r.D, p.causal = r.causal;
+    BlockMaskView view;
+    view.B = 1, view.H = 1, view.Nq = 300, view.Nk = 300, view.block_q = r.block_q, view.block_kv = r.block_kv;
+    view.m_blocks = (300 + r.block_q - 1) / r.block_q, view.n_blocks = (300 + r.block_kv - 1) / r.block_kv;
+    static int32_t dummy[1];
+    view.kv_count = view.kv_index = view.full_count = view.full_index = dummy;
+    const std::string why = blocksparse_fwd_unsupported(p, view);
+    char what[128];
+    std::snprintf(what, sizeof what, "D=%d blocks %dx%d%s must be refused", r.D, r.block_q, r.block_kv,
+                  r.causal ? " with p.causal" : "");
+    record(!why.empty() && why.find('\n') == std::string::npos, what);
+    record(blocksparse_fwd(p, AttnBuffers{}, view, MaskMod{}, ScoreMod{}, nullptr) == cudaErrorInvalidValue,
+           std::string(what) + " (blocksparse_fwd)");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  verbose = argc > 1 && std::string(argv[1]) == "-v";
+  if (!have_gpu()) return kSkipped;
+  if (const std::string why = hopper_tma_unsupported(); !why.empty()) {
+    std::printf("skipped: %s\n", why.c_str());
+    return kSkipped;
+  }
+  std::mt19937_64 rng(20240807);
+  for (const Case& c : all_cases())
+    if (!run_case(c, rng)) return 1;
+  refusals();
+  return finish();
+}
