@@ -66,75 +66,7 @@ template <> struct BwdWsTile<64, 64>   { static constexpr int kBr = 128, kSliceQ
 template <> struct BwdWsTile<128, 128> { static constexpr int kBr = 64,  kSliceQ = 64,  kDsBuffers = 2, kDqBuffers = 2; static constexpr bool kEarlyDv = true; };
 template <> struct BwdWsTile<192, 128> { static constexpr int kBr = 64,  kSliceQ = 32,  kDsBuffers = 1, kDqBuffers = 1; static constexpr bool kEarlyDv = false; };
 
-template <int kHeadDim_, int kHeadDimV_, int kBr_, int kSliceQ_, bool kEarlyDv_, int kDsBuffers_, int kDqBuffers_,
-          int kStages_>
-struct BwdWsConfig : ProducerWarpgroupSplit<2, 24, 240> {  // 2 compute warpgroups + 1 producer warpgroup
-  static constexpr int kHeadDim = kHeadDim_;    // D: Q, K, dQ, dK
-  static constexpr int kHeadDimV = kHeadDimV_;  // Dv: V, O, dO, dV
-  static constexpr int kBr = kBr_;
-  static constexpr int kBc = 128;  // 64 keys per compute warpgroup (wgmma's M)
-  static constexpr int kStages = kStages_;
-  static constexpr int kSliceQ = kSliceQ_;
-  static constexpr bool kEarlyDv = kEarlyDv_;
-  static constexpr int kDsBuffers = kDsBuffers_;
-  static constexpr int kDqBuffers = kDqBuffers_;
-  static constexpr int kComputeThreads = 32 * kComputeWarps;
-  // dQ = dS·K (Br x D) between the two warpgroups: by rows (64 each) when Br =
-  // 128, else by columns, D/2 each, in parts that start on a 64-column block
-  // or half-way into one (the descriptor's start moves by 16-byte chunks): one
-  // part of kDqColsA, or at D = 192 a part of 64 and one of 32 — warpgroup 0
-  // columns 0-63 and 64-95, warpgroup 1 columns 128-191 and 96-127.
-  static constexpr bool kDqSplitRows = kBr == 128;
-  static constexpr int kDqCols = kDqSplitRows ? kHeadDim : kHeadDim / 2;
-  static constexpr int kDqColsB = kDqCols % 64 == 0 || kDqCols < 64 ? 0 : kDqCols % 64;
-  static constexpr int kDqColsA = kDqCols - kDqColsB;
-  // The first column of warpgroup wg's part (0: A, 1: B).
-  ATTNLAB_HOST_DEVICE static constexpr int dq_part_col(int wg, int part) {
-    return kDqSplitRows ? 0 : part == 0 ? wg * (kDqColsA + 2 * kDqColsB) : kDqColsA + wg * kDqColsB;
-  }
-  static constexpr int kKElems = kBc * kHeadDim, kVElems = kBc * kHeadDimV;
-  static constexpr int kQElems = kBr * kHeadDim, kdOElems = kBr * kHeadDimV;
-  static constexpr int kdSElems = kBc * kBr;
-  static constexpr int kdQFloats = kBr * kHeadDim;  // one dQ staging buffer
-  static constexpr int kPFloats = 0;                // (no Pᵀ handed between warpgroups)
-  static constexpr int kSlotReleasers = kComputeThreads;  // q_empty: every compute thread
-  static constexpr int kKVBytes = 2 * (kKElems + kVElems);                  // what kv_full expects
-  static constexpr int kQdoBytes = 2 * (kQElems + kdOElems) + 2 * kBr * 4;  // q_full: Q, dO, LSE, Δ
-  static constexpr int kBarriers = 1 + 2 * kStages;
-  static constexpr int kTileBytes =
-      2 * (kKElems + kVElems + kStages * (kQElems + kdOElems) + kDsBuffers * kdSElems) + 4 * kDqBuffers * kdQFloats +
-      4 * 2 * kStages * kBr;
-  static constexpr int kSmemBytes = kTileBytes + 8 * kBarriers + 1024;  // + slack to align to 1024
-  // Named barriers (0 is __syncthreads'): "both compute warpgroups' dSᵀ are
-  // stored" (256 threads), and per dQ staging buffer "staged" and "read by the
-  // dQ writer" (the compute warps and that buffer's writer warp, 288).
-  // With one dSᵀ buffer, kDsFreeBarrier: "both have read the previous dSᵀ".
-  static constexpr int kDsBarrier = 1, kDqFullBarrier = 2, kDqEmptyBarrier = 4, kDsFreeBarrier = 6;
-  static constexpr int kDqWriterWarp = kProducerWarp + 1;
-  static constexpr int kDqWriters = kDqBuffers;  // a dQ writer warp per staging buffer
-  static_assert(kComputeWarps == 8 && kComputeThreads == 256 && kBc == 64 * 2, "two compute warpgroups of 64 keys");
-  static_assert(kKVBytes == 2 * kBc * (kHeadDim + kHeadDimV) && kQdoBytes == 2 * kBr * (kHeadDim + kHeadDimV + 4),
-                "the bytes each full barrier expects");
-  static_assert(kDsBarrier >= 1 && kDqFullBarrier == kDsBarrier + 1 && kDqEmptyBarrier == kDqFullBarrier + 2 &&
-                    kDsFreeBarrier == kDqEmptyBarrier + 2 && kDsFreeBarrier <= 15,
-                "hardware barriers 1..15, two per pair of dQ buffers");
-  static_assert(kDqWriterWarp + kDqWriters <= kWarps, "the dQ writers are warps of the producer warpgroup");
-  static_assert(kHeadDim % 64 == 0 && kHeadDimV % 64 == 0, "Sw128Blocks stores 64-column blocks, one TMA box each");
-  static_assert(kBr == 64 || kBr == 128, "Sᵀ's N and the dQ split");
-  static_assert(kDqColsA == 64 && (kDqColsB == 0 || kDqColsB == 32), "dQ parts: m64n64 (+ m64n32) per warpgroup");
-  static_assert(kDqSplitRows || (dq_part_col(1, 0) + kDqColsA == kHeadDim && dq_part_col(0, 1) == kDqColsA &&
-                                 dq_part_col(1, 1) + kDqColsB == dq_part_col(1, 0)),
-                "the two warpgroups' parts tile dQ's columns");
-  static_assert(kHeadDim % 8 == 0, "dQ is staged in groups of 8 fp32 columns");
-  static_assert((kBr * 128) % 1024 == 0 && (kBc * 128) % 1024 == 0, "every 64-column block starts 1024-aligned");
-  static_assert((4 * kdQFloats) % 1024 == 0 && (2 * kdSElems) % 1024 == 0, "sdQ's boxes stay 1024-aligned");
-  static_assert(kStages >= 2, "the producer fills one slot while the compute warps read the other");
-  static_assert(kDsBuffers == 1 || kDsBuffers == 2, "dSᵀ in one buffer (and a barrier) or two");
-  static_assert(kDqBuffers == 1 || kDqBuffers == 2, "two named barriers of each kind for the dQ buffers");
-  static_assert(kBr % kSliceQ == 0 && kSliceQ % 32 == 0, "whole slices, 8-row groups of the swizzle");
-  static_assert(kSliceQ == kBr || !kEarlyDv, "dV early only with one slice");
-};
-
+// The block around the tile (its shared memory, barriers, dQ split): BwdWsConfig, bwd_ws_mainloop.cuh.
 constexpr int kBwdWsStages = 2;
 template <int D, int Dv>
 using Config = BwdWsConfig<D, Dv, BwdWsTile<D, Dv>::kBr, BwdWsTile<D, Dv>::kSliceQ, BwdWsTile<D, Dv>::kEarlyDv,

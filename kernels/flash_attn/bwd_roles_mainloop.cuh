@@ -87,8 +87,7 @@ __device__ __forceinline__ void bwd_roles_chain(const BwdShared<Cfg, T>& sm, con
 #pragma unroll 1
   for (int s = 0; s < w.n_slots; ++s) {
     const int stage = s % Cfg::kStages;
-    int h, m;
-    w.slot(s, h, m);
+    const int m = w.slot(s).m;
     const T* sQ = sm.sQ + stage * Cfg::kQElems;
     const T* sdO = sm.sdO + stage * Cfg::kdOElems;
     mbarrier_wait(&sm.q_full[stage], (s / Cfg::kStages) & 1);

@@ -88,9 +88,12 @@ std::string bwd_ws_unsupported(const AttnProblem& p) {
 // Runs the backward of p on a rung with these head dims and configs: the
 // pre-pass (zeroing the accumulator and the turns), the kernel kernel_of(Cfg{},
 // T{}) — one block per (KV head and batch, key tile), every Hopper backward
-// kernel taking the same arguments — then dQ's cast.
-template <typename HeadDimsList, template <int, int> class Cfg, bool kDeterministic, typename KernelOf>
-cudaError_t bwd_ws_launch(const AttnProblem& p, const AttnGradBuffers& b, cudaStream_t stream, KernelOf&& kernel_of) {
+// kernel taking the same arguments, then `extra` (the block-sparse one's
+// block mask and mods) — then dQ's cast.
+template <typename HeadDimsList, template <int, int> class Cfg, bool kDeterministic, typename KernelOf,
+          typename... Extra>
+cudaError_t bwd_ws_launch(const AttnProblem& p, const AttnGradBuffers& b, cudaStream_t stream, KernelOf&& kernel_of,
+                          const Extra&... extra) {
   cudaError_t err = cudaErrorInvalidValue;
   HeadDimsList::dispatch(p.D, p.Dv, [&](auto dims) {
     using C = Cfg<decltype(dims)::D, decltype(dims)::Dv>;
@@ -113,7 +116,7 @@ cudaError_t bwd_ws_launch(const AttnProblem& p, const AttnGradBuffers& b, cudaSt
       const dim3 grid(unsigned(p.B * p.kv_heads()), unsigned((p.Nk + C::kBc - 1) / C::kBc));
       e = launch_with_smem(kernel_of(C{}, type), grid, C::kThreads, C::kSmemBytes, stream, m.q, m.k, m.v, m.dout,
                            ws.dq_accum, static_cast<const float*>(ws.lse2), static_cast<const float*>(ws.delta), ws.dq_turns,
-                           static_cast<T*>(b.dk), static_cast<T*>(b.dv), p, nq_pad);
+                           static_cast<T*>(b.dk), static_cast<T*>(b.dv), p, nq_pad, extra...);
       if (e != cudaSuccess) return e;
       return launch_bwd_dq_convert<T>(p, ws.dq_accum, b.dq, nq_pad, stream, C::kBr);
     });

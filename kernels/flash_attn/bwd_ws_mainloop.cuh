@@ -8,6 +8,13 @@
 // fp32 accumulator (a bulk reduce-add). bwd_ws_block splits a block's warps
 // between them; rung 15 (bwd_roles_mainloop.cuh) reuses all but the compute
 // warpgroups and the writer's staging.
+//
+// Two things are parameters, so that other kernels on this engine share it
+// (the block-sparse backward, kernels/blocksparse/), as the forward's
+// ws_load_tiles / ws_compute_tiles are: the walk — which query tiles a key
+// tile visits (w.n_slots, w.slot(s)) and each dQ add's turn (w.turn) — and
+// the score step of bwd_compute_walk (Pᵀ from Sᵀ, and dSᵀ's chain rule), as
+// FlashAttention-3's backward mainloop takes its m_block range and its Mask.
 #pragma once
 
 #include <cuda.h>
@@ -24,6 +31,80 @@
 
 namespace attnlab {
 
+// Rung 14's block: two compute warpgroups of 64 keys each and a producer
+// warpgroup (the producer thread, the dQ writer warps); the tile of each head
+// dim is the kernel's choice (14_bwd_ws.cu's BwdWsTile).
+template <int kHeadDim_, int kHeadDimV_, int kBr_, int kSliceQ_, bool kEarlyDv_, int kDsBuffers_, int kDqBuffers_,
+          int kStages_, int kProducerRegs_ = 24>
+struct BwdWsConfig : ProducerWarpgroupSplit<2, kProducerRegs_, 240> {  // 2 compute warpgroups + 1 producer warpgroup
+  using Split = ProducerWarpgroupSplit<2, kProducerRegs_, 240>;
+  using Split::kComputeWarps, Split::kProducerWarp, Split::kWarps, Split::kThreads;
+  static constexpr int kHeadDim = kHeadDim_;    // D: Q, K, dQ, dK
+  static constexpr int kHeadDimV = kHeadDimV_;  // Dv: V, O, dO, dV
+  static constexpr int kBr = kBr_;
+  static constexpr int kBc = 128;  // 64 keys per compute warpgroup (wgmma's M)
+  static constexpr int kStages = kStages_;
+  static constexpr int kSliceQ = kSliceQ_;
+  static constexpr bool kEarlyDv = kEarlyDv_;
+  static constexpr int kDsBuffers = kDsBuffers_;
+  static constexpr int kDqBuffers = kDqBuffers_;
+  static constexpr int kComputeThreads = 32 * kComputeWarps;
+  // dQ = dS·K (Br x D) between the two warpgroups: by rows (64 each) when Br =
+  // 128, else by columns, D/2 each, in parts that start on a 64-column block
+  // or half-way into one (the descriptor's start moves by 16-byte chunks): one
+  // part of kDqColsA, or at D = 192 a part of 64 and one of 32 — warpgroup 0
+  // columns 0-63 and 64-95, warpgroup 1 columns 128-191 and 96-127.
+  static constexpr bool kDqSplitRows = kBr == 128;
+  static constexpr int kDqCols = kDqSplitRows ? kHeadDim : kHeadDim / 2;
+  static constexpr int kDqColsB = kDqCols % 64 == 0 || kDqCols < 64 ? 0 : kDqCols % 64;
+  static constexpr int kDqColsA = kDqCols - kDqColsB;
+  // The first column of warpgroup wg's part (0: A, 1: B).
+  ATTNLAB_HOST_DEVICE static constexpr int dq_part_col(int wg, int part) {
+    return kDqSplitRows ? 0 : part == 0 ? wg * (kDqColsA + 2 * kDqColsB) : kDqColsA + wg * kDqColsB;
+  }
+  static constexpr int kKElems = kBc * kHeadDim, kVElems = kBc * kHeadDimV;
+  static constexpr int kQElems = kBr * kHeadDim, kdOElems = kBr * kHeadDimV;
+  static constexpr int kdSElems = kBc * kBr;
+  static constexpr int kdQFloats = kBr * kHeadDim;  // one dQ staging buffer
+  static constexpr int kPFloats = 0;                // (no Pᵀ handed between warpgroups)
+  static constexpr int kSlotReleasers = kComputeThreads;  // q_empty: every compute thread
+  static constexpr int kKVBytes = 2 * (kKElems + kVElems);                  // what kv_full expects
+  static constexpr int kQdoBytes = 2 * (kQElems + kdOElems) + 2 * kBr * 4;  // q_full: Q, dO, LSE, Δ
+  static constexpr int kBarriers = 1 + 2 * kStages;
+  static constexpr int kTileBytes =
+      2 * (kKElems + kVElems + kStages * (kQElems + kdOElems) + kDsBuffers * kdSElems) + 4 * kDqBuffers * kdQFloats +
+      4 * 2 * kStages * kBr;
+  static constexpr int kSmemBytes = kTileBytes + 8 * kBarriers + 1024;  // + slack to align to 1024
+  // Named barriers (0 is __syncthreads'): "both compute warpgroups' dSᵀ are
+  // stored" (256 threads), and per dQ staging buffer "staged" and "read by the
+  // dQ writer" (the compute warps and that buffer's writer warp, 288).
+  // With one dSᵀ buffer, kDsFreeBarrier: "both have read the previous dSᵀ".
+  static constexpr int kDsBarrier = 1, kDqFullBarrier = 2, kDqEmptyBarrier = 4, kDsFreeBarrier = 6;
+  static constexpr int kDqWriterWarp = kProducerWarp + 1;
+  static constexpr int kDqWriters = kDqBuffers;  // a dQ writer warp per staging buffer
+  static_assert(kComputeWarps == 8 && kComputeThreads == 256 && kBc == 64 * 2, "two compute warpgroups of 64 keys");
+  static_assert(kKVBytes == 2 * kBc * (kHeadDim + kHeadDimV) && kQdoBytes == 2 * kBr * (kHeadDim + kHeadDimV + 4),
+                "the bytes each full barrier expects");
+  static_assert(kDsBarrier >= 1 && kDqFullBarrier == kDsBarrier + 1 && kDqEmptyBarrier == kDqFullBarrier + 2 &&
+                    kDsFreeBarrier == kDqEmptyBarrier + 2 && kDsFreeBarrier <= 15,
+                "hardware barriers 1..15, two per pair of dQ buffers");
+  static_assert(kDqWriterWarp + kDqWriters <= kWarps, "the dQ writers are warps of the producer warpgroup");
+  static_assert(kHeadDim % 64 == 0 && kHeadDimV % 64 == 0, "Sw128Blocks stores 64-column blocks, one TMA box each");
+  static_assert(kBr == 64 || kBr == 128, "Sᵀ's N and the dQ split");
+  static_assert(kDqColsA == 64 && (kDqColsB == 0 || kDqColsB == 32), "dQ parts: m64n64 (+ m64n32) per warpgroup");
+  static_assert(kDqSplitRows || (dq_part_col(1, 0) + kDqColsA == kHeadDim && dq_part_col(0, 1) == kDqColsA &&
+                                 dq_part_col(1, 1) + kDqColsB == dq_part_col(1, 0)),
+                "the two warpgroups' parts tile dQ's columns");
+  static_assert(kHeadDim % 8 == 0, "dQ is staged in groups of 8 fp32 columns");
+  static_assert((kBr * 128) % 1024 == 0 && (kBc * 128) % 1024 == 0, "every 64-column block starts 1024-aligned");
+  static_assert((4 * kdQFloats) % 1024 == 0 && (2 * kdSElems) % 1024 == 0, "sdQ's boxes stay 1024-aligned");
+  static_assert(kStages >= 2, "the producer fills one slot while the compute warps read the other");
+  static_assert(kDsBuffers == 1 || kDsBuffers == 2, "dSᵀ in one buffer (and a barrier) or two");
+  static_assert(kDqBuffers == 1 || kDqBuffers == 2, "two named barriers of each kind for the dQ buffers");
+  static_assert(kBr % kSliceQ == 0 && kSliceQ % 32 == 0, "whole slices, 8-row groups of the swizzle");
+  static_assert(kSliceQ == kBr || !kEarlyDv, "dV early only with one slice");
+};
+
 // One key tile's walk (the tile scheduler of the backward: one block per key
 // tile and KV head, key tile 0 of every head first: causally the heaviest,
 // since every query tile sees it; longest first, as FA3's LPT order).
@@ -35,15 +116,27 @@ namespace attnlab {
 //     last query tile first, down to m_first, so that every key tile meets the
 //     tiles in the same order and waits only for its predecessor's last add,
 //     not for it to walk the causal band up to its own first tile.
+// A walk is any type with these members (the block-sparse one is another):
+// j_tile, kv0, b, kv_head, n_slots; slot(s), called with s ascending (so a
+// walk may keep a cursor: each role walks its own copy), giving the query
+// head h (in the batch) and the query tile m; and turn(slot), the value of
+// the dQ tile's counter at which this key tile adds (the deterministic mode).
+struct BwdSlot {
+  int h, m;
+};
 struct BwdWork {
   int j_tile, kv0, hk, b, group, m_first, n_m, n_slots, rot;
   bool descending;
   int64_t kv_head;  // b·Hkv + hk
-  ATTNLAB_HOST_DEVICE void slot(int s, int& h, int& m) const {
+  ATTNLAB_HOST_DEVICE BwdSlot slot(int s) const {
     const int i = s % n_m, mi = i + rot;
-    m = descending ? m_first + n_m - 1 - i : m_first + (mi < n_m ? mi : mi - n_m);
-    h = hk * group + s / n_m;
+    BwdSlot sl;
+    sl.m = descending ? m_first + n_m - 1 - i : m_first + (mi < n_m ? mi : mi - n_m);
+    sl.h = hk * group + s / n_m;
+    return sl;
   }
+  // Every key tile before this one sees the query tile too: key tile j adds j-th.
+  ATTNLAB_HOST_DEVICE int turn(const BwdSlot&) const { return j_tile; }
 };
 
 template <int Br, int Bc>
@@ -116,8 +209,8 @@ struct BwdShared {
 // One thread: K_j, V_j (rows past Nk zero-filled), then the ring. The n-th use
 // of slot s = n % kStages waits for the compute warps' release of its previous
 // use (phase n / kStages − 1 of q_empty[s]).
-template <typename Cfg, typename T>
-__device__ __forceinline__ void bwd_load(const BwdShared<Cfg, T>& sm, const AttnProblem& p, const BwdWork& w,
+template <typename Cfg, typename T, typename Work>
+__device__ __forceinline__ void bwd_load(const BwdShared<Cfg, T>& sm, const AttnProblem& p, Work w,
                                          const CUtensorMap* tma_q, const CUtensorMap* tma_k, const CUtensorMap* tma_v,
                                          const CUtensorMap* tma_do, const float* lse2, const float* delta,
                                          int nq_pad) {
@@ -133,10 +226,9 @@ __device__ __forceinline__ void bwd_load(const BwdShared<Cfg, T>& sm, const Attn
   for (int s = 0; s < w.n_slots; ++s) {
     const int stage = s % Cfg::kStages;
     if (s >= Cfg::kStages) mbarrier_wait(&sm.q_empty[stage], ((s / Cfg::kStages) & 1) ^ 1);
-    int h, m;
-    w.slot(s, h, m);
-    const int q0 = m * Br;
-    const int64_t q_head = int64_t(w.b) * p.H + h;
+    const auto sl = w.slot(s);
+    const int q0 = sl.m * Br;
+    const int64_t q_head = int64_t(w.b) * p.H + sl.h;
     uint64_t* bar = &sm.q_full[stage];
     mbarrier_arrive_expect_tx(bar, Cfg::kQdoBytes);
 #pragma unroll 1
@@ -152,10 +244,11 @@ __device__ __forceinline__ void bwd_load(const BwdShared<Cfg, T>& sm, const Attn
 
 // ---- the deterministic mode's turns -----------------------------------------------
 // dQ tile (q_head, m) takes its key tiles' adds in key-tile order: key tile j
-// waits until the tile's counter reads j (the key tiles before it that see the
-// tile: all j' < j, since the first visible query tile grows with j), adds,
-// waits for its add to land, and counts it (the CUTLASS barrier's release/acquire
-// pattern, FlashAttention-3's Deterministic dQ semaphore).
+// waits until the tile's counter reads w.turn(slot), the number of key tiles
+// before it that add to the tile (rung 14: j, since the first visible query
+// tile grows with j), adds, waits for its add to land, and counts it (the
+// CUTLASS barrier's release/acquire pattern, FlashAttention-3's Deterministic
+// dQ semaphore).
 __device__ __forceinline__ void bwd_wait_turn(const int* counter, int turn) {
   int seen;
   do {
@@ -177,11 +270,12 @@ __device__ __forceinline__ void bwd_pass_turn(int* counter) {
 // tile in that same layout (common/bwd_prepost.cuh), one bulk reduction per
 // part, and hand_back(s) runs once the reductions have read the staging. So
 // the compute warps never wait on the adds. Deterministic: key tile j first
-// waits until the dQ tile's counter reads j; after the hand-back it waits for
+// waits until the dQ tile's counter reads its turn; after the hand-back it waits for
 // its adds to land and passes the turn on — while the other writer takes the
 // next slot, so that neither the buffer nor the next add waits for a landing.
-template <typename Cfg, bool kDeterministic, int kParts, typename WaitStaged, typename PartAt, typename HandBack>
-__device__ __forceinline__ void bwd_dq_writer(const AttnProblem& p, const BwdWork& w, float* dq_accum, int nq_pad,
+template <typename Cfg, bool kDeterministic, int kParts, typename Work, typename WaitStaged, typename PartAt,
+          typename HandBack>
+__device__ __forceinline__ void bwd_dq_writer(const AttnProblem& p, Work w, float* dq_accum, int nq_pad,
                                               int* dq_turns, int writer, WaitStaged&& wait_staged, PartAt&& part_at,
                                               HandBack&& hand_back) {
   constexpr int Br = Cfg::kBr, kPartFloats = Br * Cfg::kHeadDim / kParts;
@@ -192,12 +286,11 @@ __device__ __forceinline__ void bwd_dq_writer(const AttnProblem& p, const BwdWor
     wait_staged(s);
     int* turn = nullptr;
     if (lane == 0) {
-      int h, m;
-      w.slot(s, h, m);
-      const int64_t q_head = int64_t(w.b) * p.H + h;
-      turn = dq_turns + q_head * (nq_pad / Br) + m;
-      if constexpr (kDeterministic) bwd_wait_turn(turn, w.j_tile);
-      float* tile = dq_accum + (q_head * nq_pad + m * Br) * Cfg::kHeadDim;
+      const auto sl = w.slot(s);
+      const int64_t q_head = int64_t(w.b) * p.H + sl.h;
+      turn = dq_turns + q_head * (nq_pad / Br) + sl.m;
+      if constexpr (kDeterministic) bwd_wait_turn(turn, w.turn(sl));
+      float* tile = dq_accum + (q_head * nq_pad + sl.m * Br) * Cfg::kHeadDim;
 #pragma unroll
       for (int part = 0; part < kParts; ++part)
         bulk_reduce_add_f32(tile + part * kPartFloats, part_at(s, part), kPartFloats * 4);
@@ -218,8 +311,8 @@ __device__ __forceinline__ void bwd_dq_writer(const AttnProblem& p, const BwdWor
 
 // Rung 14's: dQ staged in its own buffers, s % kDqBuffers, handed over by
 // named barriers (kDqFull + buffer, kDqEmpty + buffer).
-template <typename Cfg, typename T, bool kDeterministic>
-__device__ __forceinline__ void bwd_write_dq(const BwdShared<Cfg, T>& sm, const AttnProblem& p, const BwdWork& w,
+template <typename Cfg, typename T, bool kDeterministic, typename Work>
+__device__ __forceinline__ void bwd_write_dq(const BwdShared<Cfg, T>& sm, const AttnProblem& p, const Work& w,
                                              float* dq_accum, int nq_pad, int* dq_turns, int writer) {
   static_assert(Cfg::kDqWriters == Cfg::kDqBuffers, "a writer per staging buffer (its named barriers)");
   bwd_dq_writer<Cfg, kDeterministic, 1>(
@@ -233,23 +326,22 @@ __device__ __forceinline__ void bwd_write_dq(const BwdShared<Cfg, T>& sm, const 
 }
 
 // ---- the block ----------------------------------------------------------------------
-// What a Hopper backward kernel's block does (rungs 14 and 15): its shared
-// memory and barriers, the walk of key tile blockIdx.y (grid.x runs over the
-// heads, so that every head's key tile 0, causally the longest, starts
-// before any tile 1), and the warps' roles with their registers (setmaxnreg):
-// the producer thread (bwd_load), the dQ writer warps (write_dq(sm, w, k)) and
-// the compute warpgroups (compute(sm, w)).
-template <typename Cfg, typename T, bool kDeterministic, typename WriteDq, typename Compute>
-__device__ __forceinline__ void bwd_ws_block(unsigned char* smem_raw, const AttnProblem& p, const CUtensorMap* tma_q,
-                                             const CUtensorMap* tma_k, const CUtensorMap* tma_v,
-                                             const CUtensorMap* tma_do, const float* lse2, const float* delta,
-                                             int nq_pad, WriteDq&& write_dq, Compute&& compute) {
+// What a Hopper backward kernel's block does (rungs 14 and 15, the block-sparse
+// backward): its shared memory and barriers, its walk (make_work(): the key
+// tile and its query tiles), and the warps' roles with their registers
+// (setmaxnreg): the producer thread (bwd_load), the dQ writer warps
+// (write_dq(sm, w, k)) and the compute warpgroups (compute(sm, w)).
+template <typename Cfg, typename T, typename MakeWork, typename WriteDq, typename Compute>
+__device__ __forceinline__ void bwd_ws_block_walk(unsigned char* smem_raw, const AttnProblem& p,
+                                                  const CUtensorMap* tma_q, const CUtensorMap* tma_k,
+                                                  const CUtensorMap* tma_v, const CUtensorMap* tma_do,
+                                                  const float* lse2, const float* delta, int nq_pad,
+                                                  MakeWork&& make_work, WriteDq&& write_dq, Compute&& compute) {
   const BwdShared<Cfg, T> sm(smem_raw);
   if (threadIdx.x == 0) sm.init_barriers();
   __syncthreads();  // no copy may signal a barrier before it is initialised
 
-  const BwdWork w = bwd_work<Cfg::kBr, Cfg::kBc>(p, blockIdx.y, blockIdx.x % p.kv_heads(),
-                                                 blockIdx.x / p.kv_heads(), kDeterministic);
+  const auto w = make_work();
   const int warp = threadIdx.x / 32;
   if (warp >= Cfg::kProducerWarp) {
     warpgroup_reg_dealloc<Cfg::kProducerRegs>();
@@ -266,12 +358,28 @@ __device__ __forceinline__ void bwd_ws_block(unsigned char* smem_raw, const Attn
   warpgroup_reg_alloc<Cfg::kComputeRegs>();
   compute(sm, w);
 }
+// Rungs 14 and 15: the walk of key tile blockIdx.y (grid.x runs over the
+// heads, so that every head's key tile 0, causally the longest, starts before
+// any tile 1) over every query tile that sees it.
+template <typename Cfg, typename T, bool kDeterministic, typename WriteDq, typename Compute>
+__device__ __forceinline__ void bwd_ws_block(unsigned char* smem_raw, const AttnProblem& p, const CUtensorMap* tma_q,
+                                             const CUtensorMap* tma_k, const CUtensorMap* tma_v,
+                                             const CUtensorMap* tma_do, const float* lse2, const float* delta,
+                                             int nq_pad, WriteDq&& write_dq, Compute&& compute) {
+  bwd_ws_block_walk<Cfg, T>(
+      smem_raw, p, tma_q, tma_k, tma_v, tma_do, lse2, delta, nq_pad,
+      [&] {
+        return bwd_work<Cfg::kBr, Cfg::kBc>(p, blockIdx.y, blockIdx.x % p.kv_heads(), blockIdx.x / p.kv_heads(),
+                                            kDeterministic);
+      },
+      write_dq, compute);
+}
 
 // ---- the epilogue: dK_j (scaled), dV_j of this KV head, keys < Nk -----------------
 // A warp holds keys key_row0 (+8) of its 16-key slice, columns 8n + 2t, +1 of
 // an accumulator of N columns; out: dK or dV, [KV heads][Nk][N], times factor.
-template <typename T, int N>
-__device__ __forceinline__ void bwd_store_key_rows(const AttnProblem& p, const BwdWork& w, int key_row0,
+template <typename T, int N, typename Work>
+__device__ __forceinline__ void bwd_store_key_rows(const AttnProblem& p, const Work& w, int key_row0,
                                                    const float (&acc)[N / 8][4], float factor, T* out) {
   const int t = threadIdx.x % 4;
 #pragma unroll
@@ -285,8 +393,8 @@ __device__ __forceinline__ void bwd_store_key_rows(const AttnProblem& p, const B
   }
 }
 // Warp (wg, wi) holds keys kv0 + 64·wg + 16·wi + g (+8) of both.
-template <typename T, int D, int Dv>
-__device__ __forceinline__ void bwd_store_dkv(const AttnProblem& p, const BwdWork& w, int key_row0,
+template <typename T, int D, int Dv, typename Work>
+__device__ __forceinline__ void bwd_store_dkv(const AttnProblem& p, const Work& w, int key_row0,
                                               const float (&dK)[D / 8][4], const float (&dV)[Dv / 8][4], T* dk,
                                               T* dv) {
   bwd_store_key_rows<T, D>(p, w, key_row0, dK, p.scale, dk);
@@ -319,6 +427,29 @@ __device__ __forceinline__ void bwd_probabilities(float (&St)[kTiles][4], const 
       }
   }
 }
+
+// Where one slice of a tile sits: the warpgroup's first key, the keys of
+// this thread's c0, c1 (c2, c3: + 8), and the slice's first query.
+struct BwdTileAt {
+  int key_base, key_row0, q_first;
+};
+
+// The score step of rungs 14 and 15 (bwd_compute_walk's ScoreStep):
+// probabilities(Sᵀ → Pᵀ) with the causal mask and the bounds; dS needs no
+// chain rule. The block-sparse backward's (kernels/blocksparse/bwd_mods.cuh)
+// applies its mask_mod and score_mod instead.
+struct BwdCausalScores {
+  const AttnProblem& p;
+  float scale_log2;
+  template <int kTiles, typename Slot>
+  __device__ __forceinline__ void probabilities(float (&St)[kTiles][4], const float2 (&lse)[kTiles], const Slot&,
+                                                const BwdTileAt& at) const {
+    bwd_probabilities(St, lse, p, scale_log2, at.key_base, at.key_row0, at.q_first);
+  }
+  template <int kTiles, typename Slot>
+  __device__ __forceinline__ void chain_rule(float (&)[kTiles][4], const float (&)[kTiles][4], const float*,
+                                             const Slot&, const BwdTileAt&) const {}
+};
 
 // dSᵀ (16-bit A fragments) to shared memory, [key][query] in Sw128Blocks<Bc>:
 // register i of k-step kk holds key row0 (+8 for odd i), queries qh + 16kk +
@@ -390,9 +521,12 @@ __device__ __forceinline__ void wgmma_rows_rs(float (&acc)[kN / 8][4], const uin
 //   dQ_i += scale·dS·K_j  (all Bc keys: dSᵀ of both warpgroups through shared
 //        memory; they split dQ's rows when Br = 128, its columns when Br = 64;
 //        staged for the dQ writer warp, bwd_write_dq)
-template <typename Cfg, typename T>
-__device__ __forceinline__ void bwd_compute(const BwdShared<Cfg, T>& sm, const AttnProblem& p, const BwdWork& w,
-                                            T* dk, T* dv) {
+// over the query tiles of walk w. The score step: scores.probabilities turns
+// Sᵀ into Pᵀ (masking it), scores.chain_rule multiplies dSᵀ by d(score)/d(S)
+// where a score_mod changes it (it sees Pᵀ and the slice's LSE·log2e).
+template <typename Cfg, typename T, typename Work, typename ScoreStep>
+__device__ __forceinline__ void bwd_compute_walk(const BwdShared<Cfg, T>& sm, const AttnProblem& p, Work w,
+                                                 const ScoreStep& scores, T* dk, T* dv) {
   constexpr int D = Cfg::kHeadDim, Dv = Cfg::kHeadDimV, Br = Cfg::kBr, Bc = Cfg::kBc;
   constexpr int kSlices = Br / Cfg::kSliceQ;
   constexpr int kTilesS = Cfg::kSliceQ / 8;  // n8 tiles across the queries of a slice of Sᵀ
@@ -405,16 +539,14 @@ __device__ __forceinline__ void bwd_compute(const BwdShared<Cfg, T>& sm, const A
   const int wg_uniform = __shfl_sync(0xffffffffu, wg, 0);
   const int key_base = w.kv0 + 64 * wg;           // this warpgroup's first key
   const int key_row0 = key_base + 16 * wi + g;    // the keys of c0, c1 (c2, c3: + 8)
-  const float scale_log2 = p.scale * kLog2e;
   float dK[D / 8][4] = {}, dV[Dv / 8][4] = {};
 
   if (w.n_slots > 0) mbarrier_wait(sm.kv_full, 0);
 #pragma unroll 1
   for (int s = 0; s < w.n_slots; ++s) {
     const int stage = s % Cfg::kStages;
-    int h, m;
-    w.slot(s, h, m);
-    const int q0 = m * Br;
+    const auto slot = w.slot(s);
+    const int q0 = slot.m * Br;
     const T* sQ = sm.sQ + stage * Cfg::kQElems;
     const T* sdO = sm.sdO + stage * Cfg::kdOElems;
     const float* sLSE2 = sm.sLSE2 + stage * Br;
@@ -445,7 +577,8 @@ __device__ __forceinline__ void bwd_compute(const BwdShared<Cfg, T>& sm, const A
       wgmma_wait<1>();
       fence_accumulators(St);
 
-      bwd_probabilities(St, lse, p, scale_log2, key_base, key_row0, q0 + qh);
+      const BwdTileAt at{key_base, key_row0, q0 + qh};
+      scores.probabilities(St, lse, slot, at);
       float2 delta[kTilesS];  // Δ likewise, loaded before the wait for dPᵀ
 #pragma unroll
       for (int n = 0; n < kTilesS; ++n) delta[n] = *reinterpret_cast<const float2*>(sDelta + qh + n * 8 + 2 * t);
@@ -469,6 +602,7 @@ __device__ __forceinline__ void bwd_compute(const BwdShared<Cfg, T>& sm, const A
       for (int n = 0; n < kTilesS; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) dPt[n][e] = St[n][e] * (dPt[n][e] - (e & 1 ? delta[n].y : delta[n].x));
+      scores.chain_rule(dPt, St, sLSE2 + qh, slot, at);
       pack_p_fragments<T>(dSa, dPt);
       if constexpr (!Cfg::kEarlyDv) pack_p_fragments<T>(Pa, St);
       if constexpr (!Cfg::kEarlyDv || kSlices > 1) wgmma_fence();
@@ -547,6 +681,12 @@ __device__ __forceinline__ void bwd_compute(const BwdShared<Cfg, T>& sm, const A
     mbarrier_arrive(&sm.q_empty[stage]);
   }
   bwd_store_dkv<T, D, Dv>(p, w, key_row0, dK, dV, dk, dv);
+}
+// Rung 14's: its walk, the causal mask.
+template <typename Cfg, typename T>
+__device__ __forceinline__ void bwd_compute(const BwdShared<Cfg, T>& sm, const AttnProblem& p, const BwdWork& w,
+                                            T* dk, T* dv) {
+  bwd_compute_walk<Cfg, T>(sm, p, w, BwdCausalScores{p, p.scale * kLog2e}, dk, dv);
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
