@@ -1,11 +1,14 @@
 #include "cli.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <set>
+
+#include "blocksparse/mods.h"
 
 namespace attnlab {
 namespace {
@@ -75,6 +78,16 @@ std::string parse_number(const std::string& flag, const std::string& text, doubl
   if (*end != '\0' || errno == ERANGE || !std::isfinite(v) || v < lo || v > hi) return expects;
   *out = float(v);
   return "";
+}
+
+// "document:K" -> "document" and K in *count (when given); any other spec as it is.
+std::string split_document_count(const std::string& spec, int L, int* count, std::string* error) {
+  if (spec.rfind("document:", 0) != 0) return spec;
+  const std::string k = spec.substr(9);
+  if (!parse_int("--mask-mod document:K", k, 1, L, count).empty())
+    *error = "--mask-mod document:K takes K documents, 1 to the sequence length " + std::to_string(L) + ", got '" +
+             k + "'";
+  return "document";
 }
 
 }  // namespace
@@ -213,6 +226,31 @@ but --bwd selects it, even at its default value (--mask none too); --variant,
   unless --no-peers (by default in a torch build; --torch or --sdpa ask for
   them, and --sdpa adds FA2's backward where every pair is active).
 
+block-sparse attention (FlexAttention's model: kernels/blocksparse/,
+docs/blocksparse.md). --mask-mod selects it; --causal, --sweep, --variant,
+--reference, --torch, --show-all and the dynamic-mask options are then errors:
+  --mask-mod M      the mask_mod, NAME[:ARGS]: none, causal (bottom-right
+                    aligned), sliding_window:L,R, block_diagonal:B,
+                    mini_causal:B, prefix_lm:P, dilated_sliding_window:W,S,
+                    document[:K] (K documents of random lengths summing to
+                    max(Nq, Nk), the same ids for queries and keys, one set per
+                    batch, from --seed; default K = 4, at most the length)
+  --score-mod S     the score_mod on the scaled score: none (default), rel_bias,
+                    alibi, softcap:C
+  --block-size Q,KV the block mask's blocks (default 128,128; one number: both),
+                    multiples of the kernel's tile (128 x 128; 128 x 64 at D=256)
+  Rows: blocksparse (ours: the block mask built on the GPU from the mask_mod,
+  then the block-sparse forward) and, in a torch build where the mask_mod is
+  causal or none with no score_mod, the peers sdpa(cudnn) and sdpa(flash)
+  (torch's is_causal: unsupported when causal and Nq != Nk). torch's compiled
+  flex_attention runs from Python: scripts/bench_blocksparse.py. Checked
+  (unless --no-check) against the fp32 mask_mod/score_mod reference by the rule
+  above, the yardstick its same-precision path (P rounded to the dtype);
+  TFLOPS count 2·(D+Dv)·pairs, pairs = the (query, key) pairs the mask_mod
+  keeps, counted exactly on the GPU. --csv rows: the columns of bench.csv and
+  `mask`, `score` after them (a file of other columns is refused).
+  --bwd with --mask-mod: an error, the block-sparse backward is not available yet
+
   --list            list the variants and their tile configurations (--variant,
                     --torch, --sdpa and --no-peers choose the rows; with --bwd the
                     backward's; no GPU needed)
@@ -341,6 +379,17 @@ ParseResult parse_args(const std::vector<std::string>& args) {
     else if (flag == "--bwd-own-prepass") bool_flag(&o.bwd_own_prepass);
     else if (flag == "--mask-bits") bool_flag(&o.mask_bits);
     else if (flag == "--softcap") { if (take_value()) r.error = parse_number(flag, value, 0, kMaxSoftcap, &o.softcap); }
+    else if (flag == "--mask-mod" || flag == "--score-mod") {
+      if (take_value()) {
+        if (value.empty()) r.error = flag + " needs a spec, e.g. causal";
+        (flag == "--mask-mod" ? o.mask_mod : o.score_mod) = value;
+      }
+    } else if (flag == "--block-size") {
+      std::vector<int> sizes;
+      if (take_value()) r.error = parse_int_list(flag, value, 1, 1 << 20, &sizes);
+      if (r.error.empty() && sizes.size() > 2) r.error = "--block-size takes Q,KV or one size for both, got '" + value + "'";
+      if (r.error.empty()) o.block_q = sizes.front(), o.block_kv = sizes.back();
+    }
     else if (flag == "--list") bool_flag(&o.list);
     else if (flag == "--help") bool_flag(&o.help);
     else r.error = "unknown option '" + args[i] + "' (see --help)";
@@ -406,6 +455,33 @@ ParseResult parse_args(const std::vector<std::string>& args) {
     if (o.torch_reference)
       return fail("--reference torch does not apply to --bwd: the backward is checked against attnlab's fp32 "
                   "reference backward");
+  }
+  // Block-sparse attention: its specs (mods.h's parser) and the flags that mean nothing with it.
+  for (const char* f : {"--score-mod", "--block-size"})
+    if (has(f) && !o.blocksparse()) return fail(std::string(f) + " needs --mask-mod");
+  if (o.blocksparse()) {
+    std::string why;
+    const int L = std::max(o.Nq, o.Nk);
+    o.document_count = std::min(o.document_count, L);
+    const std::string mask_spec = split_document_count(o.mask_mod, L, &o.document_count, &why);
+    if (why.empty()) parse_mask_mod(mask_spec, o.Nq, o.Nk, why);
+    if (!why.empty()) return fail(why.rfind("--mask-mod", 0) == 0 ? why : "--mask-mod: " + why);
+    if (!o.score_mod.empty()) parse_score_mod(o.score_mod, o.H, why);
+    if (!why.empty()) return fail("--score-mod: " + why);
+    for (const std::string& f : given)
+      if (dynamic_mask_options.count(f))
+        return fail("--mask-mod and " + f + " select two modes (block-sparse, dynamic-mask): give one" +
+                    (f == "--softcap" ? " (a softcap here is --score-mod softcap:C)" : ""));
+    if (has("--causal")) return fail("--causal does not apply to --mask-mod: the causal mask is --mask-mod causal");
+    if (o.sweep) return fail("--sweep does not apply to --mask-mod: it runs one shape");
+    if (has("--variant"))
+      return fail("--variant does not apply to --mask-mod: its rows are fixed (blocksparse and the SDPA peers)");
+    if (has("--reference"))
+      return fail("--reference does not apply to --mask-mod: the check uses the mask_mod/score_mod reference");
+    if (has("--torch")) return fail("--torch does not apply to --mask-mod: its peers are torch's SDPA (--sdpa)");
+    if (o.show_all) return fail("--show-all does not apply to --mask-mod: it shows every row");
+    // Refused until the block-sparse backward exists (run_blocksparse_mode says where its rows go).
+    if (o.bwd) return fail("the block-sparse backward is not available yet");
   }
   if (o.dynamic_mask()) {
     if (o.sweep) return fail("--sweep does not apply to dynamic-mask runs");

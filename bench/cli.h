@@ -53,8 +53,15 @@ struct Options {
     return dynamic_mask_option || !mask.empty() || bias || softcap > 0.f || deterministic || dma_core != "auto" ||
            dma_mask_scan != "auto" || dma_prepass_chunks != 0 || splits != 0 || mask_bits;
   }
+  // Block-sparse attention (kernels/blocksparse/, bench/blocksparse_mode.h): --mask-mod selects it.
+  std::string mask_mod;       // a mask_mod spec of blocksparse/mods.h ("causal", "sliding_window:128,0", ...),
+                              // "document" with the ids made by the harness (document_count of them)
+  std::string score_mod;      // a score_mod spec ("" = none)
+  int block_q = 128, block_kv = 128;  // --block-size Q,KV
+  int document_count = 4;     // --mask-mod document:K: K documents of random lengths (from --seed)
+  bool blocksparse() const { return !mask_mod.empty(); }
   // The dense backward (bench/bwd_mode.h): --bwd without a dynamic-mask option.
-  bool dense_backward() const { return bwd && !dynamic_mask(); }
+  bool dense_backward() const { return bwd && !dynamic_mask() && !blocksparse(); }
   bool list = false;
   bool help = false;
   std::string variant_glob = "*";

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "blocksparse_mode.h"
 #include "bwd_mode.h"
 #include "cli.h"
 #include "dmattn_mode.h"
@@ -163,6 +164,12 @@ int main(int argc, char** argv) {
                     " needs PyTorch, and this build has none (reconfigure where `python3 -c 'import torch'` works)",
                 kExitBadOptions);
 
+  // --mask-mod: the block-sparse mode (bench/blocksparse_mode.cpp), its own rows.
+  if (opt.blocksparse() && opt.list) {
+    print_list(blocksparse_list(opt));
+    return kExitOk;
+  }
+
   // --bwd alone: the dense backward (bench/bwd_mode.cpp), its own rows.
   std::vector<const BwdVariant*> bwd_rows;
   if (opt.dense_backward()) {
@@ -204,7 +211,8 @@ int main(int argc, char** argv) {
   if (selected.size() == n_peers && !opt.dense_backward())
     return fail("no variant matches --variant '" + opt.variant_glob + "' (see --list)", kExitBadOptions);
   if (!opt.csv.empty())
-    if (std::string e = results_csv_error(opt.csv); !e.empty()) return fail(e, kExitBadOptions);
+    if (std::string e = results_csv_error(opt.csv, opt.blocksparse() ? kBlocksparseCsvColumns : ""); !e.empty())
+      return fail(e, kExitBadOptions);
 
   int device_count = 0;
   if (cudaError_t e = cudaGetDeviceCount(&device_count); e != cudaSuccess)
@@ -218,6 +226,7 @@ int main(int argc, char** argv) {
       opt.seed_given ? opt.seed
                      : uint64_t(std::chrono::system_clock::now().time_since_epoch().count()) % 1000000007ull;
 
+  if (opt.blocksparse()) return run_blocksparse_mode(opt, sys, seed, stream);
   if (opt.dynamic_mask()) return run_dynamic_mask_mode(opt, sys, seed, stream);
   if (opt.dense_backward()) return run_dense_backward_mode(opt, bwd_rows, sys, seed, stream);
 

@@ -448,15 +448,26 @@ std::function<std::string()> bwd_variant_call(const BwdVariant& v, const AttnPro
 }
 
 namespace {
-const char kResultsCsvHeader[] =
+const char kResultsCsvColumns[] =
     "gpu,driver,cuda,commit,date,variant,kind,B,H,Nq,Nk,D,Dv,dtype,causal,time_ms,tflops,ratio_to_best_peer,"
-    "status,max_err,tol,lse_err,seed,note\n";
+    "status,max_err,tol,lse_err,seed,note";
 }  // namespace
 
-std::string results_csv_error(const std::string& path) {
+std::string results_csv_error(const std::string& path, const std::string& extra_columns) {
   struct stat st;
   const bool existed = stat(path.c_str(), &st) == 0;
   if (existed && S_ISDIR(st.st_mode)) return "cannot write --csv " + path + ": it is a directory";
+  if (existed && S_ISREG(st.st_mode) && st.st_size > 0) {  // rows go under the same columns only
+    std::ifstream f(path);
+    std::string header;
+    std::getline(f, header);
+    if (!header.empty() && header.back() == '\r') header.pop_back();
+    const std::string want = kResultsCsvColumns + extra_columns;
+    if (f && header != want)
+      return "cannot write --csv " + path + ": its columns are not these rows' (" +
+             (extra_columns.empty() ? "the results schema" : "the results schema and " + extra_columns.substr(1)) +
+             "); use another file";
+  }
   errno = 0;
   std::FILE* f = std::fopen(path.c_str(), "a");
   if (f == nullptr) return "cannot write --csv " + path + ": " + std::strerror(errno);
@@ -465,11 +476,11 @@ std::string results_csv_error(const std::string& path) {
   return "";
 }
 
-std::string append_results_csv(const std::string& path, const std::string& rows) {
+std::string append_results_csv(const std::string& path, const std::string& rows, const std::string& extra_columns) {
   std::ifstream existing(path);
   const bool need_header = !existing.good() || existing.peek() == std::ifstream::traits_type::eof();
   existing.close();
-  const std::string text = need_header ? kResultsCsvHeader + rows : rows;
+  const std::string text = need_header ? kResultsCsvColumns + extra_columns + "\n" + rows : rows;
   errno = 0;
   std::FILE* f = std::fopen(path.c_str(), "a");
   if (f == nullptr) return "cannot write --csv " + path + ": " + std::strerror(errno) + "; its rows are lost";

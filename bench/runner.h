@@ -173,13 +173,17 @@ std::function<std::string()> bwd_variant_call(const BwdVariant& v, const AttnPro
 
 // "" when rows can be appended to the results CSV at `path`, else one line
 // saying why not ("cannot write --csv /no/such/dir/x.csv: No such file or
-// directory"). Opens the file for appending and closes it again, removing it
-// when it did not exist before; the harness asks before anything runs.
-std::string results_csv_error(const std::string& path);
+// directory"; a file whose header is not these rows' columns). Opens the file
+// for appending and closes it again, removing it when it did not exist
+// before; the harness asks before anything runs. `extra_columns`: columns
+// after the schema's, e.g. ",mask,score" (the block-sparse rows').
+std::string results_csv_error(const std::string& path, const std::string& extra_columns = "");
 // Appends `rows` (CSV lines, each ending in '\n') to the results CSV at
-// `path`, after the header row (the schema docs/results.md describes) when
-// the file is new or empty. Returns "" or one line saying what was lost.
-std::string append_results_csv(const std::string& path, const std::string& rows);
+// `path`, after the header row (the schema docs/results.md describes, then
+// `extra_columns`) when the file is new or empty. Returns "" or one line
+// saying what was lost.
+std::string append_results_csv(const std::string& path, const std::string& rows,
+                               const std::string& extra_columns = "");
 
 // A CSV field: commas, quotes and newlines become ';'.
 std::string csv_field(std::string s);

@@ -99,29 +99,33 @@ void print_banner(const std::string& text) {
               std::string(size_t(std::max(0, kTableWidth - pad - len)), '-').c_str());
 }
 
-std::string append_rows_csv(const std::string& path, const SystemInfo& sys, const AttnProblem& p, uint64_t seed,
-                            const std::vector<TableRow>& rows) {
+std::string csv_row(const SystemInfo& sys, const AttnProblem& p, uint64_t seed, const TableRow& r) {
   // The CSV has no Hkv column: a GQA row says it in its note, as the dynamic-mask rows do.
   const std::string kv_note = p.gqa() ? "Hkv=" + std::to_string(p.kv_heads()) + "; " : "";
-  std::ostringstream f;
-  for (const TableRow& r : rows) {
-    char nums[96] = ",,";
-    if (r.ran()) {
-      if (r.ratio_to_best_peer > 0)
-        std::snprintf(nums, sizeof nums, "%.6f,%.2f,%.3f", r.timing.median_ms, r.tflops, r.ratio_to_best_peer);
-      else
-        std::snprintf(nums, sizeof nums, "%.6f,%.2f,", r.timing.median_ms, r.tflops);
-    }
-    char errs[96] = ",,";
-    if (r.checked && r.lse_err >= 0) std::snprintf(errs, sizeof errs, "%.3e,%.3e,%.3e", r.err, r.tol, r.lse_err);
-    else if (r.checked) std::snprintf(errs, sizeof errs, "%.3e,%.3e,", r.err, r.tol);
-    f << csv_field(sys.gpu) << ',' << csv_field(sys.driver) << ',' << csv_field(sys.cuda) << ',' << sys.commit << ','
-      << sys.date << ',' << csv_field(r.name) << ',' << (r.is_peer ? "peer" : "rung") << ',' << p.B << ',' << p.H
-      << ',' << p.Nq << ',' << p.Nk << ',' << p.D << ',' << p.Dv << ',' << dtype_name(p.dtype) << ','
-      << (p.causal ? 1 : 0) << ',' << nums << ',' << r.status << ',' << errs << ',' << seed << ','
-      << csv_field(kv_note + r.note) << '\n';
+  char nums[96] = ",,";
+  if (r.ran()) {
+    if (r.ratio_to_best_peer > 0)
+      std::snprintf(nums, sizeof nums, "%.6f,%.2f,%.3f", r.timing.median_ms, r.tflops, r.ratio_to_best_peer);
+    else
+      std::snprintf(nums, sizeof nums, "%.6f,%.2f,", r.timing.median_ms, r.tflops);
   }
-  return append_results_csv(path, f.str());
+  char errs[96] = ",,";
+  if (r.checked && r.lse_err >= 0) std::snprintf(errs, sizeof errs, "%.3e,%.3e,%.3e", r.err, r.tol, r.lse_err);
+  else if (r.checked) std::snprintf(errs, sizeof errs, "%.3e,%.3e,", r.err, r.tol);
+  std::ostringstream f;
+  f << csv_field(sys.gpu) << ',' << csv_field(sys.driver) << ',' << csv_field(sys.cuda) << ',' << sys.commit << ','
+    << sys.date << ',' << csv_field(r.name) << ',' << (r.is_peer ? "peer" : "rung") << ',' << p.B << ',' << p.H
+    << ',' << p.Nq << ',' << p.Nk << ',' << p.D << ',' << p.Dv << ',' << dtype_name(p.dtype) << ','
+    << (p.causal ? 1 : 0) << ',' << nums << ',' << r.status << ',' << errs << ',' << seed << ','
+    << csv_field(kv_note + r.note);
+  return f.str();
+}
+
+std::string append_rows_csv(const std::string& path, const SystemInfo& sys, const AttnProblem& p, uint64_t seed,
+                            const std::vector<TableRow>& rows) {
+  std::string lines;
+  for (const TableRow& r : rows) lines += csv_row(sys, p, seed, r) + '\n';
+  return append_results_csv(path, lines);
 }
 
 void print_list(const std::vector<ListEntry>& entries) {

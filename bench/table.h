@@ -63,6 +63,8 @@ void print_table(const std::vector<TableRow>& rows, const std::string& best_peer
 // A line of kTableWidth with `text` in its middle, between dashes.
 void print_banner(const std::string& text);
 
+// One row as a line of the results CSV (docs/results.md's columns), without its '\n'.
+std::string csv_row(const SystemInfo& sys, const AttnProblem& p, uint64_t seed, const TableRow& r);
 // Appends the rows to the results CSV at `path`; returns "" or what was lost.
 std::string append_rows_csv(const std::string& path, const SystemInfo& sys, const AttnProblem& p, uint64_t seed,
                             const std::vector<TableRow>& rows);

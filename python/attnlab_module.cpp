@@ -1,8 +1,10 @@
 // attnlab's Python module (attnlab._C): the registered variants on torch tensors
 // (forward and backward, for attnlab.forward and attnlab.attention:
-// python/attnlab/attention.py), and dynamic-mask attention's forward and
+// python/attnlab/attention.py), dynamic-mask attention's forward and
 // backward (kernels/dmattn/dmattn.h) for attnlab.dynamic_mask_attention
-// (python/attnlab/dynamic_mask.py).
+// (python/attnlab/dynamic_mask.py), and block-sparse attention's block mask
+// and forward (kernels/blocksparse/) for attnlab.create_block_mask,
+// attnlab.BlockMask and attnlab.flex_attention (python/attnlab/blocksparse.py).
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/extension.h>
@@ -13,8 +15,13 @@
 #include <string>
 #include <vector>
 
+#include "blocksparse/block_mask.h"
+#include "blocksparse/block_mask_gpu.h"
+#include "blocksparse/blocksparse_fwd.h"
+#include "blocksparse/mods.h"
 #include "dmattn/dmattn.h"
 #include "host/variant.h"
+#include "reference/mods_reference.h"
 #include "reference/reference.h"
 
 namespace {
@@ -521,6 +528,215 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, std::optional<at::Tensor>> dma_ba
   return {dq, dk, dv, dbias};
 }
 
+// ---- block-sparse attention (kernels/blocksparse/) -----------------------------------
+// A block mask crosses the binding as the 8 int32 tensors of torch's BlockMask,
+// in its order and with its names (block_mask.h's lists):
+//   kv_num_blocks [B, H, M], kv_indices [B, H, M, N]        the partial key blocks of each query block
+//   full_kv_num_blocks, full_kv_indices                     the full ones
+//   q_num_blocks [B, H, N], q_indices [B, H, N, M]          the transpose (the backward's)
+//   full_q_num_blocks, full_q_indices
+// M = ceil(Nq / block_q), N = ceil(Nk / block_kv); B and H the problem's or 1.
+// The block-sparse backward's binding, once it exists, is
+//   blocksparse_backward(q, k, v, out, lse, grad_out, q_lists (4 tensors), kv_lists (4),
+//                        block_q, block_kv, mask_mod, score_mod, scale, enable_gqa, doc_ids)
+//     -> (dq, dk, dv)
+// python/attnlab/blocksparse.py calls it by that name from its autograd backward.
+constexpr const char* kBlockMaskNames[8] = {"kv_num_blocks",  "kv_indices", "full_kv_num_blocks", "full_kv_indices",
+                                            "q_num_blocks",   "q_indices",  "full_q_num_blocks",  "full_q_indices"};
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The mask_mod of `spec` for Nq x Nk; a document mask_mod reads `doc_ids`
+// (int32 [rows, L], L >= max(Nq, Nk), on `device`), one row per batch the
+// caller evaluates it for.
+attnlab::MaskMod checked_mask_mod(const std::string& spec, int64_t Nq, int64_t Nk,
+                                  const std::optional<at::Tensor>& doc_ids, int64_t rows, const c10::Device& device,
+                                  const char* where) {
+  std::string why;
+  attnlab::MaskMod mask = attnlab::parse_mask_mod(spec, int(Nq), int(Nk), why);
+  ATTNLAB_RAISE_UNLESS(why.empty(), py::value_error, where, why);
+  if (mask.kind != attnlab::MaskModKind::kDocument) {
+    ATTNLAB_RAISE_UNLESS(!doc_ids, py::value_error, where,
+                         "doc_ids are the document mask_mod's; mask_mod is '" + spec + "'");
+    return mask;
+  }
+  ATTNLAB_RAISE_UNLESS(doc_ids.has_value(), py::value_error, where,
+                       "the document mask_mod needs doc_ids (int32 [B, N], N >= max(Q_LEN, KV_LEN))");
+  const at::Tensor& ids = *doc_ids;
+  const int64_t L = std::max(Nq, Nk);
+  ATTNLAB_RAISE_UNLESS(ids.is_cuda() && ids.device() == device, py::value_error, where,
+                       "doc_ids must be on " + str(device) + ", got one on " + str(ids.device()));
+  ATTNLAB_RAISE_UNLESS(ids.scalar_type() == at::kInt, py::type_error, where,
+                       "doc_ids must be int32, got " + str(ids.scalar_type()));
+  ATTNLAB_RAISE_UNLESS(ids.dim() == 2 && ids.size(0) == rows && ids.size(1) >= L && ids.is_contiguous(),
+                       py::value_error, where,
+                       "doc_ids must be a contiguous [" + std::to_string(rows) + ", >= " + std::to_string(L) +
+                           "] tensor, got " + str(ids));
+  mask.doc = ids.data_ptr<int32_t>();
+  mask.doc_len = int(ids.size(1));
+  return mask;
+}
+
+attnlab::ScoreMod checked_score_mod(const std::string& spec, int64_t H, const char* where) {
+  std::string why;
+  const attnlab::ScoreMod score = attnlab::parse_score_mod(spec, int(H), why);
+  ATTNLAB_RAISE_UNLESS(why.empty(), py::value_error, where, why);
+  return score;
+}
+
+// The canonical forms of the specs ("sliding_window:128,0"), or ValueError with one line.
+std::string bs_parse_mask_mod(const std::string& spec, int64_t Nq, int64_t Nk) {
+  std::string why;
+  const attnlab::MaskMod mask = attnlab::parse_mask_mod(spec, int(Nq), int(Nk), why);
+  ATTNLAB_RAISE_UNLESS(why.empty(), py::value_error, "attnlab", why);
+  return attnlab::mask_mod_name(mask);
+}
+std::string bs_parse_score_mod(const std::string& spec, int64_t H) {
+  return attnlab::score_mod_name(checked_score_mod(spec, H, "attnlab"));
+}
+
+// The view of the 8 tensors (or the first 4: the forward's), after checking
+// their dtype, device, layout and shapes; B and H from kv_num_blocks.
+attnlab::BlockMaskView checked_block_mask(const std::vector<at::Tensor>& t, int64_t Nq, int64_t Nk, int64_t block_q,
+                                          int64_t block_kv, const c10::Device& device, const char* where) {
+  ATTNLAB_RAISE_UNLESS(t.size() == 4 || t.size() == 8, py::value_error, where, "a block mask is 4 or 8 tensors");
+  ATTNLAB_RAISE_UNLESS(block_q >= 1 && block_kv >= 1 && Nq >= 1 && Nk >= 1, py::value_error, where,
+                       "block sizes and lengths must be >= 1");
+  ATTNLAB_RAISE_UNLESS(t[0].dim() == 3, py::value_error, where,
+                       "kv_num_blocks must be [B, H, M], got " + str(t[0]));
+  const int64_t B = t[0].size(0), H = t[0].size(1), M = ceil_div(Nq, block_q), N = ceil_div(Nk, block_kv);
+  for (size_t i = 0; i < t.size(); ++i) {
+    const bool counts = i % 2 == 0, forward = i < 4;
+    const std::vector<int64_t> want = counts ? std::vector<int64_t>{B, H, forward ? M : N}
+                                             : std::vector<int64_t>{B, H, forward ? M : N, forward ? N : M};
+    ATTNLAB_RAISE_UNLESS(t[i].is_cuda() && t[i].device() == device, py::value_error, where,
+                         std::string(kBlockMaskNames[i]) + " must be on " + str(device) + ", got one on " +
+                             str(t[i].device()));
+    ATTNLAB_RAISE_UNLESS(t[i].scalar_type() == at::kInt, py::type_error, where,
+                         std::string(kBlockMaskNames[i]) + " must be int32, got " + str(t[i].scalar_type()));
+    ATTNLAB_RAISE_UNLESS(t[i].sizes() == at::IntArrayRef(want) && t[i].is_contiguous(), py::value_error, where,
+                         std::string(kBlockMaskNames[i]) + " must be a contiguous " + str(at::IntArrayRef(want)) +
+                             " tensor for Q_LEN=" + std::to_string(Nq) + ", KV_LEN=" + std::to_string(Nk) +
+                             " and BLOCK_SIZE=(" + std::to_string(block_q) + ", " + std::to_string(block_kv) +
+                             "), got " + str(t[i]));
+  }
+  attnlab::BlockMaskView v;
+  v.B = int(B), v.H = int(H), v.Nq = int(Nq), v.Nk = int(Nk), v.block_q = int(block_q), v.block_kv = int(block_kv);
+  v.m_blocks = int(M), v.n_blocks = int(N);
+  int32_t* p[8] = {};
+  for (size_t i = 0; i < t.size(); ++i) p[i] = t[i].data_ptr<int32_t>();
+  v.kv_count = p[0], v.kv_index = p[1], v.full_count = p[2], v.full_index = p[3];
+  v.q_count = p[4], v.q_index = p[5], v.full_q_count = p[6], v.full_q_index = p[7];
+  return v;
+}
+
+// attnlab.create_block_mask: the 8 tensors of `spec`'s block mask for (B, H,
+// Q_LEN, KV_LEN) on `device`, built on the GPU (build_block_mask_from_mod),
+// and the spec's canonical form.
+std::tuple<std::vector<at::Tensor>, std::string> bs_create_block_mask(const std::string& spec, int64_t B, int64_t H,
+                                                                      int64_t Nq, int64_t Nk, int64_t block_q,
+                                                                      int64_t block_kv, const std::string& device_name,
+                                                                      const std::optional<at::Tensor>& doc_ids) {
+  constexpr const char* where = "attnlab.create_block_mask";
+  const c10::Device device(device_name);
+  ATTNLAB_RAISE_UNLESS(device.is_cuda(), py::value_error, where,
+                       "the block mask is built on a CUDA device, got device '" + device_name + "'");
+  ATTNLAB_RAISE_UNLESS(B >= 1 && H >= 1 && Nq >= 1 && Nk >= 1 && block_q >= 1 && block_kv >= 1 && B <= 65535 &&
+                           H <= 65535 && Nq < (int64_t(1) << 31) && Nk < (int64_t(1) << 31) && block_q <= (1 << 20) &&
+                           block_kv <= (1 << 20),
+                       py::value_error, where,
+                       "B, H, Q_LEN, KV_LEN and BLOCK_SIZE must be >= 1 (B, H <= 65535; lengths < 2^31)");
+  const std::string why = attnlab::block_mask_gpu_unsupported(int(B), int(H), int(Nq), int(Nk), int(block_q),
+                                                              int(block_kv));
+  ATTNLAB_RAISE_UNLESS(why.empty(), py::value_error, where, why);
+  const attnlab::MaskMod mask = checked_mask_mod(spec, Nq, Nk, doc_ids, B, device, where);
+  const c10::cuda::CUDAGuard guard(device);
+  const int64_t M = ceil_div(Nq, block_q), N = ceil_div(Nk, block_kv);
+  const auto opts = at::TensorOptions().dtype(at::kInt).device(device);
+  std::vector<at::Tensor> t = {at::empty({B, H, M}, opts), at::empty({B, H, M, N}, opts),
+                               at::empty({B, H, M}, opts), at::empty({B, H, M, N}, opts),
+                               at::empty({B, H, N}, opts), at::empty({B, H, N, M}, opts),
+                               at::empty({B, H, N}, opts), at::empty({B, H, N, M}, opts)};
+  attnlab::BlockMaskView v = checked_block_mask(t, Nq, Nk, block_q, block_kv, device, where);
+  const at::Tensor kinds = at::empty({B, H, M, N}, opts.dtype(at::kChar));
+  v.kinds = static_cast<int8_t*>(kinds.data_ptr());
+  const cudaError_t err = attnlab::build_block_mask_from_mod(mask, v, at::cuda::getCurrentCUDAStream());
+  if (err != cudaSuccess)
+    throw std::runtime_error(std::string(where) + ": building the block mask failed: " + cudaGetErrorString(err));
+  return {t, attnlab::mask_mod_name(mask)};
+}
+
+// attnlab.BlockMask's validation: block_mask_invalid on the 8 tensors (copied
+// to the host), "" when they are a valid block mask for Q_LEN x KV_LEN.
+std::string bs_block_mask_invalid(const std::vector<at::Tensor>& t, int64_t Nq, int64_t Nk, int64_t block_q,
+                                  int64_t block_kv) {
+  ATTNLAB_RAISE_UNLESS(t.size() == 8, py::value_error, "attnlab.block_mask_invalid", "a block mask is 8 tensors");
+  const attnlab::BlockMaskView v = checked_block_mask(t, Nq, Nk, block_q, block_kv, t[0].device(),
+                                                      "attnlab.block_mask_invalid");
+  attnlab::BlockMask bm;
+  bm.B = v.B, bm.H = v.H, bm.Nq = v.Nq, bm.Nk = v.Nk, bm.block_q = v.block_q, bm.block_kv = v.block_kv;
+  bm.m_blocks = v.m_blocks, bm.n_blocks = v.n_blocks;
+  std::vector<int32_t>* lists[8] = {&bm.kv_count, &bm.kv_index, &bm.full_count, &bm.full_index,
+                                    &bm.q_count,  &bm.q_index,  &bm.full_q_count, &bm.full_q_index};
+  for (size_t i = 0; i < 8; ++i) {
+    const at::Tensor host = t[i].cpu();
+    lists[i]->assign(host.data_ptr<int32_t>(), host.data_ptr<int32_t>() + host.numel());
+  }
+  return attnlab::block_mask_invalid(bm, bm.B, bm.H, bm.Nq, bm.Nk);
+}
+
+// attnlab.flex_attention's forward: (out [B, H, Nq, Dv], lse [B, H, Nq] fp32)
+// of blocksparse_fwd on the forward lists (the first 4 tensors).
+std::tuple<at::Tensor, at::Tensor> bs_forward(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
+                                              const std::vector<at::Tensor>& kv_lists, int64_t block_q,
+                                              int64_t block_kv, const std::string& mask_spec,
+                                              const std::string& score_spec, std::optional<double> scale,
+                                              bool enable_gqa, const std::optional<at::Tensor>& doc_ids) {
+  constexpr const char* where = "attnlab.flex_attention";
+  const AttnProblem p = checked_problem(q_in, k_in, v_in, false, scale, enable_gqa, where);
+  const attnlab::BlockMaskView view = checked_block_mask(kv_lists, p.Nq, p.Nk, block_q, block_kv, q_in.device(), where);
+  const attnlab::MaskMod mask = checked_mask_mod(mask_spec, p.Nq, p.Nk, doc_ids, p.B, q_in.device(), where);
+  const attnlab::ScoreMod score = checked_score_mod(score_spec, p.H, where);
+  const c10::cuda::CUDAGuard guard(q_in.device());
+  const std::string why = attnlab::blocksparse_fwd_unsupported(p, view);
+  ATTNLAB_RAISE_UNLESS(why.empty(), py::value_error, where, "does not support " + p.shape_string() + ": " + why);
+  const at::Tensor q = aligned16(q_in), k = aligned16(k_in), v = aligned16(v_in);
+  at::Tensor o = at::empty({p.B, p.H, p.Nq, p.Dv}, q.options());
+  at::Tensor lse = at::empty({p.B, p.H, p.Nq}, q.options().dtype(at::kFloat));
+  AttnBuffers b;
+  b.q = q.data_ptr();
+  b.k = k.data_ptr();
+  b.v = v.data_ptr();
+  b.o = o.data_ptr();
+  b.lse = lse.data_ptr<float>();
+  const cudaError_t err = attnlab::blocksparse_fwd(p, b, view, mask, score, at::cuda::getCurrentCUDAStream());
+  if (err != cudaSuccess)
+    throw std::runtime_error(std::string(where) + ": forward of " + p.shape_string() + " failed: " +
+                             cudaGetErrorString(err));
+  return {o, lse};
+}
+
+// The (b, h, q, k) in [B, H, Q_LEN, KV_LEN] that `spec` keeps, counted on the
+// GPU (count_kept_pairs): the FLOP count's pairs.
+int64_t bs_kept_pairs(const std::string& spec, int64_t B, int64_t H, int64_t Nq, int64_t Nk,
+                      const std::string& device_name, const std::optional<at::Tensor>& doc_ids) {
+  constexpr const char* where = "attnlab.kept_pairs";
+  const c10::Device device(device_name);
+  ATTNLAB_RAISE_UNLESS(device.is_cuda(), py::value_error, where, "pairs are counted on a CUDA device");
+  ATTNLAB_RAISE_UNLESS(B >= 1 && H >= 1 && Nq >= 1 && Nk >= 1 && B <= 65535 && H <= 65535 &&
+                           Nq < (int64_t(1) << 31) && Nk < (int64_t(1) << 31),
+                       py::value_error, where, "B, H, Q_LEN, KV_LEN must be >= 1 (B, H <= 65535; lengths < 2^31)");
+  const attnlab::MaskMod mask = checked_mask_mod(spec, Nq, Nk, doc_ids, B, device, where);
+  const c10::cuda::CUDAGuard guard(device);
+  const at::Tensor counter = at::zeros({1}, at::TensorOptions().dtype(at::kLong).device(device));
+  const cudaError_t err =
+      attnlab::count_kept_pairs(mask, int(B), int(H), int(Nq), int(Nk),
+                                reinterpret_cast<unsigned long long*>(counter.data_ptr()),
+                                at::cuda::getCurrentCUDAStream());
+  if (err != cudaSuccess) throw std::runtime_error(std::string(where) + ": " + cudaGetErrorString(err));
+  return counter.item<int64_t>();
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -564,4 +780,25 @@ PYBIND11_MODULE(_C, m) {
         pybind11::arg("need_dbias"), pybind11::arg("deterministic"), pybind11::arg("mask_summary") = pybind11::none(),
         "Dynamic-mask attention backward; returns (dq, dk, dv, dbias or None). mask_summary: dma_forward's "
         "third output (the backward then skips its own mask pre-pass).");
+  m.def("parse_mask_mod", &bs_parse_mask_mod, pybind11::arg("spec"), pybind11::arg("Q_LEN"), pybind11::arg("KV_LEN"),
+        "A mask_mod spec's canonical form (ValueError with one line when it is not one).");
+  m.def("parse_score_mod", &bs_parse_score_mod, pybind11::arg("spec"), pybind11::arg("H"),
+        "A score_mod spec's canonical form (ValueError with one line when it is not one).");
+  m.def("blocksparse_create_block_mask", &bs_create_block_mask, pybind11::arg("mask_mod"), pybind11::arg("B"),
+        pybind11::arg("H"), pybind11::arg("Q_LEN"), pybind11::arg("KV_LEN"), pybind11::arg("block_q"),
+        pybind11::arg("block_kv"), pybind11::arg("device"), pybind11::arg("doc_ids") = pybind11::none(),
+        "A mask_mod spec's block mask built on the GPU: ([8 int32 tensors in torch's BlockMask order], canonical "
+        "spec) (use attnlab.create_block_mask).");
+  m.def("block_mask_invalid", &bs_block_mask_invalid, pybind11::arg("tensors"), pybind11::arg("Q_LEN"),
+        pybind11::arg("KV_LEN"), pybind11::arg("block_q"), pybind11::arg("block_kv"),
+        "Why 8 block-mask tensors are not a valid block mask for Q_LEN x KV_LEN ('' when they are).");
+  m.def("blocksparse_forward", &bs_forward, pybind11::arg("q"), pybind11::arg("k"), pybind11::arg("v"),
+        pybind11::arg("kv_lists"), pybind11::arg("block_q"), pybind11::arg("block_kv"), pybind11::arg("mask_mod"),
+        pybind11::arg("score_mod"), pybind11::arg("scale") = pybind11::none(), pybind11::arg("enable_gqa") = false,
+        pybind11::arg("doc_ids") = pybind11::none(),
+        "The block-sparse forward on a block mask's forward lists; returns (out, lse) (use attnlab.flex_attention).");
+  m.def("blocksparse_kept_pairs", &bs_kept_pairs, pybind11::arg("mask_mod"), pybind11::arg("B"), pybind11::arg("H"),
+        pybind11::arg("Q_LEN"), pybind11::arg("KV_LEN"), pybind11::arg("device"),
+        pybind11::arg("doc_ids") = pybind11::none(),
+        "The exact number of (b, h, q, k) pairs a mask_mod spec keeps, counted on the GPU.");
 }

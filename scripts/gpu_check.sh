@@ -253,6 +253,10 @@ if [ "$mode" = check ]; then
   gpu_tests+=(test_block_mask_gpu)
   gpu_test test_blocksparse_fwd 180 & pids+=($!)  # the block-sparse forward against CPU references
   gpu_tests+=(test_blocksparse_fwd)
+  gpu_test test_blocksparse_bwd 180 & pids+=($!)  # the block-sparse backward against CPU references
+  gpu_tests+=(test_blocksparse_bwd)
+  gpu_test test_mods_reference 120 & pids+=($!)  # the mask_mod/score_mod GPU reference (flash_attn_mma --mask-mod's check)
+  gpu_tests+=(test_mods_reference)
 
 
   # Checks against torch's fp32 math SDPA (--reference torch), where torch has it.

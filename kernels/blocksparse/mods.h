@@ -79,6 +79,14 @@ struct ScoreMod {
     const float th = tanhf(s / cap);
     return 1.f - th * th;
   }
+  // The same derivative written through the modded score s' = mod(s) (softcap:
+  // tanh(s / C) = s' / C), for a backward that holds s' (from P and the LSE)
+  // rather than s.
+  ATTNLAB_HOST_DEVICE float grad_from_output(float s_mod) const {
+    if (kind != ScoreModKind::kSoftcap) return 1.f;
+    const float th = s_mod / cap;
+    return 1.f - th * th;
+  }
 };
 
 // "NAME[:ARGS]" as the harness and Python take them, e.g. "sliding_window:128,128",

@@ -23,18 +23,28 @@ softcap), differentiable, for use inside a model:
 
 A mask shared by many calls can be packed to bits once (an eighth of the
 bytes for the kernels to read): attn_mask=attnlab.pack_mask(mask).
+
+Block-sparse attention, as torch.nn.attention.flex_attention, with the
+mask_mods and score_mods of attnlab.mods as spec strings (forward only):
+
+    bm = attnlab.create_block_mask("sliding_window:1024,0", None, None, N, N)
+    out = attnlab.flex_attention(q, k, v, block_mask=bm, score_mod="alibi")
 """
 import torch  # noqa: F401  (loads libtorch before the extension)
 
 from . import _C
+from . import mods
 from .attention import attention, backward, backward_variant, bwd_variants
+from .blocksparse import BlockMask, create_block_mask, flex_attention, kept_pairs
 from .dynamic_mask import MaskSummary, PackedMask, build_mask_summary, dynamic_mask_attention, pack_mask
 
 __all__ = ["variants", "forward", "default_variant", "judge", "unsupported_reason", "attention", "backward",
            "backward_variant", "bwd_variants", "bwd_unsupported_reason", "dynamic_mask_attention",
-           "build_mask_summary", "MaskSummary", "pack_mask", "PackedMask"]
+           "build_mask_summary", "MaskSummary", "pack_mask", "PackedMask", "mods", "BlockMask",
+           "create_block_mask", "flex_attention", "kept_pairs", "block_mask_invalid"]
 
 judge = _C.judge
+block_mask_invalid = _C.block_mask_invalid
 unsupported_reason = _C.unsupported_reason
 bwd_unsupported_reason = _C.bwd_unsupported_reason
 

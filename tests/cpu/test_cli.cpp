@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "blocksparse_mode.h"
 #include "cli.h"
 #include "runner.h"
 #include "table.h"
@@ -481,5 +482,68 @@ TEST_CASE(backward_rows_in_the_results_csv) {
   EXPECT_CONTAINS(text, ",bwd-ws,rung,2,4,300,1000,192,128,bf16,1,0.500000,2.00,,PASS,4.000e-03,5.000e-03,,7,"
                         "Hkv=2; PASS dQ ...\n");
   std::remove(path.c_str());
+  rmdir(dir.c_str());
+}
+
+TEST_CASE(cli_blocksparse_flags) {
+  ParseResult r = parse({"--mask-mod", "sliding_window:128,0", "--score-mod", "softcap:30", "--block-size", "256",
+                         "--Hkv", "2"});
+  EXPECT_TRUE(r.ok());
+  EXPECT_TRUE(r.options.blocksparse() && !r.options.dynamic_mask() && !r.options.dense_backward());
+  EXPECT_EQ(r.options.block_q, 256);
+  EXPECT_EQ(r.options.block_kv, 256);
+  r = parse({"--mask-mod", "document:7", "--block-size", "128,256", "--N", "1000"});
+  EXPECT_TRUE(r.ok());
+  EXPECT_EQ(r.options.document_count, 7);
+  EXPECT_EQ(r.options.block_q, 128);
+  EXPECT_EQ(r.options.block_kv, 256);
+  r = parse({"--mask-mod", "document", "--N", "3"});  // the default count, at most the length
+  EXPECT_TRUE(r.ok());
+  EXPECT_EQ(r.options.document_count, 3);
+  // One line naming the problem for each bad spec or combination.
+  EXPECT_CONTAINS(parse({"--mask-mod", "causal:1"}).error, "--mask-mod: unknown mask_mod 'causal:1'");
+  EXPECT_CONTAINS(parse({"--mask-mod", "block_diagonal:0"}).error, "needs a block >= 1");
+  EXPECT_CONTAINS(parse({"--mask-mod", "document:0"}).error, "--mask-mod document:K takes K documents");
+  EXPECT_CONTAINS(parse({"--mask-mod", "causal", "--score-mod", "softcap:-1"}).error,
+                  "--score-mod: score_mod softcap takes C > 0");
+  EXPECT_CONTAINS(parse({"--mask-mod", "causal", "--block-size", "0"}).error, "--block-size must be between 1");
+  EXPECT_CONTAINS(parse({"--mask-mod", "causal", "--mask", "ones"}).error, "select two modes");
+  EXPECT_CONTAINS(parse({"--mask-mod", "causal", "--sdpa", "--torch"}).error, "--torch does not apply");
+  EXPECT_EQ(parse({"--mask-mod", "causal", "--bwd"}).error, std::string("the block-sparse backward is not available yet"));
+  EXPECT_CONTAINS(parse({"--mask-mod", "causal", "--deterministic"}).error, "select two modes");
+}
+
+TEST_CASE(blocksparse_document_ids) {
+  // K documents of lengths >= 1 covering the sequence, ids 0 .. K-1 in order, one set per batch.
+  for (const int K : {1, 2, 4, 17, 64}) {
+    const int B = 3, L = 64;
+    const std::vector<int32_t> ids = random_document_ids(B, L, K, 11);
+    EXPECT_EQ(ids.size(), size_t(B * L));
+    for (int b = 0; b < B; ++b) {
+      EXPECT_EQ(ids[size_t(b) * L], 0);
+      EXPECT_EQ(ids[size_t(b) * L + L - 1], K - 1);
+      for (int i = 1; i < L; ++i) {
+        const int step = ids[size_t(b) * L + i] - ids[size_t(b) * L + i - 1];
+        EXPECT_TRUE(step == 0 || step == 1);
+      }
+    }
+  }
+  EXPECT_TRUE(random_document_ids(2, 1000, 4, 1) == random_document_ids(2, 1000, 4, 1));  // from the seed
+  EXPECT_TRUE(random_document_ids(2, 1000, 4, 1) != random_document_ids(2, 1000, 4, 2));
+}
+
+TEST_CASE(blocksparse_rows_in_their_csv) {
+  // The block-sparse rows' CSV: the results columns and mask, score; a file of other columns is refused.
+  const std::string dir = temp_dir();
+  const std::string path = dir + "/bs.csv";
+  EXPECT_EQ(append_results_csv(path, "row1,causal,alibi\n", kBlocksparseCsvColumns), std::string());
+  EXPECT_CONTAINS(read_file(path), ",seed,note,mask,score\nrow1,causal,alibi\n");
+  EXPECT_EQ(results_csv_error(path, kBlocksparseCsvColumns), std::string());
+  EXPECT_CONTAINS(results_csv_error(path), "its columns are not these rows' (the results schema)");
+  const std::string plain = dir + "/plain.csv";
+  EXPECT_EQ(append_results_csv(plain, "row\n"), std::string());
+  EXPECT_CONTAINS(results_csv_error(plain, kBlocksparseCsvColumns), "(the results schema and mask,score)");
+  std::remove(path.c_str());
+  std::remove(plain.c_str());
   rmdir(dir.c_str());
 }

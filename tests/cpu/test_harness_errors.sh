@@ -73,6 +73,21 @@ expect_error 2 "cannot write --csv /nonexistent/dir/x.csv" --bwd --N 64 --csv /n
 # ... while dmattn's backward options still select the dynamic-mask mode, whose rules apply.
 expect_error 2 "--variant does not apply to dynamic-mask runs" --deterministic --variant 'bwd*'
 expect_error 2 "dynamic-mask attention needs Dv == D" --bwd --mask none --Dv 32
+# Block-sparse attention (--mask-mod): its specs and the flags it does not combine with.
+expect_error 2 "--mask-mod: unknown mask_mod 'foo'" --mask-mod foo
+expect_error 2 "--mask-mod: mask_mod sliding_window takes LEFT,RIGHT, got '1'" --mask-mod sliding_window:1
+expect_error 2 "--mask-mod document:K takes K documents, 1 to the sequence length 10, got '11'" --N 10 --mask-mod document:11
+expect_error 2 "--score-mod: unknown score_mod 'nope'" --mask-mod causal --score-mod nope
+expect_error 2 "--score-mod needs --mask-mod" --score-mod alibi
+expect_error 2 "--block-size needs --mask-mod" --block-size 256
+expect_error 2 "--block-size takes Q,KV or one size for both" --mask-mod causal --block-size 128,128,128
+expect_error 2 "--causal does not apply to --mask-mod" --mask-mod causal --causal
+expect_error 2 "--mask-mod and --bias select two modes" --mask-mod causal --bias
+expect_error 2 "--variant does not apply to --mask-mod" --mask-mod none --variant 'ws*'
+expect_error 2 "the block-sparse backward is not available yet" --mask-mod causal --bwd
+if "$bin" --list --mask-mod causal | grep -q "^blocksparse "; then pass; else fail "--list --mask-mod shows blocksparse"; fi
+printf 'gpu,driver,cuda\n' > "$tmp/other.csv"
+expect_error 2 "cannot write --csv $tmp/other.csv: its columns are not these rows'" --mask-mod causal --csv "$tmp/other.csv"
 # --csv that cannot be written: found before anything runs, nothing written.
 expect_error 2 "cannot write --csv /nonexistent/dir/x.csv: No such file or directory" --csv /nonexistent/dir/x.csv
 expect_error 2 "cannot write --csv $tmp: it is a directory" --csv "$tmp"
@@ -125,6 +140,7 @@ elif [ "$rc" -eq 3 ] && [ "$(printf '%s' "$out" | grep -c '')" -eq 1 ] && [[ "$o
   if [ ! -e "$tmp/rows.csv" ]; then pass; else fail "--csv file left behind by a run that did not start"; fi
   expect_error 3 "no usable CUDA GPU: " --bias --N 64 --D 64 --H 1 --iters 1 --warmup 0
   expect_error 3 "no usable CUDA GPU: " --bwd --N 64 --D 64 --H 1 --iters 1 --warmup 0
+  expect_error 3 "no usable CUDA GPU: " --mask-mod causal --N 64 --D 64 --H 1 --iters 1 --warmup 0
 else
   fail "valid shape -> exit $rc: $out"
 fi
@@ -137,6 +153,11 @@ if [ "$rc" -eq 0 ]; then
   # The dense backward on a small shape: every row that runs passes (exit 0), its rows in the CSV.
   if "$bin" --bwd --B 1 --H 4 --Hkv 2 --Nq 70 --Nk 130 --D 64 --causal --iters 1 --warmup 0 \
       --csv "$tmp/bwd.csv" >/dev/null 2>&1; then pass; else fail "--bwd on a small shape"; fi
+  # The block-sparse forward on a small ragged shape: every row passes (exit 0), its rows with mask and score.
+  if "$bin" --mask-mod sliding_window:64,0 --score-mod alibi --B 1 --H 2 --Nq 300 --Nk 500 --D 64 --iters 1 \
+      --warmup 0 --csv "$tmp/bs.csv" >/dev/null 2>&1 && head -1 "$tmp/bs.csv" | grep -q ",note,mask,score$" &&
+      grep -q ",sliding_window:64;0,alibi$" "$tmp/bs.csv"; then pass; else fail "--mask-mod on a small shape"; fi
+  expect_error 2 "is not a multiple of the kernel tile" --mask-mod causal --block-size 64,128 --N 256 --D 64
   if [ -w /dev/full ]; then
     expect_error 1 "writing --csv /dev/full failed" --B 1 --H 1 --N 64 --D 64 --iters 1 --warmup 0 --variant split-q+stage2 \
       --csv /dev/full

@@ -1,0 +1,233 @@
+// ============================================================================
+// Block-sparse backward — FlexAttention's backward on rung 14's engine
+// ============================================================================
+// What changes against rung 14 (`bwd-ws`): the same block per (key tile, KV
+// head) with K_j, V_j, dK_j, dV_j on chip, the producer thread and its Q/dO/
+// LSE/Δ ring, the transposed wgmmas, dQ by bulk reduce-add (bwd_ws_mainloop.cuh), but
+//   NEW (walk, bwd_scheduler.cuh): a key tile visits only the query blocks
+//        that its key block's transposed lists name, full list then partial,
+//        largest first (flash_attn/cute's flash_bwd_sm100.py), each cut into
+//        block_q / Br query tiles; with none it loads nothing, stores dK = dV = 0;
+//   NEW (mods, bwd_mods.cuh): P = exp(score_mod(scale·S) − LSE), the mask_mod
+//        on partial tiles only, the bounds on every tile; dS times ds'/ds;
+//   NEW (turns): `deterministic` adds to a dQ tile in ascending key-tile
+//        order, at ranks that a pre-pass finds in the forward lists.
+// Where it is slower than rung 14 on the same tiles: a list load per query
+// tile, the mods on partial tiles, an lg2 per score under softcap, and in the
+// deterministic mode a pre-pass over the lists.
+//
+// Tiles (BsBwdTile, checked by static_assert): rung 14's, but for the slice at
+// D = 64 (the mods' registers); Bc = 2 x 64 keys.
+//   D / Dv     Br  slice  Bc  stages  dQ split  dV early  dSᵀ/dQ bufs  smem (+1024)
+//   64        128    64  128   2       rows      no        2 / 1        198696
+//   128        64    64  128   2       columns   yes       2 / 2        230440
+//   192 / 128  64    32  128   2       columns   no        1 / 1        230440
+// Block sizes: block_q a multiple of Br, block_kv of Bc = 128.
+// Registers (setmaxnreg): producer / compute 32 / 240 (the walk's cursor; 24 spills).
+//
+// Supports: fp16, bf16; the (D, Dv) above (not 256: rung 15's engine does not
+// take a walk and a score step yet); GQA/MQA; any Nq, Nk >= 1; every mask_mod
+// and score_mod of mods.h; block masks of block_mask.h, B and H broadcast.
+// Needs sm_90a, cuTensorMapEncodeTiled.
+//
+// Run: build/test_blocksparse_bwd   (tests/gpu/test_blocksparse_bwd.cpp)
+// ============================================================================
+
+#include "blocksparse/blocksparse_bwd.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <string>
+
+#include "blocksparse/bwd_mods.cuh"
+#include "blocksparse/bwd_scheduler.cuh"
+#include "common/tma.cuh"
+#include "common/wgmma.cuh"
+#include "flash_attn/bwd_ws_host.cuh"
+#include "flash_attn/bwd_ws_mainloop.cuh"
+
+namespace attnlab {
+namespace {
+
+// The query tile per (D, Dv), its slices, the early dV and the buffers:
+// rung 14's choices (14_bwd_ws.cu explains them), but at D = 64 Sᵀ and dPᵀ in
+// two slices of 64 queries: in one of 128 they hold 128 registers, and with
+// the mask_mod and score_mod beside them ptxas spills (and softcap's division
+// calls its slow path with a stack frame). Br divides 128, so that
+// FlexAttention's default 128 x 128 blocks are whole tiles.
+template <int kHeadDim, int kHeadDimV>
+struct BsBwdTile;
+template <> struct BsBwdTile<64, 64>   { static constexpr int kBr = 128, kSliceQ = 64,  kDsBuffers = 2, kDqBuffers = 1; static constexpr bool kEarlyDv = false; };
+template <> struct BsBwdTile<128, 128> { static constexpr int kBr = 64,  kSliceQ = 64,  kDsBuffers = 2, kDqBuffers = 2; static constexpr bool kEarlyDv = true; };
+template <> struct BsBwdTile<192, 128> { static constexpr int kBr = 64,  kSliceQ = 32,  kDsBuffers = 1, kDqBuffers = 1; static constexpr bool kEarlyDv = false; };
+
+// The producer warpgroup keeps 32 registers (rung 14: 24): its producer
+// thread and dQ writers each walk the lists with a cursor. 32 + 2 · 240 is all
+// 512 that a thread of each warpgroup may take.
+constexpr int kBsBwdStages = 2, kBsBwdProducerRegs = 32;
+template <int D, int Dv>
+using Config = BwdWsConfig<D, Dv, BsBwdTile<D, Dv>::kBr, BsBwdTile<D, Dv>::kSliceQ, BsBwdTile<D, Dv>::kEarlyDv,
+                           BsBwdTile<D, Dv>::kDsBuffers, BsBwdTile<D, Dv>::kDqBuffers, kBsBwdStages,
+                           kBsBwdProducerRegs>;
+
+// The header's table.
+template <int D, int Dv, int kBr, int kSlice, int kBc, bool kSplitRows, bool kEarlyDv, int kDsBufs, int kDqBufs,
+          int kSmem>
+constexpr bool kTableRow = Config<D, Dv>::kBr == kBr && Config<D, Dv>::kSliceQ == kSlice && Config<D, Dv>::kBc == kBc &&
+                           Config<D, Dv>::kThreads == 384 && Config<D, Dv>::kDqSplitRows == kSplitRows &&
+                           Config<D, Dv>::kEarlyDv == kEarlyDv && Config<D, Dv>::kDsBuffers == kDsBufs &&
+                           Config<D, Dv>::kDqBuffers == kDqBufs && Config<D, Dv>::kSmemBytes - 1024 == kSmem;
+static_assert(kTableRow<64, 64, 128, 64, 128, true, false, 2, 1, 198696>, "header: D=64");
+static_assert(kTableRow<128, 128, 64, 64, 128, false, true, 2, 2, 230440>, "header: D=128");
+static_assert(kTableRow<192, 128, 64, 32, 128, false, false, 1, 1, 230440>, "header: D=192, Dv=128");
+static_assert(kBsBwdStages == 2 && Config<64, 64>::kProducerRegs == 32 && Config<64, 64>::kComputeRegs == 240,
+              "header: two stages, 32 / 240 registers");
+static_assert(128 % Config<64, 64>::kBr == 0 && 128 % Config<128, 128>::kBr == 0 &&
+                  128 % Config<192, 128>::kBr == 0 && Config<64, 64>::kBc == 128,
+              "FlexAttention's default 128 x 128 blocks are whole tiles");
+
+template <typename Cfg, typename T, bool kDeterministic>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+blocksparse_bwd_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUtensorMap tma_k,
+                       const __grid_constant__ CUtensorMap tma_v, const __grid_constant__ CUtensorMap tma_do,
+                       float* __restrict__ dq_accum, const float* __restrict__ lse2, const float* __restrict__ delta,
+                       int* __restrict__ dq_turns, T* __restrict__ dk, T* __restrict__ dv, const AttnProblem p,
+                       int nq_pad, const BlockSparseBwdLists lists, const __grid_constant__ MaskMod mask,
+                       const __grid_constant__ ScoreMod score) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bwd_ws_block_walk<Cfg, T>(
+      smem_raw, p, &tma_q, &tma_k, &tma_v, &tma_do, lse2, delta, nq_pad,
+      [&] {  // NEW (walk): key tile blockIdx.y over the query tiles its lists name
+        return bs_bwd_work(lists, p, Cfg::kBr, Cfg::kBc, blockIdx.y, blockIdx.x % p.kv_heads(),
+                           blockIdx.x / p.kv_heads(), kDeterministic);
+      },
+      [&](const BwdShared<Cfg, T>& sm, const BsBwdWork& w, int writer) {
+        bwd_write_dq<Cfg, T, kDeterministic>(sm, p, w, dq_accum, nq_pad, dq_turns, writer);  // NEW (turns): w.turn
+      },
+      [&](const BwdShared<Cfg, T>& sm, const BsBwdWork& w) {
+        bwd_compute_walk<Cfg, T>(sm, p, w, BsBwdScores{p, mask, score, w.b}, dk, dv);  // NEW (mods)
+      });
+#endif
+}
+
+// The deterministic turns' ranks, one thread per list entry (a pre-pass): for
+// entry k of key block n's partial or full list (query block M), the number of
+// key blocks below n that M's forward lists (partial and full) name.
+__global__ void bs_bwd_ranks_kernel(const int32_t* __restrict__ q_count, const int32_t* __restrict__ q_index,
+                                    const int32_t* __restrict__ full_q_count,
+                                    const int32_t* __restrict__ full_q_index, const int32_t* __restrict__ kv_count,
+                                    const int32_t* __restrict__ kv_index, const int32_t* __restrict__ full_count,
+                                    const int32_t* __restrict__ full_index, int32_t* __restrict__ q_rank,
+                                    int32_t* __restrict__ full_q_rank, int rows, int m_blocks, int n_blocks) {
+  const int64_t x = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;  // (list, row = head_row·n_blocks + n, k)
+  if (x >= 2 * int64_t(rows) * m_blocks) return;
+  const bool full = x >= int64_t(rows) * m_blocks;
+  const int at = int(full ? x - int64_t(rows) * m_blocks : x), row = at / m_blocks, k = at % m_blocks;
+  if (k >= (full ? full_q_count : q_count)[row]) return;
+  const int n = row % n_blocks, head_row = row / n_blocks;
+  const int fwd = head_row * m_blocks + (full ? full_q_index : q_index)[at];  // query block M's forward row
+  const int64_t fwd_at = int64_t(fwd) * n_blocks;
+  (full ? full_q_rank : q_rank)[at] =
+      count_below(kv_index + fwd_at, kv_count[fwd], n) + count_below(full_index + fwd_at, full_count[fwd], n);
+}
+
+using BsBwdHeadDims = HeadDimList<HeadDims<64, 64>, HeadDims<128, 128>, HeadDims<192, 128>>;
+
+// The kernel's tile (Br, Bc) for p's head dims.
+void tile_of(const AttnProblem& p, int& Br, int& Bc) {
+  Br = Bc = 0;
+  BsBwdHeadDims::dispatch(p.D, p.Dv, [&](auto dims) {
+    using Cfg = Config<decltype(dims)::D, decltype(dims)::Dv>;
+    Br = Cfg::kBr, Bc = Cfg::kBc;
+  });
+}
+
+// The workspace: rung 14's (LSE·log2e, Δ, dQ's accumulator, the turns), then
+// the deterministic turns' ranks, one per entry of q_index and of full_q_index.
+int64_t rank_entries(const BlockMaskView& bm) { return int64_t(bm.B) * bm.H * bm.n_blocks * bm.m_blocks; }
+size_t ranks_offset(const AttnProblem& p) { return bwd_ws_workspace_bytes<BsBwdHeadDims, Config>(p); }
+
+template <bool kDeterministic>
+cudaError_t launch(const AttnProblem& p, const AttnGradBuffers& b, const BlockMaskView& bm, const MaskMod& mask,
+                   const ScoreMod& score, cudaStream_t stream) {
+  int Br, Bc;
+  tile_of(p, Br, Bc);
+  BlockSparseBwdLists lists;
+  lists.q_count = bm.q_count, lists.q_index = bm.q_index;
+  lists.full_q_count = bm.full_q_count, lists.full_q_index = bm.full_q_index;
+  lists.B = bm.B, lists.H = bm.H, lists.m_blocks = bm.m_blocks, lists.n_blocks = bm.n_blocks;
+  lists.q_tiles_per_block = bm.block_q / Br;
+  lists.kv_tiles_per_block = bm.block_kv / Bc;
+  if (kDeterministic) {  // NEW (turns): each list entry's rank, before the kernel
+    int32_t* ranks = reinterpret_cast<int32_t*>(static_cast<char*>(b.workspace) + ranks_offset(p));
+    const int64_t n = rank_entries(bm);
+    lists.q_rank = ranks;
+    lists.full_q_rank = ranks + n;
+    bs_bwd_ranks_kernel<<<unsigned((2 * n + 255) / 256), 256, 0, stream>>>(
+        bm.q_count, bm.q_index, bm.full_q_count, bm.full_q_index, bm.kv_count, bm.kv_index, bm.full_count,
+        bm.full_index, ranks, ranks + n, bm.B * bm.H * bm.n_blocks, bm.m_blocks, bm.n_blocks);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  }
+  return bwd_ws_launch<BsBwdHeadDims, Config, kDeterministic>(
+      p, b, stream,
+      [](auto cfg, auto type) { return blocksparse_bwd_kernel<decltype(cfg), decltype(type), kDeterministic>; },
+      lists, mask, score);
+}
+
+}  // namespace
+
+std::string blocksparse_bwd_unsupported(const AttnProblem& p, const BlockMaskView& bm) {
+  static const std::string hopper = hopper_tma_unsupported();
+  if (!hopper.empty()) return hopper;
+  if (p.D == 256 && p.Dv == 256) return "D = 256: the block-sparse backward runs on rung 14's engine, which stops at 192";
+  if (std::string why = bwd_ws_unsupported<BsBwdHeadDims, Config>(p); !why.empty()) return why;
+  int Br, Bc;
+  tile_of(p, Br, Bc);
+  if (p.causal) return "p.causal is set: a causal mask is the `causal` mask_mod and its block mask here";
+  if (!bm.q_count || !bm.q_index || !bm.full_q_count || !bm.full_q_index)
+    return "block mask without the transposed (backward) lists";
+  if (!bm.kv_count || !bm.kv_index || !bm.full_count || !bm.full_index)
+    return "block mask without the forward lists (the deterministic turns' ranks come from them)";
+  if (bm.Nq != p.Nq || bm.Nk != p.Nk)
+    return "block mask for Nq x Nk = " + std::to_string(bm.Nq) + " x " + std::to_string(bm.Nk) + ", problem " +
+           std::to_string(p.Nq) + " x " + std::to_string(p.Nk);
+  if ((bm.B != 1 && bm.B != p.B) || (bm.H != 1 && bm.H != p.H))
+    return "block mask for B, H = " + std::to_string(bm.B) + ", " + std::to_string(bm.H) + ": must be the problem's or 1";
+  if (bm.block_q <= 0 || bm.block_kv <= 0 || bm.block_q % Br != 0 || bm.block_kv % Bc != 0)
+    return "block size " + std::to_string(bm.block_q) + " x " + std::to_string(bm.block_kv) +
+           " is not a multiple of the kernel tile " + std::to_string(Br) + " x " + std::to_string(Bc);
+  if (bm.m_blocks != (p.Nq + bm.block_q - 1) / bm.block_q || bm.n_blocks != (p.Nk + bm.block_kv - 1) / bm.block_kv)
+    return "block mask's block counts do not match its block sizes";
+  if (2 * rank_entries(bm) >= (int64_t(1) << 31)) return "block mask of 2^30 list entries or more";
+  return "";
+}
+
+size_t blocksparse_bwd_workspace_bytes(const AttnProblem& p, const BlockMaskView& bm) {
+  if (!blocksparse_bwd_unsupported(p, bm).empty()) return 0;
+  return ranks_offset(p) + bwd_align256(size_t(2 * rank_entries(bm)) * 4);
+}
+
+cudaError_t blocksparse_bwd(const AttnProblem& p, const AttnGradBuffers& b, const BlockMaskView& bm,
+                            const MaskMod& mask, const ScoreMod& score, bool deterministic, cudaStream_t stream) {
+  if (!blocksparse_bwd_unsupported(p, bm).empty() || b.workspace == nullptr ||
+      b.workspace_bytes < blocksparse_bwd_workspace_bytes(p, bm))
+    return cudaErrorInvalidValue;
+  return deterministic ? launch<true>(p, b, bm, mask, score, stream) : launch<false>(p, b, bm, mask, score, stream);
+}
+
+std::string blocksparse_bwd_describe() {
+  std::string s = "sm_90a wgmma, rung 14's engine (Sᵀ and dPᵀ, dQ by bulk reduce-add), listed query tiles only; "
+                  "stages=" + std::to_string(kBsBwdStages);
+  BsBwdHeadDims::for_each([&](auto dims) {
+    constexpr int D = decltype(dims)::D, Dv = decltype(dims)::Dv;
+    using Cfg = Config<D, Dv>;
+    s += "; D=" + std::to_string(D) + (Dv == D ? "" : "/" + std::to_string(Dv)) + ": Br=" + std::to_string(Cfg::kBr) +
+         " Bc=" + std::to_string(Cfg::kBc) + " warps=" + std::to_string(Cfg::kWarps) +
+         " smem=" + std::to_string(Cfg::kSmemBytes) + "B";
+  });
+  return s + "; fp16/bf16; GQA/MQA; any Nq, Nk; block sizes multiples of Br x Bc; deterministic or not";
+}
+
+}  // namespace attnlab

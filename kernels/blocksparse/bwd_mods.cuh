@@ -1,0 +1,104 @@
+// attnlab: the block-sparse backward's score step — the mask_mod, the
+// score_mod and the bounds on one slice of a tile of Sᵀ (keys x queries, in
+// the accumulator fragments of bwd_ws_mainloop.cuh's compute warpgroups), and
+// the score_mod's chain rule on dSᵀ. FlashAttention-3's backward applies its
+// Mask and softcap there (hopper/mainloop_bwd_sm90_tma_gmma_ws.hpp);
+// flash_attn/cute's backward calls its mask_mod and score_mod_bwd the same way.
+//
+//   Sᵀ: [kTiles][4] fp32 of one lane: keys key_row0 (c0, c1) and key_row0 + 8
+//       (c2, c3), queries q_first + 8n + 2t (c0, c2) and + 1 (c1, c3).
+//
+//   forward:  s = scale·S,  s' = score_mod(s),  P = exp(s' − LSE)   (0 where dropped)
+//   backward: dS' = P ∘ (dP − Δ),  dS = dS' · ds'/ds,  dQ = scale·dS·K,  dK = scale·dSᵀ·Q
+#pragma once
+
+#include <cmath>
+
+#include "blocksparse/apply_mods.cuh"
+#include "blocksparse/bwd_scheduler.cuh"
+#include "blocksparse/mods.h"
+#include "common/online_softmax.cuh"
+#include "common/ptx.cuh"
+#include "flash_attn/bwd_ws_mainloop.cuh"
+#include "host/attn_problem.h"
+
+namespace attnlab {
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+// Calls f(St[n][e], n, e, q, k) for every entry of the lane's transposed fragment.
+template <int kTiles, typename F>
+__device__ __forceinline__ void for_each_score_t(float (&St)[kTiles][4], int key_row0, int q_first, F&& f) {
+  const int t = threadIdx.x % 4;
+#pragma unroll
+  for (int n = 0; n < kTiles; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) f(St[n][e], n, e, q_first + n * 8 + 2 * t + (e & 1), key_row0 + 8 * (e / 2));
+}
+
+// bwd_compute_walk's score step under a block mask (a ScoreStep).
+struct BsBwdScores {
+  const AttnProblem& p;
+  const MaskMod& mask;    // the kernel's parameters (__grid_constant__): read where used,
+  const ScoreMod& score;  // not held in registers across the walk
+  int batch;
+
+  // Pᵀ from Sᵀ in place. LSE·log2e is +inf for rows past Nq and rows that saw
+  // no key (bwd_prepost.cuh): their P is 0 with no test, whatever the score.
+  // Without a score_mod, rung 14's exp2(S·scale·log2e − LSE·log2e); with one,
+  // exp2(score_mod(scale·S)·log2e − LSE·log2e). Then the mask_mod and the
+  // bounds on a tile from the partial list, the key bound alone on a full
+  // tile that the end of the keys crosses (one branch per slice, not per element).
+  template <int kTiles>
+  __device__ __forceinline__ void probabilities(float (&St)[kTiles][4], const float2 (&lse)[kTiles],
+                                                const BsBwdSlot& slot, const BwdTileAt& at) const {
+    const auto lse_of = [&](int n, int e) { return e & 1 ? lse[n].y : lse[n].x; };
+    if (score.kind == ScoreModKind::kNone) {
+      const float scale_log2 = p.scale * kLog2e;
+      for_each_score_t(St, at.key_row0, at.q_first,
+                       [&](float& s, int n, int e, int, int) { s = exp2_approx(s * scale_log2 - lse_of(n, e)); });
+    } else {
+      with_static_kind(score, [&](const ScoreMod& mod) {
+        for_each_score_t(St, at.key_row0, at.q_first, [&](float& s, int n, int e, int q, int k) {
+          s = exp2_approx(mod(s * p.scale, batch, slot.h, q, k) * kLog2e - lse_of(n, e));
+        });
+      });
+    }
+    if (slot.partial) {
+      with_static_kind(mask, [&](const MaskMod& mod) {
+        for_each_score_t(St, at.key_row0, at.q_first, [&](float& s, int, int, int q, int k) {
+          if (!(q < p.Nq && k < p.Nk && mod(batch, slot.h, q, k))) s = 0.f;  // never evaluated out of bounds
+        });
+      });
+    } else if (at.key_base + 64 > p.Nk) {
+      for_each_score_t(St, at.key_row0, at.q_first, [&](float& s, int, int, int, int k) {
+        if (k >= p.Nk) s = 0.f;
+      });
+    }
+  }
+
+  // dSᵀ ·= ds'/ds where the score_mod changes it (softcap). ScoreMod::grad
+  // wants s, which P has replaced; s' is still in P: s' = ln P + LSE =
+  // (log2 P + LSE·log2e)·ln 2, so ScoreMod::grad_from_output(s') — one lg2 per
+  // element instead of a second Sᵀ in registers. Where P = 0, dS is 0 already.
+  template <int kTiles>
+  __device__ __forceinline__ void chain_rule(float (&dSt)[kTiles][4], const float (&Pt)[kTiles][4],
+                                             const float* lse2, const BsBwdSlot&, const BwdTileAt&) const {
+    if (score.kind != ScoreModKind::kSoftcap) return;
+    constexpr float kLn2 = 0.693147180559945309f;
+    const int t = threadIdx.x % 4;
+#pragma unroll
+    for (int n = 0; n < kTiles; ++n) {
+      const float2 l2 = *reinterpret_cast<const float2*>(lse2 + n * 8 + 2 * t);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float P = Pt[n][e];
+        if (P > 0.f) dSt[n][e] *= score.grad_from_output((__log2f(P) + (e & 1 ? l2.y : l2.x)) * kLn2);
+      }
+    }
+  }
+};
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+}  // namespace attnlab

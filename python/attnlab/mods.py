@@ -1,0 +1,158 @@
+"""The mask_mod and score_mod specs of attnlab's block-sparse attention
+(kernels/blocksparse/mods.h), in Python: their grammar, and each written as the
+callable torch.nn.attention.flex_attention takes, so that torch can build the
+same block mask (create_block_mask) and compute the same attention.
+
+    mask_mod(b, h, q_idx, kv_idx) -> keep        score_mod(score, b, h, q_idx, kv_idx) -> score'
+
+Specs are "NAME" or "NAME:ARGS":
+    mask_mods   none, causal, sliding_window:L,R, block_diagonal:B, mini_causal:B,
+                prefix_lm:P, dilated_sliding_window:W,S, document
+    score_mods  none, rel_bias, alibi, softcap:C
+`causal` and `sliding_window` are aligned to the bottom-right corner (offset
+KV_LEN - Q_LEN, as FlashAttention's); the others to the top-left; `document`
+keeps a pair when doc_ids[b, q] == doc_ids[b, kv] (the same ids for queries
+and keys). The C++ parser (attnlab._C.parse_mask_mod) is the authority the
+kernels use; this module needs neither torch nor the extension (the CPU tests
+import it alone), and its callables use only operators and tensor methods.
+"""
+import math
+
+__all__ = ["MASK_MODS", "SCORE_MODS", "parse_mask_spec", "parse_score_spec", "canonical_mask_spec", "torch_mask_mod",
+           "torch_score_mod", "random_document_ids"]
+
+# name -> the form of its arguments, as the C++ parser's messages say it ("" = none)
+MASK_MODS = {
+    "none": "",
+    "causal": "",
+    "sliding_window": "LEFT,RIGHT",
+    "block_diagonal": "B (the block, >= 1)",
+    "mini_causal": "B (the block, >= 1)",
+    "prefix_lm": "P (the prefix length)",
+    "dilated_sliding_window": "W,S (window, stride >= 1)",
+    "document": "",
+}
+SCORE_MODS = {"none": "", "rel_bias": "", "alibi": "", "softcap": "C > 0"}
+_MASK_LIST = ("none, causal, sliding_window:L,R, block_diagonal:B, mini_causal:B, prefix_lm:P, "
+              "dilated_sliding_window:W,S, document")
+
+
+def _split(spec, kind):
+    if not isinstance(spec, str):
+        raise TypeError(f"attnlab: a {kind} spec is a string such as 'causal', got {type(spec).__name__}")
+    return spec.partition(":")
+
+
+def parse_mask_spec(spec):
+    """(name, args) of a mask_mod spec, args a tuple of ints; ValueError with
+    one line when it is not one. parse_mask_spec("sliding_window:128,0") ->
+    ("sliding_window", (128, 0))."""
+    name, _, text = _split(spec, "mask_mod")
+    form = MASK_MODS.get(name)
+    if form is None or (not form and text):
+        raise ValueError(f"attnlab: unknown mask_mod '{spec}' ({_MASK_LIST})")
+    if not form:
+        return name, ()
+    count = 2 if name in ("sliding_window", "dilated_sliding_window") else 1
+    items = text.split(",")
+    if len(items) != count or not all(i.isdigit() and i.isascii() and int(i) <= 1 << 30 for i in items):
+        raise ValueError(f"attnlab: mask_mod {name} takes {form}, got '{text}'")
+    args = tuple(int(i) for i in items)
+    if name in ("block_diagonal", "mini_causal") and args[0] < 1:
+        raise ValueError(f"attnlab: mask_mod {name} needs a block >= 1")
+    if name == "dilated_sliding_window" and args[1] < 1:
+        raise ValueError("attnlab: mask_mod dilated_sliding_window needs a stride >= 1")
+    return name, args
+
+
+def parse_score_spec(spec):
+    """(name, args) of a score_mod spec: ("softcap", (30.0,)), ("alibi", ());
+    None is "none". ValueError with one line when it is not one."""
+    if spec is None:
+        return "none", ()
+    name, _, text = _split(spec, "score_mod")
+    if name in ("none", "rel_bias", "alibi") and not text:
+        return name, ()
+    if name == "softcap":
+        try:
+            cap = float(text)
+        except ValueError:
+            cap = float("nan")
+        if not (cap > 0 and math.isfinite(cap)):
+            raise ValueError(f"attnlab: score_mod softcap takes C > 0, got '{text}'")
+        return name, (cap,)
+    raise ValueError(f"attnlab: unknown score_mod '{spec}' (none, rel_bias, alibi, softcap:C)")
+
+
+def canonical_mask_spec(spec):
+    """The spec as the C++ parser names it back: "sliding_window:128,0"."""
+    name, args = parse_mask_spec(spec)
+    return name + (":" + ",".join(str(a) for a in args) if args else "")
+
+
+def torch_mask_mod(spec, Q_LEN, KV_LEN, doc_ids=None):
+    """The mask_mod of `spec` as a Python callable (b, h, q_idx, kv_idx) ->
+    keep, for torch's create_block_mask and flex_attention (and on plain ints).
+    `document` reads doc_ids[b, q] (a [B, N] tensor, N >= max(Q_LEN, KV_LEN))."""
+    name, args = parse_mask_spec(spec)
+    off = KV_LEN - Q_LEN
+    if name == "none":
+        return lambda b, h, q, k: (q >= 0) | (k >= 0)  # True, as a tensor where the indices are
+    if name == "causal":
+        return lambda b, h, q, k: k <= q + off
+    if name == "sliding_window":
+        left, right = args
+        return lambda b, h, q, k: (k >= q + off - left) & (k <= q + off + right)
+    if name == "block_diagonal":
+        block = args[0]
+        return lambda b, h, q, k: q // block == k // block
+    if name == "mini_causal":
+        block = args[0]
+        return lambda b, h, q, k: q % block >= k % block
+    if name == "prefix_lm":
+        prefix = args[0]
+        return lambda b, h, q, k: ((q < prefix) & (k < prefix)) | (q >= k)
+    if name == "dilated_sliding_window":
+        window, stride = args
+        return lambda b, h, q, k: (q >= k) & (q - k < window) & ((q - k) % stride == 0)
+    if doc_ids is None:
+        raise ValueError("attnlab: the document mask_mod needs doc_ids")
+    return lambda b, h, q, k: doc_ids[b, q] == doc_ids[b, k]
+
+
+def _tanh(x):
+    return x.tanh() if hasattr(x, "tanh") else math.tanh(x)
+
+
+def torch_score_mod(spec, H):
+    """The score_mod of `spec` as a Python callable (score, b, h, q_idx,
+    kv_idx) -> score' on the scaled score, for torch's flex_attention; None
+    for "none" (flex_attention's default). alibi's slopes are 2^(-8(h+1)/H)."""
+    name, args = parse_score_spec(spec)
+    if name == "none":
+        return None
+    if name == "rel_bias":
+        return lambda s, b, h, q, k: s + abs(q - k)
+    if name == "alibi":
+        return lambda s, b, h, q, k: s - 2.0 ** (-8.0 * (h + 1) / H) * abs(q - k)
+    # C as a literal in the function's code, not a captured float: torch's
+    # flex_attention runs through dynamo, which turns a captured float that
+    # changes between calls into a symbolic one that flex_attention refuses.
+    return eval(f"lambda s, b, h, q, k: {args[0]!r} * _tanh(s / {args[0]!r})", {"_tanh": _tanh})
+
+
+def random_document_ids(B, N, K, generator):
+    """Document ids [B][N] as lists: per batch, N cut into K documents of
+    random lengths (>= 1) at K - 1 distinct points drawn by `generator` (a
+    random.Random); the ids count up from 0. The benchmark's `document:K`."""
+    if not 1 <= K <= N:
+        raise ValueError(f"attnlab: {K} documents do not fit {N} tokens")
+    rows = []
+    for _ in range(B):
+        cuts = set(generator.sample(range(1, N), K - 1))
+        row, doc = [], 0
+        for i in range(N):
+            doc += i in cuts
+            row.append(doc)
+        rows.append(row)
+    return rows

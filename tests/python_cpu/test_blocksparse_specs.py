@@ -1,0 +1,118 @@
+"""The block-sparse specs in Python (python/attnlab/mods.py), without torch or
+the extension: the mask_mod / score_mod grammar and its one-line errors, the
+Python mask_mods and score_mods on plain ints (the same callables torch's
+create_block_mask and flex_attention take), the benchmark's document ids, and
+the benchmark's CSV columns (scripts/bench_blocksparse.py). The GPU tests
+(tests/python/test_blocksparse.py) check the grammar against the C++ parser.
+"""
+import importlib.util
+import math
+import os
+import random
+import re
+import sys
+
+import numpy
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _load(name, path):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, path))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+mods = _load("attnlab_mods", "python/attnlab/mods.py")
+
+
+@pytest.mark.parametrize("spec, parsed", [
+    ("none", ("none", ())), ("causal", ("causal", ())), ("sliding_window:128,0", ("sliding_window", (128, 0))),
+    ("block_diagonal:100", ("block_diagonal", (100,))), ("mini_causal:64", ("mini_causal", (64,))),
+    ("prefix_lm:0", ("prefix_lm", (0,))), ("dilated_sliding_window:256,2", ("dilated_sliding_window", (256, 2))),
+    ("document", ("document", ())),
+])
+def test_mask_specs(spec, parsed):
+    assert mods.parse_mask_spec(spec) == parsed
+    assert mods.canonical_mask_spec(spec) == spec
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("nope", "unknown mask_mod 'nope'"), ("causal:1", "unknown mask_mod 'causal:1'"),
+    ("document:3", "unknown mask_mod"), ("sliding_window", "takes LEFT,RIGHT, got ''"),
+    ("sliding_window:1", "takes LEFT,RIGHT, got '1'"), ("sliding_window:1,-2", "takes LEFT,RIGHT"),
+    ("block_diagonal:0", "needs a block >= 1"), ("mini_causal:x", "takes B"),
+    ("dilated_sliding_window:8,0", "needs a stride >= 1"), ("prefix_lm:1,2", "takes P"),
+])
+def test_bad_mask_specs_are_one_line(spec, message):
+    with pytest.raises(ValueError) as e:
+        mods.parse_mask_spec(spec)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_score_specs():
+    assert mods.parse_score_spec(None) == ("none", ())
+    assert mods.parse_score_spec("alibi") == ("alibi", ())
+    assert mods.parse_score_spec("softcap:30") == ("softcap", (30.0,))
+    for bad in ["softcap", "softcap:0", "softcap:-3", "softcap:inf", "softcap:nan", "alibi:2", "tanh"]:
+        with pytest.raises(ValueError) as e:
+            mods.parse_score_spec(bad)
+        assert "\n" not in str(e.value)
+    with pytest.raises(TypeError):
+        mods.parse_score_spec(3)
+
+
+def test_the_specs_are_the_kernels():
+    """Every mask_mod and score_mod name here is one the C++ parser knows (its source)."""
+    source = open(os.path.join(ROOT, "kernels", "blocksparse", "block_mask.cpp"), encoding="utf-8").read()
+    known = set(re.findall(r'name == "([a-z_]+)"', source))
+    assert set(mods.MASK_MODS) | set(mods.SCORE_MODS) <= known
+
+
+def test_mask_mods_on_ints():
+    def kept(spec, Nq, Nk, doc_ids=None):
+        f = mods.torch_mask_mod(spec, Nq, Nk, doc_ids)
+        return {(q, k) for q in range(Nq) for k in range(Nk) if f(0, 0, q, k)}
+
+    # causal and sliding_window: bottom-right aligned (offset Nk - Nq)
+    assert kept("causal", 2, 4) == {(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2), (1, 3)}
+    assert kept("causal", 4, 2) == {(2, 0), (3, 0), (3, 1)}
+    assert kept("sliding_window:1,0", 3, 3) == {(0, 0), (1, 0), (1, 1), (2, 1), (2, 2)}
+    assert kept("none", 2, 3) == {(q, k) for q in range(2) for k in range(3)}
+    assert kept("block_diagonal:2", 4, 4) == {(0, 0), (0, 1), (1, 0), (1, 1), (2, 2), (2, 3), (3, 2), (3, 3)}
+    assert kept("mini_causal:2", 4, 4) == {(0, 0), (0, 2), (1, 0), (1, 1), (1, 2), (1, 3), (2, 0), (2, 2), (3, 0),
+                                           (3, 1), (3, 2), (3, 3)}
+    assert kept("prefix_lm:2", 3, 3) == {(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1), (2, 2)}
+    assert kept("dilated_sliding_window:3,2", 4, 4) == {(0, 0), (1, 1), (2, 0), (2, 2), (3, 1), (3, 3)}
+    assert kept("document", 4, 4, numpy.array([[0, 0, 1, 1]])) == {(0, 0), (0, 1), (1, 0), (1, 1), (2, 2), (2, 3), (3, 2), (3, 3)}
+    with pytest.raises(ValueError):
+        mods.torch_mask_mod("document", 4, 4)
+
+
+def test_score_mods_on_numbers():
+    assert mods.torch_score_mod("none", 8) is None
+    assert mods.torch_score_mod("rel_bias", 8)(0.5, 0, 0, 3, 7) == 4.5
+    assert math.isclose(mods.torch_score_mod("alibi", 8)(1.0, 0, 1, 5, 2), 1.0 - 2.0 ** (-2.0) * 3)
+    assert math.isclose(mods.torch_score_mod("softcap:2", 8)(3.0, 0, 0, 0, 0), 2 * math.tanh(1.5))
+
+
+def test_random_document_ids():
+    for K in (1, 3, 50):
+        rows = mods.random_document_ids(2, 50, K, random.Random(K))
+        for row in rows:
+            assert len(row) == 50 and row[0] == 0 and row[-1] == K - 1
+            assert all(b - a in (0, 1) for a, b in zip(row, row[1:]))
+    with pytest.raises(ValueError):
+        mods.random_document_ids(1, 4, 5, random.Random(0))
+
+
+def test_benchmark_csv_columns():
+    """scripts/bench_blocksparse.py writes bench.csv's columns (results_csv.COLUMNS), then mask and score."""
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import results_csv  # noqa: E402
+
+    bench = _load("bench_blocksparse", "scripts/bench_blocksparse.py")
+    assert tuple(bench.CSV_COLUMNS) == tuple(results_csv.COLUMNS) + ("mask", "score")
+    assert bench.csv_text("sliding_window:1024,0") == "sliding_window:1024;0"  # no quoting: commas become ';'
