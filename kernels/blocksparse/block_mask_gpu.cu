@@ -126,6 +126,21 @@ BlockMaskView block_mask_view(void* base, int B, int H, int Nq, int Nk, int bloc
   return v;
 }
 
+std::string block_mask_view_unsupported(const AttnProblem& p, const BlockMaskView& bm, int Br, int Bc) {
+  if (p.causal) return "p.causal is set: a causal mask is the `causal` mask_mod and its block mask here";
+  if (bm.Nq != p.Nq || bm.Nk != p.Nk)
+    return "block mask for Nq x Nk = " + std::to_string(bm.Nq) + " x " + std::to_string(bm.Nk) + ", problem " +
+           std::to_string(p.Nq) + " x " + std::to_string(p.Nk);
+  if ((bm.B != 1 && bm.B != p.B) || (bm.H != 1 && bm.H != p.H))
+    return "block mask for B, H = " + std::to_string(bm.B) + ", " + std::to_string(bm.H) + ": must be the problem's or 1";
+  if (bm.block_q <= 0 || bm.block_kv <= 0 || bm.block_q % Br != 0 || bm.block_kv % Bc != 0)
+    return "block size " + std::to_string(bm.block_q) + " x " + std::to_string(bm.block_kv) +
+           " is not a multiple of the kernel tile " + std::to_string(Br) + " x " + std::to_string(Bc);
+  if (bm.m_blocks != (p.Nq + bm.block_q - 1) / bm.block_q || bm.n_blocks != (p.Nk + bm.block_kv - 1) / bm.block_kv)
+    return "block mask's block counts do not match its block sizes";
+  return "";
+}
+
 std::string block_mask_gpu_unsupported(int B, int H, int Nq, int Nk, int block_q, int block_kv) {
   if (B < 1 || H < 1 || Nq < 1 || Nk < 1 || block_q < 1 || block_kv < 1)
     return "B, H, Nq, Nk and the block sizes must be >= 1";

@@ -42,6 +42,13 @@ BlockMaskView block_mask_view(void* base, int B, int H, int Nq, int Nk, int bloc
 // grid's limits (B·H and the block counts <= 65535).
 std::string block_mask_gpu_unsupported(int B, int H, int Nq, int Nk, int block_q, int block_kv);
 
+// Why the block-sparse kernels, with tiles of Br x Bc, cannot walk `bm` for
+// the problem p ("" when they can): p.causal set (a causal mask is the
+// `causal` mask_mod), a mask of another Nq x Nk, B or H neither p's nor 1,
+// block sizes that are not multiples of the tile, block counts that do not
+// match them. (Which lists a kernel reads, it checks itself.)
+std::string block_mask_view_unsupported(const AttnProblem& p, const BlockMaskView& bm, int Br, int Bc);
+
 // The block mask of `mod` into `out` (a document mask_mod's ids in device
 // memory). Asynchronous on `stream`.
 cudaError_t build_block_mask_from_mod(const MaskMod& mod, const BlockMaskView& out, cudaStream_t stream);

@@ -185,21 +185,11 @@ std::string blocksparse_bwd_unsupported(const AttnProblem& p, const BlockMaskVie
   if (std::string why = bwd_ws_unsupported<BsBwdHeadDims, Config>(p); !why.empty()) return why;
   int Br, Bc;
   tile_of(p, Br, Bc);
-  if (p.causal) return "p.causal is set: a causal mask is the `causal` mask_mod and its block mask here";
   if (!bm.q_count || !bm.q_index || !bm.full_q_count || !bm.full_q_index)
     return "block mask without the transposed (backward) lists";
   if (!bm.kv_count || !bm.kv_index || !bm.full_count || !bm.full_index)
     return "block mask without the forward lists (the deterministic turns' ranks come from them)";
-  if (bm.Nq != p.Nq || bm.Nk != p.Nk)
-    return "block mask for Nq x Nk = " + std::to_string(bm.Nq) + " x " + std::to_string(bm.Nk) + ", problem " +
-           std::to_string(p.Nq) + " x " + std::to_string(p.Nk);
-  if ((bm.B != 1 && bm.B != p.B) || (bm.H != 1 && bm.H != p.H))
-    return "block mask for B, H = " + std::to_string(bm.B) + ", " + std::to_string(bm.H) + ": must be the problem's or 1";
-  if (bm.block_q <= 0 || bm.block_kv <= 0 || bm.block_q % Br != 0 || bm.block_kv % Bc != 0)
-    return "block size " + std::to_string(bm.block_q) + " x " + std::to_string(bm.block_kv) +
-           " is not a multiple of the kernel tile " + std::to_string(Br) + " x " + std::to_string(Bc);
-  if (bm.m_blocks != (p.Nq + bm.block_q - 1) / bm.block_q || bm.n_blocks != (p.Nk + bm.block_kv - 1) / bm.block_kv)
-    return "block mask's block counts do not match its block sizes";
+  if (std::string why = block_mask_view_unsupported(p, bm, Br, Bc); !why.empty()) return why;
   if (2 * rank_entries(bm) >= (int64_t(1) << 31)) return "block mask of 2^30 list entries or more";
   return "";
 }

@@ -142,18 +142,8 @@ std::string blocksparse_fwd_unsupported(const AttnProblem& p, const BlockMaskVie
     return "head dims " + std::to_string(p.D) + (p.Dv == p.D ? "" : "/" + std::to_string(p.Dv)) + " not in " +
            BsHeadDims::names() + " (D, or D/Dv)";
   if (std::string why = kv_heads_unsupported(p); !why.empty()) return why;
-  if (p.causal) return "p.causal is set: a causal mask is the `causal` mask_mod and its block mask here";
   if (!bm.kv_count || !bm.kv_index || !bm.full_count || !bm.full_index) return "block mask without forward lists";
-  if (bm.Nq != p.Nq || bm.Nk != p.Nk)
-    return "block mask for Nq x Nk = " + std::to_string(bm.Nq) + " x " + std::to_string(bm.Nk) + ", problem " +
-           std::to_string(p.Nq) + " x " + std::to_string(p.Nk);
-  if ((bm.B != 1 && bm.B != p.B) || (bm.H != 1 && bm.H != p.H))
-    return "block mask for B, H = " + std::to_string(bm.B) + ", " + std::to_string(bm.H) + ": must be the problem's or 1";
-  if (bm.block_q <= 0 || bm.block_kv <= 0 || bm.block_q % Br != 0 || bm.block_kv % Bc != 0)
-    return "block size " + std::to_string(bm.block_q) + " x " + std::to_string(bm.block_kv) +
-           " is not a multiple of the kernel tile " + std::to_string(Br) + " x " + std::to_string(Bc);
-  if (bm.m_blocks != (p.Nq + bm.block_q - 1) / bm.block_q || bm.n_blocks != (p.Nk + bm.block_kv - 1) / bm.block_kv)
-    return "block mask's block counts do not match its block sizes";
+  if (std::string why = block_mask_view_unsupported(p, bm, Br, Bc); !why.empty()) return why;
   if (blocksparse_tile_order(p, Br).items == 0) return "more than 2^30 query tiles";
   return smem_unsupported(size_t(smem));
 }
