@@ -41,37 +41,6 @@
 namespace attnlab {
 namespace {
 
-// An error that ends the run: one line for stderr and the process exit code.
-struct RunError {
-  std::string message;
-  int code = kExitFailed;
-  RunError() = default;
-  RunError(std::string m, int c = kExitFailed) : message(std::move(m)), code(c) {}
-  bool failed() const { return !message.empty(); }
-};
-
-// Device allocations freed on scope exit.
-struct DeviceArena {
-  std::vector<void*> ptrs;
-  DeviceArena() = default;
-  DeviceArena(const DeviceArena&) = delete;
-  DeviceArena& operator=(const DeviceArena&) = delete;
-  ~DeviceArena() {
-    for (void* p : ptrs) cudaFree(p);
-  }
-  template <typename T>
-  std::string alloc(size_t count, T** out, const char* what) {
-    void* p = nullptr;
-    if (cudaMalloc(&p, std::max<size_t>(count * sizeof(T), 16)) != cudaSuccess) {
-      cudaGetLastError();
-      return std::string("out of GPU memory allocating ") + what;
-    }
-    ptrs.push_back(p);
-    *out = static_cast<T*>(p);
-    return "";
-  }
-};
-
 // The SDPA peers this mode runs, in order (make_sdpa_peers' flash, cuDNN, efficient).
 const std::vector<const Variant*>& sdpa_peers() {
   static const std::vector<Variant> all = make_sdpa_peers();
@@ -231,17 +200,7 @@ void add_row(BlocksparseRun& run, const Variant& v, const AttnProblem& p) {
     r.status = "unsupported";
     r.note = why;
   } else {
-    const RunOutcome out = run_and_check(v, p, run.bufs, run.opt.check ? &run.ref : nullptr, run.stream);
-    r.error = out.error;
-    std::copy(out.first_values, out.first_values + 3, r.first_values);
-    if (out.checked) {
-      r.checked = true;
-      r.pass = out.check.pass;
-      r.err = out.check.err;
-      r.tol = out.check.tol;
-      r.lse_err = out.check.lse_err;
-      r.check_note = out.check.summary();
-    }
+    set_outcome(r, run_and_check(v, p, run.bufs, run.opt.check ? &run.ref : nullptr, run.stream));
     if (r.error.empty()) call = variant_call(v, p, run.bufs, run.stream);
   }
   run.rows.push_back(r);

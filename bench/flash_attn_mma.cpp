@@ -95,23 +95,13 @@ ShapeResult run_shape(const Options& opt, const AttnProblem& p, const std::vecto
       r.note = why;
     } else {
       const RunOutcome out = run_and_check(*v, p, bufs, opt.check ? &ref : nullptr, stream);
-      r.error = out.error;
-      std::copy(out.first_values, out.first_values + 3, r.first_values);
-      if (out.checked) {
-        r.checked = true;
-        r.pass = out.check.pass;
-        r.err = out.check.err;
-        r.tol = out.check.tol;
-        r.lse_err = out.check.lse_err;
-        if (r.is_baseline) {
-          // The yardstick of the check rule is not judged by it: its S is stored
-          // in 16 bits, so its LSE is only as good as those scores.
-          char note[96];
-          std::snprintf(note, sizeof note, "baseline err %.2e, lse %.2e", out.check.err, out.check.lse_err);
-          r.check_note = note;
-        } else {
-          r.check_note = out.check.summary();
-        }
+      set_outcome(r, out);
+      if (out.checked && r.is_baseline) {
+        // The yardstick of the check rule is not judged by it: its S is stored
+        // in 16 bits, so its LSE is only as good as those scores.
+        char note[96];
+        std::snprintf(note, sizeof note, "baseline err %.2e, lse %.2e", out.check.err, out.check.lse_err);
+        r.check_note = note;
       }
       if (!r.error.empty()) result.device_lost = cudaDeviceSynchronize() != cudaSuccess;  // sticky errors end the run
     }

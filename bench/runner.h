@@ -5,16 +5,55 @@
 
 #include <cuda_runtime.h>
 
-#include <functional>
+#include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "cli.h"
 #include "host/attn_problem.h"
 #include "host/variant.h"
 #include "reference/reference.h"
 
 namespace attnlab {
+
+// An error that ends the run: one line for stderr and the process exit code.
+// Built from a function's "" (no error) or its message.
+struct RunError {
+  std::string message;
+  int code = kExitFailed;
+  RunError() = default;
+  RunError(std::string m, int c = kExitFailed) : message(std::move(m)), code(c) {}
+  bool failed() const { return !message.empty(); }
+};
+
+// Device allocations freed on scope exit.
+struct DeviceArena {
+  std::vector<void*> ptrs;
+  DeviceArena() = default;
+  DeviceArena(const DeviceArena&) = delete;
+  DeviceArena& operator=(const DeviceArena&) = delete;
+  ~DeviceArena() {
+    for (void* p : ptrs) cudaFree(p);
+  }
+  template <typename T>
+  std::string alloc(size_t count, T** out, const char* what) {
+    void* p = nullptr;
+    if (cudaMalloc(&p, std::max<size_t>(count * sizeof(T), 16)) != cudaSuccess) {
+      cudaGetLastError();
+      char buf[128];
+      std::snprintf(buf, sizeof buf, "out of GPU memory allocating %.2f GiB for %s", double(count * sizeof(T)) / (1 << 30),
+                    what);
+      return buf;
+    }
+    ptrs.push_back(p);
+    *out = static_cast<T*>(p);
+    return "";
+  }
+};
 
 // Device buffers of one problem. Nothing is allocated after construction, so
 // no allocation ever lands in a timed region.

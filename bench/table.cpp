@@ -6,6 +6,18 @@
 
 namespace attnlab {
 
+void set_outcome(TableRow& r, const RunOutcome& out) {
+  r.error = out.error;
+  std::copy(out.first_values, out.first_values + 3, r.first_values);
+  if (!out.checked) return;
+  r.checked = true;
+  r.pass = out.check.pass;
+  r.err = out.check.err;
+  r.tol = out.check.tol;
+  r.lse_err = out.check.lse_err;
+  r.check_note = out.check.summary();
+}
+
 bool time_rows(std::vector<TableRow>& rows, const std::vector<std::function<std::string()>>& calls, int warmup,
                int iters, void* flush, size_t flush_bytes, cudaStream_t stream) {
   std::vector<std::function<std::string()>> timed_calls;

@@ -38,6 +38,10 @@ struct TableRow {
   bool ran() const { return timing.median_ms > 0; }
 };
 
+// A forward row's result of run_and_check: its error, first values and, when
+// checked, its verdict (check_note the check's summary).
+void set_outcome(TableRow& r, const RunOutcome& out);
+
 struct TableScore {
   std::string best_peer_name;
   double best_peer_tflops = 0;
