@@ -14,7 +14,14 @@ namespace {
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
-// s' in double, written out from mods.h's definitions (not its float functor).
+// x rounded to the input dtype (round to nearest even).
+double round_to(double x, DType t) {
+  if (t == DType::kFloat16) return __half2float(__float2half_rn(float(x)));
+  return __bfloat162float(__float2bfloat16_rn(float(x)));
+}
+
+}  // namespace
+
 double score_mod_double(const ScoreMod& m, double s, int h, int q, int k) {
   const double dist = std::fabs(double(q) - double(k));
   switch (m.kind) {
@@ -26,13 +33,11 @@ double score_mod_double(const ScoreMod& m, double s, int h, int q, int k) {
   return s;
 }
 
-// x rounded to the input dtype (round to nearest even).
-double round_to(double x, DType t) {
-  if (t == DType::kFloat16) return __half2float(__float2half_rn(float(x)));
-  return __bfloat162float(__float2bfloat16_rn(float(x)));
+double score_mod_grad_double(const ScoreMod& m, double s) {
+  if (m.kind != ScoreModKind::kSoftcap) return 1.0;
+  const double th = std::tanh(s / m.cap);
+  return 1.0 - th * th;
 }
-
-}  // namespace
 
 void mods_attention_cpu(const AttnProblem& p, const MaskMod& mask, const ScoreMod& score,
                         const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,

@@ -1,6 +1,6 @@
 // attnlab: what the GPU test programs share — the pass/fail tally, 16-bit
 // values that are exact on both sides (bits for the device, values for the CPU
-// reference), uploads, and the dynamic-mask test case (shape, mask and bias
+// reference), an output held against its references, scoped device memory, uploads, and the dynamic-mask test case (shape, mask and bias
 // broadcast forms) with its inputs.
 #pragma once
 
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "host/attn_problem.h"
+#include "reference/reference.h"
 
 namespace attnlab::testing {
 
@@ -68,6 +69,50 @@ inline double from_bits(uint16_t b, DType t) {
   if (t == DType::kFloat16) return __half2float(__half(__half_raw{b}));
   return __bfloat162float(__nv_bfloat16(__nv_bfloat16_raw{b}));
 }
+
+// x rounded to the dtype (round to nearest even).
+inline double round_to(double x, DType t) { return from_bits(to_bits(x, t), t); }
+
+// A 16-bit output (bits) against its double reference and the same-precision
+// path's values (low), elementwise, as the check rule (reference.h, judge)
+// takes them: the output's error (non-finite values counted), the
+// same-precision error, and the reference's rounding to the dtype measured as
+// output_rounding_error does on the GPU (in fp32).
+struct OutputComparison {
+  ErrorStats stats;
+  double baseline_err = 0, rounding_err = 0;
+};
+inline OutputComparison compare_output(const std::vector<uint16_t>& bits, const std::vector<double>& ref,
+                                       const std::vector<double>& low, DType t) {
+  OutputComparison c;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double got = from_bits(bits[i], t);
+    if (!std::isfinite(got)) ++c.stats.nonfinite;
+    else c.stats.max_abs_err = std::max(c.stats.max_abs_err, std::fabs(got - ref[i]));
+    c.baseline_err = std::max(c.baseline_err, std::fabs(low[i] - ref[i]));
+    const float rf = float(ref[i]);
+    c.rounding_err = std::max(c.rounding_err, double(std::fabs(float(round_to(rf + 0.3f, t)) - 0.3f - rf)));
+  }
+  return c;
+}
+
+// Device memory freed on every path out of a test case.
+struct DeviceBuffers {
+  std::vector<void*> ptrs;
+  DeviceBuffers() = default;
+  DeviceBuffers(const DeviceBuffers&) = delete;
+  DeviceBuffers& operator=(const DeviceBuffers&) = delete;
+  template <typename T>
+  T* alloc(size_t bytes) {
+    void* p = nullptr;
+    if (cudaMalloc(&p, std::max<size_t>(bytes, 1)) != cudaSuccess) return nullptr;
+    ptrs.push_back(p);
+    return static_cast<T*>(p);
+  }
+  ~DeviceBuffers() {
+    for (void* p : ptrs) cudaFree(p);
+  }
+};
 
 // n normal values (standard deviation sd) rounded to the dtype: `bits` for the
 // GPU, the very same numbers in `vals` for the CPU reference.

@@ -35,6 +35,7 @@
 #include "blocksparse/mods.h"
 #include "gpu_testing.h"
 #include "host/arch.h"
+#include "reference/mods_reference.h"
 #include "reference/reference.h"
 
 using namespace attnlab;
@@ -64,25 +65,6 @@ struct Case {
     return buf;
   }
 };
-
-// s' in double, written out from mods.h's definitions (not its float functor), and ds'/ds.
-double score_mod_double(const ScoreMod& m, double s, int h, int q, int k) {
-  const double dist = std::fabs(double(q) - double(k));
-  switch (m.kind) {
-    case ScoreModKind::kNone: return s;
-    case ScoreModKind::kRelBias: return s + dist;
-    case ScoreModKind::kAlibi: return s - std::exp2(-8.0 * (h + 1) / m.heads) * dist;
-    case ScoreModKind::kSoftcap: return m.cap * std::tanh(s / m.cap);
-  }
-  return s;
-}
-double score_grad_double(const ScoreMod& m, double s) {
-  if (m.kind != ScoreModKind::kSoftcap) return 1.0;
-  const double th = std::tanh(s / m.cap);
-  return 1.0 - th * th;
-}
-
-double round_to(double x, DType t) { return from_bits(to_bits(x, t), t); }
 
 // The references of one problem: the forward's O (rounded, the kernel's input)
 // and LSE, the double backward, the same-precision one, and which keys some
@@ -179,7 +161,7 @@ void reference_head(const AttnProblem& p, const MaskMod& mask, const ScoreMod& s
     float* dqi_lp = dq_acc.data() + row * p.D;
     for (int j : kept) {
       const double* kj = k.data() + (kvh * p.Nk + j) * p.D;
-      const double dS = P[size_t(j)] * (dP[size_t(j)] - delta) * score_grad_double(score, s_pre[size_t(j)]);
+      const double dS = P[size_t(j)] * (dP[size_t(j)] - delta) * score_mod_grad_double(score, s_pre[size_t(j)]);
       const float dS_lp =
           float(round_to(P_lp[size_t(j)] * (dP_lp[size_t(j)] - delta_lp) * score.grad(s_lp_pre[size_t(j)]), t));
       double* dkj = part.dk.data() + size_t(j) * p.D;
@@ -244,21 +226,6 @@ void references(const AttnProblem& p, const MaskMod& mask, const ScoreMod& score
   r.dk_lp = rounded(dk_acc);
   r.dv_lp = rounded(dv_acc);
 }
-
-// Device memory freed on every path out of a case.
-struct DeviceBuffers {
-  std::vector<void*> ptrs;
-  template <typename T>
-  T* alloc(size_t bytes) {
-    void* p = nullptr;
-    if (cudaMalloc(&p, std::max<size_t>(bytes, 1)) != cudaSuccess) return nullptr;
-    ptrs.push_back(p);
-    return static_cast<T*>(p);
-  }
-  ~DeviceBuffers() {
-    for (void* p : ptrs) cudaFree(p);
-  }
-};
 
 template <typename T>
 void upload_to(void* dev, const std::vector<T>& host) {
@@ -371,17 +338,8 @@ bool run_case(const Case& c, std::mt19937_64& rng) {
   bool pass = true;
   std::string summary;
   for (int gi = 0; gi < 3; ++gi) {
-    ErrorStats stats;
-    double baseline_err = 0, rounding_err = 0;
-    for (size_t e = 0; e < refs[gi]->size(); ++e) {
-      const double r = (*refs[gi])[e], g = from_bits(got.g[gi][e], p.dtype);
-      if (!std::isfinite(g)) ++stats.nonfinite;
-      else stats.max_abs_err = std::max(stats.max_abs_err, std::fabs(g - r));
-      baseline_err = std::max(baseline_err, std::fabs((*lps[gi])[e] - r));
-      const float rf = float(r);  // output_rounding_error's measure, in fp32 as on the GPU
-      rounding_err = std::max(rounding_err, double(std::fabs(float(round_to(rf + 0.3f, p.dtype)) - 0.3f - rf)));
-    }
-    const CheckResult cr = judge(stats, ErrorStats{}, baseline_err, rounding_err);
+    const OutputComparison cmp = compare_output(got.g[gi], *refs[gi], *lps[gi], p.dtype);
+    const CheckResult cr = judge(cmp.stats, ErrorStats{}, cmp.baseline_err, cmp.rounding_err);
     pass = pass && cr.pass;
     summary += std::string(gi ? "; " : "") + names[gi] + " " + cr.summary();
   }

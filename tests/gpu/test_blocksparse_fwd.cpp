@@ -60,23 +60,6 @@ struct Case {
   }
 };
 
-double round_to(double x, DType t) { return from_bits(to_bits(x, t), t); }
-
-// Device memory freed on every path out of a case.
-struct DeviceBuffers {
-  std::vector<void*> ptrs;
-  template <typename T>
-  T* alloc(size_t bytes) {
-    void* p = nullptr;
-    if (cudaMalloc(&p, std::max<size_t>(bytes, 1)) != cudaSuccess) return nullptr;
-    ptrs.push_back(p);
-    return static_cast<T*>(p);
-  }
-  ~DeviceBuffers() {
-    for (void* p : ptrs) cudaFree(p);
-  }
-};
-
 // Runs one case and records it; false when the GPU is no longer usable.
 bool run_case(const Case& c, std::mt19937_64& rng) {
   const std::string what = c.name();
@@ -147,16 +130,8 @@ bool run_case(const Case& c, std::mt19937_64& rng) {
 
   std::vector<double> o_ref, lse_ref, o_low;
   mods_attention_cpu(p, host_mask, score, q, k, v, o_ref, lse_ref, o_low);
-  ErrorStats out, lse_stats;
-  double baseline_err = 0, rounding_err = 0;
-  for (size_t i = 0; i < o_ref.size(); ++i) {
-    const double got = from_bits(o_bits[i], p.dtype);
-    if (!std::isfinite(got)) ++out.nonfinite;
-    else out.max_abs_err = std::max(out.max_abs_err, std::fabs(got - o_ref[i]));
-    baseline_err = std::max(baseline_err, std::fabs(o_low[i] - o_ref[i]));
-    const float ref = float(o_ref[i]);  // output_rounding_error's measure, in fp32 as on the GPU
-    rounding_err = std::max(rounding_err, double(std::fabs(float(round_to(ref + 0.3f, p.dtype)) - 0.3f - ref)));
-  }
+  const OutputComparison out = compare_output(o_bits, o_ref, o_low, p.dtype);
+  ErrorStats lse_stats;
   int64_t empty_rows_wrong = 0;  // rows that see no key: O exactly 0, LSE exactly -inf
   for (size_t r = 0; r < lse_ref.size(); ++r) {
     if (lse_ref[r] == kNegInf) {
@@ -170,7 +145,7 @@ bool run_case(const Case& c, std::mt19937_64& rng) {
       lse_stats.max_abs_err = std::max(lse_stats.max_abs_err, std::fabs(double(lse[r]) - lse_ref[r]));
     }
   }
-  const CheckResult r = judge(out, lse_stats, baseline_err, rounding_err);
+  const CheckResult r = judge(out.stats, lse_stats, out.baseline_err, out.rounding_err);
   char extra[96] = "";
   if (empty_rows_wrong > 0)
     std::snprintf(extra, sizeof extra, ", %lld rows without keys not O = 0, LSE = -inf",
