@@ -12,21 +12,12 @@
 
 #include "common/block_reduce.cuh"
 #include "dmattn/dmattn.h"
+#include "reference/dtype_cast.cuh"
 #include "reference/reference.h"
 
 namespace attnlab {
 namespace {
 
-template <typename T> __device__ __forceinline__ float to_float(T x);
-template <> __device__ __forceinline__ float to_float<half>(half x) { return __half2float(x); }
-template <> __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-// x rounded to T (round to nearest even) and back.
-template <typename T> __device__ __forceinline__ float round_to(float x);
-template <> __device__ __forceinline__ float round_to<half>(float x) { return __half2float(__float2half_rn(x)); }
-template <> __device__ __forceinline__ float round_to<__nv_bfloat16>(float x) {
-  return __bfloat162float(__float2bfloat16_rn(x));
-}
 
 // An operand the kernels can index: sizes full or 1, its head count H, Hkv or 1.
 bool operand_ok(const BroadcastOperand& op, const DynamicMaskProblem& p) {

@@ -14,20 +14,12 @@
 #include <cmath>
 
 #include "reference/mods_reference.h"
+#include "reference/dtype_cast.cuh"
 #include "reference/reference.h"
 
 namespace attnlab {
 namespace {
 
-template <typename T> __device__ __forceinline__ float to_float(T x);
-template <> __device__ __forceinline__ float to_float<half>(half x) { return __half2float(x); }
-template <> __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-template <typename T> __device__ __forceinline__ float round_to(float x);
-template <> __device__ __forceinline__ float round_to<half>(float x) { return __half2float(__float2half_rn(x)); }
-template <> __device__ __forceinline__ float round_to<__nv_bfloat16>(float x) {
-  return __bfloat162float(__float2bfloat16_rn(x));
-}
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;

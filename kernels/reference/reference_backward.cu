@@ -23,6 +23,7 @@
 
 #include "common/block_reduce.cuh"
 #include "reference/cublas_handle.h"
+#include "reference/dtype_cast.cuh"
 #include "reference/reference.h"
 
 namespace attnlab {
@@ -33,25 +34,17 @@ constexpr int kRowWarps = kRowThreads / 32;
 constexpr int64_t kMaxBatch = 65535;    // KV heads per strided-batched GEMM
 constexpr int64_t kAlignFloats = 64;    // 256-byte offsets inside the workspace
 
-template <typename T> __device__ __forceinline__ float to_f(T x);
-template <> __device__ __forceinline__ float to_f<half>(half x) { return __half2float(x); }
-template <> __device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename T> __device__ __forceinline__ T from_f(float x);
-template <> __device__ __forceinline__ half from_f<half>(float x) { return __float2half_rn(x); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-// x as the dtype stores it.
-template <typename T> __device__ __forceinline__ float round_to(float x) { return to_f<T>(from_f<T>(x)); }
 
 template <typename T>
 __global__ void to_fp32_kernel(const T* x, float* y, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    y[i] = to_f<T>(x[i]);
+    y[i] = to_float<T>(x[i]);
 }
 
 template <typename T>
 __global__ void from_fp32_kernel(const float* x, T* y, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    y[i] = from_f<T>(x[i]);
+    y[i] = from_float<T>(x[i]);
 }
 
 template <typename T>

@@ -9,14 +9,11 @@
 #include <algorithm>
 
 #include "common/block_reduce.cuh"
+#include "reference/dtype_cast.cuh"
 #include "reference/reference.h"
 
 namespace attnlab {
 namespace {
-
-template <typename T> __device__ __forceinline__ float to_float(T x);
-template <> __device__ __forceinline__ float to_float<half>(half x) { return __half2float(x); }
-template <> __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
 
 constexpr int kRefThreads = 256;
 constexpr int kRefWarps = kRefThreads / 32;
@@ -105,8 +102,6 @@ struct CompareAccum {
   unsigned int max_err_bits;  // non-negative floats order like their bit patterns
   unsigned long long nonfinite;
 };
-
-template <> __device__ __forceinline__ float to_float<float>(float x) { return x; }
 
 template <typename T>
 __global__ void compare_output_kernel(const T* out, const float* ref, int64_t n, CompareAccum* acc) {
