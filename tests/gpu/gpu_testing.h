@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -44,6 +45,33 @@ inline bool have_gpu() {
   std::printf("skipped: no usable CUDA GPU (%s)\n",
               err != cudaSuccess ? cudaGetErrorString(err) : "cudaGetDeviceCount found no device");
   return false;
+}
+
+// A case-list test's options: -v (one line per case, printed as it finishes,
+// and the case's name before its launch, so a hang names its case) and
+// --only TEXT (only the cases whose name contains TEXT: the sanitizers' subset).
+struct CaseArgs {
+  bool verbose = false;
+  std::string only;
+  bool wanted(const std::string& name) const { return only.empty() || name.find(only) != std::string::npos; }
+  void starting(const std::string& name) const {
+    if (!verbose) return;
+    std::printf("run  %s\n", name.c_str());
+    std::fflush(stdout);
+  }
+};
+inline CaseArgs parse_case_args(int argc, char** argv) {
+  CaseArgs a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "-v") a.verbose = true;
+    else if (arg == "--only" && i + 1 < argc) a.only = argv[++i];
+    else {
+      std::printf("usage: %s [-v] [--only TEXT]\n", argv[0]);
+      std::exit(2);
+    }
+  }
+  return a;
 }
 
 // Prints the tally and returns the exit code: 0 when something passed and nothing failed.

@@ -16,7 +16,7 @@
 // deterministic; causal with Nq != Nk, whole key blocks no query sees, every
 // score_mod in both dtypes, lists broadcast over B and H; the deterministic
 // mode bitwise identical over 5 more runs; the refusals; and a negative control
-// (the kernel given another score_mod must fail). -v: one line per case.
+// (the kernel given another score_mod must fail). Options: gpu_testing.h's CaseArgs (-v, --only TEXT).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -46,6 +46,7 @@ namespace {
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 constexpr int kDeterminismRuns = 5;
 bool verbose = false;  // -v: one line per case, passing or not
+CaseArgs args;
 
 struct Case {
   std::string mask, score;
@@ -469,15 +470,20 @@ void refusals() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  verbose = argc > 1 && std::string(argv[1]) == "-v";
+  args = parse_case_args(argc, argv);
+  verbose = args.verbose;
   if (!have_gpu()) return kSkipped;
   if (const std::string why = hopper_tma_unsupported(); !why.empty()) {
     std::printf("skipped: %s\n", why.c_str());
     return kSkipped;
   }
-  std::mt19937_64 rng(20261203);
-  for (const Case& c : all_cases())
-    if (!run_case(c, rng)) return 1;
-  refusals();
+  const std::vector<Case> cases = all_cases();
+  for (size_t i = 0; i < cases.size(); ++i) {
+    if (!args.wanted(cases[i].name())) continue;
+    std::mt19937_64 rng(20261203 + i);  // a case's inputs do not depend on which cases ran before it
+    args.starting(cases[i].name());
+    if (!run_case(cases[i], rng)) return 1;
+  }
+  if (args.only.empty()) refusals();
   return finish();
 }
