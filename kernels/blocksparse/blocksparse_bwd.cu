@@ -23,7 +23,7 @@
 //   128        64    64  128   2       columns   yes       2 / 2        230440
 //   192 / 128  64    32  128   2       columns   no        1 / 1        230440
 // Block sizes: block_q a multiple of Br, block_kv of Bc = 128.
-// Registers (setmaxnreg): producer / compute 32 / 240 (the walk's cursor; 24 spills).
+// Registers (setmaxnreg): producer / compute 24 / 240, rung 14's (the walk's cursors fit).
 //
 // Supports: fp16, bf16; the (D, Dv) above (not 256: rung 15's engine does not
 // take a walk and a score step yet); GQA/MQA; any Nq, Nk >= 1; every mask_mod
@@ -62,14 +62,10 @@ template <> struct BsBwdTile<64, 64>   { static constexpr int kBr = 128, kSliceQ
 template <> struct BsBwdTile<128, 128> { static constexpr int kBr = 64,  kSliceQ = 64,  kDsBuffers = 2, kDqBuffers = 2; static constexpr bool kEarlyDv = true; };
 template <> struct BsBwdTile<192, 128> { static constexpr int kBr = 64,  kSliceQ = 32,  kDsBuffers = 1, kDqBuffers = 1; static constexpr bool kEarlyDv = false; };
 
-// The producer warpgroup keeps 32 registers (rung 14: 24): its producer
-// thread and dQ writers each walk the lists with a cursor. 32 + 2 · 240 is all
-// 512 that a thread of each warpgroup may take.
-constexpr int kBsBwdStages = 2, kBsBwdProducerRegs = 32;
+constexpr int kBsBwdStages = 2;
 template <int D, int Dv>
 using Config = BwdWsConfig<D, Dv, BsBwdTile<D, Dv>::kBr, BsBwdTile<D, Dv>::kSliceQ, BsBwdTile<D, Dv>::kEarlyDv,
-                           BsBwdTile<D, Dv>::kDsBuffers, BsBwdTile<D, Dv>::kDqBuffers, kBsBwdStages,
-                           kBsBwdProducerRegs>;
+                           BsBwdTile<D, Dv>::kDsBuffers, BsBwdTile<D, Dv>::kDqBuffers, kBsBwdStages>;
 
 // The header's table.
 template <int D, int Dv, int kBr, int kSlice, int kBc, bool kSplitRows, bool kEarlyDv, int kDsBufs, int kDqBufs,
@@ -81,8 +77,8 @@ constexpr bool kTableRow = Config<D, Dv>::kBr == kBr && Config<D, Dv>::kSliceQ =
 static_assert(kTableRow<64, 64, 128, 64, 128, true, false, 2, 1, 198696>, "header: D=64");
 static_assert(kTableRow<128, 128, 64, 64, 128, false, true, 2, 2, 230440>, "header: D=128");
 static_assert(kTableRow<192, 128, 64, 32, 128, false, false, 1, 1, 230440>, "header: D=192, Dv=128");
-static_assert(kBsBwdStages == 2 && Config<64, 64>::kProducerRegs == 32 && Config<64, 64>::kComputeRegs == 240,
-              "header: two stages, 32 / 240 registers");
+static_assert(kBsBwdStages == 2 && Config<64, 64>::kProducerRegs == 24 && Config<64, 64>::kComputeRegs == 240,
+              "header: two stages, 32 / 232 registers");
 static_assert(128 % Config<64, 64>::kBr == 0 && 128 % Config<128, 128>::kBr == 0 &&
                   128 % Config<192, 128>::kBr == 0 && Config<64, 64>::kBc == 128,
               "FlexAttention's default 128 x 128 blocks are whole tiles");

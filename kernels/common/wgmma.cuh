@@ -122,7 +122,7 @@ __device__ __forceinline__ void warpgroup_reg_alloc() {
 // two compute warpgroups, 384 threads start at 168 registers (an SM
 // sub-partition holds 3 of the 12 warps); the producer gives back all but 40
 // (with 24 or 32 its loop spills), which lifts the compute warpgroups to 232:
-// 128·40 + 256·232 <= 65536. Three compute warpgroups (rung 12 at D = 64)
+// 128·40 + 256·232 = 384·168. Three compute warpgroups (rung 12 at D = 64)
 // start at 128 and split 32 / 160, as FlashAttention-3 does.
 template <int kComputeWarpgroups, int kProducerRegs_ = 40, int kComputeRegs_ = 232>
 struct ProducerWarpgroupSplit {
@@ -134,8 +134,11 @@ struct ProducerWarpgroupSplit {
   static constexpr int kComputeRegs = kComputeRegs_;
   static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;  // what __launch_bounds__(kThreads, 1) leaves
   static_assert(kComputeRegs > kLaunchRegs, "setmaxnreg raises the compute warpgroups");
-  static_assert(32 * (kProducerRegs + kComputeWarpgroups * kComputeRegs) <= 65536 / 4,
-                "one warp of each warpgroup per sub-partition");
+  // setmaxnreg moves registers between the warpgroups of the block, inside what
+  // the launch gave it: .inc waits until .dec has freed enough, so a split that
+  // asks for more than kLaunchRegs per thread in all never starts (it hangs).
+  static_assert(kProducerRegs + kComputeWarpgroups * kComputeRegs <= (kComputeWarpgroups + 1) * kLaunchRegs,
+                "the split fits in the launch's registers (setmaxnreg.inc would wait forever)");
 };
 
 // ---- the MMAs ----------------------------------------------------------------
