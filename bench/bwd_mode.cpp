@@ -59,10 +59,12 @@ std::string per_gradient(const double (&x)[kGrads]) {
   return s;
 }
 
+}  // namespace
+
 // One row run once (into poisoned gradients) and, unless --no-check, checked;
 // a deterministic rung then repeated and compared bit for bit.
-TableRow run_row(const Options& opt, const BwdVariant& v, const AttnProblem& p, const GradBuffers& bufs,
-                 const GradReference& ref, cudaStream_t stream) {
+TableRow backward_row(const Options& opt, const BwdVariant& v, const AttnProblem& p, const GradBuffers& bufs,
+                      const GradReference& ref, cudaStream_t stream) {
   TableRow r;
   r.name = v.is_peer ? v.name + " bwd" : v.name;  // the rungs' names say it already ("bwd-ws")
   r.is_peer = v.is_peer;
@@ -91,8 +93,6 @@ TableRow run_row(const Options& opt, const BwdVariant& v, const AttnProblem& p, 
   }
   return r;
 }
-
-}  // namespace
 
 int run_dense_backward_mode(const Options& opt, const std::vector<const BwdVariant*>& selected,
                             const SystemInfo& sys, uint64_t seed, cudaStream_t stream) {
@@ -126,7 +126,7 @@ int run_dense_backward_mode(const Options& opt, const std::vector<const BwdVaria
   std::vector<std::function<std::string()>> calls;
   bool device_lost = false;
   for (const BwdVariant* v : selected) {
-    TableRow r = run_row(opt, *v, p, bufs, ref, stream);
+    TableRow r = backward_row(opt, *v, p, bufs, ref, stream);
     if (!r.error.empty()) device_lost = cudaDeviceSynchronize() != cudaSuccess;  // sticky errors end the run
     calls.push_back(r.status.empty() && r.error.empty() ? bwd_variant_call(*v, p, bufs, stream)
                                                         : std::function<std::string()>());

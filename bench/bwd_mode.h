@@ -11,7 +11,9 @@
 
 #include "cli.h"
 #include "host/variant.h"
+#include "runner.h"
 #include "system_info.h"
+#include "table.h"
 
 namespace attnlab {
 
@@ -19,6 +21,13 @@ namespace attnlab {
 // with --no-peers), then the backward rungs whose name matches --variant.
 // *rungs: how many of them are rungs.
 std::vector<const BwdVariant*> backward_rows(const Options& opt, size_t* rungs);
+
+// One row run once (into poisoned gradients) and, unless --no-check, checked
+// against `ref`; a deterministic variant then repeated and compared bit for
+// bit. Unsupported shapes give a row that says why. The block-sparse mode's
+// backward rows are made here too.
+TableRow backward_row(const Options& opt, const BwdVariant& v, const AttnProblem& p, const GradBuffers& bufs,
+                      const GradReference& ref, cudaStream_t stream);
 
 // Runs, checks (unless --no-check) and times the rows on the shape of the
 // options; returns the process exit code (kExitOk; kExitFailed on a failed

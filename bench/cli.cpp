@@ -249,7 +249,11 @@ docs/blocksparse.md). --mask-mod selects it; --causal, --sweep, --variant,
   TFLOPS count 2·(D+Dv)·pairs, pairs = the (query, key) pairs the mask_mod
   keeps, counted exactly on the GPU. --csv rows: the columns of bench.csv and
   `mask`, `score` after them (a file of other columns is refused).
-  --bwd with --mask-mod: an error, the block-sparse backward is not available yet
+  --bwd with --mask-mod: the backward instead (rows "sdpa(cudnn) bwd",
+  "sdpa(flash) bwd" as above, "blocksparse bwd" and its deterministic mode
+  "blocksparse-det bwd"), from O and LSE of the fp32 mods reference, each of
+  dQ, dK, dV checked against the fp32 mods reference backward by the dense
+  backward's rule; TFLOPS count 2·(3D+2Dv)·pairs.
 
   --list            list the variants and their tile configurations (--variant,
                     --torch, --sdpa and --no-peers choose the rows; with --bwd the
@@ -480,8 +484,6 @@ ParseResult parse_args(const std::vector<std::string>& args) {
       return fail("--reference does not apply to --mask-mod: the check uses the mask_mod/score_mod reference");
     if (has("--torch")) return fail("--torch does not apply to --mask-mod: its peers are torch's SDPA (--sdpa)");
     if (o.show_all) return fail("--show-all does not apply to --mask-mod: it shows every row");
-    // Refused until the block-sparse backward exists (run_blocksparse_mode says where its rows go).
-    if (o.bwd) return fail("the block-sparse backward is not available yet");
   }
   if (o.dynamic_mask()) {
     if (o.sweep) return fail("--sweep does not apply to dynamic-mask runs");

@@ -314,13 +314,22 @@ AttnGradBuffers GradBuffers::grad() const {
 }
 
 std::string prepare_backward_inputs(const AttnProblem& p, GradBuffers& bufs, uint64_t seed, bool with_reference,
-                                    cudaStream_t stream, GradReference* ref) {
+                                    cudaStream_t stream, GradReference* ref, const BackwardReferences* refs) {
   if (std::string e = prepare_inputs(p, bufs.fwd, seed, false, stream, nullptr); !e.empty()) return e;
   const AttnBuffers f = bufs.fwd.attn();
+  // The references: the given ones, or the dense ones of reference.h.
+  const auto forward = [&](float* o, float* lse) {
+    return refs ? refs->forward(f, o, lse, stream) : reference_attention_fp32(p, f.q, f.k, f.v, o, lse, stream);
+  };
+  const auto backward = [&](float* const (&g)[kGrads], bool low_precision) {
+    return refs ? refs->backward(f, bufs.dout, g[0], g[1], g[2], low_precision, stream)
+                : reference_attention_backward_fp32(p, f.q, f.k, f.v, bufs.dout, g[0], g[1], g[2], low_precision,
+                                                    nullptr, 0, stream);
+  };
   // dO from a fourth stream of numbers (the complement of the seed: far from seed·3 + 0..2 of any nearby seed).
   cudaError_t e = fill_random_normal(bufs.dout, p.o_elems(), p.dtype, ~seed, stream);
   if (e != cudaSuccess) return cuda_error_text("filling dO", e);
-  e = reference_attention_fp32(p, f.q, f.k, f.v, bufs.fwd.o_ref, bufs.fwd.lse_ref, stream);
+  e = forward(bufs.fwd.o_ref, bufs.fwd.lse_ref);
   if (e == cudaSuccess) e = convert_fp32_to_input_dtype(bufs.fwd.o_ref, f.o, p.o_elems(), p.dtype, stream);
   if (e == cudaSuccess)
     e = cudaMemcpyAsync(f.lse, bufs.fwd.lse_ref, size_t(p.lse_elems()) * sizeof(float), cudaMemcpyDeviceToDevice,
@@ -329,11 +338,8 @@ std::string prepare_backward_inputs(const AttnProblem& p, GradBuffers& bufs, uin
   if (e != cudaSuccess) return cuda_error_text("fp32 reference forward", e);
   if (!with_reference) return "";
 
-  e = reference_attention_backward_fp32(p, f.q, f.k, f.v, bufs.dout, bufs.ref[0], bufs.ref[1], bufs.ref[2], false,
-                                        nullptr, 0, stream);
-  if (e == cudaSuccess)
-    e = reference_attention_backward_fp32(p, f.q, f.k, f.v, bufs.dout, bufs.lp[0], bufs.lp[1], bufs.lp[2], true,
-                                          nullptr, 0, stream);
+  e = backward(bufs.ref, false);
+  if (e == cudaSuccess) e = backward(bufs.lp, true);
   if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
   if (e != cudaSuccess) return cuda_error_text("fp32 reference backward", e);
   const int64_t elems[kGrads] = {p.q_elems(), p.k_elems(), p.v_elems()};

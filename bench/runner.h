@@ -169,12 +169,25 @@ struct GradReference {
   double rounding_err[kGrads] = {0, 0, 0};
 };
 
+// The references of a backward run: the fp32 forward (O, LSE from the 16-bit
+// Q, K, V of `in`) and the backward (dQ, dK, dV fp32 from Q, K, V, dO; with
+// low_precision, the same-precision unfused one). Unset: reference.h's dense
+// ones (p's causal flag); the block-sparse mode sets mods_reference.h's.
+struct BackwardReferences {
+  std::function<cudaError_t(const AttnBuffers& in, float* o, float* lse, cudaStream_t)> forward;
+  std::function<cudaError_t(const AttnBuffers& in, const void* dout, float* dq, float* dk, float* dv,
+                            bool low_precision, cudaStream_t)>
+      backward;
+};
+
 // Fills Q, K, V (as prepare_inputs) and dO from `seed`; the forward the
 // backward starts from: O = the fp32 reference's O rounded to the dtype, LSE
 // = its LSE; with `with_reference`, the reference gradients and the errors
-// above. Returns "" or a one-line error.
+// above. `refs`: the references (nullptr: the dense ones). Returns "" or a
+// one-line error.
 std::string prepare_backward_inputs(const AttnProblem& p, GradBuffers& bufs, uint64_t seed, bool with_reference,
-                                    cudaStream_t stream, GradReference* ref);
+                                    cudaStream_t stream, GradReference* ref,
+                                    const BackwardReferences* refs = nullptr);
 
 // dQ, dK, dV each judged by the forward's rule (judge: err <= 2 x the
 // same-precision unfused error + 2 x rounding, nothing NaN or unwritten).

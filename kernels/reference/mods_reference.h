@@ -12,7 +12,8 @@
 //   CPU (tests):        double, and the same-precision path beside it;
 //   GPU (the harness):  fp32, or the same-precision path (low_precision);
 //                       one block per query row, two passes over the keys.
-// And the exact number of pairs a mask_mod keeps (the FLOP count's `pairs`).
+// And the backward (GPU, fp32, or the same-precision path), and the exact
+// number of pairs a mask_mod keeps (the FLOP count's `pairs`).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -45,6 +46,18 @@ void mods_attention_cpu(const AttnProblem& p, const MaskMod& mask, const ScoreMo
 cudaError_t mods_attention_fp32(const AttnProblem& p, const MaskMod& mask, const ScoreMod& score, const void* q,
                                 const void* k, const void* v, float* o, float* lse, bool low_precision,
                                 cudaStream_t stream);
+
+// The gradients of L = Σ O ⊙ dO under the mods, from the 16-bit inputs
+// (reference_backward.cu: reference.h's unfused cuBLAS backward, with
+// P = softmax(score_mod(S)) over the kept pairs and dS times ds'/ds): dq
+// [B,H,Nq,D], dk [B,Hkv,Nk,D], dv [B,Hkv,Nk,Dv] fp32; a row that sees no key
+// adds nothing. With low_precision, the same-precision unfused backward
+// (reference.h's low_precision: S, s', P, dP, dS and the gradients rounded to
+// the dtype). p.causal must be false (causality is the mask_mod's). Allocates
+// its scratch and frees it before it returns (so it waits for the GPU).
+cudaError_t mods_attention_backward_fp32(const AttnProblem& p, const MaskMod& mask, const ScoreMod& score,
+                                         const void* q, const void* k, const void* v, const void* dout, float* dq,
+                                         float* dk, float* dv, bool low_precision, cudaStream_t stream);
 
 // *pairs (device memory, one counter) += the (b, h, q, k) in [B, H, Nq, Nk]
 // that `mask` keeps (document ids in device memory), every pair evaluated.

@@ -84,7 +84,7 @@ expect_error 2 "--block-size takes Q,KV or one size for both" --mask-mod causal 
 expect_error 2 "--causal does not apply to --mask-mod" --mask-mod causal --causal
 expect_error 2 "--mask-mod and --bias select two modes" --mask-mod causal --bias
 expect_error 2 "--variant does not apply to --mask-mod" --mask-mod none --variant 'ws*'
-expect_error 2 "the block-sparse backward is not available yet" --mask-mod causal --bwd
+if "$bin" --list --bwd --mask-mod causal | grep -q "^blocksparse-det bwd "; then pass; else fail "--list --bwd --mask-mod shows blocksparse-det bwd"; fi
 if "$bin" --list --mask-mod causal | grep -q "^blocksparse "; then pass; else fail "--list --mask-mod shows blocksparse"; fi
 printf 'gpu,driver,cuda\n' > "$tmp/other.csv"
 expect_error 2 "cannot write --csv $tmp/other.csv: its columns are not these rows'" --mask-mod causal --csv "$tmp/other.csv"
