@@ -17,6 +17,7 @@
 
 #include "blocksparse/block_mask.h"
 #include "blocksparse/block_mask_gpu.h"
+#include "blocksparse/blocksparse_bwd.h"
 #include "blocksparse/blocksparse_fwd.h"
 #include "blocksparse/mods.h"
 #include "dmattn/dmattn.h"
@@ -202,23 +203,32 @@ bool bwd_deterministic(const std::string& name) { return find_bwd_variant(name).
 
 // dQ, dK, dV (q's, k's and v's shapes and dtype) of L = Σ o ⊙ dout, from the
 // forward's o [B,H,Nq,Dv] and lse [B,H,Nq] (fp32), with one backward variant.
+// A backward's o, lse and dout beside q (of problem p): ValueError with one line
+// when one is not on q's device, of q's dtype (lse: float32) and shape, contiguous.
+void check_backward_inputs(const AttnProblem& p, const at::Tensor& q, const at::Tensor& o, const at::Tensor& lse,
+                           const at::Tensor& dout, const char* where) {
+  const std::vector<int64_t> o_shape = {p.B, p.H, p.Nq, p.Dv};
+  for (const auto& [t, name] : {std::pair{&o, "o"}, std::pair{&dout, "dout"}})
+    ATTNLAB_RAISE_UNLESS(t->is_cuda() && t->device() == q.device() && t->scalar_type() == q.scalar_type() &&
+                             t->sizes() == at::IntArrayRef(o_shape) && t->is_contiguous(),
+                         py::value_error, where,
+                         std::string(name) + " must be a contiguous " + str(q.scalar_type()) + " tensor " +
+                             str(at::IntArrayRef(o_shape)) + " on " + str(q.device()) + "; got " +
+                             str(t->scalar_type()) + " " + str(*t) + " on " + str(t->device()));
+  ATTNLAB_RAISE_UNLESS(lse.is_cuda() && lse.device() == q.device() && lse.scalar_type() == at::kFloat &&
+                           lse.sizes() == q.sizes().slice(0, 3) && lse.is_contiguous(),
+                       py::value_error, where,
+                       "lse must be a contiguous float32 tensor [B, H, Nq] on q's device; got " +
+                           str(lse.scalar_type()) + " " + str(lse));
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor& q_in, const at::Tensor& k_in,
                                                         const at::Tensor& v_in, const at::Tensor& o_in,
                                                         const at::Tensor& lse, const at::Tensor& dout_in,
                                                         const std::string& variant, bool is_causal,
                                                         std::optional<double> scale, bool enable_gqa) {
   const AttnProblem p = checked_problem(q_in, k_in, v_in, is_causal, scale, enable_gqa, "attnlab.backward");
-  const std::vector<int64_t> o_shape = {p.B, p.H, p.Nq, p.Dv};
-  for (const auto& [t, name] : {std::pair{&o_in, "o"}, std::pair{&dout_in, "dout"}})
-    ATTNLAB_BWD_REQUIRE_VALUE(t->is_cuda() && t->device() == q_in.device() && t->scalar_type() == q_in.scalar_type() &&
-                                  t->sizes() == at::IntArrayRef(o_shape) && t->is_contiguous(),
-                              std::string(name) + " must be a contiguous " + str(q_in.scalar_type()) + " tensor " +
-                                  str(at::IntArrayRef(o_shape)) + " on " + str(q_in.device()) + "; got " +
-                                  str(t->scalar_type()) + " " + str(*t) + " on " + str(t->device()));
-  ATTNLAB_BWD_REQUIRE_VALUE(lse.is_cuda() && lse.device() == q_in.device() && lse.scalar_type() == at::kFloat &&
-                                lse.sizes() == q_in.sizes().slice(0, 3) && lse.is_contiguous(),
-                            "lse must be a contiguous float32 tensor [B, H, Nq] on q's device; got " +
-                                str(lse.scalar_type()) + " " + str(lse));
+  check_backward_inputs(p, q_in, o_in, lse, dout_in, "attnlab.backward");
   const c10::cuda::CUDAGuard guard(q_in.device());
   const BwdVariant& var = find_bwd_variant(variant);
   const std::string why = var.unsupported_reason(p);
@@ -536,11 +546,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, std::optional<at::Tensor>> dma_ba
 //   q_num_blocks [B, H, N], q_indices [B, H, N, M]          the transpose (the backward's)
 //   full_q_num_blocks, full_q_indices
 // M = ceil(Nq / block_q), N = ceil(Nk / block_kv); B and H the problem's or 1.
-// The block-sparse backward's binding, once it exists, is
-//   blocksparse_backward(q, k, v, out, lse, grad_out, q_lists (4 tensors), kv_lists (4),
-//                        block_q, block_kv, mask_mod, score_mod, scale, enable_gqa, doc_ids)
-//     -> (dq, dk, dv)
-// python/attnlab/blocksparse.py calls it by that name from its autograd backward.
 constexpr const char* kBlockMaskNames[8] = {"kv_num_blocks",  "kv_indices", "full_kv_num_blocks", "full_kv_indices",
                                             "q_num_blocks",   "q_indices",  "full_q_num_blocks",  "full_q_indices"};
 
@@ -716,6 +721,55 @@ std::tuple<at::Tensor, at::Tensor> bs_forward(const at::Tensor& q_in, const at::
   return {o, lse};
 }
 
+// attnlab.flex_attention's backward: (dq, dk, dv) of blocksparse_bwd, which
+// walks the transposed lists (q_lists) and, deterministic, takes its dQ turns
+// at ranks found in the forward lists (kv_lists); out and lse are the forward's.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> bs_backward(
+    const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in, const at::Tensor& o_in,
+    const at::Tensor& lse, const at::Tensor& dout_in, const std::vector<at::Tensor>& q_lists,
+    const std::vector<at::Tensor>& kv_lists, int64_t block_q, int64_t block_kv, const std::string& mask_spec,
+    const std::string& score_spec, std::optional<double> scale, bool enable_gqa,
+    const std::optional<at::Tensor>& doc_ids, bool deterministic) {
+  constexpr const char* where = "attnlab.flex_attention (backward)";
+  const AttnProblem p = checked_problem(q_in, k_in, v_in, false, scale, enable_gqa, where);
+  check_backward_inputs(p, q_in, o_in, lse, dout_in, where);
+  ATTNLAB_RAISE_UNLESS(q_lists.size() == 4 && kv_lists.size() == 4, py::value_error, where,
+                       "a block mask's lists are 4 tensors each way");
+  std::vector<at::Tensor> lists(kv_lists);
+  lists.insert(lists.end(), q_lists.begin(), q_lists.end());
+  const attnlab::BlockMaskView view = checked_block_mask(lists, p.Nq, p.Nk, block_q, block_kv, q_in.device(), where);
+  const attnlab::MaskMod mask = checked_mask_mod(mask_spec, p.Nq, p.Nk, doc_ids, p.B, q_in.device(), where);
+  const attnlab::ScoreMod score = checked_score_mod(score_spec, p.H, where);
+  const c10::cuda::CUDAGuard guard(q_in.device());
+  const std::string why = attnlab::blocksparse_bwd_unsupported(p, view);
+  ATTNLAB_RAISE_UNLESS(why.empty(), py::value_error, where, "does not support " + p.shape_string() + ": " + why);
+  const at::Tensor q = aligned16(q_in), k = aligned16(k_in), v = aligned16(v_in), o = aligned16(o_in),
+                   dout = aligned16(dout_in);
+  at::Tensor dq = at::empty(q.sizes(), q.options());
+  at::Tensor dk = at::empty(k.sizes(), k.options());
+  at::Tensor dv = at::empty(v.sizes(), v.options());
+  const size_t bytes = attnlab::blocksparse_bwd_workspace_bytes(p, view);
+  const at::Tensor workspace = at::empty({int64_t(bytes)}, q.options().dtype(at::kByte));  // 256-byte aligned
+  AttnGradBuffers b;
+  b.q = q.data_ptr();
+  b.k = k.data_ptr();
+  b.v = v.data_ptr();
+  b.o = o.data_ptr();
+  b.lse = lse.data_ptr<float>();
+  b.dout = dout.data_ptr();
+  b.dq = dq.data_ptr();
+  b.dk = dk.data_ptr();
+  b.dv = dv.data_ptr();
+  b.workspace = workspace.data_ptr();
+  b.workspace_bytes = bytes;
+  const cudaError_t err =
+      attnlab::blocksparse_bwd(p, b, view, mask, score, deterministic, at::cuda::getCurrentCUDAStream());
+  if (err != cudaSuccess)
+    throw std::runtime_error(std::string(where) + ": backward of " + p.shape_string() + " failed: " +
+                             cudaGetErrorString(err));
+  return {dq, dk, dv};
+}
+
 // The (b, h, q, k) in [B, H, Q_LEN, KV_LEN] that `spec` keeps, counted on the
 // GPU (count_kept_pairs): the FLOP count's pairs.
 int64_t bs_kept_pairs(const std::string& spec, int64_t B, int64_t H, int64_t Nq, int64_t Nk,
@@ -797,6 +851,13 @@ PYBIND11_MODULE(_C, m) {
         pybind11::arg("score_mod"), pybind11::arg("scale") = pybind11::none(), pybind11::arg("enable_gqa") = false,
         pybind11::arg("doc_ids") = pybind11::none(),
         "The block-sparse forward on a block mask's forward lists; returns (out, lse) (use attnlab.flex_attention).");
+  m.def("blocksparse_backward", &bs_backward, pybind11::arg("q"), pybind11::arg("k"), pybind11::arg("v"),
+        pybind11::arg("o"), pybind11::arg("lse"), pybind11::arg("dout"), pybind11::arg("q_lists"),
+        pybind11::arg("kv_lists"), pybind11::arg("block_q"), pybind11::arg("block_kv"), pybind11::arg("mask_mod"),
+        pybind11::arg("score_mod"), pybind11::arg("scale") = pybind11::none(), pybind11::arg("enable_gqa") = false,
+        pybind11::arg("doc_ids") = pybind11::none(), pybind11::arg("deterministic") = false,
+        "The block-sparse backward on a block mask's transposed lists; returns (dq, dk, dv) "
+        "(use attnlab.flex_attention's autograd).");
   m.def("blocksparse_kept_pairs", &bs_kept_pairs, pybind11::arg("mask_mod"), pybind11::arg("B"), pybind11::arg("H"),
         pybind11::arg("Q_LEN"), pybind11::arg("KV_LEN"), pybind11::arg("device"),
         pybind11::arg("doc_ids") = pybind11::none(),

@@ -10,10 +10,9 @@ compile-time functors: a Python callable cannot run in them): "causal",
 "softcap:30". A torch BlockMask (torch's create_block_mask) converts with
 BlockMask.from_torch(bm, mask_mod=spec).
 
-The backward is not available yet: flex_attention's output takes part in
-autograd, and its backward raises NotImplementedError until the extension has
-the binding _C.blocksparse_backward (python/attnlab_module.cpp says its
-arguments); then it is called from _FlexAttention.backward with no change here.
+flex_attention is differentiable: its backward (kernels/blocksparse/
+blocksparse_bwd.h) walks the block mask's transposed lists, and is bitwise
+deterministic when torch.use_deterministic_algorithms(True) is on.
 """
 import torch
 from torch.autograd.function import once_differentiable
@@ -26,8 +25,6 @@ __all__ = ["BlockMask", "create_block_mask", "flex_attention", "kept_pairs"]
 # torch's BlockMask fields, in its as_tuple() order.
 FIELDS = ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices", "q_num_blocks", "q_indices",
           "full_q_num_blocks", "full_q_indices")
-# The C++ binding the backward calls, once the extension has it.
-_BACKWARD_BINDING = "blocksparse_backward"
 
 
 def _block_size(BLOCK_SIZE, where):
@@ -248,19 +245,17 @@ class _FlexAttention(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out, grad_lse):  # grad_lse: lse is not differentiable
-        backward = getattr(_C, _BACKWARD_BINDING, None)
-        if backward is None:
-            raise NotImplementedError("the block-sparse backward is not available yet")
         q, k, v, out, lse, *lists, doc_ids = ctx.saved_tensors
-        dq, dk, dv = backward(q, k, v, out, lse, grad_out.contiguous(), lists[4:], lists[:4], *ctx.block_size,
-                              ctx.mask_mod, ctx.score_mod, ctx.scale, ctx.enable_gqa, doc_ids)
+        dq, dk, dv = _C.blocksparse_backward(q, k, v, out, lse, grad_out.contiguous(), lists[4:], lists[:4],
+                                             *ctx.block_size, ctx.mask_mod, ctx.score_mod, ctx.scale,
+                                             ctx.enable_gqa, doc_ids, torch.are_deterministic_algorithms_enabled())
         return dq, dk, dv, None, None, None, None, None
 
 
 def flex_attention(query, key, value, block_mask=None, score_mod=None, scale=None, enable_gqa=False,
                    return_lse=False):
-    """torch.nn.attention.flex_attention's forward on attnlab's block-sparse
-    kernel (kernels/blocksparse/blocksparse_fwd.h).
+    """torch.nn.attention.flex_attention on attnlab's block-sparse kernels
+    (kernels/blocksparse/blocksparse_fwd.h, blocksparse_bwd.h).
 
         query [B, H, Q_LEN, D], key [B, Hkv, KV_LEN, D], value [B, Hkv, KV_LEN, Dv]:
             CUDA, float16 or bfloat16, one dtype and device (non-contiguous
@@ -279,9 +274,11 @@ def flex_attention(query, key, value, block_mask=None, score_mod=None, scale=Non
     key gives out = 0 (lse = -inf). return_lse=True returns (out, lse), lse
     [B, H, Q_LEN] float32, the natural log of each row's softmax denominator
     (not differentiable). Raises ValueError (TypeError for dtypes) with one
-    line when the kernel cannot take the inputs. The output takes part in
-    autograd, but its backward raises NotImplementedError: the block-sparse
-    backward is not available yet.
+    line when the kernel cannot take the inputs. out is differentiable in
+    query, key and value (kernels/blocksparse/blocksparse_bwd.h: head dims 64,
+    128 and 192/128; block sizes multiples of its tile, 128 x 128 keys;
+    bitwise deterministic under torch.use_deterministic_algorithms(True)); the
+    backward raises ValueError with one line where it cannot take the problem.
     """
     where = "attnlab.flex_attention"
     if callable(score_mod):
