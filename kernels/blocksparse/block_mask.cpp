@@ -231,6 +231,8 @@ MaskMod parse_mask_mod(const std::string& spec, int Nq, int Nk, std::string& why
           "dilated_sliding_window:W,S, document)";
     return {};
   }
+  if (m.kind == MaskModKind::kBlockDiagonal || m.kind == MaskModKind::kMiniCausal) m.by_a = FastDivmod(m.a);
+  if (m.kind == MaskModKind::kDilatedWindow) m.by_b = FastDivmod(m.b);
   return m;
 }
 

@@ -22,6 +22,38 @@
 
 namespace attnlab {
 
+// ---- division by a runtime divisor ------------------------------------------------
+// n / d and n % d for 0 <= n < 2^31 by a multiply-high and a shift (CUTLASS's
+// FastDivmod, after Granlund and Montgomery, "Division by invariant integers
+// using multiplication", 1994): m = ceil(2^p / d), p = 31 + ceil(log2 d), and
+// n / d = (n·m) >> p. On the GPU an integer division by a runtime divisor is a
+// subroutine of some twenty instructions, and the periodic mask_mods divide
+// both indices of every pair they evaluate. The host computes the same
+// product, so that the CPU tests check the GPU's arithmetic.
+struct FastDivmod {
+  int d = 1;
+  uint32_t mul = 0, shift = 0;  // d = 1: n itself
+
+  FastDivmod() = default;
+  explicit FastDivmod(int divisor) : d(divisor) {
+    if (d <= 1) return;
+    uint32_t log2_ceil = 0;
+    while ((uint32_t(1) << log2_ceil) < uint32_t(d)) ++log2_ceil;
+    const uint32_t p = 31 + log2_ceil;
+    mul = uint32_t(((uint64_t(1) << p) + uint64_t(d) - 1) / uint64_t(d));
+    shift = p - 32;
+  }
+  ATTNLAB_HOST_DEVICE int div(int n) const {
+    if (d <= 1) return n;
+#if defined(__CUDA_ARCH__)
+    return int(__umulhi(uint32_t(n), mul) >> shift);
+#else
+    return int(uint32_t((uint64_t(uint32_t(n)) * mul) >> 32) >> shift);
+#endif
+  }
+  ATTNLAB_HOST_DEVICE int mod(int n) const { return n - div(n) * d; }
+};
+
 // ---- mask_mods --------------------------------------------------------------------
 enum class MaskModKind { kNone, kCausal, kSlidingWindow, kBlockDiagonal, kMiniCausal, kPrefixLm, kDilatedWindow, kDocument };
 
@@ -33,6 +65,7 @@ struct MaskMod {
   int a = 0, b = 0;     // sliding_window: left, right; block_diagonal / mini_causal: the block;
                         // prefix_lm: the prefix length; dilated: the window, the stride
   int off = 0;          // Nk − Nq (causal, sliding_window)
+  FastDivmod by_a, by_b;  // division by a and by b (parse_mask_mod sets them with a and b)
   const int32_t* doc = nullptr;
   int doc_len = 0;
 
@@ -41,10 +74,10 @@ struct MaskMod {
       case MaskModKind::kNone: return true;
       case MaskModKind::kCausal: return k <= q + off;
       case MaskModKind::kSlidingWindow: return k >= q + off - a && k <= q + off + b;
-      case MaskModKind::kBlockDiagonal: return q / a == k / a;
-      case MaskModKind::kMiniCausal: return q % a >= k % a;
+      case MaskModKind::kBlockDiagonal: return by_a.div(q) == by_a.div(k);
+      case MaskModKind::kMiniCausal: return by_a.mod(q) >= by_a.mod(k);
       case MaskModKind::kPrefixLm: return (q < a && k < a) || q >= k;
-      case MaskModKind::kDilatedWindow: return q >= k && q - k < a && (q - k) % b == 0;
+      case MaskModKind::kDilatedWindow: return q >= k && q - k < a && by_b.mod(q - k) == 0;
       case MaskModKind::kDocument: return doc[int64_t(batch) * doc_len + q] == doc[int64_t(batch) * doc_len + k];
     }
     return false;

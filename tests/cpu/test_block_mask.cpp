@@ -5,6 +5,7 @@
 // listed block, the transpose agrees, the dense-mask builder agrees with the
 // mask_mod's, and a broken block mask is refused with a reason.
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -49,6 +50,25 @@ BlockKind brute_kind(const MaskMod& mod, const BlockMask& bm, int b, int h, int 
 }
 
 }  // namespace
+
+TEST_CASE(fast_divmod_matches_division) {
+  // Every divisor to 300 and the powers of two, over small n, n near multiples and n near 2^31.
+  std::vector<int> divisors;
+  for (int d = 1; d <= 300; ++d) divisors.push_back(d);
+  for (int e = 9; e <= 30; ++e) divisors.push_back(1 << e), divisors.push_back((1 << e) - 1), divisors.push_back((1 << e) + 1);
+  long long wrong = 0;
+  for (const int d : divisors) {
+    const FastDivmod f(d);
+    auto check = [&](int n) { wrong += f.div(n) != n / d || f.mod(n) != n % d; };
+    for (int n = 0; n < 2000; ++n) check(n);
+    for (int m = 1; m < 200; ++m)
+      for (int r = -1; r <= 1; ++r)
+        if (int64_t(m) * d + r >= 0 && int64_t(m) * d + r < (int64_t(1) << 31)) check(int(int64_t(m) * d + r));
+    for (int n = INT32_MAX - 3000; n > 0 && n <= INT32_MAX - 1; ++n) check(n);
+    check(INT32_MAX);
+  }
+  EXPECT_EQ(wrong, 0ll);
+}
 
 TEST_CASE(block_mask_kinds_match_brute_force) {
   std::mt19937 rng(7);
