@@ -8,8 +8,11 @@ attnlab.BlockMask.from_torch, so that both walk the very same lists.
     PYTHONPATH=build/python python3 scripts/bench_blocksparse.py --B 1 --H 8 --N 8192 --cases causal,document:4
 
 Rows per case: `blocksparse` (ours, kind rung) and `flex_attention` (torch,
-torch.compile'd, kind peer); forward only (the backward's rows, once it exists,
-end in " bwd"). Timing: CUDA events around each call, after warm-up, each call
+torch.compile'd, kind peer), then their backward, `blocksparse bwd` and
+`flex_attention bwd` (unless --no-bwd): the gradients of out·dO for a random
+dO, the backward alone timed (torch.autograd.grad on a forward graph kept for
+it), TFLOPS 2·B·H·(3D+2Dv)·pairs / time, each of dQ, dK, dV checked by the
+rule below against eager flex_attention's autograd. Timing: CUDA events around each call, after warm-up, each call
 after an L2 flush (a 256 MiB write), the calls of the two rows interleaved
 round by round; the median is reported. TFLOPS: 2·B·H·(D+Dv)·pairs / time,
 pairs = the (b, h, q, k) the mask_mod keeps, counted exactly on the GPU
@@ -91,6 +94,7 @@ def main():
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-check", action="store_true")
+    ap.add_argument("--no-bwd", action="store_true", help="the forward rows only")
     ap.add_argument("--csv", default=None, help="default: results/<gpu>/blocksparse.csv")
     ap.add_argument("--no-csv", action="store_true")
     args = ap.parse_args()
@@ -124,17 +128,21 @@ def main():
     }
 
     def time_interleaved(calls):
-        """Median ms of each call: warm-up, then rounds over the calls, each after an L2 flush."""
-        for call in calls:
+        """Median ms of each call: warm-up, then rounds over the calls, each after an L2 flush. A call is
+        a function, or (prepare, timed): prepare() runs untimed and its result goes to timed (a
+        backward's forward graph: a compiled backward cannot keep its graph for another run)."""
+        calls = [c if isinstance(c, tuple) else (lambda: None, lambda _, c=c: c()) for c in calls]
+        for prepare, timed in calls:
             for _ in range(args.warmup):
-                call()
+                timed(prepare())
         times = [[] for _ in calls]
         for _ in range(args.iters):
-            for i, call in enumerate(calls):
+            for i, (prepare, timed) in enumerate(calls):
+                arg = prepare()
                 flush.fill_(1)
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
-                call()
+                timed(arg)
                 end.record()
                 end.synchronize()
                 times[i].append(start.elapsed_time(end))
@@ -148,8 +156,32 @@ def main():
             return out, aux.lse
         return tf.flex_attention(q, k, v, score_mod=score_fn, block_mask=block_mask, return_lse=True)
 
+    def rule(got, ref, low):
+        """(err, tol) of one output by the rule: err = max|got - ref|, tol = 2 x max|low - ref| + floor."""
+        finite = ref[torch.isfinite(ref)]
+        floor = 2 * ((finite + 0.3) - 0.3 - finite).abs().max().item() if finite.numel() else 0.0
+        return (got.float() - ref).abs().max().item(), 2 * (low.float() - ref).abs().max().item() + floor
+
+    def gradients(forward, q, k, v, dout):
+        """dQ, dK, dV of out·dO through `forward` (a function of q, k, v)."""
+        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+        return torch.autograd.grad(forward(*leaves), leaves, dout)
+
+    def add_row(name, kind, ms, flops, ms_peer, check, spec_mask, score, note):
+        tflops = flops / (ms * 1e-3) / 1e12
+        err, tol = check if check else (None, None)
+        status = "unchecked" if err is None else ("PASS" if err <= tol else "FAIL")
+        rows.append({**sys_fields, "variant": name, "kind": kind, "B": B, "H": H, "Nq": N, "Nk": N, "D": D,
+                     "Dv": D, "dtype": args.dtype, "causal": int(spec_mask == "causal"), "time_ms": f"{ms:.6f}",
+                     "tflops": f"{tflops:.2f}", "ratio_to_best_peer": f"{ms_peer / ms:.3f}" if kind == "rung" else "",
+                     "status": status, "max_err": "" if err is None else f"{err:.3e}",
+                     "tol": "" if tol is None else f"{tol:.3e}", "lse_err": "", "seed": args.seed,
+                     "note": note, "mask": spec_mask, "score": score or "none"})
+        print(f"{spec_mask + ('+' + score if score else ''):>28} {name:>20}: time:{ms:.6f}ms, "
+              f"TFLOPS:{tflops:<8.2f} {status}" + ("" if err is None else f" err {err:.2e} (tol {tol:.2e})"))
+
     rows = []
-    print(f"block-sparse forward: B={B} H={H} N={N} D={D} {args.dtype} on {gpu}; torch {torch.__version__}; "
+    print(f"block-sparse forward and backward: B={B} H={H} N={N} D={D} {args.dtype} on {gpu}; torch {torch.__version__}; "
           f"seed {args.seed}")
     for n, text in enumerate(c for c in args.cases.split(",") if c):
         mask, score, documents = parse_case(text)
@@ -177,31 +209,49 @@ def main():
         if not args.no_check:
             ref, _ = flex_eager(q.float(), k.float(), v.float(), torch_bm, score_fn)
             low, _ = flex_eager(q, k, v, torch_bm, score_fn)
-            finite = ref[torch.isfinite(ref)]
-            floor = 2 * ((finite + 0.3) - 0.3 - finite).abs().max().item() if finite.numel() else 0.0
-            tol = 2 * (low.float() - ref).abs().max().item() + floor
             for name, call in (("blocksparse", ours), ("flex_attention", theirs)):
-                err = (call().float() - ref).abs().max().item()
-                checks[name] = (err, tol)
+                checks[name] = rule(call(), ref, low)
             del ref, low
         ms_ours, ms_theirs = time_interleaved([ours, theirs])
         spec_mask = f"document:{documents}" if mask == "document" else mask
         note = (f"same block mask (torch's create_block_mask; {ours_bm.sparsity():.1f}% of blocks empty); "
                 f"pairs kept {100.0 * pairs / (B * H * N * N):.2f}%")
-        for name, kind, ms in (("flex_attention", "peer", ms_theirs), ("blocksparse", "rung", ms_ours)):
-            tflops = flops / (ms * 1e-3) / 1e12
-            err, tol = checks.get(name, (None, None))
-            status = "unchecked" if err is None else ("PASS" if err <= tol else "FAIL")
-            rows.append({**sys_fields, "variant": name, "kind": kind, "B": B, "H": H, "Nq": N, "Nk": N, "D": D,
-                         "Dv": D, "dtype": args.dtype, "causal": int(mask == "causal"), "time_ms": f"{ms:.6f}",
-                         "tflops": f"{tflops:.2f}",
-                         "ratio_to_best_peer": f"{ms_theirs / ms_ours:.3f}" if kind == "rung" else "",
-                         "status": status, "max_err": "" if err is None else f"{err:.3e}",
-                         "tol": "" if tol is None else f"{tol:.3e}", "lse_err": "", "seed": args.seed,
-                         "note": note, "mask": spec_mask, "score": score or "none"})
-            print(f"{spec_mask + ('+' + score if score else ''):>28} {name:>16}: time:{ms:.6f}ms, "
-                  f"TFLOPS:{tflops:<8.2f} {status}" + ("" if err is None else f" err {err:.2e} (tol {tol:.2e})"))
-        print(f"{'':>28} {'':>16}  blocksparse / flex_attention: {ms_theirs / ms_ours:.2f}x")
+        add_row("flex_attention", "peer", ms_theirs, flops, ms_theirs, checks.get("flex_attention"), spec_mask,
+                score, note)
+        add_row("blocksparse", "rung", ms_ours, flops, ms_theirs, checks.get("blocksparse"), spec_mask, score, note)
+        print(f"{'':>28} {'':>20}  blocksparse / flex_attention: {ms_theirs / ms_ours:.2f}x")
+        if args.no_bwd:
+            continue
+
+        # The backward: each side's forward run untimed, its backward alone timed.
+        dout = torch.randn(B, H, N, D, device=device, dtype=dtype)
+        forwards = {"blocksparse": lambda a, b, c: attnlab.flex_attention(a, b, c, block_mask=ours_bm, score_mod=score),
+                    "flex_attention": lambda a, b, c: compiled_flex(a, b, c, score_mod=score_fn, block_mask=torch_bm)}
+        bwd_checks = {}
+        if not args.no_check:
+            def eager(a, b, c):
+                return flex_eager(a, b, c, torch_bm, score_fn)[0]
+            ref = gradients(eager, q.float(), k.float(), v.float(), dout.float())
+            low = gradients(eager, q, k, v, dout)
+            for name, forward in forwards.items():
+                per = [rule(g, r, l) for g, r, l in zip(gradients(forward, q, k, v, dout), ref, low)]
+                failing = [(e, t) for e, t in per if e > t]
+                bwd_checks[name] = failing[0] if failing else max(per, key=lambda et: et[0] / max(et[1], 1e-30))
+            del ref, low
+
+        def graph(forward):
+            leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+            return forward(*leaves), leaves
+
+        calls = [(lambda f=forwards[name]: graph(f), lambda g: torch.autograd.grad(g[0], g[1], dout))
+                 for name in ("blocksparse", "flex_attention")]
+        ms_ours, ms_theirs = time_interleaved(calls)
+        bwd_flops = 2.0 * (3 * D + 2 * D) * pairs
+        add_row("flex_attention bwd", "peer", ms_theirs, bwd_flops, ms_theirs, bwd_checks.get("flex_attention"),
+                spec_mask, score, note)
+        add_row("blocksparse bwd", "rung", ms_ours, bwd_flops, ms_theirs, bwd_checks.get("blocksparse"), spec_mask,
+                score, note)
+        print(f"{'':>28} {'':>20}  blocksparse bwd / flex_attention bwd: {ms_theirs / ms_ours:.2f}x")
 
     if path:
         os.makedirs(os.path.dirname(path), exist_ok=True)
