@@ -11,13 +11,17 @@
 #   scripts/gpu_check.sh bwd     # build; the dense backward's benchmark set (bwd.csv),
 #                                # checked, and the GEMM ceiling; no ncu; in results/<gpu>/
 #                                # also every table regenerated
+#   scripts/gpu_check.sh blocksparse  # build; the block-sparse fuzz tester against torch's
+#                                # flex_attention (blocksparse_fuzz.txt) and the benchmark
+#                                # against compiled flex_attention (blocksparse.csv)
 # All build in build-gpu, so a later step reuses the first one's build.
 # Output: $OUT when set (the device tool's folder, which returns at most eight
 # files), else results/<gpu>/: check writes tests.txt, sanitizer_summary.txt,
 # reference_torch.txt, sass_mma.txt; bench writes mission.txt (the harness with
 # no options), bench.csv, bench.txt, dmattn.csv, gemm_ceiling.txt,
 # ncu_bank_conflicts.txt (and fwd.csv with SWEEP=1); bwd writes bwd.csv,
-# bwd.txt, gemm_ceiling_bwd.txt. Each writes summary.md (scripts/gpu_summary.sh),
+# bwd.txt, gemm_ceiling_bwd.txt; blocksparse writes blocksparse_fuzz.txt,
+# blocksparse.csv, blocksparse.txt. Each writes summary.md (scripts/gpu_summary.sh),
 # printed last, and logs.tar.gz with every other log, and exits 0 only when
 # everything it ran passed (bwd: every harness run, no row FAIL).
 # Switches (environment): CUDA_ARCH=90a, BUILD_DIR=build-gpu, QUICK=1 (check: no
@@ -35,8 +39,8 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 mode=${1:-}
 case "$mode" in
-  check | bench | bwd) ;;
-  *) echo "usage: scripts/gpu_check.sh check|bench|bwd" >&2; exit 2 ;;
+  check | bench | bwd | blocksparse) ;;
+  *) echo "usage: scripts/gpu_check.sh check|bench|bwd|blocksparse" >&2; exit 2 ;;
 esac
 build=${BUILD_DIR:-build-gpu}
 arch=${CUDA_ARCH:-90a}
@@ -144,6 +148,11 @@ if [ "$mode" = check ]; then
                "--H 4 --Hkv 2 --Nq 300 --Nk 1000 --D 64")  # the last: rung 12's keys split over blocks
   bwd_shapes=("--B 2 --H 4 --Hkv 2 --Nq 257 --Nk 383 --D 64 --causal" "--H 4 --Hkv 1 --Nq 383 --Nk 257 --D 128 --dtype bf16"
               "--H 4 --Hkv 2 --Nq 150 --Nk 221 --D 256 --causal")
+  # Block-sparse (--mask-mod), forward and backward on three ragged shapes: partial
+  # and full blocks, rows and keys that see nothing, GQA, 256 x 256 blocks.
+  blocksparse_shapes=("--H 4 --Hkv 2 --Nq 300 --Nk 1000 --D 128 --mask-mod causal --score-mod alibi"
+                      "--H 4 --Hkv 1 --Nq 777 --Nk 555 --D 64 --mask-mod sliding_window:100,20 --score-mod softcap:20"
+                      "--B 2 --H 2 --Nq 513 --Nk 513 --D 192 --Dv 128 --dtype bf16 --mask-mod document:3 --block-size 256,256")
   dmattn_shapes=("--Nq 1 --Nk 3000 --D 128 --Hkv 1 --mask topk --window 64 --block 0 --bias --splits 4"
                  "--Nq 1 --Nk 20000 --D 256 --mask topk --window 3000 --block 0 --bias --softcap 20 --splits 1"
                  "--Nq 70 --Nk 130 --D 128 --Hkv 1 --causal --mask topk --window 64 --bias --bwd"
@@ -157,7 +166,8 @@ if [ "$mode" = check ]; then
                  "--Nq 130 --Nk 300 --D 128 --causal --mask topk --window 150 --bias --bwd --mask-bits")
   [ "${DMATTN:-1}" != 0 ] || dmattn_shapes=()
   san_jobs=()  # "TOOL|ARGS", shape by shape
-  for shape in "${rung_shapes[@]/%/ --show-all}" "${bwd_shapes[@]/%/ --bwd --show-all}" "${dmattn_shapes[@]}"; do
+  for shape in "${rung_shapes[@]/%/ --show-all}" "${bwd_shapes[@]/%/ --bwd --show-all}" "${dmattn_shapes[@]}" \
+               "${blocksparse_shapes[@]}" "${blocksparse_shapes[@]/%/ --bwd}"; do
     for tool in memcheck racecheck synccheck; do san_jobs+=("$tool|$shape"); done
   done
   # run_sanitizer_stream K : takes the next job not yet taken (a counter under
@@ -313,6 +323,25 @@ if [ "$mode" = check ]; then
     cat "$logs"/sanitizer/[0-9]*.txt > "$out/sanitizer_summary.txt" && rm -f "$logs"/sanitizer/{[0-9]*.txt,next}
     grep -vq ': rc=0 ' "$out/sanitizer_summary.txt" && ok=1
   fi
+  finish $ok
+fi
+
+# ---- blocksparse: the fuzz tester and the benchmark against flex_attention ---------------
+# Both in Python, on build/python (the module this build made), each under its
+# share of BLOCKSPARSE_BUDGET (540) seconds.
+if [ "$mode" = blocksparse ]; then
+  ok=0
+  budget=${BLOCKSPARSE_BUDGET:-540}
+  export PYTHONPATH="$build_abs/python${PYTHONPATH:+:$PYTHONPATH}"
+  step "the block-sparse fuzz tester (blocksparse_fuzz.txt)"
+  timeout "$(limit 300)" python3 scripts/fuzz_blocksparse.py --out "$out/blocksparse_fuzz.txt" > "$logs/fuzz.log" 2>&1 || ok=1
+  tail -1 "$out/blocksparse_fuzz.txt" 2>/dev/null || echo "no report (logs/fuzz.log)"
+  step "the block-sparse benchmark against compiled flex_attention (blocksparse.csv)"
+  rm -f "$out/blocksparse.csv"
+  timeout "$(limit 600)" python3 scripts/bench_blocksparse.py --csv "$out/blocksparse.csv" > "$out/blocksparse.txt" 2>&1 ||
+    { echo "bench_blocksparse.py: exit $? (blocksparse.txt)"; ok=1; }
+  grep -E "x$" "$out/blocksparse.txt" | head -20
+  regenerate_tables blocksparse.csv
   finish $ok
 fi
 
