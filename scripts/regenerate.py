@@ -17,6 +17,8 @@ From the CSVs under DIR/results/ (DIR: the repository, by default), rewrites
       <!-- numbers: RUNG prev=RUNG --> ... <!-- numbers:end -->   a rung's table (doc_tables.py;
                                                                   a backward rung's from bwd.csv)
       <!-- dmattn-table: TABLE --> ... <!-- dmattn-table:end -->   a dynamic-mask table (plot_dmattn.py)
+      <!-- blocksparse:begin --> ... <!-- blocksparse:end -->   the block-sparse table, from blocksparse.csv
+                                                                  (blocksparse_table.py)
 The output depends only on the CSVs (and, for PNGs, the matplotlib version,
 which each PNG records): rerunning changes nothing. A file is written only when
 its bytes change. With --check nothing is written; the files that would change
@@ -29,6 +31,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import blocksparse_table  # noqa: E402
 import compare_gpus  # noqa: E402
 import doc_tables  # noqa: E402
 import generated  # noqa: E402
@@ -123,7 +126,8 @@ def fill_page(text, page, root, gpu, gpu_rows, files):
            for kind, begin, end in (("results", plot.BEGIN, plot.END), ("ladder", ladder.BEGIN, ladder.END),
                                     ("ladder-bwd", ladder.BWD_BEGIN, ladder.BWD_END))}
     has_numbers, has_dmattn = bool(doc_tables.MARKER.search(text)), bool(plot_dmattn.MARKER.search(text))
-    if not (any(has.values()) or has_numbers or has_dmattn):
+    has_blocksparse = generated.replace_block(text, blocksparse_table.BEGIN, blocksparse_table.END, "", where) is not None
+    if not (any(has.values()) or has_numbers or has_dmattn or has_blocksparse):
         return None
     if (any(has.values()) or has_numbers) and gpu not in gpu_rows:
         raise ValueError(f"{where} has generated blocks but results/{gpu}/ has no forward results")
@@ -147,6 +151,10 @@ def fill_page(text, page, root, gpu, gpu_rows, files):
         text = doc_tables.fill(text, gpu_rows[gpu], bwd_rows)
     if has_dmattn:
         text = plot_dmattn.fill(text, os.path.join(folder, "dmattn"), where)
+    if has_blocksparse:
+        link = rc.posix_relpath(os.path.join(folder, blocksparse_table.CSV), page_dir)
+        block = blocksparse_table.block(blocksparse_table.load(folder), link)
+        text = generated.replace_block(text, blocksparse_table.BEGIN, blocksparse_table.END, block, where)
     return text
 
 

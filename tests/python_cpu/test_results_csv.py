@@ -82,3 +82,29 @@ def test_a_folder_with_only_bwd_csv_is_no_forward_gpu_folder(tmp_path):
     (tmp_path / "gpu").mkdir()
     write_csv(tmp_path / "gpu" / "bwd.csv", [dict(variant="bwd-ws", tflops="450")])
     assert rc.gpu_folders(tmp_path) == [] and rc.load_gpu(tmp_path / "gpu") == []
+
+
+def test_blocksparse_table_pairs_ours_with_flex_of_the_same_case(tmp_path):
+    """One line per (shape, mask, score); the ratio only where both rows passed; the newest row wins."""
+    import blocksparse_table as bt
+    header = ",".join(rc.COLUMNS + ("mask", "score"))
+
+    def line(variant, kind, tflops, status="PASS", mask="causal", score="none", date="2026-12-03T00:00:00Z"):
+        fields = {c: "" for c in rc.COLUMNS}
+        fields.update(gpu="NVIDIA H200", date=date, variant=variant, kind=kind, B="4", H="16", Nq="4096",
+                      Nk="4096", D="128", Dv="128", dtype="bf16", causal="1", time_ms="1.0", tflops=str(tflops),
+                      status=status, seed="0")
+        return ",".join(fields[c] for c in rc.COLUMNS) + f",{mask},{score}"
+
+    rows = [line("flex_attention", "peer", 300.0), line("blocksparse", "rung", 450.0),
+            line("flex_attention bwd", "peer", 250.0), line("blocksparse bwd", "rung", 400.0, status="FAIL"),
+            line("blocksparse", "rung", 100.0, date="2026-01-01T00:00:00Z"),  # older: loses
+            line("blocksparse", "rung", 200.0, mask="sliding_window:1024;0")]
+    (tmp_path / bt.CSV).write_text("\n".join([header] + rows) + "\n")
+    text = bt.block(bt.load(str(tmp_path)), "blocksparse.csv")
+    causal = next(l for l in text.splitlines() if "`causal`" in l)
+    assert "| 450.0 | 300.0 | 1.50× | FAIL | 250.0 | — |" in causal, causal
+    window = next(l for l in text.splitlines() if "`sliding_window:1024,0`" in l)
+    assert "| 200.0 | — | — |" in window, window
+    assert bt.load(str(tmp_path / "none")) is None
+    assert "No block-sparse results yet" in bt.block(None, "x.csv")
