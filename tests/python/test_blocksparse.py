@@ -1,26 +1,25 @@
 """GPU tests of attnlab's block-sparse attention (python/attnlab/blocksparse.py):
-attnlab.flex_attention against torch.nn.attention.flex_attention,
-attnlab.create_block_mask against torch's create_block_mask (through
-BlockMask.from_torch), and the errors they must raise.
+attnlab.flex_attention, forward and backward, against
+torch.nn.attention.flex_attention, attnlab.create_block_mask against torch's
+create_block_mask (through BlockMask.from_torch), and the errors they must
+raise.
 
     PYTHONPATH=build/python python3 -m pytest tests/python/test_blocksparse.py -q
 
-The rule (FlashAttention's tests/cute/test_mask_mod.py, the project's):
-torch's flex_attention in eager mode on fp32 copies of the inputs is the
-reference, the same call in the inputs' dtype the yardstick; for O and for LSE
-(its finite entries)
-    max|ours - ref| <= 2 * max|flex_same_precision - ref| + floor,
-    floor = 2 * max|(ref + 0.3 - 0.3) - ref| in fp32 (its rounding);
-rows that see no key hold O = 0 and LSE = -inf, nothing is NaN. Where torch's
-flex_attention refuses a shape (head dims that are not powers of 2, in torch
-versions that do), the same computation written densely with torch ops, the
-mask_mod and score_mod of attnlab.mods on index grids, stands in for it in
-both precisions (P rounded to the dtype before P @ V, as flex's eager path).
-Cases: the curated list below (every mask_mod and score_mod of mods.h, ragged
-lengths, causal with Nq != Nk, GQA and MQA, D=192/Dv=128, blocks 128x128 and
-256x256) and 60 random ones from a fixed seed.
+The reference, the yardstick and the rule are flex_reference.py's (beside
+this file, shared with scripts/fuzz_blocksparse.py): torch's flex_attention
+in eager mode on float64 copies of the inputs, the same call in the inputs'
+dtype, and for O, LSE, dQ, dK, dV each on its own
+max|ours - ref| <= 2 * max|flex_same_precision - ref| + a floor of fp32
+roundings; rows that see no key hold O = 0, LSE = -inf and dQ = 0, keys that
+no query sees dK = dV = 0, nothing is NaN.
+Forward cases: the curated list below (every mask_mod and score_mod of
+mods.h, ragged lengths, causal with Nq != Nk, GQA and MQA, D=192/Dv=128, D=256
+and 128/64, blocks 128x128 and 256x256) and 60 random ones from a fixed seed.
+Gradient cases: a curated list of the same kinds in the head dims the
+backward takes (64, 128, 192/128) and 30 random ones; the deterministic
+backward bitwise over 5 runs; the refusal of the head dims it does not take.
 """
-import inspect
 import itertools
 import random
 
@@ -30,108 +29,24 @@ from torch.nn.attention import flex_attention as torch_flex_module
 
 import attnlab
 from attnlab import mods
+from flex_reference import (BWD_HEAD_DIMS, DEVICE, MASK_DRAWS, MASKS, SCORE_DRAWS, SCORES, Case, check, make_inputs,
+                            mask_fn, upstream_gradient)
 
-DEVICE = "cuda"
 _seed = itertools.count(7000)
 
 
-# ---- the references ---------------------------------------------------------------------
-def mask_fn(spec, Nq, Nk, doc_ids):
-    return mods.torch_mask_mod(spec, Nq, Nk, doc_ids)
+def assert_passes(c, ours, q, k, v, doc_ids, dout=None):
+    """ours, (out, lse) or with the upstream gradient dout (out, lse, dq, dk,
+    dv), each by the rule, and 0 where no pair reaches them."""
+    _, problems = check(c, ours, q, k, v, doc_ids, dout)
+    assert not problems, "; ".join(problems)
 
 
-def torch_flex(q, k, v, mask_spec, score_spec, block_size, enable_gqa, doc_ids, scale=None):
-    """(out, lse) of torch's flex_attention (eager) with the same mask_mod and
-    score_mod written in Python, on q's dtype; lse natural log."""
-    B, H, Nq, Nk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
-    bm = torch_flex_module.create_block_mask(mask_fn(mask_spec, Nq, Nk, doc_ids), B if doc_ids is not None else None,
-                                             None, Nq, Nk, device=q.device, BLOCK_SIZE=block_size)
-    score = mods.torch_score_mod(score_spec, H)
-    params = inspect.signature(torch_flex_module.flex_attention).parameters
-    if "return_aux" in params:  # newer torch: the LSE through AuxRequest
-        out, aux = torch_flex_module.flex_attention(q, k, v, score_mod=score, block_mask=bm, scale=scale,
-                                                    enable_gqa=enable_gqa,
-                                                    return_aux=torch_flex_module.AuxRequest(lse=True))
-        return out, aux.lse
-    return torch_flex_module.flex_attention(q, k, v, score_mod=score, block_mask=bm, scale=scale,
-                                            enable_gqa=enable_gqa, return_lse=True)
+def inputs(c):
+    return make_inputs(c, _seed)
 
 
-def dense_flex(q, k, v, mask_spec, score_spec, enable_gqa, doc_ids, scale=None):
-    """What flex_attention's eager path computes, written out densely: scores in
-    fp32 from q @ k^T in q's dtype, the score_mod, the mask, P rounded to q's
-    dtype before P @ V; a row without keys: out 0, lse -inf."""
-    B, H, Nq, D = q.shape
-    Nk = k.shape[2]
-    if k.shape[1] != H:
-        k, v = (t.repeat_interleave(H // t.shape[1], dim=1) for t in (k, v))
-    scale = D ** -0.5 if scale is None else scale
-    s = (q @ k.transpose(-2, -1)).float() * scale
-    b = torch.arange(B, device=q.device)[:, None, None, None]
-    h = torch.arange(H, device=q.device)[None, :, None, None]
-    i = torch.arange(Nq, device=q.device)[None, None, :, None]
-    j = torch.arange(Nk, device=q.device)[None, None, None, :]
-    score = mods.torch_score_mod(score_spec, H)
-    if score is not None:
-        s = score(s, b, h, i, j)
-    keep = torch.as_tensor(mask_fn(mask_spec, Nq, Nk, doc_ids)(b, h, i, j), device=q.device).expand(s.shape)
-    s = s.masked_fill(~keep, float("-inf"))
-    lse = torch.logsumexp(s, dim=-1)
-    p = torch.softmax(s, dim=-1).nan_to_num(0.0)
-    return p.to(q.dtype) @ v, lse
-
-
-def reference(q, k, v, mask_spec, score_spec, block_size, enable_gqa, doc_ids):
-    """(out, lse) in fp32 and in q's dtype, from torch's flex_attention or, where
-    it refuses the shape, dense_flex."""
-    q32, k32, v32 = (t.float() for t in (q, k, v))
-    try:
-        return (torch_flex(q32, k32, v32, mask_spec, score_spec, block_size, enable_gqa, doc_ids),
-                torch_flex(q, k, v, mask_spec, score_spec, block_size, enable_gqa, doc_ids))
-    except (ValueError, NotImplementedError) as error:  # e.g. "NYI: ... non power of 2 embedding dimension"
-        if "dimension" not in str(error) and "head" not in str(error):
-            raise
-    return (dense_flex(q32, k32, v32, mask_spec, score_spec, enable_gqa, doc_ids),
-            dense_flex(q, k, v, mask_spec, score_spec, enable_gqa, doc_ids))
-
-
-def rounding_floor(ref):
-    finite = ref[torch.isfinite(ref)]
-    if finite.numel() == 0:
-        return 0.0
-    return 2 * ((finite + 0.3) - 0.3 - finite).abs().max().item()
-
-
-def assert_matches(ours, ref, low, what):
-    """The rule for one output (O or LSE) against the fp32 reference."""
-    ours, ref, low = ours.float(), ref.float(), low.float()
-    assert not torch.isnan(ours).any(), f"{what}: NaN"
-    empty = torch.isneginf(ref)
-    assert torch.equal(torch.isneginf(ours), empty), f"{what}: -inf where the reference has none, or the reverse"
-    finite = ~empty
-    ours_err = (ours - ref)[finite].abs().max().item() if finite.any() else 0.0
-    low_err = (low - ref)[finite].abs().max().item() if finite.any() else 0.0
-    bound = 2 * low_err + rounding_floor(ref)
-    assert ours_err <= bound, f"{what}: err {ours_err:.3e} > 2 x same-precision err {low_err:.3e} + floor"
-
-
-# ---- the cases --------------------------------------------------------------------------
-class Case:
-    def __init__(self, mask="causal", score=None, Nq=256, Nk=256, B=1, H=2, Hkv=None, D=128, Dv=None,
-                 dtype=torch.bfloat16, block=(128, 128), docs=None):
-        self.mask, self.score, self.Nq, self.Nk, self.B, self.H = mask, score, Nq, Nk, B, H
-        self.Hkv, self.D, self.Dv, self.dtype, self.block = Hkv or H, D, Dv or D, dtype, block
-
-    def __repr__(self):
-        dims = f"D{self.D}" if self.Dv == self.D else f"D{self.D}/{self.Dv}"
-        heads = f"H{self.H}" if self.Hkv == self.H else f"H{self.H}kv{self.Hkv}"
-        return (f"{self.mask}+{self.score or 'none'}-{self.Nq}x{self.Nk}-B{self.B}{heads}-{dims}-"
-                f"{str(self.dtype)[6:]}-{self.block[0]}x{self.block[1]}")
-
-
-MASKS = ["none", "causal", "sliding_window:64,32", "sliding_window:128,0", "block_diagonal:100", "mini_causal:64",
-         "prefix_lm:150", "dilated_sliding_window:256,2", "document"]
-SCORES = [None, "rel_bias", "alibi", "softcap:2", "softcap:30"]
+# ---- the forward --------------------------------------------------------------------------
 SHAPES = [(1, 1), (17, 17), (113, 203), (239, 1), (799, 3)]
 
 
@@ -164,35 +79,14 @@ def random_cases(count=60, seed=20260101):
     dims = [(64, 64), (128, 128), (192, 128), (256, 256), (128, 64)]
     heads = [(1, 2, 2), (2, 2, 2), (1, 4, 2), (1, 4, 1), (2, 3, 1)]
     blocks = [(128, 128), (256, 256), (128, 256), (256, 128)]
-    masks = ["none", "causal", "document",
-             lambda: f"sliding_window:{rng.randint(0, 300)},{rng.randint(0, 300)}",
-             lambda: f"block_diagonal:{rng.randint(1, 400)}", lambda: f"mini_causal:{rng.randint(1, 200)}",
-             lambda: f"prefix_lm:{rng.randint(0, 600)}",
-             lambda: f"dilated_sliding_window:{rng.randint(0, 600)},{rng.randint(1, 4)}"]
-    scores = [None, "rel_bias", "alibi", lambda: f"softcap:{rng.choice([1, 5, 20, 50])}"]
     cases = []
     for _ in range(count):
-        mask, score = rng.choice(masks), rng.choice(scores)
+        mask, score = rng.choice(MASK_DRAWS), rng.choice(SCORE_DRAWS)
         D, Dv = rng.choice(dims)
         B, H, Hkv = rng.choice(heads)
-        cases.append(Case(mask() if callable(mask) else mask, score() if callable(score) else score,
-                          rng.randint(1, 1500), rng.randint(1, 1500), B=B, H=H, Hkv=Hkv, D=D, Dv=Dv,
-                          dtype=rng.choice([torch.bfloat16, torch.float16]), block=rng.choice(blocks)))
+        cases.append(Case(mask(rng), score(rng), rng.randint(1, 1500), rng.randint(1, 1500), B=B, H=H, Hkv=Hkv,
+                          D=D, Dv=Dv, dtype=rng.choice([torch.bfloat16, torch.float16]), block=rng.choice(blocks)))
     return cases
-
-
-def inputs(c):
-    torch.manual_seed(next(_seed))
-    q = torch.randn(c.B, c.H, c.Nq, c.D, device=DEVICE, dtype=c.dtype)
-    k = torch.randn(c.B, c.Hkv, c.Nk, c.D, device=DEVICE, dtype=c.dtype)
-    v = torch.randn(c.B, c.Hkv, c.Nk, c.Dv, device=DEVICE, dtype=c.dtype)
-    doc_ids = None
-    if c.mask == "document":
-        N = max(c.Nq, c.Nk)
-        rng = random.Random(next(_seed))
-        docs = mods.random_document_ids(c.B, N, rng.randint(1, min(N, 8)), rng)
-        doc_ids = torch.tensor(docs, dtype=torch.int32, device=DEVICE)
-    return q, k, v, doc_ids
 
 
 @pytest.mark.parametrize("c", curated() + random_cases(), ids=repr)
@@ -200,14 +94,9 @@ def test_flex_attention_matches_torch(c):
     q, k, v, doc_ids = inputs(c)
     bm = attnlab.create_block_mask(c.mask, c.B if doc_ids is not None else None, None, c.Nq, c.Nk,
                                    BLOCK_SIZE=c.block, doc_ids=doc_ids)
-    gqa = c.Hkv != c.H
-    out, lse = attnlab.flex_attention(q, k, v, block_mask=bm, score_mod=c.score, enable_gqa=gqa, return_lse=True)
+    out, lse = attnlab.flex_attention(q, k, v, block_mask=bm, score_mod=c.score, enable_gqa=c.gqa, return_lse=True)
     assert out.dtype == q.dtype and out.shape == (c.B, c.H, c.Nq, c.Dv) and lse.shape == (c.B, c.H, c.Nq)
-    (ref_out, ref_lse), (low_out, low_lse) = reference(q, k, v, c.mask, c.score, c.block, gqa, doc_ids)
-    assert_matches(out, ref_out, low_out, "O")
-    assert_matches(lse, ref_lse, low_lse, "LSE")
-    empty = torch.isneginf(ref_lse)
-    assert (out[empty] == 0).all(), "a row without keys must give O = 0"
+    assert_passes(c, (out, lse), q, k, v, doc_ids)
 
 
 # ---- block masks: attnlab's against torch's ------------------------------------------------
@@ -256,16 +145,13 @@ def test_flex_attention_on_torchs_block_mask():
     theirs = attnlab.BlockMask.from_torch(torch_flex_module.create_block_mask(
         mask_fn(c.mask, c.Nq, c.Nk, None), None, None, c.Nq, c.Nk, device=DEVICE), mask_mod="causal")
     out, lse = attnlab.flex_attention(q, k, v, block_mask=theirs, score_mod=c.score, enable_gqa=True, return_lse=True)
-    (ref_out, ref_lse), (low_out, low_lse) = reference(q, k, v, c.mask, c.score, c.block, True, None)
-    assert_matches(out, ref_out, low_out, "O")
-    assert_matches(lse, ref_lse, low_lse, "LSE")
+    assert_passes(c, (out, lse), q, k, v, None)
 
 
 def test_default_block_mask_is_full_attention():
-    q, k, v, _ = inputs(Case(Nq=300, Nk=500))
-    out = attnlab.flex_attention(q, k, v)
-    (ref_out, _), (low_out, _) = reference(q, k, v, "none", None, (128, 128), False, None)
-    assert_matches(out, ref_out, low_out, "O")
+    c = Case("none", None, 300, 500)
+    q, k, v, _ = inputs(c)
+    assert_passes(c, attnlab.flex_attention(q, k, v, return_lse=True), q, k, v, None)
 
 
 def test_kept_pairs_counts_the_mask():
@@ -359,9 +245,139 @@ def test_from_torch_errors():
     one_line(e, "not a valid block mask")
 
 
-def test_backward_is_not_available_yet():
-    q, k, v, _ = (t.requires_grad_() if isinstance(t, torch.Tensor) else t for t in inputs(Case(Nq=256, Nk=256)))
-    out = attnlab.flex_attention(q, k, v, block_mask=attnlab.create_block_mask("causal", None, None, 256, 256))
-    assert out.requires_grad
-    with pytest.raises(NotImplementedError, match="the block-sparse backward is not available yet"):
-        out.sum().backward()
+# ---- gradients -------------------------------------------------------------------------------
+GRAD_SHAPES = [(1, 1), (17, 17), (113, 203), (239, 1), (799, 3), (300, 1000)]
+bf16, fp16 = torch.bfloat16, torch.float16
+
+
+def grad_curated():
+    cases = []
+    for n, mask in enumerate(MASKS):  # every mask_mod over two of the ragged lengths, the score_mods in turn
+        for m in (n, n + 3):
+            Nq, Nk = GRAD_SHAPES[m % len(GRAD_SHAPES)]
+            cases.append(Case(mask, SCORES[(n + m) % len(SCORES)], Nq, Nk, dtype=(bf16, fp16)[m % 2]))
+    for score in SCORES:  # every score_mod with partial and full blocks, in both dtypes
+        for dtype in (bf16, fp16):
+            cases.append(Case("prefix_lm:150", score, 333, 455, dtype=dtype))
+    cases += [
+        Case("causal", None, 1000, 300), Case("causal", "alibi", 300, 1000, dtype=fp16),
+        Case("causal", "softcap:30", 1000, 300, dtype=fp16),
+        Case("sliding_window:64,32", None, 520, 130),  # query blocks that see no key: dQ = 0
+        Case("sliding_window:64,32", "rel_bias", 130, 520),  # key blocks that no query sees: dK = dV = 0
+        Case("causal", None, 700, 900, H=4, Hkv=2), Case("document", "softcap:30", 513, 513, B=2, H=4, Hkv=1),
+        Case("causal", "alibi", 257, 513, D=64, dtype=fp16),
+        Case("document", "rel_bias", 600, 600, B=2, H=4, Hkv=2, D=64),
+        Case("causal", None, 700, 700, D=192, Dv=128),
+        Case("document", "softcap:30", 600, 600, D=192, Dv=128, dtype=fp16),
+        Case("sliding_window:128,0", "alibi", 300, 1000, H=4, Hkv=1, D=192, Dv=128),
+        Case("causal", "alibi", 799, 799, block=(256, 256)),
+        Case("prefix_lm:150", None, 700, 900, block=(256, 256), dtype=fp16),
+        Case("mini_causal:64", "rel_bias", 1000, 1000, block=(256, 256), H=4, Hkv=1),
+        Case("document", None, 1024, 1024, B=2, block=(256, 256), D=64),
+        Case("dilated_sliding_window:256,2", "softcap:2", 900, 900, block=(256, 256), D=192, Dv=128),
+        Case("causal", None, 500, 500, scale=0.3),  # a scale of the caller's
+    ]
+    return cases
+
+
+def grad_random_cases(count=30, seed=20260202):
+    rng = random.Random(seed)
+    heads = [(1, 2, 2), (2, 2, 2), (1, 4, 2), (1, 4, 1), (2, 3, 1)]
+    blocks = [(128, 128), (256, 256), (128, 256), (256, 128)]
+    cases = []
+    for _ in range(count):
+        mask, score = rng.choice(MASK_DRAWS)(rng), rng.choice(SCORE_DRAWS)(rng)
+        D, Dv = rng.choice(BWD_HEAD_DIMS)
+        B, H, Hkv = rng.choice(heads)
+        Nq = rng.randint(1, 1200)
+        Nk = Nq if rng.random() < 0.3 else rng.randint(1, 1200)
+        scale = round(rng.uniform(0.02, 0.3), 3) if rng.random() < 0.2 else None
+        cases.append(Case(mask, score, Nq, Nk, B=B, H=H, Hkv=Hkv, D=D, Dv=Dv, dtype=rng.choice([bf16, fp16]),
+                          block=rng.choice(blocks), scale=scale))
+    return cases
+
+
+def attnlab_outputs(c, q, k, v, doc_ids, dout, block_mask=None):
+    """(out, lse, dq, dk, dv) of attnlab.flex_attention for the upstream
+    gradient dout, on fresh leaves copied from q, k, v."""
+    if block_mask is None:
+        block_mask = attnlab.create_block_mask(c.mask, c.B if doc_ids is not None else None, None, c.Nq, c.Nk,
+                                               BLOCK_SIZE=c.block, doc_ids=doc_ids)
+    q, k, v = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+    out, lse = attnlab.flex_attention(q, k, v, block_mask=block_mask, score_mod=c.score, scale=c.scale,
+                                      enable_gqa=c.gqa, return_lse=True)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    for name, grad, t in zip(("dQ", "dK", "dV"), grads, (q, k, v)):
+        assert grad.dtype == t.dtype and grad.shape == t.shape, f"{name} is {grad.dtype} {list(grad.shape)}"
+    return (out.detach(), lse, *grads)
+
+
+@pytest.mark.parametrize("c", grad_curated() + grad_random_cases(), ids=repr)
+def test_gradients_match_torch(c):
+    q, k, v, doc_ids = inputs(c)
+    dout = upstream_gradient(c)
+    assert_passes(c, attnlab_outputs(c, q, k, v, doc_ids, dout), q, k, v, doc_ids, dout)
+
+
+DETERMINISTIC_CASES = [
+    Case("causal", "alibi", 1000, 1000, H=4, Hkv=2, deterministic=True),
+    Case("document", "softcap:30", 777, 777, B=2, D=64, deterministic=True),
+    Case("none", None, 300, 2048, D=192, Dv=128, block=(256, 256), dtype=fp16, deterministic=True),
+]
+
+
+@pytest.mark.parametrize("c", DETERMINISTIC_CASES, ids=repr)
+def test_deterministic_backward_is_bitwise_repeatable(c):
+    """Under torch.use_deterministic_algorithms(True), 5 backward runs give the
+    same bits, and they pass the rule; the caller's setting is restored."""
+    q, k, v, doc_ids = inputs(c)
+    dout = upstream_gradient(c)
+    previous = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        runs = [attnlab_outputs(c, q, k, v, doc_ids, dout) for _ in range(5)]
+    finally:
+        torch.use_deterministic_algorithms(previous[0], warn_only=previous[1])
+    for n, again in enumerate(runs[1:], 2):
+        for name, first, other in zip(("dQ", "dK", "dV"), runs[0][2:], again[2:]):
+            assert torch.equal(first, other), f"{name} of run {n} differs from run 1's"
+    assert_passes(c, runs[0], q, k, v, doc_ids, dout)
+
+
+def test_gradients_flow_through_return_lse():
+    """return_lse=True: out carries the gradients (lse is not differentiable),
+    through .backward() into the leaves' .grad."""
+    c = Case("sliding_window:128,0", "softcap:30", 400, 700, H=4, Hkv=2)
+    q, k, v, doc_ids = inputs(c)
+    dout = upstream_gradient(c)
+    leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+    bm = attnlab.create_block_mask(c.mask, None, None, c.Nq, c.Nk)
+    out, lse = attnlab.flex_attention(*leaves, block_mask=bm, score_mod=c.score, enable_gqa=True, return_lse=True)
+    assert out.requires_grad and not lse.requires_grad
+    (out.float() * dout.float()).sum().backward()
+    assert_passes(c, (out.detach(), lse, *(t.grad for t in leaves)), q, k, v, doc_ids, dout)
+
+
+def test_gradients_on_torchs_block_mask():
+    """The backward walks the transposed lists of torch's BlockMask as well
+    (ragged: a boundary block partial in torch's)."""
+    c = Case("causal", "rel_bias", 300, 1000, H=4, Hkv=2, D=64)
+    q, k, v, doc_ids = inputs(c)
+    dout = upstream_gradient(c)
+    theirs = attnlab.BlockMask.from_torch(torch_flex_module.create_block_mask(
+        mask_fn(c.mask, c.Nq, c.Nk, None), None, None, c.Nq, c.Nk, device=DEVICE), mask_mod=c.mask)
+    assert_passes(c, attnlab_outputs(c, q, k, v, doc_ids, dout, block_mask=theirs), q, k, v, doc_ids, dout)
+
+
+@pytest.mark.parametrize("dims", [(256, 256), (128, 64)], ids=["256", "128-64"])
+def test_backward_refuses_head_dims_it_does_not_take(dims):
+    """The forward takes D = 256 and 128/64, the backward does not: a
+    ValueError with one line, raised from out.backward()."""
+    D, Dv = dims
+    c = Case("causal", None, 300, 300, D=D, Dv=Dv)
+    q, k, v, _ = inputs(c)
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    out = attnlab.flex_attention(q, k, v, block_mask=attnlab.create_block_mask(c.mask, None, None, c.Nq, c.Nk))
+    with pytest.raises(ValueError) as e:
+        out.backward(upstream_gradient(c))
+    one_line(e, "attnlab.flex_attention", "backward", "256" if D == 256 else "128/64")

@@ -1,0 +1,303 @@
+"""The reference side of attnlab's block-sparse checks, shared by
+tests/python/test_blocksparse.py and scripts/fuzz_blocksparse.py: torch's
+flex_attention in eager mode as the reference, the pass rule, the case record
+and its inputs.
+
+The rule (FlashAttention's tests/cute/test_mask_mod.py, the project's):
+torch's flex_attention in eager mode on float64 copies of the inputs is the
+reference, the same call in the inputs' dtype the yardstick; for each output
+(O, the finite entries of LSE, dQ, dK, dV) on its own
+    max|ours - ref| <= 2 * max|flex_same_precision - ref| + floor,
+    floor = 2 * max|(ref + 0.3 - 0.3) - ref| in fp32 (the output's rounding)
+          + for LSE, dQ and dK: 2 * u * the terms that cancel in them (below);
+nothing is NaN or +inf, -inf (LSE of a row that sees no key) stands exactly
+where the reference has it, rows that see no key hold O = 0 and dQ = 0 and
+keys that no query sees dK = dV = 0, exactly. Gradients come from torch's
+autograd on both sides, for the same upstream gradient dO.
+
+flex's eager path computes in fp32 whatever the inputs' dtype: only its casts
+(P before P @ V, dS before dS @ K) round to the dtype. Its LSE, and its dQ
+and dK where dS = P(dP - Δ) cancels (to 0 in a row that sees one key, where
+P = 1 and O = V), carry fp32 rounding alone, which ours cannot be held to 2x
+of, rounding sums in another order. So these three get one fp32 rounding
+(u = 2^-24) of each term they are summed from, the size of any fp32 sum's
+error: scale·|q|·|k| over the kept pairs for LSE; for dQ (dK) the same sums as
+dQ = scale·dS @ K (dK = scale·dSᵀ @ Q) with |dS| replaced by
+P·(|dO|·|V|ᵀ + rowsum|dO ∘ O|). In a case that cancels nowhere this is ~1e-6,
+below the yardstick's error in either dtype. For the same reason the
+reference is float64, not fp32: an fp32 one rounds as the yardstick does and
+would share its noise. REFERENCE_DTYPE = torch.float32 gives the fp32 one.
+
+Where torch's flex_attention refuses a shape (head dims that are not powers
+of 2, in torch versions that do), the same computation written densely with
+torch ops, the mask_mod and score_mod of attnlab.mods on index grids, stands
+in for it in both precisions (P rounded to the dtype before P @ V, as flex's
+eager path).
+"""
+import functools
+import inspect
+import math
+import random
+
+import torch
+from torch.nn.attention import flex_attention as torch_flex_module
+
+from attnlab import mods
+
+DEVICE = "cuda"
+REFERENCE_DTYPE = torch.float64
+U32 = 2.0 ** -24  # fp32's unit roundoff
+OUTPUTS = ("O", "LSE", "dQ", "dK", "dV")
+# The head dims (D, Dv) that the block-sparse backward takes (docs/blocksparse.md);
+# the forward also takes 256 and 128/64.
+BWD_HEAD_DIMS = ((64, 64), (128, 128), (192, 128))
+
+MASKS = ["none", "causal", "sliding_window:64,32", "sliding_window:128,0", "block_diagonal:100", "mini_causal:64",
+         "prefix_lm:150", "dilated_sliding_window:256,2", "document"]
+SCORES = [None, "rel_bias", "alibi", "softcap:2", "softcap:30"]
+# Random specs: each entry draws one spec from a random.Random; a list entry
+# per kind of mod, so that a choice among them is uniform over the kinds.
+MASK_DRAWS = [lambda rng: "none", lambda rng: "causal", lambda rng: "document",
+              lambda rng: f"sliding_window:{rng.randint(0, 300)},{rng.randint(0, 300)}",
+              lambda rng: f"block_diagonal:{rng.randint(1, 400)}",
+              lambda rng: f"mini_causal:{rng.randint(1, 200)}",
+              lambda rng: f"prefix_lm:{rng.randint(0, 600)}",
+              lambda rng: f"dilated_sliding_window:{rng.randint(0, 600)},{rng.randint(1, 4)}"]
+SCORE_DRAWS = [lambda rng: None, lambda rng: "rel_bias", lambda rng: "alibi",
+               lambda rng: f"softcap:{rng.choice([1, 5, 20, 50])}"]
+
+
+# ---- the references ---------------------------------------------------------------------
+def mask_fn(spec, Nq, Nk, doc_ids):
+    return mods.torch_mask_mod(spec, Nq, Nk, doc_ids)
+
+
+# One callable per (spec, H): flex_attention runs through dynamo, which
+# compiles again for a score_mod it has not seen (softcap's is made by eval,
+# a new code object each time), and compiling dominates a small case's time.
+score_fn = functools.lru_cache(maxsize=None)(mods.torch_score_mod)
+
+
+def torch_flex(q, k, v, mask_spec, score_spec, block_size, enable_gqa, doc_ids, scale=None):
+    """(out, lse) of torch's flex_attention (eager) with the same mask_mod and
+    score_mod written in Python, on q's dtype; lse natural log."""
+    B, H, Nq, Nk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    bm = torch_flex_module.create_block_mask(mask_fn(mask_spec, Nq, Nk, doc_ids), B if doc_ids is not None else None,
+                                             None, Nq, Nk, device=q.device, BLOCK_SIZE=block_size)
+    score = score_fn(score_spec, H)
+    params = inspect.signature(torch_flex_module.flex_attention).parameters
+    if "return_aux" in params:  # newer torch: the LSE through AuxRequest
+        out, aux = torch_flex_module.flex_attention(q, k, v, score_mod=score, block_mask=bm, scale=scale,
+                                                    enable_gqa=enable_gqa,
+                                                    return_aux=torch_flex_module.AuxRequest(lse=True))
+        return out, aux.lse
+    return torch_flex_module.flex_attention(q, k, v, score_mod=score, block_mask=bm, scale=scale,
+                                            enable_gqa=enable_gqa, return_lse=True)
+
+
+def dense_probabilities(q, k, mask_spec, score_spec, doc_ids, scale=None):
+    """(p, lse, keep) as flex_attention's eager path computes them: scores in
+    fp32 (fp64 for fp64 inputs) from q @ k^T in q's dtype, the score_mod, the
+    mask_mod (keep), the softmax; k has q's heads. A row without keys: p 0,
+    lse -inf, and a gradient 0, not NaN (its scores are zeroed before the
+    softmax and its probabilities after)."""
+    B, H, Nq, D = q.shape
+    Nk = k.shape[2]
+    scale = D ** -0.5 if scale is None else scale
+    s = (q @ k.transpose(-2, -1)).to(torch.promote_types(q.dtype, torch.float32)) * scale
+    b = torch.arange(B, device=q.device)[:, None, None, None]
+    h = torch.arange(H, device=q.device)[None, :, None, None]
+    i = torch.arange(Nq, device=q.device)[None, None, :, None]
+    j = torch.arange(Nk, device=q.device)[None, None, None, :]
+    score = score_fn(score_spec, H)
+    if score is not None:
+        s = score(s, b, h, i, j)
+    keep = torch.as_tensor(mask_fn(mask_spec, Nq, Nk, doc_ids)(b, h, i, j), device=q.device).expand(s.shape)
+    empty = ~keep.any(dim=-1, keepdim=True)
+    s = s.masked_fill(~keep, float("-inf"))
+    p = torch.softmax(s.masked_fill(empty, 0.0), dim=-1).masked_fill(~keep, 0.0)
+    return p, torch.logsumexp(s, dim=-1), keep
+
+
+def dense_flex(q, k, v, mask_spec, score_spec, enable_gqa, doc_ids, scale=None):
+    """(out, lse) of dense_probabilities, P rounded to q's dtype before P @ V;
+    differentiable."""
+    if k.shape[1] != q.shape[1]:
+        k, v = (t.repeat_interleave(q.shape[1] // t.shape[1], dim=1) for t in (k, v))
+    p, lse, _ = dense_probabilities(q, k, mask_spec, score_spec, doc_ids, scale)
+    return p.to(q.dtype) @ v, lse
+
+
+def _outputs(flex, q, k, v, dout):
+    """(out, lse) of flex(q, k, v), and with an upstream gradient dout also
+    (dq, dk, dv) from torch's autograd on fresh leaves copied from q, k, v."""
+    if dout is None:
+        return flex(q, k, v)
+    q, k, v = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+    out, lse = flex(q, k, v)
+    dq, dk, dv = torch.autograd.grad(out, (q, k, v), dout.to(out.dtype))
+    return out.detach(), lse.detach(), dq, dk, dv
+
+
+def reference(q, k, v, mask_spec, score_spec, block_size, enable_gqa, doc_ids, scale=None, dout=None):
+    """The outputs in REFERENCE_DTYPE (the reference) and in q's dtype (the
+    yardstick), from torch's flex_attention or, where it refuses the shape,
+    dense_flex: each (out, lse), or (out, lse, dq, dk, dv) with an upstream
+    gradient dout."""
+    wide = [t.to(REFERENCE_DTYPE) for t in (q, k, v)]
+
+    def flex(q, k, v):
+        return torch_flex(q, k, v, mask_spec, score_spec, block_size, enable_gqa, doc_ids, scale)
+
+    def dense(q, k, v):
+        return dense_flex(q, k, v, mask_spec, score_spec, enable_gqa, doc_ids, scale)
+
+    try:
+        return _outputs(flex, *wide, dout), _outputs(flex, q, k, v, dout)
+    except (ValueError, NotImplementedError) as error:  # e.g. "NYI: ... non power of 2 embedding dimension"
+        if "dimension" not in str(error) and "head" not in str(error):
+            raise
+    return _outputs(dense, *wide, dout), _outputs(dense, q, k, v, dout)
+
+
+@torch.no_grad()
+def cancellation_floors(q, k, v, out, dout, mask_spec, score_spec, doc_ids, scale=None):
+    """{output: floor} for LSE and, with dout, dQ and dK: 2 u times the terms
+    they are summed from (the module's docstring), in float64; out is the
+    reference's O."""
+    B, H, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    scale = D ** -0.5 if scale is None else scale
+    q, k, v = (t.double() for t in (q, k, v))
+    k, v = (t.repeat_interleave(H // Hkv, dim=1) for t in (k, v))
+    p, _, keep = dense_probabilities(q, k, mask_spec, score_spec, doc_ids, scale)
+    dots = (q.abs() @ k.abs().transpose(-2, -1)).masked_fill(~keep, 0.0)
+    floors = {"LSE": 2 * U32 * scale * dots.max().item()}
+    if dout is not None:
+        dout = dout.double().abs()
+        ds = p * (dout @ v.abs().transpose(-2, -1) + (dout * out.double().abs()).sum(-1, keepdim=True))
+        dk = (ds.transpose(-2, -1) @ q.abs()).view(B, Hkv, H // Hkv, Nk, D).sum(2)
+        floors["dQ"] = 2 * U32 * scale * (ds @ k.abs()).max().item()
+        floors["dK"] = 2 * U32 * scale * dk.max().item()
+    return floors
+
+
+def rounding_floor(ref):
+    """2 x the largest fp32 rounding error of ref's finite entries, at their size + 0.3."""
+    finite = ref[torch.isfinite(ref)].float()
+    if finite.numel() == 0:
+        return 0.0
+    return 2 * ((finite + 0.3) - 0.3 - finite).abs().max().item()
+
+
+def judge(ours, ref, low, what, floor=0.0):
+    """The rule for one output (O, LSE, dQ, dK or dV) against the reference,
+    `low` the yardstick, `floor` what its cancellation adds to the output's
+    rounding: (err, bound, problem), problem None when it passes, else one
+    line saying why."""
+    if ours.shape != ref.shape:
+        return math.nan, math.nan, f"{what}: shape {list(ours.shape)}, the reference's {list(ref.shape)}"
+    ours, ref, low = ours.double(), ref.double(), low.double()
+    if torch.isnan(ours).any():
+        return math.nan, math.nan, f"{what}: NaN"
+    if torch.isposinf(ours).any():
+        return math.inf, math.nan, f"{what}: +inf"
+    empty = torch.isneginf(ref)
+    if not torch.equal(torch.isneginf(ours), empty):
+        return math.inf, math.nan, f"{what}: -inf where the reference has none, or the reverse"
+    finite = ~empty
+    ours_err = (ours - ref)[finite].abs().max().item() if finite.any() else 0.0
+    low_err = (low - ref)[finite].abs().max().item() if finite.any() else 0.0
+    bound = 2 * low_err + rounding_floor(ref) + floor
+    if not math.isfinite(bound):  # a yardstick that overflowed or has NaN judges nothing
+        return ours_err, bound, f"{what}: the same-precision error is {low_err}, the rule cannot judge"
+    if not ours_err <= bound:
+        return ours_err, bound, f"{what}: err {ours_err:.3e} > 2 x same-precision err {low_err:.3e} + floor"
+    return ours_err, bound, None
+
+
+def unseen(mask_spec, B, Nq, Nk, doc_ids):
+    """(rows, keys): bool [B or 1, 1, Nq], True for a query row that sees no
+    key, and [B or 1, 1, Nk], True for a key that no query sees, under the
+    mask_mod (none of mods.h's depends on the head)."""
+    Bm = B if doc_ids is not None else 1
+    b = torch.arange(Bm, device=DEVICE)[:, None, None, None]
+    h = torch.zeros(1, device=DEVICE, dtype=torch.long)[None, :, None, None]
+    i = torch.arange(Nq, device=DEVICE)[None, None, :, None]
+    j = torch.arange(Nk, device=DEVICE)[None, None, None, :]
+    keep = torch.as_tensor(mask_fn(mask_spec, Nq, Nk, doc_ids)(b, h, i, j), device=DEVICE).expand(Bm, 1, Nq, Nk)
+    return ~keep.any(dim=-1), ~keep.any(dim=-2)
+
+
+def zero_where_unseen(c, doc_ids, out, grads=None):
+    """Where O (and dQ) are not exactly 0 on rows that see no key and dK, dV
+    on keys that no query sees, one line each."""
+    rows, keys = unseen(c.mask, c.B, c.Nq, c.Nk, doc_ids)
+    problems = []
+    for name, t, where in (("O", out, rows), *zip(("dQ", "dK", "dV"), grads or (), (rows, keys, keys))):
+        if not (t[where.expand(t.shape[:3])] == 0).all():
+            problems.append(f"{name} is not 0 on a {'row that sees no key' if where is rows else 'key no query sees'}")
+    return problems
+
+
+def check(c, ours, q, k, v, doc_ids, dout=None):
+    """Case c's outputs `ours`, (out, lse) or with the upstream gradient dout
+    (out, lse, dq, dk, dv), by the rule: ([(output, err, bound)], problems),
+    problems a list of lines, empty when they all pass."""
+    ref, low = reference(q, k, v, c.mask, c.score, c.block, c.gqa, doc_ids, scale=c.scale, dout=dout)
+    floors = cancellation_floors(q, k, v, ref[0], dout, c.mask, c.score, doc_ids, c.scale)
+    results, problems = [], []
+    for what, o, r, lo in zip(OUTPUTS, ours, ref, low):
+        err, bound, problem = judge(o, r, lo, what, floors.get(what, 0.0))
+        results.append((what, err, bound))
+        problems += [problem] if problem else []
+    if len(ours) != len(ref):
+        problems.append(f"{len(ours)} outputs to judge, the reference has {len(ref)}")
+    return results, problems + zero_where_unseen(c, doc_ids, ours[0], ours[2:])
+
+
+# ---- the cases --------------------------------------------------------------------------
+class Case:
+    """One problem: mask and score specs, lengths, heads (Hkv < H: GQA or
+    MQA), head dims, dtype, block size (Q, KV), scale (None: 1/sqrt(D)), and
+    whether its backward runs under torch.use_deterministic_algorithms(True)."""
+
+    def __init__(self, mask="causal", score=None, Nq=256, Nk=256, B=1, H=2, Hkv=None, D=128, Dv=None,
+                 dtype=torch.bfloat16, block=(128, 128), scale=None, deterministic=False):
+        self.mask, self.score, self.Nq, self.Nk, self.B, self.H = mask, score, Nq, Nk, B, H
+        self.Hkv, self.D, self.Dv, self.dtype, self.block = Hkv or H, D, Dv or D, dtype, block
+        self.scale, self.deterministic = scale, deterministic
+
+    @property
+    def gqa(self):
+        return self.Hkv != self.H
+
+    def __repr__(self):
+        dims = f"D{self.D}" if self.Dv == self.D else f"D{self.D}/{self.Dv}"
+        heads = f"H{self.H}" if self.Hkv == self.H else f"H{self.H}kv{self.Hkv}"
+        return (f"{self.mask}+{self.score or 'none'}-{self.Nq}x{self.Nk}-B{self.B}{heads}-{dims}-"
+                f"{str(self.dtype)[6:]}-{self.block[0]}x{self.block[1]}"
+                + ("" if self.scale is None else f"-scale{self.scale:g}") + ("-det" if self.deterministic else ""))
+
+
+def make_inputs(c, seeds):
+    """Fresh normal q, k, v of case c, from the next seed of the iterator
+    `seeds`, and the document mask_mod's ids (int32 [B, max(Nq, Nk)], from
+    the seed after) or None. Draws from torch's global generator, so that
+    what the caller draws next (an upstream gradient) follows from the seed."""
+    torch.manual_seed(next(seeds))
+    q = torch.randn(c.B, c.H, c.Nq, c.D, device=DEVICE, dtype=c.dtype)
+    k = torch.randn(c.B, c.Hkv, c.Nk, c.D, device=DEVICE, dtype=c.dtype)
+    v = torch.randn(c.B, c.Hkv, c.Nk, c.Dv, device=DEVICE, dtype=c.dtype)
+    doc_ids = None
+    if c.mask == "document":
+        N = max(c.Nq, c.Nk)
+        rng = random.Random(next(seeds))
+        docs = mods.random_document_ids(c.B, N, rng.randint(1, min(N, 8)), rng)
+        doc_ids = torch.tensor(docs, dtype=torch.int32, device=DEVICE)
+    return q, k, v, doc_ids
+
+
+def upstream_gradient(c):
+    """dO of case c: fresh normal values in its dtype, [B, H, Nq, Dv]."""
+    return torch.randn(c.B, c.H, c.Nq, c.Dv, device=DEVICE, dtype=c.dtype)
