@@ -25,7 +25,7 @@ A mask shared by many calls can be packed to bits once (an eighth of the
 bytes for the kernels to read): attn_mask=attnlab.pack_mask(mask).
 
 Block-sparse attention, as torch.nn.attention.flex_attention, with the
-mask_mods and score_mods of attnlab.mods as spec strings (forward only):
+mask_mods and score_mods of attnlab.mods as spec strings (differentiable):
 
     bm = attnlab.create_block_mask("sliding_window:1024,0", None, None, N, N)
     out = attnlab.flex_attention(q, k, v, block_mask=bm, score_mod="alibi")
