@@ -35,9 +35,9 @@ namespace attnlab {
 // warpgroup (the producer thread, the dQ writer warps); the tile of each head
 // dim is the kernel's choice (14_bwd_ws.cu's BwdWsTile).
 template <int kHeadDim_, int kHeadDimV_, int kBr_, int kSliceQ_, bool kEarlyDv_, int kDsBuffers_, int kDqBuffers_,
-          int kStages_, int kProducerRegs_ = 24>
-struct BwdWsConfig : ProducerWarpgroupSplit<2, kProducerRegs_, 240> {  // 2 compute warpgroups + 1 producer warpgroup
-  using Split = ProducerWarpgroupSplit<2, kProducerRegs_, 240>;
+          int kStages_>
+struct BwdWsConfig : ProducerWarpgroupSplit<2, 24, 240> {  // 2 compute warpgroups + 1 producer warpgroup
+  using Split = ProducerWarpgroupSplit<2, 24, 240>;        // 24 + 2 · 240 = 3 · 168, the launch's registers
   using Split::kComputeWarps, Split::kProducerWarp, Split::kWarps, Split::kThreads;
   static constexpr int kHeadDim = kHeadDim_;    // D: Q, K, dQ, dK
   static constexpr int kHeadDimV = kHeadDimV_;  // Dv: V, O, dO, dV
