@@ -13,12 +13,14 @@ dtype, and for O, LSE, dQ, dK, dV each on its own
 max|ours - ref| <= 2 * max|flex_same_precision - ref| + a floor of fp32
 roundings; rows that see no key hold O = 0, LSE = -inf and dQ = 0, keys that
 no query sees dK = dV = 0, nothing is NaN.
-Forward cases: the curated list below (every mask_mod and score_mod of
-mods.h, ragged lengths, causal with Nq != Nk, GQA and MQA, D=192/Dv=128, D=256
-and 128/64, blocks 128x128 and 256x256) and 60 random ones from a fixed seed.
-Gradient cases: a curated list of the same kinds in the head dims the
-backward takes (64, 128, 192/128) and 30 random ones; the deterministic
-backward bitwise over 5 runs; the refusal of the head dims it does not take.
+Cases: the curated list below (every mask_mod and score_mod of mods.h over
+ragged lengths, causal with Nq != Nk, GQA and MQA, D=64, 128, 192/128, and
+D=256 and 128/64, which only the forward takes; fp16 and bf16; blocks
+128x128 and 256x256) and 60 random ones from a fixed seed, each the forward
+and, where the backward takes its head dims, the backward for a fresh
+upstream gradient. Then the deterministic backward bitwise over 5 runs,
+gradients through return_lse=True, and the backward's refusal of the head
+dims it does not take.
 """
 import itertools
 import random
@@ -46,30 +48,37 @@ def inputs(c):
     return make_inputs(c, _seed)
 
 
-# ---- the forward --------------------------------------------------------------------------
-SHAPES = [(1, 1), (17, 17), (113, 203), (239, 1), (799, 3)]
+# ---- forward and backward against torch's flex_attention -----------------------------------
+SHAPES = [(1, 1), (17, 17), (113, 203), (239, 1), (799, 3), (300, 1000)]
+bf16, fp16 = torch.bfloat16, torch.float16
 
 
 def curated():
     cases = []
-    for n, mask in enumerate(MASKS):  # every mask_mod over the ragged lengths, the score_mods in turn
+    for n, mask in enumerate(MASKS):  # every mask_mod over the ragged lengths, the score_mods and dtypes in turn
         for m, (Nq, Nk) in enumerate(SHAPES):
-            cases.append(Case(mask, SCORES[(n + m) % len(SCORES)], Nq, Nk))
+            cases.append(Case(mask, SCORES[(n + m) % len(SCORES)], Nq, Nk, dtype=(bf16, fp16)[(n + m) % 2]))
     for score in SCORES:  # every score_mod with partial and full blocks, in both dtypes
-        for dtype in (torch.bfloat16, torch.float16):
+        for dtype in (bf16, fp16):
             cases.append(Case("prefix_lm:150", score, 333, 455, dtype=dtype))
     cases += [
-        Case("causal", None, 1000, 300), Case("causal", "alibi", 300, 1000), Case("causal", "rel_bias", 1000, 300),
-        Case("sliding_window:64,32", None, 520, 130),  # query blocks that see no key
+        Case("causal", None, 1000, 300), Case("causal", "alibi", 300, 1000, dtype=fp16),
+        Case("causal", "rel_bias", 1000, 300), Case("causal", "softcap:30", 1000, 300, dtype=fp16),
+        Case("sliding_window:64,32", None, 520, 130),  # query blocks that see no key: O = 0, dQ = 0
+        Case("sliding_window:64,32", "rel_bias", 130, 520),  # key blocks that no query sees: dK = dV = 0
         Case("causal", None, 4224, 4224), Case("document", "alibi", 4224, 4224),
         Case("causal", None, 128, 8192), Case("sliding_window:1024,0", "rel_bias", 128, 8192),
         Case("causal", None, 700, 900, H=4, Hkv=2), Case("document", "softcap:30", 513, 513, B=2, H=4, Hkv=1),
         Case("causal", None, 700, 700, D=192, Dv=128), Case("document", "softcap:30", 600, 600, D=192, Dv=128),
+        Case("sliding_window:128,0", "alibi", 300, 1000, H=4, Hkv=1, D=192, Dv=128, dtype=fp16),
         Case("causal", "alibi", 799, 799, block=(256, 256)), Case("prefix_lm:150", None, 700, 900, block=(256, 256)),
         Case("mini_causal:64", "rel_bias", 1000, 1000, block=(256, 256), H=4, Hkv=1),
         Case("document", None, 1024, 1024, B=2, block=(256, 256)),
-        Case("causal", None, 257, 513, D=64), Case("sliding_window:64,32", "softcap:2", 300, 1000, D=256),
-        Case("none", "rel_bias", 300, 700, D=128, Dv=64),
+        Case("dilated_sliding_window:256,2", "softcap:2", 900, 900, block=(256, 256), D=192, Dv=128, dtype=fp16),
+        Case("causal", "alibi", 257, 513, D=64), Case("document", "rel_bias", 600, 600, B=2, H=4, Hkv=2, D=64),
+        Case("document", None, 1024, 1024, B=2, block=(256, 256), D=64, dtype=fp16),
+        Case("causal", None, 500, 500, scale=0.3),  # a scale of the caller's
+        Case("sliding_window:64,32", "softcap:2", 300, 1000, D=256), Case("none", "rel_bias", 300, 700, D=128, Dv=64),
     ]
     return cases
 
@@ -85,18 +94,36 @@ def random_cases(count=60, seed=20260101):
         D, Dv = rng.choice(dims)
         B, H, Hkv = rng.choice(heads)
         cases.append(Case(mask(rng), score(rng), rng.randint(1, 1500), rng.randint(1, 1500), B=B, H=H, Hkv=Hkv,
-                          D=D, Dv=Dv, dtype=rng.choice([torch.bfloat16, torch.float16]), block=rng.choice(blocks)))
+                          D=D, Dv=Dv, dtype=rng.choice([bf16, fp16]), block=rng.choice(blocks)))
     return cases
+
+
+def attnlab_outputs(c, q, k, v, doc_ids, dout=None, block_mask=None):
+    """(out, lse) of attnlab.flex_attention and, with an upstream gradient
+    dout, its (dq, dk, dv) from autograd on fresh leaves copied from q, k, v."""
+    if block_mask is None:
+        block_mask = attnlab.create_block_mask(c.mask, c.B if doc_ids is not None else None, None, c.Nq, c.Nk,
+                                               BLOCK_SIZE=c.block, doc_ids=doc_ids)
+    q, k, v = (t.detach().clone().requires_grad_(dout is not None) for t in (q, k, v))
+    out, lse = attnlab.flex_attention(q, k, v, block_mask=block_mask, score_mod=c.score, scale=c.scale,
+                                      enable_gqa=c.gqa, return_lse=True)
+    assert out.dtype == q.dtype and out.shape == (c.B, c.H, c.Nq, c.Dv) and lse.shape == (c.B, c.H, c.Nq)
+    if dout is None:
+        return out, lse
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    for name, grad, t in zip(("dQ", "dK", "dV"), grads, (q, k, v)):
+        assert grad.dtype == t.dtype and grad.shape == t.shape, f"{name} is {grad.dtype} {list(grad.shape)}"
+    return (out.detach(), lse, *grads)
 
 
 @pytest.mark.parametrize("c", curated() + random_cases(), ids=repr)
 def test_flex_attention_matches_torch(c):
+    """O and LSE, and where the backward takes the head dims dQ, dK and dV for
+    a fresh upstream gradient, each by the rule."""
     q, k, v, doc_ids = inputs(c)
-    bm = attnlab.create_block_mask(c.mask, c.B if doc_ids is not None else None, None, c.Nq, c.Nk,
-                                   BLOCK_SIZE=c.block, doc_ids=doc_ids)
-    out, lse = attnlab.flex_attention(q, k, v, block_mask=bm, score_mod=c.score, enable_gqa=c.gqa, return_lse=True)
-    assert out.dtype == q.dtype and out.shape == (c.B, c.H, c.Nq, c.Dv) and lse.shape == (c.B, c.H, c.Nq)
-    assert_passes(c, (out, lse), q, k, v, doc_ids)
+    dout = upstream_gradient(c)
+    ours = attnlab_outputs(c, q, k, v, doc_ids, dout if (c.D, c.Dv) in BWD_HEAD_DIMS else None)
+    assert_passes(c, ours, q, k, v, doc_ids, dout)
 
 
 # ---- block masks: attnlab's against torch's ------------------------------------------------
@@ -139,13 +166,14 @@ def test_from_torch_equals_create_block_mask(c):
 
 def test_flex_attention_on_torchs_block_mask():
     """The same attention from attnlab's block mask and from torch's (ragged: a
-    boundary block partial in torch's), both by the rule."""
+    boundary block partial in torch's), by the rule; the backward walks the
+    transposed lists of torch's as well."""
     c = Case("causal", "alibi", 300, 1000, H=4, Hkv=2)
     q, k, v, _ = inputs(c)
+    dout = upstream_gradient(c)
     theirs = attnlab.BlockMask.from_torch(torch_flex_module.create_block_mask(
         mask_fn(c.mask, c.Nq, c.Nk, None), None, None, c.Nq, c.Nk, device=DEVICE), mask_mod="causal")
-    out, lse = attnlab.flex_attention(q, k, v, block_mask=theirs, score_mod=c.score, enable_gqa=True, return_lse=True)
-    assert_passes(c, (out, lse), q, k, v, None)
+    assert_passes(c, attnlab_outputs(c, q, k, v, None, dout, block_mask=theirs), q, k, v, None, dout)
 
 
 def test_default_block_mask_is_full_attention():
@@ -245,80 +273,7 @@ def test_from_torch_errors():
     one_line(e, "not a valid block mask")
 
 
-# ---- gradients -------------------------------------------------------------------------------
-GRAD_SHAPES = [(1, 1), (17, 17), (113, 203), (239, 1), (799, 3), (300, 1000)]
-bf16, fp16 = torch.bfloat16, torch.float16
-
-
-def grad_curated():
-    cases = []
-    for n, mask in enumerate(MASKS):  # every mask_mod over two of the ragged lengths, the score_mods in turn
-        for m in (n, n + 3):
-            Nq, Nk = GRAD_SHAPES[m % len(GRAD_SHAPES)]
-            cases.append(Case(mask, SCORES[(n + m) % len(SCORES)], Nq, Nk, dtype=(bf16, fp16)[m % 2]))
-    for score in SCORES:  # every score_mod with partial and full blocks, in both dtypes
-        for dtype in (bf16, fp16):
-            cases.append(Case("prefix_lm:150", score, 333, 455, dtype=dtype))
-    cases += [
-        Case("causal", None, 1000, 300), Case("causal", "alibi", 300, 1000, dtype=fp16),
-        Case("causal", "softcap:30", 1000, 300, dtype=fp16),
-        Case("sliding_window:64,32", None, 520, 130),  # query blocks that see no key: dQ = 0
-        Case("sliding_window:64,32", "rel_bias", 130, 520),  # key blocks that no query sees: dK = dV = 0
-        Case("causal", None, 700, 900, H=4, Hkv=2), Case("document", "softcap:30", 513, 513, B=2, H=4, Hkv=1),
-        Case("causal", "alibi", 257, 513, D=64, dtype=fp16),
-        Case("document", "rel_bias", 600, 600, B=2, H=4, Hkv=2, D=64),
-        Case("causal", None, 700, 700, D=192, Dv=128),
-        Case("document", "softcap:30", 600, 600, D=192, Dv=128, dtype=fp16),
-        Case("sliding_window:128,0", "alibi", 300, 1000, H=4, Hkv=1, D=192, Dv=128),
-        Case("causal", "alibi", 799, 799, block=(256, 256)),
-        Case("prefix_lm:150", None, 700, 900, block=(256, 256), dtype=fp16),
-        Case("mini_causal:64", "rel_bias", 1000, 1000, block=(256, 256), H=4, Hkv=1),
-        Case("document", None, 1024, 1024, B=2, block=(256, 256), D=64),
-        Case("dilated_sliding_window:256,2", "softcap:2", 900, 900, block=(256, 256), D=192, Dv=128),
-        Case("causal", None, 500, 500, scale=0.3),  # a scale of the caller's
-    ]
-    return cases
-
-
-def grad_random_cases(count=30, seed=20260202):
-    rng = random.Random(seed)
-    heads = [(1, 2, 2), (2, 2, 2), (1, 4, 2), (1, 4, 1), (2, 3, 1)]
-    blocks = [(128, 128), (256, 256), (128, 256), (256, 128)]
-    cases = []
-    for _ in range(count):
-        mask, score = rng.choice(MASK_DRAWS)(rng), rng.choice(SCORE_DRAWS)(rng)
-        D, Dv = rng.choice(BWD_HEAD_DIMS)
-        B, H, Hkv = rng.choice(heads)
-        Nq = rng.randint(1, 1200)
-        Nk = Nq if rng.random() < 0.3 else rng.randint(1, 1200)
-        scale = round(rng.uniform(0.02, 0.3), 3) if rng.random() < 0.2 else None
-        cases.append(Case(mask, score, Nq, Nk, B=B, H=H, Hkv=Hkv, D=D, Dv=Dv, dtype=rng.choice([bf16, fp16]),
-                          block=rng.choice(blocks), scale=scale))
-    return cases
-
-
-def attnlab_outputs(c, q, k, v, doc_ids, dout, block_mask=None):
-    """(out, lse, dq, dk, dv) of attnlab.flex_attention for the upstream
-    gradient dout, on fresh leaves copied from q, k, v."""
-    if block_mask is None:
-        block_mask = attnlab.create_block_mask(c.mask, c.B if doc_ids is not None else None, None, c.Nq, c.Nk,
-                                               BLOCK_SIZE=c.block, doc_ids=doc_ids)
-    q, k, v = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
-    out, lse = attnlab.flex_attention(q, k, v, block_mask=block_mask, score_mod=c.score, scale=c.scale,
-                                      enable_gqa=c.gqa, return_lse=True)
-    grads = torch.autograd.grad(out, (q, k, v), dout)
-    for name, grad, t in zip(("dQ", "dK", "dV"), grads, (q, k, v)):
-        assert grad.dtype == t.dtype and grad.shape == t.shape, f"{name} is {grad.dtype} {list(grad.shape)}"
-    return (out.detach(), lse, *grads)
-
-
-@pytest.mark.parametrize("c", grad_curated() + grad_random_cases(), ids=repr)
-def test_gradients_match_torch(c):
-    q, k, v, doc_ids = inputs(c)
-    dout = upstream_gradient(c)
-    assert_passes(c, attnlab_outputs(c, q, k, v, doc_ids, dout), q, k, v, doc_ids, dout)
-
-
+# ---- the backward's modes and refusals ------------------------------------------------------
 DETERMINISTIC_CASES = [
     Case("causal", "alibi", 1000, 1000, H=4, Hkv=2, deterministic=True),
     Case("document", "softcap:30", 777, 777, B=2, D=64, deterministic=True),
@@ -356,17 +311,6 @@ def test_gradients_flow_through_return_lse():
     assert out.requires_grad and not lse.requires_grad
     (out.float() * dout.float()).sum().backward()
     assert_passes(c, (out.detach(), lse, *(t.grad for t in leaves)), q, k, v, doc_ids, dout)
-
-
-def test_gradients_on_torchs_block_mask():
-    """The backward walks the transposed lists of torch's BlockMask as well
-    (ragged: a boundary block partial in torch's)."""
-    c = Case("causal", "rel_bias", 300, 1000, H=4, Hkv=2, D=64)
-    q, k, v, doc_ids = inputs(c)
-    dout = upstream_gradient(c)
-    theirs = attnlab.BlockMask.from_torch(torch_flex_module.create_block_mask(
-        mask_fn(c.mask, c.Nq, c.Nk, None), None, None, c.Nq, c.Nk, device=DEVICE), mask_mod=c.mask)
-    assert_passes(c, attnlab_outputs(c, q, k, v, doc_ids, dout, block_mask=theirs), q, k, v, doc_ids, dout)
 
 
 @pytest.mark.parametrize("dims", [(256, 256), (128, 64)], ids=["256", "128-64"])
