@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstdint>
 #include <random>
 #include <string>
 #include <vector>
@@ -60,6 +61,21 @@ struct CaseArgs {
     std::fflush(stdout);
   }
 };
+// Runs run_case(case, rng) on each case of `cases` that `args` wants, in
+// order, each with its own generator seeded by seed + its place in the list
+// (so a case's inputs do not depend on which cases ran before it); false as
+// soon as run_case says the GPU is no longer usable.
+template <typename Case, typename Run>
+bool run_cases(const CaseArgs& args, const std::vector<Case>& cases, uint64_t seed, Run&& run_case) {
+  for (size_t i = 0; i < cases.size(); ++i) {
+    if (!args.wanted(cases[i].name())) continue;
+    std::mt19937_64 rng(seed + i);
+    args.starting(cases[i].name());
+    if (!run_case(cases[i], rng)) return false;
+  }
+  return true;
+}
+
 inline CaseArgs parse_case_args(int argc, char** argv) {
   CaseArgs a;
   for (int i = 1; i < argc; ++i) {

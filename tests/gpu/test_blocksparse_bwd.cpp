@@ -477,13 +477,7 @@ int main(int argc, char** argv) {
     std::printf("skipped: %s\n", why.c_str());
     return kSkipped;
   }
-  const std::vector<Case> cases = all_cases();
-  for (size_t i = 0; i < cases.size(); ++i) {
-    if (!args.wanted(cases[i].name())) continue;
-    std::mt19937_64 rng(20261203 + i);  // a case's inputs do not depend on which cases ran before it
-    args.starting(cases[i].name());
-    if (!run_case(cases[i], rng)) return 1;
-  }
+  if (!run_cases(args, all_cases(), 20261203, run_case)) return 1;
   if (args.only.empty()) refusals();
   return finish();
 }
