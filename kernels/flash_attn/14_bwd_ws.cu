@@ -73,15 +73,9 @@ using Config = BwdWsConfig<D, Dv, BwdWsTile<D, Dv>::kBr, BwdWsTile<D, Dv>::kSlic
                            BwdWsTile<D, Dv>::kDsBuffers, BwdWsTile<D, Dv>::kDqBuffers, kBwdWsStages>;
 
 // The header's table.
-template <int D, int Dv, int kBr, int kSlice, int kBc, bool kSplitRows, bool kEarlyDv, int kDsBufs, int kDqBufs,
-          int kSmem>
-constexpr bool kTableRow = Config<D, Dv>::kBr == kBr && Config<D, Dv>::kSliceQ == kSlice && Config<D, Dv>::kBc == kBc &&
-                           Config<D, Dv>::kThreads == 384 && Config<D, Dv>::kDqSplitRows == kSplitRows &&
-                           Config<D, Dv>::kEarlyDv == kEarlyDv && Config<D, Dv>::kDsBuffers == kDsBufs &&
-                           Config<D, Dv>::kDqBuffers == kDqBufs && Config<D, Dv>::kSmemBytes - 1024 == kSmem;
-static_assert(kTableRow<64, 64, 128, 128, 128, true, false, 2, 1, 198696>, "header: D=64");
-static_assert(kTableRow<128, 128, 64, 64, 128, false, true, 2, 2, 230440>, "header: D=128");
-static_assert(kTableRow<192, 128, 64, 32, 128, false, false, 1, 1, 230440>, "header: D=192, Dv=128");
+static_assert(bwd_ws_table_row<Config<64, 64>>(128, 128, 128, true, false, 2, 1, 198696), "header: D=64");
+static_assert(bwd_ws_table_row<Config<128, 128>>(64, 64, 128, false, true, 2, 2, 230440), "header: D=128");
+static_assert(bwd_ws_table_row<Config<192, 128>>(64, 32, 128, false, false, 1, 1, 230440), "header: D=192, Dv=128");
 static_assert(kBwdWsStages == 2 && Config<64, 64>::kProducerRegs == 24 && Config<64, 64>::kComputeRegs == 240,
               "header: two stages, 24 / 240 registers");
 

@@ -105,6 +105,17 @@ struct BwdWsConfig : ProducerWarpgroupSplit<2, 24, 240> {  // 2 compute warpgrou
   static_assert(kSliceQ == kBr || !kEarlyDv, "dV early only with one slice");
 };
 
+// A rung's header table row, checked against its config (static_assert):
+// the tile, the 384 threads, the dQ split, the early dV, the buffers and the
+// shared memory less the 1024 bytes of alignment slack.
+template <typename Cfg>
+constexpr bool bwd_ws_table_row(int br, int slice_q, int bc, bool dq_split_rows, bool early_dv, int ds_buffers,
+                                int dq_buffers, int smem_bytes) {
+  return Cfg::kBr == br && Cfg::kSliceQ == slice_q && Cfg::kBc == bc && Cfg::kThreads == 384 &&
+         Cfg::kDqSplitRows == dq_split_rows && Cfg::kEarlyDv == early_dv && Cfg::kDsBuffers == ds_buffers &&
+         Cfg::kDqBuffers == dq_buffers && Cfg::kSmemBytes - 1024 == smem_bytes;
+}
+
 // One key tile's walk (the tile scheduler of the backward: one block per key
 // tile and KV head, key tile 0 of every head first: causally the heaviest,
 // since every query tile sees it; longest first, as FA3's LPT order).
