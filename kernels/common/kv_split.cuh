@@ -91,9 +91,9 @@ __device__ __forceinline__ void kv_split_merge_partial(const KvSplitArgs& a, int
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const float m_new = fmaxf(st.m[r], m_other[r]);
-    const float base = m_new == -INFINITY ? 0.f : m_new * scale_log2;  // no -inf - -inf
-    mine[r] = exp2_approx(st.m[r] * scale_log2 - base);
-    theirs[r] = exp2_approx(m_other[r] * scale_log2 - base);
+    const float base = softmax_shift(m_new, scale_log2);
+    mine[r] = rescale_factor(st.m[r], base, scale_log2);
+    theirs[r] = rescale_factor(m_other[r], base, scale_log2);
     st.l[r] = st.l[r] * mine[r] + l_other[r] * theirs[r];
     st.m[r] = m_new;
   }

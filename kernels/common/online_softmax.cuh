@@ -32,6 +32,23 @@ __device__ __forceinline__ float quad_allreduce_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
+// The exp2 domain's shift of a row whose running max is m: P = exp2(S·scale_log2
+// − shift), the shift rounded on its own (never fused into an FMA; 0 for a row
+// that has seen only masked keys, so that exp2(-inf - -inf) is never NaN).
+// The rescale factor exp(m_old − m_new) must then be taken between the same
+// rounded shifts, rescale_factor's: it is exactly 1 while the max holds. An
+// FMA's exact m_old·scale_log2 − shift(m_new) is off by the shift's rounding
+// instead, and the running sum drifts by that factor on every tile: 64 tiles
+// of a long row moved its LSE by 8 ulps, and by 3e-3 for scores near 8000
+// (rel_bias over 8192 keys), where half an ulp of the shift is 5e-4.
+__device__ __forceinline__ float softmax_shift(float m, float scale_log2) {
+  return m == -INFINITY ? 0.f : __fmul_rn(m, scale_log2);
+}
+// exp(m_old − m_new) for the shift of m_new: 0 when m_old = -inf.
+__device__ __forceinline__ float rescale_factor(float m_old, float shift_new, float scale_log2) {
+  return exp2_approx(__fmul_rn(m_old, scale_log2) - shift_new);
+}
+
 // Running statistics of the two rows (g and g+8) a lane touches.
 struct RowStats {
   float m[2] = {-INFINITY, -INFINITY};  // running max of raw scores
@@ -52,10 +69,8 @@ __device__ __forceinline__ void online_softmax_scores(float (&S)[kTilesS][4], Ro
 #pragma unroll
     for (int n = 0; n < kTilesS; ++n) tile_max = fmaxf(tile_max, fmaxf(S[n][2 * r], S[n][2 * r + 1]));
     const float m_new = fmaxf(st.m[r], quad_allreduce_max(tile_max));
-    // A row that has seen only masked keys keeps m = -inf; subtract 0 instead so
-    // that exp2(-inf - (-inf)) never produces NaN.
-    const float base = (m_new == -INFINITY) ? 0.f : m_new * scale_log2;
-    alpha[r] = exp2_approx(st.m[r] * scale_log2 - base);  // exp(m_i - m_new)
+    const float base = softmax_shift(m_new, scale_log2);
+    alpha[r] = rescale_factor(st.m[r], base, scale_log2);  // exp(m_i - m_new)
     st.m[r] = m_new;
     float row_sum = 0.f;
 #pragma unroll

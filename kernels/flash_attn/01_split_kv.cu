@@ -209,10 +209,8 @@ split_kv_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __res
         tile_max = fmaxf(tile_max, fmaxf(s[i].x, s[i].y));
       }
       const float m_new = fmaxf(m_i, quad_allreduce_max(tile_max));  // the row's 4 threads are one quad
-      // A row that has seen only masked keys keeps m = -inf; subtract 0 instead so
-      // that exp2(-inf - (-inf)) never produces NaN.
-      const float base = (m_new == -INFINITY) ? 0.f : m_new * scale_log2;
-      const float alpha = exp2_approx(m_i * scale_log2 - base);  // exp(m_i - m_new)
+      const float base = softmax_shift(m_new, scale_log2);            // online_softmax.cuh
+      const float alpha = rescale_factor(m_i, base, scale_log2);  // exp(m_i - m_new)
       m_i = m_new;
       float row_sum = 0.f;
       T* p_row = sP + sm_row * kSStride + 2 * sm_quarter;
