@@ -2,10 +2,13 @@
 """attnlab.flex_attention against torch's compiled flex_attention, in one
 process, on the same block mask: torch's create_block_mask with the mask_mod
 written in Python (attnlab.mods), handed to attnlab through
-attnlab.BlockMask.from_torch, so that both walk the very same lists.
+attnlab.BlockMask.from_torch, so that both walk the very same lists; and
+dmattn (attnlab.dynamic_mask_attention) against compiled flex_attention on
+the same top-W mask (cases dmattn_topk:...).
 
     PYTHONPATH=build/python python3 scripts/bench_blocksparse.py              # the default set
     PYTHONPATH=build/python python3 scripts/bench_blocksparse.py --B 1 --H 8 --N 8192 --cases causal,document:4
+    PYTHONPATH=build/python python3 scripts/bench_blocksparse.py --cases dmattn_topk:1024,dmattn_topk:256
 
 Rows per case: `blocksparse` (ours, kind rung) and `flex_attention` (torch,
 torch.compile'd, kind peer), then their backward, `blocksparse bwd` and
@@ -27,12 +30,37 @@ Default set (B=4 H=16 N=4096 D=128 bf16): causal; sliding_window:1024,0 (a
 --seed); prefix_lm:512; mini_causal:64; causal with rel_bias and with alibi.
 Document+causal is not one mask_mod of mods.h, so it is not in the set.
 
+dmattn cases, dmattn_topk[:W[;BLOCK]] (none in the default set, which
+gpu_check.sh runs in its time budget: each costs one more flex compile, ~1
+min): flash-dmattn's dynamic mask as flash_attn_mma builds it (--mask topk
+--window W --block BLOCK, defaults 1024 and 64; BLOCK 0 = plain top-W): a
+random bias [B, H, 1, N], per query the W causal keys of largest bias, then
+each BLOCK-key block kept whole where more than half its keys were, as one
+dense bool mask [B, H, N, N]. docs/dmattn_forward.md's train table is
+dmattn_topk:1024 over N, its window table dmattn_topk:W over W. Rows `dmattn`
+(kind rung: dynamic_mask_attention with that attn_mask, the bias as
+attn_bias, is_causal) and `flex_attention` (kind peer: create_block_mask,
+BLOCK_SIZE 128, of a mask_mod that reads the same tensor, mask[b, h, q, kv],
+and a score_mod that adds bias[b, h, 0, kv]), then `dmattn bwd` and
+`flex_attention bwd`. This is the fair peer for a sparse mask: flex skips the
+empty blocks and reads the mask only in partial ones, as dmattn does, where
+SDPA given an additive float mask (flash_attn_mma's torch peers) computes
+every pair. Each side's block summary is built once, untimed, as it would be
+for a mask shared by layers: the BlockMask, and dmattn's tile summary
+(attnlab.build_mask_summary, passed as mask_summary). The bias requires no
+grad, so neither side computes one: the backward rows are dQ, dK, dV, as a
+flex score_mod gives a captured tensor no gradient unless it requires one.
+pairs = mask.sum(), exactly; the check as above, the reference eager
+flex_attention with the same mask_mod and score_mod.
+
 Writes results/<gpu>/blocksparse.csv (--csv): bench.csv's columns
 (docs/results.md), then `mask` and `score`; the CSV is not quoted, so a
-spec's commas are written as ';' (sliding_window:1024;0).
+spec's commas are written as ';' (sliding_window:1024;0). dmattn rows:
+mask dmattn_topk:W;BLOCK, score bias, causal 1.
 """
 import argparse
 import datetime
+import math
 import os
 import random
 import re
@@ -49,6 +77,9 @@ CSV_COLUMNS = tuple(results_csv.COLUMNS) + ("mask", "score")
 DEFAULT_CASES = ("causal", "sliding_window:1024;0", "document:4", "prefix_lm:512", "mini_causal:64",
                  "causal+rel_bias", "causal+alibi")
 FLUSH_BYTES = 256 << 20
+DMATTN_TOPK = "dmattn_topk"
+TOPK_DEFAULTS = (1024, 64)  # flash_attn_mma's --window and --block (bench/cli.h)
+TOPK_SLICE = 1 << 25        # scores sorted at a time by topk_mask (rows of queries: 128 at B=4 H=16 N=4096)
 
 
 def csv_text(value):
@@ -80,6 +111,41 @@ def parse_case(text):
     return mask, score or None, documents
 
 
+def parse_dmattn_case(text):
+    """"dmattn_topk[:W[;BLOCK]]" (or ',') -> (W, BLOCK), TOPK_DEFAULTS where left out; anything else a
+    one-line ValueError."""
+    m = re.fullmatch(DMATTN_TOPK + r"(?::(\d+)(?:[,;](\d+))?)?", text)
+    if not m or m[1] is not None and int(m[1]) < 1:
+        raise ValueError(f"a dmattn case is {DMATTN_TOPK}[:W[;BLOCK]] (W >= 1 keys per query, BLOCK >= 0 keys, "
+                         f"no score), got '{text}'")
+    return tuple(TOPK_DEFAULTS[i] if g is None else int(g) for i, g in enumerate(m.groups()))
+
+
+def topk_mask(bias, window, block):
+    """flash-dmattn's dynamic mask as dma_build_topk_mask builds it (build_topk_mask_cpu's rule): per query i,
+    the `window` keys j <= i of largest bias (ties: the lower key), then with block > 0 each `block`-key block
+    kept whole (its keys j <= i) where more than half of its keys were kept, else dropped. bias [B, H, 1, N]
+    -> bool [B, H, N, N], sorted a slice of query rows at a time."""
+    import torch
+    import torch.nn.functional as F
+
+    B, H, _, N = bias.shape
+    keys = torch.arange(N, device=bias.device)
+    mask = torch.empty(B, H, N, N, dtype=torch.bool, device=bias.device)
+    rows = max(1, TOPK_SLICE // (B * H * N))
+    for i0 in range(0, N, rows):
+        query = keys[i0:i0 + rows, None]
+        causal = keys <= query
+        order = bias.float().masked_fill(~causal, -math.inf).sort(dim=-1, descending=True, stable=True).indices
+        kept = torch.zeros_like(order, dtype=torch.bool).scatter_(-1, order, (keys <= query.clamp(max=window - 1))
+                                                                   .expand_as(order))
+        if block:
+            votes = F.pad(kept, (0, -N % block)).unflatten(-1, (-1, block)).sum(-1)
+            kept = (2 * votes > (N - keys[::block]).clamp(max=block)).repeat_interleave(block, -1)[..., :N] & causal
+        mask[:, :, i0:i0 + rows] = kept
+    return mask
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--B", type=int, default=4)
@@ -89,7 +155,8 @@ def main():
     ap.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16")
     ap.add_argument("--cases", default=",".join(DEFAULT_CASES),
                     help="cases separated by commas, each MASK[+SCORE]; a spec's own commas written as ';' "
-                         "(sliding_window:1024;0); document:K for K documents")
+                         "(sliding_window:1024;0); document:K for K documents; dmattn_topk[:W[;BLOCK]] for dmattn "
+                         "on its top-W mask")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
@@ -98,6 +165,12 @@ def main():
     ap.add_argument("--csv", default=None, help="default: results/<gpu>/blocksparse.csv")
     ap.add_argument("--no-csv", action="store_true")
     args = ap.parse_args()
+    cases = [c for c in args.cases.split(",") if c]
+    for text in (c for c in cases if c.startswith("dmattn")):
+        try:
+            parse_dmattn_case(text)
+        except ValueError as e:
+            ap.error(str(e))
 
     import inspect
 
@@ -167,91 +240,124 @@ def main():
         leaves = [t.detach().requires_grad_() for t in (q, k, v)]
         return torch.autograd.grad(forward(*leaves), leaves, dout)
 
-    def add_row(name, kind, ms, flops, ms_peer, check, spec_mask, score, note):
+    def add_row(name, kind, ms, flops, ms_peer, check, case):
+        """One row of the CSV and its line; case: the case's mask, score, causal and note columns."""
         tflops = flops / (ms * 1e-3) / 1e12
         err, tol = check if check else (None, None)
         status = "unchecked" if err is None else ("PASS" if err <= tol else "FAIL")
         rows.append({**sys_fields, "variant": name, "kind": kind, "B": B, "H": H, "Nq": N, "Nk": N, "D": D,
-                     "Dv": D, "dtype": args.dtype, "causal": int(spec_mask == "causal"), "time_ms": f"{ms:.6f}",
+                     "Dv": D, "dtype": args.dtype, "causal": int(case["causal"]), "time_ms": f"{ms:.6f}",
                      "tflops": f"{tflops:.2f}", "ratio_to_best_peer": f"{ms_peer / ms:.3f}" if kind == "rung" else "",
                      "status": status, "max_err": "" if err is None else f"{err:.3e}",
                      "tol": "" if tol is None else f"{tol:.3e}", "lse_err": "", "seed": args.seed,
-                     "note": note, "mask": spec_mask, "score": score or "none"})
-        print(f"{spec_mask + ('+' + score if score else ''):>28} {name:>20}: time:{ms:.6f}ms, "
+                     "note": case["note"], "mask": case["mask"], "score": case["score"] or "none"})
+        print(f"{case['mask'] + ('+' + case['score'] if case['score'] else ''):>28} {name:>20}: time:{ms:.6f}ms, "
               f"TFLOPS:{tflops:<8.2f} {status}" + ("" if err is None else f" err {err:.2e} (tol {tol:.2e})"))
 
-    rows = []
-    print(f"block-sparse forward and backward: B={B} H={H} N={N} D={D} {args.dtype} on {gpu}; torch {torch.__version__}; "
-          f"seed {args.seed}")
-    for n, text in enumerate(c for c in args.cases.split(",") if c):
-        mask, score, documents = parse_case(text)
-        torch.manual_seed(args.seed + n)
-        q, k, v = (torch.randn(B, H, N, D, device=device, dtype=dtype) for _ in range(3))
-        doc_ids = None
-        if mask == "document":
-            ids = mods.random_document_ids(B, N, documents, random.Random(args.seed + n))
-            doc_ids = torch.tensor(ids, dtype=torch.int32, device=device)
-        mask_fn = mods.torch_mask_mod(mask, N, N, doc_ids)
-        score_fn = mods.torch_score_mod(score, H)
-        mask_B = B if doc_ids is not None else None
-        torch_bm = tf.create_block_mask(mask_fn, mask_B, None, N, N, device=device)
-        ours_bm = attnlab.BlockMask.from_torch(torch_bm, mask_mod=mask, doc_ids=doc_ids)
-        pairs = attnlab.kept_pairs(mask, B, H, N, N, doc_ids=doc_ids)
-        flops = 2.0 * (D + D) * pairs
+    def normal(*shape):
+        return torch.randn(*shape, device=device, dtype=dtype)
 
-        def ours():
-            return attnlab.flex_attention(q, k, v, block_mask=ours_bm, score_mod=score)
+    def compare(name, ours, q, k, v, block_mask, score_fn, pairs, case):
+        """One case's rows: `ours` (f(q, k, v) -> out, the rung `name`) and compiled flex_attention on
+        block_mask and score_fn (the peer), forward, then (unless --no-bwd) backward, each checked against
+        eager flex_attention on the same."""
+        forwards = {name: ours,
+                    "flex_attention": lambda a, b, c: compiled_flex(a, b, c, score_mod=score_fn, block_mask=block_mask)}
 
-        def theirs():
-            return compiled_flex(q, k, v, score_mod=score_fn, block_mask=torch_bm)
+        def eager(a, b, c):
+            return flex_eager(a, b, c, block_mask, score_fn)[0]
 
         checks = {}
         if not args.no_check:
-            ref, _ = flex_eager(q.float(), k.float(), v.float(), torch_bm, score_fn)
-            low, _ = flex_eager(q, k, v, torch_bm, score_fn)
-            for name, call in (("blocksparse", ours), ("flex_attention", theirs)):
-                checks[name] = rule(call(), ref, low)
+            ref, low = eager(q.float(), k.float(), v.float()), eager(q, k, v)
+            checks = {variant: rule(forward(q, k, v), ref, low) for variant, forward in forwards.items()}
             del ref, low
-        ms_ours, ms_theirs = time_interleaved([ours, theirs])
-        spec_mask = f"document:{documents}" if mask == "document" else mask
-        note = (f"same block mask (torch's create_block_mask; {ours_bm.sparsity():.1f}% of blocks empty); "
-                f"pairs kept {100.0 * pairs / (B * H * N * N):.2f}%")
-        add_row("flex_attention", "peer", ms_theirs, flops, ms_theirs, checks.get("flex_attention"), spec_mask,
-                score, note)
-        add_row("blocksparse", "rung", ms_ours, flops, ms_theirs, checks.get("blocksparse"), spec_mask, score, note)
-        print(f"{'':>28} {'':>20}  blocksparse / flex_attention: {ms_theirs / ms_ours:.2f}x")
+        ms_ours, ms_theirs = time_interleaved([lambda f=f: f(q, k, v) for f in forwards.values()])
+        flops = 2.0 * (D + D) * pairs
+        add_row("flex_attention", "peer", ms_theirs, flops, ms_theirs, checks.get("flex_attention"), case)
+        add_row(name, "rung", ms_ours, flops, ms_theirs, checks.get(name), case)
+        print(f"{'':>28} {'':>20}  {name} / flex_attention: {ms_theirs / ms_ours:.2f}x")
         if args.no_bwd:
-            continue
+            return
 
         # The backward: each side's forward run untimed, its backward alone timed.
-        dout = torch.randn(B, H, N, D, device=device, dtype=dtype)
-        forwards = {"blocksparse": lambda a, b, c: attnlab.flex_attention(a, b, c, block_mask=ours_bm, score_mod=score),
-                    "flex_attention": lambda a, b, c: compiled_flex(a, b, c, score_mod=score_fn, block_mask=torch_bm)}
+        dout = normal(B, H, N, D)
         bwd_checks = {}
         if not args.no_check:
-            def eager(a, b, c):
-                return flex_eager(a, b, c, torch_bm, score_fn)[0]
             ref = gradients(eager, q.float(), k.float(), v.float(), dout.float())
             low = gradients(eager, q, k, v, dout)
-            for name, forward in forwards.items():
+            for variant, forward in forwards.items():
                 per = [rule(g, r, l) for g, r, l in zip(gradients(forward, q, k, v, dout), ref, low)]
                 failing = [(e, t) for e, t in per if e > t]
-                bwd_checks[name] = failing[0] if failing else max(per, key=lambda et: et[0] / max(et[1], 1e-30))
+                bwd_checks[variant] = failing[0] if failing else max(per, key=lambda et: et[0] / max(et[1], 1e-30))
             del ref, low
 
         def graph(forward):
             leaves = [t.detach().requires_grad_() for t in (q, k, v)]
             return forward(*leaves), leaves
 
-        calls = [(lambda f=forwards[name]: graph(f), lambda g: torch.autograd.grad(g[0], g[1], dout))
-                 for name in ("blocksparse", "flex_attention")]
+        calls = [(lambda f=f: graph(f), lambda g: torch.autograd.grad(g[0], g[1], dout)) for f in forwards.values()]
         ms_ours, ms_theirs = time_interleaved(calls)
         bwd_flops = 2.0 * (3 * D + 2 * D) * pairs
-        add_row("flex_attention bwd", "peer", ms_theirs, bwd_flops, ms_theirs, bwd_checks.get("flex_attention"),
-                spec_mask, score, note)
-        add_row("blocksparse bwd", "rung", ms_ours, bwd_flops, ms_theirs, bwd_checks.get("blocksparse"), spec_mask,
-                score, note)
-        print(f"{'':>28} {'':>20}  blocksparse bwd / flex_attention bwd: {ms_theirs / ms_ours:.2f}x")
+        add_row("flex_attention bwd", "peer", ms_theirs, bwd_flops, ms_theirs, bwd_checks.get("flex_attention"), case)
+        add_row(name + " bwd", "rung", ms_ours, bwd_flops, ms_theirs, bwd_checks.get(name), case)
+        print(f"{'':>28} {'':>20}  {name} bwd / flex_attention bwd: {ms_theirs / ms_ours:.2f}x")
+
+    def blocksparse_case(n, text):
+        """compare's arguments for MASK[+SCORE]: attnlab.flex_attention on torch's BlockMask of the mods' mask_mod."""
+        mask, score, documents = parse_case(text)
+        torch.manual_seed(args.seed + n)
+        q, k, v = (normal(B, H, N, D) for _ in range(3))
+        doc_ids = None
+        if mask == "document":
+            ids = mods.random_document_ids(B, N, documents, random.Random(args.seed + n))
+            doc_ids = torch.tensor(ids, dtype=torch.int32, device=device)
+        mask_fn = mods.torch_mask_mod(mask, N, N, doc_ids)
+        mask_B = B if doc_ids is not None else None
+        torch_bm = tf.create_block_mask(mask_fn, mask_B, None, N, N, device=device)
+        ours_bm = attnlab.BlockMask.from_torch(torch_bm, mask_mod=mask, doc_ids=doc_ids)
+        pairs = attnlab.kept_pairs(mask, B, H, N, N, doc_ids=doc_ids)
+
+        def ours(a, b, c):
+            return attnlab.flex_attention(a, b, c, block_mask=ours_bm, score_mod=score)
+
+        note = (f"same block mask (torch's create_block_mask; {ours_bm.sparsity():.1f}% of blocks empty); "
+                f"pairs kept {100.0 * pairs / (B * H * N * N):.2f}%")
+        case = {"mask": f"document:{documents}" if mask == "document" else mask, "score": score,
+                "causal": mask == "causal", "note": note}
+        return "blocksparse", ours, q, k, v, torch_bm, mods.torch_score_mod(score, H), pairs, case
+
+    def dmattn_case(n, text):
+        """compare's arguments for dmattn_topk:W,BLOCK: dmattn on the top-W mask of a bias [B, H, 1, N] (its tile
+        summary built beforehand), flex on a BlockMask of the same mask and a score_mod adding the same bias."""
+        window, block = parse_dmattn_case(text)
+        torch.manual_seed(args.seed + n)
+        q, k, v = (normal(B, H, N, D) for _ in range(3))
+        bias = normal(B, H, 1, N)
+        mask = topk_mask(bias, window, block)
+        summary = attnlab.build_mask_summary(q, k, mask, is_causal=True)
+        block_mask = tf.create_block_mask(lambda b, h, q_idx, kv_idx: mask[b, h, q_idx, kv_idx], B, H, N, N,
+                                          device=device)
+        pairs = int(mask.sum())
+
+        def ours(a, b, c):
+            return attnlab.dynamic_mask_attention(a, b, c, attn_mask=mask, attn_bias=bias, is_causal=True,
+                                                  mask_summary=summary)
+
+        def score_fn(score, b, h, q_idx, kv_idx):
+            return score + bias[b, h, 0, kv_idx]
+
+        note = (f"same mask (bool [B H N N]: the top {window} keys of a bias [B H 1 N]; {block}-key blocks by "
+                f"majority); flex: its BlockMask ({block_mask.sparsity():.1f}% of blocks empty); dmattn: its tile "
+                f"summary given; pairs kept {100.0 * pairs / (B * H * N * N):.2f}%")
+        case = {"mask": f"{DMATTN_TOPK}:{window},{block}", "score": "bias", "causal": True, "note": note}
+        return "dmattn", ours, q, k, v, block_mask, score_fn, pairs, case
+
+    rows = []
+    print(f"block-sparse forward and backward: B={B} H={H} N={N} D={D} {args.dtype} on {gpu}; torch {torch.__version__}; "
+          f"seed {args.seed}")
+    for n, text in enumerate(cases):
+        compare(*(dmattn_case if text.startswith("dmattn") else blocksparse_case)(n, text))
 
     if path:
         os.makedirs(os.path.dirname(path), exist_ok=True)

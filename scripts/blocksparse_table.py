@@ -5,7 +5,8 @@
 blocksparse.csv (scripts/bench_blocksparse.py) has the results columns
 (results_csv.COLUMNS) and `mask`, `score`; its rows are merged by
 results_csv's rule (the newest date of each variant, shape, mask and score).
-One line per (shape, mask, score): our forward and backward TFLOPS, compiled
+One line per (shape, mask, score): our forward and backward TFLOPS
+(attnlab.flex_attention's, or dmattn's on a dmattn_topk mask), compiled
 flex_attention's measured in the same process, and their ratio; a row that
 did not pass its check shows its status instead of a number.
 """
@@ -17,6 +18,7 @@ import results_csv as rc
 BEGIN, END = "<!-- blocksparse:begin -->", "<!-- blocksparse:end -->"
 CSV = "blocksparse.csv"
 OURS, PEER = "blocksparse", "flex_attention"
+DMATTN = "dmattn"  # ours on the masks named dmattn_* (bench_blocksparse.py's dmattn_topk cases)
 
 
 def load(folder):
@@ -64,15 +66,16 @@ def block(rows, csv_link):
         by.setdefault(case, {})[r["variant"]] = r
     gpus = sorted({r["gpu"] for r in rows})
     lines = [f"TFLOPS on {', '.join(gpus)} from `{csv_link}` (forward 2·B·H·(D+Dv)·pairs, backward "
-             "2·B·H·(3D+2Dv)·pairs, pairs the (query, key) pairs the mask_mod keeps); flex_attention is torch's, "
-             "compiled, on the same block mask, in the same process.", "",
+             "2·B·H·(3D+2Dv)·pairs, pairs the (query, key) pairs the mask keeps); flex_attention is torch's, "
+             "compiled, on the same block mask, in the same process; ours is dmattn on the `dmattn_topk` masks.", "",
              "| shape | mask_mod | score_mod | ours fwd | flex fwd | × | ours bwd | flex bwd | × |",
              "|---|---|---|---|---|---|---|---|---|"]
     for case in cases:
         B, H, N, D, Dv, dtype, mask, score = case
         v = by[case]
-        fwd, fwd_peer = v.get(OURS), v.get(PEER)
-        bwd, bwd_peer = v.get(OURS + " bwd"), v.get(PEER + " bwd")
+        ours = DMATTN if mask.startswith(DMATTN) else OURS
+        fwd, fwd_peer = v.get(ours), v.get(PEER)
+        bwd, bwd_peer = v.get(ours + " bwd"), v.get(PEER + " bwd")
         dims = f"D{D}" if D == Dv else f"D{D}/{Dv}"
         lines.append(f"| B{B} H{H} N{N} {dims} {dtype} | `{mask.replace(';', ',')}` | {score} | {_figure(fwd)} | "
                      f"{_figure(fwd_peer)} | {_ratio(fwd, fwd_peer)} | {_figure(bwd)} | {_figure(bwd_peer)} | "

@@ -1,8 +1,8 @@
 """The block-sparse specs in Python (python/attnlab/mods.py), without torch or
 the extension: the mask_mod / score_mod grammar and its one-line errors, the
 Python mask_mods and score_mods on plain ints (the same callables torch's
-create_block_mask and flex_attention take), the benchmark's document ids, and
-the benchmark's CSV columns (scripts/bench_blocksparse.py). The GPU tests
+create_block_mask and flex_attention take), the benchmark's document ids, its
+CSV columns and its dmattn cases (scripts/bench_blocksparse.py). The GPU tests
 (tests/python/test_blocksparse.py) check the grammar against the C++ parser.
 """
 import importlib.util
@@ -116,3 +116,30 @@ def test_benchmark_csv_columns():
     bench = _load("bench_blocksparse", "scripts/bench_blocksparse.py")
     assert tuple(bench.CSV_COLUMNS) == tuple(results_csv.COLUMNS) + ("mask", "score")
     assert bench.csv_text("sliding_window:1024,0") == "sliding_window:1024;0"  # no quoting: commas become ';'
+
+
+@pytest.mark.parametrize("text, parsed", [
+    ("dmattn_topk", (1024, 64)), ("dmattn_topk:256", (256, 64)), ("dmattn_topk:256;0", (256, 0)),
+    ("dmattn_topk:32,128", (32, 128)),
+])
+def test_benchmark_dmattn_cases(text, parsed):
+    """dmattn_topk[:W[;BLOCK]]: the top-W mask of flash_attn_mma --mask topk, its defaults --window 1024 --block 64."""
+    bench = _load("bench_blocksparse", "scripts/bench_blocksparse.py")
+    assert bench.parse_dmattn_case(text) == parsed
+
+
+def test_benchmark_dmattn_defaults_are_the_harness():
+    """TOPK_DEFAULTS are flash_attn_mma's --window and --block defaults (bench/cli.h's Options)."""
+    bench = _load("bench_blocksparse", "scripts/bench_blocksparse.py")
+    source = open(os.path.join(ROOT, "bench", "cli.h"), encoding="utf-8").read()
+    defaults = tuple(int(re.search(rf"int {name} = (\d+);", source)[1]) for name in ("window", "block"))
+    assert bench.TOPK_DEFAULTS == defaults
+
+
+@pytest.mark.parametrize("text", ["dmattn_topk:0", "dmattn_topk:", "dmattn_topk:8;", "dmattn_topk:8;1;2",
+                                  "dmattn_topk:x", "dmattn_topk:1024+alibi", "dmattn_window:512", "dmattn"])
+def test_bad_benchmark_dmattn_cases_are_one_line(text):
+    bench = _load("bench_blocksparse", "scripts/bench_blocksparse.py")
+    with pytest.raises(ValueError) as e:
+        bench.parse_dmattn_case(text)
+    assert "dmattn_topk[:W[;BLOCK]]" in str(e.value) and "\n" not in str(e.value)

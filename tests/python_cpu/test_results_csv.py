@@ -85,7 +85,8 @@ def test_a_folder_with_only_bwd_csv_is_no_forward_gpu_folder(tmp_path):
 
 
 def test_blocksparse_table_pairs_ours_with_flex_of_the_same_case(tmp_path):
-    """One line per (shape, mask, score); the ratio only where both rows passed; the newest row wins."""
+    """One line per (shape, mask, score); the ratio only where both rows passed; the newest row wins; dmattn
+    is ours on a dmattn_topk mask."""
     import blocksparse_table as bt
     header = ",".join(rc.COLUMNS + ("mask", "score"))
 
@@ -99,12 +100,16 @@ def test_blocksparse_table_pairs_ours_with_flex_of_the_same_case(tmp_path):
     rows = [line("flex_attention", "peer", 300.0), line("blocksparse", "rung", 450.0),
             line("flex_attention bwd", "peer", 250.0), line("blocksparse bwd", "rung", 400.0, status="FAIL"),
             line("blocksparse", "rung", 100.0, date="2026-01-01T00:00:00Z"),  # older: loses
-            line("blocksparse", "rung", 200.0, mask="sliding_window:1024;0")]
+            line("blocksparse", "rung", 200.0, mask="sliding_window:1024;0"),
+            line("flex_attention", "peer", 50.0, mask="dmattn_topk:1024;64", score="bias"),
+            line("dmattn", "rung", 100.0, mask="dmattn_topk:1024;64", score="bias")]
     (tmp_path / bt.CSV).write_text("\n".join([header] + rows) + "\n")
     text = bt.block(bt.load(str(tmp_path)), "blocksparse.csv")
     causal = next(l for l in text.splitlines() if "`causal`" in l)
     assert "| 450.0 | 300.0 | 1.50× | FAIL | 250.0 | — |" in causal, causal
     window = next(l for l in text.splitlines() if "`sliding_window:1024,0`" in l)
     assert "| 200.0 | — | — |" in window, window
+    dmattn = next(l for l in text.splitlines() if "`dmattn_topk:1024,64`" in l)  # dmattn is ours on its masks
+    assert "| bias | 100.0 | 50.0 | 2.00× | — | — | — |" in dmattn, dmattn
     assert bt.load(str(tmp_path / "none")) is None
     assert "No block-sparse results yet" in bt.block(None, "x.csv")
