@@ -16,8 +16,11 @@ torch.compile'd, kind peer), then their backward, `blocksparse bwd` and
 dO, the backward alone timed (torch.autograd.grad on a forward graph kept for
 it), TFLOPS 2·B·H·(3D+2Dv)·pairs / time, each of dQ, dK, dV checked by the
 rule below against eager flex_attention's autograd. Timing: CUDA events around each call, after warm-up, each call
-after an L2 flush (a 256 MiB write), the calls of the two rows interleaved
-round by round; the median is reported. TFLOPS: 2·B·H·(D+Dv)·pairs / time,
+after an L2 flush (a 256 MiB write) and a queued GPU delay (torch.cuda._sleep,
+about 300 µs, the harness's host/gpu_delay.h: the call's host-side dispatch,
+Python and torch.compile's guards included, happens while the GPU is still
+busy, so the events measure GPU time alone), the calls of the two rows
+interleaved round by round; the median is reported. TFLOPS: 2·B·H·(D+Dv)·pairs / time,
 pairs = the (b, h, q, k) the mask_mod keeps, counted exactly on the GPU
 (attnlab.kept_pairs), not the visited blocks'. The check (unless --no-check):
 torch's eager flex_attention on fp32 copies is the reference, eager
@@ -77,6 +80,7 @@ CSV_COLUMNS = tuple(results_csv.COLUMNS) + ("mask", "score")
 DEFAULT_CASES = ("causal", "sliding_window:1024;0", "document:4", "prefix_lm:512", "mini_causal:64",
                  "causal+rel_bias", "causal+alibi")
 FLUSH_BYTES = 256 << 20
+DELAY_CYCLES = 600_000  # torch.cuda._sleep's spin before each timed call: 300 µs at 2 GHz, longer at lower clocks
 DMATTN_TOPK = "dmattn_topk"
 TOPK_DEFAULTS = (1024, 64)  # flash_attn_mma's --window and --block (bench/cli.h)
 TOPK_SLICE = 1 << 25        # scores sorted at a time by topk_mask (rows of queries: 128 at B=4 H=16 N=4096)
@@ -213,6 +217,7 @@ def main():
             for i, (prepare, timed) in enumerate(calls):
                 arg = prepare()
                 flush.fill_(1)
+                torch.cuda._sleep(DELAY_CYCLES)
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
                 timed(arg)
