@@ -71,15 +71,28 @@ __device__ __forceinline__ void apply_score_mod(float (&S)[kTilesS][4], const Sc
   });
 }
 
+// Whether the pair (q, k) stays: inside the sequences (q < Nq, k < Nk) and
+// kept by the mask_mod. The mask_mod sees the indices clamped into the
+// sequences (a document mask_mod's ids end there; a tile is walked only when
+// Nq, Nk >= 1), so that it is evaluated on every pair without a branch:
+// written as `q < Nq && k < Nk && mod(...)`, the short-circuit left a branch
+// around each pair's evaluation, and the key's part of a periodic mask_mod
+// (k / a, k % a) was computed again for each of a lane's two rows; evaluated
+// unconditionally, the compiler selects instead of branching and computes each
+// key's part once.
+__device__ __forceinline__ bool keeps_pair(const MaskMod& mod, int batch, int head, int q, int k, int Nq, int Nk) {
+  const bool kept = mod(batch, head, min(q, Nq - 1), min(k, Nk - 1));
+  return kept & (q < Nq) & (k < Nk);
+}
+
 // -inf outside the sequence bounds (q >= Nq or k >= Nk) and where the mask_mod
-// drops the pair; the mask_mod is never evaluated out of bounds (a document
-// mask_mod's ids end there).
+// drops the pair.
 template <int kTilesS>
 __device__ __forceinline__ void apply_mask_mod(float (&S)[kTilesS][4], const MaskMod& mask, int batch, int head,
                                                int row0, int kv_start, int t, int Nq, int Nk) {
   with_static_kind(mask, [&](const MaskMod& mod) {
     for_each_score(S, row0, kv_start, t, [&](float& s, int q, int k) {
-      if (!(q < Nq && k < Nk && mod(batch, head, q, k))) s = -INFINITY;
+      s = keeps_pair(mod, batch, head, q, k, Nq, Nk) ? s : -INFINITY;
     });
   });
 }
