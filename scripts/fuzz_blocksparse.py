@@ -13,7 +13,7 @@ backward for a fresh normal upstream gradient dO. O, LSE, dQ, dK and dV are
 each held to the rule of tests/python/flex_reference.py: torch's eager
 flex_attention on float64 copies is the reference, the same call in the
 inputs' dtype the yardstick, ours within 2 x the yardstick's error + a floor
-of fp32 roundings (that file says which, and why not an fp32 reference);
+of roundings (that file says which, and why not an fp32 reference);
 nothing NaN or +inf, -inf exactly where the reference's LSE has it. Rows that
 see no key must hold O = 0 and dQ = 0 exactly, keys that no query sees
 dK = dV = 0. A case marked `det` runs its backward 5 times under
