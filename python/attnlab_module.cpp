@@ -52,6 +52,40 @@ at::Tensor aligned16(const at::Tensor& t) {
   return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 ? t : t.clone();
 }
 
+// A kernel's workspace: `bytes` bytes on like's device (256-byte aligned, as
+// the caching allocator's blocks are).
+at::Tensor workspace_tensor(size_t bytes, const at::Tensor& like) {
+  return at::empty({int64_t(bytes)}, like.options().dtype(at::kByte));
+}
+
+// What a dense or block-sparse backward launch reads and writes: Q, K, V, O
+// and dO 16-byte aligned (aligned16), dQ, dK, dV allocated like Q, K, V, a
+// workspace of `workspace_bytes` (none for 0), held here while `b` points at them.
+struct GradLaunch {
+  at::Tensor q, k, v, o, dout, dq, dk, dv, workspace;
+  attnlab::AttnGradBuffers b;
+};
+GradLaunch grad_launch(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in, const at::Tensor& o_in,
+                       const at::Tensor& lse, const at::Tensor& dout_in, size_t workspace_bytes) {
+  GradLaunch g;
+  g.q = aligned16(q_in), g.k = aligned16(k_in), g.v = aligned16(v_in), g.o = aligned16(o_in);
+  g.dout = aligned16(dout_in);
+  g.dq = at::empty(g.q.sizes(), g.q.options());
+  g.dk = at::empty(g.k.sizes(), g.k.options());
+  g.dv = at::empty(g.v.sizes(), g.v.options());
+  attnlab::AttnGradBuffers& b = g.b;
+  b.q = g.q.data_ptr(), b.k = g.k.data_ptr(), b.v = g.v.data_ptr(), b.o = g.o.data_ptr();
+  b.lse = lse.data_ptr<float>();
+  b.dout = g.dout.data_ptr();
+  b.dq = g.dq.data_ptr(), b.dk = g.dk.data_ptr(), b.dv = g.dv.data_ptr();
+  if (workspace_bytes > 0) {
+    g.workspace = workspace_tensor(workspace_bytes, g.q);
+    b.workspace = g.workspace.data_ptr();
+    b.workspace_bytes = workspace_bytes;
+  }
+  return g;
+}
+
 std::string str(at::IntArrayRef v) {
   std::string s = "[";
   for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
@@ -234,35 +268,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor& q_in, 
   const std::string why = var.unsupported_reason(p);
   ATTNLAB_BWD_REQUIRE_VALUE(why.empty(),
                             "variant '" + variant + "' does not support " + p.shape_string() + ": " + why);
-  const at::Tensor q = aligned16(q_in), k = aligned16(k_in), v = aligned16(v_in), o = aligned16(o_in),
-                   dout = aligned16(dout_in);
-  at::Tensor dq = at::empty(q.sizes(), q.options());
-  at::Tensor dk = at::empty(k.sizes(), k.options());
-  at::Tensor dv = at::empty(v.sizes(), v.options());
-  at::Tensor workspace;
-  AttnGradBuffers b;
-  b.q = q.data_ptr();
-  b.k = k.data_ptr();
-  b.v = v.data_ptr();
-  b.o = o.data_ptr();
-  b.lse = lse.data_ptr<float>();
-  b.dout = dout.data_ptr();
-  b.dq = dq.data_ptr();
-  b.dk = dk.data_ptr();
-  b.dv = dv.data_ptr();
-  if (const size_t bytes = var.workspace_bytes(p); bytes > 0) {
-    // 256-byte aligned, as the caching allocator's blocks are.
-    workspace = at::empty({int64_t(bytes)}, q.options().dtype(at::kByte));
-    b.workspace = workspace.data_ptr();
-    b.workspace_bytes = bytes;
-  }
-  const cudaError_t err = var.launch(p, b, at::cuda::getCurrentCUDAStream());
+  const GradLaunch g = grad_launch(q_in, k_in, v_in, o_in, lse, dout_in, var.workspace_bytes(p));
+  const cudaError_t err = var.launch(p, g.b, at::cuda::getCurrentCUDAStream());
   if (err != cudaSuccess) {
     const std::string detail = var.last_error ? var.last_error() : std::string();
     throw std::runtime_error("attnlab.backward: " + variant + " failed: " +
                              (detail.empty() ? std::string(cudaGetErrorString(err)) : detail));
   }
-  return {dq, dk, dv};
+  return {g.dq, g.dk, g.dv};
 }
 
 // Why a backward variant cannot run this problem ("" when it can); Hkv: the KV heads (0: = H).
@@ -398,10 +411,6 @@ at::Tensor dma_pack_mask_bits(const at::Tensor& mask) {
     throw std::runtime_error(std::string("attnlab.pack_mask: packing ") + str(mask.sizes()) +
                              " failed: " + cudaGetErrorString(err));
   return out;
-}
-
-at::Tensor workspace_tensor(size_t bytes, const at::Tensor& like) {
-  return at::empty({int64_t(bytes)}, like.options().dtype(at::kByte));
 }
 
 // O [B,H,Nq,D] in q's dtype, LSE [B,H,Nq] fp32, and — with `check_backward`,
@@ -743,31 +752,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bs_backward(
   const c10::cuda::CUDAGuard guard(q_in.device());
   const std::string why = attnlab::blocksparse_bwd_unsupported(p, view);
   ATTNLAB_RAISE_UNLESS(why.empty(), py::value_error, where, "does not support " + p.shape_string() + ": " + why);
-  const at::Tensor q = aligned16(q_in), k = aligned16(k_in), v = aligned16(v_in), o = aligned16(o_in),
-                   dout = aligned16(dout_in);
-  at::Tensor dq = at::empty(q.sizes(), q.options());
-  at::Tensor dk = at::empty(k.sizes(), k.options());
-  at::Tensor dv = at::empty(v.sizes(), v.options());
-  const size_t bytes = attnlab::blocksparse_bwd_workspace_bytes(p, view);
-  const at::Tensor workspace = at::empty({int64_t(bytes)}, q.options().dtype(at::kByte));  // 256-byte aligned
-  AttnGradBuffers b;
-  b.q = q.data_ptr();
-  b.k = k.data_ptr();
-  b.v = v.data_ptr();
-  b.o = o.data_ptr();
-  b.lse = lse.data_ptr<float>();
-  b.dout = dout.data_ptr();
-  b.dq = dq.data_ptr();
-  b.dk = dk.data_ptr();
-  b.dv = dv.data_ptr();
-  b.workspace = workspace.data_ptr();
-  b.workspace_bytes = bytes;
+  const GradLaunch g =
+      grad_launch(q_in, k_in, v_in, o_in, lse, dout_in, attnlab::blocksparse_bwd_workspace_bytes(p, view));
   const cudaError_t err =
-      attnlab::blocksparse_bwd(p, b, view, mask, score, deterministic, at::cuda::getCurrentCUDAStream());
+      attnlab::blocksparse_bwd(p, g.b, view, mask, score, deterministic, at::cuda::getCurrentCUDAStream());
   if (err != cudaSuccess)
     throw std::runtime_error(std::string(where) + ": backward of " + p.shape_string() + " failed: " +
                              cudaGetErrorString(err));
-  return {dq, dk, dv};
+  return {g.dq, g.dk, g.dv};
 }
 
 // The (b, h, q, k) in [B, H, Q_LEN, KV_LEN] that `spec` keeps, counted on the
