@@ -30,12 +30,14 @@ dtype (tests/python/flex_reference.py's rule).
 
 Default set (B=4 H=16 N=4096 D=128 bf16): causal; sliding_window:1024,0 (a
 1024-key window, causal); document:4 (4 documents of random lengths from
---seed); prefix_lm:512; mini_causal:64; causal with rel_bias and with alibi.
-Document+causal is not one mask_mod of mods.h, so it is not in the set.
+--seed); prefix_lm:512; mini_causal:64; causal with rel_bias and with alibi;
+dmattn_topk:1024 (below). Document+causal is not one mask_mod of mods.h, so it
+is not in the set. Each case compiles flex anew (its mask_mod and score_mod are
+new functions): torch.compile's recompile limit is raised so that no case falls
+back to flex's eager path, which would time the peer at a fraction of its speed.
 
-dmattn cases, dmattn_topk[:W[;BLOCK]] (none in the default set, which
-gpu_check.sh runs in its time budget: each costs one more flex compile, ~1
-min): flash-dmattn's dynamic mask as flash_attn_mma builds it (--mask topk
+dmattn cases, dmattn_topk[:W[;BLOCK]] (each ~25 s on an H200, most of it
+flex's compile): flash-dmattn's dynamic mask as flash_attn_mma builds it (--mask topk
 --window W --block BLOCK, defaults 1024 and 64; BLOCK 0 = plain top-W): a
 random bias [B, H, 1, N], per query the W causal keys of largest bias, then
 each BLOCK-key block kept whole where more than half its keys were, as one
@@ -78,7 +80,7 @@ import results_csv  # noqa: E402
 CSV_COLUMNS = tuple(results_csv.COLUMNS) + ("mask", "score")
 # MASK[+SCORE]; a spec's own commas written as ';' (the list is comma-separated)
 DEFAULT_CASES = ("causal", "sliding_window:1024;0", "document:4", "prefix_lm:512", "mini_causal:64",
-                 "causal+rel_bias", "causal+alibi")
+                 "causal+rel_bias", "causal+alibi", "dmattn_topk:1024")
 FLUSH_BYTES = 256 << 20
 DELAY_CYCLES = 600_000  # torch.cuda._sleep's spin before each timed call: 300 µs at 2 GHz, longer at lower clocks
 DMATTN_TOPK = "dmattn_topk"
@@ -187,6 +189,9 @@ def main():
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     B, H, N, D = args.B, args.H, args.N, args.D
     device = torch.device("cuda")
+    for limit in ("recompile_limit", "cache_size_limit"):  # the name differs between torch versions
+        if hasattr(torch._dynamo.config, limit):
+            setattr(torch._dynamo.config, limit, max(getattr(torch._dynamo.config, limit), 64))
     compiled_flex = torch.compile(tf.flex_attention)
     flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device=device)
     gpu = torch.cuda.get_device_name()
