@@ -71,28 +71,23 @@ __device__ __forceinline__ void apply_score_mod(float (&S)[kTilesS][4], const Sc
   });
 }
 
-// Whether the pair (q, k) stays: inside the sequences (q < Nq, k < Nk) and
-// kept by the mask_mod. The mask_mod sees the indices clamped into the
-// sequences (a document mask_mod's ids end there; a tile is walked only when
-// Nq, Nk >= 1), so that it is evaluated on every pair without a branch:
-// written as `q < Nq && k < Nk && mod(...)`, the short-circuit left a branch
-// around each pair's evaluation, and the key's part of a periodic mask_mod
-// (k / a, k % a) was computed again for each of a lane's two rows; evaluated
-// unconditionally, the compiler selects instead of branching and computes each
-// key's part once.
-__device__ __forceinline__ bool keeps_pair(const MaskMod& mod, int batch, int head, int q, int k, int Nq, int Nk) {
-  const bool kept = mod(batch, head, min(q, Nq - 1), min(k, Nk - 1));
-  return kept & (q < Nq) & (k < Nk);
-}
-
 // -inf outside the sequence bounds (q >= Nq or k >= Nk) and where the mask_mod
-// drops the pair.
+// drops the pair. The mask_mods whose key part is worth computing once per
+// column (block_diagonal's and mini_causal's k / a and k % a, document's id
+// load) are evaluated on every pair without a branch (keeps_pair, mods.h); the
+// others under the short-circuit, which is never evaluated out of bounds.
+// Branch-free as well, dilated_sliding_window's per-pair (q − k) % S and the
+// cheap compares of the rest held more values at once: the forward spilled
+// 16–56 bytes at its 240 registers (docs/experiments.md).
 template <int kTilesS>
 __device__ __forceinline__ void apply_mask_mod(float (&S)[kTilesS][4], const MaskMod& mask, int batch, int head,
                                                int row0, int kv_start, int t, int Nq, int Nk) {
   with_static_kind(mask, [&](const MaskMod& mod) {
+    const bool branch_free = mod.kind == MaskModKind::kBlockDiagonal || mod.kind == MaskModKind::kMiniCausal ||
+                             mod.kind == MaskModKind::kDocument;  // a constant here: the kind is fixed
     for_each_score(S, row0, kv_start, t, [&](float& s, int q, int k) {
-      s = keeps_pair(mod, batch, head, q, k, Nq, Nk) ? s : -INFINITY;
+      if (branch_free) s = keeps_pair(mod, batch, head, q, k, Nq, Nk) ? s : -INFINITY;
+      else if (!(q < Nq && k < Nk && mod(batch, head, q, k))) s = -INFINITY;
     });
   });
 }

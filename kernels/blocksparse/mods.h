@@ -14,6 +14,7 @@
 // `document` are top-left aligned, as FlashAttention's tests define them.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -121,6 +122,23 @@ struct ScoreMod {
     return 1.f - th * th;
   }
 };
+
+// Whether the pair (q, k) stays: inside the sequences (q < Nq, k < Nk) and
+// kept by the mask_mod, which sees the indices clamped into the sequences (a
+// document mask_mod's ids end there; a kernel walks a tile only when Nq, Nk >=
+// 1). So it is evaluated on every pair without a branch: written as
+// `q < Nq && k < Nk && mod(...)`, the short-circuit left a branch around each
+// pair of a tile, and the key's part of a periodic mask_mod (k / a, k % a)
+// was computed again for each of a lane's two rows; evaluated unconditionally,
+// the compiler selects instead of branching and computes each key's part once.
+ATTNLAB_HOST_DEVICE inline bool keeps_pair(const MaskMod& mod, int batch, int head, int q, int k, int Nq, int Nk) {
+#if defined(__CUDA_ARCH__)
+  const bool kept = mod(batch, head, min(q, Nq - 1), min(k, Nk - 1));
+#else
+  const bool kept = mod(batch, head, std::min(q, Nq - 1), std::min(k, Nk - 1));
+#endif
+  return kept & (q < Nq) & (k < Nk);
+}
 
 // "NAME[:ARGS]" as the harness and Python take them, e.g. "sliding_window:128,128",
 // "block_diagonal:128", "softcap:30"; on a bad spec `why` says what is wrong and

@@ -70,6 +70,28 @@ TEST_CASE(fast_divmod_matches_division) {
   EXPECT_EQ(wrong, 0ll);
 }
 
+// keeps_pair, the kernels' branch-free form, against the short-circuit one
+// for every mask_mod, over each shape and 130 indices past its ends (a
+// ragged tile's rows and keys): the same answer, and the mask_mod only ever
+// sees in-bounds indices (a document mask_mod's ids are exactly max(Nq, Nk)
+// long here, so an index past them would read the next batch's ids).
+TEST_CASE(keeps_pair_matches_bounds_and_mask_mod) {
+  std::mt19937 rng(11);
+  const int B = 2;
+  for (const Shape& s : kShapes) {
+    const int L = std::max(s.Nq, s.Nk);
+    const std::vector<int32_t> doc = random_docs(B, L, rng);
+    for (const MaskMod& mod : all_mods(s.Nq, s.Nk, doc, L)) {
+      int64_t wrong = 0;
+      for (int b = 0; b < B; ++b)
+        for (int q = 0; q < s.Nq + 130; ++q)
+          for (int k = 0; k < s.Nk + 130; ++k)
+            wrong += keeps_pair(mod, b, 0, q, k, s.Nq, s.Nk) != (q < s.Nq && k < s.Nk && mod(b, 0, q, k));
+      EXPECT_EQ(wrong, int64_t(0));
+    }
+  }
+}
+
 TEST_CASE(block_mask_kinds_match_brute_force) {
   std::mt19937 rng(7);
   const int B = 2, H = 2;
