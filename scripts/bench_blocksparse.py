@@ -75,6 +75,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "python"))  # flex_reference: the checks' rounding floor
 import results_csv  # noqa: E402
 
 CSV_COLUMNS = tuple(results_csv.COLUMNS) + ("mask", "score")
@@ -185,6 +186,7 @@ def main():
 
     import attnlab
     from attnlab import mods
+    from flex_reference import rounding_floor
 
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     B, H, N, D = args.B, args.H, args.N, args.D
@@ -241,9 +243,8 @@ def main():
 
     def rule(got, ref, low):
         """(err, tol) of one output by the rule: err = max|got - ref|, tol = 2 x max|low - ref| + floor."""
-        finite = ref[torch.isfinite(ref)]
-        floor = 2 * ((finite + 0.3).to(got.dtype).float() - 0.3 - finite).abs().max().item() if finite.numel() else 0.0
-        return (got.float() - ref).abs().max().item(), 2 * (low.float() - ref).abs().max().item() + floor
+        return (got.float() - ref).abs().max().item(), 2 * (low.float() - ref).abs().max().item() + rounding_floor(
+            ref, got.dtype)
 
     def gradients(forward, q, k, v, dout):
         """dQ, dK, dV of out·dO through `forward` (a function of q, k, v)."""
