@@ -71,24 +71,71 @@ __device__ __forceinline__ void apply_score_mod(float (&S)[kTilesS][4], const Sc
   });
 }
 
+// The periodic mask_mods without a division per pair. A lane's indices along
+// one side of its fragment step by 8 (n8 tiles): block_diagonal keeps, for an
+// index x of one side, the indices of the other side in x's block
+// [a·⌊x/a⌋, a·⌊x/a⌋ + a), two compares per pair; mini_causal compares the two
+// sides' residues mod a, the stepping side's residue advanced by (8 mod a)
+// with one conditional subtraction per step. The divisions happen once per
+// fixed index (a lane's two rows, or two keys in the backward).
+struct ResidueWalk {  // x0 + 8n mod a, for n = 0, 1, ...
+  int r, step, a;
+  __device__ __forceinline__ ResidueWalk(const FastDivmod& by_a, int x0)
+      : r(by_a.mod(x0)), step(by_a.mod(8)), a(by_a.d) {}
+  __device__ __forceinline__ void next() {
+    r += step;
+    r -= r >= a ? a : 0;
+  }
+};
+
 // -inf outside the sequence bounds (q >= Nq or k >= Nk) and where the mask_mod
-// drops the pair. The mask_mods whose key part is worth computing once per
-// column (block_diagonal's and mini_causal's k / a and k % a, document's id
-// load) are evaluated on every pair without a branch (keeps_pair, mods.h); the
-// others under the short-circuit, which is never evaluated out of bounds.
-// Branch-free as well, dilated_sliding_window's per-pair (q − k) % S and the
-// cheap compares of the rest held more values at once: the forward spilled
-// 16–56 bytes at its 240 registers (docs/experiments.md).
+// drops the pair. block_diagonal and mini_causal by their periodic forms
+// (above); document evaluated on every pair without a branch (keeps_pair,
+// mods.h: each key's id loaded once per column, selected, not branched
+// around); the others under the short-circuit, which is never evaluated out
+// of bounds. Branch-free as well, dilated_sliding_window's per-pair (q − k) % S
+// and the cheap compares of the rest held more values at once: the forward
+// spilled 16–56 bytes at its 240 registers (docs/experiments.md).
 template <int kTilesS>
 __device__ __forceinline__ void apply_mask_mod(float (&S)[kTilesS][4], const MaskMod& mask, int batch, int head,
                                                int row0, int kv_start, int t, int Nq, int Nk) {
   with_static_kind(mask, [&](const MaskMod& mod) {
-    const bool branch_free = mod.kind == MaskModKind::kBlockDiagonal || mod.kind == MaskModKind::kMiniCausal ||
-                             mod.kind == MaskModKind::kDocument;  // a constant here: the kind is fixed
-    for_each_score(S, row0, kv_start, t, [&](float& s, int q, int k) {
-      if (branch_free) s = keeps_pair(mod, batch, head, q, k, Nq, Nk) ? s : -INFINITY;
-      else if (!(q < Nq && k < Nk && mod(batch, head, q, k))) s = -INFINITY;
-    });
+    if (mod.kind == MaskModKind::kBlockDiagonal) {  // row q keeps [lo, hi): its block, inside the keys
+      int lo[2], hi[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int q = row0 + 8 * r;
+        lo[r] = mod.by_a.div(q) * mod.a;
+        hi[r] = q < Nq ? lo[r] + min(mod.a, Nk - lo[r]) : lo[r];  // empty past the queries
+      }
+#pragma unroll
+      for (int n = 0; n < kTilesS; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int k = kv_start + n * 8 + 2 * t + e % 2;
+          if (!(k >= lo[e / 2] && k < hi[e / 2])) S[n][e] = -INFINITY;
+        }
+    } else if (mod.kind == MaskModKind::kMiniCausal) {  // q mod a >= k mod a
+      int rq[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) rq[r] = row0 + 8 * r < Nq ? mod.by_a.mod(row0 + 8 * r) : -1;  // -1: nothing kept
+      ResidueWalk rk[2] = {ResidueWalk(mod.by_a, kv_start + 2 * t), ResidueWalk(mod.by_a, kv_start + 2 * t + 1)};
+#pragma unroll
+      for (int n = 0; n < kTilesS; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int k = kv_start + n * 8 + 2 * t + e % 2;
+          if (!(rq[e / 2] >= rk[e % 2].r && k < Nk)) S[n][e] = -INFINITY;
+        }
+        rk[0].next(), rk[1].next();
+      }
+    } else {
+      const bool branch_free = mod.kind == MaskModKind::kDocument;  // a constant here: the kind is fixed
+      for_each_score(S, row0, kv_start, t, [&](float& s, int q, int k) {
+        if (branch_free) s = keeps_pair(mod, batch, head, q, k, Nq, Nk) ? s : -INFINITY;
+        else if (!(q < Nq && k < Nk && mod(batch, head, q, k))) s = -INFINITY;
+      });
+    }
   });
 }
 

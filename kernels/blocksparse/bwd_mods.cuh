@@ -65,16 +65,60 @@ struct BsBwdScores {
       });
     }
     if (slot.partial) {
-      with_static_kind(mask, [&](const MaskMod& mod) {
-        for_each_score_t(St, at.key_row0, at.q_first, [&](float& s, int, int, int q, int k) {
-          if (!(q < p.Nq && k < p.Nk && mod(batch, slot.h, q, k))) s = 0.f;  // never evaluated out of bounds
-        });
-      });
+      apply_mask_mod_t(St, slot.h, at);
     } else if (at.key_base + 64 > p.Nk) {
       for_each_score_t(St, at.key_row0, at.q_first, [&](float& s, int, int, int, int k) {
         if (k >= p.Nk) s = 0.f;
       });
     }
+  }
+
+  // Pᵀ = 0 where the mask_mod drops the pair or the key is past Nk; rows past
+  // Nq have P = 0 already. A lane holds two keys: block_diagonal and
+  // mini_causal in their periodic forms (apply_mods.cuh) with the keys fixed
+  // and the queries stepping; the rest under the short-circuit, never
+  // evaluated out of bounds (keeps_pair's branch-free form, which suits the
+  // forward, spilled 4–36 bytes here at 240 registers: docs/experiments.md).
+  template <int kTiles>
+  __device__ __forceinline__ void apply_mask_mod_t(float (&St)[kTiles][4], int head, const BwdTileAt& at) const {
+    const int t = threadIdx.x % 4;
+    with_static_kind(mask, [&](const MaskMod& mod) {
+      if (mod.kind == MaskModKind::kBlockDiagonal) {  // key k keeps the queries [lo, hi) of its block
+        int lo[2], hi[2];
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int k = at.key_row0 + 8 * j;
+          lo[j] = mod.by_a.div(k) * mod.a;
+          hi[j] = k < p.Nk ? lo[j] + min(mod.a, p.Nq - lo[j]) : lo[j];  // empty past the keys
+        }
+#pragma unroll
+        for (int n = 0; n < kTiles; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int q = at.q_first + n * 8 + 2 * t + (e & 1);
+            if (!(q >= lo[e / 2] && q < hi[e / 2])) St[n][e] = 0.f;
+          }
+      } else if (mod.kind == MaskModKind::kMiniCausal) {  // q mod a >= k mod a
+        int rk[2];
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int k = at.key_row0 + 8 * j;
+          rk[j] = k < p.Nk ? mod.by_a.mod(k) : mod.a;  // a: nothing kept
+        }
+        ResidueWalk rq[2] = {ResidueWalk(mod.by_a, at.q_first + 2 * t), ResidueWalk(mod.by_a, at.q_first + 2 * t + 1)};
+#pragma unroll
+        for (int n = 0; n < kTiles; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (!(rq[e & 1].r >= rk[e / 2])) St[n][e] = 0.f;
+          rq[0].next(), rq[1].next();
+        }
+      } else {
+        for_each_score_t(St, at.key_row0, at.q_first, [&](float& s, int, int, int q, int k) {
+          if (!(q < p.Nq && k < p.Nk && mod(batch, head, q, k))) s = 0.f;
+        });
+      }
+    });
   }
 
   // dSᵀ ·= ds'/ds where the score_mod changes it (softcap). ScoreMod::grad
