@@ -5,7 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <sstream>
+#include <cstdio>
+#include <string>
 
 namespace attnlab {
 namespace {
@@ -46,15 +47,17 @@ std::vector<BlockKind> classify(const BlockMask& shape, Keep&& keep) {
 }
 
 bool parse_ints(const std::string& args, int n, int* out) {
-  std::stringstream ss(args);
-  std::string item;
   int i = 0;
-  while (std::getline(ss, item, ',')) {
-    if (i == n || item.empty()) return false;
-    char* end = nullptr;
-    const long v = std::strtol(item.c_str(), &end, 10);
-    if (*end != '\0' || v < 0 || v > (1 << 30)) return false;
-    out[i++] = int(v);
+  for (size_t start = 0; start <= args.size(); ++i) {  // "a,b": the items between commas
+    const size_t comma = std::min(args.find(',', start), args.size());
+    const std::string item = args.substr(start, comma - start);
+    if (i == n || item.empty() || item.size() > 10 ||
+        item.find_first_not_of("0123456789") != std::string::npos)  // digits only, as mods.py takes them
+      return false;
+    const long long v = std::stoll(item);
+    if (v > (1 << 30)) return false;
+    out[i] = int(v);
+    start = comma + 1;
   }
   return i == n;
 }
@@ -281,10 +284,10 @@ std::string score_mod_name(const ScoreMod& s) {
     case ScoreModKind::kNone: return "none";
     case ScoreModKind::kRelBias: return "rel_bias";
     case ScoreModKind::kAlibi: return "alibi";
-    case ScoreModKind::kSoftcap: {
-      std::ostringstream os;
-      os << "softcap:" << s.cap;
-      return os.str();
+    case ScoreModKind::kSoftcap: {  // snprintf, not an ostream: iostream formatting segfaults inside
+      char c[32];                     // the Python module (python/attnlab_module.cpp)
+      std::snprintf(c, sizeof c, "%g", double(s.cap));
+      return std::string("softcap:") + c;
     }
   }
   return "?";

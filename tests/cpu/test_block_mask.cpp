@@ -216,7 +216,8 @@ TEST_CASE(mask_and_score_mod_specs) {
   EXPECT_EQ(mask_mod_name(parse_mask_mod("sliding_window:128,0", 10, 20, why)), std::string("sliding_window:128,0"));
   EXPECT_EQ(parse_mask_mod("causal", 10, 20, why).off, 10);
   for (const char* bad : {"sliding_window:1", "block_diagonal:0", "mini_causal:x", "dilated_sliding_window:8,0",
-                          "causal:3", "topk", "prefix_lm:-1"}) {
+                          "causal:3", "topk", "prefix_lm:-1", "prefix_lm:5,", "prefix_lm:+5", "sliding_window: 1,2",
+                          "prefix_lm:1073741825", "prefix_lm:99999999999"}) {
     why.clear();
     EXPECT_TRUE(parse_mask_mod(bad, 10, 10, why).kind == MaskModKind::kNone);
     EXPECT_TRUE(!why.empty());
@@ -226,6 +227,8 @@ TEST_CASE(mask_and_score_mod_specs) {
   EXPECT_TRUE(why.empty() && cap.kind == ScoreModKind::kSoftcap);
   EXPECT_NEAR(cap(60.f, 0, 0, 0, 0), 30.f * std::tanh(2.f), 1e-5);
   EXPECT_NEAR(cap.grad(0.f), 1.f, 1e-6);
+  EXPECT_EQ(score_mod_name(cap), std::string("softcap:30"));
+  EXPECT_EQ(score_mod_name(parse_score_mod("softcap:0.5", 8, why)), std::string("softcap:0.5"));
   const ScoreMod alibi = parse_score_mod("alibi", 8, why);
   EXPECT_NEAR(alibi.alibi_slope(0), 0.5f, 1e-7);   // 2^(-8/8)
   EXPECT_NEAR(alibi.alibi_slope(7), 1.f / 256, 1e-9);

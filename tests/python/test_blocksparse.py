@@ -192,7 +192,8 @@ def test_python_specs_agree_with_the_kernels():
     good = ["none", "causal", "sliding_window:0,0", "sliding_window:128,0", "block_diagonal:1", "mini_causal:64",
             "prefix_lm:0", "dilated_sliding_window:256,2", "document"]
     bad = ["", "nope", "causal:1", "sliding_window", "sliding_window:1", "sliding_window:1,2,3", "sliding_window:a,b",
-           "block_diagonal:0", "mini_causal:-1", "dilated_sliding_window:4,0", "document:2"]
+           "block_diagonal:0", "mini_causal:-1", "dilated_sliding_window:4,0", "document:2", "prefix_lm:5,",
+           "prefix_lm:+5", "sliding_window: 1,2", "prefix_lm:1073741825"]
     for spec in good:
         assert attnlab._C.parse_mask_mod(spec, 100, 200) == mods.canonical_mask_spec(spec)
     for spec in bad:
@@ -200,8 +201,8 @@ def test_python_specs_agree_with_the_kernels():
             attnlab._C.parse_mask_mod(spec, 100, 200)
         with pytest.raises(ValueError):
             mods.parse_mask_spec(spec)
-    for spec in ["none", "rel_bias", "alibi", "softcap:30", "softcap:0.5"]:
-        attnlab._C.parse_score_mod(spec, 8)
+    for spec in ["none", "rel_bias", "alibi", "softcap:30", "softcap:0.5"]:  # named back as given
+        assert attnlab._C.parse_score_mod(spec, 8) == spec
         mods.parse_score_spec(spec)
     for spec in ["softcap", "softcap:0", "softcap:-1", "softcap:x", "alibi:2", "tanh"]:
         with pytest.raises(ValueError):
