@@ -80,6 +80,7 @@ Variant blocksparse_variant(const BlockMaskView& view, const MaskMod& mask, cons
   v.launch = [view, mask, score](const AttnProblem& p, const AttnBuffers& b, cudaStream_t s) {
     return blocksparse_fwd(p, b, view, mask, score, s);
   };
+  v.workspace_bytes = [](const AttnProblem&) { return blocksparse_fwd_workspace_bytes(); };
   v.describe = [] { return blocksparse_fwd_describe(); };
   return v;
 }
@@ -212,7 +213,8 @@ RunError set_up(BlocksparseRun& run) {
 RunError set_up_forward(BlocksparseRun& run) {
   const AttnProblem& p = run.p;
   const cudaStream_t stream = run.stream;
-  if (std::string e = run.bufs.allocate(p, run.opt.check, 0, 0, 0); !e.empty()) return e;
+  const size_t workspace = blocksparse_fwd_workspace_bytes();  // ours only: torch's rows take none
+  if (std::string e = run.bufs.allocate(p, run.opt.check, workspace, workspace, 0); !e.empty()) return e;
   ReferenceData unused;
   if (std::string e = prepare_inputs(p, run.bufs, run.seed, false, stream, &unused); !e.empty()) return e;
   if (!run.opt.check) return {};

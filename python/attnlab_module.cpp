@@ -723,6 +723,9 @@ std::tuple<at::Tensor, at::Tensor> bs_forward(const at::Tensor& q_in, const at::
   b.v = v.data_ptr();
   b.o = o.data_ptr();
   b.lse = lse.data_ptr<float>();
+  const at::Tensor workspace = workspace_tensor(attnlab::blocksparse_fwd_workspace_bytes(), q);  // its item counter
+  b.workspace = workspace.data_ptr();
+  b.workspace_bytes = attnlab::blocksparse_fwd_workspace_bytes();
   const cudaError_t err = attnlab::blocksparse_fwd(p, b, view, mask, score, at::cuda::getCurrentCUDAStream());
   if (err != cudaSuccess)
     throw std::runtime_error(std::string(where) + ": forward of " + p.shape_string() + " failed: " +

@@ -10,8 +10,9 @@
 //        same lists, so they agree on the count, 0 included: O = 0, LSE = -inf;
 //   NEW (mods, apply_mods.cuh): per tile, score_mod(scale·s) when there is one,
 //        the mask_mod on partial tiles only, the sequence bounds on every tile;
-//   NEW (order, fwd_scheduler.cuh): one block per (query tile, head), in rung 12's
-//        causal order (bottom tiles first); no persistent grid, no stream-K split.
+//   NEW (order, fwd_scheduler.cuh): the (query tile, head) items in rung 12's
+//        causal order (bottom tiles first), taken from a counter by a persistent
+//        grid (rung 12's dynamic order) where a workspace holds it; no stream-K split.
 // Where it is slower than rung 12 on the same keys: Bc = 128 at D = 128 (176 does
 // not divide a 128-key block), an index load per tile, a mod per partial tile.
 //
@@ -19,12 +20,12 @@
 // [kStages][Bc, D], sV [kStages][Bc, Dv] (Sw128Blocks); 6 + 4·kStages mbarriers.
 // Tiles (BsTile below, checked by static_assert): rung 12's, with Br and Bc
 // dividing 128 so that FlexAttention's default 128 x 128 blocks map onto tiles:
-//   D / Dv     Br   Bc  warpgroups  stages  ping-pong  smem (+1024 alignment slack)
-//   64        128  128   2 + 1       2       yes        82040
-//   128       128  128   2 + 1       2       yes       163960
-//   256       128   64   2 + 1       2       no        196728
-//   192 / 128 128  128   2 + 1       2       yes       213112
-//   128 / 64  128  128   2 + 1       2       yes       131192
+//   D / Dv     Br   Bc  warpgroups  stages  ping-pong  persistent  smem (+1024 slack)
+//   64        128  128   2 + 1       2       yes        no          82040
+//   128       128  128   2 + 1       2       yes        yes        163960
+//   256       128   64   2 + 1       2       no         yes        196728
+//   192 / 128 128  128   2 + 1       2       yes        no         213112
+//   128 / 64  128  128   2 + 1       2       yes        yes        131192
 // Block sizes: block_q a multiple of Br, block_kv of Bc (else refused).
 // Registers (setmaxnreg): producer / compute 40 / 232.
 //
@@ -50,7 +51,9 @@
 #include "flash_attn/ws_mainloop.cuh"
 #include "host/arch.h"
 #include "host/rung_host.cuh"
+#include "host/env_switch.h"
 #include "host/tensor_map.h"
+#include "host/variant.h"
 
 namespace attnlab {
 namespace {
@@ -61,46 +64,55 @@ namespace {
 // compute warpgroups everywhere (rung 12's three at D = 64 make Br = 192).
 template <int kHeadDim, int kHeadDimV>
 struct BsTile;
-template <> struct BsTile<64, 64>   { static constexpr int kBc = 128; static constexpr bool kPingpong = true; };
-template <> struct BsTile<128, 128> { static constexpr int kBc = 128; static constexpr bool kPingpong = true; };
-template <> struct BsTile<256, 256> { static constexpr int kBc = 64;  static constexpr bool kPingpong = false; };
-template <> struct BsTile<192, 128> { static constexpr int kBc = 128; static constexpr bool kPingpong = true; };
-template <> struct BsTile<128, 64>  { static constexpr int kBc = 128; static constexpr bool kPingpong = true; };
+// kPersistent: the persistent grid where its loop over items compiles without
+// spills (at D = 64 and 192/128 the compute warpgroups spilled 24 and 4 bytes).
+template <int Bc, bool Pingpong, bool Persistent>
+struct BsTileOf {
+  static constexpr int kBc = Bc;
+  static constexpr bool kPingpong = Pingpong, kPersistent = Persistent;
+};
+template <> struct BsTile<64, 64>   : BsTileOf<128, true, false> {};
+template <> struct BsTile<128, 128> : BsTileOf<128, true, true> {};
+template <> struct BsTile<256, 256> : BsTileOf<64, false, true> {};
+template <> struct BsTile<192, 128> : BsTileOf<128, true, false> {};
+template <> struct BsTile<128, 64>  : BsTileOf<128, true, true> {};
 
 constexpr int kBsWarpgroups = 2, kBsStages = 2;
 template <int D, int Dv>
 using Config = WsConfig<D, Dv, BsTile<D, Dv>::kBc, kBsWarpgroups, kBsStages>;
 
 // The header's table.
-template <int D, int Dv, int kBr, int kBc, int kThreads, bool kPingpong, int kSmem>
+template <int D, int Dv, int kBr, int kBc, int kThreads, bool kPingpong, bool kPersistent, int kSmem>
 constexpr bool kTableRow = Config<D, Dv>::kBr == kBr && Config<D, Dv>::kBc == kBc &&
                            Config<D, Dv>::kThreads == kThreads && Config<D, Dv>::kStages == 2 &&
-                           BsTile<D, Dv>::kPingpong == kPingpong && Config<D, Dv>::kSmemBytes - 1024 == kSmem;
-static_assert(kTableRow<64, 64, 128, 128, 384, true, 82040>, "header: D=64");
-static_assert(kTableRow<128, 128, 128, 128, 384, true, 163960>, "header: D=128");
-static_assert(kTableRow<256, 256, 128, 64, 384, false, 196728>, "header: D=256");
-static_assert(kTableRow<192, 128, 128, 128, 384, true, 213112>, "header: D=192, Dv=128");
-static_assert(kTableRow<128, 64, 128, 128, 384, true, 131192>, "header: D=128, Dv=64");
+                           BsTile<D, Dv>::kPingpong == kPingpong && BsTile<D, Dv>::kPersistent == kPersistent &&
+                           Config<D, Dv>::kSmemBytes - 1024 == kSmem;
+static_assert(kTableRow<64, 64, 128, 128, 384, true, false, 82040>, "header: D=64");
+static_assert(kTableRow<128, 128, 128, 128, 384, true, true, 163960>, "header: D=128");
+static_assert(kTableRow<256, 256, 128, 64, 384, false, true, 196728>, "header: D=256");
+static_assert(kTableRow<192, 128, 128, 128, 384, true, false, 213112>, "header: D=192, Dv=128");
+static_assert(kTableRow<128, 64, 128, 128, 384, true, true, 131192>, "header: D=128, Dv=64");
 static_assert(WsWarps<kBsWarpgroups>::kProducerRegs == 40 && WsWarps<kBsWarpgroups>::kComputeRegs == 232,
               "header: 40 / 232 after setmaxnreg");
 static_assert(128 % Config<64, 64>::kBr == 0 && 128 % Config<128, 128>::kBc == 0 && 128 % Config<256, 256>::kBc == 0,
               "FlexAttention's default 128 x 128 blocks are whole tiles");
 
-template <typename Cfg, typename T, bool kPingpong>
+template <typename Cfg, typename T, bool kPingpong, bool kPersistent>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
 blocksparse_fwd_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUtensorMap tma_k,
                        const __grid_constant__ CUtensorMap tma_v, T* __restrict__ o, float* __restrict__ lse,
                        const AttnProblem p, const TileOrder order, const BlockSparseLists lists, const MaskMod mask,
-                       const ScoreMod score) {
+                       const ScoreMod score, int* __restrict__ counter) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const WsShared<Cfg, T> sm(smem_raw);
   if (threadIdx.x == 0) sm.init_barriers();
   __syncthreads();  // no copy may signal a barrier before it is initialised
 
-  int q_start, head;
-  blocksparse_item(order, q_start, head, Cfg::kBr);  // NEW (order): one item per block
+  // NEW (order): the block's items, one per round: blockIdx.x, then (on a
+  // persistent grid) the next of `counter`, fetched by the producer.
   WsRing ring;
+  int q_start, head;
   if (threadIdx.x / 32 >= Cfg::kProducerWarp) {
     // ---- the producer: one thread issues every copy of the block -----------------
     warpgroup_reg_dealloc<Cfg::kProducerRegs>();
@@ -108,22 +120,38 @@ blocksparse_fwd_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_c
       prefetch_tensor_map(&tma_q);
       prefetch_tensor_map(&tma_k);
       prefetch_tensor_map(&tma_v);
-      const KvTileWalk walk = kv_tile_walk(lists, p, head, q_start, Cfg::kBc);  // NEW (walk)
-      blocksparse_load<Cfg, T>(sm, &tma_q, &tma_k, &tma_v, p, head, q_start, walk, ring);
+      WorkPiece piece;
+      for (int round = 0; (piece = ws_producer_piece(sm, order, counter, round)).item >= 0; ++round) {
+        blocksparse_item(order, piece.item, q_start, head, Cfg::kBr);
+        const KvTileWalk walk = kv_tile_walk(lists, p, head, q_start, Cfg::kBc);  // NEW (walk)
+        blocksparse_load<Cfg, T>(sm, &tma_q, &tma_k, &tma_v, p, head, q_start, walk, ring);
+        if constexpr (!kPersistent) break;  // its one item
+      }
     }
     __syncwarp();
     return;
   }
   // ---- the 2 compute warpgroups -------------------------------------------------------
   warpgroup_reg_alloc<Cfg::kComputeRegs>();
-  const KvTileWalk walk = kv_tile_walk(lists, p, head, q_start, Cfg::kBc);  // NEW (walk): the producer's
   // NEW (mods): the unit of the scores the softmax sees (raw, or the score_mod's scaled output)
   const float score_scale = score.kind == ScoreModKind::kNone ? p.scale : 1.f;
-  float O[Cfg::kTilesO][4] = {};
-  RowStats stats;
-  blocksparse_compute<Cfg, T, kPingpong>(sm, p, walk, mask, score, score_scale, head, q_start, ring, O, stats);
-  blocksparse_store<T>(O, stats, p, score_scale, head, q_start, o, lse);
+  WorkPiece piece;
+  for (int round = 0; (piece = ws_compute_piece(sm, order, round)).item >= 0; ++round) {
+    blocksparse_item(order, piece.item, q_start, head, Cfg::kBr);
+    const KvTileWalk walk = kv_tile_walk(lists, p, head, q_start, Cfg::kBc);  // NEW (walk): the producer's
+    float O[Cfg::kTilesO][4] = {};
+    RowStats stats;
+    blocksparse_compute<Cfg, T, kPingpong>(sm, p, walk, mask, score, score_scale, head, q_start, ring, O, stats);
+    blocksparse_store<T>(O, stats, p, score_scale, head, q_start, o, lse);
+    if constexpr (!kPersistent) break;
+  }
 #endif
+}
+
+// ATTNLAB_NO_DYNAMIC=1: a block per item, to measure the persistent grid against.
+bool dynamic_off() {
+  static const bool off = env_switch_on("ATTNLAB_NO_DYNAMIC");
+  return off;
 }
 
 using BsHeadDims = HeadDimList<HeadDims<64, 64>, HeadDims<128, 128>, HeadDims<256, 256>, HeadDims<192, 128>,
@@ -148,6 +176,8 @@ std::string blocksparse_fwd_unsupported(const AttnProblem& p, const BlockMaskVie
   return smem_unsupported(size_t(smem));
 }
 
+size_t blocksparse_fwd_workspace_bytes() { return kBsCounterBytes; }
+
 cudaError_t blocksparse_fwd(const AttnProblem& p, const AttnBuffers& b, const BlockMaskView& bm, const MaskMod& mask,
                             const ScoreMod& score, cudaStream_t stream) {
   if (!blocksparse_fwd_unsupported(p, bm).empty()) return cudaErrorInvalidValue;
@@ -159,16 +189,30 @@ cudaError_t blocksparse_fwd(const AttnProblem& p, const AttnBuffers& b, const Bl
       using T = decltype(type);
       CUtensorMap maps[3];
       if (!encode_qkv_maps<Cfg::kBr, Cfg::kBc>(maps, p, b.q, b.k, b.v)) return cudaErrorInvalidValue;
-      const TileOrder order = blocksparse_tile_order(p, Cfg::kBr);
+      TileOrder order = blocksparse_tile_order(p, Cfg::kBr);
+      // A persistent grid of one block per SM where the workspace holds the
+      // counter (zeroed here) and there are more items than SMs; else a block
+      // per item (ATTNLAB_NO_DYNAMIC=1 as well, to measure the one against the other).
+      const int sms = device_sm_count();
+      int blocks = order.items;
+      int* counter = nullptr;
+      if (BsTile<D, Dv>::kPersistent && !dynamic_off() && b.workspace != nullptr &&
+          b.workspace_bytes >= kBsCounterBytes && order.items > sms) {
+        order.dynamic = true;
+        blocks = sms;
+        counter = static_cast<int*>(b.workspace);
+        if (cudaError_t e = cudaMemsetAsync(counter, 0, sizeof(int), stream); e != cudaSuccess) return e;
+      }
       BlockSparseLists lists;
       lists.kv_count = bm.kv_count, lists.kv_index = bm.kv_index;
       lists.full_count = bm.full_count, lists.full_index = bm.full_index;
       lists.B = bm.B, lists.H = bm.H, lists.m_blocks = bm.m_blocks, lists.n_blocks = bm.n_blocks;
       lists.block_q = bm.block_q;
       lists.tiles_per_block = bm.block_kv / Cfg::kBc;
-      return launch_with_smem(blocksparse_fwd_kernel<Cfg, T, BsTile<D, Dv>::kPingpong>, dim3(unsigned(order.items)),
+      return launch_with_smem(blocksparse_fwd_kernel<Cfg, T, BsTile<D, Dv>::kPingpong, BsTile<D, Dv>::kPersistent>,
+                              dim3(unsigned(blocks)),
                               Cfg::kThreads, Cfg::kSmemBytes, stream, maps[0], maps[1], maps[2],
-                              static_cast<T*>(b.o), b.lse, p, order, lists, mask, score);
+                              static_cast<T*>(b.o), b.lse, p, order, lists, mask, score, counter);
     });
   });
   return err;
@@ -184,7 +228,8 @@ std::string blocksparse_fwd_describe() {
          " Bc=" + std::to_string(Cfg::kBc) + " warps=" + std::to_string(Cfg::kWarps) +
          " smem=" + std::to_string(Cfg::kSmemBytes) + "B" + (BsTile<D, Dv>::kPingpong ? " pingpong" : "");
   });
-  return s + "; fp16/bf16; GQA/MQA; any Nq, Nk; block sizes multiples of Br x Bc";
+  return s + "; fp16/bf16; GQA/MQA; any Nq, Nk; block sizes multiples of Br x Bc; a persistent grid taking the "
+             "items from a counter";
 }
 
 }  // namespace attnlab

@@ -12,6 +12,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <string>
 
 #include "blocksparse/block_mask_gpu.h"
@@ -27,7 +28,11 @@ namespace attnlab {
 // `causal` mask_mod here).
 std::string blocksparse_fwd_unsupported(const AttnProblem& p, const BlockMaskView& bm);
 
-// O and LSE into b.o, b.lse (b.workspace is not used). The block mask's lists
+// The workspace blocksparse_fwd takes (b.workspace): its persistent grid's
+// item counter, 16 bytes. With less, the grid has one block per query tile.
+size_t blocksparse_fwd_workspace_bytes();
+
+// O and LSE into b.o, b.lse (b.workspace: see above). The block mask's lists
 // must be valid for the problem (block_mask_invalid); `mask` must be the
 // mask_mod it was built from (its document ids in device memory), since the
 // partial blocks evaluate it. Asynchronous on `stream`.

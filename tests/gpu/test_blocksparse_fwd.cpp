@@ -93,7 +93,8 @@ bool run_case(const Case& c, std::mt19937_64& rng) {
   void* d_o = dev.alloc<void>(size_t(p.o_elems()) * 2);
   float* d_lse = dev.alloc<float>(size_t(p.lse_elems()) * 4);
   int32_t* d_doc = dev.alloc<int32_t>(doc.size() * 4);
-  if (!mask_base || !dq || !dk || !dv || !d_o || !d_lse || !d_doc) {
+  void* workspace = dev.alloc<void>(blocksparse_fwd_workspace_bytes());  // the persistent grid's counter
+  if (!mask_base || !dq || !dk || !dv || !d_o || !d_lse || !d_doc || !workspace) {
     record(false, what + ": out of device memory");
     return true;
   }
@@ -118,6 +119,8 @@ bool run_case(const Case& c, std::mt19937_64& rng) {
   }
   AttnBuffers buf;
   buf.q = dq, buf.k = dk, buf.v = dv, buf.o = d_o, buf.lse = d_lse;
+  buf.workspace = workspace, buf.workspace_bytes = blocksparse_fwd_workspace_bytes();
+  cudaMemset(workspace, 0x7f, buf.workspace_bytes);  // a stale counter: the launch must zero it
   if (err == cudaSuccess) err = blocksparse_fwd(p, buf, view, dev_mask, kernel_score, nullptr);
   if (err == cudaSuccess) err = cudaDeviceSynchronize();
   if (err != cudaSuccess) {
@@ -202,6 +205,14 @@ std::vector<Case> all_cases() {
   // Long walks: 16 key tiles per query tile, the ring's phases wrapping many times.
   cases.push_back({"none", "none", 256, 2048, 128, 128, DType::kBFloat16, 128, 128, 1, 2, 2});
   cases.push_back({"document", "none", 2048, 2048, 64, 64, DType::kFloat16, 128, 128, 1, 1, 1});
+  // More query tiles than SMs: the persistent grid (D = 128, 256, 128/64), its
+  // items from the counter, some without a key tile (Nq > Nk under a window).
+  cases.push_back({"document", "alibi", 600, 700, 128, 64, DType::kFloat16, 128, 128, 2, 16, 4});
+  cases.push_back({"causal", "none", 1000, 1000, 128, 128, DType::kBFloat16, 128, 128, 1, 20, 4});
+  cases.push_back({"sliding_window:64,32", "rel_bias", 1200, 300, 256, 256, DType::kBFloat16, 128, 128, 1, 16, 16});
+  cases.push_back({"mini_causal:37", "softcap:30", 700, 500, 128, 128, DType::kFloat16, 256, 128, 1, 24, 8});
+  // D = 64: a block per item, with the workspace given.
+  cases.push_back({"prefix_lm:150", "none", 700, 900, 64, 64, DType::kBFloat16, 128, 128, 1, 24, 8});
   // The check can fail: the kernel given another score_mod than the reference.
   Case wrong{"causal", "none", 300, 1000, 128, 128, DType::kBFloat16, 128, 128, 1, 2, 2};
   wrong.kernel_score = "alibi";
