@@ -123,7 +123,7 @@ struct WsShared {
     }
     for (int s = 0; s < 2; ++s) {
       mbarrier_init(&item_full[s], 1);
-      mbarrier_init(&item_empty[s], Cfg::kComputeWarps);
+      mbarrier_init(&item_empty[s], Cfg::kComputeWarps * 32);  // every compute thread: see ws_compute_piece
     }
     fence_mbarrier_init();
   }
@@ -153,7 +153,7 @@ __device__ __forceinline__ WsWork ws_work(const AttnProblem& p, const TileOrder&
 // compute warps (the order's, or the one the producer handed over). Items
 // go through a ring of two slots of shared memory, one full/empty pair each
 // (full: the producer's arrival, which releases its store; empty: one per
-// compute warp). `counter` holds the items taken after round 0, from 0.
+// compute thread). `counter` holds the items taken after round 0, from 0.
 template <typename Cfg, typename T>
 __device__ __forceinline__ WorkPiece ws_producer_piece(const WsShared<Cfg, T>& sm, const TileOrder& order,
                                                        int* counter, int round) {
@@ -175,8 +175,10 @@ __device__ __forceinline__ WorkPiece ws_compute_piece(const WsShared<Cfg, T>& sm
   mbarrier_wait(&sm.item_full[slot], (u / 2) & 1);
   WorkPiece w;
   w.item = *static_cast<volatile int*>(&sm.item[slot]);
-  __syncwarp();
-  if (threadIdx.x % 32 == 0) mbarrier_arrive(&sm.item_empty[slot]);
+  // Every thread that read the slot arrives (not one lane per warp after a
+  // __syncwarp): racecheck orders a read before the producer's next store only
+  // through the reading thread's own arrival.
+  mbarrier_arrive(&sm.item_empty[slot]);
   return w;
 }
 
