@@ -75,18 +75,9 @@ __device__ __forceinline__ void apply_score_mod(float (&S)[kTilesS][4], const Sc
 // one side of its fragment step by 8 (n8 tiles): block_diagonal keeps, for an
 // index x of one side, the indices of the other side in x's block
 // [a·⌊x/a⌋, a·⌊x/a⌋ + a), two compares per pair; mini_causal compares the two
-// sides' residues mod a, the stepping side's residue advanced by (8 mod a)
-// with one conditional subtraction per step. The divisions happen once per
-// fixed index (a lane's two rows, or two keys in the backward).
-struct ResidueWalk {  // x0 + 8n mod a, for n = 0, 1, ...
-  int r, step, a;
-  __device__ __forceinline__ ResidueWalk(const FastDivmod& by_a, int x0)
-      : r(by_a.mod(x0)), step(by_a.mod(8)), a(by_a.d) {}
-  __device__ __forceinline__ void next() {
-    r += step;
-    r -= r >= a ? a : 0;
-  }
-};
+// sides' residues mod a, the stepping side's by a ResidueWalk (mods.h). The
+// divisions happen once per fixed index (a lane's two rows, or two keys in
+// the backward).
 
 // -inf outside the sequence bounds (q >= Nq or k >= Nk) and where the mask_mod
 // drops the pair. block_diagonal and mini_causal by their periodic forms

@@ -55,6 +55,20 @@ struct FastDivmod {
   ATTNLAB_HOST_DEVICE int mod(int n) const { return n - div(n) * d; }
 };
 
+// (x0 + 8n) mod d for n = 0, 1, 2, ... without a division per step: the
+// residue advanced by (8 mod d), less d once where it reaches d. A lane's
+// indices along one side of an accumulator fragment step by 8 (n8 tiles);
+// the periodic mask_mods compare such residues (apply_mods.cuh).
+struct ResidueWalk {
+  int r, step, d;
+  ATTNLAB_HOST_DEVICE ResidueWalk(const FastDivmod& by, int x0)
+      : r(by.mod(x0)), step(by.mod(8)), d(by.d) {}
+  ATTNLAB_HOST_DEVICE void next() {
+    r += step;
+    r -= r >= d ? d : 0;
+  }
+};
+
 // ---- mask_mods --------------------------------------------------------------------
 enum class MaskModKind { kNone, kCausal, kSlidingWindow, kBlockDiagonal, kMiniCausal, kPrefixLm, kDilatedWindow, kDocument };
 

@@ -92,6 +92,19 @@ TEST_CASE(keeps_pair_matches_bounds_and_mask_mod) {
   }
 }
 
+// ResidueWalk, the kernels' periodic mask_mods' stepping residue, against %
+// for every divisor up to 300 (below 8 as well: 8 mod d < d still), starts
+// on and off a multiple of d, and enough steps to wrap many times.
+TEST_CASE(residue_walk_matches_modulo) {
+  int64_t wrong = 0;
+  for (int d = 1; d <= 300; ++d)
+    for (const int x0 : {0, 1, 7, d - 1, d, 3 * d + 5, 100003}) {
+      ResidueWalk walk(FastDivmod(d), x0);
+      for (int n = 0; n < 200; ++n, walk.next()) wrong += walk.r != (x0 + 8 * n) % d;
+    }
+  EXPECT_EQ(wrong, int64_t(0));
+}
+
 TEST_CASE(block_mask_kinds_match_brute_force) {
   std::mt19937 rng(7);
   const int B = 2, H = 2;
