@@ -33,7 +33,9 @@
 # one of their variants), DMATTN=0 (no dynamic-mask tests or benchmarks;
 # DMATTN_L="1024 8192"), SKIP_TORCH_REF=1, PIP=0 (tests/python on build/python
 # instead of the installed package), NCU=0, SWEEP=1 (bench: also scripts/sweep;
-# SWEEP_ARGS="--iters 5", SWEEP_TIMEOUT=400 seconds).
+# SWEEP_ARGS="--iters 5", SWEEP_TIMEOUT=400 seconds), BLOCKSPARSE_PART=fuzz or
+# bench (blocksparse: that step alone; with a cold build both take about 10
+# minutes), BLOCKSPARSE_BUDGET=540.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -82,13 +84,16 @@ if [ -f "$build/CMakeCache.txt" ] && ! grep -qx "CMAKE_GENERATOR:INTERNAL=$CMAKE
   rm -rf "$build"  # configured by another generator
 fi
 cmake_defs=(-DCMAKE_CUDA_ARCHITECTURES="$arch" -DATTNLAB_PTXAS_VERBOSE=ON -DATTNLAB_BUILD_TESTS=ON)
-step "configure + build (sm_$arch, $(nproc) jobs)"
+# blocksparse's steps are Python's alone: the module, not every kernel's test (a minute less).
+build_targets=()
+[ "$mode" = blocksparse ] && build_targets=(--target attnlab_python)
+step "configure + build (sm_$arch, $(nproc) jobs${build_targets[*]:+, ${build_targets[*]}})"
 # With PyTorch when the python3 on PATH has it; without, if its CMake config fails.
 # (-U: the wheel's paths that a pip build left in the cache.)
 { cmake -S . -B "$build" -U 'SKBUILD*' "${cmake_defs[@]}" ||
   { echo "configure with torch failed; retrying without"; rm -rf "$build";
     cmake -S . -B "$build" "${cmake_defs[@]}" -DATTNLAB_WITH_TORCH=OFF; } &&
-  cmake --build "$build" -j "$(nproc)"; } > "$logs/build.log" 2>&1
+  cmake --build "$build" -j "$(nproc)" "${build_targets[@]}"; } > "$logs/build.log" 2>&1
 build_rc=$?
 grep -E "attnlab:|error|retrying" "$logs/build.log" | head -20
 echo "ptxas spill warnings: $(grep -c 'Registers are spilled' "$logs/build.log")"
@@ -333,15 +338,20 @@ if [ "$mode" = blocksparse ]; then
   ok=0
   budget=${BLOCKSPARSE_BUDGET:-540}
   export PYTHONPATH="$build_abs/python${PYTHONPATH:+:$PYTHONPATH}"
-  step "the block-sparse fuzz tester (blocksparse_fuzz.txt)"
-  timeout "$(limit 300)" python3 scripts/fuzz_blocksparse.py --out "$out/blocksparse_fuzz.txt" > "$logs/fuzz.log" 2>&1 || ok=1
-  tail -1 "$out/blocksparse_fuzz.txt" 2>/dev/null || echo "no report (logs/fuzz.log)"
-  step "the block-sparse benchmark against compiled flex_attention (blocksparse.csv)"
-  rm -f "$out/blocksparse.csv"
-  timeout "$(limit 600)" python3 scripts/bench_blocksparse.py --csv "$out/blocksparse.csv" > "$out/blocksparse.txt" 2>&1 ||
-    { echo "bench_blocksparse.py: exit $? (blocksparse.txt)"; ok=1; }
-  grep -E "x$" "$out/blocksparse.txt" | head -20
-  regenerate_tables blocksparse.csv
+  part=${BLOCKSPARSE_PART:-all}
+  if [ "$part" != bench ]; then
+    step "the block-sparse fuzz tester (blocksparse_fuzz.txt)"
+    timeout "$(limit 300)" python3 scripts/fuzz_blocksparse.py --out "$out/blocksparse_fuzz.txt" > "$logs/fuzz.log" 2>&1 || ok=1
+    tail -1 "$out/blocksparse_fuzz.txt" 2>/dev/null || echo "no report (logs/fuzz.log)"
+  fi
+  if [ "$part" != fuzz ]; then
+    step "the block-sparse benchmark against compiled flex_attention (blocksparse.csv)"
+    rm -f "$out/blocksparse.csv"
+    timeout "$(limit 600)" python3 scripts/bench_blocksparse.py --csv "$out/blocksparse.csv" > "$out/blocksparse.txt" 2>&1 ||
+      { echo "bench_blocksparse.py: exit $? (blocksparse.txt)"; ok=1; }
+    grep -E "x$" "$out/blocksparse.txt" | head -20
+    regenerate_tables blocksparse.csv
+  fi
   finish $ok
 fi
 
