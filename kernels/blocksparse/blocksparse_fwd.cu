@@ -50,8 +50,8 @@
 #include "common/wgmma.cuh"
 #include "flash_attn/ws_mainloop.cuh"
 #include "host/arch.h"
-#include "host/rung_host.cuh"
 #include "host/env_switch.h"
+#include "host/rung_host.cuh"
 #include "host/tensor_map.h"
 #include "host/variant.h"
 
