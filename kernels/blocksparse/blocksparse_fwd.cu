@@ -50,7 +50,6 @@
 #include "common/wgmma.cuh"
 #include "flash_attn/ws_mainloop.cuh"
 #include "host/arch.h"
-#include "host/env_switch.h"
 #include "host/rung_host.cuh"
 #include "host/tensor_map.h"
 #include "host/variant.h"
@@ -148,12 +147,6 @@ blocksparse_fwd_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_c
 #endif
 }
 
-// ATTNLAB_NO_DYNAMIC=1: a block per item, to measure the persistent grid against.
-bool dynamic_off() {
-  static const bool off = env_switch_on("ATTNLAB_NO_DYNAMIC");
-  return off;
-}
-
 using BsHeadDims = HeadDimList<HeadDims<64, 64>, HeadDims<128, 128>, HeadDims<256, 256>, HeadDims<192, 128>,
                                HeadDims<128, 64>>;
 
@@ -176,7 +169,7 @@ std::string blocksparse_fwd_unsupported(const AttnProblem& p, const BlockMaskVie
   return smem_unsupported(size_t(smem));
 }
 
-size_t blocksparse_fwd_workspace_bytes() { return kBsCounterBytes; }
+size_t blocksparse_fwd_workspace_bytes() { return kDynamicCounterBytes; }
 
 cudaError_t blocksparse_fwd(const AttnProblem& p, const AttnBuffers& b, const BlockMaskView& bm, const MaskMod& mask,
                             const ScoreMod& score, cudaStream_t stream) {
@@ -190,19 +183,15 @@ cudaError_t blocksparse_fwd(const AttnProblem& p, const AttnBuffers& b, const Bl
       CUtensorMap maps[3];
       if (!encode_qkv_maps<Cfg::kBr, Cfg::kBc>(maps, p, b.q, b.k, b.v)) return cudaErrorInvalidValue;
       TileOrder order = blocksparse_tile_order(p, Cfg::kBr);
-      // A persistent grid of one block per SM where the workspace holds the
-      // counter (zeroed here) and there are more items than SMs; else a block
-      // per item (ATTNLAB_NO_DYNAMIC=1 as well, to measure the one against the other).
-      const int sms = device_sm_count();
+      // A persistent grid taking the items from a counter where the tile
+      // allows it (tile_order.cuh), else a block per item.
       int blocks = order.items;
       int* counter = nullptr;
-      if (BsTile<D, Dv>::kPersistent && !dynamic_off() && b.workspace != nullptr &&
-          b.workspace_bytes >= kBsCounterBytes && order.items > sms) {
-        order.dynamic = true;
-        blocks = sms;
-        counter = static_cast<int*>(b.workspace);
-        if (cudaError_t e = cudaMemsetAsync(counter, 0, sizeof(int), stream); e != cudaSuccess) return e;
-      }
+      if constexpr (BsTile<D, Dv>::kPersistent)
+        if (cudaError_t e = plan_dynamic_order(order, b.workspace, b.workspace_bytes, device_sm_count(), stream,
+                                               blocks, counter);
+            e != cudaSuccess)
+          return e;
       BlockSparseLists lists;
       lists.kv_count = bm.kv_count, lists.kv_index = bm.kv_index;
       lists.full_count = bm.full_count, lists.full_index = bm.full_index;

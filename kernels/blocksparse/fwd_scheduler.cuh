@@ -15,14 +15,10 @@
 // by their listed tile counts (a pass over kv_count and full_count first).
 #pragma once
 
-#include <cuda_runtime.h>
-
 #include "flash_attn/tile_order.cuh"
 #include "host/attn_problem.h"
 
 namespace attnlab {
-
-constexpr size_t kBsCounterBytes = 16;  // the persistent grid's item counter (an int, 16-byte aligned)
 
 // The items of problem p for query tiles of Br rows (items = 0: more than the
 // order holds), one block each; blocksparse_fwd makes it dynamic (a grid of

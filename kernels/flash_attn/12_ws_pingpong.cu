@@ -166,12 +166,6 @@ bool kv_split_off() {
   static const bool off = env_switch_on("ATTNLAB_NO_KV_SPLIT");
   return off;
 }
-// ATTNLAB_NO_DYNAMIC=1: causal tiles one block each, to measure the counter's persistent grid against.
-bool dynamic_off() {
-  static const bool off = env_switch_on("ATTNLAB_NO_DYNAMIC");
-  return off;
-}
-constexpr size_t kCounterBytes = 16;  // the dynamic order's item counter, at the workspace's start
 
 // kPingpong: the warpgroups take turns where the tile table says so.
 template <bool kPingpong>
@@ -188,7 +182,7 @@ cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stre
       // Non-causal: one block per SM (the tiles are equal, dealt round-robin),
       // the last round's split along the keys where the workspace allows.
       // Causal: one block per SM taking the tiles longest first from a
-      // counter, zeroed here (a static deal of unequal tiles measured
+      // counter (plan_dynamic_order; a static deal of unequal tiles measured
       // slower); without a workspace, one block per tile, which the hardware
       // starts as blocks finish.
       const int sms = device_sm_count();
@@ -200,12 +194,10 @@ cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stre
                               b.workspace_bytes >= split_workspace_bytes<Cfg>(sms);
         blocks = plan_kv_split(order, (p.Nk + Cfg::kBc - 1) / Cfg::kBc, sms, split_ok);
         if (order.split_units > 0) split = kv_split_args(b.workspace, blocks);
-      } else if (!dynamic_off() && b.workspace != nullptr && b.workspace_bytes >= kCounterBytes &&
-                 order.items > sms) {
-        order.dynamic = true;
-        blocks = sms;
-        counter = static_cast<int*>(b.workspace);
-        if (cudaError_t e = cudaMemsetAsync(counter, 0, sizeof(int), stream); e != cudaSuccess) return e;
+      } else if (cudaError_t e =
+                     plan_dynamic_order(order, b.workspace, b.workspace_bytes, sms, stream, blocks, counter);
+                 e != cudaSuccess) {
+        return e;
       }
       return launch_with_smem(ws_kernel<Cfg, T, kPingpong && WsTile<D, Dv>::kPingpong>,
                               dim3(unsigned(blocks)), Cfg::kThreads, Cfg::kSmemBytes, stream, maps[0], maps[1],
@@ -238,7 +230,7 @@ Variant make_variant() {
   v.rung = "12_ws_pingpong";
   v.unsupported_reason = unsupported;
   v.workspace_bytes = [](const AttnProblem& p) {  // the split's (non-causal), the counter (causal)
-    size_t bytes = kCounterBytes;
+    size_t bytes = kDynamicCounterBytes;
     if (!p.causal)
       WsHeadDims::dispatch(p.D, p.Dv, [&](auto dims) {
         bytes = split_workspace_bytes<Config<decltype(dims)::D, decltype(dims)::Dv>>(device_sm_count());

@@ -177,4 +177,26 @@ inline int plan_kv_split(TileOrder& t, int kv_tiles, int sms, bool allowed) {
   return blocks;
 }
 
+// The dynamic order's item counter (an int, 16-byte aligned), at the start of
+// the workspace of a kernel that takes it.
+constexpr size_t kDynamicCounterBytes = 16;
+
+// Plans a persistent grid of `sms` blocks taking t's items from a counter
+// (t.dynamic; FlashAttention-3's dynamic persistent scheduler): where the
+// workspace holds the counter, zeroed here on `stream`, and there are more
+// items than SMs. Otherwise, or with ATTNLAB_NO_DYNAMIC=1 (to measure the one
+// against the other), a block per item, which the hardware starts as blocks
+// finish, and `counter` null. `blocks`: the grid size.
+inline cudaError_t plan_dynamic_order(TileOrder& t, void* workspace, size_t workspace_bytes, int sms,
+                                      cudaStream_t stream, int& blocks, int*& counter) {
+  static const bool off = env_switch_on("ATTNLAB_NO_DYNAMIC");
+  blocks = t.items;
+  counter = nullptr;
+  if (off || workspace == nullptr || workspace_bytes < kDynamicCounterBytes || t.items <= sms) return cudaSuccess;
+  counter = static_cast<int*>(workspace);
+  t.dynamic = true;
+  blocks = sms;
+  return cudaMemsetAsync(counter, 0, sizeof(int), stream);
+}
+
 }  // namespace attnlab
