@@ -71,17 +71,12 @@ __device__ __forceinline__ void apply_score_mod(float (&S)[kTilesS][4], const Sc
   });
 }
 
-// The periodic mask_mods without a division per pair. A lane's indices along
-// one side of its fragment step by 8 (n8 tiles): block_diagonal keeps, for an
-// index x of one side, the indices of the other side in x's block
-// [a·⌊x/a⌋, a·⌊x/a⌋ + a), two compares per pair; mini_causal compares the two
-// sides' residues mod a, the stepping side's by a ResidueWalk (mods.h). The
-// divisions happen once per fixed index (a lane's two rows, or two keys in
-// the backward).
-
 // -inf outside the sequence bounds (q >= Nq or k >= Nk) and where the mask_mod
-// drops the pair. block_diagonal and mini_causal by their periodic forms
-// (above); document evaluated on every pair without a branch (keeps_pair,
+// drops the pair. The periodic mask_mods without a division per pair: a lane
+// fixes two rows and steps its keys by 8 (n8 tiles), so block_diagonal takes
+// each row's partner keys once (block_partners) and compares, and mini_causal
+// compares each row's residue mod a with the keys' (ResidueWalk), both in
+// mods.h. document is evaluated on every pair without a branch (keeps_pair,
 // mods.h: each key's id loaded once per column, selected, not branched
 // around); the others under the short-circuit, which is never evaluated out
 // of bounds. Branch-free as well, dilated_sliding_window's per-pair (q − k) % S
@@ -91,21 +86,13 @@ template <int kTilesS>
 __device__ __forceinline__ void apply_mask_mod(float (&S)[kTilesS][4], const MaskMod& mask, int batch, int head,
                                                int row0, int kv_start, int t, int Nq, int Nk) {
   with_static_kind(mask, [&](const MaskMod& mod) {
-    if (mod.kind == MaskModKind::kBlockDiagonal) {  // row q keeps [lo, hi): its block, inside the keys
-      int lo[2], hi[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int q = row0 + 8 * r;
-        lo[r] = mod.by_a.div(q) * mod.a;
-        hi[r] = q < Nq ? lo[r] + min(mod.a, Nk - lo[r]) : lo[r];  // empty past the queries
-      }
+    if (mod.kind == MaskModKind::kBlockDiagonal) {  // each row's keys: its block
+      const BlockPartners keys[2] = {block_partners(mod, row0, Nq, Nk), block_partners(mod, row0 + 8, Nq, Nk)};
 #pragma unroll
       for (int n = 0; n < kTilesS; ++n)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int k = kv_start + n * 8 + 2 * t + e % 2;
-          if (!(k >= lo[e / 2] && k < hi[e / 2])) S[n][e] = -INFINITY;
-        }
+        for (int e = 0; e < 4; ++e)
+          if (!keys[e / 2].keeps(kv_start + n * 8 + 2 * t + e % 2)) S[n][e] = -INFINITY;
     } else if (mod.kind == MaskModKind::kMiniCausal) {  // q mod a >= k mod a
       int rq[2];
 #pragma unroll

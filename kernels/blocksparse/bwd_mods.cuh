@@ -83,21 +83,14 @@ struct BsBwdScores {
   __device__ __forceinline__ void apply_mask_mod_t(float (&St)[kTiles][4], int head, const BwdTileAt& at) const {
     const int t = threadIdx.x % 4;
     with_static_kind(mask, [&](const MaskMod& mod) {
-      if (mod.kind == MaskModKind::kBlockDiagonal) {  // key k keeps the queries [lo, hi) of its block
-        int lo[2], hi[2];
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const int k = at.key_row0 + 8 * j;
-          lo[j] = mod.by_a.div(k) * mod.a;
-          hi[j] = k < p.Nk ? lo[j] + min(mod.a, p.Nq - lo[j]) : lo[j];  // empty past the keys
-        }
+      if (mod.kind == MaskModKind::kBlockDiagonal) {  // each key's queries: its block
+        const BlockPartners queries[2] = {block_partners(mod, at.key_row0, p.Nk, p.Nq),
+                                          block_partners(mod, at.key_row0 + 8, p.Nk, p.Nq)};
 #pragma unroll
         for (int n = 0; n < kTiles; ++n)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int q = at.q_first + n * 8 + 2 * t + (e & 1);
-            if (!(q >= lo[e / 2] && q < hi[e / 2])) St[n][e] = 0.f;
-          }
+          for (int e = 0; e < 4; ++e)
+            if (!queries[e / 2].keeps(at.q_first + n * 8 + 2 * t + (e & 1))) St[n][e] = 0.f;
       } else if (mod.kind == MaskModKind::kMiniCausal) {  // q mod a >= k mod a
         int rk[2];
 #pragma unroll

@@ -154,6 +154,19 @@ ATTNLAB_HOST_DEVICE inline bool keeps_pair(const MaskMod& mod, int batch, int he
   return kept & (q < Nq) & (k < Nk);
 }
 
+// block_diagonal's partners of an index x of one side (a query, or a key): the
+// other side's indices in x's block [a·⌊x/a⌋, a·⌊x/a⌋ + a), cut at that side's
+// length; none when x is past its own side's length. One division per fixed
+// index, then two compares per pair (apply_mods.cuh, bwd_mods.cuh).
+struct BlockPartners {
+  int lo, hi;
+  ATTNLAB_HOST_DEVICE bool keeps(int y) const { return y >= lo && y < hi; }
+};
+ATTNLAB_HOST_DEVICE inline BlockPartners block_partners(const MaskMod& mod, int x, int x_len, int other_len) {
+  const int lo = mod.by_a.div(x) * mod.a, room = other_len - lo;  // room < a: the block is cut
+  return {lo, x < x_len ? lo + (room < mod.a ? room : mod.a) : lo};
+}
+
 // "NAME[:ARGS]" as the harness and Python take them, e.g. "sliding_window:128,128",
 // "block_diagonal:128", "softcap:30"; on a bad spec `why` says what is wrong and
 // the result is kNone. Nq, Nk set the bottom-right offset; H the ALiBi slopes.

@@ -92,6 +92,25 @@ TEST_CASE(keeps_pair_matches_bounds_and_mask_mod) {
   }
 }
 
+// block_partners, block_diagonal's range form in the kernels, against the
+// short-circuit predicate from either side (rows fixed in the forward, keys in
+// the backward), over each shape and 130 indices past its ends.
+TEST_CASE(block_partners_match_bounds_and_mask_mod) {
+  int64_t wrong = 0;
+  for (const Shape& s : kShapes)
+    for (const int a : {1, 3, 64, 100, 128, 1000}) {
+      std::string why;
+      const MaskMod mod = parse_mask_mod("block_diagonal:" + std::to_string(a), s.Nq, s.Nk, why);
+      for (int q = 0; q < s.Nq + 130; ++q)
+        for (int k = 0; k < s.Nk + 130; ++k) {
+          const bool kept = q < s.Nq && k < s.Nk && mod(0, 0, q, k);
+          wrong += block_partners(mod, q, s.Nq, s.Nk).keeps(k) != kept;
+          wrong += block_partners(mod, k, s.Nk, s.Nq).keeps(q) != kept;
+        }
+    }
+  EXPECT_EQ(wrong, int64_t(0));
+}
+
 // ResidueWalk, the kernels' periodic mask_mods' stepping residue, against %
 // for every divisor up to 300 (below 8 as well: 8 mod d < d still), starts
 // on and off a multiple of d, and enough steps to wrap many times.
