@@ -1,9 +1,10 @@
 // ============================================================================
-// Block-sparse backward — FlexAttention's backward on rung 14's engine
+// Block-sparse backward — FlexAttention's backward on rungs 14 and 15's engine
 // ============================================================================
-// What changes against rung 14 (`bwd-ws`): the same block per (key tile, KV
-// head) with K_j, V_j, dK_j, dV_j on chip, the producer thread and its Q/dO/
-// LSE/Δ ring, the transposed wgmmas, dQ by bulk reduce-add (bwd_ws_mainloop.cuh), but
+// What changes against rung 14 (`bwd-ws`; rung 15's two chains at D = 256):
+// the same block per (key tile, KV head) with K_j, V_j, dK_j, dV_j on chip, the
+// producer thread and its Q/dO/LSE/Δ ring, the transposed wgmmas, dQ by bulk
+// reduce-add (bwd_ws_mainloop.cuh, bwd_roles_mainloop.cuh), but
 //   NEW (walk, bwd_scheduler.cuh): a key tile visits only the query blocks
 //        that its key block's transposed lists name, full list then partial,
 //        largest first (flash_attn/cute's flash_bwd_sm100.py), each cut into
@@ -22,11 +23,11 @@
 //   64        128    64  128   2       rows      no        2 / 1        198696
 //   128        64    64  128   2       columns   yes       2 / 2        230440
 //   192 / 128  64    32  128   2       columns   no        1 / 1        230440
-// Block sizes: block_q a multiple of Br, block_kv of Bc = 128.
+//   256: rung 15's, Br = 64, Bc = 64 keys (the P and the dS chain), 2 stages, 222248
+// Block sizes: block_q a multiple of Br, block_kv of Bc (128; 64 at D = 256).
 // Registers (setmaxnreg): producer / compute 24 / 240, rung 14's (the walk's cursors fit).
 //
-// Supports: fp16, bf16; the (D, Dv) above (not 256: rung 15's engine does not
-// take a walk and a score step yet); GQA/MQA; any Nq, Nk >= 1; every mask_mod
+// Supports: fp16, bf16; the (D, Dv) above; GQA/MQA; any Nq, Nk >= 1; every mask_mod
 // and score_mod of mods.h; block masks of block_mask.h, B and H broadcast.
 // Needs sm_90a, cuTensorMapEncodeTiled.
 //
@@ -45,6 +46,7 @@
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
 #include "flash_attn/bwd_ws_host.cuh"
+#include "flash_attn/bwd_roles_mainloop.cuh"
 #include "flash_attn/bwd_ws_mainloop.cuh"
 
 namespace attnlab {
@@ -64,17 +66,34 @@ template <> struct BsBwdTile<192, 128> { static constexpr int kBr = 64,  kSliceQ
 
 constexpr int kBsBwdStages = 2;
 template <int D, int Dv>
-using Config = BwdWsConfig<D, Dv, BsBwdTile<D, Dv>::kBr, BsBwdTile<D, Dv>::kSliceQ, BsBwdTile<D, Dv>::kEarlyDv,
+struct ConfigOf {
+  using type = BwdWsConfig<D, Dv, BsBwdTile<D, Dv>::kBr, BsBwdTile<D, Dv>::kSliceQ, BsBwdTile<D, Dv>::kEarlyDv,
                            BsBwdTile<D, Dv>::kDsBuffers, BsBwdTile<D, Dv>::kDqBuffers, kBsBwdStages>;
+};
+template <>
+struct ConfigOf<256, 256> {  // rung 15's two chains: 64 keys per block
+  using type = BwdRolesConfig<256, 256, kBsBwdStages>;
+};
+template <int D, int Dv>
+using Config = typename ConfigOf<D, Dv>::type;
+template <typename Cfg>
+constexpr bool kRoles = false;  // a config of rung 15's engine
+template <int D, int Dv, int S>
+constexpr bool kRoles<BwdRolesConfig<D, Dv, S>> = true;
 
 // The header's table.
 static_assert(bwd_ws_table_row<Config<64, 64>>(128, 64, 128, true, false, 2, 1, 198696), "header: D=64");
 static_assert(bwd_ws_table_row<Config<128, 128>>(64, 64, 128, false, true, 2, 2, 230440), "header: D=128");
 static_assert(bwd_ws_table_row<Config<192, 128>>(64, 32, 128, false, false, 1, 1, 230440), "header: D=192, Dv=128");
-static_assert(kBsBwdStages == 2 && Config<64, 64>::kProducerRegs == 24 && Config<64, 64>::kComputeRegs == 240,
-              "header: two stages, 32 / 232 registers");
+static_assert(Config<256, 256>::kBr == 64 && Config<256, 256>::kBc == 64 && Config<256, 256>::kStages == 2 &&
+                  Config<256, 256>::kSmemBytes - 1024 == 222248 && kRoles<Config<256, 256>>,
+              "header: D=256");
+static_assert(kBsBwdStages == 2 && Config<64, 64>::kProducerRegs == 24 && Config<64, 64>::kComputeRegs == 240 &&
+                  Config<256, 256>::kProducerRegs == 24 && Config<256, 256>::kComputeRegs == 240,
+              "header: two stages, 24 / 240 registers");
 static_assert(128 % Config<64, 64>::kBr == 0 && 128 % Config<128, 128>::kBr == 0 &&
-                  128 % Config<192, 128>::kBr == 0 && Config<64, 64>::kBc == 128,
+                  128 % Config<192, 128>::kBr == 0 && 128 % Config<256, 256>::kBr == 0 &&
+                  Config<64, 64>::kBc == 128 && 128 % Config<256, 256>::kBc == 0,
               "FlexAttention's default 128 x 128 blocks are whole tiles");
 
 template <typename Cfg, typename T, bool kDeterministic>
@@ -93,11 +112,22 @@ blocksparse_bwd_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_c
         return bs_bwd_work(lists, p, Cfg::kBr, Cfg::kBc, blockIdx.y, blockIdx.x % p.kv_heads(),
                            blockIdx.x / p.kv_heads(), kDeterministic);
       },
-      [&](const BwdShared<Cfg, T>& sm, const BsBwdWork& w, int writer) {
-        bwd_write_dq<Cfg, T, kDeterministic>(sm, p, w, dq_accum, nq_pad, dq_turns, writer);  // NEW (turns): w.turn
+      [&](const BwdShared<Cfg, T>& sm, const BsBwdWork& w, int writer) {  // NEW (turns): w.turn
+        if constexpr (kRoles<Cfg>)
+          bwd_roles_write_dq<Cfg, T, kDeterministic>(sm, p, w, dq_accum, nq_pad, dq_turns, writer);
+        else
+          bwd_write_dq<Cfg, T, kDeterministic>(sm, p, w, dq_accum, nq_pad, dq_turns, writer);
       },
       [&](const BwdShared<Cfg, T>& sm, const BsBwdWork& w) {
-        bwd_compute_walk<Cfg, T>(sm, p, w, BsBwdScores{p, mask, score, w.b}, dk, dv);  // NEW (mods)
+        const BsBwdScores scores{p, mask, score, w.b};  // NEW (mods)
+        if constexpr (kRoles<Cfg>) {
+          if (threadIdx.x < 128)
+            bwd_roles_chain<Cfg, T, true>(sm, p, w, scores, dv);
+          else
+            bwd_roles_chain<Cfg, T, false>(sm, p, w, scores, dk);
+        } else {
+          bwd_compute_walk<Cfg, T>(sm, p, w, scores, dk, dv);
+        }
       });
 #endif
 }
@@ -123,7 +153,7 @@ __global__ void bs_bwd_ranks_kernel(const int32_t* __restrict__ q_count, const i
       count_below(kv_index + fwd_at, kv_count[fwd], n) + count_below(full_index + fwd_at, full_count[fwd], n);
 }
 
-using BsBwdHeadDims = HeadDimList<HeadDims<64, 64>, HeadDims<128, 128>, HeadDims<192, 128>>;
+using BsBwdHeadDims = HeadDimList<HeadDims<64, 64>, HeadDims<128, 128>, HeadDims<192, 128>, HeadDims<256, 256>>;
 
 // The kernel's tile (Br, Bc) for p's head dims.
 void tile_of(const AttnProblem& p, int& Br, int& Bc) {
@@ -171,7 +201,6 @@ cudaError_t launch(const AttnProblem& p, const AttnGradBuffers& b, const BlockMa
 std::string blocksparse_bwd_unsupported(const AttnProblem& p, const BlockMaskView& bm) {
   static const std::string hopper = hopper_tma_unsupported();
   if (!hopper.empty()) return hopper;
-  if (p.D == 256 && p.Dv == 256) return "D = 256: the block-sparse backward runs on rung 14's engine, which stops at 192";
   if (std::string why = bwd_ws_unsupported<BsBwdHeadDims, Config>(p); !why.empty()) return why;
   int Br, Bc;
   tile_of(p, Br, Bc);
@@ -198,7 +227,8 @@ cudaError_t blocksparse_bwd(const AttnProblem& p, const AttnGradBuffers& b, cons
 }
 
 std::string blocksparse_bwd_describe() {
-  std::string s = "sm_90a wgmma, rung 14's engine (Sᵀ and dPᵀ, dQ by bulk reduce-add), listed query tiles only; "
+  std::string s = "sm_90a wgmma, rung 14's engine (rung 15's two chains at D = 256; dQ by bulk reduce-add), listed "
+                  "query tiles only; "
                   "stages=" + std::to_string(kBsBwdStages);
   BsBwdHeadDims::for_each([&](auto dims) {
     constexpr int D = decltype(dims)::D, Dv = decltype(dims)::Dv;

@@ -25,7 +25,7 @@
 namespace attnlab {
 
 // Why this problem and block mask cannot run ("" when they can): the device
-// (sm_90a, TMA), the head dims (D = 256 is not supported here), the grouping
+// (sm_90a, TMA), the head dims (64, 128, 192/128, 256), the grouping
 // of heads and the grid's limits, the block mask's shape (the problem's Nq
 // and Nk; B and H the problem's or 1, broadcast; both the forward and the
 // transposed lists), block sizes that are not multiples of the kernel's tile,

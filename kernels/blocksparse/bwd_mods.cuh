@@ -118,20 +118,22 @@ struct BsBwdScores {
   // wants s, which P has replaced; s' is still in P: s' = ln P + LSE =
   // (log2 P + LSE·log2e)·ln 2, so ScoreMod::grad_from_output(s') — one lg2 per
   // element instead of a second Sᵀ in registers. Where P = 0, dS is 0 already.
+  __device__ __forceinline__ bool chain_rule_needed() const { return score.kind == ScoreModKind::kSoftcap; }
+  // ds'/ds of one element from its P and its query's LSE·log2e (softcap only).
+  __device__ __forceinline__ float ds_factor(float P, float lse2) const {
+    constexpr float kLn2 = 0.693147180559945309f;
+    return P > 0.f ? score.grad_from_output((__log2f(P) + lse2) * kLn2) : 1.f;
+  }
   template <int kTiles>
   __device__ __forceinline__ void chain_rule(float (&dSt)[kTiles][4], const float (&Pt)[kTiles][4],
                                              const float* lse2, const BsBwdSlot&, const BwdTileAt&) const {
-    if (score.kind != ScoreModKind::kSoftcap) return;
-    constexpr float kLn2 = 0.693147180559945309f;
+    if (!chain_rule_needed()) return;
     const int t = threadIdx.x % 4;
 #pragma unroll
     for (int n = 0; n < kTiles; ++n) {
       const float2 l2 = *reinterpret_cast<const float2*>(lse2 + n * 8 + 2 * t);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float P = Pt[n][e];
-        if (P > 0.f) dSt[n][e] *= score.grad_from_output((__log2f(P) + (e & 1 ? l2.y : l2.x)) * kLn2);
-      }
+      for (int e = 0; e < 4; ++e) dSt[n][e] *= ds_factor(Pt[n][e], e & 1 ? l2.y : l2.x);
     }
   }
 };

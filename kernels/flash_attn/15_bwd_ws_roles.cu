@@ -50,47 +50,6 @@
 namespace attnlab {
 namespace {
 
-template <int kHeadDim_, int kHeadDimV_, int kStages_>
-struct BwdRolesConfig : ProducerWarpgroupSplit<2, 24, 240> {  // 2 compute warpgroups + 1 producer warpgroup
-  static constexpr int kHeadDim = kHeadDim_;    // D: Q, K, dQ, dK
-  static constexpr int kHeadDimV = kHeadDimV_;  // Dv: V, O, dO, dV
-  static constexpr int kBr = 64;                // queries per tile (Sᵀ's N)
-  static constexpr int kBc = 64;                // keys per block (wgmma's M, both warpgroups)
-  static constexpr int kStages = kStages_;
-  static constexpr int kComputeThreads = 32 * kComputeWarps;
-  static constexpr int kKElems = kBc * kHeadDim, kVElems = kBc * kHeadDimV;
-  static constexpr int kQElems = kBr * kHeadDim, kdOElems = kBr * kHeadDimV;
-  // BwdShared's tiles: one dSᵀ buffer, no dQ staging, Pᵀ in fp32.
-  static constexpr int kdSElems = kBc * kBr, kDsBuffers = 1;
-  static constexpr int kdQFloats = 0, kDqBuffers = 0;
-  static constexpr int kPFloats = kBc * kBr;
-  static constexpr int kKVBytes = 2 * (kKElems + kVElems);
-  static constexpr int kQdoBytes = 2 * (kQElems + kdOElems) + 2 * kBr * 4;  // Q, dO, LSE, Δ
-  static constexpr int kBarriers = 1 + 2 * kStages;
-  static constexpr int kTileBytes = 2 * (kKElems + kVElems + kStages * (kQElems + kdOElems) + kdSElems) +
-                                    4 * kPFloats + 4 * 2 * kStages * kBr;
-  static constexpr int kSmemBytes = kTileBytes + 8 * kBarriers + 1024;  // + slack to align to 1024
-  // q_empty: every compute thread once its dQ is staged, and the dQ writer once the adds have read it.
-  static constexpr int kSlotReleasers = kComputeThreads + 1;
-  // Named barriers: Pᵀ handed over, dSᵀ stored, the slot's Q and dO read
-  // (256 compute threads each), and per stage "dQ staged" (+ its writer warp).
-  static constexpr int kPBarrier = 1, kDsBarrier = 2, kSlotReadBarrier = 3, kDqFullBarrier = 4;
-  static constexpr int kDqWriterWarp = kProducerWarp + 1;
-  static constexpr int kDqWriters = kStages;  // a dQ writer warp per ring slot (its staging)
-  static_assert(kDqWriterWarp + kDqWriters <= kWarps, "the dQ writers are warps of the producer warpgroup");
-  static_assert(kComputeWarps == 8 && kComputeThreads == 256, "two compute warpgroups: the P and the dS chain");
-  static_assert(kBr == 64 && kBc == 64, "Sᵀ and dPᵀ are one m64n64 tile per chain");
-  static_assert(kHeadDim == kHeadDimV && kHeadDim % 128 == 0 && kHeadDim <= 256,
-                "dV and dK are one RS wgmma of N = D; dQ two SS ones of N = D/2, each starting on a 64-column block");
-  static_assert(kPFloats == 128 * 4 * (kBr / 8), "Pᵀ: one float4 per thread per n8 tile");
-  static_assert((2 * kdSElems) % 1024 == 0 && (kBr * 128) % 1024 == 0 && (kBc * 128) % 1024 == 0,
-                "every 64-column block starts 1024-aligned");
-  static_assert(kStages >= 2, "the producer fills one slot while the compute warps read the other");
-  static_assert(kDqFullBarrier + kStages - 1 <= 15, "hardware barriers 1..15");
-  static_assert(4 * kBr * kHeadDim / 2 == 2 * kQElems && kQElems == kdOElems,
-                "a warpgroup's half of dQ in fp32 fills the slot's Q (or dO) tile exactly");
-};
-
 constexpr int kBwdRolesStages = 2;
 template <int D, int Dv>
 using Config = BwdRolesConfig<D, Dv, kBwdRolesStages>;
@@ -117,10 +76,11 @@ bwd_roles_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constan
         bwd_roles_write_dq<Cfg, T, kDeterministic>(sm, p, w, dq_accum, nq_pad, dq_turns, writer);
       },
       [&](const BwdShared<Cfg, T>& sm, const BwdWork& w) {
+        const BwdCausalScores scores{p, p.scale * kLog2e};
         if (threadIdx.x < 128)
-          bwd_roles_chain<Cfg, T, true>(sm, p, w, dv);
+          bwd_roles_chain<Cfg, T, true>(sm, p, w, scores, dv);
         else
-          bwd_roles_chain<Cfg, T, false>(sm, p, w, dk);
+          bwd_roles_chain<Cfg, T, false>(sm, p, w, scores, dk);
       });
 #endif
 }

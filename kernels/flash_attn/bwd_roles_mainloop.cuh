@@ -3,14 +3,59 @@
 // warpgroup 0 runs the P chain (Sᵀ, Pᵀ, dV), warpgroup 1 the dS chain (dPᵀ,
 // dSᵀ, dK), and both take half of dQ's columns, which they stage over the
 // ring slot that the tile's Q and dO came in, for a dQ writer warp to add by
-// bulk reduce-add. The producer (bwd_load), the walk (BwdWork), the
-// element-wise steps, dQ's staging and the epilogue are rung 14's
+// bulk reduce-add. The producer (bwd_load), the walk (BwdWork, or the
+// block-sparse backward's BsBwdWork), the score step (BwdCausalScores, or
+// BsBwdScores), dQ's staging and the epilogue are rung 14's
 // (bwd_ws_mainloop.cuh).
 #pragma once
 
 #include "flash_attn/bwd_ws_mainloop.cuh"
 
 namespace attnlab {
+
+// Rung 15's tiles (its header's table), for rung 15 and the block-sparse
+// backward at D = 256.
+template <int kHeadDim_, int kHeadDimV_, int kStages_>
+struct BwdRolesConfig : ProducerWarpgroupSplit<2, 24, 240> {  // 2 compute warpgroups + 1 producer warpgroup
+  static constexpr int kHeadDim = kHeadDim_;    // D: Q, K, dQ, dK
+  static constexpr int kHeadDimV = kHeadDimV_;  // Dv: V, O, dO, dV
+  static constexpr int kBr = 64;                // queries per tile (Sᵀ's N)
+  static constexpr int kBc = 64;                // keys per block (wgmma's M, both warpgroups)
+  static constexpr int kStages = kStages_;
+  static constexpr int kComputeThreads = 32 * kComputeWarps;
+  static constexpr int kKElems = kBc * kHeadDim, kVElems = kBc * kHeadDimV;
+  static constexpr int kQElems = kBr * kHeadDim, kdOElems = kBr * kHeadDimV;
+  // BwdShared's tiles: one dSᵀ buffer, no dQ staging, Pᵀ in fp32.
+  static constexpr int kdSElems = kBc * kBr, kDsBuffers = 1;
+  static constexpr int kdQFloats = 0, kDqBuffers = 0;
+  static constexpr int kPFloats = kBc * kBr;
+  static constexpr int kKVBytes = 2 * (kKElems + kVElems);
+  static constexpr int kQdoBytes = 2 * (kQElems + kdOElems) + 2 * kBr * 4;  // Q, dO, LSE, Δ
+  static constexpr int kBarriers = 1 + 2 * kStages;
+  static constexpr int kTileBytes = 2 * (kKElems + kVElems + kStages * (kQElems + kdOElems) + kdSElems) +
+                                    4 * kPFloats + 4 * 2 * kStages * kBr;
+  static constexpr int kSmemBytes = kTileBytes + 8 * kBarriers + 1024;  // + slack to align to 1024
+  // q_empty: every compute thread once its dQ is staged, and the dQ writer once the adds have read it.
+  static constexpr int kSlotReleasers = kComputeThreads + 1;
+  // Named barriers: Pᵀ handed over, dSᵀ stored, the slot's Q and dO read
+  // (256 compute threads each), and per stage "dQ staged" (+ its writer warp).
+  static constexpr int kPBarrier = 1, kDsBarrier = 2, kSlotReadBarrier = 3, kDqFullBarrier = 4;
+  static constexpr int kDqWriterWarp = kProducerWarp + 1;
+  static constexpr int kDqWriters = kStages;  // a dQ writer warp per ring slot (its staging)
+  static_assert(kDqWriterWarp + kDqWriters <= kWarps, "the dQ writers are warps of the producer warpgroup");
+  static_assert(kComputeWarps == 8 && kComputeThreads == 256, "two compute warpgroups: the P and the dS chain");
+  static_assert(kBr == 64 && kBc == 64, "Sᵀ and dPᵀ are one m64n64 tile per chain");
+  static_assert(kHeadDim == kHeadDimV && kHeadDim % 128 == 0 && kHeadDim <= 256,
+                "dV and dK are one RS wgmma of N = D; dQ two SS ones of N = D/2, each starting on a 64-column block");
+  static_assert(kPFloats == 128 * 4 * (kBr / 8), "Pᵀ: one float4 per thread per n8 tile");
+  static_assert((2 * kdSElems) % 1024 == 0 && (kBr * 128) % 1024 == 0 && (kBc * 128) % 1024 == 0,
+                "every 64-column block starts 1024-aligned");
+  static_assert(kStages >= 2, "the producer fills one slot while the compute warps read the other");
+  static_assert(kDqFullBarrier + kStages - 1 <= 15, "hardware barriers 1..15");
+  static_assert(4 * kBr * kHeadDim / 2 == 2 * kQElems && kQElems == kdOElems,
+                "a warpgroup's half of dQ in fp32 fills the slot's Q (or dO) tile exactly");
+};
+
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
@@ -43,9 +88,9 @@ __device__ __forceinline__ float* bwd_roles_dq_staging(const BwdShared<Cfg, T>& 
   return reinterpret_cast<float*>(wg == 0 ? sm.sQ + stage * Cfg::kQElems : sm.sdO + stage * Cfg::kdOElems);
 }
 
-template <typename Cfg, typename T, bool kDeterministic>
+template <typename Cfg, typename T, bool kDeterministic, typename Work>
 __device__ __forceinline__ void bwd_roles_write_dq(const BwdShared<Cfg, T>& sm, const AttnProblem& p,
-                                                   const BwdWork& w, float* dq_accum, int nq_pad, int* dq_turns,
+                                                   const Work& w, float* dq_accum, int nq_pad, int* dq_turns,
                                                    int writer) {
   bwd_dq_writer<Cfg, kDeterministic, 2>(  // part wg: warpgroup wg's columns, from its half of the slot
       p, w, dq_accum, nq_pad, dq_turns, writer,
@@ -68,15 +113,14 @@ __device__ __forceinline__ void bwd_roles_write_dq(const BwdShared<Cfg, T>& sm, 
 // Each ends by storing its gradient (dV, or dK scaled) for the tile's keys.
 // At the peak a chain holds its gradient (128 registers at D = 256), its half
 // of dQ (64) and Pᵀ or dSᵀ in 16 bits (16).
-template <typename Cfg, typename T, bool kPChain>
-__device__ __forceinline__ void bwd_roles_chain(const BwdShared<Cfg, T>& sm, const AttnProblem& p, const BwdWork& w,
-                                                T* grad_out) {
+template <typename Cfg, typename T, bool kPChain, typename Work, typename ScoreStep>
+__device__ __forceinline__ void bwd_roles_chain(const BwdShared<Cfg, T>& sm, const AttnProblem& p, Work w,
+                                                const ScoreStep& score_step, T* grad_out) {
   constexpr int D = Cfg::kHeadDim, Br = Cfg::kBr, Bc = Cfg::kBc, kTiles = Br / 8;
   static_assert(Cfg::kHeadDim == Cfg::kHeadDimV, "one gradient shape for both chains");
   constexpr int wg = kPChain ? 0 : 1;
   const int tid = threadIdx.x, wi = (tid / 32) % 4, g = (tid % 32) / 4, t = tid % 4;
   const int key_row0 = w.kv0 + 16 * wi + g;  // the keys of c0, c1 (c2, c3: + 8)
-  const float scale_log2 = p.scale * kLog2e;
   // Pᵀ, in fp32 and in the P chain's fragment order: only the thread of the
   // dS chain with the same fragment (tid + 128) reads an element back, so
   // each n8 tile is one conflict-free 16-byte store and load.
@@ -87,7 +131,8 @@ __device__ __forceinline__ void bwd_roles_chain(const BwdShared<Cfg, T>& sm, con
 #pragma unroll 1
   for (int s = 0; s < w.n_slots; ++s) {
     const int stage = s % Cfg::kStages;
-    const int m = w.slot(s).m;
+    const auto slot = w.slot(s);
+    const BwdTileAt at{w.kv0, key_row0, slot.m * Br};
     const T* sQ = sm.sQ + stage * Cfg::kQElems;
     const T* sdO = sm.sdO + stage * Cfg::kdOElems;
     mbarrier_wait(&sm.q_full[stage], (s / Cfg::kStages) & 1);
@@ -110,7 +155,7 @@ __device__ __forceinline__ void bwd_roles_chain(const BwdShared<Cfg, T>& sm, con
 
     uint32_t frag[kTiles / 2][4];  // Pᵀ or dSᵀ in 16 bits: the gradient MMA's A
     if constexpr (kPChain) {
-      bwd_probabilities(scores, stat, p, scale_log2, w.kv0, key_row0, m * Br);
+      score_step.probabilities(scores, stat, slot, at);
       pack_p_fragments<T>(frag, scores);
       wgmma_fence();
       wgmma_rows_rs<T, D, Br, Br>(grad, frag, sdO);  // dV += Pᵀ·dO, while Pᵀ is handed over
@@ -133,6 +178,18 @@ __device__ __forceinline__ void bwd_roles_chain(const BwdShared<Cfg, T>& sm, con
         scores[n][1] = P.y * (scores[n][1] - stat[n].y);
         scores[n][2] = P.z * (scores[n][2] - stat[n].x);
         scores[n][3] = P.w * (scores[n][3] - stat[n].y);
+      }
+      if (score_step.chain_rule_needed()) {  // dS ·= ds'/ds, a score_mod's (softcap), Pᵀ read again
+        const float* lse2 = sm.sLSE2 + stage * Br;
+#pragma unroll
+        for (int n = 0; n < kTiles; ++n) {
+          const float4 P = sP[n * 128];
+          const float2 l2 = *reinterpret_cast<const float2*>(lse2 + n * 8 + 2 * t);
+          scores[n][0] *= score_step.ds_factor(P.x, l2.x);
+          scores[n][1] *= score_step.ds_factor(P.y, l2.y);
+          scores[n][2] *= score_step.ds_factor(P.z, l2.x);
+          scores[n][3] *= score_step.ds_factor(P.w, l2.y);
+        }
       }
       pack_p_fragments<T>(frag, scores);
       wgmma_fence();

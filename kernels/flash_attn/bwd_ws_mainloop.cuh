@@ -460,6 +460,8 @@ struct BwdCausalScores {
   template <int kTiles, typename Slot>
   __device__ __forceinline__ void chain_rule(float (&)[kTiles][4], const float (&)[kTiles][4], const float*,
                                              const Slot&, const BwdTileAt&) const {}
+  __device__ __forceinline__ constexpr bool chain_rule_needed() const { return false; }
+  __device__ __forceinline__ constexpr float ds_factor(float, float) const { return 1.f; }
 };
 
 // dSᵀ (16-bit A fragments) to shared memory, [key][query] in Sw128Blocks<Bc>:

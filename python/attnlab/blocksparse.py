@@ -276,7 +276,8 @@ def flex_attention(query, key, value, block_mask=None, score_mod=None, scale=Non
     (not differentiable). Raises ValueError (TypeError for dtypes) with one
     line when the kernel cannot take the inputs. out is differentiable in
     query, key and value (kernels/blocksparse/blocksparse_bwd.h: head dims 64,
-    128 and 192/128; block sizes multiples of its tile, 128 x 128 keys;
+    128, 192/128 and 256; block sizes multiples of its tile, 128 x 128 keys
+    (64 x 64 at D = 256);
     bitwise deterministic under torch.use_deterministic_algorithms(True)); the
     backward raises ValueError with one line where it cannot take the problem.
     """

@@ -14,7 +14,7 @@
 // 300 x 1000, rotating the score_mods, head dims, dtypes, block sizes (128 x 128,
 // 256 x 256, 128 x 256, 256 x 128) and MHA / GQA / MQA, every third one
 // deterministic; causal with Nq != Nk, whole key blocks no query sees, every
-// score_mod in both dtypes, lists broadcast over B and H; the deterministic
+// score_mod in both dtypes, lists broadcast over B and H; D = 256; the deterministic
 // mode bitwise identical over 5 more runs; the refusals; and a negative control
 // (the kernel given another score_mod must fail). Options: gpu_testing.h's CaseArgs (-v, --only TEXT).
 #include <cuda_runtime.h>
@@ -432,6 +432,18 @@ std::vector<Case> all_cases() {
   // Long walks: many query tiles per key tile, the ring's phases wrapping; deterministic turns over GQA.
   cases.push_back({"none", "none", 2048, 256, 128, 128, DType::kBFloat16, 128, 128, 1, 4, 2, true});
   cases.push_back({"causal", "softcap:2", 1024, 1024, 64, 64, DType::kFloat16, 256, 256, 1, 2, 1, true});
+  // D = 256 (rung 15's two chains, 64-key tiles: two per key block): every
+  // score_mod, partial and full blocks, rows and keys that see nothing, GQA and
+  // MQA, block sizes 128 and 256, deterministic or not.
+  for (const DType t : {DType::kFloat16, DType::kBFloat16}) {
+    cases.push_back({"causal", "alibi", 700, 300, 256, 256, t, 128, 128, 1, 4, 2});
+    cases.push_back({"sliding_window:64,32", "softcap:2", 130, 520, 256, 256, t, 128, 128, 1, 2, 2, true});
+  }
+  cases.push_back({"mini_causal:37", "rel_bias", 333, 455, 256, 256, DType::kFloat16, 128, 128, 1, 2, 1, true});
+  cases.push_back({"document", "none", 600, 600, 256, 256, DType::kBFloat16, 256, 256, 2, 2, 1});
+  cases.push_back({"dilated_sliding_window:256,2", "none", 500, 700, 256, 256, DType::kBFloat16, 128, 256, 1, 3, 1});
+  cases.push_back({"none", "rel_bias", 17, 17, 256, 256, DType::kFloat16, 128, 128, 1, 2, 2});
+  cases.push_back({"causal", "softcap:2", 1, 1, 256, 256, DType::kBFloat16, 128, 128, 1, 2, 1, true});
   // The check can fail: the kernel given another score_mod than the reference.
   Case wrong{"causal", "none", 300, 1000, 128, 128, DType::kBFloat16, 128, 128, 1, 2, 2};
   wrong.kernel_score = "alibi";
@@ -439,14 +451,15 @@ std::vector<Case> all_cases() {
   return cases;
 }
 
-// D = 256, block sizes that are not multiples of the tile, p.causal, and a
-// workspace that is too small are refused, and blocksparse_bwd does not launch them.
+// Head dims 128/64, block sizes that are not multiples of the tile, p.causal,
+// and a workspace that is too small are refused, and blocksparse_bwd does not launch them.
 void refusals() {
   struct Refused {
     int D, Dv, block_q, block_kv;
     bool causal;
   };
-  for (const Refused& r : {Refused{256, 256, 128, 128, false}, Refused{128, 128, 128, 64, false},
+  for (const Refused& r : {Refused{128, 64, 128, 128, false}, Refused{256, 256, 128, 32, false},
+                           Refused{128, 128, 128, 64, false},
                            Refused{64, 64, 64, 128, false}, Refused{192, 128, 32, 128, false},
                            Refused{128, 128, 128, 128, true}}) {
     AttnProblem p;

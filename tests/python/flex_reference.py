@@ -53,8 +53,8 @@ REFERENCE_DTYPE = torch.float64
 U32 = 2.0 ** -24  # fp32's unit roundoff
 OUTPUTS = ("O", "LSE", "dQ", "dK", "dV")
 # The head dims (D, Dv) that the block-sparse backward takes (docs/blocksparse.md);
-# the forward also takes 256 and 128/64.
-BWD_HEAD_DIMS = ((64, 64), (128, 128), (192, 128))
+# the forward also takes 128/64.
+BWD_HEAD_DIMS = ((64, 64), (128, 128), (192, 128), (256, 256))
 
 MASKS = ["none", "causal", "sliding_window:64,32", "sliding_window:128,0", "block_diagonal:100", "mini_causal:64",
          "prefix_lm:150", "dilated_sliding_window:256,2", "document"]
