@@ -76,9 +76,10 @@ struct BsBwdScores {
   // Pᵀ = 0 where the mask_mod drops the pair or the key is past Nk; rows past
   // Nq have P = 0 already. A lane holds two keys: block_diagonal and
   // mini_causal in their periodic forms (apply_mods.cuh) with the keys fixed
-  // and the queries stepping; the rest under the short-circuit, never
-  // evaluated out of bounds (keeps_pair's branch-free form, which suits the
-  // forward, spilled 4–36 bytes here at 240 registers: docs/experiments.md).
+  // and the queries stepping; document with the keys' ids loaded once and each
+  // query's id once for both keys, no branch; the rest under the short-circuit,
+  // never evaluated out of bounds (keeps_pair's branch-free form, which suits
+  // the forward, spilled 4–36 bytes here at 240 registers: docs/experiments.md).
   template <int kTiles>
   __device__ __forceinline__ void apply_mask_mod_t(float (&St)[kTiles][4], int head, const BwdTileAt& at) const {
     const int t = threadIdx.x % 4;
@@ -106,6 +107,24 @@ struct BsBwdScores {
             if (!(rq[e & 1].r >= rk[e / 2])) St[n][e] = 0.f;
           rq[0].next(), rq[1].next();
         }
+      } else if (mod.kind == MaskModKind::kDocument) {  // the same document id
+        const int32_t* ids = mod.doc + int64_t(batch) * mod.doc_len;
+        int id_k[2];
+        bool key_in[2];
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int k = at.key_row0 + 8 * j;
+          key_in[j] = k < p.Nk;
+          id_k[j] = ids[min(k, p.Nk - 1)];  // clamped into the ids, as keeps_pair does
+        }
+#pragma unroll
+        for (int n = 0; n < kTiles; ++n)
+#pragma unroll
+          for (int i = 0; i < 2; ++i) {  // a query's id once for both keys
+            const int id_q = ids[min(at.q_first + n * 8 + 2 * t + i, p.Nq - 1)];
+            if (!(key_in[0] && id_q == id_k[0])) St[n][i] = 0.f;
+            if (!(key_in[1] && id_q == id_k[1])) St[n][i + 2] = 0.f;
+          }
       } else {
         for_each_score_t(St, at.key_row0, at.q_first, [&](float& s, int, int, int q, int k) {
           if (!(q < p.Nq && k < p.Nk && mod(batch, head, q, k))) s = 0.f;
