@@ -64,8 +64,8 @@ namespace {
 template <int kHeadDim, int kHeadDimV>
 struct BsTile;
 // kPersistent: the persistent grid where its loop over items compiles without
-// spills (at D = 64 the compute warpgroups spilled 24 bytes; at 192/128 4, until
-// the kernel's parameters were __grid_constant__, read where used).
+// spills: everywhere but D = 64 (24 bytes), with the kernel's parameters
+// __grid_constant__ (read where used; held in registers, 192/128 spilled 4).
 template <int Bc, bool Pingpong, bool Persistent>
 struct BsTileOf {
   static constexpr int kBc = Bc;
