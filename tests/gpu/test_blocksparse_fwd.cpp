@@ -205,12 +205,13 @@ std::vector<Case> all_cases() {
   // Long walks: 16 key tiles per query tile, the ring's phases wrapping many times.
   cases.push_back({"none", "none", 256, 2048, 128, 128, DType::kBFloat16, 128, 128, 1, 2, 2});
   cases.push_back({"document", "none", 2048, 2048, 64, 64, DType::kFloat16, 128, 128, 1, 1, 1});
-  // More query tiles than SMs: the persistent grid (D = 128, 256, 128/64), its
+  // More query tiles than SMs: the persistent grid (D = 128, 256, 192/128, 128/64), its
   // items from the counter, some without a key tile (Nq > Nk under a window).
   cases.push_back({"document", "alibi", 600, 700, 128, 64, DType::kFloat16, 128, 128, 2, 16, 4});
   cases.push_back({"causal", "none", 1000, 1000, 128, 128, DType::kBFloat16, 128, 128, 1, 20, 4});
   cases.push_back({"sliding_window:64,32", "rel_bias", 1200, 300, 256, 256, DType::kBFloat16, 128, 128, 1, 16, 16});
   cases.push_back({"mini_causal:37", "softcap:30", 700, 500, 128, 128, DType::kFloat16, 256, 128, 1, 24, 8});
+  cases.push_back({"causal", "alibi", 700, 600, 192, 128, DType::kBFloat16, 128, 128, 1, 24, 8});
   // D = 64: a block per item, with the workspace given.
   cases.push_back({"prefix_lm:150", "none", 700, 900, 64, 64, DType::kBFloat16, 128, 128, 1, 24, 8});
   // The check can fail: the kernel given another score_mod than the reference.
