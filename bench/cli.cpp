@@ -472,6 +472,10 @@ ParseResult parse_args(const std::vector<std::string>& args) {
     if (!why.empty()) return fail(why.rfind("--mask-mod", 0) == 0 ? why : "--mask-mod: " + why);
     if (!o.score_mod.empty()) parse_score_mod(o.score_mod, o.H, why);
     if (!why.empty()) return fail("--score-mod: " + why);
+    if (mask_spec == "tensor" || o.score_mod == "bias")
+      return fail(std::string(mask_spec == "tensor" ? "--mask-mod tensor" : "--score-mod bias") +
+                  " reads a tensor, which the harness does not make: attnlab.flex_attention takes one "
+                  "(scripts/bench_blocksparse.py), the dynamic-mask mode (--mask, --bias) dmattn's");
     for (const std::string& f : given)
       if (dynamic_mask_options.count(f))
         return fail("--mask-mod and " + f + " select two modes (block-sparse, dynamic-mask): give one" +

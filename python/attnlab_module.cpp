@@ -560,15 +560,53 @@ constexpr const char* kBlockMaskNames[8] = {"kv_num_blocks",  "kv_indices", "ful
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// The element strides of a contiguous [b, h, q, row] tensor read as (B, H,
+// Nq, row) (mods.h's PairTensor): 0 along a dimension of size 1.
+attnlab::PairTensor pair_tensor(const at::Tensor& t, const void* data) {
+  attnlab::PairTensor pt;
+  pt.data = data;
+  pt.sq = t.size(2) == 1 ? 0 : t.stride(2);
+  pt.sh = t.size(1) == 1 ? 0 : t.stride(1);
+  pt.sb = t.size(0) == 1 ? 0 : t.stride(0);
+  return pt;
+}
+
+// Why a tensor operand of the pairs is not [1|B, 1|H, 1|Nq, cols] (contiguous,
+// `dtype`, on `device`); "" when it is.
+std::string pair_tensor_unfit(const at::Tensor& t, const char* name, at::ScalarType dtype, int64_t B, int64_t H,
+                              int64_t Nq, int64_t cols, const c10::Device& device) {
+  const std::string want = "[1|" + std::to_string(B) + ", 1|" + std::to_string(H) + ", 1|" + std::to_string(Nq) +
+                           ", " + std::to_string(cols) + "]";
+  if (!t.is_cuda() || t.device() != device) return std::string(name) + " must be on " + str(device) + ", got one on " + str(t.device());
+  if (t.scalar_type() != dtype) return std::string(name) + " must be " + str(dtype) + ", got " + str(t.scalar_type());
+  const bool fits = t.dim() == 4 && (t.size(0) == 1 || t.size(0) == B) && (t.size(1) == 1 || t.size(1) == H) &&
+                    (t.size(2) == 1 || t.size(2) == Nq) && t.size(3) == cols && t.is_contiguous();
+  return fits ? "" : std::string(name) + " must be a contiguous " + want + " tensor, got " + str(t.sizes());
+}
+
 // The mask_mod of `spec` for Nq x Nk; a document mask_mod reads `doc_ids`
 // (int32 [rows, L], L >= max(Nq, Nk), on `device`), one row per batch the
-// caller evaluates it for.
+// caller evaluates it for; a tensor mask_mod `mask_bits`, bit-packed int32
+// [1|rows, 1|heads, 1|Nq, 2·ceil(Nk / 64)] (attnlab.pack_mask's words).
 attnlab::MaskMod checked_mask_mod(const std::string& spec, int64_t Nq, int64_t Nk,
                                   const std::optional<at::Tensor>& doc_ids, int64_t rows, const c10::Device& device,
-                                  const char* where) {
+                                  const char* where, const std::optional<at::Tensor>& mask_bits = std::nullopt,
+                                  int64_t heads = 1) {
   std::string why;
   attnlab::MaskMod mask = attnlab::parse_mask_mod(spec, int(Nq), int(Nk), why);
   ATTNLAB_RAISE_UNLESS(why.empty(), py::value_error, where, why);
+  ATTNLAB_RAISE_UNLESS(mask.kind == attnlab::MaskModKind::kTensor || !mask_bits, py::value_error, where,
+                       "mask_bits are the tensor mask_mod's; mask_mod is '" + spec + "'");
+  if (mask.kind == attnlab::MaskModKind::kTensor) {
+    ATTNLAB_RAISE_UNLESS(!doc_ids, py::value_error, where, "doc_ids are the document mask_mod's; mask_mod is 'tensor'");
+    ATTNLAB_RAISE_UNLESS(mask_bits.has_value(), py::value_error, where,
+                         "the tensor mask_mod is a keep tensor: pass the tensor itself as mask_mod");
+    const std::string unfit = pair_tensor_unfit(*mask_bits, "mask_bits", at::kInt, rows, heads, Nq,
+                                                attnlab::dma_mask_bit_row_words(int(Nk)), device);
+    ATTNLAB_RAISE_UNLESS(unfit.empty(), py::value_error, where, unfit);
+    mask.bits = pair_tensor(*mask_bits, mask_bits->data_ptr());
+    return mask;
+  }
   if (mask.kind != attnlab::MaskModKind::kDocument) {
     ATTNLAB_RAISE_UNLESS(!doc_ids, py::value_error, where,
                          "doc_ids are the document mask_mod's; mask_mod is '" + spec + "'");
@@ -595,6 +633,36 @@ attnlab::ScoreMod checked_score_mod(const std::string& spec, int64_t H, const ch
   std::string why;
   const attnlab::ScoreMod score = attnlab::parse_score_mod(spec, int(H), why);
   ATTNLAB_RAISE_UNLESS(why.empty(), py::value_error, where, why);
+  return score;
+}
+
+// The score_mod of `spec` for the problem p; a bias score_mod reads `bias`
+// ([1|B, 1|H, 1|Nq, Nk], q's dtype) and, given `dbias` (fp32, zeroed, in the
+// bias's shape or the full [B, H, Nq, Nk]), writes its gradient there.
+attnlab::ScoreMod checked_score_mod(const std::string& spec, const AttnProblem& p, const at::Tensor& q,
+                                    const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& dbias,
+                                    const char* where) {
+  attnlab::ScoreMod score = checked_score_mod(spec, p.H, where);
+  if (score.kind != attnlab::ScoreModKind::kBias) {
+    ATTNLAB_RAISE_UNLESS(!bias && !dbias, py::value_error, where,
+                         "bias is the bias score_mod's; score_mod is '" + spec + "'");
+    return score;
+  }
+  ATTNLAB_RAISE_UNLESS(bias.has_value(), py::value_error, where, "the bias score_mod needs its tensor");
+  std::string unfit = pair_tensor_unfit(*bias, "bias", q.scalar_type(), p.B, p.H, p.Nq, p.Nk, q.device());
+  ATTNLAB_RAISE_UNLESS(unfit.empty(), py::value_error, where, unfit);
+  score.bias = pair_tensor(*bias, bias->data_ptr());
+  score.bias_bf16 = q.scalar_type() == at::kBFloat16;
+  score.nq = p.Nq, score.nk = p.Nk;
+  if (dbias) {
+    unfit = pair_tensor_unfit(*dbias, "dbias", at::kFloat, p.B, p.H, p.Nq, p.Nk, q.device());
+    ATTNLAB_RAISE_UNLESS(unfit.empty(), py::value_error, where, unfit);
+    score.dbias = dbias->data_ptr<float>();
+    score.dbias_at = pair_tensor(*dbias, nullptr);
+    // added where several pairs share an element (a broadcast dimension)
+    score.dbias_add = (dbias->size(0) == 1 && p.B > 1) || (dbias->size(1) == 1 && p.H > 1) ||
+                      (dbias->size(2) == 1 && p.Nq > 1);
+  }
   return score;
 }
 
@@ -650,7 +718,8 @@ attnlab::BlockMaskView checked_block_mask(const std::vector<at::Tensor>& t, int6
 std::tuple<std::vector<at::Tensor>, std::string> bs_create_block_mask(const std::string& spec, int64_t B, int64_t H,
                                                                       int64_t Nq, int64_t Nk, int64_t block_q,
                                                                       int64_t block_kv, const std::string& device_name,
-                                                                      const std::optional<at::Tensor>& doc_ids) {
+                                                                      const std::optional<at::Tensor>& doc_ids,
+                                                                      const std::optional<at::Tensor>& mask_bits) {
   constexpr const char* where = "attnlab.create_block_mask";
   const c10::Device device(device_name);
   ATTNLAB_RAISE_UNLESS(device.is_cuda(), py::value_error, where,
@@ -663,7 +732,7 @@ std::tuple<std::vector<at::Tensor>, std::string> bs_create_block_mask(const std:
   const std::string why = attnlab::block_mask_gpu_unsupported(int(B), int(H), int(Nq), int(Nk), int(block_q),
                                                               int(block_kv));
   ATTNLAB_RAISE_UNLESS(why.empty(), py::value_error, where, why);
-  const attnlab::MaskMod mask = checked_mask_mod(spec, Nq, Nk, doc_ids, B, device, where);
+  const attnlab::MaskMod mask = checked_mask_mod(spec, Nq, Nk, doc_ids, B, device, where, mask_bits, H);
   const c10::cuda::CUDAGuard guard(device);
   const int64_t M = ceil_div(Nq, block_q), N = ceil_div(Nk, block_kv);
   const auto opts = at::TensorOptions().dtype(at::kInt).device(device);
@@ -705,12 +774,15 @@ std::tuple<at::Tensor, at::Tensor> bs_forward(const at::Tensor& q_in, const at::
                                               const std::vector<at::Tensor>& kv_lists, int64_t block_q,
                                               int64_t block_kv, const std::string& mask_spec,
                                               const std::string& score_spec, std::optional<double> scale,
-                                              bool enable_gqa, const std::optional<at::Tensor>& doc_ids) {
+                                              bool enable_gqa, const std::optional<at::Tensor>& doc_ids,
+                                              const std::optional<at::Tensor>& mask_bits,
+                                              const std::optional<at::Tensor>& bias) {
   constexpr const char* where = "attnlab.flex_attention";
   const AttnProblem p = checked_problem(q_in, k_in, v_in, false, scale, enable_gqa, where);
   const attnlab::BlockMaskView view = checked_block_mask(kv_lists, p.Nq, p.Nk, block_q, block_kv, q_in.device(), where);
-  const attnlab::MaskMod mask = checked_mask_mod(mask_spec, p.Nq, p.Nk, doc_ids, p.B, q_in.device(), where);
-  const attnlab::ScoreMod score = checked_score_mod(score_spec, p.H, where);
+  const attnlab::MaskMod mask =
+      checked_mask_mod(mask_spec, p.Nq, p.Nk, doc_ids, p.B, q_in.device(), where, mask_bits, p.H);
+  const attnlab::ScoreMod score = checked_score_mod(score_spec, p, q_in, bias, std::nullopt, where);
   const c10::cuda::CUDAGuard guard(q_in.device());
   const std::string why = attnlab::blocksparse_fwd_unsupported(p, view);
   ATTNLAB_RAISE_UNLESS(why.empty(), py::value_error, where, "does not support " + p.shape_string() + ": " + why);
@@ -741,7 +813,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bs_backward(
     const at::Tensor& lse, const at::Tensor& dout_in, const std::vector<at::Tensor>& q_lists,
     const std::vector<at::Tensor>& kv_lists, int64_t block_q, int64_t block_kv, const std::string& mask_spec,
     const std::string& score_spec, std::optional<double> scale, bool enable_gqa,
-    const std::optional<at::Tensor>& doc_ids, bool deterministic) {
+    const std::optional<at::Tensor>& doc_ids, bool deterministic, const std::optional<at::Tensor>& mask_bits,
+    const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& dbias) {
   constexpr const char* where = "attnlab.flex_attention (backward)";
   const AttnProblem p = checked_problem(q_in, k_in, v_in, false, scale, enable_gqa, where);
   check_backward_inputs(p, q_in, o_in, lse, dout_in, where);
@@ -750,8 +823,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bs_backward(
   std::vector<at::Tensor> lists(kv_lists);
   lists.insert(lists.end(), q_lists.begin(), q_lists.end());
   const attnlab::BlockMaskView view = checked_block_mask(lists, p.Nq, p.Nk, block_q, block_kv, q_in.device(), where);
-  const attnlab::MaskMod mask = checked_mask_mod(mask_spec, p.Nq, p.Nk, doc_ids, p.B, q_in.device(), where);
-  const attnlab::ScoreMod score = checked_score_mod(score_spec, p.H, where);
+  const attnlab::MaskMod mask =
+      checked_mask_mod(mask_spec, p.Nq, p.Nk, doc_ids, p.B, q_in.device(), where, mask_bits, p.H);
+  const attnlab::ScoreMod score = checked_score_mod(score_spec, p, q_in, bias, dbias, where);
   const c10::cuda::CUDAGuard guard(q_in.device());
   const std::string why = attnlab::blocksparse_bwd_unsupported(p, view);
   ATTNLAB_RAISE_UNLESS(why.empty(), py::value_error, where, "does not support " + p.shape_string() + ": " + why);
@@ -768,14 +842,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bs_backward(
 // The (b, h, q, k) in [B, H, Q_LEN, KV_LEN] that `spec` keeps, counted on the
 // GPU (count_kept_pairs): the FLOP count's pairs.
 int64_t bs_kept_pairs(const std::string& spec, int64_t B, int64_t H, int64_t Nq, int64_t Nk,
-                      const std::string& device_name, const std::optional<at::Tensor>& doc_ids) {
+                      const std::string& device_name, const std::optional<at::Tensor>& doc_ids,
+                      const std::optional<at::Tensor>& mask_bits) {
   constexpr const char* where = "attnlab.kept_pairs";
   const c10::Device device(device_name);
   ATTNLAB_RAISE_UNLESS(device.is_cuda(), py::value_error, where, "pairs are counted on a CUDA device");
   ATTNLAB_RAISE_UNLESS(B >= 1 && H >= 1 && Nq >= 1 && Nk >= 1 && B <= 65535 && H <= 65535 &&
                            Nq < (int64_t(1) << 31) && Nk < (int64_t(1) << 31),
                        py::value_error, where, "B, H, Q_LEN, KV_LEN must be >= 1 (B, H <= 65535; lengths < 2^31)");
-  const attnlab::MaskMod mask = checked_mask_mod(spec, Nq, Nk, doc_ids, B, device, where);
+  const attnlab::MaskMod mask = checked_mask_mod(spec, Nq, Nk, doc_ids, B, device, where, mask_bits, H);
   const c10::cuda::CUDAGuard guard(device);
   const at::Tensor counter = at::zeros({1}, at::TensorOptions().dtype(at::kLong).device(device));
   const cudaError_t err =
@@ -836,6 +911,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("blocksparse_create_block_mask", &bs_create_block_mask, pybind11::arg("mask_mod"), pybind11::arg("B"),
         pybind11::arg("H"), pybind11::arg("Q_LEN"), pybind11::arg("KV_LEN"), pybind11::arg("block_q"),
         pybind11::arg("block_kv"), pybind11::arg("device"), pybind11::arg("doc_ids") = pybind11::none(),
+        pybind11::arg("mask_bits") = pybind11::none(),
         "A mask_mod spec's block mask built on the GPU: ([8 int32 tensors in torch's BlockMask order], canonical "
         "spec) (use attnlab.create_block_mask).");
   m.def("block_mask_invalid", &bs_block_mask_invalid, pybind11::arg("tensors"), pybind11::arg("Q_LEN"),
@@ -844,17 +920,20 @@ PYBIND11_MODULE(_C, m) {
   m.def("blocksparse_forward", &bs_forward, pybind11::arg("q"), pybind11::arg("k"), pybind11::arg("v"),
         pybind11::arg("kv_lists"), pybind11::arg("block_q"), pybind11::arg("block_kv"), pybind11::arg("mask_mod"),
         pybind11::arg("score_mod"), pybind11::arg("scale") = pybind11::none(), pybind11::arg("enable_gqa") = false,
-        pybind11::arg("doc_ids") = pybind11::none(),
+        pybind11::arg("doc_ids") = pybind11::none(), pybind11::arg("mask_bits") = pybind11::none(),
+        pybind11::arg("bias") = pybind11::none(),
         "The block-sparse forward on a block mask's forward lists; returns (out, lse) (use attnlab.flex_attention).");
   m.def("blocksparse_backward", &bs_backward, pybind11::arg("q"), pybind11::arg("k"), pybind11::arg("v"),
         pybind11::arg("o"), pybind11::arg("lse"), pybind11::arg("dout"), pybind11::arg("q_lists"),
         pybind11::arg("kv_lists"), pybind11::arg("block_q"), pybind11::arg("block_kv"), pybind11::arg("mask_mod"),
         pybind11::arg("score_mod"), pybind11::arg("scale") = pybind11::none(), pybind11::arg("enable_gqa") = false,
         pybind11::arg("doc_ids") = pybind11::none(), pybind11::arg("deterministic") = false,
+        pybind11::arg("mask_bits") = pybind11::none(), pybind11::arg("bias") = pybind11::none(),
+        pybind11::arg("dbias") = pybind11::none(),
         "The block-sparse backward on a block mask's transposed lists; returns (dq, dk, dv) "
         "(use attnlab.flex_attention's autograd).");
   m.def("blocksparse_kept_pairs", &bs_kept_pairs, pybind11::arg("mask_mod"), pybind11::arg("B"), pybind11::arg("H"),
         pybind11::arg("Q_LEN"), pybind11::arg("KV_LEN"), pybind11::arg("device"),
-        pybind11::arg("doc_ids") = pybind11::none(),
+        pybind11::arg("doc_ids") = pybind11::none(), pybind11::arg("mask_bits") = pybind11::none(),
         "The exact number of (b, h, q, k) pairs a mask_mod spec keeps, counted on the GPU.");
 }

@@ -10,7 +10,11 @@
 // A mod's kind is a kernel argument. Each function switches on it once per
 // tile and calls, per case, a copy of the mod whose kind is that case's
 // constant: after inlining, the per-element loop holds one formula, not the
-// switch.
+// switch. The tensor mods (a tensor mask_mod, a bias score_mod) are
+// compiled only into kernels instantiated for them (kTensorMods): their loads
+// in the unrolled loops cost registers (the bias spilled 20–64 bytes at
+// D = 128, the tensor mask 8 in the backward at D = 192), and the other
+// mods' kernels stay as they were.
 #pragma once
 
 #include <cmath>
@@ -19,8 +23,9 @@
 
 namespace attnlab {
 
-// f(mod with its kind fixed at compile time).
-template <typename F>
+// f(mod with its kind fixed at compile time); a tensor mask only in the
+// kTensorMods kernels (the others are never launched with one).
+template <bool kTensorMods, typename F>
 __device__ __forceinline__ void with_static_kind(const MaskMod& mod, F&& f) {
   auto as = [&](MaskModKind kind) {
     MaskMod fixed = mod;
@@ -36,9 +41,13 @@ __device__ __forceinline__ void with_static_kind(const MaskMod& mod, F&& f) {
     case MaskModKind::kPrefixLm: as(MaskModKind::kPrefixLm); break;
     case MaskModKind::kDilatedWindow: as(MaskModKind::kDilatedWindow); break;
     case MaskModKind::kDocument: as(MaskModKind::kDocument); break;
+    case MaskModKind::kTensor:
+      if constexpr (kTensorMods) as(MaskModKind::kTensor);
+      break;
   }
 }
-template <typename F>
+// (The bias is not here: the kTensorMods kernels add it in add_bias.)
+template <bool kTensorMods, typename F>
 __device__ __forceinline__ void with_static_kind(const ScoreMod& mod, F&& f) {
   auto as = [&](ScoreModKind kind) {
     ScoreMod fixed = mod;
@@ -50,6 +59,7 @@ __device__ __forceinline__ void with_static_kind(const ScoreMod& mod, F&& f) {
     case ScoreModKind::kRelBias: as(ScoreModKind::kRelBias); break;
     case ScoreModKind::kAlibi: as(ScoreModKind::kAlibi); break;
     case ScoreModKind::kSoftcap: as(ScoreModKind::kSoftcap); break;
+    case ScoreModKind::kBias: break;
   }
 }
 
@@ -62,11 +72,37 @@ __device__ __forceinline__ void for_each_score(float (&S)[kTilesS][4], int row0,
     for (int e = 0; e < 4; ++e) f(S[n][e], row0 + (e / 2) * 8, kv_start + n * 8 + 2 * t + e % 2);
 }
 
+// s' = scale · s + bias[b, h, q, k] with each of the lane's two rows'
+// addresses formed once (ScoreMod::bias_at per pair, its 64-bit index
+// arithmetic in the unrolled loop, spilled 20–36 bytes at the forward's 240
+// registers), the indices clamped into Nq x Nk as bias_at clamps them.
+template <typename T, int kTilesS>
+__device__ __forceinline__ void add_bias(float (&S)[kTilesS][4], const ScoreMod& mod, float scale, int batch,
+                                         int head, int row0, int kv_start, int t) {
+  const T* row[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+    row[r] = static_cast<const T*>(mod.bias.data) + mod.bias.row(batch, head, min(row0 + 8 * r, mod.nq - 1));
+#pragma unroll
+  for (int n = 0; n < kTilesS; ++n)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const int k = min(kv_start + n * 8 + 2 * t + c, mod.nk - 1);
+      S[n][c] = S[n][c] * scale + element_to_float(row[0][k]);
+      S[n][2 + c] = S[n][2 + c] * scale + element_to_float(row[1][k]);
+    }
+}
+
 // s' = score_mod(scale · s): the raw scores become the softmax's (scaled) input.
-template <int kTilesS>
+template <bool kTensorMods, int kTilesS>
 __device__ __forceinline__ void apply_score_mod(float (&S)[kTilesS][4], const ScoreMod& score, float scale, int batch,
                                                 int head, int row0, int kv_start, int t) {
-  with_static_kind(score, [&](const ScoreMod& mod) {
+  if (kTensorMods && score.kind == ScoreModKind::kBias) {
+    if (score.bias_bf16) add_bias<__nv_bfloat16>(S, score, scale, batch, head, row0, kv_start, t);
+    else add_bias<__half>(S, score, scale, batch, head, row0, kv_start, t);
+    return;
+  }
+  with_static_kind<kTensorMods>(score, [&](const ScoreMod& mod) {
     for_each_score(S, row0, kv_start, t, [&](float& s, int q, int k) { s = mod(s * scale, batch, head, q, k); });
   });
 }
@@ -76,16 +112,17 @@ __device__ __forceinline__ void apply_score_mod(float (&S)[kTilesS][4], const Sc
 // fixes two rows and steps its keys by 8 (n8 tiles), so block_diagonal takes
 // each row's partner keys once (block_partners) and compares, and mini_causal
 // compares each row's residue mod a with the keys' (ResidueWalk), both in
-// mods.h. document is evaluated on every pair without a branch (keeps_pair,
-// mods.h: each key's id loaded once per column, selected, not branched
-// around); the others under the short-circuit, which is never evaluated out
-// of bounds. Branch-free as well, dilated_sliding_window's per-pair (q − k) % S
+// mods.h. A tensor mask reads each row's words of the tile once (4 at 128
+// keys) and tests a bit per pair. document is evaluated on every pair
+// without a branch (keeps_pair, mods.h: each key's id loaded once per column,
+// selected, not branched around); the others under the short-circuit, which
+// is never evaluated out of bounds. Branch-free as well, dilated_sliding_window's per-pair (q − k) % S
 // and the cheap compares of the rest held more values at once: the forward
 // spilled 16–56 bytes at its 240 registers (docs/experiments.md).
-template <int kTilesS>
+template <bool kTensorMods, int kTilesS>
 __device__ __forceinline__ void apply_mask_mod(float (&S)[kTilesS][4], const MaskMod& mask, int batch, int head,
                                                int row0, int kv_start, int t, int Nq, int Nk) {
-  with_static_kind(mask, [&](const MaskMod& mod) {
+  with_static_kind<kTensorMods>(mask, [&](const MaskMod& mod) {
     if (mod.kind == MaskModKind::kBlockDiagonal) {  // each row's keys: its block
       const BlockPartners keys[2] = {block_partners(mod, row0, Nq, Nk), block_partners(mod, row0 + 8, Nq, Nk)};
 #pragma unroll
@@ -107,6 +144,26 @@ __device__ __forceinline__ void apply_mask_mod(float (&S)[kTilesS][4], const Mas
         }
         rk[0].next(), rk[1].next();
       }
+    } else if (mod.kind == MaskModKind::kTensor) {  // each row's words of the tile, loaded once
+      static_assert(kTilesS * 8 % 32 == 0, "a tile of whole words (kv_start is a multiple of the tile)");
+      constexpr int kWords = kTilesS * 8 / 32;
+      const uint32_t* bits = static_cast<const uint32_t*>(mod.bits.data);
+      const int row_words = 2 * ((Nk + 63) / 64), w0 = kv_start / 32;  // dma_mask_bit_row_words
+      uint32_t w[2][kWords];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int q = row0 + 8 * r;
+        const int64_t at = mod.bits.row(batch, head, q < Nq ? q : Nq - 1) + w0;
+#pragma unroll
+        for (int i = 0; i < kWords; ++i) w[r][i] = q < Nq && w0 + i < row_words ? bits[at + i] : 0u;
+      }
+#pragma unroll
+      for (int n = 0; n < kTilesS; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int c = n * 8 + 2 * t + e % 2;  // the key's column in the tile
+          if (!((w[e / 2][c / 32] >> (c % 32) & 1u) && kv_start + c < Nk)) S[n][e] = -INFINITY;
+        }
     } else {
       const bool branch_free = mod.kind == MaskModKind::kDocument;  // a constant here: the kind is fixed
       for_each_score(S, row0, kv_start, t, [&](float& s, int q, int k) {

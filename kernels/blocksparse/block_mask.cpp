@@ -228,10 +228,12 @@ MaskMod parse_mask_mod(const std::string& spec, int Nq, int Nk, std::string& why
     m.kind = MaskModKind::kDilatedWindow, m.a = v[0], m.b = v[1];
   } else if (name == "document" && args.empty()) {
     m.kind = MaskModKind::kDocument;  // the caller supplies the ids
+  } else if (name == "tensor" && args.empty()) {
+    m.kind = MaskModKind::kTensor;  // the caller supplies the words
   } else {
     why = "unknown mask_mod '" + spec +
           "' (none, causal, sliding_window:L,R, block_diagonal:B, mini_causal:B, prefix_lm:P, "
-          "dilated_sliding_window:W,S, document)";
+          "dilated_sliding_window:W,S, document, tensor)";
     return {};
   }
   if (m.kind == MaskModKind::kBlockDiagonal || m.kind == MaskModKind::kMiniCausal) m.by_a = FastDivmod(m.a);
@@ -257,11 +259,32 @@ ScoreMod parse_score_mod(const std::string& spec, int H, std::string& why) {
       return {};
     }
     s.kind = ScoreModKind::kSoftcap, s.cap = c;
+  } else if (name == "bias" && args.empty()) {
+    s.kind = ScoreModKind::kBias;  // the caller supplies the tensor
   } else {
-    why = "unknown score_mod '" + spec + "' (none, rel_bias, alibi, softcap:C)";
+    why = "unknown score_mod '" + spec + "' (none, rel_bias, alibi, softcap:C, bias)";
     return {};
   }
   return s;
+}
+
+std::string mods_missing_tensors(const MaskMod& mask, const ScoreMod& score) {
+  if (mask.kind == MaskModKind::kDocument && (mask.doc == nullptr || mask.doc_len < 1))
+    return "the document mask_mod without its ids";
+  if (mask.kind == MaskModKind::kTensor && mask.bits.data == nullptr) return "the tensor mask_mod without its words";
+  if (score.kind == ScoreModKind::kBias && score.bias.data == nullptr) return "the bias score_mod without its tensor";
+  return "";
+}
+
+std::string mods_unfit(const AttnProblem& p, const MaskMod& mask, const ScoreMod& score) {
+  if (std::string why = mods_missing_tensors(mask, score); !why.empty()) return why;
+  if (score.kind != ScoreModKind::kBias) return "";
+  if (score.nq != p.Nq || score.nk != p.Nk) return "a bias score_mod set for another Nq x Nk";
+  if (score.bias_bf16 != (p.dtype == DType::kBFloat16)) return "a bias score_mod of another dtype";
+  const PairTensor& d = score.dbias_at;
+  const bool shared = (d.sb == 0 && p.B > 1) || (d.sh == 0 && p.H > 1) || (d.sq == 0 && p.Nq > 1);
+  if (score.dbias != nullptr && shared && !score.dbias_add) return "a broadcast dBias stored, not added";
+  return "";
 }
 
 std::string mask_mod_name(const MaskMod& m) {
@@ -275,6 +298,7 @@ std::string mask_mod_name(const MaskMod& m) {
     case MaskModKind::kDilatedWindow:
       return "dilated_sliding_window:" + std::to_string(m.a) + "," + std::to_string(m.b);
     case MaskModKind::kDocument: return "document";
+    case MaskModKind::kTensor: return "tensor";
   }
   return "?";
 }
@@ -289,6 +313,7 @@ std::string score_mod_name(const ScoreMod& s) {
       std::snprintf(c, sizeof c, "%g", double(s.cap));
       return std::string("softcap:") + c;
     }
+    case ScoreModKind::kBias: return "bias";
   }
   return "?";
 }

@@ -96,7 +96,9 @@ static_assert(128 % Config<64, 64>::kBr == 0 && 128 % Config<128, 128>::kBr == 0
                   Config<64, 64>::kBc == 128 && 128 % Config<256, 256>::kBc == 0,
               "FlexAttention's default 128 x 128 blocks are whole tiles");
 
-template <typename Cfg, typename T, bool kDeterministic>
+// kTensorMods: the instance for a tensor mask_mod or a bias score_mod
+// (apply_mods.cuh says why they have their own).
+template <typename Cfg, typename T, bool kDeterministic, bool kTensorMods>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
 blocksparse_bwd_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUtensorMap tma_k,
                        const __grid_constant__ CUtensorMap tma_v, const __grid_constant__ CUtensorMap tma_do,
@@ -119,7 +121,7 @@ blocksparse_bwd_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_c
           bwd_write_dq<Cfg, T, kDeterministic>(sm, p, w, dq_accum, nq_pad, dq_turns, writer);
       },
       [&](const BwdShared<Cfg, T>& sm, const BsBwdWork& w) {
-        const BsBwdScores scores{p, mask, score, w.b};  // NEW (mods)
+        const BsBwdScores<kTensorMods> scores{p, mask, score, w.b};  // NEW (mods)
         if constexpr (kRoles<Cfg>) {
           if (threadIdx.x < 128)
             bwd_roles_chain<Cfg, T, true>(sm, p, w, scores, dv);
@@ -192,7 +194,12 @@ cudaError_t launch(const AttnProblem& p, const AttnGradBuffers& b, const BlockMa
   }
   return bwd_ws_launch<BsBwdHeadDims, Config, kDeterministic>(
       p, b, stream,
-      [](auto cfg, auto type) { return blocksparse_bwd_kernel<decltype(cfg), decltype(type), kDeterministic>; },
+      [&](auto cfg, auto type) {
+        using C = decltype(cfg);
+        using T = decltype(type);
+        return has_tensor_mods(mask, score) ? blocksparse_bwd_kernel<C, T, kDeterministic, true>
+                                            : blocksparse_bwd_kernel<C, T, kDeterministic, false>;
+      },
       lists, mask, score);
 }
 
@@ -220,7 +227,8 @@ size_t blocksparse_bwd_workspace_bytes(const AttnProblem& p, const BlockMaskView
 
 cudaError_t blocksparse_bwd(const AttnProblem& p, const AttnGradBuffers& b, const BlockMaskView& bm,
                             const MaskMod& mask, const ScoreMod& score, bool deterministic, cudaStream_t stream) {
-  if (!blocksparse_bwd_unsupported(p, bm).empty() || b.workspace == nullptr ||
+  if (!blocksparse_bwd_unsupported(p, bm).empty() || !mods_unfit(p, mask, score).empty() ||
+      b.workspace == nullptr ||
       b.workspace_bytes < blocksparse_bwd_workspace_bytes(p, bm))
     return cudaErrorInvalidValue;
   return deterministic ? launch<true>(p, b, bm, mask, score, stream) : launch<false>(p, b, bm, mask, score, stream);

@@ -97,7 +97,9 @@ static_assert(WsWarps<kBsWarpgroups>::kProducerRegs == 40 && WsWarps<kBsWarpgrou
 static_assert(128 % Config<64, 64>::kBr == 0 && 128 % Config<128, 128>::kBc == 0 && 128 % Config<256, 256>::kBc == 0,
               "FlexAttention's default 128 x 128 blocks are whole tiles");
 
-template <typename Cfg, typename T, bool kPingpong, bool kPersistent>
+// kTensorMods: the instance for a tensor mask_mod or a bias score_mod
+// (apply_mods.cuh says why they have their own).
+template <typename Cfg, typename T, bool kPingpong, bool kPersistent, bool kTensorMods>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
 blocksparse_fwd_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUtensorMap tma_k,
                        const __grid_constant__ CUtensorMap tma_v, T* __restrict__ o, float* __restrict__ lse,
@@ -142,7 +144,8 @@ blocksparse_fwd_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_c
     const KvTileWalk walk = kv_tile_walk(lists, p, head, q_start, Cfg::kBc);  // NEW (walk): the producer's
     float O[Cfg::kTilesO][4] = {};
     RowStats stats;
-    blocksparse_compute<Cfg, T, kPingpong>(sm, p, walk, mask, score, score_scale, head, q_start, ring, O, stats);
+    blocksparse_compute<Cfg, T, kPingpong, kTensorMods>(sm, p, walk, mask, score, score_scale, head, q_start, ring,
+                                                        O, stats);
     blocksparse_store<T>(O, stats, p, score_scale, head, q_start, o, lse);
     if constexpr (!kPersistent) break;
   }
@@ -175,7 +178,8 @@ size_t blocksparse_fwd_workspace_bytes() { return kDynamicCounterBytes; }
 
 cudaError_t blocksparse_fwd(const AttnProblem& p, const AttnBuffers& b, const BlockMaskView& bm, const MaskMod& mask,
                             const ScoreMod& score, cudaStream_t stream) {
-  if (!blocksparse_fwd_unsupported(p, bm).empty()) return cudaErrorInvalidValue;
+  if (!blocksparse_fwd_unsupported(p, bm).empty() || !mods_unfit(p, mask, score).empty())
+    return cudaErrorInvalidValue;
   cudaError_t err = cudaErrorInvalidValue;
   BsHeadDims::dispatch(p.D, p.Dv, [&](auto dims) {
     constexpr int D = decltype(dims)::D, Dv = decltype(dims)::Dv;
@@ -200,7 +204,10 @@ cudaError_t blocksparse_fwd(const AttnProblem& p, const AttnBuffers& b, const Bl
       lists.B = bm.B, lists.H = bm.H, lists.m_blocks = bm.m_blocks, lists.n_blocks = bm.n_blocks;
       lists.block_q = bm.block_q;
       lists.tiles_per_block = bm.block_kv / Cfg::kBc;
-      return launch_with_smem(blocksparse_fwd_kernel<Cfg, T, BsTile<D, Dv>::kPingpong, BsTile<D, Dv>::kPersistent>,
+      constexpr bool kPingpong = BsTile<D, Dv>::kPingpong, kPersistent = BsTile<D, Dv>::kPersistent;
+      return launch_with_smem(has_tensor_mods(mask, score)
+                                  ? blocksparse_fwd_kernel<Cfg, T, kPingpong, kPersistent, true>
+                                  : blocksparse_fwd_kernel<Cfg, T, kPingpong, kPersistent, false>,
                               dim3(unsigned(blocks)),
                               Cfg::kThreads, Cfg::kSmemBytes, stream, maps[0], maps[1], maps[2],
                               static_cast<T*>(b.o), b.lse, p, order, lists, mask, score, counter);

@@ -37,6 +37,9 @@ __device__ __forceinline__ void for_each_score_t(float (&St)[kTiles][4], int key
 }
 
 // bwd_compute_walk's score step under a block mask (a ScoreStep).
+// kTensorMods: the instance for a tensor mask_mod or a bias score_mod
+// (apply_mods.cuh says why they have their own).
+template <bool kTensorMods>
 struct BsBwdScores {
   const AttnProblem& p;
   const MaskMod& mask;    // the kernel's parameters (__grid_constant__): read where used,
@@ -53,12 +56,15 @@ struct BsBwdScores {
   __device__ __forceinline__ void probabilities(float (&St)[kTiles][4], const float2 (&lse)[kTiles],
                                                 const BsBwdSlot& slot, const BwdTileAt& at) const {
     const auto lse_of = [&](int n, int e) { return e & 1 ? lse[n].y : lse[n].x; };
-    if (score.kind == ScoreModKind::kNone) {
+    if (kTensorMods && score.kind == ScoreModKind::kBias) {
+      if (score.bias_bf16) bias_probabilities<__nv_bfloat16>(St, lse, slot, at);
+      else bias_probabilities<__half>(St, lse, slot, at);
+    } else if (score.kind == ScoreModKind::kNone) {
       const float scale_log2 = p.scale * kLog2e;
       for_each_score_t(St, at.key_row0, at.q_first,
                        [&](float& s, int n, int e, int, int) { s = exp2_approx(s * scale_log2 - lse_of(n, e)); });
     } else {
-      with_static_kind(score, [&](const ScoreMod& mod) {
+      with_static_kind<kTensorMods>(score, [&](const ScoreMod& mod) {
         for_each_score_t(St, at.key_row0, at.q_first, [&](float& s, int n, int e, int q, int k) {
           s = exp2_approx(mod(s * p.scale, batch, slot.h, q, k) * kLog2e - lse_of(n, e));
         });
@@ -73,17 +79,40 @@ struct BsBwdScores {
     }
   }
 
+  // Pᵀ = exp2((scale·S + bias)·log2e − LSE·log2e) with each query's bias row
+  // addressed once for the lane's two keys (apply_mods.cuh's add_bias: the
+  // per-pair bias_at spills), indices clamped into Nq x Nk.
+  template <typename T, int kTiles>
+  __device__ __forceinline__ void bias_probabilities(float (&St)[kTiles][4], const float2 (&lse)[kTiles],
+                                                     const BsBwdSlot& slot, const BwdTileAt& at) const {
+    const int t = threadIdx.x % 4;
+    const float scale_log2 = p.scale * kLog2e;
+    const T* bias = static_cast<const T*>(score.bias.data) + score.bias.row(batch, slot.h, 0);
+    const int k0 = min(at.key_row0, score.nk - 1), k1 = min(at.key_row0 + 8, score.nk - 1);
+#pragma unroll
+    for (int n = 0; n < kTiles; ++n)
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const T* row = bias + int64_t(min(at.q_first + n * 8 + 2 * t + i, score.nq - 1)) * score.bias.sq;
+        const float l2 = i ? lse[n].y : lse[n].x;
+        St[n][i] = exp2_approx(St[n][i] * scale_log2 + element_to_float(row[k0]) * kLog2e - l2);
+        St[n][2 + i] = exp2_approx(St[n][2 + i] * scale_log2 + element_to_float(row[k1]) * kLog2e - l2);
+      }
+  }
+
   // Pᵀ = 0 where the mask_mod drops the pair or the key is past Nk; rows past
   // Nq have P = 0 already. A lane holds two keys: block_diagonal and
   // mini_causal in their periodic forms (apply_mods.cuh) with the keys fixed
   // and the queries stepping; document with the keys' ids loaded once and each
-  // query's id once for both keys, no branch; the rest under the short-circuit,
-  // never evaluated out of bounds (keeps_pair's branch-free form, which suits
-  // the forward, spilled 4–36 bytes here at 240 registers: docs/experiments.md).
+  // query's id once for both keys, no branch; the rest (a tensor mask too:
+  // each query's row addressed once for both keys spilled 16–24 bytes more at
+  // D = 192) under the short-circuit, never evaluated out of bounds
+  // (keeps_pair's branch-free form, which suits the forward, spilled 4–36
+  // bytes here at 240 registers: docs/experiments.md).
   template <int kTiles>
   __device__ __forceinline__ void apply_mask_mod_t(float (&St)[kTiles][4], int head, const BwdTileAt& at) const {
     const int t = threadIdx.x % 4;
-    with_static_kind(mask, [&](const MaskMod& mod) {
+    with_static_kind<kTensorMods>(mask, [&](const MaskMod& mod) {
       if (mod.kind == MaskModKind::kBlockDiagonal) {  // each key's queries: its block
         const BlockPartners queries[2] = {block_partners(mod, at.key_row0, p.Nk, p.Nq),
                                           block_partners(mod, at.key_row0 + 8, p.Nk, p.Nq)};
@@ -131,6 +160,33 @@ struct BsBwdScores {
         });
       }
     });
+  }
+
+  // dBias = dS' (s' = s + bias: the gradient of s' is the bias's), stored
+  // for each pair in bounds, or added where the bias is broadcast (mods.h's
+  // ScoreMod::dbias). Pairs the mask_mod drops have dS' = 0 and are written
+  // too; pairs of blocks never visited keep the caller's zeros.
+  template <int kTiles>
+  __device__ __forceinline__ void record_ds(const float (&dSt)[kTiles][4], const BsBwdSlot& slot,
+                                            const BwdTileAt& at) const {
+    if (!kTensorMods || score.kind != ScoreModKind::kBias || score.dbias == nullptr) return;
+    const int t = threadIdx.x % 4, k0 = at.key_row0;
+    float* dbias = score.dbias + score.dbias_at.row(batch, slot.h, 0);
+    const bool key_in[2] = {k0 < p.Nk, k0 + 8 < p.Nk};
+#pragma unroll
+    for (int n = 0; n < kTiles; ++n)
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {  // query q_first + 8n + 2t + i, keys k0 and k0 + 8
+        const int q = at.q_first + n * 8 + 2 * t + i;
+        if (q >= p.Nq) continue;
+        float* row = dbias + int64_t(q) * score.dbias_at.sq + k0;
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          if (!key_in[j]) continue;
+          if (score.dbias_add) atomicAdd(row + 8 * j, dSt[n][2 * j + i]);
+          else row[8 * j] = dSt[n][2 * j + i];
+        }
+      }
   }
 
   // dSᵀ ·= ds'/ds where the score_mod changes it (softcap). ScoreMod::grad

@@ -102,7 +102,7 @@ __device__ __forceinline__ void blocksparse_load(const WsShared<Cfg, T>& sm, con
 // score_scale = scale, folded into its exp2 as in rung 12), then the mask_mod
 // and the bounds on a partial tile, the bounds alone on a ragged full tile.
 // O (zero on entry) and stats are left for the epilogue.
-template <typename Cfg, typename T, bool kPingpong>
+template <typename Cfg, typename T, bool kPingpong, bool kTensorMods>
 __device__ __forceinline__ void blocksparse_compute(const WsShared<Cfg, T>& sm, const AttnProblem& p,
                                                     const KvTileWalk& walk, const MaskMod& mask,
                                                     const ScoreMod& score, float score_scale, int head, int q_start,
@@ -119,8 +119,9 @@ __device__ __forceinline__ void blocksparse_compute(const WsShared<Cfg, T>& sm, 
       [&](float (&S)[Cfg::kTilesS][4], int i) {
         const int kv_start = tile * Bc;
         if (i + 1 < n) tile = walk.tile(i + 1);
-        if (score.kind != ScoreModKind::kNone) apply_score_mod(S, score, p.scale, batch, h, row0, kv_start, lane % 4);
-        if (walk.partial(i)) apply_mask_mod(S, mask, batch, h, row0, kv_start, lane % 4, p.Nq, p.Nk);
+        if (score.kind != ScoreModKind::kNone)
+          apply_score_mod<kTensorMods>(S, score, p.scale, batch, h, row0, kv_start, lane % 4);
+        if (walk.partial(i)) apply_mask_mod<kTensorMods>(S, mask, batch, h, row0, kv_start, lane % 4, p.Nq, p.Nk);
         else if (ragged_rows || kv_start + Bc > p.Nk) apply_bounds(S, row0, kv_start, lane % 4, p.Nq, p.Nk);
       },
       ring, O, stats);

@@ -14,6 +14,9 @@
 // `document` are top-left aligned, as FlashAttention's tests define them.
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -69,12 +72,33 @@ struct ResidueWalk {
   }
 };
 
+// ---- tensors read per pair --------------------------------------------------------
+ATTNLAB_HOST_DEVICE inline float element_to_float(__half x) { return __half2float(x); }
+ATTNLAB_HOST_DEVICE inline float element_to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+// A tensor mask_mod or score_mod (dmattn's mask and bias) in the shape
+// ({B|1}, {H|1}, {Nq|1}, row) with its element strides: 0 along a broadcast
+// dimension (torch's expand), the row contiguous. Row (b, h, q) starts at
+// b·sb + h·sh + q·sq; h is the query head.
+struct PairTensor {
+  const void* data = nullptr;
+  int64_t sb = 0, sh = 0, sq = 0;
+  ATTNLAB_HOST_DEVICE int64_t row(int b, int h, int q) const {
+    return int64_t(b) * sb + int64_t(h) * sh + int64_t(q) * sq;
+  }
+};
+
 // ---- mask_mods --------------------------------------------------------------------
-enum class MaskModKind { kNone, kCausal, kSlidingWindow, kBlockDiagonal, kMiniCausal, kPrefixLm, kDilatedWindow, kDocument };
+enum class MaskModKind {
+  kNone, kCausal, kSlidingWindow, kBlockDiagonal, kMiniCausal, kPrefixLm, kDilatedWindow, kDocument, kTensor
+};
 
 // One mask_mod with its arguments (a, b: see each kind). Plain data, so that a
 // kernel takes it by value; `doc` points at int32 document ids [B][doc_len]
-// (the same ids for queries and keys) on the side that evaluates it.
+// (the same ids for queries and keys), `bits` at a tensor mask's words, on the
+// side that evaluates it. A tensor mask is bit-packed as dmattn's
+// (DmaMaskFormat::kBits): bit k % 32 of 32-bit word k / 32 of its row, 1 =
+// keep, rows of 2·ceil(Nk / 64) words; an eighth of a byte mask's traffic.
 struct MaskMod {
   MaskModKind kind = MaskModKind::kNone;
   int a = 0, b = 0;     // sliding_window: left, right; block_diagonal / mini_causal: the block;
@@ -83,8 +107,9 @@ struct MaskMod {
   FastDivmod by_a, by_b;  // division by a and by b (parse_mask_mod sets them with a and b)
   const int32_t* doc = nullptr;
   int doc_len = 0;
+  PairTensor bits;  // kTensor: uint32 words
 
-  ATTNLAB_HOST_DEVICE bool operator()(int batch, int /*head*/, int q, int k) const {
+  ATTNLAB_HOST_DEVICE bool operator()(int batch, int head, int q, int k) const {
     switch (kind) {
       case MaskModKind::kNone: return true;
       case MaskModKind::kCausal: return k <= q + off;
@@ -94,30 +119,52 @@ struct MaskMod {
       case MaskModKind::kPrefixLm: return (q < a && k < a) || q >= k;
       case MaskModKind::kDilatedWindow: return q >= k && q - k < a && by_b.mod(q - k) == 0;
       case MaskModKind::kDocument: return doc[int64_t(batch) * doc_len + q] == doc[int64_t(batch) * doc_len + k];
+      case MaskModKind::kTensor:
+        return (static_cast<const uint32_t*>(bits.data)[bits.row(batch, head, q) + (k >> 5)] >> (k & 31) & 1u) != 0u;
     }
     return false;
   }
 };
 
 // ---- score_mods -------------------------------------------------------------------
-enum class ScoreModKind { kNone, kRelBias, kAlibi, kSoftcap };
+enum class ScoreModKind { kNone, kRelBias, kAlibi, kSoftcap, kBias };
 
 // s' for the scaled score s: rel_bias s + |q − k|; alibi s − slope_h·|q − k|
 // with slope_h = 2^(−8(h+1)/H) (ALiBi's geometric slopes, Press et al. 2022);
-// softcap C·tanh(s / C). And ds/ds' (the backward's chain rule): 1, 1, and
-// 1 − tanh²(s / C).
+// softcap C·tanh(s / C); bias s + bias[b, h, q, k] (a tensor in the input
+// dtype, read at the pair clamped into Nq x Nk: a ragged tile's pairs past
+// the ends are evaluated, then dropped). And ds'/ds (the backward's chain
+// rule): 1, 1, 1 − tanh²(s / C), 1.
 struct ScoreMod {
   ScoreModKind kind = ScoreModKind::kNone;
   float cap = 0.f;  // softcap's C
   int heads = 1;    // alibi's H
+  PairTensor bias;  // kBias: the input dtype's elements
+  bool bias_bf16 = false;
+  int nq = 1, nk = 1;  // kBias: the problem's Nq, Nk (the clamp)
+  // dBias = dS' (the gradient of s', before the chain rule), fp32, in the
+  // layout of `dbias`'s strides; atomically added where several pairs of the
+  // problem share an element (a broadcast dimension), else stored. Null: none.
+  float* dbias = nullptr;
+  PairTensor dbias_at;  // strides only
+  bool dbias_add = false;
+
+  ATTNLAB_HOST_DEVICE float bias_at(int batch, int head, int q, int k) const {
+    q = q < nq ? q : nq - 1;
+    k = k < nk ? k : nk - 1;
+    const int64_t at = bias.row(batch, head, q) + k;
+    return bias_bf16 ? element_to_float(static_cast<const __nv_bfloat16*>(bias.data)[at])
+                     : element_to_float(static_cast<const __half*>(bias.data)[at]);
+  }
 
   ATTNLAB_HOST_DEVICE float alibi_slope(int head) const { return exp2f(-8.f * float(head + 1) / float(heads)); }
-  ATTNLAB_HOST_DEVICE float operator()(float s, int /*batch*/, int head, int q, int k) const {
+  ATTNLAB_HOST_DEVICE float operator()(float s, int batch, int head, int q, int k) const {
     switch (kind) {
       case ScoreModKind::kNone: return s;
       case ScoreModKind::kRelBias: return s + float(q > k ? q - k : k - q);
       case ScoreModKind::kAlibi: return s - alibi_slope(head) * float(q > k ? q - k : k - q);
       case ScoreModKind::kSoftcap: return cap * tanhf(s / cap);
+      case ScoreModKind::kBias: return s + bias_at(batch, head, q, k);
     }
     return s;
   }
@@ -172,6 +219,20 @@ ATTNLAB_HOST_DEVICE inline BlockPartners block_partners(const MaskMod& mod, int 
 // the result is kNone. Nq, Nk set the bottom-right offset; H the ALiBi slopes.
 MaskMod parse_mask_mod(const std::string& spec, int Nq, int Nk, std::string& why);
 ScoreMod parse_score_mod(const std::string& spec, int H, std::string& why);
+// Whether the mods read a tensor per pair (a tensor mask_mod, a bias
+// score_mod): the kernels' kTensorMods instances (apply_mods.cuh).
+ATTNLAB_HOST_DEVICE inline bool has_tensor_mods(const MaskMod& mask, const ScoreMod& score) {
+  return mask.kind == MaskModKind::kTensor || score.kind == ScoreModKind::kBias;
+}
+
+// "" when every tensor the mods read is attached (document's ids, a tensor
+// mask's words, a bias), else what is missing. The kernels refuse to launch
+// without them.
+std::string mods_missing_tensors(const MaskMod& mask, const ScoreMod& score);
+// mods_missing_tensors, then whether the bias fits the problem p (its Nq, Nk
+// and dtype) and dBias's stores are not shared by several pairs (a broadcast
+// layout must add: dbias_add). "" when the kernels can run them.
+std::string mods_unfit(const AttnProblem& p, const MaskMod& mask, const ScoreMod& score);
 std::string mask_mod_name(const MaskMod& m);
 std::string score_mod_name(const ScoreMod& s);
 

@@ -179,6 +179,7 @@ __device__ __forceinline__ void bwd_roles_chain(const BwdShared<Cfg, T>& sm, con
         scores[n][2] = P.z * (scores[n][2] - stat[n].x);
         scores[n][3] = P.w * (scores[n][3] - stat[n].y);
       }
+      score_step.record_ds(scores, slot, at);  // dS' before the chain rule
       if (score_step.chain_rule_needed()) {  // dS ·= ds'/ds, a score_mod's (softcap), Pᵀ read again
         const float* lse2 = sm.sLSE2 + stage * Br;
 #pragma unroll

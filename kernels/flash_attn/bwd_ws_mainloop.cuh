@@ -447,8 +447,9 @@ struct BwdTileAt {
 
 // The score step of rungs 14 and 15 (bwd_compute_walk's ScoreStep):
 // probabilities(Sᵀ → Pᵀ) with the causal mask and the bounds; dS needs no
-// chain rule. The block-sparse backward's (kernels/blocksparse/bwd_mods.cuh)
-// applies its mask_mod and score_mod instead.
+// chain rule and has no other use (record_ds). The block-sparse backward's
+// (kernels/blocksparse/bwd_mods.cuh) applies its mask_mod and score_mod
+// instead, and writes a bias's gradient from dS.
 struct BwdCausalScores {
   const AttnProblem& p;
   float scale_log2;
@@ -462,6 +463,8 @@ struct BwdCausalScores {
                                              const Slot&, const BwdTileAt&) const {}
   __device__ __forceinline__ constexpr bool chain_rule_needed() const { return false; }
   __device__ __forceinline__ constexpr float ds_factor(float, float) const { return 1.f; }
+  template <int kTiles, typename Slot>
+  __device__ __forceinline__ void record_ds(const float (&)[kTiles][4], const Slot&, const BwdTileAt&) const {}
 };
 
 // dSᵀ (16-bit A fragments) to shared memory, [key][query] in Sw128Blocks<Bc>:
@@ -615,6 +618,7 @@ __device__ __forceinline__ void bwd_compute_walk(const BwdShared<Cfg, T>& sm, co
       for (int n = 0; n < kTilesS; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) dPt[n][e] = St[n][e] * (dPt[n][e] - (e & 1 ? delta[n].y : delta[n].x));
+      scores.record_ds(dPt, slot, at);  // dS' before the chain rule
       scores.chain_rule(dPt, St, sLSE2 + qh, slot, at);
       pack_p_fragments<T>(dSa, dPt);
       if constexpr (!Cfg::kEarlyDv) pack_p_fragments<T>(Pa, St);

@@ -29,7 +29,7 @@ namespace attnlab {
 // s' = score_mod(s) in double, written out from mods.h's definitions (not its
 // float functor), and ds'/ds at s: what the CPU references of the forward and
 // the backward apply.
-double score_mod_double(const ScoreMod& m, double s, int h, int q, int k);
+double score_mod_double(const ScoreMod& m, double s, int b, int h, int q, int k);
 double score_mod_grad_double(const ScoreMod& m, double s);
 
 // q [B,H,Nq,D], k [B,Hkv,Nk,D], v [B,Hkv,Nk,Dv] as doubles (the values of the

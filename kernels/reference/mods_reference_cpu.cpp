@@ -22,13 +22,14 @@ double round_to(double x, DType t) {
 
 }  // namespace
 
-double score_mod_double(const ScoreMod& m, double s, int h, int q, int k) {
+double score_mod_double(const ScoreMod& m, double s, int b, int h, int q, int k) {
   const double dist = std::fabs(double(q) - double(k));
   switch (m.kind) {
     case ScoreModKind::kNone: return s;
     case ScoreModKind::kRelBias: return s + dist;
     case ScoreModKind::kAlibi: return s - std::exp2(-8.0 * (h + 1) / m.heads) * dist;
     case ScoreModKind::kSoftcap: return m.cap * std::tanh(s / m.cap);
+    case ScoreModKind::kBias: return s + double(m.bias_at(b, h, q, k));
   }
   return s;
 }
@@ -65,7 +66,7 @@ void mods_attention_cpu(const AttnProblem& p, const MaskMod& mask, const ScoreMo
             dot += qi[d] * kj[d];
             dot_low += float(qi[d]) * float(kj[d]);
           }
-          s_ref[size_t(j)] = score_mod_double(score, double(p.scale) * dot, h, i, j);
+          s_ref[size_t(j)] = score_mod_double(score, double(p.scale) * dot, b, h, i, j);
           s_low[size_t(j)] = score(p.scale * dot_low, b, h, i, j);
           m = std::max(m, s_ref[size_t(j)]);
           m_low = std::max(m_low, s_low[size_t(j)]);

@@ -7,8 +7,15 @@ docs/blocksparse.md), shaped as torch.nn.attention.flex_attention:
 mask_mods and score_mods are spec strings of attnlab.mods (the kernels'
 compile-time functors: a Python callable cannot run in them): "causal",
 "sliding_window:128,0", "document" (with doc_ids), ...; "rel_bias", "alibi",
-"softcap:30". A torch BlockMask (torch's create_block_mask) converts with
-BlockMask.from_torch(bm, mask_mod=spec).
+"softcap:30". A tensor is a mask_mod or a score_mod too, as a closure over
+one would be in torch: a boolean keep mask (or attnlab.pack_mask's bits) and
+an additive bias, each [1|B, 1|H, 1|Q_LEN, KV_LEN] (dmattn's):
+
+    bm = attnlab.create_block_mask(keep, B, H, N, N)                # keep: bool [B, H, N, N]
+    out = attnlab.flex_attention(q, k, v, block_mask=bm, score_mod=bias)   # bias.grad too
+
+A torch BlockMask (torch's create_block_mask) converts with
+BlockMask.from_torch(bm, mask_mod=spec or tensor).
 
 flex_attention is differentiable: its backward (kernels/blocksparse/
 blocksparse_bwd.h) walks the block mask's transposed lists, and is bitwise
@@ -18,6 +25,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from . import _C
+from .dynamic_mask import PackedMask
 from .mods import parse_score_spec
 
 __all__ = ["BlockMask", "create_block_mask", "flex_attention", "kept_pairs"]
@@ -58,6 +66,49 @@ def _doc_ids(doc_ids, B, device, where):
     return ids.contiguous()
 
 
+def _as_4d(x, name, where):
+    """x with leading size-1 dims up to 4 (torch's broadcasting rule)."""
+    if not 1 <= x.dim() <= 4:
+        raise ValueError(f"{where}: {name} must have 1 to 4 dims, got shape {list(x.shape)}")
+    while x.dim() < 4:
+        x = x.unsqueeze(0)
+    return x
+
+
+def _check_broadcast(shape, full, name, where):
+    """ValueError unless each dim of the 4-D `shape` is 1 or `full`'s."""
+    if any(n != 1 and n != f for n, f in zip(shape[:3], full[:3])) or shape[3] != full[3]:
+        raise ValueError(f"{where}: {name} of shape {list(shape)} does not broadcast to [B, H, Q_LEN, KV_LEN] = "
+                         f"{list(full)} (each of its first 3 dims 1 or the full size, the last KV_LEN)")
+
+
+def is_tensor_mask(mask_mod):
+    """Whether mask_mod is a tensor mask (a tensor or an attnlab.PackedMask)."""
+    return isinstance(mask_mod, (torch.Tensor, PackedMask))
+
+
+def _mask_bits(mask, B, H, Q_LEN, KV_LEN, device, where):
+    """A tensor mask_mod as the kernels read it: bit-packed int32 words
+    [1|B, 1|H, 1|Q_LEN, 2·ceil(KV_LEN / 64)] (attnlab.pack_mask's) on
+    `device`. mask: bool or uint8 (nonzero = keep), 1 to 4 dims broadcasting
+    to [B, H, Q_LEN, KV_LEN], or a PackedMask of such a mask."""
+    if isinstance(mask, PackedMask):  # (pack_mask made both 4-D)
+        shape, bits = tuple(mask.shape), mask.bits
+    else:
+        if mask.dtype not in (torch.bool, torch.uint8):
+            raise TypeError(f"{where}: a tensor mask_mod must be bool or uint8 (nonzero = keep), got {mask.dtype}")
+        mask = _as_4d(mask, "mask_mod", where)
+        shape, bits = tuple(mask.shape), None
+    _check_broadcast(shape, (B, H, Q_LEN, KV_LEN), "mask_mod", where)
+    if bits is None:
+        if not mask.is_cuda or mask.device != device:
+            raise ValueError(f"{where}: the mask_mod tensor must be on {device}, got one on {mask.device}")
+        bits = _C.dma_pack_mask_bits(mask.contiguous())
+    elif bits.device != device:
+        raise ValueError(f"{where}: the PackedMask must be on {device}, got one on {bits.device}")
+    return bits.contiguous()
+
+
 class BlockMask:
     """A block mask (block_mask.h's format) in torch's BlockMask fields:
     int32 tensors kv_num_blocks [B, H, M] and kv_indices [B, H, M, N] (the
@@ -67,21 +118,23 @@ class BlockMask:
     full_q_num_blocks, full_q_indices (the backward's); M = ceil(Q_LEN /
     BLOCK_SIZE[0]), N = ceil(KV_LEN / BLOCK_SIZE[1]); B and H the problem's or
     1 (broadcast). Indices ascend; the slots past a count are 0. BLOCK_SIZE =
-    (Q, KV), seq_lengths = (Q_LEN, KV_LEN), mask_mod its spec (canonical),
-    doc_ids the document mask_mod's ids (else None).
+    (Q, KV), seq_lengths = (Q_LEN, KV_LEN), mask_mod its spec (canonical;
+    "tensor" for a tensor mask), doc_ids the document mask_mod's ids,
+    mask_bits a tensor mask's bit-packed words (else None).
 
     Boundary rule: a ragged last block whose in-bounds pairs are all kept is
     full here; torch's create_block_mask pads with False and calls it partial
     (from_torch keeps torch's call: both are valid, partial only costs the
     mask_mod)."""
 
-    def __init__(self, tensors, BLOCK_SIZE, seq_lengths, mask_mod, doc_ids=None):
+    def __init__(self, tensors, BLOCK_SIZE, seq_lengths, mask_mod, doc_ids=None, mask_bits=None):
         for name, t in zip(FIELDS, tensors):
             setattr(self, name, t)
         self.BLOCK_SIZE = tuple(BLOCK_SIZE)
         self.seq_lengths = tuple(seq_lengths)
         self.mask_mod = mask_mod
         self.doc_ids = doc_ids
+        self.mask_bits = mask_bits
 
     def tensors(self):
         """The 8 tensors, in FIELDS order."""
@@ -126,9 +179,10 @@ class BlockMask:
         """The block mask of a torch BlockMask (torch.nn.attention.flex_attention's),
         or of its as_tuple() (with or without the leading seq_lengths), for
         attnlab.flex_attention. mask_mod: the built-in spec (attnlab.mods) of the
-        mask_mod torch's was made from; needed when there are partial blocks,
-        whose mask_mod the kernel evaluates (a torch callable cannot run in
-        it). Torch's indices past each count are arbitrary: they are zeroed.
+        mask_mod torch's was made from, or the keep tensor its closure read
+        (as create_block_mask takes one); needed when there are partial
+        blocks, whose mask_mod the kernel evaluates (a torch callable cannot
+        run in it). Torch's indices past each count are arbitrary: they are zeroed.
         Raises ValueError with one line when the lists are not a valid block
         mask (attnlab's block_mask_invalid says why)."""
         where = "attnlab.BlockMask.from_torch"
@@ -176,7 +230,13 @@ class BlockMask:
                              "pass mask_mod= its built-in spec (e.g. 'causal'; a torch callable cannot run in the "
                              "kernel)")
         spec = mask_mod if mask_mod is not None else "none"
-        if callable(spec):
+        bits = None
+        if is_tensor_mask(spec):
+            bits = _mask_bits(spec, int(lists[0].shape[0]), int(lists[0].shape[1]), Q_LEN, KV_LEN, device, where)
+            spec = "tensor"
+        elif spec == "tensor":
+            raise ValueError(f"{where}: the tensor mask_mod is a keep tensor: pass the tensor itself as mask_mod")
+        elif callable(spec):
             raise TypeError(f"{where}: mask_mod must be a spec string such as 'causal' (attnlab.mods), not a "
                             "callable")
         try:
@@ -190,20 +250,36 @@ class BlockMask:
         ids = _doc_ids(doc_ids, int(lists[0].shape[0]), device, where)
         if spec == "document" and ids is None:
             raise ValueError(f"{where}: the document mask_mod needs doc_ids (int32 [B, N])")
-        return cls(lists, (block_q, block_kv), (Q_LEN, KV_LEN), spec, ids)
+        return cls(lists, (block_q, block_kv), (Q_LEN, KV_LEN), spec, ids, bits)
 
 
 def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, BLOCK_SIZE=128, device="cuda", doc_ids=None):
     """The block mask of `mask_mod` (a spec of attnlab.mods: "causal",
-    "sliding_window:128,0", "document", ...) for (B, H, Q_LEN, KV_LEN), every
-    pair of every block evaluated on the GPU (build_block_mask_from_mod), as
-    torch's create_block_mask. B or H None: 1, broadcast over the problem's.
+    "sliding_window:128,0", "document", ...; or a keep tensor, bool or uint8
+    [1|B, 1|H, 1|Q_LEN, KV_LEN] (fewer dims: leading 1s), or an
+    attnlab.PackedMask of one) for (B, H, Q_LEN, KV_LEN), every pair of every
+    block evaluated on the GPU (build_block_mask_from_mod), as torch's
+    create_block_mask. B or H None: 1, broadcast over the problem's (a
+    tensor's: the tensor's); a tensor's block mask takes the tensor's B and H
+    (1 where it broadcasts).
     BLOCK_SIZE: an int or (Q, KV); the forward takes multiples of its tile
     (128 x 128; 128 x 64 at D = 256). doc_ids: the document mask_mod's ids,
     int32 [B, N] (or [N], the same for every batch), N >= max(Q_LEN, KV_LEN),
     the same ids for queries and keys. Returns an attnlab.BlockMask; raises
     ValueError with one line on a bad spec or shape."""
     where = "attnlab.create_block_mask"
+    if is_tensor_mask(mask_mod):
+        dims = tuple(mask_mod.shape)
+        B = (dims[-4] if len(dims) == 4 else 1) if B is None else int(B)  # None: the tensor's
+        H = (dims[-3] if len(dims) >= 3 else 1) if H is None else int(H)
+        block_q, block_kv = _block_size(BLOCK_SIZE, where)
+        device = _cuda_device(device)
+        if doc_ids is not None:
+            raise ValueError(f"{where}: doc_ids are the document mask_mod's; mask_mod is a tensor")
+        bits = _mask_bits(mask_mod, B, H, int(Q_LEN), int(KV_LEN), device, where)
+        tensors, spec = _C.blocksparse_create_block_mask("tensor", int(bits.shape[0]), int(bits.shape[1]), int(Q_LEN),
+                                                         int(KV_LEN), block_q, block_kv, str(device), None, bits)
+        return BlockMask(tensors, (block_q, block_kv), (int(Q_LEN), int(KV_LEN)), spec, None, bits)
     if callable(mask_mod):
         raise TypeError(f"{where}: mask_mod must be a spec string such as 'causal' (attnlab.mods); for a Python "
                         "callable use torch's create_block_mask and attnlab.BlockMask.from_torch(bm, mask_mod=spec)")
@@ -221,22 +297,27 @@ def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, BLOCK_SIZE=128, device="cud
 
 def kept_pairs(mask_mod, B, H, Q_LEN, KV_LEN, device="cuda", doc_ids=None):
     """The exact number of (b, h, q, kv) in [B, H, Q_LEN, KV_LEN] that
-    mask_mod keeps, counted on the GPU: the pairs of the FLOP count
-    2·B·H·(D + Dv)·pairs (README)."""
+    mask_mod (a spec, or a keep tensor as create_block_mask takes one) keeps,
+    counted on the GPU: the pairs of the FLOP count 2·B·H·(D + Dv)·pairs (README)."""
     device = _cuda_device(device)
+    if is_tensor_mask(mask_mod):
+        bits = _mask_bits(mask_mod, int(B), int(H), int(Q_LEN), int(KV_LEN), device, "attnlab.kept_pairs")
+        return _C.blocksparse_kept_pairs("tensor", int(B), int(H), int(Q_LEN), int(KV_LEN), str(device), None, bits)
     return _C.blocksparse_kept_pairs(mask_mod, int(B), int(H), int(Q_LEN), int(KV_LEN), str(device),
                                      _doc_ids(doc_ids, int(B), device, "attnlab.kept_pairs"))
 
 
 class _FlexAttention(torch.autograd.Function):
-    """The autograd node, on contiguous q, k, v (flex_attention prepares them)."""
+    """The autograd node, on contiguous q, k, v (flex_attention prepares them)
+    and a bias score_mod's contiguous 4-D tensor (else None)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, block_mask, score_mod, scale, enable_gqa, doc_ids):
+    def forward(ctx, q, k, v, bias, block_mask, score_mod, scale, enable_gqa, doc_ids):
         lists = block_mask.tensors()
+        bits = block_mask.mask_bits
         out, lse = _C.blocksparse_forward(q, k, v, lists[:4], *block_mask.BLOCK_SIZE, block_mask.mask_mod,
-                                          score_mod, scale, enable_gqa, doc_ids)
-        ctx.save_for_backward(q, k, v, out, lse, *lists, doc_ids)
+                                          score_mod, scale, enable_gqa, doc_ids, bits, bias)
+        ctx.save_for_backward(q, k, v, out, lse, *lists, doc_ids, bits, bias)
         ctx.block_size, ctx.mask_mod, ctx.score_mod = block_mask.BLOCK_SIZE, block_mask.mask_mod, score_mod
         ctx.scale, ctx.enable_gqa = scale, enable_gqa
         ctx.mark_non_differentiable(lse)
@@ -245,11 +326,25 @@ class _FlexAttention(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out, grad_lse):  # grad_lse: lse is not differentiable
-        q, k, v, out, lse, *lists, doc_ids = ctx.saved_tensors
+        q, k, v, out, lse, *lists, doc_ids, bits, bias = ctx.saved_tensors
+        deterministic = torch.are_deterministic_algorithms_enabled()
+        dbias, full = None, None
+        if bias is not None and ctx.needs_input_grad[3]:
+            # dBias = dS', summed where the bias broadcasts: by atomic adds into
+            # the bias's shape, or, deterministic, stored per pair in the full
+            # shape and summed here in a fixed order.
+            full = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+            broadcast = tuple(d for d in range(3) if bias.shape[d] == 1 and full[d] > 1)
+            shape = full if deterministic and broadcast else bias.shape
+            dbias = torch.zeros(shape, dtype=torch.float32, device=q.device)
         dq, dk, dv = _C.blocksparse_backward(q, k, v, out, lse, grad_out.contiguous(), lists[4:], lists[:4],
                                              *ctx.block_size, ctx.mask_mod, ctx.score_mod, ctx.scale,
-                                             ctx.enable_gqa, doc_ids, torch.are_deterministic_algorithms_enabled())
-        return dq, dk, dv, None, None, None, None, None
+                                             ctx.enable_gqa, doc_ids, deterministic, bits, bias, dbias)
+        if dbias is not None:
+            if dbias.shape != bias.shape:
+                dbias = dbias.sum(dim=broadcast, keepdim=True)
+            dbias = dbias.to(bias.dtype)
+        return dq, dk, dv, dbias, None, None, None, None, None
 
 
 def flex_attention(query, key, value, block_mask=None, score_mod=None, scale=None, enable_gqa=False,
@@ -266,7 +361,10 @@ def flex_attention(query, key, value, block_mask=None, score_mod=None, scale=Non
             or BlockMask.from_torch); its B and H the problem's or 1. None:
             every pair.
         score_mod: a spec of attnlab.mods on the scaled score: "rel_bias",
-            "alibi", "softcap:C"; None: none.
+            "alibi", "softcap:C"; or a bias tensor added to it, 1 to 4 dims
+            broadcasting to [B, H, Q_LEN, KV_LEN] (each dim 1 or full; cast
+            to the inputs' dtype), differentiable (its gradient summed over
+            the dims it broadcasts along); None: none.
         scale: None for 1/sqrt(D).
 
     s = score_mod(scale · q·kᵀ) on the pairs the block mask's lists visit and its
@@ -282,20 +380,30 @@ def flex_attention(query, key, value, block_mask=None, score_mod=None, scale=Non
     backward raises ValueError with one line where it cannot take the problem.
     """
     where = "attnlab.flex_attention"
-    if callable(score_mod):
-        raise TypeError(f"{where}: score_mod must be a spec string such as 'alibi' (attnlab.mods), not a callable: "
-                        "the kernel's score_mods are compiled in")
+    bias = score_mod if isinstance(score_mod, torch.Tensor) else None
+    if bias is None and callable(score_mod):
+        raise TypeError(f"{where}: score_mod must be a spec string such as 'alibi' (attnlab.mods) or a bias tensor, "
+                        "not a callable: the kernel's score_mods are compiled in")
     if not all(isinstance(t, torch.Tensor) for t in (query, key, value)):
         raise TypeError(f"{where}: query, key and value must be torch.Tensors")
-    try:
-        parse_score_spec(score_mod)
-    except ValueError as error:
-        raise ValueError(f"{where}: {str(error).split(': ', 1)[-1]}") from None
+    if bias is None:
+        try:
+            parse_score_spec(score_mod)
+        except ValueError as error:
+            raise ValueError(f"{where}: {str(error).split(': ', 1)[-1]}") from None
     q, k, v = (t.contiguous() for t in (query, key, value))
     if q.dim() != 4 or k.dim() != 4:
         raise ValueError(f"{where}: query, key and value must be 4-D [B, H, N, D], got {list(q.shape)}, "
                          f"{list(k.shape)}")
     Q_LEN, KV_LEN = q.shape[2], k.shape[2]
+    if bias is not None:
+        if not bias.is_floating_point():
+            raise TypeError(f"{where}: a bias score_mod must be a floating-point tensor, got {bias.dtype}")
+        bias = _as_4d(bias, "the bias score_mod", where)
+        _check_broadcast(tuple(bias.shape), (q.shape[0], q.shape[1], Q_LEN, KV_LEN), "the bias score_mod", where)
+        if bias.device != q.device:
+            raise ValueError(f"{where}: the bias score_mod is on {bias.device}, the inputs on {q.device}")
+        bias = bias.to(q.dtype).contiguous()
     if block_mask is None:
         block_mask = create_block_mask("none", 1, 1, Q_LEN, KV_LEN, device=q.device)
     elif not isinstance(block_mask, BlockMask):
@@ -311,6 +419,7 @@ def flex_attention(query, key, value, block_mask=None, score_mod=None, scale=Non
         if doc_ids.shape[0] != 1:
             raise ValueError(f"{where}: block_mask's doc_ids have {doc_ids.shape[0]} rows, the inputs B = {q.shape[0]}")
         doc_ids = doc_ids.expand(q.shape[0], -1).contiguous()  # the kernel reads the ids of each batch
-    out, lse = _FlexAttention.apply(q, k, v, block_mask, "none" if score_mod is None else score_mod,
-                                    None if scale is None else float(scale), bool(enable_gqa), doc_ids)
+    spec = "bias" if bias is not None else "none" if score_mod is None else score_mod
+    out, lse = _FlexAttention.apply(q, k, v, bias, block_mask, spec, None if scale is None else float(scale),
+                                    bool(enable_gqa), doc_ids)
     return (out, lse) if return_lse else out

@@ -12,9 +12,14 @@ Specs are "NAME" or "NAME:ARGS":
 `causal` and `sliding_window` are aligned to the bottom-right corner (offset
 KV_LEN - Q_LEN, as FlashAttention's); the others to the top-left; `document`
 keeps a pair when doc_ids[b, q] == doc_ids[b, kv] (the same ids for queries
-and keys). The C++ parser (attnlab._C.parse_mask_mod) is the authority the
-kernels use; this module needs neither torch nor the extension (the CPU tests
-import it alone), and its callables use only operators and tensor methods.
+and keys). A keep tensor (the mask_mod) and a bias tensor (the score_mod)
+have no spec here: they come from tensors (attnlab.create_block_mask(keep,
+...), attnlab.flex_attention(..., score_mod=bias)); the kernels name them
+"tensor" (a BlockMask's mask_mod then) and "bias", which MASK_MODS and
+SCORE_MODS leave out and parse_mask_spec and parse_score_spec refuse. The
+C++ parser (attnlab._C.parse_mask_mod) is the authority the kernels use; this
+module needs neither torch nor the extension (the CPU tests import it alone),
+and its callables use only operators and tensor methods.
 """
 import math
 
