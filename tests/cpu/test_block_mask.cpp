@@ -3,7 +3,10 @@
 // 1000) and block sizes (128 x 128, 256 x 256, 64 x 128), each block's kind
 // in the lists is what its in-bounds pairs say, every kept pair lies in a
 // listed block, the transpose agrees, the dense-mask builder agrees with the
-// mask_mod's, and a broken block mask is refused with a reason.
+// mask_mod's, and a broken block mask is refused with a reason. Then the
+// specs, the tensors the mods read (a tensor mask_mod's bit-packed words, a
+// bias score_mod's elements, each with broadcast dimensions) and the check
+// that they are attached.
 #include <algorithm>
 #include <climits>
 #include <cstdint>
@@ -13,6 +16,8 @@
 
 #include "../block_mask_cases.h"
 #include "blocksparse/block_mask.h"
+#include "dmattn/dmattn.h"
+#include "reference/mods_reference.h"
 #include "testing.h"
 
 using namespace attnlab;
@@ -271,4 +276,191 @@ TEST_CASE(mask_and_score_mod_specs) {
     parse_score_mod(bad, 8, why);
     EXPECT_TRUE(!why.empty());
   }
+}
+
+// The specs of the mods that read tensors: their names round-trip, they take
+// no arguments, and each names what it lacks until its tensor is attached.
+TEST_CASE(tensor_mod_specs_and_missing_tensors) {
+  std::string why;
+  const MaskMod tensor = parse_mask_mod("tensor", 10, 20, why);
+  EXPECT_TRUE(why.empty() && tensor.kind == MaskModKind::kTensor);
+  EXPECT_EQ(mask_mod_name(tensor), std::string("tensor"));
+  EXPECT_TRUE(parse_mask_mod(mask_mod_name(tensor), 10, 20, why).kind == MaskModKind::kTensor && why.empty());
+  const ScoreMod bias = parse_score_mod("bias", 8, why);
+  EXPECT_TRUE(why.empty() && bias.kind == ScoreModKind::kBias);
+  EXPECT_EQ(score_mod_name(bias), std::string("bias"));
+  EXPECT_TRUE(parse_score_mod(score_mod_name(bias), 8, why).kind == ScoreModKind::kBias && why.empty());
+  EXPECT_NEAR(bias.grad(3.f), 1.f, 0);  // s' = s + bias: ds'/ds = 1
+  EXPECT_NEAR(bias.grad_from_output(3.f), 1.f, 0);
+  for (const char* bad : {"tensor:1", "tensors"}) {
+    why.clear();
+    EXPECT_TRUE(parse_mask_mod(bad, 10, 10, why).kind == MaskModKind::kNone);
+    EXPECT_TRUE(!why.empty());
+  }
+  for (const char* bad : {"bias:1", "biases"}) {
+    why.clear();
+    EXPECT_TRUE(parse_score_mod(bad, 8, why).kind == ScoreModKind::kNone);
+    EXPECT_TRUE(!why.empty());
+  }
+
+  // mods_missing_tensors: "" without tensor mods, or once each one's tensor is there.
+  const int32_t ids[4] = {};
+  const uint32_t words[2] = {};
+  const uint16_t elems[1] = {};
+  const MaskMod none_mask;
+  const ScoreMod none_score, rel = parse_score_mod("rel_bias", 8, why);
+  EXPECT_EQ(mods_missing_tensors(none_mask, none_score), std::string());
+  EXPECT_EQ(mods_missing_tensors(parse_mask_mod("causal", 10, 10, why), rel), std::string());
+  MaskMod doc = parse_mask_mod("document", 4, 4, why);
+  EXPECT_CONTAINS(mods_missing_tensors(doc, none_score), "document mask_mod");
+  doc.doc = ids;  // ids without their length
+  EXPECT_CONTAINS(mods_missing_tensors(doc, none_score), "document mask_mod");
+  doc.doc_len = 4;
+  EXPECT_EQ(mods_missing_tensors(doc, none_score), std::string());
+  doc.doc = nullptr;  // a length without ids
+  EXPECT_CONTAINS(mods_missing_tensors(doc, none_score), "document mask_mod");
+  MaskMod bits = tensor;
+  EXPECT_CONTAINS(mods_missing_tensors(bits, none_score), "tensor mask_mod");
+  bits.bits.data = words;
+  EXPECT_EQ(mods_missing_tensors(bits, none_score), std::string());
+  ScoreMod with_bias = bias;
+  EXPECT_CONTAINS(mods_missing_tensors(none_mask, with_bias), "bias score_mod");
+  EXPECT_CONTAINS(mods_missing_tensors(bits, with_bias), "bias score_mod");  // the words are not the bias
+  EXPECT_TRUE(!mods_missing_tensors(tensor, with_bias).empty());  // both missing
+  EXPECT_CONTAINS(mods_missing_tensors(tensor, rel), "tensor mask_mod");
+  with_bias.bias.data = elems;
+  EXPECT_EQ(mods_missing_tensors(none_mask, with_bias), std::string());
+  EXPECT_EQ(mods_missing_tensors(bits, with_bias), std::string());
+  EXPECT_CONTAINS(mods_missing_tensors(tensor, with_bias), "tensor mask_mod");
+}
+
+namespace {
+
+// A tensor operand's shape ({B|1}, {H|1}, {Nq|1}, ...) and its dense strides
+// (0 along a size-1 dimension) for rows of `row` elements.
+struct PairShape {
+  int b, h, q;
+  PairTensor strides(int64_t row) const {
+    PairTensor t;
+    t.sq = q == 1 ? 0 : row;
+    t.sh = h == 1 ? 0 : int64_t(q) * row;
+    t.sb = b == 1 ? 0 : int64_t(h) * q * row;
+    return t;
+  }
+  int64_t rows() const { return int64_t(b) * h * q; }
+  // The row of (batch, head, query) in the dense [b][h][q] order.
+  int64_t at(int batch, int head, int query) const {
+    return (int64_t(b == 1 ? 0 : batch) * h + (h == 1 ? 0 : head)) * q + (q == 1 ? 0 : query);
+  }
+};
+
+}  // namespace
+
+// The tensor mask_mod on host words: a random keep matrix in each broadcast
+// shape, packed as dmattn's bit rows (bit k % 32 of word k / 32, rows of
+// dma_mask_bit_row_words(Nk) words, the padding bits set to 1, which no key
+// reads), read back through the functor for every pair; keeps_pair with
+// indices past the ends; and the block mask built from it against the dense
+// builder's from the same keep bytes.
+TEST_CASE(tensor_mask_mod_reads_packed_bits) {
+  std::mt19937 rng(23);
+  const int B = 2, H = 3;
+  const Shape shapes[] = {{1, 1}, {17, 31}, {5, 32}, {9, 33}, {4, 64}, {3, 65}, {113, 203}};
+  const PairShape forms[] = {{B, H, 0}, {1, H, 0}, {B, 1, 0}, {B, H, 1}, {1, 1, 1}, {1, H, 1}};
+  for (const Shape& s : shapes)
+    for (PairShape f : forms) {
+      if (f.q == 0) f.q = s.Nq;
+      const int64_t row_words = dma_mask_bit_row_words(s.Nk);
+      EXPECT_EQ(row_words, int64_t(2 * ((s.Nk + 63) / 64)));
+      std::vector<uint8_t> keep(size_t(f.rows() * s.Nk));
+      const int density = int(rng() % 3) + 2;  // keep 1 in 2 to 1 in 4 pairs
+      for (auto& x : keep) x = rng() % density == 0;
+      std::vector<uint32_t> words(size_t(f.rows() * row_words), 0u);
+      for (int64_t r = 0; r < f.rows(); ++r) {
+        for (int k = 0; k < s.Nk; ++k)
+          if (keep[size_t(r * s.Nk + k)]) words[size_t(r * row_words + k / 32)] |= 1u << (k % 32);
+        for (int64_t k = s.Nk; k < 32 * row_words; ++k) words[size_t(r * row_words + k / 32)] |= 1u << (k % 32);
+      }
+      std::string why;
+      MaskMod mod = parse_mask_mod("tensor", s.Nq, s.Nk, why);
+      mod.bits = f.strides(row_words);
+      mod.bits.data = words.data();
+      EXPECT_EQ(mods_missing_tensors(mod, ScoreMod{}), std::string());
+      int64_t wrong = 0, wrong_bounds = 0, kept = 0;
+      for (int b = 0; b < B; ++b)
+        for (int h = 0; h < H; ++h)
+          for (int q = 0; q < s.Nq + 9; ++q)
+            for (int k = 0; k < s.Nk + 70; ++k) {
+              const bool in = q < s.Nq && k < s.Nk;
+              const bool want = in && keep[size_t(f.at(b, h, q) * s.Nk + k)] != 0;
+              if (in) {
+                wrong += mod(b, h, q, k) != want;
+                kept += want;
+              }
+              wrong_bounds += keeps_pair(mod, b, h, q, k, s.Nq, s.Nk) != want;
+            }
+      EXPECT_EQ(wrong, int64_t(0));
+      EXPECT_EQ(wrong_bounds, int64_t(0));
+      EXPECT_TRUE(s.Nq * s.Nk < 64 || kept > 0);  // the check saw kept pairs
+      // The block mask of the words equals the dense builder's of the bytes
+      // (expanded over a broadcast query dimension; B, H broadcast as they are).
+      std::vector<uint8_t> dense(size_t(f.b) * f.h * s.Nq * s.Nk);
+      for (int b = 0; b < f.b; ++b)
+        for (int h = 0; h < f.h; ++h)
+          for (int q = 0; q < s.Nq; ++q)
+            for (int k = 0; k < s.Nk; ++k)
+              dense[((size_t(b) * f.h + h) * s.Nq + q) * s.Nk + k] = keep[size_t(f.at(b, h, q) * s.Nk + k)];
+      const BlockMask a = block_mask_from_mod(mod, B, H, s.Nq, s.Nk, 64, 128);
+      const BlockMask d = block_mask_from_dense(dense, f.b, f.h, B, H, s.Nq, s.Nk, 64, 128);
+      EXPECT_TRUE(a.kv_count == d.kv_count && a.kv_index == d.kv_index && a.full_count == d.full_count &&
+                  a.full_index == d.full_index && a.q_index == d.q_index && a.full_q_index == d.full_q_index);
+    }
+}
+
+// ScoreMod::bias_at on host arrays in both dtypes, full and broadcast, with
+// the clamp of q >= nq, k >= nk into the last row and column; the functor and
+// the double reference (score_mod_double) add exactly that element.
+TEST_CASE(bias_score_mod_reads_elements) {
+  std::mt19937 rng(29);
+  std::normal_distribution<float> normal(0.f, 2.f);
+  const int B = 2, H = 3, Nq = 5, Nk = 7;
+  const PairShape forms[] = {{B, H, Nq}, {1, H, 1}, {B, 1, Nq}, {1, 1, 1}};
+  for (const bool bf16 : {false, true})
+    for (const PairShape& f : forms) {
+      std::vector<float> value(size_t(f.rows() * Nk));  // each element as stored (rounded to the dtype)
+      std::vector<__half> h16(value.size());
+      std::vector<__nv_bfloat16> b16(value.size());
+      for (size_t e = 0; e < value.size(); ++e) {
+        const float x = normal(rng);
+        h16[e] = __float2half_rn(x);
+        b16[e] = __float2bfloat16_rn(x);
+        value[e] = bf16 ? __bfloat162float(b16[e]) : __half2float(h16[e]);
+      }
+      std::string why;
+      ScoreMod mod = parse_score_mod("bias", H, why);
+      mod.bias = f.strides(Nk);
+      mod.bias.data = bf16 ? static_cast<const void*>(b16.data()) : static_cast<const void*>(h16.data());
+      mod.bias_bf16 = bf16;
+      mod.nq = Nq, mod.nk = Nk;
+      int64_t wrong = 0;
+      for (int b = 0; b < B; ++b)
+        for (int h = 0; h < H; ++h)
+          for (int q = 0; q < Nq + 4; ++q)
+            for (int k = 0; k < Nk + 4; ++k) {
+              const float want = value[size_t(f.at(b, h, std::min(q, Nq - 1)) * Nk + std::min(k, Nk - 1))];
+              wrong += mod.bias_at(b, h, q, k) != want;
+              wrong += mod(0.25f, b, h, q, k) != 0.25f + want;
+              wrong += score_mod_double(mod, 0.25, b, h, q, k) != 0.25 + double(want);
+            }
+      EXPECT_EQ(wrong, int64_t(0));
+    }
+  // The dtype flag picks the reading: 1.5 is 0x3E00 in fp16, 0x3FC0 in bf16.
+  const uint16_t one_and_half[2] = {0x3E00, 0x3FC0};
+  ScoreMod m;
+  m.kind = ScoreModKind::kBias;
+  m.bias.data = &one_and_half[0];
+  EXPECT_NEAR(m.bias_at(0, 0, 0, 0), 1.5, 0);
+  m.bias.data = &one_and_half[1], m.bias_bf16 = true;
+  EXPECT_NEAR(m.bias_at(0, 0, 0, 0), 1.5, 0);
+  EXPECT_NEAR(m.bias_at(0, 0, 3, 9), 1.5, 0);  // nq = nk = 1: every pair reads the one element
 }

@@ -9,14 +9,23 @@
 // here as an unfused fp16/bf16 backward would (reference_backward.cu's
 // low_precision): S, P, dP, dS rounded to the dtype where it stores them, fp32
 // sums, the gradients rounded. Exactly zero: dQ rows that see no key, dK and dV
-// rows of keys that no query sees.
+// rows of keys that no query sees. A bias score_mod's gradient dBias (fp32,
+// from zeros) is held to the same rule on its own against dS' (the gradient
+// of s', before the chain rule) summed over the bias's broadcast dimensions:
+// in double, and in the same precision from the dtype's dS (fp32 sums, then
+// rounded to the dtype).
 // Cases: every mask_mod over lengths 1, 17, 113 x 203, 239 x 1, 799 x 3,
 // 300 x 1000, rotating the score_mods, head dims, dtypes, block sizes (128 x 128,
 // 256 x 256, 128 x 256, 256 x 128) and MHA / GQA / MQA, every third one
 // deterministic; causal with Nq != Nk, whole key blocks no query sees, every
 // score_mod in both dtypes, lists broadcast over B and H; D = 256; the deterministic
-// mode bitwise identical over 5 more runs; the refusals; and a negative control
-// (the kernel given another score_mod must fail). Options: gpu_testing.h's CaseArgs (-v, --only TEXT).
+// mode bitwise identical over 5 more runs (dBias too where it is stored, not
+// added); the mods that read tensors — a tensor mask_mod (random keep bits in
+// dmattn's packing, the padding bits set) and a bias score_mod (random, in the
+// input dtype) whose dBias is stored ([B, H, Nq, Nk]) or added (broadcast),
+// ragged, GQA, D = 256, both dtypes, each also refused without its tensors;
+// the refusals; and a negative control (the kernel given another score_mod
+// must fail). Options: gpu_testing.h's CaseArgs (-v, --only TEXT).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -33,6 +42,7 @@
 #include "blocksparse/block_mask_gpu.h"
 #include "blocksparse/blocksparse_bwd.h"
 #include "blocksparse/mods.h"
+#include "dmattn/dmattn.h"
 #include "gpu_testing.h"
 #include "host/arch.h"
 #include "reference/mods_reference.h"
@@ -48,6 +58,72 @@ constexpr int kDeterminismRuns = 5;
 bool verbose = false;  // -v: one line per case, passing or not
 CaseArgs args;
 
+// The shape of a case's tensor mask_mod words and bias (mods.h's PairTensor),
+// and of dBias: [B, H, Nq, ·], or broadcast [1, H, 1, ·] or [B, 1, Nq, ·].
+enum class Form { kFull, kHeadsKeys, kBatchQueries };
+const char* form_name(Form f) {
+  return f == Form::kFull ? "[B,H,Nq,Nk]" : f == Form::kHeadsKeys ? "[1,H,1,Nk]" : "[B,1,Nq,Nk]";
+}
+
+// A tensor's sizes ({B|1}, {H|1}, {Nq|1}) and its dense strides (0 along a
+// size-1 dimension) for rows of `row` elements.
+struct PairShape {
+  int b, h, q;
+  PairShape(Form f, int B, int H, int Nq)
+      : b(f == Form::kHeadsKeys ? 1 : B), h(f == Form::kBatchQueries ? 1 : H), q(f == Form::kHeadsKeys ? 1 : Nq) {}
+  int64_t rows() const { return int64_t(b) * h * q; }
+  PairTensor strides(int64_t row) const {
+    PairTensor t;
+    t.sq = q == 1 ? 0 : row;
+    t.sh = h == 1 ? 0 : int64_t(q) * row;
+    t.sb = b == 1 ? 0 : int64_t(h) * q * row;
+    return t;
+  }
+};
+
+// Random keep bits in dmattn's packing (rows of dma_mask_bit_row_words(Nk)
+// words, bit k % 32 of word k / 32), each 128 x 128 tile of a row group all
+// dropped, all kept or random, so that the block masks have empty, full and
+// partial blocks; the padding bits past Nk set (no key may read them).
+std::vector<uint32_t> random_mask_bits(std::mt19937_64& rng, const PairShape& s, int Nq, int Nk) {
+  const int64_t row_words = dma_mask_bit_row_words(Nk);
+  const int q_len = s.q == 1 ? 1 : Nq, q_tiles = (q_len + 127) / 128, k_tiles = (Nk + 127) / 128;
+  std::vector<uint32_t> words(size_t(s.rows() * row_words), 0u);
+  for (int64_t bh = 0; bh < int64_t(s.b) * s.h; ++bh) {
+    std::vector<int> kind(size_t(q_tiles) * k_tiles);  // 0 dropped, 1 kept, 2 random
+    for (int& x : kind) x = int(rng() % 3);
+    for (int q = 0; q < q_len; ++q) {
+      uint32_t* row = words.data() + (bh * q_len + q) * row_words;
+      for (int k = 0; k < Nk; ++k) {
+        const int tile = kind[size_t(q / 128) * k_tiles + k / 128];
+        if (tile == 1 || (tile == 2 && rng() % 2 == 0)) row[k / 32] |= 1u << (k % 32);
+      }
+      for (int64_t k = Nk; k < 32 * row_words; ++k) row[k / 32] |= 1u << (k % 32);
+    }
+  }
+  return words;
+}
+
+// The mods with their tensors attached (host or device copies): the mask's
+// words, the bias in the input dtype read in Nq x Nk, and where given dBias in
+// the bias's shape, added where that shape is broadcast.
+void attach(MaskMod& mask, ScoreMod& score, const PairShape& s, const AttnProblem& p, const void* bits,
+            const void* bias, float* dbias) {
+  if (mask.kind == MaskModKind::kTensor) {
+    mask.bits = s.strides(dma_mask_bit_row_words(p.Nk));
+    mask.bits.data = bits;
+  }
+  if (score.kind == ScoreModKind::kBias) {
+    score.bias = s.strides(p.Nk);
+    score.bias.data = bias;
+    score.bias_bf16 = p.dtype == DType::kBFloat16;
+    score.nq = p.Nq, score.nk = p.Nk;
+    score.dbias = dbias;
+    score.dbias_at = s.strides(p.Nk);
+    score.dbias_add = (s.b == 1 && p.B > 1) || (s.h == 1 && p.H > 1) || (s.q == 1 && p.Nq > 1);
+  }
+}
+
 struct Case {
   std::string mask, score;
   int Nq, Nk, D, Dv;
@@ -57,31 +133,36 @@ struct Case {
   bool deterministic = false;
   bool broadcast_lists = false;   // one list per key block for every (b, h)
   std::string kernel_score = "";  // a negative control: the kernel runs this score_mod, and must fail
+  Form form = Form::kFull;        // the tensor mask_mod's words, the bias and dBias
 
+  bool reads_tensors() const { return mask == "tensor" || score == "bias"; }
   std::string name() const {
-    char buf[220];
-    std::snprintf(buf, sizeof buf, "%s + %s, %dx%d, D=%d/%d, %s, blocks %dx%d, B=%d H=%d Hkv=%d%s%s", mask.c_str(),
+    char buf[260];
+    std::snprintf(buf, sizeof buf, "%s + %s, %dx%d, D=%d/%d, %s, blocks %dx%d, B=%d H=%d Hkv=%d%s%s%s%s", mask.c_str(),
                   score.c_str(), Nq, Nk, D, Dv, dtype_name(dtype), block_q, block_kv, B, H, Hkv,
-                  deterministic ? ", deterministic" : "", broadcast_lists ? ", lists broadcast" : "");
+                  deterministic ? ", deterministic" : "", broadcast_lists ? ", lists broadcast" : "",
+                  reads_tensors() ? ", tensors " : "", reads_tensors() ? form_name(form) : "");
     return buf;
   }
 };
 
 // The references of one problem: the forward's O (rounded, the kernel's input)
 // and LSE, the double backward, the same-precision one, and which keys some
-// query sees.
+// query sees; with a bias score_mod, dBias in its shape.
 struct References {
   std::vector<uint16_t> o_bits;
   std::vector<float> lse;
   std::vector<double> dq, dk, dv;           // double
   std::vector<double> dq_lp, dk_lp, dv_lp;  // same precision, rounded to the dtype
   std::vector<int> key_seen;                // [B·Hkv·Nk]
+  std::vector<double> dbias, dbias_lp;      // [rows of the bias's shape][Nk]: double; same precision, rounded
 };
 
-// One (b, h): its rows of O, LSE, dQ, and its contributions to dK, dV.
+// One (b, h): its rows of O, LSE, dQ, and its contributions to dK, dV and
+// (with a bias score_mod) dBias: dS' of each pair, [Nq][Nk].
 struct HeadPart {
-  std::vector<double> dk, dv;
-  std::vector<float> dk_lp, dv_lp;
+  std::vector<double> dk, dv, ds;
+  std::vector<float> dk_lp, dv_lp, ds_lp;
   std::vector<int> seen;
 };
 
@@ -95,6 +176,9 @@ void reference_head(const AttnProblem& p, const MaskMod& mask, const ScoreMod& s
   part.dk_lp.assign(size_t(p.Nk) * p.D, 0.f);
   part.dv_lp.assign(size_t(p.Nk) * p.Dv, 0.f);
   part.seen.assign(size_t(p.Nk), 0);
+  const bool bias = score.kind == ScoreModKind::kBias;
+  part.ds.assign(bias ? size_t(p.Nq) * p.Nk : 0, 0.0);  // dS' = 0 where the pair is dropped
+  part.ds_lp.assign(part.ds.size(), 0.f);
   std::vector<double> s_pre(size_t(p.Nk)), s_mod(size_t(p.Nk)), P(size_t(p.Nk)), dP(size_t(p.Nk));
   std::vector<float> s_lp_pre(size_t(p.Nk)), s_lp(size_t(p.Nk)), P_lp(size_t(p.Nk)), dP_lp(size_t(p.Nk));
   std::vector<double> o(size_t(p.Dv));
@@ -116,7 +200,7 @@ void reference_head(const AttnProblem& p, const MaskMod& mask, const ScoreMod& s
         dot_lp += float(qi[d]) * float(kj[d]);
       }
       s_pre[size_t(j)] = double(p.scale) * dot;
-      s_mod[size_t(j)] = score_mod_double(score, s_pre[size_t(j)], h, i, j);
+      s_mod[size_t(j)] = score_mod_double(score, s_pre[size_t(j)], b, h, i, j);
       s_lp_pre[size_t(j)] = p.scale * dot_lp;
       s_lp[size_t(j)] = float(round_to(score(s_lp_pre[size_t(j)], b, h, i, j), t));  // S stored in the dtype
       m = std::max(m, s_mod[size_t(j)]);
@@ -165,6 +249,10 @@ void reference_head(const AttnProblem& p, const MaskMod& mask, const ScoreMod& s
       const double dS = P[size_t(j)] * (dP[size_t(j)] - delta) * score_mod_grad_double(score, s_pre[size_t(j)]);
       const float dS_lp =
           float(round_to(P_lp[size_t(j)] * (dP_lp[size_t(j)] - delta_lp) * score.grad(s_lp_pre[size_t(j)]), t));
+      if (bias) {  // dS', before the chain rule (ds'/ds = 1 for a bias: the same values)
+        part.ds[size_t(i) * p.Nk + j] = P[size_t(j)] * (dP[size_t(j)] - delta);
+        part.ds_lp[size_t(i) * p.Nk + j] = float(round_to(P_lp[size_t(j)] * (dP_lp[size_t(j)] - delta_lp), t));
+      }
       double* dkj = part.dk.data() + size_t(j) * p.D;
       float* dkj_lp = part.dk_lp.data() + size_t(j) * p.D;
       for (int d = 0; d < p.D; ++d) {
@@ -183,10 +271,11 @@ void reference_head(const AttnProblem& p, const MaskMod& mask, const ScoreMod& s
   }
 }
 
-// Every (b, h) on its own thread group, the contributions to dK, dV summed in head order.
-void references(const AttnProblem& p, const MaskMod& mask, const ScoreMod& score, const std::vector<double>& q,
-                const std::vector<double>& k, const std::vector<double>& v, const std::vector<double>& dout,
-                References& r) {
+// Every (b, h) on its own thread group, the contributions to dK, dV (and
+// dBias, into the bias's shape `bias_shape`) summed in head order.
+void references(const AttnProblem& p, const MaskMod& mask, const ScoreMod& score, const PairShape& bias_shape,
+                const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
+                const std::vector<double>& dout, References& r) {
   r.o_bits.assign(size_t(p.o_elems()), 0);
   r.lse.assign(size_t(p.lse_elems()), 0.f);
   r.dq.assign(size_t(p.q_elems()), 0.0);
@@ -195,6 +284,10 @@ void references(const AttnProblem& p, const MaskMod& mask, const ScoreMod& score
   std::vector<float> dq_acc(size_t(p.q_elems()), 0.f), dk_acc(size_t(p.k_elems()), 0.f),
       dv_acc(size_t(p.v_elems()), 0.f);
   r.key_seen.assign(size_t(int64_t(p.B) * p.kv_heads() * p.Nk), 0);
+  const bool bias = score.kind == ScoreModKind::kBias;
+  r.dbias.assign(bias ? size_t(bias_shape.rows() * p.Nk) : 0, 0.0);
+  std::vector<float> dbias_acc(r.dbias.size(), 0.f);
+  const PairTensor dbias_at = bias_shape.strides(p.Nk);
   const int heads = p.B * p.H;
   std::vector<HeadPart> parts(static_cast<size_t>(heads));
   const int workers = int(std::max(1u, std::min(16u, std::thread::hardware_concurrency())));
@@ -217,6 +310,13 @@ void references(const AttnProblem& p, const MaskMod& mask, const ScoreMod& score
       dv_acc[size_t(kvh * p.Nk * p.Dv) + e] += part.dv_lp[e];
     }
     for (int j = 0; j < p.Nk; ++j) r.key_seen[size_t(kvh * p.Nk + j)] += part.seen[size_t(j)];
+    for (int i = 0; bias && i < p.Nq; ++i) {
+      const int64_t row = dbias_at.row(x / p.H, x % p.H, i);
+      for (int j = 0; j < p.Nk; ++j) {
+        r.dbias[size_t(row + j)] += part.ds[size_t(i) * p.Nk + j];
+        dbias_acc[size_t(row + j)] += part.ds_lp[size_t(i) * p.Nk + j];
+      }
+    }
   }
   auto rounded = [&](const std::vector<float>& acc) {
     std::vector<double> out(acc.size());
@@ -226,6 +326,27 @@ void references(const AttnProblem& p, const MaskMod& mask, const ScoreMod& score
   r.dq_lp = rounded(dq_acc);
   r.dk_lp = rounded(dk_acc);
   r.dv_lp = rounded(dv_acc);
+  r.dbias_lp = rounded(dbias_acc);
+}
+
+// dBias (fp32) against its double reference and the same-precision one, as
+// compare_output holds a 16-bit gradient: the rounding floor is the dtype's
+// (the bias's, which an unfused backward would return).
+struct DBiasComparison {
+  ErrorStats stats;
+  double baseline_err = 0, rounding_err = 0;
+};
+DBiasComparison compare_dbias(const std::vector<float>& got, const std::vector<double>& ref,
+                              const std::vector<double>& low, DType t) {
+  DBiasComparison c;
+  for (size_t i = 0; i < ref.size() && i < got.size(); ++i) {
+    if (!std::isfinite(got[i])) ++c.stats.nonfinite;
+    else c.stats.max_abs_err = std::max(c.stats.max_abs_err, std::fabs(double(got[i]) - ref[i]));
+    c.baseline_err = std::max(c.baseline_err, std::fabs(low[i] - ref[i]));
+    const float rf = float(ref[i]);
+    c.rounding_err = std::max(c.rounding_err, double(std::fabs(float(round_to(rf + 0.3f, t)) - 0.3f - rf)));
+  }
+  return c;
 }
 
 template <typename T>
@@ -248,12 +369,14 @@ Grads download(const AttnGradBuffers& b, const AttnProblem& p) {
   return out;
 }
 
-// Poisons the gradients (NaN in both dtypes), runs the kernel, waits.
+// Poisons the gradients (NaN in both dtypes), zeroes dBias (`dbias_elems`
+// floats at score.dbias, the caller's part), runs the kernel, waits.
 cudaError_t run_once(const AttnProblem& p, const AttnGradBuffers& b, const BlockMaskView& view, const MaskMod& mask,
-                     const ScoreMod& score, bool deterministic) {
+                     const ScoreMod& score, bool deterministic, size_t dbias_elems) {
   cudaMemset(b.dq, 0xff, size_t(p.q_elems()) * 2);
   cudaMemset(b.dk, 0xff, size_t(p.k_elems()) * 2);
   cudaMemset(b.dv, 0xff, size_t(p.v_elems()) * 2);
+  if (score.dbias != nullptr) cudaMemset(score.dbias, 0, dbias_elems * 4);
   cudaError_t err = blocksparse_bwd(p, b, view, mask, score, deterministic, nullptr);
   return err == cudaSuccess ? cudaDeviceSynchronize() : err;
 }
@@ -266,8 +389,8 @@ bool run_case(const Case& c, std::mt19937_64& rng) {
   p.scale = default_scale(c.D);
   std::string why;
   MaskMod mask = parse_mask_mod(c.mask, c.Nq, c.Nk, why);
-  const ScoreMod score = parse_score_mod(c.score, c.H, why);
-  const ScoreMod kernel_score = c.kernel_score.empty() ? score : parse_score_mod(c.kernel_score, c.H, why);
+  ScoreMod score = parse_score_mod(c.score, c.H, why);
+  ScoreMod kernel_score = c.kernel_score.empty() ? score : parse_score_mod(c.kernel_score, c.H, why);
   if (!why.empty()) {
     record(false, what + ": " + why);
     return true;
@@ -281,10 +404,18 @@ bool run_case(const Case& c, std::mt19937_64& rng) {
   const int L = std::max(c.Nq, c.Nk);
   std::mt19937 doc_rng{static_cast<unsigned>(rng())};
   const std::vector<int32_t> doc = block_mask_cases::random_docs(c.B, L, doc_rng);
+  const PairShape tensor_shape(c.form, c.B, c.H, c.Nq);
+  std::vector<uint32_t> bits;  // the tensor mask_mod's words
+  if (mask.kind == MaskModKind::kTensor) bits = random_mask_bits(rng, tensor_shape, c.Nq, c.Nk);
+  std::vector<uint16_t> bias_bits;  // the bias, in the dtype
+  std::vector<double> bias_vals;
+  if (score.kind == ScoreModKind::kBias || kernel_score.kind == ScoreModKind::kBias)
+    random_tensor(rng, tensor_shape.rows() * c.Nk, p.dtype, 1.0, bias_bits, bias_vals);
   MaskMod host_mask = mask;
   if (mask.kind == MaskModKind::kDocument) host_mask.doc = doc.data(), host_mask.doc_len = L;
+  attach(host_mask, score, tensor_shape, p, bits.data(), bias_bits.data(), nullptr);
   References ref;
-  references(p, host_mask, score, q, k, v, dout, ref);
+  references(p, host_mask, score, tensor_shape, q, k, v, dout, ref);
 
   DeviceBuffers dev;
   const int lists_B = c.broadcast_lists ? 1 : c.B, lists_H = c.broadcast_lists ? 1 : c.H;
@@ -300,15 +431,23 @@ bool run_case(const Case& c, std::mt19937_64& rng) {
   void* d_dk = dev.alloc<void>(kb.size() * 2);
   void* d_dv = dev.alloc<void>(vb.size() * 2);
   int32_t* d_doc = dev.alloc<int32_t>(doc.size() * 4);
-  if (!mask_base || !d_q || !d_k || !d_v || !d_o || !d_do || !d_lse || !d_dq || !d_dk || !d_dv || !d_doc) {
+  uint32_t* d_bits = dev.alloc<uint32_t>(bits.size() * 4);
+  void* d_bias = dev.alloc<void>(bias_bits.size() * 2);
+  const size_t dbias_elems = bias_bits.size();  // dBias in the bias's shape
+  float* d_dbias = dev.alloc<float>(dbias_elems * 4);
+  if (!mask_base || !d_q || !d_k || !d_v || !d_o || !d_do || !d_lse || !d_dq || !d_dk || !d_dv || !d_doc || !d_bits ||
+      !d_bias || !d_dbias) {
     record(false, what + ": out of device memory");
     return true;
   }
   upload_to(d_q, qb), upload_to(d_k, kb), upload_to(d_v, vb), upload_to(d_o, ref.o_bits), upload_to(d_do, dob);
-  upload_to(d_lse, ref.lse), upload_to(d_doc, doc);
+  upload_to(d_lse, ref.lse), upload_to(d_doc, doc), upload_to(d_bits, bits), upload_to(d_bias, bias_bits);
   cudaMemset(mask_base, 0xff, mask_bytes);
   MaskMod dev_mask = mask;
   if (mask.kind == MaskModKind::kDocument) dev_mask.doc = d_doc, dev_mask.doc_len = L;
+  const MaskMod bare_mask = dev_mask;  // before the tensors are attached
+  const ScoreMod bare_score = kernel_score;
+  attach(dev_mask, kernel_score, tensor_shape, p, d_bits, d_bias, d_dbias);
   const BlockMaskView view = block_mask_view(mask_base, lists_B, lists_H, c.Nq, c.Nk, c.block_q, c.block_kv);
   cudaError_t err = build_block_mask_from_mod(dev_mask, view, nullptr);
   if (const std::string refused = blocksparse_bwd_unsupported(p, view); !refused.empty()) {
@@ -325,12 +464,20 @@ bool run_case(const Case& c, std::mt19937_64& rng) {
   b.q = d_q, b.k = d_k, b.v = d_v, b.o = d_o, b.lse = d_lse, b.dout = d_do;
   b.dq = d_dq, b.dk = d_dk, b.dv = d_dv, b.workspace = d_ws, b.workspace_bytes = ws_bytes;
   if (err == cudaSuccess) err = cudaDeviceSynchronize();
-  if (err == cudaSuccess) err = run_once(p, b, view, dev_mask, kernel_score, c.deterministic);
+  if (err == cudaSuccess && c.reads_tensors()) {  // without its tensors, refused before any launch
+    const cudaError_t refused = blocksparse_bwd(p, b, view, bare_mask, bare_score, c.deterministic, nullptr);
+    record(refused == cudaErrorInvalidValue, what + ": without its tensors must be refused, got " +
+                                                 cudaGetErrorString(refused));
+    if (refused != cudaErrorInvalidValue) return gpu_still_usable(cudaGetErrorString(refused));
+  }
+  if (err == cudaSuccess) err = run_once(p, b, view, dev_mask, kernel_score, c.deterministic, dbias_elems);
   if (err != cudaSuccess) {
     record(false, what + ": " + cudaGetErrorString(err));
     return gpu_still_usable(cudaGetErrorString(err));
   }
   const Grads got = download(b, p);
+  std::vector<float> dbias(kernel_score.dbias != nullptr ? dbias_elems : 0);
+  cudaMemcpy(dbias.data(), d_dbias, dbias.size() * 4, cudaMemcpyDeviceToHost);
 
   // Each gradient on its own, by the project's rule.
   const std::vector<double>* refs[3] = {&ref.dq, &ref.dk, &ref.dv};
@@ -343,6 +490,12 @@ bool run_case(const Case& c, std::mt19937_64& rng) {
     const CheckResult cr = judge(cmp.stats, ErrorStats{}, cmp.baseline_err, cmp.rounding_err);
     pass = pass && cr.pass;
     summary += std::string(gi ? "; " : "") + names[gi] + " " + cr.summary();
+  }
+  if (score.kind == ScoreModKind::kBias) {  // dBias (fp32) on its own, by the same rule
+    const DBiasComparison cmp = compare_dbias(dbias, ref.dbias, ref.dbias_lp, p.dtype);
+    const CheckResult cr = judge(cmp.stats, ErrorStats{}, cmp.baseline_err, cmp.rounding_err);
+    pass = pass && cr.pass && dbias.size() == ref.dbias.size();
+    summary += std::string("; dBias ") + (dbias.size() == ref.dbias.size() ? cr.summary() : "not written");
   }
   // Exactly zero: dQ rows that see no key, dK and dV rows of keys that no query sees.
   int64_t zero_rows_wrong = 0;
@@ -374,10 +527,17 @@ bool run_case(const Case& c, std::mt19937_64& rng) {
 
   if (c.deterministic) {  // bitwise identical over more runs, each into poisoned gradients
     bool identical = true;
+    // dBias stored (not added: float atomics sum in any order) bitwise identical as well.
+    const bool dbias_fixed = kernel_score.dbias != nullptr && !kernel_score.dbias_add;
     for (int run = 0; run < kDeterminismRuns && err == cudaSuccess; ++run) {
-      err = run_once(p, b, view, dev_mask, kernel_score, true);
+      err = run_once(p, b, view, dev_mask, kernel_score, true, dbias_elems);
       const Grads again = download(b, p);
       for (int gi = 0; gi < 3; ++gi) identical = identical && again.g[gi] == got.g[gi];
+      if (dbias_fixed) {
+        std::vector<float> dbias_again(dbias.size());
+        cudaMemcpy(dbias_again.data(), d_dbias, dbias.size() * 4, cudaMemcpyDeviceToHost);
+        identical = identical && std::memcmp(dbias_again.data(), dbias.data(), dbias.size() * 4) == 0;
+      }
     }
     record(err == cudaSuccess && identical, what + ": bitwise identical over " + std::to_string(1 + kDeterminismRuns) +
                                                 " runs" + (err == cudaSuccess ? "" : std::string(": ") + cudaGetErrorString(err)));
@@ -444,6 +604,22 @@ std::vector<Case> all_cases() {
   cases.push_back({"dilated_sliding_window:256,2", "none", 500, 700, 256, 256, DType::kBFloat16, 128, 256, 1, 3, 1});
   cases.push_back({"none", "rel_bias", 17, 17, 256, 256, DType::kFloat16, 128, 128, 1, 2, 2});
   cases.push_back({"causal", "softcap:2", 1, 1, 256, 256, DType::kBFloat16, 128, 128, 1, 2, 1, true});
+  // The mods that read tensors: a tensor mask_mod and a bias score_mod, full
+  // ([B, H, Nq, Nk]: dBias stored, deterministic runs bitwise identical) and
+  // broadcast (dBias added), ragged (17, 113 x 203, 333 x 455), Nq != Nk with
+  // rows that see no key and keys no query sees, GQA and MQA, D = 256 (rung
+  // 15's two chains record dS' in the dS chain), both dtypes.
+  auto in_form = [](Case c, Form f) {
+    c.form = f;
+    return c;
+  };
+  cases.push_back({"tensor", "none", 113, 203, 128, 128, DType::kFloat16, 128, 128, 2, 2, 2, true});
+  cases.push_back(in_form({"tensor", "bias", 17, 17, 64, 64, DType::kBFloat16, 128, 128, 1, 4, 2}, Form::kHeadsKeys));
+  cases.push_back({"none", "bias", 300, 1000, 192, 128, DType::kBFloat16, 128, 256, 2, 2, 2, true});
+  cases.push_back(in_form({"causal", "bias", 1000, 300, 128, 128, DType::kFloat16, 256, 256, 1, 4, 1}, Form::kHeadsKeys));
+  cases.push_back({"tensor", "bias", 333, 455, 256, 256, DType::kFloat16, 128, 128, 1, 2, 2, true});
+  cases.push_back(in_form({"sliding_window:64,32", "bias", 520, 130, 64, 64, DType::kBFloat16, 128, 128, 2, 2, 1},
+                          Form::kBatchQueries));
   // The check can fail: the kernel given another score_mod than the reference.
   Case wrong{"causal", "none", 300, 1000, 128, 128, DType::kBFloat16, 128, 128, 1, 2, 2};
   wrong.kernel_score = "alibi";

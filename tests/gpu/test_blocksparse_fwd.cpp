@@ -12,9 +12,12 @@
 // 300 x 1000, rotating the score_mods, head dims, dtypes, block sizes (every
 // multiple of the tile, 128 to 384) and MHA / GQA / MQA; then causal with
 // Nq != Nk and whole query blocks that see no key, every score_mod in both
-// dtypes, lists broadcast over B and H, 2048-key walks, the refusals, and a
-// negative control (the kernel given another score_mod must fail). Options:
-// gpu_testing.h's CaseArgs (-v, --only TEXT).
+// dtypes, lists broadcast over B and H, 2048-key walks; the mods that read
+// tensors — a tensor mask_mod (random keep bits in dmattn's packing, the
+// padding bits set) and a bias score_mod (random, in the input dtype), full
+// and broadcast, ragged, GQA, both dtypes, each also refused without its
+// tensors; the refusals, and a negative control (the kernel given another
+// score_mod must fail). Options: gpu_testing.h's CaseArgs (-v, --only TEXT).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -29,6 +32,7 @@
 #include "blocksparse/block_mask_gpu.h"
 #include "blocksparse/blocksparse_fwd.h"
 #include "blocksparse/mods.h"
+#include "dmattn/dmattn.h"
 #include "gpu_testing.h"
 #include "host/arch.h"
 #include "reference/mods_reference.h"
@@ -43,6 +47,68 @@ constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 bool verbose = false;  // -v: one line per case, passing or not
 CaseArgs args;
 
+// The shape of a case's tensor mask_mod words and bias (mods.h's PairTensor):
+// [B, H, Nq, ·], or broadcast [1, H, 1, ·] or [B, 1, Nq, ·].
+enum class Form { kFull, kHeadsKeys, kBatchQueries };
+const char* form_name(Form f) {
+  return f == Form::kFull ? "[B,H,Nq,Nk]" : f == Form::kHeadsKeys ? "[1,H,1,Nk]" : "[B,1,Nq,Nk]";
+}
+
+// A tensor's sizes ({B|1}, {H|1}, {Nq|1}) and its dense strides (0 along a
+// size-1 dimension) for rows of `row` elements.
+struct PairShape {
+  int b, h, q;
+  PairShape(Form f, int B, int H, int Nq)
+      : b(f == Form::kHeadsKeys ? 1 : B), h(f == Form::kBatchQueries ? 1 : H), q(f == Form::kHeadsKeys ? 1 : Nq) {}
+  int64_t rows() const { return int64_t(b) * h * q; }
+  PairTensor strides(int64_t row) const {
+    PairTensor t;
+    t.sq = q == 1 ? 0 : row;
+    t.sh = h == 1 ? 0 : int64_t(q) * row;
+    t.sb = b == 1 ? 0 : int64_t(h) * q * row;
+    return t;
+  }
+};
+
+// Random keep bits in dmattn's packing (rows of dma_mask_bit_row_words(Nk)
+// words, bit k % 32 of word k / 32), each 128 x 128 tile of a row group all
+// dropped, all kept or random, so that the block masks have empty, full and
+// partial blocks; the padding bits past Nk set (no key may read them).
+std::vector<uint32_t> random_mask_bits(std::mt19937_64& rng, const PairShape& s, int Nq, int Nk) {
+  const int64_t row_words = dma_mask_bit_row_words(Nk);
+  const int q_len = s.q == 1 ? 1 : Nq, q_tiles = (q_len + 127) / 128, k_tiles = (Nk + 127) / 128;
+  std::vector<uint32_t> words(size_t(s.rows() * row_words), 0u);
+  for (int64_t bh = 0; bh < int64_t(s.b) * s.h; ++bh) {
+    std::vector<int> kind(size_t(q_tiles) * k_tiles);  // 0 dropped, 1 kept, 2 random
+    for (int& x : kind) x = int(rng() % 3);
+    for (int q = 0; q < q_len; ++q) {
+      uint32_t* row = words.data() + (bh * q_len + q) * row_words;
+      for (int k = 0; k < Nk; ++k) {
+        const int tile = kind[size_t(q / 128) * k_tiles + k / 128];
+        if (tile == 1 || (tile == 2 && rng() % 2 == 0)) row[k / 32] |= 1u << (k % 32);
+      }
+      for (int64_t k = Nk; k < 32 * row_words; ++k) row[k / 32] |= 1u << (k % 32);
+    }
+  }
+  return words;
+}
+
+// The mods with their tensors attached (host or device copies): the mask's
+// words, the bias in the input dtype read in Nq x Nk.
+void attach(MaskMod& mask, ScoreMod& score, const PairShape& s, const AttnProblem& p, const void* bits,
+            const void* bias) {
+  if (mask.kind == MaskModKind::kTensor) {
+    mask.bits = s.strides(dma_mask_bit_row_words(p.Nk));
+    mask.bits.data = bits;
+  }
+  if (score.kind == ScoreModKind::kBias) {
+    score.bias = s.strides(p.Nk);
+    score.bias.data = bias;
+    score.bias_bf16 = p.dtype == DType::kBFloat16;
+    score.nq = p.Nq, score.nk = p.Nk;
+  }
+}
+
 struct Case {
   std::string mask, score;
   int Nq, Nk, D, Dv;
@@ -51,12 +117,15 @@ struct Case {
   int B, H, Hkv;
   bool broadcast_lists = false;  // one list per query block for every (b, h)
   std::string kernel_score = "";  // a negative control: the kernel runs this score_mod, and must fail
+  Form form = Form::kFull;        // the tensor mask_mod's words and the bias
 
+  bool reads_tensors() const { return mask == "tensor" || score == "bias"; }
   std::string name() const {
-    char buf[200];
-    std::snprintf(buf, sizeof buf, "%s + %s, %dx%d, D=%d/%d, %s, blocks %dx%d, B=%d H=%d Hkv=%d%s", mask.c_str(),
+    char buf[240];
+    std::snprintf(buf, sizeof buf, "%s + %s, %dx%d, D=%d/%d, %s, blocks %dx%d, B=%d H=%d Hkv=%d%s%s%s", mask.c_str(),
                   score.c_str(), Nq, Nk, D, Dv, dtype_name(dtype), block_q, block_kv, B, H, Hkv,
-                  broadcast_lists ? ", lists broadcast" : "");
+                  broadcast_lists ? ", lists broadcast" : "", reads_tensors() ? ", tensors " : "",
+                  reads_tensors() ? form_name(form) : "");
     return buf;
   }
 };
@@ -69,8 +138,8 @@ bool run_case(const Case& c, std::mt19937_64& rng) {
   p.scale = default_scale(c.D);
   std::string why;
   MaskMod mask = parse_mask_mod(c.mask, c.Nq, c.Nk, why);
-  const ScoreMod score = parse_score_mod(c.score, c.H, why);
-  const ScoreMod kernel_score = c.kernel_score.empty() ? score : parse_score_mod(c.kernel_score, c.H, why);
+  ScoreMod score = parse_score_mod(c.score, c.H, why);
+  ScoreMod kernel_score = c.kernel_score.empty() ? score : parse_score_mod(c.kernel_score, c.H, why);
   if (!why.empty()) {
     record(false, what + ": " + why);
     return true;
@@ -83,6 +152,13 @@ bool run_case(const Case& c, std::mt19937_64& rng) {
   const int L = std::max(c.Nq, c.Nk);
   std::mt19937 doc_rng{static_cast<unsigned>(rng())};
   const std::vector<int32_t> doc = block_mask_cases::random_docs(c.B, L, doc_rng);
+  const PairShape tensor_shape(c.form, c.B, c.H, c.Nq);
+  std::vector<uint32_t> bits;  // the tensor mask_mod's words
+  if (mask.kind == MaskModKind::kTensor) bits = random_mask_bits(rng, tensor_shape, c.Nq, c.Nk);
+  std::vector<uint16_t> bias_bits;  // the bias, in the dtype
+  std::vector<double> bias_vals;
+  if (score.kind == ScoreModKind::kBias || kernel_score.kind == ScoreModKind::kBias)
+    random_tensor(rng, tensor_shape.rows() * c.Nk, p.dtype, 1.0, bias_bits, bias_vals);
 
   DeviceBuffers dev;
   const int lists_B = c.broadcast_lists ? 1 : c.B, lists_H = c.broadcast_lists ? 1 : c.H;
@@ -94,7 +170,9 @@ bool run_case(const Case& c, std::mt19937_64& rng) {
   float* d_lse = dev.alloc<float>(size_t(p.lse_elems()) * 4);
   int32_t* d_doc = dev.alloc<int32_t>(doc.size() * 4);
   void* workspace = dev.alloc<void>(blocksparse_fwd_workspace_bytes());  // the persistent grid's counter
-  if (!mask_base || !dq || !dk || !dv || !d_o || !d_lse || !d_doc || !workspace) {
+  uint32_t* d_bits = dev.alloc<uint32_t>(bits.size() * 4);
+  void* d_bias = dev.alloc<void>(bias_bits.size() * 2);
+  if (!mask_base || !dq || !dk || !dv || !d_o || !d_lse || !d_doc || !workspace || !d_bits || !d_bias) {
     record(false, what + ": out of device memory");
     return true;
   }
@@ -102,6 +180,8 @@ bool run_case(const Case& c, std::mt19937_64& rng) {
   cudaMemcpy(dk, kb.data(), kb.size() * 2, cudaMemcpyHostToDevice);
   cudaMemcpy(dv, vb.data(), vb.size() * 2, cudaMemcpyHostToDevice);
   cudaMemcpy(d_doc, doc.data(), doc.size() * 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(d_bits, bits.data(), bits.size() * 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(d_bias, bias_bits.data(), bias_bits.size() * 2, cudaMemcpyHostToDevice);
   cudaMemset(mask_base, 0xff, block_mask_device_bytes(lists_B, lists_H, c.Nq, c.Nk, c.block_q, c.block_kv));
   cudaMemset(d_o, 0xff, size_t(p.o_elems()) * 2);  // NaN in both dtypes
   cudaMemset(d_lse, 0xff, size_t(p.lse_elems()) * 4);
@@ -111,6 +191,10 @@ bool run_case(const Case& c, std::mt19937_64& rng) {
     dev_mask.doc = d_doc, dev_mask.doc_len = L;
     host_mask.doc = doc.data(), host_mask.doc_len = L;
   }
+  const MaskMod bare_mask = dev_mask;  // before the tensors are attached
+  const ScoreMod bare_score = kernel_score;
+  attach(dev_mask, kernel_score, tensor_shape, p, d_bits, d_bias);
+  attach(host_mask, score, tensor_shape, p, bits.data(), bias_bits.data());
   const BlockMaskView view = block_mask_view(mask_base, lists_B, lists_H, c.Nq, c.Nk, c.block_q, c.block_kv);
   cudaError_t err = build_block_mask_from_mod(dev_mask, view, nullptr);
   if (const std::string refused = blocksparse_fwd_unsupported(p, view); !refused.empty()) {
@@ -121,6 +205,12 @@ bool run_case(const Case& c, std::mt19937_64& rng) {
   buf.q = dq, buf.k = dk, buf.v = dv, buf.o = d_o, buf.lse = d_lse;
   buf.workspace = workspace, buf.workspace_bytes = blocksparse_fwd_workspace_bytes();
   cudaMemset(workspace, 0x7f, buf.workspace_bytes);  // a stale counter: the launch must zero it
+  if (err == cudaSuccess && c.reads_tensors()) {  // without its tensors, refused before any launch
+    const cudaError_t refused = blocksparse_fwd(p, buf, view, bare_mask, bare_score, nullptr);
+    record(refused == cudaErrorInvalidValue, what + ": without its tensors must be refused, got " +
+                                                 cudaGetErrorString(refused));
+    if (refused != cudaErrorInvalidValue) return gpu_still_usable(cudaGetErrorString(refused));
+  }
   if (err == cudaSuccess) err = blocksparse_fwd(p, buf, view, dev_mask, kernel_score, nullptr);
   if (err == cudaSuccess) err = cudaDeviceSynchronize();
   if (err != cudaSuccess) {
@@ -214,6 +304,20 @@ std::vector<Case> all_cases() {
   cases.push_back({"causal", "alibi", 700, 600, 192, 128, DType::kBFloat16, 128, 128, 1, 24, 8});
   // D = 64: a block per item, with the workspace given.
   cases.push_back({"prefix_lm:150", "none", 700, 900, 64, 64, DType::kBFloat16, 128, 128, 1, 24, 8});
+  // The mods that read tensors: a tensor mask_mod and a bias score_mod, full
+  // ([B, H, Nq, Nk]) and broadcast, ragged (17, 113 x 203, 799 x 3: rows of
+  // two words), Nq != Nk with rows that see no key, GQA and MQA, both dtypes.
+  auto in_form = [](Case c, Form f) {
+    c.form = f;
+    return c;
+  };
+  cases.push_back({"tensor", "none", 113, 203, 128, 128, DType::kFloat16, 128, 128, 2, 2, 2});
+  cases.push_back(in_form({"tensor", "bias", 17, 17, 64, 64, DType::kBFloat16, 128, 128, 1, 4, 2}, Form::kHeadsKeys));
+  cases.push_back({"none", "bias", 300, 1000, 192, 128, DType::kBFloat16, 128, 256, 2, 2, 2});
+  cases.push_back(in_form({"causal", "bias", 1000, 300, 128, 128, DType::kFloat16, 256, 256, 1, 4, 1}, Form::kHeadsKeys));
+  cases.push_back(
+      in_form({"tensor", "alibi", 799, 3, 256, 256, DType::kFloat16, 128, 64, 2, 2, 2}, Form::kBatchQueries));
+  cases.push_back({"tensor", "bias", 700, 900, 64, 64, DType::kBFloat16, 128, 128, 1, 24, 8});
   // The check can fail: the kernel given another score_mod than the reference.
   Case wrong{"causal", "none", 300, 1000, 128, 128, DType::kBFloat16, 128, 128, 1, 2, 2};
   wrong.kernel_score = "alibi";
