@@ -23,10 +23,23 @@ identical.
 Cases: the curated list (every mask_mod and score_mod of mods.h over the
 ragged lengths 1, 17, 113x203, 239x1, 799x3; causal with Nq != Nk; 4224 and
 128x8192 at B = H = 1; GQA and MQA; D = 64, 128, 192/128, 256, and 128/64,
-which only the forward takes; blocks 128x128 and 256x256) and
---cases random ones from --seed (B*H <= 8, lengths <= 2048, a quarter of them
-det). Each case's inputs follow from --seed and its place in the list alone,
-so that --only reruns a case on the same numbers.
+which only the forward takes; blocks 128x128 and 256x256), the curated cases
+of the tensor mods, and --cases random ones from --seed (B*H <= 8, lengths
+<= 2048, a quarter of them det). Each case's inputs follow from --seed and its
+place in the list alone, so that --only reruns a case on the same numbers;
+the tensor-mod cases have places of their own (negative), so that the random
+cases keep the places, and the numbers, they had before those cases.
+
+Tensor mods: a keep tensor as the mask_mod (attnlab.create_block_mask(keep,
+...), random over blocks that are empty, full, or about half kept; or each
+row's top k) and a bias tensor as the score_mod (score_mod=bias, broadcast
+or not), drawn from a generator of their own. Their reference is torch's
+eager flex_attention with the closures a user writes over the tensors,
+mask_mod keep_full[b, h, q, kv] and score_mod s + bias_full[b, h, q, kv]
+(each expanded to [B, H, Q_LEN, KV_LEN]), in float64 and in the inputs'
+dtype as above; dBias, the bias's gradient, is held to the rule on its own
+like dQ, dK and dV (torch's eager backward returns a captured tensor's
+gradient), and must be 0 where no kept pair reads the bias.
 
 One line per case: PASS, FAIL or SKIP(reason), the case's name, then each
 output's max error against its bound (err<=bound), then what failed. SKIP:
@@ -36,6 +49,7 @@ other exception, is a FAIL. The report ends with one line `N passed, M
 failed` (a skipped case is neither); the exit status is 0 iff M = 0.
 """
 import argparse
+import inspect
 import os
 import random
 import re
@@ -48,6 +62,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 
 try:
     import torch
+    from torch.nn.attention import flex_attention as torch_flex_module
 
     import attnlab
     import flex_reference as fr
@@ -130,6 +145,184 @@ def random_cases(count, seed):
     return cases
 
 
+# ---- the tensor mods --------------------------------------------------------------------
+class TensorCase(Case):
+    """A case whose mask_mod is a keep tensor (keep: its pattern, keep_mask's;
+    None for the spec `mask`) and whose score_mod is a bias tensor (bias: its
+    shape; None for none). Shapes are written in the dims' letters, 1 where
+    the tensor broadcasts: "BHQK" is [B, H, Q_LEN, KV_LEN], "1H1K" one row
+    per head, "QK" 2-D. keep_as: what create_block_mask gets, the bool mask,
+    "uint8" or "packed" (attnlab.pack_mask's)."""
+
+    def __init__(self, keep=None, bias=None, mask="none", keep_shape="BHQK", keep_as="bool", **kw):
+        super().__init__("tensor" if keep else mask, None, **kw)
+        self.keep, self.keep_shape, self.keep_as, self.bias = keep, keep_shape, keep_as, bias
+
+    def shape(self, letters):
+        dims = {"B": self.B, "H": self.H, "Q": self.Nq, "K": self.Nk, "1": 1}
+        return tuple(dims[d] for d in letters)
+
+    def __repr__(self):
+        mask = f"keep[{self.keep},{self.keep_shape},{self.keep_as}]" if self.keep else self.mask
+        score = "none" if self.bias is None else f"bias[{self.bias}]"
+        return f"{mask}+{score}-" + super().__repr__().split("-", 1)[1]
+
+
+def tensor_cases():
+    """The curated cases of the tensor mods: keep masks random over blocks
+    (each empty, full or about half kept), each row's top k, or with rows and
+    keys dropped whole ("holes"); a bias of each broadcast shape, alone, with
+    a spec mask_mod and with a keep mask; ragged lengths, GQA and MQA, D =
+    64, 128 and 256."""
+    T = TensorCase
+    return [
+        T(keep="blocks", Nq=1000, Nk=1000, B=2),
+        T(keep="blocks", keep_shape="11QK", keep_as="packed", Nq=700, Nk=900, dtype=fp16, deterministic=True),
+        T(keep="topk", Nq=513, Nk=1024, H=4, Hkv=2),
+        T(keep="topk", keep_shape="B1QK", keep_as="uint8", Nq=300, Nk=1000, B=2, dtype=fp16),
+        T(keep="blocks", keep_shape="1H1K", Nq=1000, Nk=300, H=4, Hkv=1),
+        T(keep="holes", bias="BHQK", Nq=333, Nk=455, dtype=fp16),  # rows that see no key, keys no query sees
+        T(bias="QK", Nq=1000, Nk=1000),
+        T(bias="1H1K", mask="causal", Nq=300, Nk=1000, H=4, Hkv=2, dtype=fp16, deterministic=True),
+        T(bias="B1QK", mask="sliding_window:64,32", Nq=520, Nk=130, B=2),
+        T(bias="BHQK", Nq=17, Nk=17, dtype=fp16),
+        T(keep="blocks", keep_shape="11QK", bias="1H1K", Nq=1000, Nk=1000, D=64, deterministic=True),
+        T(bias="11QK", mask="prefix_lm:150", Nq=455, Nk=333, D=256, dtype=fp16),
+        T(keep="topk", keep_shape="B1QK", bias="B1QK", Nq=113, Nk=203, B=2, block=(256, 256)),
+    ]
+
+
+def keep_mask(pattern, shape, block, gen):
+    """A bool keep mask of `shape` drawn from the torch.Generator `gen`:
+    "blocks": each (Q, KV) block of `block` (of 1 row where Q_LEN broadcasts)
+    empty or full with probability 1/4 each, else each pair kept with
+    probability 1/2; "topk": each row's KV_LEN // 8 + 1 keys of largest
+    random score; "holes": each pair kept with probability 1/2, about 1 row
+    in 8 and 1 key in 8 dropped whole."""
+    def rand(*size):
+        return torch.rand(size, device=fr.DEVICE, generator=gen)
+
+    if pattern == "blocks":
+        bq = block[0] if shape[-2] > 1 else 1
+        grid = (*shape[:-2], -(-shape[-2] // bq), -(-shape[-1] // block[1]))
+        kind = torch.randint(0, 4, grid, device=fr.DEVICE, generator=gen)
+        kind = kind.repeat_interleave(bq, dim=-2)[..., :shape[-2], :]
+        kind = kind.repeat_interleave(block[1], dim=-1)[..., :shape[-1]]
+        return (kind == 1) | ((kind >= 2) & (rand(*shape) < 0.5))
+    if pattern == "topk":
+        score = rand(*shape)
+        return score >= score.topk(shape[-1] // 8 + 1, dim=-1).values[..., -1:]
+    return (rand(*shape) < 0.5) & (rand(*shape[:-1], 1) >= 1 / 8) & (rand(shape[-1]) >= 1 / 8)
+
+
+def tensor_mods(c, seed):
+    """(keep, mask_mod, bias) of case c from a torch.Generator seeded with
+    `seed` (not torch's global one, which draws the inputs): keep the bool
+    mask (the spec's pairs where c.keep is None), mask_mod what
+    create_block_mask gets, bias standard normal in the inputs' dtype or None."""
+    gen = torch.Generator(device=fr.DEVICE).manual_seed(seed)
+    if c.keep:
+        keep = keep_mask(c.keep, c.shape(c.keep_shape), c.block, gen)
+        mask_mod = {"bool": lambda: keep, "packed": lambda: attnlab.pack_mask(keep),
+                    "uint8": lambda: keep.to(torch.uint8) * 3}[c.keep_as]()
+    else:
+        i = torch.arange(c.Nq, device=fr.DEVICE)[:, None]
+        j = torch.arange(c.Nk, device=fr.DEVICE)[None, :]
+        zero = torch.zeros((), dtype=torch.long, device=fr.DEVICE)  # none of these specs reads b or h
+        keep = torch.as_tensor(fr.mask_fn(c.mask, c.Nq, c.Nk, None)(zero, zero, i, j), device=fr.DEVICE)
+        mask_mod = c.mask
+    bias = None
+    if c.bias is not None:
+        bias = torch.randn(c.shape(c.bias), device=fr.DEVICE, generator=gen).to(c.dtype)
+    return keep.expand(c.B, c.H, c.Nq, c.Nk), mask_mod, bias
+
+
+def flex_with_lse(q, k, v, score_mod, block_mask, scale, enable_gqa):
+    """(out, lse) of torch's flex_attention (eager), lse natural log."""
+    if "return_aux" in inspect.signature(torch_flex_module.flex_attention).parameters:
+        out, aux = torch_flex_module.flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale,
+                                                    enable_gqa=enable_gqa,
+                                                    return_aux=torch_flex_module.AuxRequest(lse=True))
+        return out, aux.lse
+    return torch_flex_module.flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale,
+                                            enable_gqa=enable_gqa, return_lse=True)
+
+
+def tensor_reference(c, q, k, v, keep, bias, dout):
+    """(ref, low), each (out, lse, dq, dk, dv[, dbias]) of torch's eager
+    flex_attention with the closures over the tensors, keep_full[b, h, q, kv]
+    and s + bias_full[b, h, q, kv] (keep and the bias expanded to [B, H,
+    Q_LEN, KV_LEN]), on float64 copies (ref) and in the inputs' dtype (low).
+    The bias's gradient is the captured tensor's, which torch's eager
+    backward computes (its dense backward's captured-buffer gradients, torch
+    >= 2.6), summed through the expand into the bias's own shape."""
+    full = (c.B, c.H, c.Nq, c.Nk)
+    block_mask = torch_flex_module.create_block_mask(lambda b, h, q_idx, kv_idx: keep[b, h, q_idx, kv_idx], c.B, c.H,
+                                                     c.Nq, c.Nk, device=fr.DEVICE, BLOCK_SIZE=c.block)
+
+    def outputs(dtype):
+        leaves = [t.detach().to(dtype).requires_grad_(True) for t in (q, k, v, bias) if t is not None]
+        bias_full = None if bias is None else leaves[3].expand(full)
+        score_mod = None if bias is None else lambda s, b, h, q_idx, kv_idx: s + bias_full[b, h, q_idx, kv_idx]
+        out, lse = flex_with_lse(*leaves[:3], score_mod, block_mask, c.scale, c.gqa)
+        grads = torch.autograd.grad(out, leaves, dout.to(dtype))
+        return (out.detach(), lse.detach(), *grads)
+
+    return outputs(fr.REFERENCE_DTYPE), outputs(c.dtype)
+
+
+@torch.no_grad()
+def tensor_floors(c, q, k, v, out, dout, keep, bias):
+    """fr.cancellation_floors with the keep mask and the bias: 2 u times the
+    terms that LSE (scale·|q|·|k| + |bias|), dQ and dK are summed from, and
+    for dBias = dS' 2 u times |dS|'s bound P·(|dO|·|V|ᵀ + rowsum|dO ∘ O|),
+    summed where the bias broadcasts; out is the reference's O."""
+    scale = c.D ** -0.5 if c.scale is None else c.scale
+    q, k, v, dout = (t.double() for t in (q, k, v, dout))
+    k, v = (t.repeat_interleave(c.H // c.Hkv, dim=1) for t in (k, v))
+    bias = 0.0 if bias is None else bias.double()
+    s = (q @ k.transpose(-2, -1)) * scale + bias
+    empty = ~keep.any(dim=-1, keepdim=True)
+    p = torch.softmax(s.masked_fill(~keep, float("-inf")).masked_fill(empty, 0.0), dim=-1).masked_fill(~keep, 0.0)
+    terms = scale * (q.abs() @ k.abs().transpose(-2, -1)) + abs(bias)
+    dout = dout.abs()
+    ds = p * (dout @ v.abs().transpose(-2, -1) + (dout * out.double().abs()).sum(-1, keepdim=True))
+    dk = (ds.transpose(-2, -1) @ q.abs()).view(c.B, c.Hkv, c.H // c.Hkv, c.Nk, c.D).sum(2)
+    floors = {"LSE": 2 * fr.U32 * terms.masked_fill(~keep, 0.0).max().item(),
+              "dQ": 2 * fr.U32 * scale * (ds @ k.abs()).max().item(), "dK": 2 * fr.U32 * scale * dk.max().item()}
+    if c.bias is not None:
+        floors["dBias"] = 2 * fr.U32 * ds.sum_to_size(c.shape(c.bias)).max().item()
+    return floors
+
+
+def unreached(c, keep, ours):
+    """One line each where O and dQ are not exactly 0 on rows that see no key,
+    dK and dV on keys that no query sees, dBias on elements no kept pair reads."""
+    rows = ~keep.any(dim=-1)
+    keys = ~keep.reshape(c.B, c.Hkv, c.H // c.Hkv, c.Nq, c.Nk).any(dim=3).any(dim=2)
+    problems = [f"{name} is not 0 where no kept pair reaches it"
+                for name, t, where in zip(("O", "dQ", "dK", "dV"), (ours[0], *ours[2:5]), (rows, rows, keys, keys))
+                if not (t[where] == 0).all()]
+    if len(ours) == 6:
+        shape = c.shape(c.bias.rjust(4, "1"))
+        if not (ours[5].reshape(shape)[keep.to(torch.int32).sum_to_size(shape) == 0] == 0).all():
+            problems.append("dBias is not 0 where no kept pair reads it")
+    return problems
+
+
+def tensor_check(c, ours, q, k, v, keep, bias, dout):
+    """fr.check for a TensorCase, dBias held to the rule on its own: ([(output,
+    err, bound)], problems)."""
+    ref, low = tensor_reference(c, q, k, v, keep, bias, dout)
+    floors = tensor_floors(c, q, k, v, ref[0], dout, keep, bias)
+    results, problems = [], []
+    for what, o, r, lo in zip(fr.OUTPUTS + ("dBias",), ours, ref, low):
+        err, bound, problem = fr.judge(o, r, lo, what, floors.get(what, 0.0))
+        results.append((what, err, bound))
+        problems += [problem] if problem else []
+    return results, problems + unreached(c, keep, ours)
+
+
 # ---- one case ---------------------------------------------------------------------------
 class Deterministic:
     """torch.use_deterministic_algorithms(on) inside, the caller's setting after."""
@@ -147,17 +340,19 @@ class Deterministic:
         torch.use_deterministic_algorithms(self.previous[0], warn_only=self.previous[1])
 
 
-def attnlab_forward(c, block_mask, q, k, v):
-    """(out, lse, leaves) of attnlab.flex_attention on fresh leaves copied from q, k, v."""
-    leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
-    out, lse = attnlab.flex_attention(*leaves, block_mask=block_mask, score_mod=c.score, scale=c.scale,
+def attnlab_forward(c, block_mask, q, k, v, bias=None):
+    """(out, lse, leaves) of attnlab.flex_attention on fresh leaves copied from
+    q, k, v, and from the bias where the score_mod is that tensor."""
+    leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v, bias) if t is not None]
+    score_mod = c.score if bias is None else leaves[3]
+    out, lse = attnlab.flex_attention(*leaves[:3], block_mask=block_mask, score_mod=score_mod, scale=c.scale,
                                       enable_gqa=c.gqa, return_lse=True)
     torch.cuda.synchronize()  # a kernel's error belongs to this case
     return out, lse, leaves
 
 
 def attnlab_backward(out, leaves, dout):
-    """(dq, dk, dv) of out for the upstream gradient dout."""
+    """(dq, dk, dv[, dbias]) of out for the upstream gradient dout."""
     grads = torch.autograd.grad(out, leaves, dout)
     torch.cuda.synchronize()
     return grads
@@ -177,11 +372,16 @@ def run_case(c, seeds):
     output's error against its bound, and what failed."""
     q, k, v, doc_ids = fr.make_inputs(c, seeds)
     dout = fr.upstream_gradient(c)
-    block_mask = attnlab.create_block_mask(c.mask, c.B if doc_ids is not None else None, None, c.Nq, c.Nk,
-                                           BLOCK_SIZE=c.block, doc_ids=doc_ids)
+    keep, bias = None, None
+    if isinstance(c, TensorCase):
+        keep, mask_mod, bias = tensor_mods(c, next(seeds))
+        block_mask = attnlab.create_block_mask(mask_mod, c.B, c.H, c.Nq, c.Nk, BLOCK_SIZE=c.block)
+    else:
+        block_mask = attnlab.create_block_mask(c.mask, c.B if doc_ids is not None else None, None, c.Nq, c.Nk,
+                                               BLOCK_SIZE=c.block, doc_ids=doc_ids)
     skip, runs = None, []
     with Deterministic(c.deterministic):
-        out, lse, leaves = attnlab_forward(c, block_mask, q, k, v)
+        out, lse, leaves = attnlab_forward(c, block_mask, q, k, v, bias)
         try:
             runs.append(attnlab_backward(out, leaves, dout))
         except ValueError as error:
@@ -189,14 +389,18 @@ def run_case(c, seeds):
             if skip is None:
                 raise
         for _ in range(DET_RUNS - 1 if runs and c.deterministic else 0):  # forward and backward again
-            again, _, again_leaves = attnlab_forward(c, block_mask, q, k, v)
+            again, _, again_leaves = attnlab_forward(c, block_mask, q, k, v, bias)
             runs.append(attnlab_backward(again, again_leaves, dout))
     ours = (out.detach(), lse, *(runs[0] if runs else ()))
-    results, problems = fr.check(c, ours, q, k, v, doc_ids, dout)
+    if keep is None:
+        results, problems = fr.check(c, ours, q, k, v, doc_ids, dout)
+    else:
+        results, problems = tensor_check(c, ours, q, k, v, keep, bias, dout)
     fields = [f"{what} {err:.1e}{'<=' if err <= bound else '>'}{bound:.1e}" for what, err, bound in results]
     if c.deterministic and runs:
         differ = [f"{name} of run {n}" for n, again in enumerate(runs[1:], 2)
-                  for name, first, other in zip(("dQ", "dK", "dV"), runs[0], again) if not torch.equal(first, other)]
+                  for name, first, other in zip(("dQ", "dK", "dV", "dBias"), runs[0], again)
+                  if not torch.equal(first, other)]
         fields.append(f"det {'bitwise x' + str(len(runs)) if not differ else 'DIFFERS'}")
         if differ:
             problems.append(f"not bitwise repeatable: {', '.join(differ)} differ from run 1's")
@@ -217,10 +421,16 @@ def main():
     if not torch.cuda.is_available():
         sys.exit("fuzz_blocksparse.py: torch sees no CUDA GPU")
 
-    cases = curated()
+    # A case's inputs follow from its place (the seeds below). The tensor-mod
+    # cases run after the other curated ones but take places of their own,
+    # -1, -2, ..., so that the random cases keep theirs.
+    spec_cases, tensor = curated(), tensor_cases()
+    cases = spec_cases + tensor
+    places = list(range(len(spec_cases))) + [-1 - j for j in range(len(tensor))]
     n_curated = len(cases)
     if not args.quick:
         cases += random_cases(args.cases, args.seed)
+        places += range(len(spec_cases), len(spec_cases) + args.cases)
     out = open(args.out, "w", encoding="utf-8") if args.out else None
 
     def report(line):
@@ -235,7 +445,7 @@ def main():
            "random cases" + (f", those holding '{args.only}'" if args.only else ""))
     counts = {"PASS": 0, "FAIL": 0, "SKIP": 0}
     start = time.time()
-    for i, c in enumerate(cases):
+    for i, c in zip(places, cases):
         name = repr(c)
         if args.only and args.only not in name:
             continue

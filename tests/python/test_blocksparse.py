@@ -21,6 +21,13 @@ and, where the backward takes its head dims, the backward for a fresh
 upstream gradient. Then the deterministic backward bitwise over 5 runs,
 gradients through return_lse=True, and the backward's refusal of the head
 dims it does not take.
+
+Tensor mods (a keep mask as the mask_mod, a bias as the score_mod, as torch
+closures over tensors would be) have their own reference: the attention
+written densely with torch ops, softmax(scale·q·kᵀ + bias, masked) @ v, its
+gradients (dBias too) from torch's autograd, in float64 (the reference) and
+in the inputs' dtype (the yardstick, flex's eager arithmetic: flex_reference's
+dense stand-in), by the same rule, dBias on its own like dQ, dK and dV.
 """
 import itertools
 import random
@@ -31,8 +38,8 @@ from torch.nn.attention import flex_attention as torch_flex_module
 
 import attnlab
 from attnlab import mods
-from flex_reference import (BWD_HEAD_DIMS, DEVICE, MASK_DRAWS, MASKS, SCORE_DRAWS, SCORES, Case, check, make_inputs,
-                            mask_fn, upstream_gradient)
+from flex_reference import (BWD_HEAD_DIMS, DEVICE, MASK_DRAWS, MASKS, OUTPUTS, SCORE_DRAWS, SCORES, U32, Case, check,
+                            judge, make_inputs, mask_fn, upstream_gradient)
 
 _seed = itertools.count(7000)
 
@@ -98,20 +105,22 @@ def random_cases(count=60, seed=20260101):
     return cases
 
 
-def attnlab_outputs(c, q, k, v, doc_ids, dout=None, block_mask=None):
+def attnlab_outputs(c, q, k, v, doc_ids, dout=None, block_mask=None, bias=None):
     """(out, lse) of attnlab.flex_attention and, with an upstream gradient
-    dout, its (dq, dk, dv) from autograd on fresh leaves copied from q, k, v."""
+    dout, its (dq, dk, dv) from autograd on fresh leaves copied from q, k, v;
+    with a bias, the score_mod is that tensor (a leaf too: dbias follows)."""
     if block_mask is None:
         block_mask = attnlab.create_block_mask(c.mask, c.B if doc_ids is not None else None, None, c.Nq, c.Nk,
                                                BLOCK_SIZE=c.block, doc_ids=doc_ids)
-    q, k, v = (t.detach().clone().requires_grad_(dout is not None) for t in (q, k, v))
-    out, lse = attnlab.flex_attention(q, k, v, block_mask=block_mask, score_mod=c.score, scale=c.scale,
-                                      enable_gqa=c.gqa, return_lse=True)
+    leaves = [t.detach().clone().requires_grad_(dout is not None) for t in (q, k, v, bias) if t is not None]
+    q, k, v = leaves[:3]
+    out, lse = attnlab.flex_attention(q, k, v, block_mask=block_mask, score_mod=c.score if bias is None else leaves[3],
+                                      scale=c.scale, enable_gqa=c.gqa, return_lse=True)
     assert out.dtype == q.dtype and out.shape == (c.B, c.H, c.Nq, c.Dv) and lse.shape == (c.B, c.H, c.Nq)
     if dout is None:
         return out, lse
-    grads = torch.autograd.grad(out, (q, k, v), dout)
-    for name, grad, t in zip(("dQ", "dK", "dV"), grads, (q, k, v)):
+    grads = torch.autograd.grad(out, leaves, dout)
+    for name, grad, t in zip(("dQ", "dK", "dV", "dBias"), grads, leaves):
         assert grad.dtype == t.dtype and grad.shape == t.shape, f"{name} is {grad.dtype} {list(grad.shape)}"
     return (out.detach(), lse, *grads)
 
@@ -133,18 +142,11 @@ BLOCK_MASK_CASES = [Case(mask, None, Nq, Nk, B=2 if mask == "document" else 1, b
                     for block in [(128, 128), (256, 256)]]
 
 
-@pytest.mark.parametrize("c", BLOCK_MASK_CASES, ids=repr)
-def test_from_torch_equals_create_block_mask(c):
-    """Block for block, attnlab's classification equals torch's, but where torch
-    pads a ragged last block with False: a block attnlab calls full there may
-    be partial in torch's (docs/blocksparse.md's boundary rule). Without ragged
-    blocks the 8 tensors are equal."""
-    _, _, _, doc_ids = inputs(c)
-    B = c.B if doc_ids is not None else None
-    ours = attnlab.create_block_mask(c.mask, B, None, c.Nq, c.Nk, BLOCK_SIZE=c.block, doc_ids=doc_ids)
-    theirs_torch = torch_flex_module.create_block_mask(mask_fn(c.mask, c.Nq, c.Nk, doc_ids), B, None, c.Nq, c.Nk,
-                                                       device=DEVICE, BLOCK_SIZE=c.block)
-    theirs = attnlab.BlockMask.from_torch(theirs_torch, mask_mod=c.mask, doc_ids=doc_ids)
+def assert_same_kinds(c, ours, theirs):
+    """Block for block, attnlab's classification `ours` equals `theirs` (from
+    torch's), but where torch pads a ragged last block with False: a block
+    attnlab calls full there may be partial in torch's (docs/blocksparse.md's
+    boundary rule). Returns whether case c has ragged blocks."""
     assert theirs.mask_mod == ours.mask_mod and theirs.seq_lengths == ours.seq_lengths
     ka, kt = ours.kinds(), theirs.kinds()
     assert ka.shape == kt.shape
@@ -155,7 +157,19 @@ def test_from_torch_equals_create_block_mask(c):
         ragged[:, :, :, -1] = True
     allowed = (ka == 2) & (kt == 1) & ragged
     assert ((ka != kt) & ~allowed).sum() == 0, "block kinds differ away from the ragged boundary"
-    if not ragged.any():
+    return bool(ragged.any())
+
+
+@pytest.mark.parametrize("c", BLOCK_MASK_CASES, ids=repr)
+def test_from_torch_equals_create_block_mask(c):
+    """assert_same_kinds; without ragged blocks the 8 tensors are equal."""
+    _, _, _, doc_ids = inputs(c)
+    B = c.B if doc_ids is not None else None
+    ours = attnlab.create_block_mask(c.mask, B, None, c.Nq, c.Nk, BLOCK_SIZE=c.block, doc_ids=doc_ids)
+    theirs_torch = torch_flex_module.create_block_mask(mask_fn(c.mask, c.Nq, c.Nk, doc_ids), B, None, c.Nq, c.Nk,
+                                                       device=DEVICE, BLOCK_SIZE=c.block)
+    theirs = attnlab.BlockMask.from_torch(theirs_torch, mask_mod=c.mask, doc_ids=doc_ids)
+    if not assert_same_kinds(c, ours, theirs):
         for name, a, t in zip(attnlab.blocksparse.FIELDS, ours.tensors(), theirs.tensors()):
             assert torch.equal(a, t), name
     # torch's as_tuple() converts the same way.
@@ -209,6 +223,12 @@ def test_python_specs_agree_with_the_kernels():
             attnlab._C.parse_score_mod(spec, 8)
         with pytest.raises(ValueError):
             mods.parse_score_spec(spec)
+    # The tensor mods: names of the kernels', not specs a user types (mods.py's docstring)
+    assert attnlab._C.parse_mask_mod("tensor", 100, 200) == "tensor" and attnlab._C.parse_score_mod("bias", 8) == "bias"
+    with pytest.raises(ValueError):
+        mods.parse_mask_spec("tensor")
+    with pytest.raises(ValueError):
+        mods.parse_score_spec("bias")
 
 
 # ---- errors: one line, the right type ------------------------------------------------------
@@ -282,21 +302,29 @@ DETERMINISTIC_CASES = [
 ]
 
 
+def deterministic_runs(run, count=5):
+    """`count` results of run() under torch.use_deterministic_algorithms(True),
+    after which the caller's setting is restored; each run's gradients (its
+    items after out and lse) bitwise equal to the first run's."""
+    previous = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        runs = [run() for _ in range(count)]
+    finally:
+        torch.use_deterministic_algorithms(previous[0], warn_only=previous[1])
+    for n, again in enumerate(runs[1:], 2):
+        for name, first, other in zip(("dQ", "dK", "dV", "dBias"), runs[0][2:], again[2:]):
+            assert torch.equal(first, other), f"{name} of run {n} differs from run 1's"
+    return runs
+
+
 @pytest.mark.parametrize("c", DETERMINISTIC_CASES, ids=repr)
 def test_deterministic_backward_is_bitwise_repeatable(c):
     """Under torch.use_deterministic_algorithms(True), 5 backward runs give the
     same bits, and they pass the rule; the caller's setting is restored."""
     q, k, v, doc_ids = inputs(c)
     dout = upstream_gradient(c)
-    previous = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
-    torch.use_deterministic_algorithms(True)
-    try:
-        runs = [attnlab_outputs(c, q, k, v, doc_ids, dout) for _ in range(5)]
-    finally:
-        torch.use_deterministic_algorithms(previous[0], warn_only=previous[1])
-    for n, again in enumerate(runs[1:], 2):
-        for name, first, other in zip(("dQ", "dK", "dV"), runs[0][2:], again[2:]):
-            assert torch.equal(first, other), f"{name} of run {n} differs from run 1's"
+    runs = deterministic_runs(lambda: attnlab_outputs(c, q, k, v, doc_ids, dout))
     assert_passes(c, runs[0], q, k, v, doc_ids, dout)
 
 
@@ -326,3 +354,354 @@ def test_backward_refuses_head_dims_it_does_not_take(dims):
     with pytest.raises(ValueError) as e:
         out.backward(upstream_gradient(c))
     one_line(e, "attnlab.flex_attention", "backward", "128/64")
+
+
+# ---- tensor mods: a keep mask as the mask_mod, a bias as the score_mod -------------------------
+class TensorCase(Case):
+    """A Case whose mask_mod is a keep tensor (keep: its pattern, keep_mask's;
+    None for the spec `mask`) and whose score_mod is a bias tensor (bias: its
+    shape; None for none). Shapes are written in the dims' letters, 1 where
+    the tensor broadcasts: "BHQK" is [B, H, Q_LEN, KV_LEN], "1H1K" a key
+    mask per head, "QK" 2-D. keep_as: what create_block_mask gets, the bool
+    mask, "uint8" (nonzero = keep) or "packed" (attnlab.pack_mask's);
+    bias_dtype: None for the inputs' dtype."""
+
+    def __init__(self, keep=None, bias=None, mask="none", keep_shape="BHQK", keep_as="bool", bias_dtype=None, **kw):
+        super().__init__("tensor" if keep else mask, None, **kw)
+        self.keep, self.keep_shape, self.keep_as = keep, keep_shape, keep_as
+        self.bias, self.bias_dtype = bias, bias_dtype
+
+    def shape(self, letters):
+        dims = {"B": self.B, "H": self.H, "Q": self.Nq, "K": self.Nk, "1": 1}
+        return tuple(dims[d] for d in letters)
+
+    def __repr__(self):
+        mask = f"keep[{self.keep},{self.keep_shape},{self.keep_as}]" if self.keep else self.mask
+        score = "none" if self.bias is None else (
+            f"bias[{self.bias}" + (f",{str(self.bias_dtype)[6:]}" if self.bias_dtype else "") + "]")
+        return f"{mask}+{score}-" + super().__repr__().split("-", 1)[1]
+
+
+def keep_mask(pattern, shape, block):
+    """A bool keep mask of `shape`, drawn from torch's global generator.
+    "random": each pair kept with probability 1/2. "blocks": each (Q, KV)
+    block of `block` (of 1 row where Q_LEN broadcasts) empty or full with
+    probability 1/4 each, else "random", so that the block mask has all three
+    kinds. "keypad": each row's first n keys, n in [1, KV_LEN] drawn per row of
+    the mask (a key-padding mask; at [1, H, 1, KV_LEN] one n per head). "topk":
+    each row's KV_LEN // 8 + 1 keys of largest random score. "holes":
+    "random" with about 1 row in 8 and 1 key in 8 dropped (rows that see no
+    key, keys that no query sees)."""
+    rows, keys = shape[:-1], shape[-1]
+    if pattern == "blocks":
+        bq = block[0] if shape[-2] > 1 else 1
+        kind = torch.randint(0, 4, (*shape[:-2], -(-shape[-2] // bq), -(-keys // block[1])), device=DEVICE)
+        kind = kind.repeat_interleave(bq, dim=-2)[..., :shape[-2], :].repeat_interleave(block[1], dim=-1)[..., :keys]
+        return (kind == 1) | ((kind >= 2) & (torch.rand(shape, device=DEVICE) < 0.5))
+    if pattern == "keypad":
+        return torch.arange(keys, device=DEVICE) < torch.randint(1, keys + 1, (*rows, 1), device=DEVICE)
+    if pattern == "topk":
+        score = torch.rand(shape, device=DEVICE)
+        return score >= score.topk(keys // 8 + 1, dim=-1).values[..., -1:]
+    keep = torch.rand(shape, device=DEVICE) < 0.5
+    if pattern == "holes":
+        keep &= (torch.rand((*rows, 1), device=DEVICE) >= 1 / 8) & (torch.rand(keys, device=DEVICE) >= 1 / 8)
+    return keep
+
+
+def tensor_mods(c):
+    """(keep, mask_mod, bias) of case c, drawn from torch's global generator
+    (after make_inputs' q, k, v): keep the bool mask the reference applies
+    (the spec's pairs where c.keep is None), mask_mod what create_block_mask
+    gets, bias the score_mod tensor (standard normal) or None."""
+    if c.keep:
+        keep = keep_mask(c.keep, c.shape(c.keep_shape), c.block)
+        mask_mod = keep
+        if c.keep_as == "uint8":
+            mask_mod = keep.to(torch.uint8) * torch.randint(1, 256, keep.shape, dtype=torch.uint8, device=DEVICE)
+        elif c.keep_as == "packed":
+            mask_mod = attnlab.pack_mask(keep)
+    else:
+        i = torch.arange(c.Nq, device=DEVICE)[:, None]
+        j = torch.arange(c.Nk, device=DEVICE)[None, :]
+        zero = torch.zeros((), dtype=torch.long, device=DEVICE)  # none of these specs reads b or h
+        keep = torch.as_tensor(mask_fn(c.mask, c.Nq, c.Nk, None)(zero, zero, i, j), device=DEVICE).expand(c.Nq, c.Nk)
+        mask_mod = c.mask
+    bias = None if c.bias is None else torch.randn(c.shape(c.bias), device=DEVICE, dtype=c.bias_dtype or c.dtype)
+    return keep, mask_mod, bias
+
+
+def dense_probabilities(q, k, keep, bias, scale):
+    """(p, lse, keep) of softmax(scale·q·kᵀ + bias) over the pairs `keep`
+    keeps, as flex_reference's dense_probabilities computes them: scores in
+    fp32 (fp64 for fp64 inputs) from q·kᵀ in q's dtype; a row without keys p
+    0, lse -inf and a gradient 0, not NaN. k has q's heads; keep and bias
+    broadcast to the scores."""
+    s = (q @ k.transpose(-2, -1)).to(torch.promote_types(q.dtype, torch.float32)) * scale
+    if bias is not None:
+        s = s + bias
+    keep = keep.expand(s.shape)
+    empty = ~keep.any(dim=-1, keepdim=True)
+    s = s.masked_fill(~keep, float("-inf"))
+    p = torch.softmax(s.masked_fill(empty, 0.0), dim=-1).masked_fill(~keep, 0.0)
+    return p, torch.logsumexp(s.detach(), dim=-1), keep
+
+
+def dense_outputs(q, k, v, keep, bias, scale, dout=None):
+    """(out, lse) of dense_probabilities, P rounded to q's dtype before P·V
+    (flex's eager path), and with an upstream gradient dout (dq, dk, dv) and,
+    with a bias, dbias, from torch's autograd on fresh leaves."""
+    leaves = [t.detach().clone().requires_grad_(dout is not None) for t in (q, k, v, bias) if t is not None]
+    q, k, v = leaves[:3]
+    k, v = (t.repeat_interleave(q.shape[1] // t.shape[1], dim=1) for t in (k, v))
+    p, lse, _ = dense_probabilities(q, k, keep, leaves[3] if bias is not None else None, scale)
+    out = p.to(q.dtype) @ v
+    if dout is None:
+        return out, lse
+    grads = torch.autograd.grad(out, leaves, dout.to(out.dtype))
+    return (out.detach(), lse, *grads)
+
+
+@torch.no_grad()
+def tensor_floors(q, k, v, out, dout, keep, bias, scale):
+    """flex_reference's cancellation_floors with a keep mask and a bias: 2 u
+    times the terms that LSE (scale·|q|·|k| + |bias|), dQ and dK are summed
+    from, and dBias = dS' (2 u times |dS|'s bound P·(|dO|·|V|ᵀ +
+    rowsum|dO ∘ O|), summed where the bias broadcasts); out is the reference's O."""
+    B, H, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    q, k, v = (t.double() for t in (q, k, v))
+    k, v = (t.repeat_interleave(H // Hkv, dim=1) for t in (k, v))
+    bias = None if bias is None else bias.double()
+    p, _, keep = dense_probabilities(q, k, keep, bias, scale)
+    terms = scale * (q.abs() @ k.abs().transpose(-2, -1)) + (0.0 if bias is None else bias.abs())
+    floors = {"LSE": 2 * U32 * terms.masked_fill(~keep, 0.0).max().item()}
+    if dout is not None:
+        dout = dout.double().abs()
+        ds = p * (dout @ v.abs().transpose(-2, -1) + (dout * out.double().abs()).sum(-1, keepdim=True))
+        dk = (ds.transpose(-2, -1) @ q.abs()).view(B, Hkv, H // Hkv, Nk, D).sum(2)
+        floors["dQ"] = 2 * U32 * scale * (ds @ k.abs()).max().item()
+        floors["dK"] = 2 * U32 * scale * dk.max().item()
+        if bias is not None:
+            floors["dBias"] = 2 * U32 * ds.sum_to_size(bias.shape).max().item()
+    return floors
+
+
+def unreached(c, keep, ours, bias_shape):
+    """One line each where O and dQ are not exactly 0 on rows that see no key,
+    dK and dV on keys that no query sees, dBias on elements no kept pair reads."""
+    keep = keep.expand(c.B, c.H, c.Nq, c.Nk)
+    rows = ~keep.any(dim=-1)
+    keys = ~keep.reshape(c.B, c.Hkv, c.H // c.Hkv, c.Nq, c.Nk).any(dim=3).any(dim=2)
+    problems = [f"{name} is not 0 where no kept pair reaches it"
+                for name, t, where in zip(("O", "dQ", "dK", "dV"), (ours[0], *ours[2:5]), (rows, rows, keys, keys))
+                if not (t[where] == 0).all()]
+    if len(ours) == 6:
+        shape = (1,) * (4 - len(bias_shape)) + tuple(bias_shape)
+        read = keep.to(torch.int32).sum_to_size(shape) > 0
+        if not (ours[5].reshape(shape)[~read] == 0).all():
+            problems.append("dBias is not 0 where no kept pair reads it")
+    return problems
+
+
+def assert_tensor_passes(c, ours, q, k, v, keep, bias, dout=None):
+    """ours, (out, lse) or with the upstream gradient dout (out, lse, dq, dk,
+    dv[, dbias]), each by the rule against dense_outputs in float64 (the
+    reference) and in the inputs' dtype (the yardstick), the bias as
+    flex_attention reads it (cast to the inputs' dtype); and 0 where no kept
+    pair reaches them."""
+    scale = c.D ** -0.5 if c.scale is None else c.scale
+    bias = None if bias is None else bias.to(c.dtype)
+    wide_q, wide_k, wide_v, wide_bias = (None if t is None else t.double() for t in (q, k, v, bias))
+    ref = dense_outputs(wide_q, wide_k, wide_v, keep, wide_bias, scale, dout)
+    low = dense_outputs(q, k, v, keep, bias, scale, dout)
+    floors = tensor_floors(q, k, v, ref[0], dout, keep, bias, scale)
+    problems = []
+    for what, o, r, lo in zip(OUTPUTS + ("dBias",), ours, ref, low):
+        # a float32 bias's gradient is that of its cast to the inputs' dtype: judged in that dtype
+        _, _, problem = judge(o.to(lo.dtype) if what == "dBias" else o, r, lo, what, floors.get(what, 0.0))
+        problems += [problem] if problem else []
+    problems += unreached(c, keep, ours, () if bias is None else bias.shape)
+    assert not problems, "; ".join(problems)
+
+
+TENSOR_CASES = [
+    # keep masks: bool, uint8 and packed, each broadcast shape, ragged lengths, Nq != Nk, GQA and MQA, head dims
+    TensorCase(keep="random", Nq=17, Nk=17, B=2),
+    TensorCase(keep="random", keep_shape="11QK", keep_as="uint8", Nq=113, Nk=203, dtype=fp16),
+    TensorCase(keep="blocks", keep_shape="B1QK", keep_as="packed", Nq=1000, Nk=1000, B=2, H=4, Hkv=2),
+    TensorCase(keep="keypad", keep_shape="1H1K", Nq=239, Nk=1, H=4, Hkv=1, dtype=fp16),
+    TensorCase(keep="keypad", keep_shape="1H1K", keep_as="packed", Nq=300, Nk=1000, H=4, Hkv=2),
+    TensorCase(keep="topk", keep_shape="QK", Nq=300, Nk=1000),
+    TensorCase(keep="blocks", keep_as="uint8", Nq=1000, Nk=300, D=64, dtype=fp16),
+    TensorCase(keep="random", keep_shape="1HQK", keep_as="packed", Nq=700, Nk=900, D=192, Dv=128),
+    TensorCase(keep="blocks", keep_shape="11QK", Nq=799, Nk=799, D=256, dtype=fp16),
+    TensorCase(keep="keypad", keep_shape="B11K", Nq=513, Nk=513, B=2, H=4, Hkv=1),
+    TensorCase(keep="blocks", Nq=1000, Nk=1000, block=(256, 256)),
+    TensorCase(keep="topk", keep_shape="11QK", Nq=300, Nk=700, D=128, Dv=64),  # the forward only
+    # bias score_mods: each broadcast shape, alone and with a spec mask_mod
+    TensorCase(bias="QK", Nq=113, Nk=203),
+    TensorCase(bias="1H1K", Nq=1000, Nk=1000, H=4, Hkv=2, dtype=fp16),
+    TensorCase(bias="B1QK", mask="causal", Nq=300, Nk=1000, B=2),
+    TensorCase(bias="BHQK", Nq=239, Nk=1, B=2, dtype=fp16),
+    TensorCase(bias="11QK", mask="sliding_window:64,32", Nq=520, Nk=130),  # rows that see no key
+    TensorCase(bias="1H1K", mask="causal", Nq=1000, Nk=300, D=64, dtype=fp16),
+    TensorCase(bias="BHQK", mask="prefix_lm:150", Nq=333, Nk=455, B=2, D=192, Dv=128),
+    TensorCase(bias="QK", bias_dtype=torch.float32, Nq=17, Nk=17),  # cast to bf16; its gradient float32
+    TensorCase(bias="B1QK", Nq=300, Nk=700, B=2, D=256, dtype=fp16),
+    TensorCase(bias="1HQK", mask="causal", Nq=799, Nk=799, H=4, block=(256, 256)),
+    # a keep mask and a bias together
+    TensorCase(keep="blocks", bias="BHQK", Nq=1000, Nk=1000, B=2, H=4, Hkv=2, dtype=fp16),
+    TensorCase(keep="random", keep_shape="11QK", bias="1H1K", Nq=113, Nk=203),
+    TensorCase(keep="topk", keep_shape="B1QK", bias="QK", Nq=700, Nk=900, B=2, D=64),
+    TensorCase(keep="keypad", keep_shape="1H1K", keep_as="packed", bias="B1QK", Nq=799, Nk=3, B=2, H=4, dtype=fp16),
+]
+
+
+def tensor_case_outputs(c, q, k, v, mask_mod, bias, dout=None):
+    """attnlab_outputs of case c on create_block_mask(mask_mod) and the bias."""
+    bm = attnlab.create_block_mask(mask_mod, c.B, c.H, c.Nq, c.Nk, BLOCK_SIZE=c.block)
+    return attnlab_outputs(c, q, k, v, None, dout, block_mask=bm, bias=bias)
+
+
+@pytest.mark.parametrize("c", TENSOR_CASES, ids=repr)
+def test_tensor_mods_match_the_dense_reference(c):
+    """O and LSE and, where the backward takes the head dims, dQ, dK, dV and
+    dBias for a fresh upstream gradient, each by the rule."""
+    q, k, v, _ = inputs(c)
+    keep, mask_mod, bias = tensor_mods(c)
+    dout = upstream_gradient(c) if (c.D, c.Dv) in BWD_HEAD_DIMS else None
+    ours = tensor_case_outputs(c, q, k, v, mask_mod, bias, dout)
+    assert_tensor_passes(c, ours, q, k, v, keep, bias, dout)
+
+
+@pytest.mark.parametrize("dtype", [bf16, fp16], ids=["bf16", "fp16"])
+def test_tensor_mask_rows_that_see_no_key(dtype):
+    """A keep mask with rows that see no key (a whole query block of one head
+    among them: its key blocks are all empty) and keys that no query sees,
+    under a full bias: on those rows O = 0, LSE = -inf, dQ = 0 and dBias = 0,
+    on those keys dK = dV = 0, nothing NaN; the rest by the rule."""
+    c = TensorCase(keep="holes", bias="BHQK", Nq=300, Nk=457, B=2, H=4, Hkv=2, dtype=dtype)
+    q, k, v, _ = inputs(c)
+    keep, _, bias = tensor_mods(c)
+    keep[0, 1, 128:256] = False
+    dout = upstream_gradient(c)
+    rows = ~keep.any(dim=-1)
+    assert rows.sum() > 128 and (~keep.any(dim=-2)).any(), "the case has rows and keys that nothing reaches"
+    ours = tensor_case_outputs(c, q, k, v, keep, bias, dout)
+    out, lse, dq, dk, dv, dbias = ours
+    assert all(not torch.isnan(t).any() for t in ours)
+    assert torch.isneginf(lse[rows]).all() and not torch.isinf(lse[~rows]).any()
+    assert (out[rows] == 0).all() and (dq[rows] == 0).all() and (dbias[rows] == 0).all()
+    assert_tensor_passes(c, ours, q, k, v, keep, bias, dout)
+
+
+TENSOR_DETERMINISTIC_CASES = [
+    TensorCase(keep="blocks", bias="1H1K", Nq=1000, Nk=1000, B=2, H=4, Hkv=2, deterministic=True),
+    TensorCase(bias="B1QK", mask="causal", Nq=777, Nk=777, B=2, D=64, dtype=fp16, deterministic=True),
+]
+
+
+@pytest.mark.parametrize("c", TENSOR_DETERMINISTIC_CASES, ids=repr)
+def test_deterministic_bias_gradient_is_bitwise_repeatable(c):
+    """A broadcast bias under torch.use_deterministic_algorithms(True): 5 runs
+    give the same bits of dQ, dK, dV and dBias (summed over the broadcast
+    dims in a fixed order), and they pass the rule."""
+    q, k, v, _ = inputs(c)
+    keep, mask_mod, bias = tensor_mods(c)
+    dout = upstream_gradient(c)
+    runs = deterministic_runs(lambda: tensor_case_outputs(c, q, k, v, mask_mod, bias, dout))
+    assert len(runs[0]) == 6
+    assert_tensor_passes(c, runs[0], q, k, v, keep, bias, dout)
+
+
+def block_kinds(keep, block):
+    """int8 [B, H, M, N] of a bool keep mask [B, H, Q_LEN, KV_LEN]: 0 where a
+    block keeps no pair, 2 where it keeps every pair in bounds (attnlab's
+    boundary rule), else 1."""
+    Nq, Nk = keep.shape[-2:]
+    M, N = -(-Nq // block[0]), -(-Nk // block[1])
+
+    def per_block(t):  # int [b, h, Q_LEN, KV_LEN] -> its sums [b, h, M, N]
+        t = torch.nn.functional.pad(t, (0, N * block[1] - Nk, 0, M * block[0] - Nq))
+        return t.reshape(t.shape[0], t.shape[1], M, block[0], N, block[1]).sum(dim=(3, 5))
+
+    kept = per_block(keep.to(torch.int32))
+    inside = per_block(torch.ones(1, 1, Nq, Nk, dtype=torch.int32, device=keep.device))
+    return torch.where(kept == 0, 0, torch.where(kept == inside, 2, 1)).to(torch.int8)
+
+
+@pytest.mark.parametrize("pattern, letters, given, block", [
+    ("blocks", "BHQK", "bool", (128, 128)), ("random", "11QK", "uint8", (128, 128)),
+    ("keypad", "1H1K", "packed", (256, 256)), ("blocks", "QK", "bool", (256, 128)),
+    ("topk", "B1QK", "packed", (128, 256)),
+], ids=lambda x: x if isinstance(x, str) else f"{x[0]}x{x[1]}")
+def test_tensor_block_mask_is_the_masks_blocks(pattern, letters, given, block):
+    """create_block_mask of a keep tensor: mask_mod "tensor" with its words,
+    B and H the tensor's (1 where it broadcasts), each block empty, partial
+    or full as the tensor's pairs in it; kept_pairs counts them."""
+    c = TensorCase(keep=pattern, keep_shape=letters, keep_as=given, Nq=300, Nk=1000, B=2, H=3, block=block)
+    torch.manual_seed(next(_seed))
+    keep, mask_mod, _ = tensor_mods(c)
+    bm = attnlab.create_block_mask(mask_mod, c.B, c.H, c.Nq, c.Nk, BLOCK_SIZE=block)
+    keep = keep.reshape(c.shape(letters.rjust(4, "1")))
+    assert bm.mask_mod == "tensor" and bm.mask_bits is not None
+    assert bm.shape == (keep.shape[0], keep.shape[1], c.Nq, c.Nk)
+    assert torch.equal(bm.kinds(), block_kinds(keep.expand(keep.shape[0], keep.shape[1], c.Nq, c.Nk), block))
+    assert attnlab.kept_pairs(mask_mod, c.B, c.H, c.Nq, c.Nk) == int(keep.expand(c.B, c.H, c.Nq, c.Nk).sum())
+
+
+def test_from_torch_with_a_keep_tensor():
+    """A torch BlockMask made from a closure over a keep tensor converts with
+    mask_mod=that tensor: its blocks are attnlab's (assert_same_kinds), and the
+    attention on it passes the rule."""
+    c = TensorCase(keep="blocks", keep_shape="B1QK", Nq=300, Nk=1000, B=2, H=4, Hkv=2)
+    q, k, v, _ = inputs(c)
+    keep, _, _ = tensor_mods(c)
+    dout = upstream_gradient(c)
+    theirs_torch = torch_flex_module.create_block_mask(lambda b, h, q_idx, kv_idx: keep[b, h, q_idx, kv_idx], c.B, 1,
+                                                       c.Nq, c.Nk, device=DEVICE, BLOCK_SIZE=c.block)
+    theirs = attnlab.BlockMask.from_torch(theirs_torch, mask_mod=keep)
+    ours = attnlab.create_block_mask(keep, c.B, c.H, c.Nq, c.Nk, BLOCK_SIZE=c.block)
+    assert theirs.mask_mod == "tensor" and theirs.shape == ours.shape == (c.B, 1, c.Nq, c.Nk)
+    assert_same_kinds(c, ours, theirs)
+    assert_tensor_passes(c, attnlab_outputs(c, q, k, v, None, dout, block_mask=theirs), q, k, v, keep, None, dout)
+
+
+def test_tensor_mod_errors_are_one_line():
+    q, k, v, _ = inputs(Case(Nq=300, Nk=300))
+    keep = torch.ones(300, 300, dtype=torch.bool, device=DEVICE)
+    torch_bm = torch_flex_module.create_block_mask(mask_fn("causal", 300, 300, None), None, None, 300, 300,
+                                                   device=DEVICE)
+    cases = [  # (call, exception, words of its message)
+        (lambda: attnlab.flex_attention(q, k, v, score_mod=torch.randn(300, 299, device=DEVICE)), ValueError,
+         ["attnlab.flex_attention", "bias score_mod", "does not broadcast"]),
+        (lambda: attnlab.flex_attention(q, k, v, score_mod=torch.randn(3, 1, 300, 300, device=DEVICE)), ValueError,
+         ["does not broadcast"]),
+        (lambda: attnlab.flex_attention(q, k, v, score_mod=torch.randn(1, 1, 1, 300, 300, device=DEVICE)),
+         ValueError, ["1 to 4 dims"]),
+        (lambda: attnlab.flex_attention(q, k, v, score_mod=torch.ones(300, 300, dtype=torch.int32, device=DEVICE)),
+         TypeError, ["floating-point"]),
+        (lambda: attnlab.flex_attention(q, k, v, score_mod=torch.randn(300, 300)), ValueError, ["is on cpu"]),
+        (lambda: attnlab.flex_attention(q, k, v, score_mod=lambda s, b, h, q_idx, kv_idx: s), TypeError,
+         ["bias tensor", "not a callable"]),
+        (lambda: attnlab.flex_attention(q, k, v, score_mod="bias"), ValueError, ["unknown score_mod 'bias'"]),
+        (lambda: attnlab.create_block_mask(keep.float(), None, None, 300, 300), TypeError, ["bool or uint8"]),
+        (lambda: attnlab.create_block_mask(keep[:, :299], None, None, 300, 300), ValueError,
+         ["attnlab.create_block_mask", "does not broadcast"]),
+        (lambda: attnlab.create_block_mask(keep.expand(2, 1, 300, 300), 3, None, 300, 300), ValueError,
+         ["does not broadcast"]),
+        (lambda: attnlab.create_block_mask(keep.cpu(), None, None, 300, 300), ValueError, ["must be on cuda"]),
+        (lambda: attnlab.create_block_mask(attnlab.pack_mask(keep[:, :299]), None, None, 300, 300), ValueError,
+         ["does not broadcast"]),
+        (lambda: attnlab.create_block_mask(keep, None, None, 300, 300, doc_ids=torch.zeros(300, dtype=torch.int32)),
+         ValueError, ["doc_ids"]),
+        (lambda: attnlab.create_block_mask("tensor", None, None, 300, 300), ValueError, ["tensor mask_mod"]),
+        (lambda: attnlab.kept_pairs(keep[:, :299], 1, 1, 300, 300), ValueError, ["attnlab.kept_pairs"]),
+        (lambda: attnlab.BlockMask.from_torch(torch_bm, mask_mod=keep[:, :299]), ValueError,
+         ["attnlab.BlockMask.from_torch", "does not broadcast"]),
+    ]
+    for call, error, words in cases:
+        with pytest.raises(error) as e:
+            call()
+        one_line(e, *words)
