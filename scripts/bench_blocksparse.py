@@ -44,10 +44,12 @@ each BLOCK-key block kept whole where more than half its keys were, as one
 dense bool mask [B, H, N, N]. docs/dmattn_forward.md's train table is
 dmattn_topk:1024 over N, its window table dmattn_topk:W over W. Rows `dmattn`
 (kind rung: dynamic_mask_attention with that attn_mask, the bias as
-attn_bias, is_causal) and `flex_attention` (kind peer: create_block_mask,
-BLOCK_SIZE 128, of a mask_mod that reads the same tensor, mask[b, h, q, kv],
-and a score_mod that adds bias[b, h, 0, kv]), then `dmattn bwd` and
-`flex_attention bwd`. This is the fair peer for a sparse mask: flex skips the
+attn_bias, is_causal), `blocksparse` (kind rung: attnlab.flex_attention,
+the mask a tensor mask_mod on the BlockMask below, the bias a tensor
+score_mod: dmattn's problem on the block-sparse engine) and `flex_attention`
+(kind peer: create_block_mask, BLOCK_SIZE 128, of a mask_mod that reads the
+same tensor, mask[b, h, q, kv], and a score_mod that adds bias[b, h, 0, kv]),
+then the three backward rows. This is the fair peer for a sparse mask: flex skips the
 empty blocks and reads the mask only in partial ones, as dmattn does, where
 SDPA given an additive float mask (flash_attn_mma's torch peers) computes
 every pair. Each side's block summary is built once, untimed, as it would be
@@ -268,11 +270,11 @@ def main():
     def normal(*shape):
         return torch.randn(*shape, device=device, dtype=dtype)
 
-    def compare(name, ours, q, k, v, block_mask, score_fn, pairs, case):
-        """One case's rows: `ours` (f(q, k, v) -> out, the rung `name`) and compiled flex_attention on
+    def compare(ours, q, k, v, block_mask, score_fn, pairs, case):
+        """One case's rows: each of `ours` ({rung name: f(q, k, v) -> out}) and compiled flex_attention on
         block_mask and score_fn (the peer), forward, then (unless --no-bwd) backward, each checked against
         eager flex_attention on the same."""
-        forwards = {name: ours,
+        forwards = {**ours,
                     "flex_attention": lambda a, b, c: compiled_flex(a, b, c, score_mod=score_fn, block_mask=block_mask)}
 
         def eager(a, b, c):
@@ -283,11 +285,12 @@ def main():
             ref, low = eager(q.float(), k.float(), v.float()), eager(q, k, v)
             checks = {variant: rule(forward(q, k, v), ref, low) for variant, forward in forwards.items()}
             del ref, low
-        ms_ours, ms_theirs = time_interleaved([lambda f=f: f(q, k, v) for f in forwards.values()])
+        *ms_ours, ms_theirs = time_interleaved([lambda f=f: f(q, k, v) for f in forwards.values()])
         flops = 2.0 * (D + D) * pairs
         add_row("flex_attention", "peer", ms_theirs, flops, ms_theirs, checks.get("flex_attention"), case)
-        add_row(name, "rung", ms_ours, flops, ms_theirs, checks.get(name), case)
-        print(f"{'':>28} {'':>20}  {name} / flex_attention: {ms_theirs / ms_ours:.2f}x")
+        for name, ms in zip(ours, ms_ours):
+            add_row(name, "rung", ms, flops, ms_theirs, checks.get(name), case)
+            print(f"{'':>28} {'':>20}  {name} / flex_attention: {ms_theirs / ms:.2f}x")
         if args.no_bwd:
             return
 
@@ -308,11 +311,12 @@ def main():
             return forward(*leaves), leaves
 
         calls = [(lambda f=f: graph(f), lambda g: torch.autograd.grad(g[0], g[1], dout)) for f in forwards.values()]
-        ms_ours, ms_theirs = time_interleaved(calls)
+        *ms_ours, ms_theirs = time_interleaved(calls)
         bwd_flops = 2.0 * (3 * D + 2 * D) * pairs
         add_row("flex_attention bwd", "peer", ms_theirs, bwd_flops, ms_theirs, bwd_checks.get("flex_attention"), case)
-        add_row(name + " bwd", "rung", ms_ours, bwd_flops, ms_theirs, bwd_checks.get(name), case)
-        print(f"{'':>28} {'':>20}  {name} bwd / flex_attention bwd: {ms_theirs / ms_ours:.2f}x")
+        for name, ms in zip(ours, ms_ours):
+            add_row(name + " bwd", "rung", ms, bwd_flops, ms_theirs, bwd_checks.get(name), case)
+            print(f"{'':>28} {'':>20}  {name} bwd / flex_attention bwd: {ms_theirs / ms:.2f}x")
 
     def blocksparse_case(n, text):
         """compare's arguments for MASK[+SCORE]: attnlab.flex_attention on torch's BlockMask of the mods' mask_mod."""
@@ -336,11 +340,13 @@ def main():
                 f"pairs kept {100.0 * pairs / (B * H * N * N):.2f}%")
         case = {"mask": f"document:{documents}" if mask == "document" else mask, "score": score,
                 "causal": mask == "causal", "note": note}
-        return "blocksparse", ours, q, k, v, torch_bm, mods.torch_score_mod(score, H), pairs, case
+        return {"blocksparse": ours}, q, k, v, torch_bm, mods.torch_score_mod(score, H), pairs, case
 
     def dmattn_case(n, text):
         """compare's arguments for dmattn_topk:W,BLOCK: dmattn on the top-W mask of a bias [B, H, 1, N] (its tile
-        summary built beforehand), flex on a BlockMask of the same mask and a score_mod adding the same bias."""
+        summary built beforehand), the block-sparse engine on the same mask as a tensor mask_mod (torch's
+        BlockMask of it) and the bias as a tensor score_mod, flex on that BlockMask and a score_mod adding the
+        same bias."""
         window, block = parse_dmattn_case(text)
         torch.manual_seed(args.seed + n)
         q, k, v = (normal(B, H, N, D) for _ in range(3))
@@ -355,6 +361,11 @@ def main():
             return attnlab.dynamic_mask_attention(a, b, c, attn_mask=mask, attn_bias=bias, is_causal=True,
                                                   mask_summary=summary)
 
+        engine_bm = attnlab.BlockMask.from_torch(block_mask, mask_mod=attnlab.pack_mask(mask))
+
+        def engine(a, b, c):
+            return attnlab.flex_attention(a, b, c, block_mask=engine_bm, score_mod=bias)
+
         def score_fn(score, b, h, q_idx, kv_idx):
             return score + bias[b, h, 0, kv_idx]
 
@@ -362,7 +373,7 @@ def main():
                 f"majority); flex: its BlockMask ({block_mask.sparsity():.1f}% of blocks empty); dmattn: its tile "
                 f"summary given; pairs kept {100.0 * pairs / (B * H * N * N):.2f}%")
         case = {"mask": f"{DMATTN_TOPK}:{window},{block}", "score": "bias", "causal": True, "note": note}
-        return "dmattn", ours, q, k, v, block_mask, score_fn, pairs, case
+        return {"dmattn": ours, "blocksparse": engine}, q, k, v, block_mask, score_fn, pairs, case
 
     rows = []
     print(f"block-sparse forward and backward: B={B} H={H} N={N} D={D} {args.dtype} on {gpu}; torch {torch.__version__}; "

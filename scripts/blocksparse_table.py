@@ -67,17 +67,22 @@ def block(rows, csv_link):
     gpus = sorted({r["gpu"] for r in rows})
     lines = [f"TFLOPS on {', '.join(gpus)} from `{csv_link}` (forward 2·B·H·(D+Dv)·pairs, backward "
              "2·B·H·(3D+2Dv)·pairs, pairs the (query, key) pairs the mask keeps); flex_attention is torch's, "
-             "compiled, on the same block mask, in the same process; ours is dmattn on the `dmattn_topk` masks.", "",
+             "compiled, on the same block mask, in the same process; ours is dmattn on the `dmattn_topk` masks, and the "
+             "block-sparse engine on them where marked (engine: the mask a tensor mask_mod, the bias a tensor "
+             "score_mod).", "",
              "| shape | mask_mod | score_mod | ours fwd | flex fwd | × | ours bwd | flex bwd | × |",
              "|---|---|---|---|---|---|---|---|---|"]
     for case in cases:
         B, H, N, D, Dv, dtype, mask, score = case
         v = by[case]
-        ours = DMATTN if mask.startswith(DMATTN) else OURS
-        fwd, fwd_peer = v.get(ours), v.get(PEER)
-        bwd, bwd_peer = v.get(ours + " bwd"), v.get(PEER + " bwd")
-        dims = f"D{D}" if D == Dv else f"D{D}/{Dv}"
-        lines.append(f"| B{B} H{H} N{N} {dims} {dtype} | `{mask.replace(';', ',')}` | {score} | {_figure(fwd)} | "
-                     f"{_figure(fwd_peer)} | {_ratio(fwd, fwd_peer)} | {_figure(bwd)} | {_figure(bwd_peer)} | "
-                     f"{_ratio(bwd, bwd_peer)} |")
+        # dmattn's masks: dmattn, then the engine where it ran them (a tensor mask_mod and score_mod)
+        names = [DMATTN] + ([OURS] if OURS in v else []) if mask.startswith(DMATTN) else [OURS]
+        for ours in names:
+            fwd, fwd_peer = v.get(ours), v.get(PEER)
+            bwd, bwd_peer = v.get(ours + " bwd"), v.get(PEER + " bwd")
+            dims = f"D{D}" if D == Dv else f"D{D}/{Dv}"
+            label = f"`{mask.replace(';', ',')}`" + (" (engine)" if ours == OURS and len(names) > 1 else "")
+            lines.append(f"| B{B} H{H} N{N} {dims} {dtype} | {label} | {score} | {_figure(fwd)} | "
+                         f"{_figure(fwd_peer)} | {_ratio(fwd, fwd_peer)} | {_figure(bwd)} | {_figure(bwd_peer)} | "
+                         f"{_ratio(bwd, bwd_peer)} |")
     return "\n".join(lines)
