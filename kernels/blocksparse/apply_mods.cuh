@@ -73,9 +73,9 @@ __device__ __forceinline__ void for_each_score(float (&S)[kTilesS][4], int row0,
 }
 
 // s' = scale · s + bias[b, h, q, k] with each of the lane's two rows'
-// addresses formed once (ScoreMod::bias_at per pair, its 64-bit index
-// arithmetic in the unrolled loop, spilled 20–36 bytes at the forward's 240
-// registers), the indices clamped into Nq x Nk as bias_at clamps them.
+// addresses formed once, the indices clamped into Nq x Nk as bias_at clamps
+// them; a bias broadcast over the queries (dmattn's [B, H, 1, N]) read once
+// for both rows.
 template <typename T, int kTilesS>
 __device__ __forceinline__ void add_bias(float (&S)[kTilesS][4], const ScoreMod& mod, float scale, int batch,
                                          int head, int row0, int kv_start, int t) {
@@ -83,13 +83,15 @@ __device__ __forceinline__ void add_bias(float (&S)[kTilesS][4], const ScoreMod&
 #pragma unroll
   for (int r = 0; r < 2; ++r)
     row[r] = static_cast<const T*>(mod.bias.data) + mod.bias.row(batch, head, min(row0 + 8 * r, mod.nq - 1));
+  const bool one_row = mod.bias.sq == 0;
 #pragma unroll
   for (int n = 0; n < kTilesS; ++n)
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
       const int k = min(kv_start + n * 8 + 2 * t + c, mod.nk - 1);
-      S[n][c] = S[n][c] * scale + element_to_float(row[0][k]);
-      S[n][2 + c] = S[n][2 + c] * scale + element_to_float(row[1][k]);
+      const float b0 = element_to_float(row[0][k]);
+      S[n][c] = S[n][c] * scale + b0;
+      S[n][2 + c] = S[n][2 + c] * scale + (one_row ? b0 : element_to_float(row[1][k]));
     }
 }
 

@@ -80,8 +80,9 @@ struct BsBwdScores {
   }
 
   // Pᵀ = exp2((scale·S + bias)·log2e − LSE·log2e) with each query's bias row
-  // addressed once for the lane's two keys (apply_mods.cuh's add_bias: the
-  // per-pair bias_at spills), indices clamped into Nq x Nk.
+  // addressed once for the lane's two keys, indices clamped into Nq x Nk; a
+  // bias broadcast over the queries (dmattn's [B, H, 1, N]): the two keys'
+  // values loaded once for the slice.
   template <typename T, int kTiles>
   __device__ __forceinline__ void bias_probabilities(float (&St)[kTiles][4], const float2 (&lse)[kTiles],
                                                      const BsBwdSlot& slot, const BwdTileAt& at) const {
@@ -89,6 +90,18 @@ struct BsBwdScores {
     const float scale_log2 = p.scale * kLog2e;
     const T* bias = static_cast<const T*>(score.bias.data) + score.bias.row(batch, slot.h, 0);
     const int k0 = min(at.key_row0, score.nk - 1), k1 = min(at.key_row0 + 8, score.nk - 1);
+    if (score.bias.sq == 0) {
+      const float b0 = element_to_float(bias[k0]) * kLog2e, b1 = element_to_float(bias[k1]) * kLog2e;
+#pragma unroll
+      for (int n = 0; n < kTiles; ++n)
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const float l2 = i ? lse[n].y : lse[n].x;
+          St[n][i] = exp2_approx(St[n][i] * scale_log2 + b0 - l2);
+          St[n][2 + i] = exp2_approx(St[n][2 + i] * scale_log2 + b1 - l2);
+        }
+      return;
+    }
 #pragma unroll
     for (int n = 0; n < kTiles; ++n)
 #pragma unroll
@@ -104,11 +117,11 @@ struct BsBwdScores {
   // Nq have P = 0 already. A lane holds two keys: block_diagonal and
   // mini_causal in their periodic forms (apply_mods.cuh) with the keys fixed
   // and the queries stepping; document with the keys' ids loaded once and each
-  // query's id once for both keys, no branch; the rest (a tensor mask too:
-  // each query's row addressed once for both keys spilled 16–24 bytes more at
-  // D = 192) under the short-circuit, never evaluated out of bounds
-  // (keeps_pair's branch-free form, which suits the forward, spilled 4–36
-  // bytes here at 240 registers: docs/experiments.md).
+  // query's id once for both keys, no branch; a tensor mask (its own kernels)
+  // with each query's row addressed once for both keys; the rest under the
+  // short-circuit, never evaluated out of bounds (keeps_pair's branch-free
+  // form, which suits the forward, spilled 4–36 bytes here at 240 registers:
+  // docs/experiments.md).
   template <int kTiles>
   __device__ __forceinline__ void apply_mask_mod_t(float (&St)[kTiles][4], int head, const BwdTileAt& at) const {
     const int t = threadIdx.x % 4;
@@ -153,6 +166,24 @@ struct BsBwdScores {
             const int id_q = ids[min(at.q_first + n * 8 + 2 * t + i, p.Nq - 1)];
             if (!(key_in[0] && id_q == id_k[0])) St[n][i] = 0.f;
             if (!(key_in[1] && id_q == id_k[1])) St[n][i + 2] = 0.f;
+          }
+      } else if (mod.kind == MaskModKind::kTensor) {  // each query's row once, its word(s) of the two keys
+        const uint32_t* bits = static_cast<const uint32_t*>(mod.bits.data) + mod.bits.row(batch, head, 0);
+        int word[2], shift[2];
+        bool key_in[2];
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int k = at.key_row0 + 8 * j;
+          key_in[j] = k < p.Nk;
+          word[j] = min(k, p.Nk - 1) >> 5, shift[j] = k & 31;  // clamped into the row's words
+        }
+#pragma unroll
+        for (int n = 0; n < kTiles; ++n)
+#pragma unroll
+          for (int i = 0; i < 2; ++i) {
+            const uint32_t* row = bits + int64_t(min(at.q_first + n * 8 + 2 * t + i, p.Nq - 1)) * mod.bits.sq;
+            if (!(key_in[0] && (row[word[0]] >> shift[0] & 1u))) St[n][i] = 0.f;
+            if (!(key_in[1] && (row[word[1]] >> shift[1] & 1u))) St[n][i + 2] = 0.f;
           }
       } else {
         for_each_score_t(St, at.key_row0, at.q_first, [&](float& s, int, int, int q, int k) {
