@@ -11,6 +11,7 @@
 //        block_q / Br query tiles; with none it loads nothing, stores dK = dV = 0;
 //   NEW (mods, bwd_mods.cuh): P = exp(score_mod(scale·S) − LSE), the mask_mod
 //        on partial tiles only, the bounds on every tile; dS times ds'/ds;
+//        a bias's dBias = dS' written from the score step (kTensorMods);
 //   NEW (turns): `deterministic` adds to a dQ tile in ascending key-tile
 //        order, at ranks that a pre-pass finds in the forward lists.
 // Where it is slower than rung 14 on the same tiles: a list load per query
