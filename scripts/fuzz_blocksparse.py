@@ -49,7 +49,6 @@ other exception, is a FAIL. The report ends with one line `N passed, M
 failed` (a skipped case is neither); the exit status is 0 iff M = 0.
 """
 import argparse
-import inspect
 import os
 import random
 import re
@@ -66,7 +65,7 @@ try:
 
     import attnlab
     import flex_reference as fr
-    from flex_reference import Case
+    from flex_reference import Case, TensorCase
 except ImportError as error:
     sys.exit(f"fuzz_blocksparse.py: {error} (needs torch with CUDA and attnlab: PYTHONPATH=build/python, or pip "
              "install --no-build-isolation .)")
@@ -146,28 +145,6 @@ def random_cases(count, seed):
 
 
 # ---- the tensor mods --------------------------------------------------------------------
-class TensorCase(Case):
-    """A case whose mask_mod is a keep tensor (keep: its pattern, keep_mask's;
-    None for the spec `mask`) and whose score_mod is a bias tensor (bias: its
-    shape; None for none). Shapes are written in the dims' letters, 1 where
-    the tensor broadcasts: "BHQK" is [B, H, Q_LEN, KV_LEN], "1H1K" one row
-    per head, "QK" 2-D. keep_as: what create_block_mask gets, the bool mask,
-    "uint8" or "packed" (attnlab.pack_mask's)."""
-
-    def __init__(self, keep=None, bias=None, mask="none", keep_shape="BHQK", keep_as="bool", **kw):
-        super().__init__("tensor" if keep else mask, None, **kw)
-        self.keep, self.keep_shape, self.keep_as, self.bias = keep, keep_shape, keep_as, bias
-
-    def shape(self, letters):
-        dims = {"B": self.B, "H": self.H, "Q": self.Nq, "K": self.Nk, "1": 1}
-        return tuple(dims[d] for d in letters)
-
-    def __repr__(self):
-        mask = f"keep[{self.keep},{self.keep_shape},{self.keep_as}]" if self.keep else self.mask
-        score = "none" if self.bias is None else f"bias[{self.bias}]"
-        return f"{mask}+{score}-" + super().__repr__().split("-", 1)[1]
-
-
 def tensor_cases():
     """The curated cases of the tensor mods: keep masks random over blocks
     (each empty, full or about half kept), each row's top k, or with rows and
@@ -192,29 +169,6 @@ def tensor_cases():
     ]
 
 
-def keep_mask(pattern, shape, block, gen):
-    """A bool keep mask of `shape` drawn from the torch.Generator `gen`:
-    "blocks": each (Q, KV) block of `block` (of 1 row where Q_LEN broadcasts)
-    empty or full with probability 1/4 each, else each pair kept with
-    probability 1/2; "topk": each row's KV_LEN // 8 + 1 keys of largest
-    random score; "holes": each pair kept with probability 1/2, about 1 row
-    in 8 and 1 key in 8 dropped whole."""
-    def rand(*size):
-        return torch.rand(size, device=fr.DEVICE, generator=gen)
-
-    if pattern == "blocks":
-        bq = block[0] if shape[-2] > 1 else 1
-        grid = (*shape[:-2], -(-shape[-2] // bq), -(-shape[-1] // block[1]))
-        kind = torch.randint(0, 4, grid, device=fr.DEVICE, generator=gen)
-        kind = kind.repeat_interleave(bq, dim=-2)[..., :shape[-2], :]
-        kind = kind.repeat_interleave(block[1], dim=-1)[..., :shape[-1]]
-        return (kind == 1) | ((kind >= 2) & (rand(*shape) < 0.5))
-    if pattern == "topk":
-        score = rand(*shape)
-        return score >= score.topk(shape[-1] // 8 + 1, dim=-1).values[..., -1:]
-    return (rand(*shape) < 0.5) & (rand(*shape[:-1], 1) >= 1 / 8) & (rand(shape[-1]) >= 1 / 8)
-
-
 def tensor_mods(c, seed):
     """(keep, mask_mod, bias) of case c from a torch.Generator seeded with
     `seed` (not torch's global one, which draws the inputs): keep the bool
@@ -222,30 +176,15 @@ def tensor_mods(c, seed):
     create_block_mask gets, bias standard normal in the inputs' dtype or None."""
     gen = torch.Generator(device=fr.DEVICE).manual_seed(seed)
     if c.keep:
-        keep = keep_mask(c.keep, c.shape(c.keep_shape), c.block, gen)
+        keep = fr.keep_mask(c.keep, c.shape(c.keep_shape), c.block, gen)
         mask_mod = {"bool": lambda: keep, "packed": lambda: attnlab.pack_mask(keep),
                     "uint8": lambda: keep.to(torch.uint8) * 3}[c.keep_as]()
     else:
-        i = torch.arange(c.Nq, device=fr.DEVICE)[:, None]
-        j = torch.arange(c.Nk, device=fr.DEVICE)[None, :]
-        zero = torch.zeros((), dtype=torch.long, device=fr.DEVICE)  # none of these specs reads b or h
-        keep = torch.as_tensor(fr.mask_fn(c.mask, c.Nq, c.Nk, None)(zero, zero, i, j), device=fr.DEVICE)
-        mask_mod = c.mask
+        keep, mask_mod = fr.spec_keep(c.mask, c.Nq, c.Nk), c.mask  # none of these specs reads b or h
     bias = None
     if c.bias is not None:
         bias = torch.randn(c.shape(c.bias), device=fr.DEVICE, generator=gen).to(c.dtype)
     return keep.expand(c.B, c.H, c.Nq, c.Nk), mask_mod, bias
-
-
-def flex_with_lse(q, k, v, score_mod, block_mask, scale, enable_gqa):
-    """(out, lse) of torch's flex_attention (eager), lse natural log."""
-    if "return_aux" in inspect.signature(torch_flex_module.flex_attention).parameters:
-        out, aux = torch_flex_module.flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale,
-                                                    enable_gqa=enable_gqa,
-                                                    return_aux=torch_flex_module.AuxRequest(lse=True))
-        return out, aux.lse
-    return torch_flex_module.flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale,
-                                            enable_gqa=enable_gqa, return_lse=True)
 
 
 def tensor_reference(c, q, k, v, keep, bias, dout):
@@ -264,63 +203,21 @@ def tensor_reference(c, q, k, v, keep, bias, dout):
         leaves = [t.detach().to(dtype).requires_grad_(True) for t in (q, k, v, bias) if t is not None]
         bias_full = None if bias is None else leaves[3].expand(full)
         score_mod = None if bias is None else lambda s, b, h, q_idx, kv_idx: s + bias_full[b, h, q_idx, kv_idx]
-        out, lse = flex_with_lse(*leaves[:3], score_mod, block_mask, c.scale, c.gqa)
+        out, lse = fr.flex_with_lse(*leaves[:3], score_mod, block_mask, c.scale, c.gqa)
         grads = torch.autograd.grad(out, leaves, dout.to(dtype))
         return (out.detach(), lse.detach(), *grads)
 
     return outputs(fr.REFERENCE_DTYPE), outputs(c.dtype)
 
 
-@torch.no_grad()
-def tensor_floors(c, q, k, v, out, dout, keep, bias):
-    """fr.cancellation_floors with the keep mask and the bias: 2 u times the
-    terms that LSE (scale·|q|·|k| + |bias|), dQ and dK are summed from, and
-    for dBias = dS' 2 u times |dS|'s bound P·(|dO|·|V|ᵀ + rowsum|dO ∘ O|),
-    summed where the bias broadcasts; out is the reference's O."""
-    scale = c.D ** -0.5 if c.scale is None else c.scale
-    q, k, v, dout = (t.double() for t in (q, k, v, dout))
-    k, v = (t.repeat_interleave(c.H // c.Hkv, dim=1) for t in (k, v))
-    bias = 0.0 if bias is None else bias.double()
-    s = (q @ k.transpose(-2, -1)) * scale + bias
-    empty = ~keep.any(dim=-1, keepdim=True)
-    p = torch.softmax(s.masked_fill(~keep, float("-inf")).masked_fill(empty, 0.0), dim=-1).masked_fill(~keep, 0.0)
-    terms = scale * (q.abs() @ k.abs().transpose(-2, -1)) + abs(bias)
-    dout = dout.abs()
-    ds = p * (dout @ v.abs().transpose(-2, -1) + (dout * out.double().abs()).sum(-1, keepdim=True))
-    dk = (ds.transpose(-2, -1) @ q.abs()).view(c.B, c.Hkv, c.H // c.Hkv, c.Nk, c.D).sum(2)
-    floors = {"LSE": 2 * fr.U32 * terms.masked_fill(~keep, 0.0).max().item(),
-              "dQ": 2 * fr.U32 * scale * (ds @ k.abs()).max().item(), "dK": 2 * fr.U32 * scale * dk.max().item()}
-    if c.bias is not None:
-        floors["dBias"] = 2 * fr.U32 * ds.sum_to_size(c.shape(c.bias)).max().item()
-    return floors
-
-
-def unreached(c, keep, ours):
-    """One line each where O and dQ are not exactly 0 on rows that see no key,
-    dK and dV on keys that no query sees, dBias on elements no kept pair reads."""
-    rows = ~keep.any(dim=-1)
-    keys = ~keep.reshape(c.B, c.Hkv, c.H // c.Hkv, c.Nq, c.Nk).any(dim=3).any(dim=2)
-    problems = [f"{name} is not 0 where no kept pair reaches it"
-                for name, t, where in zip(("O", "dQ", "dK", "dV"), (ours[0], *ours[2:5]), (rows, rows, keys, keys))
-                if not (t[where] == 0).all()]
-    if len(ours) == 6:
-        shape = c.shape(c.bias.rjust(4, "1"))
-        if not (ours[5].reshape(shape)[keep.to(torch.int32).sum_to_size(shape) == 0] == 0).all():
-            problems.append("dBias is not 0 where no kept pair reads it")
-    return problems
-
-
 def tensor_check(c, ours, q, k, v, keep, bias, dout):
     """fr.check for a TensorCase, dBias held to the rule on its own: ([(output,
     err, bound)], problems)."""
     ref, low = tensor_reference(c, q, k, v, keep, bias, dout)
-    floors = tensor_floors(c, q, k, v, ref[0], dout, keep, bias)
-    results, problems = [], []
-    for what, o, r, lo in zip(fr.OUTPUTS + ("dBias",), ours, ref, low):
-        err, bound, problem = fr.judge(o, r, lo, what, floors.get(what, 0.0))
-        results.append((what, err, bound))
-        problems += [problem] if problem else []
-    return results, problems + unreached(c, keep, ours)
+    scale = c.D ** -0.5 if c.scale is None else c.scale
+    floors = fr.tensor_floors(q, k, v, ref[0], dout, keep, bias, scale)
+    results, problems = fr.judge_outputs(ours, ref, low, floors)
+    return results, problems + fr.unreached(c, keep, ours, () if bias is None else bias.shape)
 
 
 # ---- one case ---------------------------------------------------------------------------

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "../block_mask_cases.h"
+#include "../tensor_mods_cases.h"
 #include "blocksparse/block_mask.h"
 #include "dmattn/dmattn.h"
 #include "reference/mods_reference.h"
@@ -22,6 +23,7 @@
 
 using namespace attnlab;
 using block_mask_cases::random_docs;
+using tensor_mods_cases::PairShape;
 
 namespace {
 
@@ -333,28 +335,6 @@ TEST_CASE(tensor_mod_specs_and_missing_tensors) {
   EXPECT_EQ(mods_missing_tensors(bits, with_bias), std::string());
   EXPECT_CONTAINS(mods_missing_tensors(tensor, with_bias), "tensor mask_mod");
 }
-
-namespace {
-
-// A tensor operand's shape ({B|1}, {H|1}, {Nq|1}, ...) and its dense strides
-// (0 along a size-1 dimension) for rows of `row` elements.
-struct PairShape {
-  int b, h, q;
-  PairTensor strides(int64_t row) const {
-    PairTensor t;
-    t.sq = q == 1 ? 0 : row;
-    t.sh = h == 1 ? 0 : int64_t(q) * row;
-    t.sb = b == 1 ? 0 : int64_t(h) * q * row;
-    return t;
-  }
-  int64_t rows() const { return int64_t(b) * h * q; }
-  // The row of (batch, head, query) in the dense [b][h][q] order.
-  int64_t at(int batch, int head, int query) const {
-    return (int64_t(b == 1 ? 0 : batch) * h + (h == 1 ? 0 : head)) * q + (q == 1 ? 0 : query);
-  }
-};
-
-}  // namespace
 
 // The tensor mask_mod on host words: a random keep matrix in each broadcast
 // shape, packed as dmattn's bit rows (bit k % 32 of word k / 32, rows of

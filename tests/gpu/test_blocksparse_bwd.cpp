@@ -39,6 +39,8 @@
 #include <vector>
 
 #include "../block_mask_cases.h"
+#include "../tensor_mods_cases.h"
+#include "blocksparse_cases.h"
 #include "blocksparse/block_mask_gpu.h"
 #include "blocksparse/blocksparse_bwd.h"
 #include "blocksparse/mods.h"
@@ -50,6 +52,7 @@
 
 using namespace attnlab;
 using namespace attnlab::testing;
+using namespace attnlab::tensor_mods_cases;
 
 namespace {
 
@@ -58,66 +61,12 @@ constexpr int kDeterminismRuns = 5;
 bool verbose = false;  // -v: one line per case, passing or not
 CaseArgs args;
 
-// The shape of a case's tensor mask_mod words and bias (mods.h's PairTensor),
-// and of dBias: [B, H, Nq, ·], or broadcast [1, H, 1, ·] or [B, 1, Nq, ·].
-enum class Form { kFull, kHeadsKeys, kBatchQueries };
-const char* form_name(Form f) {
-  return f == Form::kFull ? "[B,H,Nq,Nk]" : f == Form::kHeadsKeys ? "[1,H,1,Nk]" : "[B,1,Nq,Nk]";
-}
-
-// A tensor's sizes ({B|1}, {H|1}, {Nq|1}) and its dense strides (0 along a
-// size-1 dimension) for rows of `row` elements.
-struct PairShape {
-  int b, h, q;
-  PairShape(Form f, int B, int H, int Nq)
-      : b(f == Form::kHeadsKeys ? 1 : B), h(f == Form::kBatchQueries ? 1 : H), q(f == Form::kHeadsKeys ? 1 : Nq) {}
-  int64_t rows() const { return int64_t(b) * h * q; }
-  PairTensor strides(int64_t row) const {
-    PairTensor t;
-    t.sq = q == 1 ? 0 : row;
-    t.sh = h == 1 ? 0 : int64_t(q) * row;
-    t.sb = b == 1 ? 0 : int64_t(h) * q * row;
-    return t;
-  }
-};
-
-// Random keep bits in dmattn's packing (rows of dma_mask_bit_row_words(Nk)
-// words, bit k % 32 of word k / 32), each 128 x 128 tile of a row group all
-// dropped, all kept or random, so that the block masks have empty, full and
-// partial blocks; the padding bits past Nk set (no key may read them).
-std::vector<uint32_t> random_mask_bits(std::mt19937_64& rng, const PairShape& s, int Nq, int Nk) {
-  const int64_t row_words = dma_mask_bit_row_words(Nk);
-  const int q_len = s.q == 1 ? 1 : Nq, q_tiles = (q_len + 127) / 128, k_tiles = (Nk + 127) / 128;
-  std::vector<uint32_t> words(size_t(s.rows() * row_words), 0u);
-  for (int64_t bh = 0; bh < int64_t(s.b) * s.h; ++bh) {
-    std::vector<int> kind(size_t(q_tiles) * k_tiles);  // 0 dropped, 1 kept, 2 random
-    for (int& x : kind) x = int(rng() % 3);
-    for (int q = 0; q < q_len; ++q) {
-      uint32_t* row = words.data() + (bh * q_len + q) * row_words;
-      for (int k = 0; k < Nk; ++k) {
-        const int tile = kind[size_t(q / 128) * k_tiles + k / 128];
-        if (tile == 1 || (tile == 2 && rng() % 2 == 0)) row[k / 32] |= 1u << (k % 32);
-      }
-      for (int64_t k = Nk; k < 32 * row_words; ++k) row[k / 32] |= 1u << (k % 32);
-    }
-  }
-  return words;
-}
-
-// The mods with their tensors attached (host or device copies): the mask's
-// words, the bias in the input dtype read in Nq x Nk, and where given dBias in
-// the bias's shape, added where that shape is broadcast.
+// The mods with their tensors attached (tensor_mods_cases.h's attach) and,
+// where given, dBias in the bias's shape, added where that shape is broadcast.
 void attach(MaskMod& mask, ScoreMod& score, const PairShape& s, const AttnProblem& p, const void* bits,
             const void* bias, float* dbias) {
-  if (mask.kind == MaskModKind::kTensor) {
-    mask.bits = s.strides(dma_mask_bit_row_words(p.Nk));
-    mask.bits.data = bits;
-  }
+  tensor_mods_cases::attach(mask, score, s, p, bits, bias);
   if (score.kind == ScoreModKind::kBias) {
-    score.bias = s.strides(p.Nk);
-    score.bias.data = bias;
-    score.bias_bf16 = p.dtype == DType::kBFloat16;
-    score.nq = p.Nq, score.nk = p.Nk;
     score.dbias = dbias;
     score.dbias_at = s.strides(p.Nk);
     score.dbias_add = (s.b == 1 && p.B > 1) || (s.h == 1 && p.H > 1) || (s.q == 1 && p.Nq > 1);
@@ -401,19 +350,13 @@ bool run_case(const Case& c, std::mt19937_64& rng) {
   random_tensor(rng, p.k_elems(), p.dtype, 1.0, kb, k);
   random_tensor(rng, p.v_elems(), p.dtype, 1.0, vb, v);
   random_tensor(rng, p.o_elems(), p.dtype, 1.0, dob, dout);
-  const int L = std::max(c.Nq, c.Nk);
-  std::mt19937 doc_rng{static_cast<unsigned>(rng())};
-  const std::vector<int32_t> doc = block_mask_cases::random_docs(c.B, L, doc_rng);
-  const PairShape tensor_shape(c.form, c.B, c.H, c.Nq);
-  std::vector<uint32_t> bits;  // the tensor mask_mod's words
-  if (mask.kind == MaskModKind::kTensor) bits = random_mask_bits(rng, tensor_shape, c.Nq, c.Nk);
-  std::vector<uint16_t> bias_bits;  // the bias, in the dtype
-  std::vector<double> bias_vals;
-  if (score.kind == ScoreModKind::kBias || kernel_score.kind == ScoreModKind::kBias)
-    random_tensor(rng, tensor_shape.rows() * c.Nk, p.dtype, 1.0, bias_bits, bias_vals);
+  const PairShape tensor_shape = pair_shape(c.form, c.B, c.H, c.Nq);
+  const ModTensors tensors =
+      draw_mod_tensors(rng, p, tensor_shape, mask.kind == MaskModKind::kTensor,
+                       score.kind == ScoreModKind::kBias || kernel_score.kind == ScoreModKind::kBias);
   MaskMod host_mask = mask;
-  if (mask.kind == MaskModKind::kDocument) host_mask.doc = doc.data(), host_mask.doc_len = L;
-  attach(host_mask, score, tensor_shape, p, bits.data(), bias_bits.data(), nullptr);
+  if (mask.kind == MaskModKind::kDocument) host_mask.doc = tensors.doc.data(), host_mask.doc_len = tensors.doc_len;
+  attach(host_mask, score, tensor_shape, p, tensors.bits.data(), tensors.bias_bits.data(), nullptr);
   References ref;
   references(p, host_mask, score, tensor_shape, q, k, v, dout, ref);
 
@@ -430,10 +373,10 @@ bool run_case(const Case& c, std::mt19937_64& rng) {
   void* d_dq = dev.alloc<void>(qb.size() * 2);
   void* d_dk = dev.alloc<void>(kb.size() * 2);
   void* d_dv = dev.alloc<void>(vb.size() * 2);
-  int32_t* d_doc = dev.alloc<int32_t>(doc.size() * 4);
-  uint32_t* d_bits = dev.alloc<uint32_t>(bits.size() * 4);
-  void* d_bias = dev.alloc<void>(bias_bits.size() * 2);
-  const size_t dbias_elems = bias_bits.size();  // dBias in the bias's shape
+  int32_t* d_doc = dev.alloc<int32_t>(tensors.doc.size() * 4);
+  uint32_t* d_bits = dev.alloc<uint32_t>(tensors.bits.size() * 4);
+  void* d_bias = dev.alloc<void>(tensors.bias_bits.size() * 2);
+  const size_t dbias_elems = tensors.bias_bits.size();  // dBias in the bias's shape
   float* d_dbias = dev.alloc<float>(dbias_elems * 4);
   if (!mask_base || !d_q || !d_k || !d_v || !d_o || !d_do || !d_lse || !d_dq || !d_dk || !d_dv || !d_doc || !d_bits ||
       !d_bias || !d_dbias) {
@@ -441,10 +384,11 @@ bool run_case(const Case& c, std::mt19937_64& rng) {
     return true;
   }
   upload_to(d_q, qb), upload_to(d_k, kb), upload_to(d_v, vb), upload_to(d_o, ref.o_bits), upload_to(d_do, dob);
-  upload_to(d_lse, ref.lse), upload_to(d_doc, doc), upload_to(d_bits, bits), upload_to(d_bias, bias_bits);
+  upload_to(d_lse, ref.lse), upload_to(d_doc, tensors.doc), upload_to(d_bits, tensors.bits);
+  upload_to(d_bias, tensors.bias_bits);
   cudaMemset(mask_base, 0xff, mask_bytes);
   MaskMod dev_mask = mask;
-  if (mask.kind == MaskModKind::kDocument) dev_mask.doc = d_doc, dev_mask.doc_len = L;
+  if (mask.kind == MaskModKind::kDocument) dev_mask.doc = d_doc, dev_mask.doc_len = tensors.doc_len;
   const MaskMod bare_mask = dev_mask;  // before the tensors are attached
   const ScoreMod bare_score = kernel_score;
   attach(dev_mask, kernel_score, tensor_shape, p, d_bits, d_bias, d_dbias);

@@ -29,6 +29,8 @@
 #include <vector>
 
 #include "../block_mask_cases.h"
+#include "../tensor_mods_cases.h"
+#include "blocksparse_cases.h"
 #include "blocksparse/block_mask_gpu.h"
 #include "blocksparse/blocksparse_fwd.h"
 #include "blocksparse/mods.h"
@@ -40,74 +42,13 @@
 
 using namespace attnlab;
 using namespace attnlab::testing;
+using namespace attnlab::tensor_mods_cases;
 
 namespace {
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 bool verbose = false;  // -v: one line per case, passing or not
 CaseArgs args;
-
-// The shape of a case's tensor mask_mod words and bias (mods.h's PairTensor):
-// [B, H, Nq, ·], or broadcast [1, H, 1, ·] or [B, 1, Nq, ·].
-enum class Form { kFull, kHeadsKeys, kBatchQueries };
-const char* form_name(Form f) {
-  return f == Form::kFull ? "[B,H,Nq,Nk]" : f == Form::kHeadsKeys ? "[1,H,1,Nk]" : "[B,1,Nq,Nk]";
-}
-
-// A tensor's sizes ({B|1}, {H|1}, {Nq|1}) and its dense strides (0 along a
-// size-1 dimension) for rows of `row` elements.
-struct PairShape {
-  int b, h, q;
-  PairShape(Form f, int B, int H, int Nq)
-      : b(f == Form::kHeadsKeys ? 1 : B), h(f == Form::kBatchQueries ? 1 : H), q(f == Form::kHeadsKeys ? 1 : Nq) {}
-  int64_t rows() const { return int64_t(b) * h * q; }
-  PairTensor strides(int64_t row) const {
-    PairTensor t;
-    t.sq = q == 1 ? 0 : row;
-    t.sh = h == 1 ? 0 : int64_t(q) * row;
-    t.sb = b == 1 ? 0 : int64_t(h) * q * row;
-    return t;
-  }
-};
-
-// Random keep bits in dmattn's packing (rows of dma_mask_bit_row_words(Nk)
-// words, bit k % 32 of word k / 32), each 128 x 128 tile of a row group all
-// dropped, all kept or random, so that the block masks have empty, full and
-// partial blocks; the padding bits past Nk set (no key may read them).
-std::vector<uint32_t> random_mask_bits(std::mt19937_64& rng, const PairShape& s, int Nq, int Nk) {
-  const int64_t row_words = dma_mask_bit_row_words(Nk);
-  const int q_len = s.q == 1 ? 1 : Nq, q_tiles = (q_len + 127) / 128, k_tiles = (Nk + 127) / 128;
-  std::vector<uint32_t> words(size_t(s.rows() * row_words), 0u);
-  for (int64_t bh = 0; bh < int64_t(s.b) * s.h; ++bh) {
-    std::vector<int> kind(size_t(q_tiles) * k_tiles);  // 0 dropped, 1 kept, 2 random
-    for (int& x : kind) x = int(rng() % 3);
-    for (int q = 0; q < q_len; ++q) {
-      uint32_t* row = words.data() + (bh * q_len + q) * row_words;
-      for (int k = 0; k < Nk; ++k) {
-        const int tile = kind[size_t(q / 128) * k_tiles + k / 128];
-        if (tile == 1 || (tile == 2 && rng() % 2 == 0)) row[k / 32] |= 1u << (k % 32);
-      }
-      for (int64_t k = Nk; k < 32 * row_words; ++k) row[k / 32] |= 1u << (k % 32);
-    }
-  }
-  return words;
-}
-
-// The mods with their tensors attached (host or device copies): the mask's
-// words, the bias in the input dtype read in Nq x Nk.
-void attach(MaskMod& mask, ScoreMod& score, const PairShape& s, const AttnProblem& p, const void* bits,
-            const void* bias) {
-  if (mask.kind == MaskModKind::kTensor) {
-    mask.bits = s.strides(dma_mask_bit_row_words(p.Nk));
-    mask.bits.data = bits;
-  }
-  if (score.kind == ScoreModKind::kBias) {
-    score.bias = s.strides(p.Nk);
-    score.bias.data = bias;
-    score.bias_bf16 = p.dtype == DType::kBFloat16;
-    score.nq = p.Nq, score.nk = p.Nk;
-  }
-}
 
 struct Case {
   std::string mask, score;
@@ -149,16 +90,10 @@ bool run_case(const Case& c, std::mt19937_64& rng) {
   random_tensor(rng, p.q_elems(), p.dtype, 1.0, qb, q);
   random_tensor(rng, p.k_elems(), p.dtype, 1.0, kb, k);
   random_tensor(rng, p.v_elems(), p.dtype, 1.0, vb, v);
-  const int L = std::max(c.Nq, c.Nk);
-  std::mt19937 doc_rng{static_cast<unsigned>(rng())};
-  const std::vector<int32_t> doc = block_mask_cases::random_docs(c.B, L, doc_rng);
-  const PairShape tensor_shape(c.form, c.B, c.H, c.Nq);
-  std::vector<uint32_t> bits;  // the tensor mask_mod's words
-  if (mask.kind == MaskModKind::kTensor) bits = random_mask_bits(rng, tensor_shape, c.Nq, c.Nk);
-  std::vector<uint16_t> bias_bits;  // the bias, in the dtype
-  std::vector<double> bias_vals;
-  if (score.kind == ScoreModKind::kBias || kernel_score.kind == ScoreModKind::kBias)
-    random_tensor(rng, tensor_shape.rows() * c.Nk, p.dtype, 1.0, bias_bits, bias_vals);
+  const PairShape tensor_shape = pair_shape(c.form, c.B, c.H, c.Nq);
+  const ModTensors tensors =
+      draw_mod_tensors(rng, p, tensor_shape, mask.kind == MaskModKind::kTensor,
+                       score.kind == ScoreModKind::kBias || kernel_score.kind == ScoreModKind::kBias);
 
   DeviceBuffers dev;
   const int lists_B = c.broadcast_lists ? 1 : c.B, lists_H = c.broadcast_lists ? 1 : c.H;
@@ -168,10 +103,10 @@ bool run_case(const Case& c, std::mt19937_64& rng) {
   void* dv = dev.alloc<void>(vb.size() * 2);
   void* d_o = dev.alloc<void>(size_t(p.o_elems()) * 2);
   float* d_lse = dev.alloc<float>(size_t(p.lse_elems()) * 4);
-  int32_t* d_doc = dev.alloc<int32_t>(doc.size() * 4);
+  int32_t* d_doc = dev.alloc<int32_t>(tensors.doc.size() * 4);
   void* workspace = dev.alloc<void>(blocksparse_fwd_workspace_bytes());  // the persistent grid's counter
-  uint32_t* d_bits = dev.alloc<uint32_t>(bits.size() * 4);
-  void* d_bias = dev.alloc<void>(bias_bits.size() * 2);
+  uint32_t* d_bits = dev.alloc<uint32_t>(tensors.bits.size() * 4);
+  void* d_bias = dev.alloc<void>(tensors.bias_bits.size() * 2);
   if (!mask_base || !dq || !dk || !dv || !d_o || !d_lse || !d_doc || !workspace || !d_bits || !d_bias) {
     record(false, what + ": out of device memory");
     return true;
@@ -179,22 +114,22 @@ bool run_case(const Case& c, std::mt19937_64& rng) {
   cudaMemcpy(dq, qb.data(), qb.size() * 2, cudaMemcpyHostToDevice);
   cudaMemcpy(dk, kb.data(), kb.size() * 2, cudaMemcpyHostToDevice);
   cudaMemcpy(dv, vb.data(), vb.size() * 2, cudaMemcpyHostToDevice);
-  cudaMemcpy(d_doc, doc.data(), doc.size() * 4, cudaMemcpyHostToDevice);
-  cudaMemcpy(d_bits, bits.data(), bits.size() * 4, cudaMemcpyHostToDevice);
-  cudaMemcpy(d_bias, bias_bits.data(), bias_bits.size() * 2, cudaMemcpyHostToDevice);
+  cudaMemcpy(d_doc, tensors.doc.data(), tensors.doc.size() * 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(d_bits, tensors.bits.data(), tensors.bits.size() * 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(d_bias, tensors.bias_bits.data(), tensors.bias_bits.size() * 2, cudaMemcpyHostToDevice);
   cudaMemset(mask_base, 0xff, block_mask_device_bytes(lists_B, lists_H, c.Nq, c.Nk, c.block_q, c.block_kv));
   cudaMemset(d_o, 0xff, size_t(p.o_elems()) * 2);  // NaN in both dtypes
   cudaMemset(d_lse, 0xff, size_t(p.lse_elems()) * 4);
 
   MaskMod dev_mask = mask, host_mask = mask;
   if (mask.kind == MaskModKind::kDocument) {
-    dev_mask.doc = d_doc, dev_mask.doc_len = L;
-    host_mask.doc = doc.data(), host_mask.doc_len = L;
+    dev_mask.doc = d_doc, dev_mask.doc_len = tensors.doc_len;
+    host_mask.doc = tensors.doc.data(), host_mask.doc_len = tensors.doc_len;
   }
   const MaskMod bare_mask = dev_mask;  // before the tensors are attached
   const ScoreMod bare_score = kernel_score;
   attach(dev_mask, kernel_score, tensor_shape, p, d_bits, d_bias);
-  attach(host_mask, score, tensor_shape, p, bits.data(), bias_bits.data());
+  attach(host_mask, score, tensor_shape, p, tensors.bits.data(), tensors.bias_bits.data());
   const BlockMaskView view = block_mask_view(mask_base, lists_B, lists_H, c.Nq, c.Nk, c.block_q, c.block_kv);
   cudaError_t err = build_block_mask_from_mod(dev_mask, view, nullptr);
   if (const std::string refused = blocksparse_fwd_unsupported(p, view); !refused.empty()) {

@@ -1,7 +1,8 @@
 """The reference side of attnlab's block-sparse checks, shared by
 tests/python/test_blocksparse.py and scripts/fuzz_blocksparse.py: torch's
 flex_attention in eager mode as the reference, the pass rule, the case record
-and its inputs.
+and its inputs; for the tensor mods (a keep mask as the mask_mod, a bias as
+the score_mod) their case record, keep masks, floors and zero checks.
 
 The rule (FlashAttention's tests/cute/test_mask_mod.py, the project's):
 torch's flex_attention in eager mode on float64 copies of the inputs is the
@@ -82,21 +83,25 @@ def mask_fn(spec, Nq, Nk, doc_ids):
 score_fn = functools.lru_cache(maxsize=None)(mods.torch_score_mod)
 
 
+def flex_with_lse(q, k, v, score_mod, block_mask, scale, enable_gqa):
+    """(out, lse) of torch's flex_attention (eager), lse natural log."""
+    params = inspect.signature(torch_flex_module.flex_attention).parameters
+    if "return_aux" in params:  # newer torch: the LSE through AuxRequest
+        out, aux = torch_flex_module.flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale,
+                                                    enable_gqa=enable_gqa,
+                                                    return_aux=torch_flex_module.AuxRequest(lse=True))
+        return out, aux.lse
+    return torch_flex_module.flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale,
+                                            enable_gqa=enable_gqa, return_lse=True)
+
+
 def torch_flex(q, k, v, mask_spec, score_spec, block_size, enable_gqa, doc_ids, scale=None):
     """(out, lse) of torch's flex_attention (eager) with the same mask_mod and
     score_mod written in Python, on q's dtype; lse natural log."""
     B, H, Nq, Nk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
     bm = torch_flex_module.create_block_mask(mask_fn(mask_spec, Nq, Nk, doc_ids), B if doc_ids is not None else None,
                                              None, Nq, Nk, device=q.device, BLOCK_SIZE=block_size)
-    score = score_fn(score_spec, H)
-    params = inspect.signature(torch_flex_module.flex_attention).parameters
-    if "return_aux" in params:  # newer torch: the LSE through AuxRequest
-        out, aux = torch_flex_module.flex_attention(q, k, v, score_mod=score, block_mask=bm, scale=scale,
-                                                    enable_gqa=enable_gqa,
-                                                    return_aux=torch_flex_module.AuxRequest(lse=True))
-        return out, aux.lse
-    return torch_flex_module.flex_attention(q, k, v, score_mod=score, block_mask=bm, scale=scale,
-                                            enable_gqa=enable_gqa, return_lse=True)
+    return flex_with_lse(q, k, v, score_fn(score_spec, H), bm, scale, enable_gqa)
 
 
 def dense_probabilities(q, k, mask_spec, score_spec, doc_ids, scale=None):
@@ -130,6 +135,22 @@ def dense_flex(q, k, v, mask_spec, score_spec, enable_gqa, doc_ids, scale=None):
         k, v = (t.repeat_interleave(q.shape[1] // t.shape[1], dim=1) for t in (k, v))
     p, lse, _ = dense_probabilities(q, k, mask_spec, score_spec, doc_ids, scale)
     return p.to(q.dtype) @ v, lse
+
+
+def tensor_probabilities(q, k, keep, bias, scale):
+    """(p, lse, keep) of softmax(scale·q·kᵀ + bias) over the pairs `keep`
+    keeps (the tensor mods: a keep mask, a bias), as dense_probabilities
+    computes them: scores in fp32 (fp64 for fp64 inputs) from q·kᵀ in q's
+    dtype; a row without keys p 0, lse -inf and a gradient 0, not NaN. k has
+    q's heads; keep and bias broadcast to the scores."""
+    s = (q @ k.transpose(-2, -1)).to(torch.promote_types(q.dtype, torch.float32)) * scale
+    if bias is not None:
+        s = s + bias
+    keep = keep.expand(s.shape)
+    empty = ~keep.any(dim=-1, keepdim=True)
+    s = s.masked_fill(~keep, float("-inf"))
+    p = torch.softmax(s.masked_fill(empty, 0.0), dim=-1).masked_fill(~keep, 0.0)
+    return p, torch.logsumexp(s.detach(), dim=-1), keep
 
 
 def _outputs(flex, q, k, v, dout):
@@ -169,8 +190,7 @@ def cancellation_floors(q, k, v, out, dout, mask_spec, score_spec, doc_ids, scal
     """{output: floor} for LSE and, with dout, dQ and dK: 2 u times the terms
     they are summed from (the module's docstring), in float64; out is the
     reference's O."""
-    B, H, Nq, D = q.shape
-    Hkv, Nk = k.shape[1], k.shape[2]
+    H, D, Hkv = q.shape[1], q.shape[3], k.shape[1]
     scale = D ** -0.5 if scale is None else scale
     q, k, v = (t.double() for t in (q, k, v))
     k, v = (t.repeat_interleave(H // Hkv, dim=1) for t in (k, v))
@@ -178,11 +198,41 @@ def cancellation_floors(q, k, v, out, dout, mask_spec, score_spec, doc_ids, scal
     dots = (q.abs() @ k.abs().transpose(-2, -1)).masked_fill(~keep, 0.0)
     floors = {"LSE": 2 * U32 * scale * dots.max().item()}
     if dout is not None:
-        dout = dout.double().abs()
-        ds = p * (dout @ v.abs().transpose(-2, -1) + (dout * out.double().abs()).sum(-1, keepdim=True))
-        dk = (ds.transpose(-2, -1) @ q.abs()).view(B, Hkv, H // Hkv, Nk, D).sum(2)
-        floors["dQ"] = 2 * U32 * scale * (ds @ k.abs()).max().item()
-        floors["dK"] = 2 * U32 * scale * dk.max().item()
+        floors.update(_gradient_floors(p, q, k, v, out, dout, scale, Hkv)[0])
+    return floors
+
+
+def _gradient_floors(p, q, k, v, out, dout, scale, Hkv):
+    """({"dQ": floor, "dK": floor}, ds): 2 u times the terms of dQ =
+    scale·dS @ K and dK = scale·dSᵀ @ Q, |dS| replaced by its bound ds =
+    P·(|dO|·|V|ᵀ + rowsum|dO ∘ O|); q, k, v float64, k and v repeated to
+    q's heads from Hkv; out is the reference's O."""
+    B, H, Nq, D = q.shape
+    Nk = k.shape[2]
+    dout = dout.double().abs()
+    ds = p * (dout @ v.abs().transpose(-2, -1) + (dout * out.double().abs()).sum(-1, keepdim=True))
+    dk = (ds.transpose(-2, -1) @ q.abs()).view(B, Hkv, H // Hkv, Nk, D).sum(2)
+    return {"dQ": 2 * U32 * scale * (ds @ k.abs()).max().item(), "dK": 2 * U32 * scale * dk.max().item()}, ds
+
+
+@torch.no_grad()
+def tensor_floors(q, k, v, out, dout, keep, bias, scale):
+    """cancellation_floors with a keep mask and a bias (tensor_probabilities):
+    2 u times the terms that LSE (scale·|q|·|k| + |bias|), dQ and dK are
+    summed from, and dBias = dS' (2 u times |dS|'s bound, summed where the
+    bias broadcasts); out is the reference's O."""
+    H, Hkv = q.shape[1], k.shape[1]
+    q, k, v = (t.double() for t in (q, k, v))
+    k, v = (t.repeat_interleave(H // Hkv, dim=1) for t in (k, v))
+    bias = None if bias is None else bias.double()
+    p, _, keep = tensor_probabilities(q, k, keep, bias, scale)
+    terms = scale * (q.abs() @ k.abs().transpose(-2, -1)) + (0.0 if bias is None else bias.abs())
+    floors = {"LSE": 2 * U32 * terms.masked_fill(~keep, 0.0).max().item()}
+    if dout is not None:
+        gradient_floors, ds = _gradient_floors(p, q, k, v, out, dout, scale, Hkv)
+        floors.update(gradient_floors)
+        if bias is not None:
+            floors["dBias"] = 2 * U32 * ds.sum_to_size(bias.shape).max().item()
     return floors
 
 
@@ -225,6 +275,19 @@ def judge(ours, ref, low, what, floor=0.0):
     return ours_err, bound, None
 
 
+def judge_outputs(ours, ref, low, floors):
+    """judge for each of ours, (out, lse[, dq, dk, dv[, dbias]]), against ref
+    and low, with its floor in `floors` (0 where none): ([(output, err,
+    bound)], problems)."""
+    results, problems = [], []
+    for what, o, r, lo in zip(OUTPUTS + ("dBias",), ours, ref, low):
+        # a float32 bias's gradient is that of its cast to the inputs' dtype: judged in that dtype
+        err, bound, problem = judge(o.to(lo.dtype) if what == "dBias" else o, r, lo, what, floors.get(what, 0.0))
+        results.append((what, err, bound))
+        problems += [problem] if problem else []
+    return results, problems
+
+
 def unseen(mask_spec, B, Nq, Nk, doc_ids):
     """(rows, keys): bool [B or 1, 1, Nq], True for a query row that sees no
     key, and [B or 1, 1, Nk], True for a key that no query sees, under the
@@ -249,6 +312,25 @@ def zero_where_unseen(c, doc_ids, out, grads=None):
     return problems
 
 
+def unreached(c, keep, ours, bias_shape):
+    """zero_where_unseen for the tensor mods: one line each where O and dQ are
+    not exactly 0 on rows that see no key, dK and dV on keys that no query
+    sees, dBias (ours[5], of the bias's shape bias_shape) on elements no kept
+    pair reads; keep broadcasts to [B, H, Q_LEN, KV_LEN]."""
+    keep = keep.expand(c.B, c.H, c.Nq, c.Nk)
+    rows = ~keep.any(dim=-1)
+    keys = ~keep.reshape(c.B, c.Hkv, c.H // c.Hkv, c.Nq, c.Nk).any(dim=3).any(dim=2)
+    problems = [f"{name} is not 0 where no kept pair reaches it"
+                for name, t, where in zip(("O", "dQ", "dK", "dV"), (ours[0], *ours[2:5]), (rows, rows, keys, keys))
+                if not (t[where] == 0).all()]
+    if len(ours) == 6:
+        shape = (1,) * (4 - len(bias_shape)) + tuple(bias_shape)
+        read = keep.to(torch.int32).sum_to_size(shape) > 0
+        if not (ours[5].reshape(shape)[~read] == 0).all():
+            problems.append("dBias is not 0 where no kept pair reads it")
+    return problems
+
+
 def check(c, ours, q, k, v, doc_ids, dout=None):
     """Case c's outputs `ours`, (out, lse) or (out, lse, dq, dk, dv) for the
     upstream gradient dout, by the rule: ([(output, err, bound)], problems),
@@ -259,11 +341,7 @@ def check(c, ours, q, k, v, doc_ids, dout=None):
     assert len(ours) == 2 or (len(ours) == 5 and dout is not None), "(out, lse) or, with dout, the gradients too"
     ref, low = reference(q, k, v, c.mask, c.score, c.block, c.gqa, doc_ids, scale=c.scale, dout=dout)
     floors = cancellation_floors(q, k, v, ref[0], dout, c.mask, c.score, doc_ids, c.scale)
-    results, problems = [], []
-    for what, o, r, lo in zip(OUTPUTS, ours, ref, low):
-        err, bound, problem = judge(o, r, lo, what, floors.get(what, 0.0))
-        results.append((what, err, bound))
-        problems += [problem] if problem else []
+    results, problems = judge_outputs(ours, ref, low, floors)
     return results, problems + zero_where_unseen(c, doc_ids, ours[0], ours[2:])
 
 
@@ -291,6 +369,31 @@ class Case:
                 + ("" if self.scale is None else f"-scale{self.scale:g}") + ("-det" if self.deterministic else ""))
 
 
+class TensorCase(Case):
+    """A Case whose mask_mod is a keep tensor (keep: its pattern, keep_mask's;
+    None for the spec `mask`) and whose score_mod is a bias tensor (bias: its
+    shape; None for none). Shapes are written in the dims' letters, 1 where
+    the tensor broadcasts: "BHQK" is [B, H, Q_LEN, KV_LEN], "1H1K" a key
+    mask per head, "QK" 2-D. keep_as: what create_block_mask gets, the bool
+    mask, "uint8" (nonzero = keep) or "packed" (attnlab.pack_mask's);
+    bias_dtype: None for the inputs' dtype."""
+
+    def __init__(self, keep=None, bias=None, mask="none", keep_shape="BHQK", keep_as="bool", bias_dtype=None, **kw):
+        super().__init__("tensor" if keep else mask, None, **kw)
+        self.keep, self.keep_shape, self.keep_as = keep, keep_shape, keep_as
+        self.bias, self.bias_dtype = bias, bias_dtype
+
+    def shape(self, letters):
+        dims = {"B": self.B, "H": self.H, "Q": self.Nq, "K": self.Nk, "1": 1}
+        return tuple(dims[d] for d in letters)
+
+    def __repr__(self):
+        mask = f"keep[{self.keep},{self.keep_shape},{self.keep_as}]" if self.keep else self.mask
+        score = "none" if self.bias is None else (
+            f"bias[{self.bias}" + (f",{str(self.bias_dtype)[6:]}" if self.bias_dtype else "") + "]")
+        return f"{mask}+{score}-" + super().__repr__().split("-", 1)[1]
+
+
 def make_inputs(c, seeds):
     """Fresh normal q, k, v of case c, from the next seed of the iterator
     `seeds`, and the document mask_mod's ids (int32 [B, max(Nq, Nk)], from
@@ -312,3 +415,41 @@ def make_inputs(c, seeds):
 def upstream_gradient(c):
     """dO of case c: fresh normal values in its dtype, [B, H, Nq, Dv]."""
     return torch.randn(c.B, c.H, c.Nq, c.Dv, device=DEVICE, dtype=c.dtype)
+
+
+def keep_mask(pattern, shape, block, gen=None):
+    """A bool keep mask of `shape`, drawn from the torch.Generator `gen`
+    (None: torch's global one). "random": each pair kept with probability
+    1/2. "blocks": each (Q, KV) block of `block` (of 1 row where Q_LEN
+    broadcasts) empty or full with probability 1/4 each, else "random", so
+    that the block mask has all three kinds. "keypad": each row's first n
+    keys, n in [1, KV_LEN] drawn per row of the mask (a key-padding mask; at
+    [1, H, 1, KV_LEN] one n per head). "topk": each row's KV_LEN // 8 + 1 keys
+    of largest random score. "holes": "random" with about 1 row in 8 and 1
+    key in 8 dropped (rows that see no key, keys that no query sees)."""
+    rows, keys = shape[:-1], shape[-1]
+    if pattern == "blocks":
+        bq = block[0] if shape[-2] > 1 else 1
+        kind = torch.randint(0, 4, (*shape[:-2], -(-shape[-2] // bq), -(-keys // block[1])), device=DEVICE,
+                             generator=gen)
+        kind = kind.repeat_interleave(bq, dim=-2)[..., :shape[-2], :].repeat_interleave(block[1], dim=-1)[..., :keys]
+        return (kind == 1) | ((kind >= 2) & (torch.rand(shape, device=DEVICE, generator=gen) < 0.5))
+    if pattern == "keypad":
+        return torch.arange(keys, device=DEVICE) < torch.randint(1, keys + 1, (*rows, 1), device=DEVICE, generator=gen)
+    if pattern == "topk":
+        score = torch.rand(shape, device=DEVICE, generator=gen)
+        return score >= score.topk(keys // 8 + 1, dim=-1).values[..., -1:]
+    keep = torch.rand(shape, device=DEVICE, generator=gen) < 0.5
+    if pattern == "holes":
+        keep &= ((torch.rand((*rows, 1), device=DEVICE, generator=gen) >= 1 / 8)
+                 & (torch.rand(keys, device=DEVICE, generator=gen) >= 1 / 8))
+    return keep
+
+
+def spec_keep(mask_spec, Nq, Nk):
+    """bool [Nq, Nk]: the pairs that mask_spec keeps, for a spec whose pairs
+    depend on neither b nor h (not document's)."""
+    i = torch.arange(Nq, device=DEVICE)[:, None]
+    j = torch.arange(Nk, device=DEVICE)[None, :]
+    zero = torch.zeros((), dtype=torch.long, device=DEVICE)
+    return torch.as_tensor(mask_fn(mask_spec, Nq, Nk, None)(zero, zero, i, j), device=DEVICE).expand(Nq, Nk)

@@ -38,8 +38,9 @@ from torch.nn.attention import flex_attention as torch_flex_module
 
 import attnlab
 from attnlab import mods
-from flex_reference import (BWD_HEAD_DIMS, DEVICE, MASK_DRAWS, MASKS, OUTPUTS, SCORE_DRAWS, SCORES, U32, Case, check,
-                            judge, make_inputs, mask_fn, upstream_gradient)
+from flex_reference import (BWD_HEAD_DIMS, DEVICE, MASK_DRAWS, MASKS, SCORE_DRAWS, SCORES, Case, TensorCase, check,
+                            judge_outputs, keep_mask, make_inputs, mask_fn, spec_keep, tensor_floors,
+                            tensor_probabilities, unreached, upstream_gradient)
 
 _seed = itertools.count(7000)
 
@@ -357,58 +358,6 @@ def test_backward_refuses_head_dims_it_does_not_take(dims):
 
 
 # ---- tensor mods: a keep mask as the mask_mod, a bias as the score_mod -------------------------
-class TensorCase(Case):
-    """A Case whose mask_mod is a keep tensor (keep: its pattern, keep_mask's;
-    None for the spec `mask`) and whose score_mod is a bias tensor (bias: its
-    shape; None for none). Shapes are written in the dims' letters, 1 where
-    the tensor broadcasts: "BHQK" is [B, H, Q_LEN, KV_LEN], "1H1K" a key
-    mask per head, "QK" 2-D. keep_as: what create_block_mask gets, the bool
-    mask, "uint8" (nonzero = keep) or "packed" (attnlab.pack_mask's);
-    bias_dtype: None for the inputs' dtype."""
-
-    def __init__(self, keep=None, bias=None, mask="none", keep_shape="BHQK", keep_as="bool", bias_dtype=None, **kw):
-        super().__init__("tensor" if keep else mask, None, **kw)
-        self.keep, self.keep_shape, self.keep_as = keep, keep_shape, keep_as
-        self.bias, self.bias_dtype = bias, bias_dtype
-
-    def shape(self, letters):
-        dims = {"B": self.B, "H": self.H, "Q": self.Nq, "K": self.Nk, "1": 1}
-        return tuple(dims[d] for d in letters)
-
-    def __repr__(self):
-        mask = f"keep[{self.keep},{self.keep_shape},{self.keep_as}]" if self.keep else self.mask
-        score = "none" if self.bias is None else (
-            f"bias[{self.bias}" + (f",{str(self.bias_dtype)[6:]}" if self.bias_dtype else "") + "]")
-        return f"{mask}+{score}-" + super().__repr__().split("-", 1)[1]
-
-
-def keep_mask(pattern, shape, block):
-    """A bool keep mask of `shape`, drawn from torch's global generator.
-    "random": each pair kept with probability 1/2. "blocks": each (Q, KV)
-    block of `block` (of 1 row where Q_LEN broadcasts) empty or full with
-    probability 1/4 each, else "random", so that the block mask has all three
-    kinds. "keypad": each row's first n keys, n in [1, KV_LEN] drawn per row of
-    the mask (a key-padding mask; at [1, H, 1, KV_LEN] one n per head). "topk":
-    each row's KV_LEN // 8 + 1 keys of largest random score. "holes":
-    "random" with about 1 row in 8 and 1 key in 8 dropped (rows that see no
-    key, keys that no query sees)."""
-    rows, keys = shape[:-1], shape[-1]
-    if pattern == "blocks":
-        bq = block[0] if shape[-2] > 1 else 1
-        kind = torch.randint(0, 4, (*shape[:-2], -(-shape[-2] // bq), -(-keys // block[1])), device=DEVICE)
-        kind = kind.repeat_interleave(bq, dim=-2)[..., :shape[-2], :].repeat_interleave(block[1], dim=-1)[..., :keys]
-        return (kind == 1) | ((kind >= 2) & (torch.rand(shape, device=DEVICE) < 0.5))
-    if pattern == "keypad":
-        return torch.arange(keys, device=DEVICE) < torch.randint(1, keys + 1, (*rows, 1), device=DEVICE)
-    if pattern == "topk":
-        score = torch.rand(shape, device=DEVICE)
-        return score >= score.topk(keys // 8 + 1, dim=-1).values[..., -1:]
-    keep = torch.rand(shape, device=DEVICE) < 0.5
-    if pattern == "holes":
-        keep &= (torch.rand((*rows, 1), device=DEVICE) >= 1 / 8) & (torch.rand(keys, device=DEVICE) >= 1 / 8)
-    return keep
-
-
 def tensor_mods(c):
     """(keep, mask_mod, bias) of case c, drawn from torch's global generator
     (after make_inputs' q, k, v): keep the bool mask the reference applies
@@ -422,86 +371,24 @@ def tensor_mods(c):
         elif c.keep_as == "packed":
             mask_mod = attnlab.pack_mask(keep)
     else:
-        i = torch.arange(c.Nq, device=DEVICE)[:, None]
-        j = torch.arange(c.Nk, device=DEVICE)[None, :]
-        zero = torch.zeros((), dtype=torch.long, device=DEVICE)  # none of these specs reads b or h
-        keep = torch.as_tensor(mask_fn(c.mask, c.Nq, c.Nk, None)(zero, zero, i, j), device=DEVICE).expand(c.Nq, c.Nk)
-        mask_mod = c.mask
+        keep, mask_mod = spec_keep(c.mask, c.Nq, c.Nk), c.mask  # none of these specs reads b or h
     bias = None if c.bias is None else torch.randn(c.shape(c.bias), device=DEVICE, dtype=c.bias_dtype or c.dtype)
     return keep, mask_mod, bias
 
 
-def dense_probabilities(q, k, keep, bias, scale):
-    """(p, lse, keep) of softmax(scale·q·kᵀ + bias) over the pairs `keep`
-    keeps, as flex_reference's dense_probabilities computes them: scores in
-    fp32 (fp64 for fp64 inputs) from q·kᵀ in q's dtype; a row without keys p
-    0, lse -inf and a gradient 0, not NaN. k has q's heads; keep and bias
-    broadcast to the scores."""
-    s = (q @ k.transpose(-2, -1)).to(torch.promote_types(q.dtype, torch.float32)) * scale
-    if bias is not None:
-        s = s + bias
-    keep = keep.expand(s.shape)
-    empty = ~keep.any(dim=-1, keepdim=True)
-    s = s.masked_fill(~keep, float("-inf"))
-    p = torch.softmax(s.masked_fill(empty, 0.0), dim=-1).masked_fill(~keep, 0.0)
-    return p, torch.logsumexp(s.detach(), dim=-1), keep
-
-
 def dense_outputs(q, k, v, keep, bias, scale, dout=None):
-    """(out, lse) of dense_probabilities, P rounded to q's dtype before P·V
+    """(out, lse) of tensor_probabilities, P rounded to q's dtype before P·V
     (flex's eager path), and with an upstream gradient dout (dq, dk, dv) and,
     with a bias, dbias, from torch's autograd on fresh leaves."""
     leaves = [t.detach().clone().requires_grad_(dout is not None) for t in (q, k, v, bias) if t is not None]
     q, k, v = leaves[:3]
     k, v = (t.repeat_interleave(q.shape[1] // t.shape[1], dim=1) for t in (k, v))
-    p, lse, _ = dense_probabilities(q, k, keep, leaves[3] if bias is not None else None, scale)
+    p, lse, _ = tensor_probabilities(q, k, keep, leaves[3] if bias is not None else None, scale)
     out = p.to(q.dtype) @ v
     if dout is None:
         return out, lse
     grads = torch.autograd.grad(out, leaves, dout.to(out.dtype))
     return (out.detach(), lse, *grads)
-
-
-@torch.no_grad()
-def tensor_floors(q, k, v, out, dout, keep, bias, scale):
-    """flex_reference's cancellation_floors with a keep mask and a bias: 2 u
-    times the terms that LSE (scale·|q|·|k| + |bias|), dQ and dK are summed
-    from, and dBias = dS' (2 u times |dS|'s bound P·(|dO|·|V|ᵀ +
-    rowsum|dO ∘ O|), summed where the bias broadcasts); out is the reference's O."""
-    B, H, Nq, D = q.shape
-    Hkv, Nk = k.shape[1], k.shape[2]
-    q, k, v = (t.double() for t in (q, k, v))
-    k, v = (t.repeat_interleave(H // Hkv, dim=1) for t in (k, v))
-    bias = None if bias is None else bias.double()
-    p, _, keep = dense_probabilities(q, k, keep, bias, scale)
-    terms = scale * (q.abs() @ k.abs().transpose(-2, -1)) + (0.0 if bias is None else bias.abs())
-    floors = {"LSE": 2 * U32 * terms.masked_fill(~keep, 0.0).max().item()}
-    if dout is not None:
-        dout = dout.double().abs()
-        ds = p * (dout @ v.abs().transpose(-2, -1) + (dout * out.double().abs()).sum(-1, keepdim=True))
-        dk = (ds.transpose(-2, -1) @ q.abs()).view(B, Hkv, H // Hkv, Nk, D).sum(2)
-        floors["dQ"] = 2 * U32 * scale * (ds @ k.abs()).max().item()
-        floors["dK"] = 2 * U32 * scale * dk.max().item()
-        if bias is not None:
-            floors["dBias"] = 2 * U32 * ds.sum_to_size(bias.shape).max().item()
-    return floors
-
-
-def unreached(c, keep, ours, bias_shape):
-    """One line each where O and dQ are not exactly 0 on rows that see no key,
-    dK and dV on keys that no query sees, dBias on elements no kept pair reads."""
-    keep = keep.expand(c.B, c.H, c.Nq, c.Nk)
-    rows = ~keep.any(dim=-1)
-    keys = ~keep.reshape(c.B, c.Hkv, c.H // c.Hkv, c.Nq, c.Nk).any(dim=3).any(dim=2)
-    problems = [f"{name} is not 0 where no kept pair reaches it"
-                for name, t, where in zip(("O", "dQ", "dK", "dV"), (ours[0], *ours[2:5]), (rows, rows, keys, keys))
-                if not (t[where] == 0).all()]
-    if len(ours) == 6:
-        shape = (1,) * (4 - len(bias_shape)) + tuple(bias_shape)
-        read = keep.to(torch.int32).sum_to_size(shape) > 0
-        if not (ours[5].reshape(shape)[~read] == 0).all():
-            problems.append("dBias is not 0 where no kept pair reads it")
-    return problems
 
 
 def assert_tensor_passes(c, ours, q, k, v, keep, bias, dout=None):
@@ -516,11 +403,7 @@ def assert_tensor_passes(c, ours, q, k, v, keep, bias, dout=None):
     ref = dense_outputs(wide_q, wide_k, wide_v, keep, wide_bias, scale, dout)
     low = dense_outputs(q, k, v, keep, bias, scale, dout)
     floors = tensor_floors(q, k, v, ref[0], dout, keep, bias, scale)
-    problems = []
-    for what, o, r, lo in zip(OUTPUTS + ("dBias",), ours, ref, low):
-        # a float32 bias's gradient is that of its cast to the inputs' dtype: judged in that dtype
-        _, _, problem = judge(o.to(lo.dtype) if what == "dBias" else o, r, lo, what, floors.get(what, 0.0))
-        problems += [problem] if problem else []
+    _, problems = judge_outputs(ours, ref, low, floors)
     problems += unreached(c, keep, ours, () if bias is None else bias.shape)
     assert not problems, "; ".join(problems)
 
