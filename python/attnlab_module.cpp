@@ -577,7 +577,8 @@ std::string pair_tensor_unfit(const at::Tensor& t, const char* name, at::ScalarT
                               int64_t Nq, int64_t cols, const c10::Device& device) {
   const std::string want = "[1|" + std::to_string(B) + ", 1|" + std::to_string(H) + ", 1|" + std::to_string(Nq) +
                            ", " + std::to_string(cols) + "]";
-  if (!t.is_cuda() || t.device() != device) return std::string(name) + " must be on " + str(device) + ", got one on " + str(t.device());
+  if (!t.is_cuda() || t.device() != device)
+    return std::string(name) + " must be on " + str(device) + ", got one on " + str(t.device());
   if (t.scalar_type() != dtype) return std::string(name) + " must be " + str(dtype) + ", got " + str(t.scalar_type());
   const bool fits = t.dim() == 4 && (t.size(0) == 1 || t.size(0) == B) && (t.size(1) == 1 || t.size(1) == H) &&
                     (t.size(2) == 1 || t.size(2) == Nq) && t.size(3) == cols && t.is_contiguous();

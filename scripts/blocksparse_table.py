@@ -67,8 +67,8 @@ def block(rows, csv_link):
     gpus = sorted({r["gpu"] for r in rows})
     lines = [f"TFLOPS on {', '.join(gpus)} from `{csv_link}` (forward 2·B·H·(D+Dv)·pairs, backward "
              "2·B·H·(3D+2Dv)·pairs, pairs the (query, key) pairs the mask keeps); flex_attention is torch's, "
-             "compiled, on the same block mask, in the same process; ours is dmattn on the `dmattn_topk` masks, and the "
-             "block-sparse engine on them where marked (engine: the mask a tensor mask_mod, the bias a tensor "
+             "compiled, on the same block mask, in the same process; ours is dmattn on the `dmattn_topk` masks, and "
+             "the block-sparse engine on them where marked (engine: the mask a tensor mask_mod, the bias a tensor "
              "score_mod).", "",
              "| shape | mask_mod | score_mod | ours fwd | flex fwd | × | ours bwd | flex bwd | × |",
              "|---|---|---|---|---|---|---|---|---|"]

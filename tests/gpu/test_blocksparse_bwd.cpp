@@ -560,7 +560,8 @@ std::vector<Case> all_cases() {
   cases.push_back({"tensor", "none", 113, 203, 128, 128, DType::kFloat16, 128, 128, 2, 2, 2, true});
   cases.push_back(in_form({"tensor", "bias", 17, 17, 64, 64, DType::kBFloat16, 128, 128, 1, 4, 2}, Form::kHeadsKeys));
   cases.push_back({"none", "bias", 300, 1000, 192, 128, DType::kBFloat16, 128, 256, 2, 2, 2, true});
-  cases.push_back(in_form({"causal", "bias", 1000, 300, 128, 128, DType::kFloat16, 256, 256, 1, 4, 1}, Form::kHeadsKeys));
+  cases.push_back(
+      in_form({"causal", "bias", 1000, 300, 128, 128, DType::kFloat16, 256, 256, 1, 4, 1}, Form::kHeadsKeys));
   cases.push_back({"tensor", "bias", 333, 455, 256, 256, DType::kFloat16, 128, 128, 1, 2, 2, true});
   cases.push_back(in_form({"sliding_window:64,32", "bias", 520, 130, 64, 64, DType::kBFloat16, 128, 128, 2, 2, 1},
                           Form::kBatchQueries));
