@@ -25,7 +25,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from . import _C
-from .dynamic_mask import PackedMask
+from .dynamic_mask import PackedMask, _as_4d
 from .mods import parse_score_spec
 
 __all__ = ["BlockMask", "create_block_mask", "flex_attention", "kept_pairs"]
@@ -64,15 +64,6 @@ def _doc_ids(doc_ids, B, device, where):
     if ids.dim() == 2 and ids.shape[0] == 1 and B > 1:
         ids = ids.expand(B, -1)
     return ids.contiguous()
-
-
-def _as_4d(x, name, where):
-    """x with leading size-1 dims up to 4 (torch's broadcasting rule)."""
-    if not 1 <= x.dim() <= 4:
-        raise ValueError(f"{where}: {name} must have 1 to 4 dims, got shape {list(x.shape)}")
-    while x.dim() < 4:
-        x = x.unsqueeze(0)
-    return x
 
 
 def _check_broadcast(shape, full, name, where):

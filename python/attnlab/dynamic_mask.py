@@ -109,15 +109,16 @@ class DynamicMaskAttention(torch.autograd.Function):
         return dq, dk, dv, None, dbias, None, None, None, None, None
 
 
-def _as_4d(x, name):
+def _as_4d(x, name, where="attnlab.dynamic_mask_attention"):
     """A mask or bias with fewer than 4 dims gets leading size-1 dims (torch's
-    broadcasting rule); the kernels read it contiguous in its own shape."""
+    broadcasting rule); the kernels read it contiguous in its own shape.
+    (attnlab.flex_attention's tensor mods too.)"""
     if x is None:
         return None
     if not isinstance(x, torch.Tensor):
-        raise TypeError(f"attnlab.dynamic_mask_attention: {name} must be a torch.Tensor or None, got {type(x).__name__}")
+        raise TypeError(f"{where}: {name} must be a torch.Tensor or None, got {type(x).__name__}")
     if not 1 <= x.dim() <= 4:
-        raise ValueError(f"attnlab.dynamic_mask_attention: {name} must have 1 to 4 dims, got shape {list(x.shape)}")
+        raise ValueError(f"{where}: {name} must have 1 to 4 dims, got shape {list(x.shape)}")
     while x.dim() < 4:
         x = x.unsqueeze(0)
     return x.contiguous()
