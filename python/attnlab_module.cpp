@@ -560,15 +560,13 @@ constexpr const char* kBlockMaskNames[8] = {"kv_num_blocks",  "kv_indices", "ful
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// The element strides of a contiguous [b, h, q, row] tensor read as (B, H,
-// Nq, row) (mods.h's PairTensor): 0 along a dimension of size 1.
-attnlab::PairTensor pair_tensor(const at::Tensor& t, const void* data) {
-  attnlab::PairTensor pt;
-  pt.data = data;
-  pt.sq = t.size(2) == 1 ? 0 : t.stride(2);
-  pt.sh = t.size(1) == 1 ? 0 : t.stride(1);
-  pt.sb = t.size(0) == 1 ? 0 : t.stride(0);
-  return pt;
+// A contiguous [1|B, 1|H, 1|Nq, row] tensor as the kernels read it
+// (BroadcastOperand::set_shape: stride 0 along a dimension of size 1).
+BroadcastOperand pair_tensor(const at::Tensor& t, const void* data) {
+  BroadcastOperand operand;
+  operand.data = data;
+  operand.set_shape(int(t.size(0)), int(t.size(1)), int(t.size(2)), int(t.size(3)), int(t.size(1)));
+  return operand;
 }
 
 // Why a tensor operand of the pairs is not [1|B, 1|H, 1|Nq, cols] (contiguous,

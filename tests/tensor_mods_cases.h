@@ -1,7 +1,7 @@
 // The tensor mods' shared test pieces (tests/cpu/test_block_mask.cpp on host
 // words, tests/gpu/test_blocksparse_fwd.cpp and test_blocksparse_bwd.cpp
 // against the kernels): the broadcast shape of a tensor mask_mod's words and
-// of a bias score_mod's elements (mods.h's PairTensor), random keep bits in
+// of a bias score_mod's elements (a BroadcastOperand), random keep bits in
 // dmattn's packing, and the mods with their tensors attached. Host code only.
 #pragma once
 
@@ -26,11 +26,9 @@ inline const char* form_name(Form f) {
 // (0 along a size-1 dimension) for rows of `row` elements.
 struct PairShape {
   int b, h, q;
-  PairTensor strides(int64_t row) const {
-    PairTensor t;
-    t.sq = q == 1 ? 0 : row;
-    t.sh = h == 1 ? 0 : int64_t(q) * row;
-    t.sb = b == 1 ? 0 : int64_t(h) * q * row;
+  BroadcastOperand strides(int64_t row) const {
+    BroadcastOperand t;
+    t.set_shape(b, h, q, int(row), h);
     return t;
   }
   int64_t rows() const { return int64_t(b) * h * q; }

@@ -82,8 +82,8 @@ __device__ __forceinline__ void add_bias(float (&S)[kTilesS][4], const ScoreMod&
   const T* row[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r)
-    row[r] = static_cast<const T*>(mod.bias.data) + mod.bias.row(batch, head, min(row0 + 8 * r, mod.nq - 1));
-  const bool one_row = mod.bias.sq == 0;
+    row[r] = static_cast<const T*>(mod.bias.data) + mod.bias.row_offset(batch, head, min(row0 + 8 * r, mod.nq - 1));
+  const bool one_row = mod.bias.stride_q == 0;
 #pragma unroll
   for (int n = 0; n < kTilesS; ++n)
 #pragma unroll
@@ -155,7 +155,7 @@ __device__ __forceinline__ void apply_mask_mod(float (&S)[kTilesS][4], const Mas
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int q = row0 + 8 * r;
-        const int64_t at = mod.bits.row(batch, head, q < Nq ? q : Nq - 1) + w0;
+        const int64_t at = mod.bits.row_offset(batch, head, q < Nq ? q : Nq - 1) + w0;
 #pragma unroll
         for (int i = 0; i < kWords; ++i) w[r][i] = q < Nq && w0 + i < row_words ? bits[at + i] : 0u;
       }

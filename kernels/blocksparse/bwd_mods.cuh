@@ -88,9 +88,9 @@ struct BsBwdScores {
                                                      const BsBwdSlot& slot, const BwdTileAt& at) const {
     const int t = threadIdx.x % 4;
     const float scale_log2 = p.scale * kLog2e;
-    const T* bias = static_cast<const T*>(score.bias.data) + score.bias.row(batch, slot.h, 0);
+    const T* bias = static_cast<const T*>(score.bias.data) + score.bias.row_offset(batch, slot.h, 0);
     const int k0 = min(at.key_row0, score.nk - 1), k1 = min(at.key_row0 + 8, score.nk - 1);
-    if (score.bias.sq == 0) {
+    if (score.bias.stride_q == 0) {
       const float b0 = element_to_float(bias[k0]) * kLog2e, b1 = element_to_float(bias[k1]) * kLog2e;
 #pragma unroll
       for (int n = 0; n < kTiles; ++n)
@@ -106,7 +106,7 @@ struct BsBwdScores {
     for (int n = 0; n < kTiles; ++n)
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        const T* row = bias + int64_t(min(at.q_first + n * 8 + 2 * t + i, score.nq - 1)) * score.bias.sq;
+        const T* row = bias + int64_t(min(at.q_first + n * 8 + 2 * t + i, score.nq - 1)) * score.bias.stride_q;
         const float l2 = i ? lse[n].y : lse[n].x;
         St[n][i] = exp2_approx(St[n][i] * scale_log2 + element_to_float(row[k0]) * kLog2e - l2);
         St[n][2 + i] = exp2_approx(St[n][2 + i] * scale_log2 + element_to_float(row[k1]) * kLog2e - l2);
@@ -168,7 +168,7 @@ struct BsBwdScores {
             if (!(key_in[1] && id_q == id_k[1])) St[n][i + 2] = 0.f;
           }
       } else if (mod.kind == MaskModKind::kTensor) {  // each query's row once, its word(s) of the two keys
-        const uint32_t* bits = static_cast<const uint32_t*>(mod.bits.data) + mod.bits.row(batch, head, 0);
+        const uint32_t* bits = static_cast<const uint32_t*>(mod.bits.data) + mod.bits.row_offset(batch, head, 0);
         int word[2], shift[2];
         bool key_in[2];
 #pragma unroll
@@ -181,7 +181,7 @@ struct BsBwdScores {
         for (int n = 0; n < kTiles; ++n)
 #pragma unroll
           for (int i = 0; i < 2; ++i) {
-            const uint32_t* row = bits + int64_t(min(at.q_first + n * 8 + 2 * t + i, p.Nq - 1)) * mod.bits.sq;
+            const uint32_t* row = bits + int64_t(min(at.q_first + n * 8 + 2 * t + i, p.Nq - 1)) * mod.bits.stride_q;
             if (!(key_in[0] && (row[word[0]] >> shift[0] & 1u))) St[n][i] = 0.f;
             if (!(key_in[1] && (row[word[1]] >> shift[1] & 1u))) St[n][i + 2] = 0.f;
           }
@@ -202,7 +202,7 @@ struct BsBwdScores {
                                             const BwdTileAt& at) const {
     if (!kTensorMods || score.kind != ScoreModKind::kBias || score.dbias == nullptr) return;
     const int t = threadIdx.x % 4, k0 = at.key_row0;
-    float* dbias = score.dbias + score.dbias_at.row(batch, slot.h, 0);
+    float* dbias = score.dbias + score.dbias_at.row_offset(batch, slot.h, 0);
     const bool key_in[2] = {k0 < p.Nk, k0 + 8 < p.Nk};
 #pragma unroll
     for (int n = 0; n < kTiles; ++n)
@@ -210,7 +210,7 @@ struct BsBwdScores {
       for (int i = 0; i < 2; ++i) {  // query q_first + 8n + 2t + i, keys k0 and k0 + 8
         const int q = at.q_first + n * 8 + 2 * t + i;
         if (q >= p.Nq) continue;
-        float* row = dbias + int64_t(q) * score.dbias_at.sq + k0;
+        float* row = dbias + int64_t(q) * score.dbias_at.stride_q + k0;
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
           if (!key_in[j]) continue;

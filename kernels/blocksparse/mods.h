@@ -23,6 +23,7 @@
 #include <string>
 
 #include "host/attn_problem.h"
+#include "host/broadcast_operand.h"
 
 namespace attnlab {
 
@@ -75,18 +76,9 @@ struct ResidueWalk {
 // ---- tensors read per pair --------------------------------------------------------
 ATTNLAB_HOST_DEVICE inline float element_to_float(__half x) { return __half2float(x); }
 ATTNLAB_HOST_DEVICE inline float element_to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-// A tensor mask_mod or score_mod (dmattn's mask and bias) in the shape
-// ({B|1}, {H|1}, {Nq|1}, row) with its element strides: 0 along a broadcast
-// dimension (torch's expand), the row contiguous. Row (b, h, q) starts at
-// b·sb + h·sh + q·sq; h is the query head.
-struct PairTensor {
-  const void* data = nullptr;
-  int64_t sb = 0, sh = 0, sq = 0;
-  ATTNLAB_HOST_DEVICE int64_t row(int b, int h, int q) const {
-    return int64_t(b) * sb + int64_t(h) * sh + int64_t(q) * sq;
-  }
-};
+// A tensor mask_mod or score_mod (dmattn's mask and bias) is a
+// BroadcastOperand (host/broadcast_operand.h) of shape ({B|1}, {H|1}, {Nq|1},
+// row), the row contiguous; h is the query head.
 
 // ---- mask_mods --------------------------------------------------------------------
 enum class MaskModKind {
@@ -107,7 +99,7 @@ struct MaskMod {
   FastDivmod by_a, by_b;  // division by a and by b (parse_mask_mod sets them with a and b)
   const int32_t* doc = nullptr;
   int doc_len = 0;
-  PairTensor bits;  // kTensor: uint32 words
+  BroadcastOperand bits;  // kTensor: uint32 words
 
   ATTNLAB_HOST_DEVICE bool operator()(int batch, int head, int q, int k) const {
     switch (kind) {
@@ -120,7 +112,8 @@ struct MaskMod {
       case MaskModKind::kDilatedWindow: return q >= k && q - k < a && by_b.mod(q - k) == 0;
       case MaskModKind::kDocument: return doc[int64_t(batch) * doc_len + q] == doc[int64_t(batch) * doc_len + k];
       case MaskModKind::kTensor:
-        return (static_cast<const uint32_t*>(bits.data)[bits.row(batch, head, q) + (k >> 5)] >> (k & 31) & 1u) != 0u;
+        return (static_cast<const uint32_t*>(bits.data)[bits.row_offset(batch, head, q) + (k >> 5)] >> (k & 31) &
+                1u) != 0u;
     }
     return false;
   }
@@ -139,20 +132,20 @@ struct ScoreMod {
   ScoreModKind kind = ScoreModKind::kNone;
   float cap = 0.f;  // softcap's C
   int heads = 1;    // alibi's H
-  PairTensor bias;  // kBias: the input dtype's elements
+  BroadcastOperand bias;  // kBias: the input dtype's elements
   bool bias_bf16 = false;
   int nq = 1, nk = 1;  // kBias: the problem's Nq, Nk (the clamp)
   // dBias = dS' (the gradient of s', before the chain rule), fp32, in the
   // layout of `dbias`'s strides; atomically added where several pairs of the
   // problem share an element (a broadcast dimension), else stored. Null: none.
   float* dbias = nullptr;
-  PairTensor dbias_at;  // strides only
+  BroadcastOperand dbias_at;  // strides only
   bool dbias_add = false;
 
   ATTNLAB_HOST_DEVICE float bias_at(int batch, int head, int q, int k) const {
     q = q < nq ? q : nq - 1;
     k = k < nk ? k : nk - 1;
-    const int64_t at = bias.row(batch, head, q) + k;
+    const int64_t at = bias.row_offset(batch, head, q) + k;
     return bias_bf16 ? element_to_float(static_cast<const __nv_bfloat16*>(bias.data)[at])
                      : element_to_float(static_cast<const __half*>(bias.data)[at]);
   }

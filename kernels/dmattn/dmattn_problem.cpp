@@ -1,28 +1,10 @@
 // attnlab: dynamic-mask attention — the host side of the problem
-// description: broadcast operand shapes and strides, the dense view, names.
+// description: the dense view, names.
 #include <cstdio>
 
 #include "dmattn/dmattn.h"
 
 namespace attnlab {
-
-// Dense strides of a ({B|1}, {H|Hkv|1}, {Nq|1}, Nk) operand: a size-1 dimension
-// gets stride 0, so indexing with the full (b, h / head_group, i) reads the
-// broadcast element. Nothing is validated here (the launchers do).
-void BroadcastOperand::set_shape(int b_, int h_, int q_, int Nk, int H) {
-  b = b_;
-  h = h_;
-  q = q_;
-  stride_q = q > 1 ? int64_t(Nk) : 0;
-  stride_h = h > 1 ? int64_t(q) * Nk : 0;
-  stride_b = b > 1 ? int64_t(h) * q * Nk : 0;
-  head_group = h > 1 ? H / h : 1;  // h == H: 1; h == Hkv: H / Hkv
-}
-
-std::string BroadcastOperand::shape_string(int Nk) const {
-  return "(" + std::to_string(b) + ", " + std::to_string(h) + ", " + std::to_string(q) + ", " + std::to_string(Nk) +
-         ")";
-}
 
 // "B=1, H=8, Hkv=2, N=8192, D=64, fp16, causal, mask (1, 8, 1, 8192), bias (1, 2, 8192, 8192), softcap 30":
 // the dense problem's string (Hkv only when it differs from H), then what is present.

@@ -1,5 +1,6 @@
 // kernels/host/: host-side glue; the device primitives are in kernels/common/.
 #include "host/attn_problem.h"
+#include "host/broadcast_operand.h"
 
 
 namespace attnlab {
@@ -28,6 +29,24 @@ double forward_flops(const AttnProblem& p) {
 
 double backward_flops(const AttnProblem& p) {
   return 2.0 * double(p.heads()) * double(3 * p.D + 2 * p.Dv) * double(unmasked_pairs_per_head(p));
+}
+
+// Dense strides of a ({B|1}, {H|Hkv|1}, {Nq|1}, Nk) operand: a size-1 dimension
+// gets stride 0, so indexing with the full (b, h / head_group, i) reads the
+// broadcast element. Nothing is validated here (the launchers do).
+void BroadcastOperand::set_shape(int b_, int h_, int q_, int Nk, int H) {
+  b = b_;
+  h = h_;
+  q = q_;
+  stride_q = q > 1 ? int64_t(Nk) : 0;
+  stride_h = h > 1 ? int64_t(q) * Nk : 0;
+  stride_b = b > 1 ? int64_t(h) * q * Nk : 0;
+  head_group = h > 1 ? H / h : 1;  // h == H: 1; h == Hkv: H / Hkv
+}
+
+std::string BroadcastOperand::shape_string(int Nk) const {
+  return "(" + std::to_string(b) + ", " + std::to_string(h) + ", " + std::to_string(q) + ", " + std::to_string(Nk) +
+         ")";
 }
 
 }  // namespace attnlab

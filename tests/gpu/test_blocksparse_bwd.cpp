@@ -236,7 +236,7 @@ void references(const AttnProblem& p, const MaskMod& mask, const ScoreMod& score
   const bool bias = score.kind == ScoreModKind::kBias;
   r.dbias.assign(bias ? size_t(bias_shape.rows() * p.Nk) : 0, 0.0);
   std::vector<float> dbias_acc(r.dbias.size(), 0.f);
-  const PairTensor dbias_at = bias_shape.strides(p.Nk);
+  const BroadcastOperand dbias_at = bias_shape.strides(p.Nk);
   const int heads = p.B * p.H;
   std::vector<HeadPart> parts(static_cast<size_t>(heads));
   const int workers = int(std::max(1u, std::min(16u, std::thread::hardware_concurrency())));
@@ -260,7 +260,7 @@ void references(const AttnProblem& p, const MaskMod& mask, const ScoreMod& score
     }
     for (int j = 0; j < p.Nk; ++j) r.key_seen[size_t(kvh * p.Nk + j)] += part.seen[size_t(j)];
     for (int i = 0; bias && i < p.Nq; ++i) {
-      const int64_t row = dbias_at.row(x / p.H, x % p.H, i);
+      const int64_t row = dbias_at.row_offset(x / p.H, x % p.H, i);
       for (int j = 0; j < p.Nk; ++j) {
         r.dbias[size_t(row + j)] += part.ds[size_t(i) * p.Nk + j];
         dbias_acc[size_t(row + j)] += part.ds_lp[size_t(i) * p.Nk + j];
