@@ -75,7 +75,9 @@ __device__ __forceinline__ void for_each_score(float (&S)[kTilesS][4], int row0,
 // s' = scale · s + bias[b, h, q, k] with each of the lane's two rows'
 // addresses formed once, the indices clamped into Nq x Nk as bias_at clamps
 // them; a bias broadcast over the queries (dmattn's [B, H, 1, N]) read once
-// for both rows.
+// for both rows; a lane's two neighbouring keys as one 4-byte load where
+// every row starts 4-byte aligned (even strides and Nk, an aligned base), the
+// last pair of a row clamped to Nk − 2 (keys past Nk are dropped afterwards).
 template <typename T, int kTilesS>
 __device__ __forceinline__ void add_bias(float (&S)[kTilesS][4], const ScoreMod& mod, float scale, int batch,
                                          int head, int row0, int kv_start, int t) {
@@ -84,6 +86,18 @@ __device__ __forceinline__ void add_bias(float (&S)[kTilesS][4], const ScoreMod&
   for (int r = 0; r < 2; ++r)
     row[r] = static_cast<const T*>(mod.bias.data) + mod.bias.row_offset(batch, head, min(row0 + 8 * r, mod.nq - 1));
   const bool one_row = mod.bias.stride_q == 0;
+  const BroadcastOperand& b = mod.bias;
+  const bool even = mod.nk % 2 == 0 && (b.stride_b | b.stride_h | b.stride_q) % 2 == 0;
+  if (even && reinterpret_cast<uintptr_t>(b.data) % 4 == 0) {
+#pragma unroll
+    for (int n = 0; n < kTilesS; ++n) {
+      const int k = min(kv_start + n * 8 + 2 * t, mod.nk - 2);
+      const float2 b0 = pair_to_float2(row[0] + k), b1 = one_row ? b0 : pair_to_float2(row[1] + k);
+      S[n][0] = S[n][0] * scale + b0.x, S[n][1] = S[n][1] * scale + b0.y;
+      S[n][2] = S[n][2] * scale + b1.x, S[n][3] = S[n][3] * scale + b1.y;
+    }
+    return;
+  }
 #pragma unroll
   for (int n = 0; n < kTilesS; ++n)
 #pragma unroll
