@@ -196,7 +196,11 @@ struct BsBwdScores {
   // dBias = dS' (s' = s + bias: the gradient of s' is the bias's), stored
   // for each pair in bounds, or added where the bias is broadcast (mods.h's
   // ScoreMod::dbias). Pairs the mask_mod drops have dS' = 0 and are written
-  // too; pairs of blocks never visited keep the caller's zeros.
+  // too; pairs of blocks never visited keep the caller's zeros. A bias
+  // broadcast over the queries ([.., 1, Nk]: every query of the tile adds
+  // to the same key) is summed over the slice's queries first, in the lane
+  // and across its quad (rows past Nq have dS' = 0), then added once per key.
+  // Called by whole warps.
   template <int kTiles>
   __device__ __forceinline__ void record_ds(const float (&dSt)[kTiles][4], const BsBwdSlot& slot,
                                             const BwdTileAt& at) const {
@@ -204,6 +208,20 @@ struct BsBwdScores {
     const int t = threadIdx.x % 4, k0 = at.key_row0;
     float* dbias = score.dbias + score.dbias_at.row_offset(batch, slot.h, 0);
     const bool key_in[2] = {k0 < p.Nk, k0 + 8 < p.Nk};
+    if (score.dbias_at.stride_q == 0) {
+      float sum[2] = {0.f, 0.f};
+#pragma unroll
+      for (int n = 0; n < kTiles; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sum[e / 2] += dSt[n][e];
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        sum[j] += __shfl_xor_sync(0xffffffffu, sum[j], 1);
+        sum[j] += __shfl_xor_sync(0xffffffffu, sum[j], 2);
+        if (t == 0 && key_in[j]) atomicAdd(dbias + k0 + 8 * j, sum[j]);
+      }
+      return;
+    }
 #pragma unroll
     for (int n = 0; n < kTiles; ++n)
 #pragma unroll
