@@ -285,6 +285,14 @@ std::string bwd_unsupported_reason(const std::string& variant, int64_t B, int64_
       make_problem(B, H, Nq, Nk, D, Dv, bf16, is_causal, std::nullopt, Hkv));
 }
 
+// Why the block-sparse backward cannot take this problem whatever its block
+// mask ("" when it can): dmattn's backward chooses with it.
+std::string bs_bwd_unsupported_reason(int64_t B, int64_t H, int64_t Nq, int64_t Nk, int64_t D, int64_t Dv, bool bf16,
+                                      int64_t Hkv) {
+  return attnlab::blocksparse_bwd_problem_unsupported(
+      make_problem(B, H, Nq, Nk, D, Dv, bf16, false, std::nullopt, Hkv));
+}
+
 // Why `variant` cannot run this problem ("" when it can), for tests to skip.
 // Hkv: the KV heads (0: = H).
 std::string unsupported_reason(const std::string& variant, int64_t B, int64_t H, int64_t Nq, int64_t Nk, int64_t D,
@@ -931,6 +939,10 @@ PYBIND11_MODULE(_C, m) {
         pybind11::arg("dbias") = pybind11::none(),
         "The block-sparse backward on a block mask's transposed lists; returns (dq, dk, dv) "
         "(use attnlab.flex_attention's autograd).");
+  m.def("blocksparse_bwd_unsupported_reason", &bs_bwd_unsupported_reason, pybind11::arg("B"), pybind11::arg("H"),
+        pybind11::arg("Nq"), pybind11::arg("Nk"), pybind11::arg("D"), pybind11::arg("Dv"), pybind11::arg("bf16"),
+        pybind11::arg("Hkv") = 0,
+        "Why the block-sparse backward cannot take a problem whatever its block mask ('' when it can).");
   m.def("blocksparse_kept_pairs", &bs_kept_pairs, pybind11::arg("mask_mod"), pybind11::arg("B"), pybind11::arg("H"),
         pybind11::arg("Q_LEN"), pybind11::arg("KV_LEN"), pybind11::arg("device"),
         pybind11::arg("doc_ids") = pybind11::none(), pybind11::arg("mask_bits") = pybind11::none(),

@@ -206,10 +206,14 @@ cudaError_t launch(const AttnProblem& p, const AttnGradBuffers& b, const BlockMa
 
 }  // namespace
 
-std::string blocksparse_bwd_unsupported(const AttnProblem& p, const BlockMaskView& bm) {
+std::string blocksparse_bwd_problem_unsupported(const AttnProblem& p) {
   static const std::string hopper = hopper_tma_unsupported();
   if (!hopper.empty()) return hopper;
-  if (std::string why = bwd_ws_unsupported<BsBwdHeadDims, Config>(p); !why.empty()) return why;
+  return bwd_ws_unsupported<BsBwdHeadDims, Config>(p);
+}
+
+std::string blocksparse_bwd_unsupported(const AttnProblem& p, const BlockMaskView& bm) {
+  if (std::string why = blocksparse_bwd_problem_unsupported(p); !why.empty()) return why;
   int Br, Bc;
   tile_of(p, Br, Bc);
   if (!bm.q_count || !bm.q_index || !bm.full_q_count || !bm.full_q_index)

@@ -32,6 +32,11 @@ namespace attnlab {
 // p.causal (a causal mask is the `causal` mask_mod here).
 std::string blocksparse_bwd_unsupported(const AttnProblem& p, const BlockMaskView& bm);
 
+// The part of it that needs no block mask: the device, the head dims, the
+// grouping of heads and the grid's limits (for callers that choose a backward
+// before they build a block mask: dmattn's).
+std::string blocksparse_bwd_problem_unsupported(const AttnProblem& p);
+
 // Bytes of workspace blocksparse_bwd needs in b.workspace (0 when unsupported).
 size_t blocksparse_bwd_workspace_bytes(const AttnProblem& p, const BlockMaskView& bm);
 

@@ -8,7 +8,7 @@ from torch.autograd.function import once_differentiable
 
 from . import _C
 
-__all__ = ["dynamic_mask_attention", "build_mask_summary", "MaskSummary", "pack_mask", "PackedMask"]
+__all__ = ["dynamic_mask_attention", "build_mask_summary", "MaskSummary", "pack_mask", "PackedMask", "backward_path"]
 
 
 class PackedMask:
@@ -82,20 +82,118 @@ def build_mask_summary(q, k, attn_mask, is_causal=False):
     return MaskSummary(tensor, attn_mask, q.shape, k.shape, is_causal)
 
 
+# ---- the backward's choice: kernels/dmattn/'s, or the block-sparse engine's ---------------
+BACKWARDS = ("dmattn", "engine")
+_ENGINE_BLOCK = 128  # a multiple of the engine backward's tile at every head dim
+_FULL_DBIAS_LIMIT = 1 << 30  # bytes of the fp32 [B, H, Nq, Nk] a deterministic broadcast dBias needs there
+
+
+def _engine_unfit(q, k, bias, softcap, needs_dbias, deterministic):
+    """Why the block-sparse engine's backward (kernels/blocksparse/blocksparse_bwd.h)
+    cannot take this dmattn problem ('' when it can): its problem checks
+    (sm_90a, head dims 64, 128, 256), one score_mod (a bias or a softcap, not
+    both), and the full-size dBias a deterministic broadcast bias needs there."""
+    B, H, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    why = _C.blocksparse_bwd_unsupported_reason(B, H, Nq, Nk, D, D, q.dtype == torch.bfloat16, Hkv)
+    if why:
+        return why
+    if softcap and bias is not None:
+        return "a softcap with a bias (the engine takes one score_mod)"
+    if needs_dbias and deterministic and any(bias.shape[d] == 1 and (B, H, Nq)[d] > 1 for d in range(3)) \
+            and 4 * B * H * Nq * Nk > _FULL_DBIAS_LIMIT:
+        return "a deterministic dBias broadcast over a dim needs more than 1 GiB in full there"
+    return ""
+
+
+def _choose_backward(requested, q, k, bias, softcap, needs_dbias, deterministic):
+    """The backward a call runs: `requested` if given ("engine" raises where the
+    engine cannot), else the engine where it can take the problem (it is the
+    faster: docs/blocksparse.md, "dmattn on the engine"), else dmattn's."""
+    if requested not in (None,) + BACKWARDS:
+        raise ValueError(f"attnlab.dynamic_mask_attention: backward must be None, 'dmattn' or 'engine', got "
+                         f"{requested!r}")
+    if requested == "dmattn":
+        return "dmattn"
+    why = _engine_unfit(q, k, bias, softcap, needs_dbias, deterministic)
+    if requested == "engine" and why:
+        raise ValueError(f"attnlab.dynamic_mask_attention: backward='engine' cannot take this problem: {why}")
+    return "dmattn" if why else "engine"
+
+
+def _causal_bits(nq, nk, device):
+    """Bottom-right causal as packed words (pack_mask's layout), int32 [1, 1, Nq,
+    2·ceil(Nk / 64)]: row i keeps its first clamp(i + Nk − Nq + 1, 0, Nk) keys."""
+    words = 2 * ((nk + 63) // 64)
+    kept = (torch.arange(nq, device=device) + (nk - nq + 1)).clamp_(0, nk)
+    ones = (kept[:, None] - 32 * torch.arange(words, device=device)).clamp_(0, 32)  # low bits set per word
+    w = (torch.ones_like(ones) << ones) - 1  # int64, 0 .. 2^32 - 1
+    return torch.where(w >= 2 ** 31, w - 2 ** 32, w).to(torch.int32)[None, None]
+
+
+def _per_query_head(x, H):
+    """A [b, Hkv, ...] operand (Hkv < H) repeated to the H query heads (the engine reads 1 or H heads)."""
+    return x if x.shape[1] in (1, H) else x.repeat_interleave(H // x.shape[1], dim=1)
+
+
+def _engine_block_mask(mask, q, k, is_causal):
+    """The engine's BlockMask of dmattn's mask, is_causal folded in."""
+    from .blocksparse import create_block_mask  # (blocksparse imports this module)
+    H, Nq, Nk = q.shape[1], q.shape[2], k.shape[2]
+    if mask is None:
+        return create_block_mask("causal" if is_causal else "none", 1, 1, Nq, Nk, _ENGINE_BLOCK, device=q.device)
+    bits = mask if mask.dtype == torch.int32 else _C.dma_pack_mask_bits(mask)
+    bits = _per_query_head(bits, H)
+    if is_causal:
+        bits = bits & _causal_bits(Nq, Nk, q.device)
+    packed = PackedMask(bits.contiguous(), (*bits.shape[:3], Nk))
+    return create_block_mask(packed, None, None, Nq, Nk, _ENGINE_BLOCK, device=q.device)
+
+
+def _engine_backward(ctx, q, k, v, out, lse, dout, bias, block_mask, needs_dbias):
+    """dq, dk, dv, dbias of dmattn's problem from the block-sparse engine's backward:
+    the mask as its tensor mask_mod, the bias (or the softcap) as its score_mod."""
+    H, Hkv = q.shape[1], k.shape[1]
+    bias_h = None if bias is None else _per_query_head(bias, H).contiguous()
+    score = "bias" if bias is not None else f"softcap:{ctx.softcap!r}" if ctx.softcap else "none"
+    dbias = None
+    if needs_dbias:  # as attnlab.flex_attention's: added into the bias's shape, or stored in full and summed
+        full = (q.shape[0], H, q.shape[2], k.shape[2])
+        broadcast = tuple(d for d in range(3) if bias_h.shape[d] == 1 and full[d] > 1)
+        shape = full if ctx.deterministic and broadcast else bias_h.shape
+        dbias = torch.zeros(shape, dtype=torch.float32, device=q.device)
+    lists = block_mask.tensors()
+    dq, dk, dv = _C.blocksparse_backward(q, k, v, out, lse, dout, lists[4:], lists[:4], *block_mask.BLOCK_SIZE,
+                                         block_mask.mask_mod, score, ctx.scale, Hkv != H, None, ctx.deterministic,
+                                         block_mask.mask_bits, bias_h, dbias)
+    if dbias is not None:
+        if dbias.shape != bias_h.shape:
+            dbias = dbias.sum(dim=broadcast, keepdim=True)
+        if bias_h.shape[1] != bias.shape[1]:  # per KV head: its query heads' sum
+            dbias = dbias.unflatten(1, (bias.shape[1], H // bias.shape[1])).sum(2)
+        dbias = dbias.to(bias.dtype)
+    return dq, dk, dv, dbias
+
+
 class DynamicMaskAttention(torch.autograd.Function):
     """The autograd node: forward and backward on contiguous tensors in the
-    kernels' layout (dynamic_mask_attention prepares them)."""
+    kernels' layout (dynamic_mask_attention prepares them). The backward is
+    kernels/dmattn/'s or the block-sparse engine's (_choose_backward)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, mask, bias, is_causal, scale, softcap, deterministic, given_summary):
-        # A backward that could not run should fail now, not after the forward.
+    def forward(ctx, q, k, v, mask, bias, is_causal, scale, softcap, deterministic, mask_summary, backward):
         needs_grad = any(ctx.needs_input_grad[:3]) or ctx.needs_input_grad[4]
+        needs_dbias = bias is not None and ctx.needs_input_grad[4]
+        # A backward that could not run should fail now, not after the forward.
+        route = _choose_backward(backward, q, k, bias, softcap, needs_dbias, deterministic) if needs_grad else None
+        given = mask_summary.tensor if mask_summary is not None else None
         # summary: the forward's tile bits (in its workspace: from its mask
         # pre-pass, or its in-kernel scan with one split), or the summary it
-        # was given, so that the backward need not read the mask again.
-        out, lse, summary = _C.dma_forward(q, k, v, mask, bias, is_causal, scale, softcap, needs_grad, given_summary)
+        # was given, so that dmattn's backward need not read the mask again.
+        out, lse, summary = _C.dma_forward(q, k, v, mask, bias, is_causal, scale, softcap, route == "dmattn", given)
         ctx.save_for_backward(q, k, v, out, lse, mask, bias, summary)
         ctx.is_causal, ctx.scale, ctx.softcap, ctx.deterministic = is_causal, scale, softcap, deterministic
+        ctx.route, ctx.mask_summary = route, mask_summary
         ctx.mark_non_differentiable(lse)
         return out, lse
 
@@ -103,10 +201,30 @@ class DynamicMaskAttention(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_out, grad_lse):  # grad_lse: lse is not differentiable
         q, k, v, out, lse, mask, bias, summary = ctx.saved_tensors
-        need_dbias = bias is not None and ctx.needs_input_grad[4]
-        dq, dk, dv, dbias = _C.dma_backward(q, k, v, out, lse, grad_out.contiguous(), mask, bias, ctx.is_causal,
-                                            ctx.scale, ctx.softcap, need_dbias, ctx.deterministic, summary)
-        return dq, dk, dv, None, dbias, None, None, None, None, None
+        needs_dbias = bias is not None and ctx.needs_input_grad[4]
+        dout = grad_out.contiguous()
+        if ctx.route == "engine":
+            # The block mask is built from the mask once per summary (a mask
+            # shared by layers), else on every backward.
+            given = ctx.mask_summary
+            block_mask = getattr(given, "_engine_block_mask", None) if given is not None else None
+            if block_mask is None:
+                block_mask = _engine_block_mask(mask, q, k, ctx.is_causal)
+                if given is not None:
+                    given._engine_block_mask = block_mask
+            dq, dk, dv, dbias = _engine_backward(ctx, q, k, v, out, lse, dout, bias, block_mask, needs_dbias)
+        else:
+            dq, dk, dv, dbias = _C.dma_backward(q, k, v, out, lse, dout, mask, bias, ctx.is_causal, ctx.scale,
+                                                ctx.softcap, needs_dbias, ctx.deterministic, summary)
+        return dq, dk, dv, None, dbias, None, None, None, None, None, None
+
+
+def backward_path(q, k, attn_mask=None, attn_bias=None, softcap=None, deterministic=False, needs_dbias=True,
+                  backward=None):
+    """Which backward dynamic_mask_attention runs for these inputs: "engine" (the
+    block-sparse engine's, kernels/blocksparse/) or "dmattn" (kernels/dmattn/'s)."""
+    bias = _as_4d(attn_bias, "attn_bias")
+    return _choose_backward(backward, q, k, bias, softcap, needs_dbias and bias is not None, deterministic)
 
 
 def _as_4d(x, name, where="attnlab.dynamic_mask_attention"):
@@ -142,7 +260,7 @@ def _kernel_mask(attn_mask, k):
 
 
 def dynamic_mask_attention(q, k, v, attn_mask=None, attn_bias=None, is_causal=False, scale=None, softcap=None,
-                           deterministic=False, return_lse=False, mask_summary=None):
+                           deterministic=False, return_lse=False, mask_summary=None, backward=None):
     """Attention with an optional boolean mask and additive bias (flash-dmattn
     semantics), differentiable in q, k, v and attn_bias.
 
@@ -168,7 +286,8 @@ def dynamic_mask_attention(q, k, v, attn_mask=None, attn_bias=None, is_causal=Fa
     summed over the dims it is broadcast along; the mask gets none. Double
     backward is not supported. deterministic=True makes the gradients bitwise
     identical run to run (slower). Forward head dims: 32, 64, 96, 128, 192, 256;
-    backward: 32, 64, 96, 128 — when an input requires grad, an unsupported
+    backward: 32, 64, 96, 128 (kernels/dmattn/), and 256 on the block-sparse
+    engine (see `backward`) — when an input requires grad, an unsupported
     backward raises already in the forward.
 
     Non-contiguous inputs are copied with .contiguous() (the kernels read dense
@@ -183,19 +302,24 @@ def dynamic_mask_attention(q, k, v, attn_mask=None, attn_bias=None, is_causal=Fa
     mask (the same output, bit for bit). It must have been made for this very
     attn_mask tensor, unmodified since, and the same shapes and is_causal, or
     this raises ValueError.
+
+    backward: None runs the gradients on the block-sparse engine
+    (kernels/blocksparse/: the mask as its tensor mask_mod, the bias or the
+    softcap as its score_mod) where it takes the problem (an sm_90a GPU, head
+    dims 64, 128 and 256, not a softcap with a bias), else on kernels/dmattn/'s
+    backward; "dmattn" or "engine" asks for one (backward_path says which runs).
     """
     q, k, v = (t.contiguous() if isinstance(t, torch.Tensor) else t for t in (q, k, v))
     if not all(isinstance(t, torch.Tensor) for t in (q, k, v)):
         raise TypeError("attnlab.dynamic_mask_attention: q, k and v must be torch.Tensors")
-    given = None
     if mask_summary is not None:
         if not isinstance(mask_summary, MaskSummary):
             raise TypeError("attnlab.dynamic_mask_attention: mask_summary must come from attnlab.build_mask_summary")
         mask_summary.check(attn_mask, q, k, is_causal)
-        given = mask_summary.tensor
     mask = _kernel_mask(attn_mask, k)
     bias = _as_4d(attn_bias, "attn_bias")
     out, lse = DynamicMaskAttention.apply(q, k, v, mask, bias, bool(is_causal),
                                           None if scale is None else float(scale),
-                                          None if softcap is None else float(softcap), bool(deterministic), given)
+                                          None if softcap is None else float(softcap), bool(deterministic),
+                                          mask_summary, backward)
     return (out, lse) if return_lse else out

@@ -84,9 +84,10 @@ def make_inputs(B, H, Hkv, nq, nk, d, dtype, mask_shape=None, bias_shape=None, k
 
 
 def check(q, k, v, mask, bias, dout, causal=False, scale=None, softcap=None, deterministic=False, label="",
-          mask_summary=None, ours_mask=None):
+          mask_summary=None, ours_mask=None, backward=None):
     """Runs attnlab and both references; asserts the pass rule. Returns ours.
-    ours_mask: what attnlab gets as attn_mask instead of `mask` (a PackedMask of it)."""
+    ours_mask: what attnlab gets as attn_mask instead of `mask` (a PackedMask of it);
+    backward: dynamic_mask_attention's (None: its choice)."""
     d = q.shape[-1]
     ref_scale = d ** -0.5 if scale is None else scale
     given_mask = mask if ours_mask is None else ours_mask
@@ -94,7 +95,7 @@ def check(q, k, v, mask, bias, dout, causal=False, scale=None, softcap=None, det
     def ours(q_, k_, v_, b_):
         return attnlab.dynamic_mask_attention(q_, k_, v_, attn_mask=given_mask, attn_bias=b_, is_causal=causal,
                                               scale=scale, softcap=softcap, deterministic=deterministic,
-                                              return_lse=True, mask_summary=mask_summary)
+                                              return_lse=True, mask_summary=mask_summary, backward=backward)
 
     def dense(q_, k_, v_, b_):
         return dense_attention(q_, k_, v_, mask, b_, causal, ref_scale, softcap)
@@ -121,6 +122,17 @@ def check(q, k, v, mask, bias, dout, causal=False, scale=None, softcap=None, det
     return out, lse, grads
 
 
+def on_engine(q, k, bias=None, softcap=None):
+    """Whether dynamic_mask_attention's backward runs on the block-sparse engine here."""
+    return attnlab.dynamic_mask.backward_path(q, k, attn_bias=bias, softcap=softcap) == "engine"
+
+
+# Each numerics test of the backward runs both: its choice (the engine where it
+# takes the problem, on sm_90a) and kernels/dmattn/'s.
+BACKWARDS = {"chosen": None, "dmattn": "dmattn"}
+backwards = pytest.mark.parametrize("backward", BACKWARDS.values(), ids=BACKWARDS.keys())
+
+
 # ---- numerics ------------------------------------------------------------------------
 SIZES = [(17, 130), (129, 64), (1, 200), (128, 128), (65, 1)]
 
@@ -130,11 +142,12 @@ SIZES = [(17, 130), (129, 64), (1, 200), (128, 128), (65, 1)]
 @pytest.mark.parametrize("causal", [False, True], ids=["dense", "causal"])
 @pytest.mark.parametrize("d", [32, 64, 128])
 @pytest.mark.parametrize("nq,nk", SIZES, ids=[f"{a}x{b}" for a, b in SIZES])
-def test_matches_reference(dtype, causal, d, nq, nk):
+@backwards
+def test_matches_reference(dtype, causal, d, nq, nk, backward):
     """GQA (H=4, Hkv=2), a full random mask, a per-KV-head bias broadcast over queries."""
     B, H, Hkv = 2, 4, 2
     args = make_inputs(B, H, Hkv, nq, nk, d, dtype, mask_shape=(B, H, nq, nk), bias_shape=(B, Hkv, 1, nk))
-    check(*args, causal=causal, label=f"{dtype} causal={causal} D={d} Nq={nq} Nk={nk}")
+    check(*args, causal=causal, backward=backward, label=f"{dtype} causal={causal} D={d} Nq={nq} Nk={nk} {backward}")
 
 
 MASK_SHAPES = {"none": None, "BxHxNqxNk": "B H Nq Nk", "1x1xNqxNk": "1 1 Nq Nk", "BxHkvx1xNk": "B Hkv 1 Nk",
@@ -152,12 +165,13 @@ def shape_of(spec, **dims):
 @pytest.mark.parametrize("hkv", [4, 2, 1], ids=["MHA", "GQA", "MQA"])
 @pytest.mark.parametrize("mask_spec", MASK_SHAPES.values(), ids=MASK_SHAPES.keys())
 @pytest.mark.parametrize("bias_spec", BIAS_SHAPES.values(), ids=BIAS_SHAPES.keys())
-def test_broadcast_shapes(dtype, hkv, mask_spec, bias_spec):
+@backwards
+def test_broadcast_shapes(dtype, hkv, mask_spec, bias_spec, backward):
     B, H, nq, nk, d = 2, 4, 33, 97, 64
     dims = dict(B=B, H=H, Hkv=hkv, Nq=nq, Nk=nk)
     args = make_inputs(B, H, hkv, nq, nk, d, dtype, mask_shape=shape_of(mask_spec, **dims),
                        bias_shape=shape_of(bias_spec, **dims))
-    check(*args, causal=True, label=f"{dtype} Hkv={hkv} mask {mask_spec} bias {bias_spec}")
+    check(*args, causal=True, backward=backward, label=f"{dtype} Hkv={hkv} mask {mask_spec} bias {bias_spec}")
 
 
 @needs_gpu
@@ -168,6 +182,56 @@ def test_softcap(dtype, causal, softcap):
     B, H, Hkv, nq, nk = 2, 4, 2, 70, 150
     args = make_inputs(B, H, Hkv, nq, nk, 64, dtype, mask_shape=(B, 1, nq, nk), bias_shape=(B, H, nq, nk))
     check(*args, causal=causal, softcap=softcap, label=f"{dtype} causal={causal} softcap={softcap}")
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("causal", [False, True], ids=["dense", "causal"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_softcap_without_bias(dtype, causal, d):
+    """A softcap alone: the engine's softcap score_mod (its choice on sm_90a)."""
+    B, H, Hkv, nq, nk = 2, 4, 1, 130, 70
+    args = make_inputs(B, H, Hkv, nq, nk, d, dtype, mask_shape=(B, 1, 1, nk))
+    check(*args, causal=causal, softcap=5.0, label=f"{dtype} causal={causal} D={d} softcap 5 alone")
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("causal", [False, True], ids=["dense", "causal"])
+def test_engine_gradients_at_head_dim_256(dtype, causal):
+    """D = 256, whose gradients only the engine computes: a mask, a per-KV-head bias, GQA, Nq != Nk."""
+    B, H, Hkv, nq, nk = 2, 4, 2, 150, 211
+    q, k, v, mask, bias, dout = make_inputs(B, H, Hkv, nq, nk, 256, dtype, mask_shape=(B, H, nq, nk),
+                                            bias_shape=(B, Hkv, nq, nk))
+    if not on_engine(q, k, bias):
+        pytest.skip("the block-sparse engine's backward does not run here (it needs sm_90a)")
+    check(q, k, v, mask, bias, dout, causal=causal, label=f"{dtype} causal={causal} D=256")
+
+
+@needs_gpu
+def test_causal_bits_are_the_packed_causal_mask():
+    """The engine's causal fold: _causal_bits equals pack_mask of the bottom-right causal mask."""
+    from attnlab.dynamic_mask import _causal_bits
+    for nq, nk in [(17, 130), (129, 64), (1, 200), (65, 1), (100, 70), (33, 97), (64, 64)]:
+        want = attnlab.pack_mask(bottom_right_keep(nq, nk, DEVICE)).bits
+        assert torch.equal(_causal_bits(nq, nk, DEVICE), want), (nq, nk)
+
+
+@needs_gpu
+def test_backward_choice():
+    """The engine where it takes the problem (sm_90a), else dmattn's; asking for one it cannot run raises."""
+    q, k, v, _, bias, _ = make_inputs(1, 4, 2, 40, 50, 64, torch.float16, bias_shape=(1, 2, 1, 50))
+    path = attnlab.dynamic_mask.backward_path
+    engine = on_engine(q, k)
+    assert path(q, k) == ("engine" if engine else "dmattn")
+    assert path(q, k, backward="dmattn") == "dmattn"
+    assert path(q, k, attn_bias=bias, softcap=5.0) == "dmattn"  # one score_mod there
+    q32, k32, _, _, _, _ = make_inputs(1, 4, 2, 40, 50, 32, torch.float16)
+    assert path(q32, k32) == "dmattn"
+    with pytest.raises(ValueError, match="backward='engine' cannot take this problem: a softcap with a bias"):
+        attnlab.dynamic_mask_attention(q.requires_grad_(), k, v, attn_bias=bias, softcap=5.0, backward="engine")
+    with pytest.raises(ValueError, match="backward must be None, 'dmattn' or 'engine'"):
+        attnlab.dynamic_mask_attention(q, k, v, backward="cudnn")
 
 
 @needs_gpu
@@ -355,15 +419,16 @@ def test_drops_into_a_model():
 
 
 @needs_gpu
-def test_forward_only_head_dims():
-    """D = 256: the forward runs without grad; with grad it says the backward cannot."""
-    q, k, v, _, _, _ = make_inputs(1, 2, 1, 20, 70, 256, torch.float16)
+@pytest.mark.parametrize("d", [192, 256])
+def test_forward_only_head_dims(d):
+    """D = 192 (and 256 on dmattn's backward): the forward runs without grad; with grad it says the backward cannot."""
+    q, k, v, _, _, _ = make_inputs(1, 2, 1, 20, 70, d, torch.float16)
     with torch.no_grad():
         out = attnlab.dynamic_mask_attention(q, k, v, is_causal=True)
-    ref, _ = dense_attention(q.float(), k.float(), v.float(), None, None, True, 256 ** -0.5, None)
+    ref, _ = dense_attention(q.float(), k.float(), v.float(), None, None, True, d ** -0.5, None)
     assert (out.float() - ref).abs().max() < 1e-2
-    with pytest.raises(ValueError, match="no gradient.*backward: head dim 256"):
-        attnlab.dynamic_mask_attention(q.requires_grad_(), k, v)
+    with pytest.raises(ValueError, match=f"no gradient.*backward: head dim {d}"):
+        attnlab.dynamic_mask_attention(q.requires_grad_(), k, v, backward="dmattn")
 
 
 # ---- errors ---------------------------------------------------------------------------------
