@@ -106,14 +106,16 @@ def _engine_unfit(q, k, bias, softcap, needs_dbias, deterministic):
     return ""
 
 
-def _choose_backward(requested, q, k, bias, softcap, needs_dbias, deterministic):
+def _choose_backward(requested, q, k, mask, bias, softcap, needs_dbias, deterministic):
     """The backward a call runs: `requested` if given ("engine" raises where the
-    engine cannot), else the engine where it can take the problem (it is the
-    faster: docs/blocksparse.md, "dmattn on the engine"), else dmattn's."""
+    engine cannot), else the engine where there is no mask and it takes the
+    problem (1.17-1.44x dmattn's there), else dmattn's: with a mask, dmattn's
+    64 x 64 tiles skip pairs that the engine's 128 x 128 blocks compute
+    (0.81-1.64x by mask: docs/blocksparse.md, "dmattn on the engine")."""
     if requested not in (None,) + BACKWARDS:
         raise ValueError(f"attnlab.dynamic_mask_attention: backward must be None, 'dmattn' or 'engine', got "
                          f"{requested!r}")
-    if requested == "dmattn":
+    if requested == "dmattn" or (requested is None and mask is not None):
         return "dmattn"
     why = _engine_unfit(q, k, bias, softcap, needs_dbias, deterministic)
     if requested == "engine" and why:
@@ -136,12 +138,21 @@ def _per_query_head(x, H):
     return x if x.shape[1] in (1, H) else x.repeat_interleave(H // x.shape[1], dim=1)
 
 
+_SPEC_BLOCK_MASKS = {}  # (device, Nq, Nk, is_causal) -> the BlockMask of no mask (a few KB each)
+
+
 def _engine_block_mask(mask, q, k, is_causal):
     """The engine's BlockMask of dmattn's mask, is_causal folded in."""
     from .blocksparse import create_block_mask  # (blocksparse imports this module)
     H, Nq, Nk = q.shape[1], q.shape[2], k.shape[2]
     if mask is None:
-        return create_block_mask("causal" if is_causal else "none", 1, 1, Nq, Nk, _ENGINE_BLOCK, device=q.device)
+        key = (q.device, Nq, Nk, bool(is_causal))
+        if key not in _SPEC_BLOCK_MASKS:
+            if len(_SPEC_BLOCK_MASKS) >= 64:
+                _SPEC_BLOCK_MASKS.clear()
+            _SPEC_BLOCK_MASKS[key] = create_block_mask("causal" if is_causal else "none", 1, 1, Nq, Nk,
+                                                       _ENGINE_BLOCK, device=q.device)
+        return _SPEC_BLOCK_MASKS[key]
     bits = mask if mask.dtype == torch.int32 else _C.dma_pack_mask_bits(mask)
     bits = _per_query_head(bits, H)
     if is_causal:
@@ -185,7 +196,7 @@ class DynamicMaskAttention(torch.autograd.Function):
         needs_grad = any(ctx.needs_input_grad[:3]) or ctx.needs_input_grad[4]
         needs_dbias = bias is not None and ctx.needs_input_grad[4]
         # A backward that could not run should fail now, not after the forward.
-        route = _choose_backward(backward, q, k, bias, softcap, needs_dbias, deterministic) if needs_grad else None
+        route = _choose_backward(backward, q, k, mask, bias, softcap, needs_dbias, deterministic) if needs_grad else None
         given = mask_summary.tensor if mask_summary is not None else None
         # summary: the forward's tile bits (in its workspace: from its mask
         # pre-pass, or its in-kernel scan with one split), or the summary it
@@ -224,7 +235,7 @@ def backward_path(q, k, attn_mask=None, attn_bias=None, softcap=None, determinis
     """Which backward dynamic_mask_attention runs for these inputs: "engine" (the
     block-sparse engine's, kernels/blocksparse/) or "dmattn" (kernels/dmattn/'s)."""
     bias = _as_4d(attn_bias, "attn_bias")
-    return _choose_backward(backward, q, k, bias, softcap, needs_dbias and bias is not None, deterministic)
+    return _choose_backward(backward, q, k, attn_mask, bias, softcap, needs_dbias and bias is not None, deterministic)
 
 
 def _as_4d(x, name, where="attnlab.dynamic_mask_attention"):
@@ -303,15 +314,20 @@ def dynamic_mask_attention(q, k, v, attn_mask=None, attn_bias=None, is_causal=Fa
     attn_mask tensor, unmodified since, and the same shapes and is_causal, or
     this raises ValueError.
 
-    backward: None runs the gradients on the block-sparse engine
-    (kernels/blocksparse/: the mask as its tensor mask_mod, the bias or the
-    softcap as its score_mod) where it takes the problem (an sm_90a GPU, head
-    dims 64, 128 and 256, not a softcap with a bias), else on kernels/dmattn/'s
-    backward; "dmattn" or "engine" asks for one (backward_path says which runs).
+    backward: None runs the gradients of a call without attn_mask on the
+    block-sparse engine (kernels/blocksparse/: causal as its mask_mod, the
+    bias or the softcap as its score_mod) where it takes the problem (an sm_90a
+    GPU, head dims 64, 128 and 256, not a softcap with a bias), else, and with
+    a mask, on kernels/dmattn/'s backward; "dmattn" or "engine" asks for one
+    (the engine takes the mask as its tensor mask_mod; backward_path says
+    which runs).
     """
     q, k, v = (t.contiguous() if isinstance(t, torch.Tensor) else t for t in (q, k, v))
     if not all(isinstance(t, torch.Tensor) for t in (q, k, v)):
         raise TypeError("attnlab.dynamic_mask_attention: q, k and v must be torch.Tensors")
+    if backward not in (None,) + BACKWARDS:
+        raise ValueError(f"attnlab.dynamic_mask_attention: backward must be None, 'dmattn' or 'engine', got "
+                         f"{backward!r}")
     if mask_summary is not None:
         if not isinstance(mask_summary, MaskSummary):
             raise TypeError("attnlab.dynamic_mask_attention: mask_summary must come from attnlab.build_mask_summary")

@@ -3,7 +3,10 @@
 // random per batch), ragged lengths (1, 17, 113 x 203, 239 x 1, 799 x 3,
 // 300 x 1000, 128 x 8192), block sizes 64 x 64, 128 x 128, 256 x 256 and
 // 128 x 64, B = 2 H = 3; then dense keep masks (random and causal, each in
-// the four broadcast forms); every result also passes block_mask_invalid.
+// the four broadcast forms) and tensor mask_mods (bit-packed words with empty,
+// full and partial tiles and the padding bits set, in three broadcast forms:
+// the builder reads them a word at a time); every result also passes
+// block_mask_invalid.
 // Arrays are poisoned before each build, so a list left unwritten fails.
 #include <cuda_runtime.h>
 
@@ -14,6 +17,7 @@
 #include <vector>
 
 #include "../block_mask_cases.h"
+#include "../tensor_mods_cases.h"
 #include "blocksparse/block_mask.h"
 #include "blocksparse/block_mask_gpu.h"
 #include "gpu_testing.h"
@@ -135,6 +139,32 @@ int main() {
           cudaFree(d_keep);
         }
   }
+  // Tensor mask_mods: the words against the CPU builder evaluating them pair by pair.
+  std::mt19937_64 rng64(12);
+  for (const Shape& s : kShapes)
+    for (const auto form : {tensor_mods_cases::Form::kFull, tensor_mods_cases::Form::kHeadsKeys,
+                            tensor_mods_cases::Form::kBatchQueries}) {
+      const tensor_mods_cases::PairShape shape = tensor_mods_cases::pair_shape(form, kB, kH, s.Nq);
+      const std::vector<uint32_t> bits = tensor_mods_cases::random_mask_bits(rng64, shape, s.Nq, s.Nk);
+      uint32_t* d_bits = nullptr;
+      cudaMalloc(&d_bits, bits.size() * 4);
+      cudaMemcpy(d_bits, bits.data(), bits.size() * 4, cudaMemcpyHostToDevice);
+      MaskMod host_mod;
+      host_mod.kind = MaskModKind::kTensor;
+      host_mod.bits = shape.strides(dma_mask_bit_row_words(s.Nk));
+      MaskMod dev_mod = host_mod;
+      host_mod.bits.data = bits.data();
+      dev_mod.bits.data = d_bits;
+      for (const auto& blk : kBlocks) {
+        const std::string what = std::string("tensor ") + tensor_mods_cases::form_name(form) + " " +
+                                 std::to_string(s.Nq) + "x" + std::to_string(s.Nk) + " blocks " +
+                                 std::to_string(blk[0]) + "x" + std::to_string(blk[1]);
+        const BlockMask want = block_mask_from_mod(host_mod, kB, kH, s.Nq, s.Nk, blk[0], blk[1]);
+        DeviceMask dm(s.Nq, s.Nk, blk[0], blk[1]);
+        check(dm.view, build_block_mask_from_mod(dev_mod, dm.view, nullptr), want, what);
+      }
+      cudaFree(d_bits);
+    }
   // A broadcast form that is neither 1 nor the problem's is refused.
   {
     DeviceMask dm(17, 17, 64, 64);

@@ -89,6 +89,8 @@ def check(q, k, v, mask, bias, dout, causal=False, scale=None, softcap=None, det
     ours_mask: what attnlab gets as attn_mask instead of `mask` (a PackedMask of it);
     backward: dynamic_mask_attention's (None: its choice)."""
     d = q.shape[-1]
+    if backward == "engine" and not engine_takes(q, k, bias, softcap, deterministic):
+        pytest.skip("the block-sparse engine's backward cannot take this problem here")
     ref_scale = d ** -0.5 if scale is None else scale
     given_mask = mask if ours_mask is None else ours_mask
 
@@ -122,14 +124,15 @@ def check(q, k, v, mask, bias, dout, causal=False, scale=None, softcap=None, det
     return out, lse, grads
 
 
-def on_engine(q, k, bias=None, softcap=None):
-    """Whether dynamic_mask_attention's backward runs on the block-sparse engine here."""
-    return attnlab.dynamic_mask.backward_path(q, k, attn_bias=bias, softcap=softcap) == "engine"
+def engine_takes(q, k, bias=None, softcap=None, deterministic=False):
+    """Whether the block-sparse engine's backward can take this problem here (backward="engine")."""
+    bias = None if bias is None else attnlab.dynamic_mask._as_4d(bias, "bias")
+    return not attnlab.dynamic_mask._engine_unfit(q, k, bias, softcap, bias is not None, deterministic)
 
 
-# Each numerics test of the backward runs both: its choice (the engine where it
-# takes the problem, on sm_90a) and kernels/dmattn/'s.
-BACKWARDS = {"chosen": None, "dmattn": "dmattn"}
+# The numerics tests of the backward run each: its choice (None), kernels/dmattn/'s
+# and the engine's (skipped where the engine cannot take the problem).
+BACKWARDS = {"chosen": None, "dmattn": "dmattn", "engine": "engine"}
 backwards = pytest.mark.parametrize("backward", BACKWARDS.values(), ids=BACKWARDS.keys())
 
 
@@ -188,24 +191,26 @@ def test_softcap(dtype, causal, softcap):
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("causal", [False, True], ids=["dense", "causal"])
 @pytest.mark.parametrize("d", [64, 128])
-def test_softcap_without_bias(dtype, causal, d):
-    """A softcap alone: the engine's softcap score_mod (its choice on sm_90a)."""
+@pytest.mark.parametrize("mask_shape", [None, (2, 1, 1, 70)], ids=["no_mask", "mask"])
+@backwards
+def test_softcap_without_bias(dtype, causal, d, mask_shape, backward):
+    """A softcap alone (the engine's softcap score_mod), MQA, Nq > Nk."""
     B, H, Hkv, nq, nk = 2, 4, 1, 130, 70
-    args = make_inputs(B, H, Hkv, nq, nk, d, dtype, mask_shape=(B, 1, 1, nk))
-    check(*args, causal=causal, softcap=5.0, label=f"{dtype} causal={causal} D={d} softcap 5 alone")
+    args = make_inputs(B, H, Hkv, nq, nk, d, dtype, mask_shape=mask_shape)
+    check(*args, causal=causal, softcap=5.0, backward=backward, label=f"{dtype} causal={causal} D={d} softcap 5")
 
 
 @needs_gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("causal", [False, True], ids=["dense", "causal"])
-def test_engine_gradients_at_head_dim_256(dtype, causal):
-    """D = 256, whose gradients only the engine computes: a mask, a per-KV-head bias, GQA, Nq != Nk."""
+@pytest.mark.parametrize("mask_shape", [None, (2, 4, 150, 211)], ids=["no_mask", "mask"])
+def test_engine_gradients_at_head_dim_256(dtype, causal, mask_shape):
+    """D = 256, whose gradients only the engine computes (its choice without a mask, asked for with one): a
+    per-KV-head bias, GQA, Nq != Nk."""
     B, H, Hkv, nq, nk = 2, 4, 2, 150, 211
-    q, k, v, mask, bias, dout = make_inputs(B, H, Hkv, nq, nk, 256, dtype, mask_shape=(B, H, nq, nk),
-                                            bias_shape=(B, Hkv, nq, nk))
-    if not on_engine(q, k, bias):
-        pytest.skip("the block-sparse engine's backward does not run here (it needs sm_90a)")
-    check(q, k, v, mask, bias, dout, causal=causal, label=f"{dtype} causal={causal} D=256")
+    args = make_inputs(B, H, Hkv, nq, nk, 256, dtype, mask_shape=mask_shape, bias_shape=(B, Hkv, nq, nk))
+    check(*args, causal=causal, backward=None if mask_shape is None else "engine",
+          label=f"{dtype} causal={causal} D=256 mask {mask_shape}")
 
 
 @needs_gpu
@@ -219,16 +224,22 @@ def test_causal_bits_are_the_packed_causal_mask():
 
 @needs_gpu
 def test_backward_choice():
-    """The engine where it takes the problem (sm_90a), else dmattn's; asking for one it cannot run raises."""
-    q, k, v, _, bias, _ = make_inputs(1, 4, 2, 40, 50, 64, torch.float16, bias_shape=(1, 2, 1, 50))
+    """Without a mask the engine where it takes the problem (sm_90a), else and with a mask dmattn's; asking
+    for one that cannot run raises."""
+    q, k, v, mask, bias, _ = make_inputs(1, 4, 2, 40, 50, 64, torch.float16, mask_shape=(1, 4, 40, 50),
+                                         bias_shape=(1, 2, 1, 50))
     path = attnlab.dynamic_mask.backward_path
-    engine = on_engine(q, k)
+    engine = engine_takes(q, k)
     assert path(q, k) == ("engine" if engine else "dmattn")
+    assert path(q, k, attn_bias=bias) == ("engine" if engine else "dmattn")
+    assert path(q, k, attn_mask=mask) == "dmattn"
+    if engine:
+        assert path(q, k, attn_mask=mask, backward="engine") == "engine"
     assert path(q, k, backward="dmattn") == "dmattn"
     assert path(q, k, attn_bias=bias, softcap=5.0) == "dmattn"  # one score_mod there
     q32, k32, _, _, _, _ = make_inputs(1, 4, 2, 40, 50, 32, torch.float16)
     assert path(q32, k32) == "dmattn"
-    with pytest.raises(ValueError, match="backward='engine' cannot take this problem: a softcap with a bias"):
+    with pytest.raises(ValueError, match="backward='engine' cannot take this problem: "):
         attnlab.dynamic_mask_attention(q.requires_grad_(), k, v, attn_bias=bias, softcap=5.0, backward="engine")
     with pytest.raises(ValueError, match="backward must be None, 'dmattn' or 'engine'"):
         attnlab.dynamic_mask_attention(q, k, v, backward="cudnn")
