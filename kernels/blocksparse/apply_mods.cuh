@@ -109,6 +109,44 @@ __device__ __forceinline__ void add_bias(float (&S)[kTilesS][4], const ScoreMod&
     }
 }
 
+// A bias broadcast over the queries ([.., 1, Nk]: dmattn's [B, H, 1, N]) whose
+// pairs are 4-byte aligned (add_bias's condition): a tile's lane pairs loaded
+// before its score MMA is issued (ws_compute_tiles' ahead), so that their
+// latency runs under the MMA, not between it and the softmax; then added.
+__device__ __forceinline__ float2 pair_bits_to_float2(uint32_t bits, const __half*) {
+  return __half22float2(__halves2half2(__ushort_as_half(static_cast<unsigned short>(bits & 0xffffu)),
+                                       __ushort_as_half(static_cast<unsigned short>(bits >> 16))));
+}
+__device__ __forceinline__ float2 pair_bits_to_float2(uint32_t bits, const __nv_bfloat16*) {
+  return make_float2(__uint_as_float(bits << 16), __uint_as_float(bits & 0xffff0000u));  // bf16: fp32's top half
+}
+template <int kTilesS>
+struct BiasRowAhead {
+  uint32_t pairs[kTilesS];  // the lane's keys kv_start + 8n + 2t, + 1 as two elements
+
+  __device__ __forceinline__ static bool applies(const ScoreMod& mod) {
+    const BroadcastOperand& b = mod.bias;
+    return mod.kind == ScoreModKind::kBias && b.stride_q == 0 && mod.nk % 2 == 0 && (b.stride_b | b.stride_h) % 2 == 0 &&
+           reinterpret_cast<uintptr_t>(b.data) % 4 == 0;
+  }
+  template <typename T>
+  __device__ __forceinline__ void load(const ScoreMod& mod, int batch, int head, int kv_start, int t) {
+    const T* row = static_cast<const T*>(mod.bias.data) + mod.bias.row_offset(batch, head, 0);
+#pragma unroll
+    for (int n = 0; n < kTilesS; ++n)
+      pairs[n] = __ldg(reinterpret_cast<const unsigned int*>(row + min(kv_start + n * 8 + 2 * t, mod.nk - 2)));
+  }
+  template <typename T>
+  __device__ __forceinline__ void add(float (&S)[kTilesS][4], float scale) const {
+#pragma unroll
+    for (int n = 0; n < kTilesS; ++n) {
+      const float2 b = pair_bits_to_float2(pairs[n], static_cast<const T*>(nullptr));
+      S[n][0] = S[n][0] * scale + b.x, S[n][1] = S[n][1] * scale + b.y;
+      S[n][2] = S[n][2] * scale + b.x, S[n][3] = S[n][3] * scale + b.y;
+    }
+  }
+};
+
 // s' = score_mod(scale · s): the raw scores become the softmax's (scaled) input.
 template <bool kTensorMods, int kTilesS>
 __device__ __forceinline__ void apply_score_mod(float (&S)[kTilesS][4], const ScoreMod& score, float scale, int batch,

@@ -114,17 +114,30 @@ __device__ __forceinline__ void blocksparse_compute(const WsShared<Cfg, T>& sm, 
   const bool ragged_rows = q_start + Br > p.Nq;
   const int n = walk.n_tiles();
   int tile = n > 0 ? walk.tile(0) : 0;  // the key tile of the next call, its index loaded one tile ahead
+  // A bias broadcast over the queries: each tile's pairs loaded ahead (apply_mods.cuh).
+  BiasRowAhead<Cfg::kTilesS> bias_ahead;
+  const bool ahead = kTensorMods && BiasRowAhead<Cfg::kTilesS>::applies(score);
   ws_compute_tiles<Cfg, T, kPingpong>(
       sm, n, score_scale * kLog2e,
       [&](float (&S)[Cfg::kTilesS][4], int i) {
         const int kv_start = tile * Bc;
         if (i + 1 < n) tile = walk.tile(i + 1);
-        if (score.kind != ScoreModKind::kNone)
+        if (ahead) {
+          if (score.bias_bf16) bias_ahead.template add<__nv_bfloat16>(S, p.scale);
+          else bias_ahead.template add<__half>(S, p.scale);
+        } else if (score.kind != ScoreModKind::kNone) {
           apply_score_mod<kTensorMods>(S, score, p.scale, batch, h, row0, kv_start, lane % 4);
+        }
         if (walk.partial(i)) apply_mask_mod<kTensorMods>(S, mask, batch, h, row0, kv_start, lane % 4, p.Nq, p.Nk);
         else if (ragged_rows || kv_start + Bc > p.Nk) apply_bounds(S, row0, kv_start, lane % 4, p.Nq, p.Nk);
       },
-      ring, O, stats);
+      ring, O, stats, [&](int) {
+        if constexpr (kTensorMods) {
+          if (!ahead) return;
+          if (score.bias_bf16) bias_ahead.template load<__nv_bfloat16>(score, batch, h, tile * Bc, lane % 4);
+          else bias_ahead.template load<__half>(score, batch, h, tile * Bc, lane % 4);
+        }
+      });
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL

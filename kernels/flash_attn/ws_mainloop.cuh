@@ -247,11 +247,17 @@ __device__ __forceinline__ void ws_load(const WsShared<Cfg, T>& sm, const CUtens
 // kv_count + n - 1): for each, S = Q·Kᵀ (64 of the tile's query rows),
 // score_tile(S, i) on the raw scores of the i-th tile (it masks, and may
 // rewrite them), the online softmax with exp2(S·scale_log2 - m), and O += P·V.
-// O (zero on entry) and stats are left unnormalised, for the epilogue.
-template <typename Cfg, typename T, bool kPingpong, typename ScoreTile>
+// ahead(i) runs before the i-th tile's MMAs are issued: loads it starts for
+// score_tile (a bias) run under them. O (zero on entry) and stats are left
+// unnormalised, for the epilogue.
+struct NoTileAhead {
+  __device__ __forceinline__ void operator()(int) const {}
+};
+template <typename Cfg, typename T, bool kPingpong, typename ScoreTile, typename TileAhead = NoTileAhead>
 __device__ __forceinline__ void ws_compute_tiles(const WsShared<Cfg, T>& sm, int n, float scale_log2,
                                                  ScoreTile&& score_tile, WsRing& ring,
-                                                 float (&O)[Cfg::kTilesO][4], RowStats& stats) {
+                                                 float (&O)[Cfg::kTilesO][4], RowStats& stats,
+                                                 TileAhead&& ahead = TileAhead{}) {
   constexpr int D = Cfg::kHeadDim, Dv = Cfg::kHeadDimV, Br = Cfg::kBr, Bc = Cfg::kBc, kStages = Cfg::kStages;
   constexpr int W = Cfg::kComputeWarpgroups;
   const int lane = threadIdx.x % 32, warpgroup = threadIdx.x / 128;
@@ -297,6 +303,7 @@ __device__ __forceinline__ void ws_compute_tiles(const WsShared<Cfg, T>& sm, int
     if (kPingpong && warpgroup == W - 1) named_barrier_arrive(Cfg::kTurnBarrier, Cfg::kTurnThreads);
     mbarrier_wait(sm.q_full, q_count & 1);
     wait_full(sm.k_full, 0);
+    ahead(0);
     float S[Cfg::kTilesS][4];
     take_turn();
     wgmma_fence();
@@ -314,6 +321,7 @@ __device__ __forceinline__ void ws_compute_tiles(const WsShared<Cfg, T>& sm, int
   for (int i = 1; i < n; ++i) {
     wait_full(sm.k_full, i);
     wait_full(sm.v_full, i - 1);  // both before the turn: a warpgroup never holds it waiting on a copy
+    ahead(i);
     float S[Cfg::kTilesS][4];
     take_turn();
     wgmma_fence();
