@@ -96,6 +96,46 @@ __device__ __forceinline__ void blocksparse_load(const WsShared<Cfg, T>& sm, con
                         [&](int i) { return walk.tile(i); }, ring);
 }
 
+// One mainloop of blocksparse_compute. kAhead: a bias broadcast over the
+// queries, each tile's pairs loaded ahead (apply_mods.cuh's BiasRowAhead), in
+// a mainloop of its own, so that its registers are not held through the
+// other score_mods' loops.
+template <typename Cfg, typename T, bool kPingpong, bool kTensorMods, bool kAhead>
+__device__ __forceinline__ void blocksparse_compute_loop(const WsShared<Cfg, T>& sm, const AttnProblem& p,
+                                                         const KvTileWalk& walk, const MaskMod& mask,
+                                                         const ScoreMod& score, float score_scale, int head,
+                                                         int q_start, WsRing& ring, float (&O)[Cfg::kTilesO][4],
+                                                         RowStats& stats) {
+  constexpr int Br = Cfg::kBr, Bc = Cfg::kBc;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warpgroup = threadIdx.x / 128;
+  const int row0 = q_start + warpgroup * 64 + (warp % 4) * 16 + lane / 4;  // row of c0, c1
+  const int batch = head / p.H, h = head % p.H;
+  const bool ragged_rows = q_start + Br > p.Nq;
+  const int n = walk.n_tiles();
+  int tile = n > 0 ? walk.tile(0) : 0;  // the key tile of the next call, its index loaded one tile ahead
+  BiasRowAhead<Cfg::kTilesS> bias_ahead;
+  ws_compute_tiles<Cfg, T, kPingpong>(
+      sm, n, score_scale * kLog2e,
+      [&](float (&S)[Cfg::kTilesS][4], int i) {
+        const int kv_start = tile * Bc;
+        if (i + 1 < n) tile = walk.tile(i + 1);
+        if constexpr (kAhead) {
+          if (score.bias_bf16) bias_ahead.template add<__nv_bfloat16>(S, p.scale);
+          else bias_ahead.template add<__half>(S, p.scale);
+        } else if (score.kind != ScoreModKind::kNone) {
+          apply_score_mod<kTensorMods>(S, score, p.scale, batch, h, row0, kv_start, lane % 4);
+        }
+        if (walk.partial(i)) apply_mask_mod<kTensorMods>(S, mask, batch, h, row0, kv_start, lane % 4, p.Nq, p.Nk);
+        else if (ragged_rows || kv_start + Bc > p.Nk) apply_bounds(S, row0, kv_start, lane % 4, p.Nq, p.Nk);
+      },
+      ring, O, stats, [&](int) {
+        if constexpr (kAhead) {
+          if (score.bias_bf16) bias_ahead.template load<__nv_bfloat16>(score, batch, h, tile * Bc, lane % 4);
+          else bias_ahead.template load<__half>(score, batch, h, tile * Bc, lane % 4);
+        }
+      });
+}
+
 // A compute warpgroup's 64 rows of the query tile against the walk's tiles:
 // on each tile's raw scores s, s' = score_mod(scale·s) when there is a score_mod
 // (the softmax then takes s' as it is: score_scale = 1; otherwise s and
@@ -107,37 +147,12 @@ __device__ __forceinline__ void blocksparse_compute(const WsShared<Cfg, T>& sm, 
                                                     const KvTileWalk& walk, const MaskMod& mask,
                                                     const ScoreMod& score, float score_scale, int head, int q_start,
                                                     WsRing& ring, float (&O)[Cfg::kTilesO][4], RowStats& stats) {
-  constexpr int Br = Cfg::kBr, Bc = Cfg::kBc;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warpgroup = threadIdx.x / 128;
-  const int row0 = q_start + warpgroup * 64 + (warp % 4) * 16 + lane / 4;  // row of c0, c1
-  const int batch = head / p.H, h = head % p.H;
-  const bool ragged_rows = q_start + Br > p.Nq;
-  const int n = walk.n_tiles();
-  int tile = n > 0 ? walk.tile(0) : 0;  // the key tile of the next call, its index loaded one tile ahead
-  // A bias broadcast over the queries: each tile's pairs loaded ahead (apply_mods.cuh).
-  BiasRowAhead<Cfg::kTilesS> bias_ahead;
-  const bool ahead = kTensorMods && BiasRowAhead<Cfg::kTilesS>::applies(score);
-  ws_compute_tiles<Cfg, T, kPingpong>(
-      sm, n, score_scale * kLog2e,
-      [&](float (&S)[Cfg::kTilesS][4], int i) {
-        const int kv_start = tile * Bc;
-        if (i + 1 < n) tile = walk.tile(i + 1);
-        if (ahead) {
-          if (score.bias_bf16) bias_ahead.template add<__nv_bfloat16>(S, p.scale);
-          else bias_ahead.template add<__half>(S, p.scale);
-        } else if (score.kind != ScoreModKind::kNone) {
-          apply_score_mod<kTensorMods>(S, score, p.scale, batch, h, row0, kv_start, lane % 4);
-        }
-        if (walk.partial(i)) apply_mask_mod<kTensorMods>(S, mask, batch, h, row0, kv_start, lane % 4, p.Nq, p.Nk);
-        else if (ragged_rows || kv_start + Bc > p.Nk) apply_bounds(S, row0, kv_start, lane % 4, p.Nq, p.Nk);
-      },
-      ring, O, stats, [&](int) {
-        if constexpr (kTensorMods) {
-          if (!ahead) return;
-          if (score.bias_bf16) bias_ahead.template load<__nv_bfloat16>(score, batch, h, tile * Bc, lane % 4);
-          else bias_ahead.template load<__half>(score, batch, h, tile * Bc, lane % 4);
-        }
-      });
+  if (kTensorMods && BiasRowAhead<Cfg::kTilesS>::applies(score))
+    blocksparse_compute_loop<Cfg, T, kPingpong, kTensorMods, kTensorMods>(sm, p, walk, mask, score, score_scale,
+                                                                           head, q_start, ring, O, stats);
+  else
+    blocksparse_compute_loop<Cfg, T, kPingpong, kTensorMods, false>(sm, p, walk, mask, score, score_scale, head,
+                                                                     q_start, ring, O, stats);
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
