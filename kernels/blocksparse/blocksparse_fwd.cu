@@ -8,7 +8,8 @@
 //        block down (flash_attn/cute's block_sparse_utils.py), each block cut into
 //        block_kv / Bc key tiles (kv subtiling). Producer and consumers walk the
 //        same lists, so they agree on the count, 0 included: O = 0, LSE = -inf;
-//   NEW (mods, apply_mods.cuh): per tile, score_mod(scale·s) when there is one,
+//   NEW (mods, apply_mods.cuh): per tile, score_mod(scale·s) when there is one
+//        (a bias broadcast over the queries loaded before the tile's score MMA),
 //        the mask_mod on partial tiles only, the sequence bounds on every tile;
 //   NEW (order, fwd_scheduler.cuh): the (query tile, head) items in rung 12's
 //        causal order (bottom tiles first), taken from a counter by a persistent
