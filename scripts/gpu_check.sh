@@ -126,12 +126,17 @@ if [ "$mode" = check ]; then
   # exit status and the tool's summary, and a warning where a dynamic-mask
   # run's mask left no tile to compute.
   sanitize() {
-    local log=$1 tool=$2 args=$3 rc batch=()
-    [[ " $args " == *" --B "* ]] || batch+=(--B 1)
-    [[ " $args " == *" --H "* ]] || batch+=(--H 2)
+    local log=$1 tool=$2 args=$3 rc batch=() cmd
+    if [[ $args == @* ]]; then  # "@TEST --only TEXT": the cases of a GPU test named TEXT
+      cmd=("$build/${args%% *}" --only "${args#* --only }")
+      cmd[0]=${cmd[0]/@/}
+    else
+      [[ " $args " == *" --B "* ]] || batch+=(--B 1)
+      [[ " $args " == *" --H "* ]] || batch+=(--H 2)
+      cmd=("$build/flash_attn_mma" "${batch[@]}" $args --iters 1 --warmup 0 --check --no-peers)
+    fi
     echo "== $tool $args" >> "$log"
-    timeout "$(limit 100)" compute-sanitizer --tool "$tool" --error-exitcode 9 "$build/flash_attn_mma" "${batch[@]}" $args \
-      --iters 1 --warmup 0 --check --no-peers >> "$log.run" 2>&1
+    timeout "$(limit 100)" compute-sanitizer --tool "$tool" --error-exitcode 9 "${cmd[@]}" >> "$log.run" 2>&1
     rc=$?
     cat "$log.run" >> "$log"
     echo "$tool $args: rc=$rc $(grep -E '(ERROR|RACECHECK|SYNCCHECK) SUMMARY' "$log.run" | tail -1 | sed 's/^=* *//')$(
@@ -144,7 +149,8 @@ if [ "$mode" = check ]; then
   # backward. The top-W masks are block-smoothed by majority (--block 64)
   # unless --block 0: W must be about Nk/2 for some key blocks to survive
   # (with W <= Nk/10 the mask is all zeros and only the fully-masked path
-  # runs). A run whose mask is empty says so.
+  # runs). A run whose mask is empty says so. A job "@TEST --only TEXT" runs
+  # the cases of a GPU test whose names hold TEXT instead of the harness.
   rung_shapes=("--Nq 129 --Nk 77 --D 64 --causal" "--Nq 17 --Nk 200 --D 256 --dtype bf16"
                "--Nq 70 --Nk 130 --D 512 --causal" "--Nq 70 --Nk 130 --D 1024 --causal"
                "--Nq 256 --Nk 300 --D 256 --causal --variant two-pass+stage4"
@@ -158,6 +164,13 @@ if [ "$mode" = check ]; then
   blocksparse_shapes=("--H 4 --Hkv 2 --Nq 300 --Nk 1000 --D 128 --mask-mod causal --score-mod alibi"
                       "--H 4 --Hkv 1 --Nq 777 --Nk 555 --D 64 --mask-mod sliding_window:100,20 --score-mod softcap:20"
                       "--B 2 --H 2 --Nq 513 --Nk 513 --D 192 --Dv 128 --dtype bf16 --mask-mod document:3 --block-size 256,256")
+  # The tensor mods (a keep mask, a bias), which the harness has no tensors for:
+  # cases of the block-sparse tests, forward (a bias [1, H, 1, Nk] loaded ahead;
+  # a mask and a bias [1, H, 1, 17] element-wise) and backward (D = 256; D = 64 GQA).
+  tensor_mod_cases=("@test_blocksparse_fwd --only causal + bias, 1000x300"
+                    "@test_blocksparse_fwd --only tensor + bias, 17x17"
+                    "@test_blocksparse_bwd --only tensor + bias, 333x455"
+                    "@test_blocksparse_bwd --only sliding_window:64,32 + bias, 520x130")
   dmattn_shapes=("--Nq 1 --Nk 3000 --D 128 --Hkv 1 --mask topk --window 64 --block 0 --bias --splits 4"
                  "--Nq 1 --Nk 20000 --D 256 --mask topk --window 3000 --block 0 --bias --softcap 20 --splits 1"
                  "--Nq 70 --Nk 130 --D 128 --Hkv 1 --causal --mask topk --window 64 --bias --bwd"
@@ -172,7 +185,7 @@ if [ "$mode" = check ]; then
   [ "${DMATTN:-1}" != 0 ] || dmattn_shapes=()
   san_jobs=()  # "TOOL|ARGS", shape by shape
   for shape in "${rung_shapes[@]/%/ --show-all}" "${bwd_shapes[@]/%/ --bwd --show-all}" "${dmattn_shapes[@]}" \
-               "${blocksparse_shapes[@]}" "${blocksparse_shapes[@]/%/ --bwd}"; do
+               "${blocksparse_shapes[@]}" "${blocksparse_shapes[@]/%/ --bwd}" "${tensor_mod_cases[@]}"; do
     for tool in memcheck racecheck synccheck; do san_jobs+=("$tool|$shape"); done
   done
   # run_sanitizer_stream K : takes the next job not yet taken (a counter under

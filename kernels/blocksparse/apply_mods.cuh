@@ -126,8 +126,8 @@ struct BiasRowAhead {
 
   __device__ __forceinline__ static bool applies(const ScoreMod& mod) {
     const BroadcastOperand& b = mod.bias;
-    return mod.kind == ScoreModKind::kBias && b.stride_q == 0 && mod.nk % 2 == 0 && (b.stride_b | b.stride_h) % 2 == 0 &&
-           reinterpret_cast<uintptr_t>(b.data) % 4 == 0;
+    return mod.kind == ScoreModKind::kBias && b.stride_q == 0 && mod.nk % 2 == 0 &&
+           (b.stride_b | b.stride_h) % 2 == 0 && reinterpret_cast<uintptr_t>(b.data) % 4 == 0;
   }
   template <typename T>
   __device__ __forceinline__ void load(const ScoreMod& mod, int batch, int head, int kv_start, int t) {

@@ -196,7 +196,9 @@ class DynamicMaskAttention(torch.autograd.Function):
         needs_grad = any(ctx.needs_input_grad[:3]) or ctx.needs_input_grad[4]
         needs_dbias = bias is not None and ctx.needs_input_grad[4]
         # A backward that could not run should fail now, not after the forward.
-        route = _choose_backward(backward, q, k, mask, bias, softcap, needs_dbias, deterministic) if needs_grad else None
+        route = None
+        if needs_grad:
+            route = _choose_backward(backward, q, k, mask, bias, softcap, needs_dbias, deterministic)
         given = mask_summary.tensor if mask_summary is not None else None
         # summary: the forward's tile bits (in its workspace: from its mask
         # pre-pass, or its in-kernel scan with one split), or the summary it
