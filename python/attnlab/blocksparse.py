@@ -298,6 +298,29 @@ def kept_pairs(mask_mod, B, H, Q_LEN, KV_LEN, device="cuda", doc_ids=None):
                                      _doc_ids(doc_ids, int(B), device, "attnlab.kept_pairs"))
 
 
+def _blocksparse_backward(q, k, v, out, lse, dout, lists, block_size, mask_mod, mask_bits, doc_ids, score_mod, bias,
+                          needs_dbias, scale, enable_gqa, deterministic):
+    """dq, dk, dv and (needs_dbias, else None) the bias score_mod's gradient in
+    the bias's dtype and shape, from the block-sparse backward on a block
+    mask's 8 `lists` (flex_attention's autograd, and dmattn's backward on the
+    engine). dBias = dS', summed where the bias broadcasts: by atomic adds
+    into the bias's shape, or, deterministic, stored per pair in the full
+    shape and summed here in a fixed order."""
+    dbias = None
+    if needs_dbias:
+        full = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+        broadcast = tuple(d for d in range(3) if bias.shape[d] == 1 and full[d] > 1)
+        shape = full if deterministic and broadcast else bias.shape
+        dbias = torch.zeros(shape, dtype=torch.float32, device=q.device)
+    dq, dk, dv = _C.blocksparse_backward(q, k, v, out, lse, dout, lists[4:], lists[:4], *block_size, mask_mod,
+                                         score_mod, scale, enable_gqa, doc_ids, deterministic, mask_bits, bias, dbias)
+    if dbias is not None:
+        if dbias.shape != bias.shape:
+            dbias = dbias.sum(dim=broadcast, keepdim=True)
+        dbias = dbias.to(bias.dtype)
+    return dq, dk, dv, dbias
+
+
 class _FlexAttention(torch.autograd.Function):
     """The autograd node, on contiguous q, k, v (flex_attention prepares them)
     and a bias score_mod's contiguous 4-D tensor (else None)."""
@@ -318,23 +341,10 @@ class _FlexAttention(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_out, grad_lse):  # grad_lse: lse is not differentiable
         q, k, v, out, lse, *lists, doc_ids, bits, bias = ctx.saved_tensors
-        deterministic = torch.are_deterministic_algorithms_enabled()
-        dbias, full = None, None
-        if bias is not None and ctx.needs_input_grad[3]:
-            # dBias = dS', summed where the bias broadcasts: by atomic adds into
-            # the bias's shape, or, deterministic, stored per pair in the full
-            # shape and summed here in a fixed order.
-            full = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
-            broadcast = tuple(d for d in range(3) if bias.shape[d] == 1 and full[d] > 1)
-            shape = full if deterministic and broadcast else bias.shape
-            dbias = torch.zeros(shape, dtype=torch.float32, device=q.device)
-        dq, dk, dv = _C.blocksparse_backward(q, k, v, out, lse, grad_out.contiguous(), lists[4:], lists[:4],
-                                             *ctx.block_size, ctx.mask_mod, ctx.score_mod, ctx.scale,
-                                             ctx.enable_gqa, doc_ids, deterministic, bits, bias, dbias)
-        if dbias is not None:
-            if dbias.shape != bias.shape:
-                dbias = dbias.sum(dim=broadcast, keepdim=True)
-            dbias = dbias.to(bias.dtype)
+        dq, dk, dv, dbias = _blocksparse_backward(q, k, v, out, lse, grad_out.contiguous(), lists, ctx.block_size,
+                                                  ctx.mask_mod, bits, doc_ids, ctx.score_mod, bias,
+                                                  bias is not None and ctx.needs_input_grad[3], ctx.scale,
+                                                  ctx.enable_gqa, torch.are_deterministic_algorithms_enabled())
         return dq, dk, dv, dbias, None, None, None, None, None
 
 

@@ -3,6 +3,8 @@
 The kernels are kernels/dmattn/ (forward: dmattn_fwd.cu, backward: dmattn_bwd.cu);
 semantics as in kernels/dmattn/dmattn.h and docs/dmattn_forward.md.
 """
+import functools
+
 import torch
 from torch.autograd.function import once_differentiable
 
@@ -55,6 +57,7 @@ class MaskSummary:
         self._mask = mask
         self._version = _mask_tensor(mask)._version
         self._key = (tuple(q_shape), tuple(k_shape), bool(is_causal))
+        self._engine_block_mask = None  # the block-sparse engine's BlockMask of it (its first engine backward)
 
     def check(self, attn_mask, q, k, is_causal):
         """Raises ValueError unless this summary was made for exactly these inputs."""
@@ -106,15 +109,19 @@ def _engine_unfit(q, k, bias, softcap, needs_dbias, deterministic):
     return ""
 
 
+def _check_backward_arg(backward):
+    if backward not in (None,) + BACKWARDS:
+        raise ValueError(f"attnlab.dynamic_mask_attention: backward must be None, 'dmattn' or 'engine', got "
+                         f"{backward!r}")
+
+
 def _choose_backward(requested, q, k, mask, bias, softcap, needs_dbias, deterministic):
     """The backward a call runs: `requested` if given ("engine" raises where the
     engine cannot), else the engine where there is no mask and it takes the
     problem (1.17-1.44x dmattn's there), else dmattn's: with a mask, dmattn's
     64 x 64 tiles skip pairs that the engine's 128 x 128 blocks compute
     (0.81-1.64x by mask: docs/blocksparse.md, "dmattn on the engine")."""
-    if requested not in (None,) + BACKWARDS:
-        raise ValueError(f"attnlab.dynamic_mask_attention: backward must be None, 'dmattn' or 'engine', got "
-                         f"{requested!r}")
+    _check_backward_arg(requested)
     if requested == "dmattn" or (requested is None and mask is not None):
         return "dmattn"
     why = _engine_unfit(q, k, bias, softcap, needs_dbias, deterministic)
@@ -138,7 +145,11 @@ def _per_query_head(x, H):
     return x if x.shape[1] in (1, H) else x.repeat_interleave(H // x.shape[1], dim=1)
 
 
-_SPEC_BLOCK_MASKS = {}  # (device, Nq, Nk, is_causal) -> the BlockMask of no mask (a few KB each)
+@functools.lru_cache(maxsize=64)
+def _spec_block_mask(device, nq, nk, is_causal):
+    """The engine's BlockMask of no mask (a few KB), made once per shape."""
+    from .blocksparse import create_block_mask  # (blocksparse imports this module)
+    return create_block_mask("causal" if is_causal else "none", 1, 1, nq, nk, _ENGINE_BLOCK, device=device)
 
 
 def _engine_block_mask(mask, q, k, is_causal):
@@ -146,13 +157,7 @@ def _engine_block_mask(mask, q, k, is_causal):
     from .blocksparse import create_block_mask  # (blocksparse imports this module)
     H, Nq, Nk = q.shape[1], q.shape[2], k.shape[2]
     if mask is None:
-        key = (q.device, Nq, Nk, bool(is_causal))
-        if key not in _SPEC_BLOCK_MASKS:
-            if len(_SPEC_BLOCK_MASKS) >= 64:
-                _SPEC_BLOCK_MASKS.clear()
-            _SPEC_BLOCK_MASKS[key] = create_block_mask("causal" if is_causal else "none", 1, 1, Nq, Nk,
-                                                       _ENGINE_BLOCK, device=q.device)
-        return _SPEC_BLOCK_MASKS[key]
+        return _spec_block_mask(q.device, Nq, Nk, bool(is_causal))
     bits = mask if mask.dtype == torch.int32 else _C.dma_pack_mask_bits(mask)
     bits = _per_query_head(bits, H)
     if is_causal:
@@ -164,25 +169,15 @@ def _engine_block_mask(mask, q, k, is_causal):
 def _engine_backward(ctx, q, k, v, out, lse, dout, bias, block_mask, needs_dbias):
     """dq, dk, dv, dbias of dmattn's problem from the block-sparse engine's backward:
     the mask as its tensor mask_mod, the bias (or the softcap) as its score_mod."""
+    from .blocksparse import _blocksparse_backward  # (blocksparse imports this module)
     H, Hkv = q.shape[1], k.shape[1]
     bias_h = None if bias is None else _per_query_head(bias, H).contiguous()
     score = "bias" if bias is not None else f"softcap:{ctx.softcap!r}" if ctx.softcap else "none"
-    dbias = None
-    if needs_dbias:  # as attnlab.flex_attention's: added into the bias's shape, or stored in full and summed
-        full = (q.shape[0], H, q.shape[2], k.shape[2])
-        broadcast = tuple(d for d in range(3) if bias_h.shape[d] == 1 and full[d] > 1)
-        shape = full if ctx.deterministic and broadcast else bias_h.shape
-        dbias = torch.zeros(shape, dtype=torch.float32, device=q.device)
-    lists = block_mask.tensors()
-    dq, dk, dv = _C.blocksparse_backward(q, k, v, out, lse, dout, lists[4:], lists[:4], *block_mask.BLOCK_SIZE,
-                                         block_mask.mask_mod, score, ctx.scale, Hkv != H, None, ctx.deterministic,
-                                         block_mask.mask_bits, bias_h, dbias)
-    if dbias is not None:
-        if dbias.shape != bias_h.shape:
-            dbias = dbias.sum(dim=broadcast, keepdim=True)
-        if bias_h.shape[1] != bias.shape[1]:  # per KV head: its query heads' sum
-            dbias = dbias.unflatten(1, (bias.shape[1], H // bias.shape[1])).sum(2)
-        dbias = dbias.to(bias.dtype)
+    dq, dk, dv, dbias = _blocksparse_backward(q, k, v, out, lse, dout, block_mask.tensors(), block_mask.BLOCK_SIZE,
+                                              block_mask.mask_mod, block_mask.mask_bits, None, score, bias_h,
+                                              needs_dbias, ctx.scale, Hkv != H, ctx.deterministic)
+    if dbias is not None and bias_h.shape[1] != bias.shape[1]:  # per KV head: its query heads' sum
+        dbias = dbias.unflatten(1, (bias.shape[1], H // bias.shape[1])).sum(2)
     return dq, dk, dv, dbias
 
 
@@ -220,7 +215,7 @@ class DynamicMaskAttention(torch.autograd.Function):
             # The block mask is built from the mask once per summary (a mask
             # shared by layers), else on every backward.
             given = ctx.mask_summary
-            block_mask = getattr(given, "_engine_block_mask", None) if given is not None else None
+            block_mask = given._engine_block_mask if given is not None else None
             if block_mask is None:
                 block_mask = _engine_block_mask(mask, q, k, ctx.is_causal)
                 if given is not None:
@@ -327,9 +322,7 @@ def dynamic_mask_attention(q, k, v, attn_mask=None, attn_bias=None, is_causal=Fa
     q, k, v = (t.contiguous() if isinstance(t, torch.Tensor) else t for t in (q, k, v))
     if not all(isinstance(t, torch.Tensor) for t in (q, k, v)):
         raise TypeError("attnlab.dynamic_mask_attention: q, k and v must be torch.Tensors")
-    if backward not in (None,) + BACKWARDS:
-        raise ValueError(f"attnlab.dynamic_mask_attention: backward must be None, 'dmattn' or 'engine', got "
-                         f"{backward!r}")
+    _check_backward_arg(backward)
     if mask_summary is not None:
         if not isinstance(mask_summary, MaskSummary):
             raise TypeError("attnlab.dynamic_mask_attention: mask_summary must come from attnlab.build_mask_summary")
