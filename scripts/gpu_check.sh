@@ -128,8 +128,8 @@ if [ "$mode" = check ]; then
   sanitize() {
     local log=$1 tool=$2 args=$3 rc batch=() cmd
     if [[ $args == @* ]]; then  # "@TEST --only TEXT": the cases of a GPU test named TEXT
-      cmd=("$build/${args%% *}" --only "${args#* --only }")
-      cmd[0]=${cmd[0]/@/}
+      local test=${args%% *}
+      cmd=("$build/${test#@}" --only "${args#* --only }")
     else
       [[ " $args " == *" --B "* ]] || batch+=(--B 1)
       [[ " $args " == *" --H "* ]] || batch+=(--H 2)

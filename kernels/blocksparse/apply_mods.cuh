@@ -72,12 +72,32 @@ __device__ __forceinline__ void for_each_score(float (&S)[kTilesS][4], int row0,
     for (int e = 0; e < 4; ++e) f(S[n][e], row0 + (e / 2) * 8, kv_start + n * 8 + 2 * t + e % 2);
 }
 
+// A bias's two neighbouring elements as the 4 bytes of one load, and back to
+// two floats.
+__device__ __forceinline__ float2 pair_bits_to_float2(uint32_t bits, const __half*) {
+  return __half22float2(__halves2half2(__ushort_as_half(static_cast<unsigned short>(bits & 0xffffu)),
+                                       __ushort_as_half(static_cast<unsigned short>(bits >> 16))));
+}
+__device__ __forceinline__ float2 pair_bits_to_float2(uint32_t bits, const __nv_bfloat16*) {
+  return make_float2(__uint_as_float(bits << 16), __uint_as_float(bits & 0xffff0000u));  // bf16: fp32's top half
+}
+template <typename T>
+__device__ __forceinline__ float2 load_pair(const T* x) {
+  return pair_bits_to_float2(__ldg(reinterpret_cast<const unsigned int*>(x)), x);
+}
+// Whether every row of the bias starts 4-byte aligned (even strides and Nk, an
+// aligned base), so that a lane's two neighbouring keys are one load (the
+// last pair of a row clamped to Nk − 2: keys past Nk are dropped afterwards).
+__device__ __forceinline__ bool bias_pairs_aligned(const ScoreMod& mod) {
+  const BroadcastOperand& b = mod.bias;
+  return mod.nk % 2 == 0 && (b.stride_b | b.stride_h | b.stride_q) % 2 == 0 &&
+         reinterpret_cast<uintptr_t>(b.data) % 4 == 0;
+}
+
 // s' = scale · s + bias[b, h, q, k] with each of the lane's two rows'
 // addresses formed once, the indices clamped into Nq x Nk as bias_at clamps
 // them; a bias broadcast over the queries (dmattn's [B, H, 1, N]) read once
-// for both rows; a lane's two neighbouring keys as one 4-byte load where
-// every row starts 4-byte aligned (even strides and Nk, an aligned base), the
-// last pair of a row clamped to Nk − 2 (keys past Nk are dropped afterwards).
+// for both rows; a lane's two keys as one load where bias_pairs_aligned.
 template <typename T, int kTilesS>
 __device__ __forceinline__ void add_bias(float (&S)[kTilesS][4], const ScoreMod& mod, float scale, int batch,
                                          int head, int row0, int kv_start, int t) {
@@ -86,13 +106,11 @@ __device__ __forceinline__ void add_bias(float (&S)[kTilesS][4], const ScoreMod&
   for (int r = 0; r < 2; ++r)
     row[r] = static_cast<const T*>(mod.bias.data) + mod.bias.row_offset(batch, head, min(row0 + 8 * r, mod.nq - 1));
   const bool one_row = mod.bias.stride_q == 0;
-  const BroadcastOperand& b = mod.bias;
-  const bool even = mod.nk % 2 == 0 && (b.stride_b | b.stride_h | b.stride_q) % 2 == 0;
-  if (even && reinterpret_cast<uintptr_t>(b.data) % 4 == 0) {
+  if (bias_pairs_aligned(mod)) {
 #pragma unroll
     for (int n = 0; n < kTilesS; ++n) {
       const int k = min(kv_start + n * 8 + 2 * t, mod.nk - 2);
-      const float2 b0 = pair_to_float2(row[0] + k), b1 = one_row ? b0 : pair_to_float2(row[1] + k);
+      const float2 b0 = load_pair(row[0] + k), b1 = one_row ? b0 : load_pair(row[1] + k);
       S[n][0] = S[n][0] * scale + b0.x, S[n][1] = S[n][1] * scale + b0.y;
       S[n][2] = S[n][2] * scale + b1.x, S[n][3] = S[n][3] * scale + b1.y;
     }
@@ -109,25 +127,16 @@ __device__ __forceinline__ void add_bias(float (&S)[kTilesS][4], const ScoreMod&
     }
 }
 
-// A bias broadcast over the queries ([.., 1, Nk]: dmattn's [B, H, 1, N]) whose
-// pairs are 4-byte aligned (add_bias's condition): a tile's lane pairs loaded
-// before its score MMA is issued (ws_compute_tiles' ahead), so that their
-// latency runs under the MMA, not between it and the softmax; then added.
-__device__ __forceinline__ float2 pair_bits_to_float2(uint32_t bits, const __half*) {
-  return __half22float2(__halves2half2(__ushort_as_half(static_cast<unsigned short>(bits & 0xffffu)),
-                                       __ushort_as_half(static_cast<unsigned short>(bits >> 16))));
-}
-__device__ __forceinline__ float2 pair_bits_to_float2(uint32_t bits, const __nv_bfloat16*) {
-  return make_float2(__uint_as_float(bits << 16), __uint_as_float(bits & 0xffff0000u));  // bf16: fp32's top half
-}
+// A bias broadcast over the queries ([.., 1, Nk]: dmattn's [B, H, 1, N]) with
+// bias_pairs_aligned: a tile's lane pairs loaded before its score MMA is
+// issued (ws_compute_tiles' ahead), so that their latency runs under the MMA,
+// not between it and the softmax; then added.
 template <int kTilesS>
 struct BiasRowAhead {
   uint32_t pairs[kTilesS];  // the lane's keys kv_start + 8n + 2t, + 1 as two elements
 
   __device__ __forceinline__ static bool applies(const ScoreMod& mod) {
-    const BroadcastOperand& b = mod.bias;
-    return mod.kind == ScoreModKind::kBias && b.stride_q == 0 && mod.nk % 2 == 0 &&
-           (b.stride_b | b.stride_h) % 2 == 0 && reinterpret_cast<uintptr_t>(b.data) % 4 == 0;
+    return mod.kind == ScoreModKind::kBias && mod.bias.stride_q == 0 && bias_pairs_aligned(mod);
   }
   template <typename T>
   __device__ __forceinline__ void load(const ScoreMod& mod, int batch, int head, int kv_start, int t) {

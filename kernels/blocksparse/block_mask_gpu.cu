@@ -12,27 +12,11 @@ constexpr int kClassifyThreads = 256;  // 8 warps: warp w takes rows w, w + 8, .
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
 size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 
-// The threads' scan of one block's in-bounds pairs (q0 .. q_end - 1 by k0 ..
-// k_end - 1), per pair: warp w takes rows w, w + 8, ...; lanes the keys.
-template <typename Keep>
-__device__ __forceinline__ void scan_pairs(const Keep& keep, int b, int h, int q0, int q_end, int k0, int k_end,
-                                           bool& kept, bool& dropped) {
-  for (int q = q0 + int(threadIdx.x) / 32; q < q_end; q += kClassifyThreads / 32)
-    for (int k = k0 + int(threadIdx.x) % 32; k < k_end; k += 32) {
-      const bool keep_it = keep(b, h, q, k);
-      kept |= keep_it;
-      dropped |= !keep_it;
-    }
-}
-
 // The keep predicates the classifier evaluates: a mask_mod, a dense mask, or
 // a tensor mask_mod's bit-packed words.
 struct KeepMod {
   MaskMod mod;
   __device__ bool operator()(int b, int h, int q, int k) const { return mod(b, h, q, k); }
-  __device__ void scan(int b, int h, int q0, int q_end, int k0, int k_end, bool& kept, bool& dropped) const {
-    scan_pairs(*this, b, h, q0, q_end, k0, k_end, kept, dropped);
-  }
 };
 struct KeepDense {
   const uint8_t* keep;
@@ -41,27 +25,38 @@ struct KeepDense {
     const int64_t head = int64_t(mask_B == 1 ? 0 : b) * mask_H + (mask_H == 1 ? 0 : h);
     return keep[(head * Nq + q) * Nk + k] != 0;
   }
-  __device__ void scan(int b, int h, int q0, int q_end, int k0, int k_end, bool& kept, bool& dropped) const {
-    scan_pairs(*this, b, h, q0, q_end, k0, k_end, kept, dropped);
-  }
 };
-// kTensor a word at a time: a thread per (row, 32-key word) of the block, the
-// word's bits outside k0 .. k_end - 1 left out (32 pairs per load and compare).
 struct KeepWords {
   MaskMod mod;  // kTensor
-  __device__ void scan(int b, int h, int q0, int q_end, int k0, int k_end, bool& kept, bool& dropped) const {
-    const uint32_t* bits = static_cast<const uint32_t*>(mod.bits.data);
-    const int w0 = k0 >> 5, words = ((k_end - 1) >> 5) - w0 + 1;
-    for (int item = int(threadIdx.x); item < (q_end - q0) * words; item += kClassifyThreads) {
-      const int q = q0 + item / words, w = w0 + item % words;
-      const int lo = max(k0 - 32 * w, 0), hi = min(k_end - 32 * w, 32);  // the block's bits of word w
-      const uint32_t in_block = (hi == 32 ? ~0u : (1u << hi) - 1u) & ~((1u << lo) - 1u);
-      const uint32_t word = bits[mod.bits.row_offset(b, h, q) + w];
-      kept |= (word & in_block) != 0u;
-      dropped |= (~word & in_block) != 0u;
-    }
-  }
 };
+
+// The threads' scan of one block's in-bounds pairs (q0 .. q_end - 1 by k0 ..
+// k_end - 1), per pair: warp w takes rows w, w + 8, ...; lanes the keys.
+template <typename Keep>
+__device__ __forceinline__ void scan_block(const Keep& keep, int b, int h, int q0, int q_end, int k0, int k_end,
+                                           bool& kept, bool& dropped) {
+  for (int q = q0 + int(threadIdx.x) / 32; q < q_end; q += kClassifyThreads / 32)
+    for (int k = k0 + int(threadIdx.x) % 32; k < k_end; k += 32) {
+      const bool keep_it = keep(b, h, q, k);
+      kept |= keep_it;
+      dropped |= !keep_it;
+    }
+}
+// kTensor a word at a time: a thread per (row, 32-key word) of the block, the
+// word's bits outside k0 .. k_end - 1 left out (32 pairs per load and compare).
+__device__ __forceinline__ void scan_block(const KeepWords& keep, int b, int h, int q0, int q_end, int k0, int k_end,
+                                           bool& kept, bool& dropped) {
+  const uint32_t* bits = static_cast<const uint32_t*>(keep.mod.bits.data);
+  const int w0 = k0 >> 5, words = ((k_end - 1) >> 5) - w0 + 1;
+  for (int item = int(threadIdx.x); item < (q_end - q0) * words; item += kClassifyThreads) {
+    const int q = q0 + item / words, w = w0 + item % words;
+    const int lo = max(k0 - 32 * w, 0), hi = min(k_end - 32 * w, 32);  // the block's bits of word w
+    const uint32_t in_block = (hi == 32 ? ~0u : (1u << hi) - 1u) & ~((1u << lo) - 1u);
+    const uint32_t word = bits[keep.mod.bits.row_offset(b, h, q) + w];
+    kept |= (word & in_block) != 0u;
+    dropped |= (~word & in_block) != 0u;
+  }
+}
 
 // Block (n, m, b·H + h): the kind of key block n of query block m, from every
 // pair inside the sequence bounds (the boundary rule of block_mask.h).
@@ -72,7 +67,7 @@ __global__ void __launch_bounds__(kClassifyThreads) classify_kernel(Keep keep, B
   const int q0 = m * bm.block_q, k0 = n * bm.block_kv;
   const int q_end = min(bm.Nq, q0 + bm.block_q), k_end = min(bm.Nk, k0 + bm.block_kv);
   bool kept = false, dropped = false;
-  keep.scan(b, h, q0, q_end, k0, k_end, kept, dropped);
+  scan_block(keep, b, h, q0, q_end, k0, k_end, kept, dropped);
   const int any_kept = __syncthreads_or(kept), any_dropped = __syncthreads_or(dropped);
   if (threadIdx.x == 0)
     bm.kinds[(int64_t(bh) * bm.m_blocks + m) * bm.n_blocks + n] =

@@ -147,12 +147,15 @@ __device__ __forceinline__ void blocksparse_compute(const WsShared<Cfg, T>& sm, 
                                                     const KvTileWalk& walk, const MaskMod& mask,
                                                     const ScoreMod& score, float score_scale, int head, int q_start,
                                                     WsRing& ring, float (&O)[Cfg::kTilesO][4], RowStats& stats) {
-  if (kTensorMods && BiasRowAhead<Cfg::kTilesS>::applies(score))
-    blocksparse_compute_loop<Cfg, T, kPingpong, kTensorMods, kTensorMods>(sm, p, walk, mask, score, score_scale,
-                                                                           head, q_start, ring, O, stats);
-  else
-    blocksparse_compute_loop<Cfg, T, kPingpong, kTensorMods, false>(sm, p, walk, mask, score, score_scale, head,
-                                                                     q_start, ring, O, stats);
+  if constexpr (kTensorMods) {
+    if (BiasRowAhead<Cfg::kTilesS>::applies(score)) {
+      blocksparse_compute_loop<Cfg, T, kPingpong, kTensorMods, true>(sm, p, walk, mask, score, score_scale, head,
+                                                                      q_start, ring, O, stats);
+      return;
+    }
+  }
+  blocksparse_compute_loop<Cfg, T, kPingpong, kTensorMods, false>(sm, p, walk, mask, score, score_scale, head,
+                                                                   q_start, ring, O, stats);
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL

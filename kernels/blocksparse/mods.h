@@ -76,13 +76,6 @@ struct ResidueWalk {
 // ---- tensors read per pair --------------------------------------------------------
 ATTNLAB_HOST_DEVICE inline float element_to_float(__half x) { return __half2float(x); }
 ATTNLAB_HOST_DEVICE inline float element_to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-// Two neighbouring elements of a 4-byte aligned pair.
-ATTNLAB_HOST_DEVICE inline float2 pair_to_float2(const __half* x) {
-  return __half22float2(*reinterpret_cast<const __half2*>(x));
-}
-ATTNLAB_HOST_DEVICE inline float2 pair_to_float2(const __nv_bfloat16* x) {
-  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(x));
-}
 
 // A tensor mask_mod or score_mod (dmattn's mask and bias) is a
 // BroadcastOperand (host/broadcast_operand.h) of shape ({B|1}, {H|1}, {Nq|1},
