@@ -209,6 +209,8 @@ def test_engine_gradients_at_head_dim_256(dtype, causal, mask_shape):
     per-KV-head bias, GQA, Nq != Nk."""
     B, H, Hkv, nq, nk = 2, 4, 2, 150, 211
     args = make_inputs(B, H, Hkv, nq, nk, 256, dtype, mask_shape=mask_shape, bias_shape=(B, Hkv, nq, nk))
+    if not engine_takes(args[0], args[1], args[4]):
+        pytest.skip("the block-sparse engine's backward cannot take this problem here (it needs sm_90a)")
     check(*args, causal=causal, backward=None if mask_shape is None else "engine",
           label=f"{dtype} causal={causal} D=256 mask {mask_shape}")
 
