@@ -24,13 +24,13 @@
 //   Sᵀ, dPᵀ: [16 keys, kSlice queries] per warp; dK, dV: [16 keys, D] per warp
 //
 // Tiles (BwdMmaConfig, BwdDqConfig; checked below). Main kernel: 8 warps x 16
-// keys, queries in slices of 64, two Q/dO slots; a warp's share of dQ_i is 16
-// rows x "dQ cols". dQ pass (+deterministic): Br = Bc = 64, 4 warps x 16 rows.
-//   D     Br   Bc  slice  dQ cols  smem main  smem dQ pass
-//   32   128  128     64       32      98304         30720
-//   64   128  128     64       64     147456         55296
-//   96    64  128     64       48     125952         79872
-//  128    64  128     64       64     158720        104448
+// keys, queries in slices of 64, two Q/dO slots; a warp's share of dQ_i is "dQ
+// rows" x "dQ cols". dQ pass (+deterministic): Br = Bc = 64, 4 warps x 16 rows.
+//   D     Br   Bc  slice  dQ rows x cols  smem main  smem dQ pass
+//   32   128  128     64       32 x 16       98304         30720
+//   64   128  128     64       32 x 32      147456         55296
+//   96    64  128     64       16 x 48      125952         79872
+//  128    64  128     64       32 x 32      158720        104448
 // Registers: see docs/13_bwd_mma.md (ptxas, sm_90a and sm_80).
 //
 // Supports: fp16, bf16; D = Dv ∈ {32, 64, 96, 128}; GQA/MQA; any Nq, Nk >= 1;
@@ -86,8 +86,11 @@ struct BwdMmaConfig {
   static constexpr int kDsStride = kBr + 8;
   static constexpr int kSmemBytes =
       (2 * kBc * kStride + kSlots * 2 * kBr * kStride + kBc * kDsStride) * 2 + kSlots * 2 * kBr * 4;
-  // dQ_i = dS K_j: the Br x D tile split over the warps in 16-row groups.
-  static constexpr int kDqRowGroups = kBr / 16;
+  // dQ_i = dS K_j: the Br x D tile split over the warps in kDqRows-row groups;
+  // 32 rows (two m16 tiles sharing each K fragment, FlashAttention-2's 2-D
+  // warp tiles) where the columns still come in whole 16-column steps.
+  static constexpr int kDqRows = (kHeadDim / (kWarps / (kBr / 32))) % 16 == 0 ? 32 : 16;
+  static constexpr int kDqRowGroups = kBr / kDqRows;
   static constexpr int kDqCols = kHeadDim / (kWarps / kDqRowGroups);
   static_assert(kBr % kSlice == 0 && kSlice % 16 == 0, "whole slices of k16 steps");
   static_assert(kWarps % kDqRowGroups == 0 && kDqCols % 16 == 0, "dQ: whole 16-column steps per warp");
@@ -108,18 +111,18 @@ struct BwdDqConfig {
 };
 
 // One row of the header's table.
-template <int D, int Br, int DqCols, int kSmem, int kDqSmem>
+template <int D, int Br, int DqRows, int DqCols, int kSmem, int kDqSmem>
 constexpr bool header_row() {
   using M = BwdMmaConfig<D>;
   using Q = BwdDqConfig<D>;
   return M::kBr == Br && M::kBc == 128 && M::kWarps == 8 && M::kSlice == 64 && M::kSlots == 2 &&
-         M::kDqCols == DqCols && M::kSmemBytes == kSmem && Q::kBr == 64 && Q::kBc == 64 && Q::kWarps == 4 &&
-         Q::kSmemBytes == kDqSmem;
+         M::kDqRows == DqRows && M::kDqCols == DqCols && M::kSmemBytes == kSmem && Q::kBr == 64 && Q::kBc == 64 &&
+         Q::kWarps == 4 && Q::kSmemBytes == kDqSmem;
 }
-static_assert(header_row<32, 128, 32, 98304, 30720>(), "header: D=32");
-static_assert(header_row<64, 128, 64, 147456, 55296>(), "header: D=64");
-static_assert(header_row<96, 64, 48, 125952, 79872>(), "header: D=96");
-static_assert(header_row<128, 64, 64, 158720, 104448>(), "header: D=128");
+static_assert(header_row<32, 128, 32, 16, 98304, 30720>(), "header: D=32");
+static_assert(header_row<64, 128, 32, 32, 147456, 55296>(), "header: D=64");
+static_assert(header_row<96, 64, 16, 48, 125952, 79872>(), "header: D=96");
+static_assert(header_row<128, 64, 32, 32, 158720, 104448>(), "header: D=128");
 
 // Sets to -inf the entries of a warp's Sᵀ (16 keys x queries) whose key is past
 // Nk or, if causal, after the query's diagonal (query i sees key j iff
@@ -274,34 +277,44 @@ bwd_mma_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
     }
 
     if (dq_accum != nullptr) {
-      // ---- dQ_i += scale · dS K_j, the warp's [16 rows, kDqCols] part ----------------
+      // ---- dQ_i += scale · dS K_j, the warp's [kDqRows, kDqCols] part ---------------
       // NEW: A = dS [queries, keys] read transposed from dSᵀ; B = K_j [keys, D]
-      // through ldmatrix.trans, as V in the forward's P·V.
-      constexpr int kDqTiles = Cfg::kDqCols / 8;
-      const int dq_row0 = (warp % Cfg::kDqRowGroups) * 16;
+      // through ldmatrix.trans, as V in the forward's P·V. Each K fragment
+      // serves the warp's kDqRows / 16 row tiles.
+      constexpr int kDqTiles = Cfg::kDqCols / 8, kRowTiles = Cfg::kDqRows / 16;
+      const int dq_row0 = (warp % Cfg::kDqRowGroups) * Cfg::kDqRows;
       const int dq_col0 = (warp / Cfg::kDqRowGroups) * Cfg::kDqCols;
       __syncthreads();  // every warp's dSᵀ rows are in place
-      float dQ[kDqTiles][4] = {};
+      float dQ[kRowTiles][kDqTiles][4] = {};
 #pragma unroll
       for (int kk = 0; kk < Bc / 16; ++kk) {
-        uint32_t a[4];  // matrix i = lane / 8: keys 16kk + 8·(i / 2), queries dq_row0 + 8·(i % 2)
-        ldmatrix_x4_trans(a, sdSt + (kk * 16 + (lane / 16) * 8 + lane % 8) * kDs + dq_row0 + ((lane / 8) % 2) * 8);
+        uint32_t a[kRowTiles][4];  // matrix i = lane / 8: keys 16kk + 8·(i / 2), queries 16rt + 8·(i % 2)
+#pragma unroll
+        for (int rt = 0; rt < kRowTiles; ++rt)
+          ldmatrix_x4_trans(a[rt], sdSt + (kk * 16 + (lane / 16) * 8 + lane % 8) * kDs + dq_row0 + rt * 16 +
+                                       ((lane / 8) % 2) * 8);
 #pragma unroll
         for (int nd = 0; nd < kDqTiles / 2; ++nd) {
           uint32_t bk[4];  // K rows 16kk .. 16kk+15, columns dq_col0 + 16nd .. +15, transposed
           ldmatrix_x4_trans(bk, sK + (kk * 16 + lane % 16) * kStride + dq_col0 + nd * 16 + (lane / 16) * 8);
-          mma_m16n8k16<T>(dQ[2 * nd], a, bk[0], bk[1]);
-          mma_m16n8k16<T>(dQ[2 * nd + 1], a, bk[2], bk[3]);
+#pragma unroll
+          for (int rt = 0; rt < kRowTiles; ++rt) {
+            mma_m16n8k16<T>(dQ[rt][2 * nd], a[rt], bk[0], bk[1]);
+            mma_m16n8k16<T>(dQ[rt][2 * nd + 1], a[rt], bk[2], bk[3]);
+          }
         }
       }
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int qi = q0 + dq_row0 + g + 8 * r;
-        if (qi >= p.Nq) continue;
-        float* row = dq_accum + (q_head * nq_pad + qi) * D + dq_col0 + 2 * t;
+      for (int rt = 0; rt < kRowTiles; ++rt)
 #pragma unroll
-        for (int n = 0; n < kDqTiles; ++n) atomic_add2(row + n * 8, p.scale * dQ[n][2 * r], p.scale * dQ[n][2 * r + 1]);
-      }
+        for (int r = 0; r < 2; ++r) {
+          const int qi = q0 + dq_row0 + rt * 16 + g + 8 * r;
+          if (qi >= p.Nq) continue;
+          float* row = dq_accum + (q_head * nq_pad + qi) * D + dq_col0 + 2 * t;
+#pragma unroll
+          for (int n = 0; n < kDqTiles; ++n)
+            atomic_add2(row + n * 8, p.scale * dQ[rt][n][2 * r], p.scale * dQ[rt][n][2 * r + 1]);
+        }
       // (sdSᵀ is rewritten only after the next pair's first barrier.)
     }
   }
