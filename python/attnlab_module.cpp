@@ -568,26 +568,30 @@ constexpr const char* kBlockMaskNames[8] = {"kv_num_blocks",  "kv_indices", "ful
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// A contiguous [1|B, 1|H, 1|Nq, row] tensor as the kernels read it
-// (BroadcastOperand::set_shape: stride 0 along a dimension of size 1).
-BroadcastOperand pair_tensor(const at::Tensor& t, const void* data) {
+// A contiguous [1|B, 1|Hkv|H, 1|Nq, row] tensor as the kernels read it for H
+// query heads (BroadcastOperand::set_shape: stride 0 along a dimension of
+// size 1; Hkv heads each read by its group of H / Hkv query heads).
+BroadcastOperand pair_tensor(const at::Tensor& t, const void* data, int64_t H) {
   BroadcastOperand operand;
   operand.data = data;
-  operand.set_shape(int(t.size(0)), int(t.size(1)), int(t.size(2)), int(t.size(3)), int(t.size(1)));
+  operand.set_shape(int(t.size(0)), int(t.size(1)), int(t.size(2)), int(t.size(3)), int(H));
   return operand;
 }
 
 // Why a tensor operand of the pairs is not [1|B, 1|H, 1|Nq, cols] (contiguous,
-// `dtype`, on `device`); "" when it is.
+// `dtype`, on `device`; also Hkv heads where Hkv > 0, each read by its group
+// of query heads); "" when it is.
 std::string pair_tensor_unfit(const at::Tensor& t, const char* name, at::ScalarType dtype, int64_t B, int64_t H,
-                              int64_t Nq, int64_t cols, const c10::Device& device) {
-  const std::string want = "[1|" + std::to_string(B) + ", 1|" + std::to_string(H) + ", 1|" + std::to_string(Nq) +
-                           ", " + std::to_string(cols) + "]";
+                              int64_t Nq, int64_t cols, const c10::Device& device, int64_t Hkv = 0) {
+  const bool kv = Hkv > 1 && Hkv < H;
+  const std::string want = "[1|" + std::to_string(B) + ", 1|" + (kv ? std::to_string(Hkv) + "|" : "") +
+                           std::to_string(H) + ", 1|" + std::to_string(Nq) + ", " + std::to_string(cols) + "]";
   if (!t.is_cuda() || t.device() != device)
     return std::string(name) + " must be on " + str(device) + ", got one on " + str(t.device());
   if (t.scalar_type() != dtype) return std::string(name) + " must be " + str(dtype) + ", got " + str(t.scalar_type());
-  const bool fits = t.dim() == 4 && (t.size(0) == 1 || t.size(0) == B) && (t.size(1) == 1 || t.size(1) == H) &&
-                    (t.size(2) == 1 || t.size(2) == Nq) && t.size(3) == cols && t.is_contiguous();
+  const bool heads_fit = t.dim() == 4 && (t.size(1) == 1 || t.size(1) == H || (kv && t.size(1) == Hkv));
+  const bool fits = heads_fit && (t.size(0) == 1 || t.size(0) == B) && (t.size(2) == 1 || t.size(2) == Nq) &&
+                    t.size(3) == cols && t.is_contiguous();
   return fits ? "" : std::string(name) + " must be a contiguous " + want + " tensor, got " + str(t.sizes());
 }
 
@@ -611,7 +615,7 @@ attnlab::MaskMod checked_mask_mod(const std::string& spec, int64_t Nq, int64_t N
     const std::string unfit = pair_tensor_unfit(*mask_bits, "mask_bits", at::kInt, rows, heads, Nq,
                                                 attnlab::dma_mask_bit_row_words(int(Nk)), device);
     ATTNLAB_RAISE_UNLESS(unfit.empty(), py::value_error, where, unfit);
-    mask.bits = pair_tensor(*mask_bits, mask_bits->data_ptr());
+    mask.bits = pair_tensor(*mask_bits, mask_bits->data_ptr(), mask_bits->size(1));
     return mask;
   }
   if (mask.kind != attnlab::MaskModKind::kDocument) {
@@ -656,18 +660,19 @@ attnlab::ScoreMod checked_score_mod(const std::string& spec, const AttnProblem& 
     return score;
   }
   ATTNLAB_RAISE_UNLESS(bias.has_value(), py::value_error, where, "the bias score_mod needs its tensor");
-  std::string unfit = pair_tensor_unfit(*bias, "bias", q.scalar_type(), p.B, p.H, p.Nq, p.Nk, q.device());
+  std::string unfit = pair_tensor_unfit(*bias, "bias", q.scalar_type(), p.B, p.H, p.Nq, p.Nk, q.device(), p.Hkv);
   ATTNLAB_RAISE_UNLESS(unfit.empty(), py::value_error, where, unfit);
-  score.bias = pair_tensor(*bias, bias->data_ptr());
+  score.bias = pair_tensor(*bias, bias->data_ptr(), p.H);
   score.bias_bf16 = q.scalar_type() == at::kBFloat16;
   score.nq = p.Nq, score.nk = p.Nk;
   if (dbias) {
-    unfit = pair_tensor_unfit(*dbias, "dbias", at::kFloat, p.B, p.H, p.Nq, p.Nk, q.device());
+    unfit = pair_tensor_unfit(*dbias, "dbias", at::kFloat, p.B, p.H, p.Nq, p.Nk, q.device(), p.Hkv);
     ATTNLAB_RAISE_UNLESS(unfit.empty(), py::value_error, where, unfit);
     score.dbias = dbias->data_ptr<float>();
-    score.dbias_at = pair_tensor(*dbias, nullptr);
-    // added where several pairs share an element (a broadcast dimension)
-    score.dbias_add = (dbias->size(0) == 1 && p.B > 1) || (dbias->size(1) == 1 && p.H > 1) ||
+    score.dbias_at = pair_tensor(*dbias, nullptr, p.H);
+    // added where several pairs share an element (a broadcast dimension, or
+    // the query heads of one KV head's group)
+    score.dbias_add = (dbias->size(0) == 1 && p.B > 1) || (dbias->size(1) < p.H && p.H > 1) ||
                       (dbias->size(2) == 1 && p.Nq > 1);
   }
   return score;

@@ -282,7 +282,8 @@ std::string mods_unfit(const AttnProblem& p, const MaskMod& mask, const ScoreMod
   if (score.nq != p.Nq || score.nk != p.Nk) return "a bias score_mod set for another Nq x Nk";
   if (score.bias_bf16 != (p.dtype == DType::kBFloat16)) return "a bias score_mod of another dtype";
   const BroadcastOperand& d = score.dbias_at;
-  const bool shared = (d.stride_b == 0 && p.B > 1) || (d.stride_h == 0 && p.H > 1) || (d.stride_q == 0 && p.Nq > 1);
+  const bool shared = (d.stride_b == 0 && p.B > 1) || (d.stride_h == 0 && p.H > 1) || d.head_group > 1 ||
+                      (d.stride_q == 0 && p.Nq > 1);
   if (score.dbias != nullptr && shared && !score.dbias_add) return "a broadcast dBias stored, not added";
   return "";
 }

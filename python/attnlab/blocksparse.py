@@ -303,20 +303,25 @@ def _blocksparse_backward(q, k, v, out, lse, dout, lists, block_size, mask_mod, 
     """dq, dk, dv and (needs_dbias, else None) the bias score_mod's gradient in
     the bias's dtype and shape, from the block-sparse backward on a block
     mask's 8 `lists` (flex_attention's autograd, and dmattn's backward on the
-    engine). dBias = dS', summed where the bias broadcasts: by atomic adds
-    into the bias's shape, or, deterministic, stored per pair in the full
-    shape and summed here in a fixed order."""
+    engine). dBias = dS', summed where pairs share an element (the bias
+    broadcasts, or holds one head per KV head's group of query heads): by
+    atomic adds into the bias's shape, or, deterministic, stored per pair in
+    the full shape and summed here in a fixed order."""
     dbias = None
     if needs_dbias:
         full = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
         broadcast = tuple(d for d in range(3) if bias.shape[d] == 1 and full[d] > 1)
-        shape = full if deterministic and broadcast else bias.shape
+        grouped = bias.shape[1] not in (1, full[1])
+        shape = full if deterministic and (broadcast or grouped) else bias.shape
         dbias = torch.zeros(shape, dtype=torch.float32, device=q.device)
     dq, dk, dv = _C.blocksparse_backward(q, k, v, out, lse, dout, lists[4:], lists[:4], *block_size, mask_mod,
                                          score_mod, scale, enable_gqa, doc_ids, deterministic, mask_bits, bias, dbias)
     if dbias is not None:
         if dbias.shape != bias.shape:
-            dbias = dbias.sum(dim=broadcast, keepdim=True)
+            if broadcast:
+                dbias = dbias.sum(dim=broadcast, keepdim=True)
+            if grouped:  # each KV head's query heads
+                dbias = dbias.unflatten(1, (bias.shape[1], full[1] // bias.shape[1])).sum(2)
         dbias = dbias.to(bias.dtype)
     return dq, dk, dv, dbias
 

@@ -95,7 +95,8 @@ def _engine_unfit(q, k, bias, softcap, needs_dbias, deterministic):
     """Why the block-sparse engine's backward (kernels/blocksparse/blocksparse_bwd.h)
     cannot take this dmattn problem ('' when it can): its problem checks
     (sm_90a, head dims 64, 128, 256), one score_mod (a bias or a softcap, not
-    both), and the full-size dBias a deterministic broadcast bias needs there."""
+    both), and the full-size dBias a deterministic shared bias needs there
+    (broadcast, or per KV head)."""
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     why = _C.blocksparse_bwd_unsupported_reason(B, H, Nq, Nk, D, D, q.dtype == torch.bfloat16, Hkv)
@@ -103,9 +104,10 @@ def _engine_unfit(q, k, bias, softcap, needs_dbias, deterministic):
         return why
     if softcap and bias is not None:
         return "a softcap with a bias (the engine takes one score_mod)"
-    if needs_dbias and deterministic and any(bias.shape[d] == 1 and (B, H, Nq)[d] > 1 for d in range(3)) \
-            and 4 * B * H * Nq * Nk > _FULL_DBIAS_LIMIT:
-        return "a deterministic dBias broadcast over a dim needs more than 1 GiB in full there"
+    shared = bias is not None and (bias.shape[1] not in (1, H) or
+                                   any(bias.shape[d] == 1 and (B, H, Nq)[d] > 1 for d in range(3)))
+    if needs_dbias and deterministic and shared and 4 * B * H * Nq * Nk > _FULL_DBIAS_LIMIT:
+        return "a deterministic dBias shared by several pairs needs more than 1 GiB in full there"
     return ""
 
 
@@ -141,7 +143,7 @@ def _causal_bits(nq, nk, device):
 
 
 def _per_query_head(x, H):
-    """A [b, Hkv, ...] operand (Hkv < H) repeated to the H query heads (the engine reads 1 or H heads)."""
+    """A [b, Hkv, ...] mask's words (Hkv < H) repeated to the H query heads (the engine's block mask has 1 or H)."""
     return x if x.shape[1] in (1, H) else x.repeat_interleave(H // x.shape[1], dim=1)
 
 
@@ -168,16 +170,13 @@ def _engine_block_mask(mask, q, k, is_causal):
 
 def _engine_backward(ctx, q, k, v, out, lse, dout, bias, block_mask, needs_dbias):
     """dq, dk, dv, dbias of dmattn's problem from the block-sparse engine's backward:
-    the mask as its tensor mask_mod, the bias (or the softcap) as its score_mod."""
+    the mask as its tensor mask_mod, the bias (or the softcap) as its score_mod
+    (a per-KV-head bias read by each KV head's query heads)."""
     from .blocksparse import _blocksparse_backward  # (blocksparse imports this module)
-    H, Hkv = q.shape[1], k.shape[1]
-    bias_h = None if bias is None else _per_query_head(bias, H).contiguous()
     score = "bias" if bias is not None else f"softcap:{ctx.softcap!r}" if ctx.softcap else "none"
     dq, dk, dv, dbias = _blocksparse_backward(q, k, v, out, lse, dout, block_mask.tensors(), block_mask.BLOCK_SIZE,
-                                              block_mask.mask_mod, block_mask.mask_bits, None, score, bias_h,
-                                              needs_dbias, ctx.scale, Hkv != H, ctx.deterministic)
-    if dbias is not None and bias_h.shape[1] != bias.shape[1]:  # per KV head: its query heads' sum
-        dbias = dbias.unflatten(1, (bias.shape[1], H // bias.shape[1])).sum(2)
+                                              block_mask.mask_mod, block_mask.mask_bits, None, score, bias,
+                                              needs_dbias, ctx.scale, k.shape[1] != q.shape[1], ctx.deterministic)
     return dq, dk, dv, dbias
 
 

@@ -274,13 +274,16 @@ def test_fully_masked_rows_give_zero(dtype):
 
 @needs_gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-def test_deterministic_gradients_are_bitwise_identical(dtype):
-    """deterministic=True: three forward+backward runs give the same bits (and the right values)."""
+@backwards
+@pytest.mark.parametrize("bias_shape", [(1, 2, 1, 300), (2, 2, 200, 300)], ids=["1xHkvx1xNk", "BxHkvxNqxNk"])
+def test_deterministic_gradients_are_bitwise_identical(dtype, backward, bias_shape):
+    """deterministic=True: three forward+backward runs give the same bits (and the right values); a per-KV-head
+    bias, its dBias summed over each group's query heads."""
     B, H, Hkv, nq, nk = 2, 4, 2, 200, 300
     q, k, v, mask, bias, dout = make_inputs(B, H, Hkv, nq, nk, 64, dtype, mask_shape=(B, Hkv, nq, nk),
-                                            bias_shape=(1, Hkv, 1, nk))
-    runs = [check(q, k, v, mask, bias, dout, causal=True, deterministic=True, label=f"{dtype} deterministic run {r}")
-            for r in range(3)]
+                                            bias_shape=bias_shape)
+    runs = [check(q, k, v, mask, bias, dout, causal=True, deterministic=True, backward=backward,
+                  label=f"{dtype} deterministic run {r} {backward}") for r in range(3)]
     for r in (1, 2):
         for name, a, b in zip(["O", "LSE", "dQ", "dK", "dV", "dBias"], [runs[0][0], runs[0][1]] + runs[0][2],
                               [runs[r][0], runs[r][1]] + runs[r][2]):
