@@ -127,31 +127,38 @@ __device__ __forceinline__ void add_bias(float (&S)[kTilesS][4], const ScoreMod&
     }
 }
 
-// A bias broadcast over the queries ([.., 1, Nk]: dmattn's [B, H, 1, N]) with
-// bias_pairs_aligned: a tile's lane pairs loaded before its score MMA is
-// issued (ws_compute_tiles' ahead), so that their latency runs under the MMA,
-// not between it and the softmax; then added.
-template <int kTilesS>
-struct BiasRowAhead {
-  uint32_t pairs[kTilesS];  // the lane's keys kv_start + 8n + 2t, + 1 as two elements
+// A bias with bias_pairs_aligned: a tile's lane pairs loaded before its score
+// MMA is issued (ws_compute_tiles' ahead), so that their latency runs under
+// the MMA, not between it and the softmax; then added. kRows = 1: broadcast
+// over the queries ([.., 1, Nk]: dmattn's [B, H, 1, N]), one row for the
+// lane's two; kRows = 2: the lane's two rows.
+template <int kTilesS, int kRows>
+struct BiasAhead {
+  static_assert(kRows == 1 || kRows == 2, "one row for both, or the lane's two rows");
+  uint32_t pairs[kRows][kTilesS];  // row r's keys kv_start + 8n + 2t, + 1 as two elements
 
   __device__ __forceinline__ static bool applies(const ScoreMod& mod) {
-    return mod.kind == ScoreModKind::kBias && mod.bias.stride_q == 0 && bias_pairs_aligned(mod);
+    return mod.kind == ScoreModKind::kBias && (mod.bias.stride_q == 0) == (kRows == 1) && bias_pairs_aligned(mod);
   }
   template <typename T>
-  __device__ __forceinline__ void load(const ScoreMod& mod, int batch, int head, int kv_start, int t) {
-    const T* row = static_cast<const T*>(mod.bias.data) + mod.bias.row_offset(batch, head, 0);
+  __device__ __forceinline__ void load(const ScoreMod& mod, int batch, int head, int row0, int kv_start, int t) {
 #pragma unroll
-    for (int n = 0; n < kTilesS; ++n)
-      pairs[n] = __ldg(reinterpret_cast<const unsigned int*>(row + min(kv_start + n * 8 + 2 * t, mod.nk - 2)));
+    for (int r = 0; r < kRows; ++r) {
+      const T* row =
+          static_cast<const T*>(mod.bias.data) + mod.bias.row_offset(batch, head, min(row0 + 8 * r, mod.nq - 1));
+#pragma unroll
+      for (int n = 0; n < kTilesS; ++n)
+        pairs[r][n] = __ldg(reinterpret_cast<const unsigned int*>(row + min(kv_start + n * 8 + 2 * t, mod.nk - 2)));
+    }
   }
   template <typename T>
   __device__ __forceinline__ void add(float (&S)[kTilesS][4], float scale) const {
 #pragma unroll
     for (int n = 0; n < kTilesS; ++n) {
-      const float2 b = pair_bits_to_float2(pairs[n], static_cast<const T*>(nullptr));
-      S[n][0] = S[n][0] * scale + b.x, S[n][1] = S[n][1] * scale + b.y;
-      S[n][2] = S[n][2] * scale + b.x, S[n][3] = S[n][3] * scale + b.y;
+      const float2 b0 = pair_bits_to_float2(pairs[0][n], static_cast<const T*>(nullptr));
+      const float2 b1 = pair_bits_to_float2(pairs[kRows - 1][n], static_cast<const T*>(nullptr));
+      S[n][0] = S[n][0] * scale + b0.x, S[n][1] = S[n][1] * scale + b0.y;
+      S[n][2] = S[n][2] * scale + b1.x, S[n][3] = S[n][3] * scale + b1.y;
     }
   }
 };

@@ -96,11 +96,11 @@ __device__ __forceinline__ void blocksparse_load(const WsShared<Cfg, T>& sm, con
                         [&](int i) { return walk.tile(i); }, ring);
 }
 
-// One mainloop of blocksparse_compute. kAhead: a bias broadcast over the
-// queries, each tile's pairs loaded ahead (apply_mods.cuh's BiasRowAhead), in
-// a mainloop of its own, so that its registers are not held through the
-// other score_mods' loops.
-template <typename Cfg, typename T, bool kPingpong, bool kTensorMods, bool kAhead>
+// One mainloop of blocksparse_compute. kAheadRows > 0: a bias whose tile pairs
+// are loaded ahead (apply_mods.cuh's BiasAhead: 1 row broadcast over the
+// queries, or the lane's 2 rows), in a mainloop of its own, so that its
+// registers are not held through the other score_mods' loops.
+template <typename Cfg, typename T, bool kPingpong, bool kTensorMods, int kAheadRows>
 __device__ __forceinline__ void blocksparse_compute_loop(const WsShared<Cfg, T>& sm, const AttnProblem& p,
                                                          const KvTileWalk& walk, const MaskMod& mask,
                                                          const ScoreMod& score, float score_scale, int head,
@@ -113,7 +113,8 @@ __device__ __forceinline__ void blocksparse_compute_loop(const WsShared<Cfg, T>&
   const bool ragged_rows = q_start + Br > p.Nq;
   const int n = walk.n_tiles();
   int tile = n > 0 ? walk.tile(0) : 0;  // the key tile of the next call, its index loaded one tile ahead
-  BiasRowAhead<Cfg::kTilesS> bias_ahead;
+  constexpr bool kAhead = kAheadRows > 0;
+  BiasAhead<Cfg::kTilesS, kAhead ? kAheadRows : 1> bias_ahead;
   ws_compute_tiles<Cfg, T, kPingpong>(
       sm, n, score_scale * kLog2e,
       [&](float (&S)[Cfg::kTilesS][4], int i) {
@@ -130,8 +131,8 @@ __device__ __forceinline__ void blocksparse_compute_loop(const WsShared<Cfg, T>&
       },
       ring, O, stats, [&](int) {
         if constexpr (kAhead) {
-          if (score.bias_bf16) bias_ahead.template load<__nv_bfloat16>(score, batch, h, tile * Bc, lane % 4);
-          else bias_ahead.template load<__half>(score, batch, h, tile * Bc, lane % 4);
+          if (score.bias_bf16) bias_ahead.template load<__nv_bfloat16>(score, batch, h, row0, tile * Bc, lane % 4);
+          else bias_ahead.template load<__half>(score, batch, h, row0, tile * Bc, lane % 4);
         }
       });
 }
@@ -148,14 +149,19 @@ __device__ __forceinline__ void blocksparse_compute(const WsShared<Cfg, T>& sm, 
                                                     const ScoreMod& score, float score_scale, int head, int q_start,
                                                     WsRing& ring, float (&O)[Cfg::kTilesO][4], RowStats& stats) {
   if constexpr (kTensorMods) {
-    if (BiasRowAhead<Cfg::kTilesS>::applies(score)) {
-      blocksparse_compute_loop<Cfg, T, kPingpong, kTensorMods, true>(sm, p, walk, mask, score, score_scale, head,
-                                                                      q_start, ring, O, stats);
+    if (BiasAhead<Cfg::kTilesS, 1>::applies(score)) {
+      blocksparse_compute_loop<Cfg, T, kPingpong, kTensorMods, 1>(sm, p, walk, mask, score, score_scale, head,
+                                                                   q_start, ring, O, stats);
+      return;
+    }
+    if (BiasAhead<Cfg::kTilesS, 2>::applies(score)) {
+      blocksparse_compute_loop<Cfg, T, kPingpong, kTensorMods, 2>(sm, p, walk, mask, score, score_scale, head,
+                                                                   q_start, ring, O, stats);
       return;
     }
   }
-  blocksparse_compute_loop<Cfg, T, kPingpong, kTensorMods, false>(sm, p, walk, mask, score, score_scale, head,
-                                                                   q_start, ring, O, stats);
+  blocksparse_compute_loop<Cfg, T, kPingpong, kTensorMods, 0>(sm, p, walk, mask, score, score_scale, head, q_start,
+                                                               ring, O, stats);
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
