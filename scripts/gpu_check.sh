@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU machine's checks, in steps that each fit one 10-minute device call
-# (check and bench with a cold build, bwd with the build already there):
+# (each with a cold build; bwd builds the harness alone, blocksparse the Python module):
 #   scripts/gpu_check.sh check   # build; the CPU and GPU tests; compute-sanitizer
 #                                # (memcheck, racecheck, synccheck) on ragged shapes;
 #                                # checks against torch's fp32 SDPA; the Python package
@@ -84,9 +84,11 @@ if [ -f "$build/CMakeCache.txt" ] && ! grep -qx "CMAKE_GENERATOR:INTERNAL=$CMAKE
   rm -rf "$build"  # configured by another generator
 fi
 cmake_defs=(-DCMAKE_CUDA_ARCHITECTURES="$arch" -DATTNLAB_PTXAS_VERBOSE=ON -DATTNLAB_BUILD_TESTS=ON)
-# blocksparse's steps are Python's alone: the module, not every kernel's test (a minute less).
+# blocksparse's steps are Python's alone: the module, not every kernel's test (a minute less);
+# bwd's are the harness's alone.
 build_targets=()
 [ "$mode" = blocksparse ] && build_targets=(--target attnlab_python)
+[ "$mode" = bwd ] && build_targets=(--target flash_attn_mma)
 step "configure + build (sm_$arch, $(nproc) jobs${build_targets[*]:+, ${build_targets[*]}})"
 # With PyTorch when the python3 on PATH has it; without, if its CMake config fails.
 # (-U: the wheel's paths that a pip build left in the cache.)
