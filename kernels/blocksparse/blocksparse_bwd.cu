@@ -18,7 +18,7 @@
 // tile, the mods on partial tiles, an lg2 per score under softcap, and in the
 // deterministic mode a pre-pass over the lists.
 //
-// Tiles (BsBwdTile, checked by static_assert): rung 14's, but for the slice at
+// Tiles (BsBwdTile, bwd_kernel.cuh; checked below by static_assert): rung 14's, but for the slice at
 // D = 64 (the mods' registers); Bc = 2 x 64 keys.
 //   D / Dv     Br  slice  Bc  stages  dQ split  dV early  dSᵀ/dQ bufs  smem (+1024)
 //   64        128    64  128   2       rows      no        2 / 1        198696
@@ -37,50 +37,15 @@
 
 #include "blocksparse/blocksparse_bwd.h"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <string>
 
-#include "blocksparse/bwd_mods.cuh"
-#include "blocksparse/bwd_scheduler.cuh"
-#include "common/tma.cuh"
-#include "common/wgmma.cuh"
-#include "flash_attn/bwd_ws_host.cuh"
-#include "flash_attn/bwd_roles_mainloop.cuh"
-#include "flash_attn/bwd_ws_mainloop.cuh"
+#include "blocksparse/bwd_kernel.cuh"
+#include "host/arch.h"
 
 namespace attnlab {
 namespace {
 
-// The query tile per (D, Dv), its slices, the early dV and the buffers:
-// rung 14's choices (14_bwd_ws.cu explains them), but at D = 64 Sᵀ and dPᵀ in
-// two slices of 64 queries: in one of 128 they hold 128 registers, and with
-// the mask_mod and score_mod beside them ptxas spills (and softcap's division
-// calls its slow path with a stack frame). Br divides 128, so that
-// FlexAttention's default 128 x 128 blocks are whole tiles.
-template <int kHeadDim, int kHeadDimV>
-struct BsBwdTile;
-template <> struct BsBwdTile<64, 64>   { static constexpr int kBr = 128, kSliceQ = 64,  kDsBuffers = 2, kDqBuffers = 1; static constexpr bool kEarlyDv = false; };
-template <> struct BsBwdTile<128, 128> { static constexpr int kBr = 64,  kSliceQ = 64,  kDsBuffers = 2, kDqBuffers = 2; static constexpr bool kEarlyDv = true; };
-template <> struct BsBwdTile<192, 128> { static constexpr int kBr = 64,  kSliceQ = 32,  kDsBuffers = 1, kDqBuffers = 1; static constexpr bool kEarlyDv = false; };
-
-constexpr int kBsBwdStages = 2;
-template <int D, int Dv>
-struct ConfigOf {
-  using type = BwdWsConfig<D, Dv, BsBwdTile<D, Dv>::kBr, BsBwdTile<D, Dv>::kSliceQ, BsBwdTile<D, Dv>::kEarlyDv,
-                           BsBwdTile<D, Dv>::kDsBuffers, BsBwdTile<D, Dv>::kDqBuffers, kBsBwdStages>;
-};
-template <>
-struct ConfigOf<256, 256> {  // rung 15's two chains: 64 keys per block
-  using type = BwdRolesConfig<256, 256, kBsBwdStages>;
-};
-template <int D, int Dv>
-using Config = typename ConfigOf<D, Dv>::type;
-template <typename Cfg>
-constexpr bool kRoles = false;  // a config of rung 15's engine
-template <int D, int Dv, int S>
-constexpr bool kRoles<BwdRolesConfig<D, Dv, S>> = true;
+using namespace bs_bwd;
 
 // The header's table.
 static_assert(bwd_ws_table_row<Config<64, 64>>(128, 64, 128, true, false, 2, 1, 198696), "header: D=64");
@@ -96,44 +61,6 @@ static_assert(128 % Config<64, 64>::kBr == 0 && 128 % Config<128, 128>::kBr == 0
                   128 % Config<192, 128>::kBr == 0 && 128 % Config<256, 256>::kBr == 0 &&
                   Config<64, 64>::kBc == 128 && 128 % Config<256, 256>::kBc == 0,
               "FlexAttention's default 128 x 128 blocks are whole tiles");
-
-// kTensorMods: the instance for a tensor mask_mod or a bias score_mod
-// (apply_mods.cuh says why they have their own).
-template <typename Cfg, typename T, bool kDeterministic, bool kTensorMods>
-__global__ void __launch_bounds__(Cfg::kThreads, 1)
-blocksparse_bwd_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUtensorMap tma_k,
-                       const __grid_constant__ CUtensorMap tma_v, const __grid_constant__ CUtensorMap tma_do,
-                       float* __restrict__ dq_accum, const float* __restrict__ lse2, const float* __restrict__ delta,
-                       int* __restrict__ dq_turns, T* __restrict__ dk, T* __restrict__ dv, const AttnProblem p,
-                       int nq_pad, const BlockSparseBwdLists lists, const __grid_constant__ MaskMod mask,
-                       const __grid_constant__ ScoreMod score) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  bwd_ws_block_walk<Cfg, T>(
-      smem_raw, p, &tma_q, &tma_k, &tma_v, &tma_do, lse2, delta, nq_pad,
-      [&] {  // NEW (walk): key tile blockIdx.y over the query tiles its lists name
-        return bs_bwd_work(lists, p, Cfg::kBr, Cfg::kBc, blockIdx.y, blockIdx.x % p.kv_heads(),
-                           blockIdx.x / p.kv_heads(), kDeterministic);
-      },
-      [&](const BwdShared<Cfg, T>& sm, const BsBwdWork& w, int writer) {  // NEW (turns): w.turn
-        if constexpr (kRoles<Cfg>)
-          bwd_roles_write_dq<Cfg, T, kDeterministic>(sm, p, w, dq_accum, nq_pad, dq_turns, writer);
-        else
-          bwd_write_dq<Cfg, T, kDeterministic>(sm, p, w, dq_accum, nq_pad, dq_turns, writer);
-      },
-      [&](const BwdShared<Cfg, T>& sm, const BsBwdWork& w) {
-        const BsBwdScores<kTensorMods> scores{p, mask, score, w.b};  // NEW (mods)
-        if constexpr (kRoles<Cfg>) {
-          if (threadIdx.x < 128)
-            bwd_roles_chain<Cfg, T, true>(sm, p, w, scores, dv);
-          else
-            bwd_roles_chain<Cfg, T, false>(sm, p, w, scores, dk);
-        } else {
-          bwd_compute_walk<Cfg, T>(sm, p, w, scores, dk, dv);
-        }
-      });
-#endif
-}
 
 // The deterministic turns' ranks, one thread per list entry (a pre-pass): for
 // entry k of key block n's partial or full list (query block M), the number of
@@ -193,15 +120,11 @@ cudaError_t launch(const AttnProblem& p, const AttnGradBuffers& b, const BlockMa
         bm.full_index, ranks, ranks + n, bm.B * bm.H * bm.n_blocks, bm.m_blocks, bm.n_blocks);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   }
-  return bwd_ws_launch<BsBwdHeadDims, Config, kDeterministic>(
-      p, b, stream,
-      [&](auto cfg, auto type) {
-        using C = decltype(cfg);
-        using T = decltype(type);
-        return has_tensor_mods(mask, score) ? blocksparse_bwd_kernel<C, T, kDeterministic, true>
-                                            : blocksparse_bwd_kernel<C, T, kDeterministic, false>;
-      },
-      lists, mask, score);
+  cudaError_t err = cudaErrorInvalidValue;
+  BsBwdHeadDims::dispatch(p.D, p.Dv, [&](auto dims) {
+    err = blocksparse_bwd_dims<decltype(dims)::D, decltype(dims)::Dv, kDeterministic>(p, b, lists, mask, score, stream);
+  });
+  return err;
 }
 
 }  // namespace
