@@ -82,8 +82,17 @@ __device__ __forceinline__ float2 pair_bits_to_float2(uint32_t bits, const __nv_
   return make_float2(__uint_as_float(bits << 16), __uint_as_float(bits & 0xffff0000u));  // bf16: fp32's top half
 }
 template <typename T>
+__device__ __forceinline__ uint32_t load_pair_bits(const T* x) {
+  return __ldg(reinterpret_cast<const unsigned int*>(x));
+}
+template <typename T>
 __device__ __forceinline__ float2 load_pair(const T* x) {
-  return pair_bits_to_float2(__ldg(reinterpret_cast<const unsigned int*>(x)), x);
+  return pair_bits_to_float2(load_pair_bits(x), x);
+}
+// The bias row of query `row` (clamped into Nq, as bias_at clamps it).
+template <typename T>
+__device__ __forceinline__ const T* bias_row(const ScoreMod& mod, int batch, int head, int row) {
+  return static_cast<const T*>(mod.bias.data) + mod.bias.row_offset(batch, head, min(row, mod.nq - 1));
 }
 // Whether every row of the bias starts 4-byte aligned (even strides and Nk, an
 // aligned base), so that a lane's two neighbouring keys are one load (the
@@ -103,8 +112,7 @@ __device__ __forceinline__ void add_bias(float (&S)[kTilesS][4], const ScoreMod&
                                          int head, int row0, int kv_start, int t) {
   const T* row[2];
 #pragma unroll
-  for (int r = 0; r < 2; ++r)
-    row[r] = static_cast<const T*>(mod.bias.data) + mod.bias.row_offset(batch, head, min(row0 + 8 * r, mod.nq - 1));
+  for (int r = 0; r < 2; ++r) row[r] = bias_row<T>(mod, batch, head, row0 + 8 * r);
   const bool one_row = mod.bias.stride_q == 0;
   if (bias_pairs_aligned(mod)) {
 #pragma unroll
@@ -144,11 +152,9 @@ struct BiasAhead {
   __device__ __forceinline__ void load(const ScoreMod& mod, int batch, int head, int row0, int kv_start, int t) {
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      const T* row =
-          static_cast<const T*>(mod.bias.data) + mod.bias.row_offset(batch, head, min(row0 + 8 * r, mod.nq - 1));
+      const T* row = bias_row<T>(mod, batch, head, row0 + 8 * r);
 #pragma unroll
-      for (int n = 0; n < kTilesS; ++n)
-        pairs[r][n] = __ldg(reinterpret_cast<const unsigned int*>(row + min(kv_start + n * 8 + 2 * t, mod.nk - 2)));
+      for (int n = 0; n < kTilesS; ++n) pairs[r][n] = load_pair_bits(row + min(kv_start + n * 8 + 2 * t, mod.nk - 2));
     }
   }
   template <typename T>

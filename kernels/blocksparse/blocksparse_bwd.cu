@@ -99,9 +99,8 @@ void tile_of(const AttnProblem& p, int& Br, int& Bc) {
 int64_t rank_entries(const BlockMaskView& bm) { return int64_t(bm.B) * bm.H * bm.n_blocks * bm.m_blocks; }
 size_t ranks_offset(const AttnProblem& p) { return bwd_ws_workspace_bytes<BsBwdHeadDims, Config>(p); }
 
-template <bool kDeterministic>
 cudaError_t launch(const AttnProblem& p, const AttnGradBuffers& b, const BlockMaskView& bm, const MaskMod& mask,
-                   const ScoreMod& score, cudaStream_t stream) {
+                   const ScoreMod& score, bool deterministic, cudaStream_t stream) {
   int Br, Bc;
   tile_of(p, Br, Bc);
   BlockSparseBwdLists lists;
@@ -110,7 +109,7 @@ cudaError_t launch(const AttnProblem& p, const AttnGradBuffers& b, const BlockMa
   lists.B = bm.B, lists.H = bm.H, lists.m_blocks = bm.m_blocks, lists.n_blocks = bm.n_blocks;
   lists.q_tiles_per_block = bm.block_q / Br;
   lists.kv_tiles_per_block = bm.block_kv / Bc;
-  if (kDeterministic) {  // NEW (turns): each list entry's rank, before the kernel
+  if (deterministic) {  // NEW (turns): each list entry's rank, before the kernel
     int32_t* ranks = reinterpret_cast<int32_t*>(static_cast<char*>(b.workspace) + ranks_offset(p));
     const int64_t n = rank_entries(bm);
     lists.q_rank = ranks;
@@ -122,7 +121,8 @@ cudaError_t launch(const AttnProblem& p, const AttnGradBuffers& b, const BlockMa
   }
   cudaError_t err = cudaErrorInvalidValue;
   BsBwdHeadDims::dispatch(p.D, p.Dv, [&](auto dims) {
-    err = blocksparse_bwd_dims<decltype(dims)::D, decltype(dims)::Dv, kDeterministic>(p, b, lists, mask, score, stream);
+    err = blocksparse_bwd_dims<decltype(dims)::D, decltype(dims)::Dv>(p, b, lists, mask, score, deterministic,
+                                                                       stream);
   });
   return err;
 }
@@ -159,7 +159,7 @@ cudaError_t blocksparse_bwd(const AttnProblem& p, const AttnGradBuffers& b, cons
       b.workspace == nullptr ||
       b.workspace_bytes < blocksparse_bwd_workspace_bytes(p, bm))
     return cudaErrorInvalidValue;
-  return deterministic ? launch<true>(p, b, bm, mask, score, stream) : launch<false>(p, b, bm, mask, score, stream);
+  return launch(p, b, bm, mask, score, deterministic, stream);
 }
 
 std::string blocksparse_bwd_describe() {

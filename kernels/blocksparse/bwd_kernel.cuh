@@ -9,6 +9,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <type_traits>
+
 #include "blocksparse/block_mask_gpu.h"
 #include "blocksparse/bwd_mods.cuh"
 #include "blocksparse/bwd_scheduler.cuh"
@@ -96,45 +98,38 @@ blocksparse_bwd_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_c
 // rung 14's launch around it (bwd_ws_launch: the pre-pass, the kernel, dQ's
 // cast); `lists` with their ranks when deterministic (blocksparse_bwd checks
 // the problem and the mods first).
-template <int D, int Dv, bool kDeterministic>
+template <int D, int Dv>
 cudaError_t blocksparse_bwd_dims(const AttnProblem& p, const AttnGradBuffers& b, const BlockSparseBwdLists& lists,
-                                 const MaskMod& mask, const ScoreMod& score, cudaStream_t stream) {
+                                 const MaskMod& mask, const ScoreMod& score, bool deterministic,
+                                 cudaStream_t stream) {
   using namespace bs_bwd;
-  return bwd_ws_launch<HeadDimList<HeadDims<D, Dv>>, Config, kDeterministic>(
-      p, b, stream,
-      [&](auto cfg, auto type) {
-        using C = decltype(cfg);
-        using T = decltype(type);
-        return has_tensor_mods(mask, score) ? blocksparse_bwd_kernel<C, T, kDeterministic, true>
-                                            : blocksparse_bwd_kernel<C, T, kDeterministic, false>;
-      },
-      lists, mask, score);
+  auto launch = [&](auto mode) {
+    constexpr bool kDeterministic = decltype(mode)::value;
+    return bwd_ws_launch<HeadDimList<HeadDims<D, Dv>>, Config, kDeterministic>(
+        p, b, stream,
+        [&](auto cfg, auto type) {
+          using C = decltype(cfg);
+          using T = decltype(type);
+          return has_tensor_mods(mask, score) ? blocksparse_bwd_kernel<C, T, kDeterministic, true>
+                                              : blocksparse_bwd_kernel<C, T, kDeterministic, false>;
+        },
+        lists, mask, score);
+  };
+  return deterministic ? launch(std::true_type{}) : launch(std::false_type{});
 }
 
-// Compiled in instances/bwd_*.cu, one pair of head dims each, both modes.
-extern template cudaError_t blocksparse_bwd_dims<64, 64, false>(const AttnProblem&, const AttnGradBuffers&,
-                                                                 const BlockSparseBwdLists&, const MaskMod&,
-                                                                 const ScoreMod&, cudaStream_t);
-extern template cudaError_t blocksparse_bwd_dims<64, 64, true>(const AttnProblem&, const AttnGradBuffers&,
-                                                                 const BlockSparseBwdLists&, const MaskMod&,
-                                                                 const ScoreMod&, cudaStream_t);
-extern template cudaError_t blocksparse_bwd_dims<128, 128, false>(const AttnProblem&, const AttnGradBuffers&,
-                                                                 const BlockSparseBwdLists&, const MaskMod&,
-                                                                 const ScoreMod&, cudaStream_t);
-extern template cudaError_t blocksparse_bwd_dims<128, 128, true>(const AttnProblem&, const AttnGradBuffers&,
-                                                                 const BlockSparseBwdLists&, const MaskMod&,
-                                                                 const ScoreMod&, cudaStream_t);
-extern template cudaError_t blocksparse_bwd_dims<192, 128, false>(const AttnProblem&, const AttnGradBuffers&,
-                                                                 const BlockSparseBwdLists&, const MaskMod&,
-                                                                 const ScoreMod&, cudaStream_t);
-extern template cudaError_t blocksparse_bwd_dims<192, 128, true>(const AttnProblem&, const AttnGradBuffers&,
-                                                                 const BlockSparseBwdLists&, const MaskMod&,
-                                                                 const ScoreMod&, cudaStream_t);
-extern template cudaError_t blocksparse_bwd_dims<256, 256, false>(const AttnProblem&, const AttnGradBuffers&,
-                                                                 const BlockSparseBwdLists&, const MaskMod&,
-                                                                 const ScoreMod&, cudaStream_t);
-extern template cudaError_t blocksparse_bwd_dims<256, 256, true>(const AttnProblem&, const AttnGradBuffers&,
-                                                                 const BlockSparseBwdLists&, const MaskMod&,
-                                                                 const ScoreMod&, cudaStream_t);
+// Compiled in instances/bwd_*.cu, one pair of head dims each.
+extern template cudaError_t blocksparse_bwd_dims<64, 64>(const AttnProblem&, const AttnGradBuffers&,
+                                                            const BlockSparseBwdLists&, const MaskMod&,
+                                                            const ScoreMod&, bool, cudaStream_t);
+extern template cudaError_t blocksparse_bwd_dims<128, 128>(const AttnProblem&, const AttnGradBuffers&,
+                                                            const BlockSparseBwdLists&, const MaskMod&,
+                                                            const ScoreMod&, bool, cudaStream_t);
+extern template cudaError_t blocksparse_bwd_dims<192, 128>(const AttnProblem&, const AttnGradBuffers&,
+                                                            const BlockSparseBwdLists&, const MaskMod&,
+                                                            const ScoreMod&, bool, cudaStream_t);
+extern template cudaError_t blocksparse_bwd_dims<256, 256>(const AttnProblem&, const AttnGradBuffers&,
+                                                            const BlockSparseBwdLists&, const MaskMod&,
+                                                            const ScoreMod&, bool, cudaStream_t);
 
 }  // namespace attnlab

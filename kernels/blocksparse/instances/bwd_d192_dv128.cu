@@ -1,11 +1,8 @@
-// attnlab: the block-sparse backward at D = 192, Dv = 128 (bwd_kernel.cuh), both modes.
+// attnlab: the block-sparse backward at D = 192, Dv = 128 (bwd_kernel.cuh).
 #include "blocksparse/bwd_kernel.cuh"
 
 namespace attnlab {
-template cudaError_t blocksparse_bwd_dims<192, 128, false>(const AttnProblem&, const AttnGradBuffers&,
-                                                          const BlockSparseBwdLists&, const MaskMod&, const ScoreMod&,
-                                                          cudaStream_t);
-template cudaError_t blocksparse_bwd_dims<192, 128, true>(const AttnProblem&, const AttnGradBuffers&,
-                                                          const BlockSparseBwdLists&, const MaskMod&, const ScoreMod&,
-                                                          cudaStream_t);
+template cudaError_t blocksparse_bwd_dims<192, 128>(const AttnProblem&, const AttnGradBuffers&,
+                                                     const BlockSparseBwdLists&, const MaskMod&, const ScoreMod&, bool,
+                                                     cudaStream_t);
 }  // namespace attnlab
