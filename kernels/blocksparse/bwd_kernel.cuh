@@ -62,15 +62,16 @@ blocksparse_bwd_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_c
                        const __grid_constant__ CUtensorMap tma_v, const __grid_constant__ CUtensorMap tma_do,
                        float* __restrict__ dq_accum, const float* __restrict__ lse2, const float* __restrict__ delta,
                        int* __restrict__ dq_turns, T* __restrict__ dk, T* __restrict__ dv, const AttnProblem p,
-                       int nq_pad, const BlockSparseBwdLists lists, const __grid_constant__ MaskMod mask,
+                       int nq_pad, const BwdOrder order, const BlockSparseBwdLists lists,
+                       const __grid_constant__ MaskMod mask,
                        const __grid_constant__ ScoreMod score) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bwd_ws_block_walk<Cfg, T>(
       smem_raw, p, &tma_q, &tma_k, &tma_v, &tma_do, lse2, delta, nq_pad,
-      [&] {  // NEW (walk): key tile blockIdx.y over the query tiles its lists name
-        return bs_bwd_work(lists, p, Cfg::kBr, Cfg::kBc, blockIdx.y, blockIdx.x % p.kv_heads(),
-                           blockIdx.x / p.kv_heads(), kDeterministic);
+      [&] {  // NEW (walk): item blockIdx.x's key tile over the query tiles its lists name
+        const BwdItem it = bwd_block_item<kDeterministic>(p, order);
+        return bs_bwd_work(lists, p, Cfg::kBr, Cfg::kBc, it.j_tile, it.hk, it.b, kDeterministic);
       },
       [&](const BwdShared<Cfg, T>& sm, const BsBwdWork& w, int writer) {  // NEW (turns): w.turn
         if constexpr (kRoles<Cfg>)
@@ -106,7 +107,7 @@ cudaError_t blocksparse_bwd_dims(const AttnProblem& p, const AttnGradBuffers& b,
   auto launch = [&](auto mode) {
     constexpr bool kDeterministic = decltype(mode)::value;
     return bwd_ws_launch<HeadDimList<HeadDims<D, Dv>>, Config, kDeterministic>(
-        p, b, stream,
+        p, b, stream, true,
         [&](auto cfg, auto type) {
           using C = decltype(cfg);
           using T = decltype(type);

@@ -4,7 +4,8 @@
 // flash_attn/bwd_ws_mainloop.cuh) with the block mask's transposed lists in
 // place of the causal band, as flash_attn/cute's flash_bwd_sm100.py walks
 // them (get_m_block_from_iter_bwd). The grid is rung 14's: one block per
-// (key tile, KV head and batch), grid.x over the heads.
+// (key tile, KV head and batch), in L2-sized sections of heads as a causal
+// walk's (bwd_item: a block mask's walks differ in length).
 //
 // Key tile j (keys j·Bc ..) lies in key block n = j / f, f = block_kv / Bc.
 // For each query head h of the KV head's group (GQA: dK, dV sum over them):

@@ -85,11 +85,11 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__
               const __grid_constant__ CUtensorMap tma_v, const __grid_constant__ CUtensorMap tma_do,
               float* __restrict__ dq_accum, const float* __restrict__ lse2,
               const float* __restrict__ delta, int* __restrict__ dq_turns, T* __restrict__ dk, T* __restrict__ dv,
-              const AttnProblem p, int nq_pad) {
+              const AttnProblem p, int nq_pad, const BwdOrder order) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bwd_ws_block<Cfg, T, kDeterministic>(
-      smem_raw, p, &tma_q, &tma_k, &tma_v, &tma_do, lse2, delta, nq_pad,
+      smem_raw, p, &tma_q, &tma_k, &tma_v, &tma_do, lse2, delta, nq_pad, order,
       [&](const BwdShared<Cfg, T>& sm, const BwdWork& w, int writer) {
         bwd_write_dq<Cfg, T, kDeterministic>(sm, p, w, dq_accum, nq_pad, dq_turns, writer);
       },

@@ -9,12 +9,16 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <functional>
 #include <string>
 
 #include "common/bwd_prepost.cuh"
+#include "flash_attn/bwd_tile_order.h"
+#include "flash_attn/tile_order.cuh"       // device_l2_bytes
 #include "host/arch.h"
 #include "host/attn_problem.h"
+#include "host/env_switch.h"
 #include "host/rung_host.cuh"
 #include "host/tensor_map.h"
 #include "host/variant.h"
@@ -80,20 +84,24 @@ std::string bwd_ws_unsupported(const AttnProblem& p) {
            HeadDimsList::names() + " (D, or D/Dv)";
   if (p.H > 65535 || p.B > 65535) return "B and H must be <= 65535 (grid limits)";
   if ((int64_t(p.Nk) + Bc - 1) / Bc > 65535)
-    return "Nk must be <= 65535 x " + std::to_string(Bc) + " (the key tiles are grid.y)";
+    return "Nk must be <= 65535 x " + std::to_string(Bc) + " (the key tiles are grid.y in one section)";
+  if (int64_t(p.B) * p.kv_heads() * ((p.Nk + Bc - 1) / Bc) > INT32_MAX)
+    return "B·Hkv·ceil(Nk / " + std::to_string(Bc) + ") must be < 2^31 (the grid)";
   if (std::string why = kv_heads_unsupported(p); !why.empty()) return why;
   return smem_unsupported(size_t(smem));
 }
 
 // Runs the backward of p on a rung with these head dims and configs: the
 // pre-pass (zeroing the accumulator and the turns), the kernel kernel_of(Cfg{},
-// T{}) — one block per (KV head and batch, key tile), every Hopper backward
-// kernel taking the same arguments, then `extra` (the block-sparse one's
-// block mask and mods) — then dQ's cast.
+// T{}) — one block per item (key tile, KV head and batch) in bwd_order's
+// sections (unequal: walks of unequal length, causal or a block mask's;
+// ATTNLAB_BWD_NO_SECTIONS=1: every head in one section, as the deterministic
+// mode), every Hopper backward kernel taking the same arguments, then `extra`
+// (the block-sparse one's block mask and mods) — then dQ's cast.
 template <typename HeadDimsList, template <int, int> class Cfg, bool kDeterministic, typename KernelOf,
           typename... Extra>
-cudaError_t bwd_ws_launch(const AttnProblem& p, const AttnGradBuffers& b, cudaStream_t stream, KernelOf&& kernel_of,
-                          const Extra&... extra) {
+cudaError_t bwd_ws_launch(const AttnProblem& p, const AttnGradBuffers& b, cudaStream_t stream, bool unequal,
+                          KernelOf&& kernel_of, const Extra&... extra) {
   cudaError_t err = cudaErrorInvalidValue;
   HeadDimsList::dispatch(p.D, p.Dv, [&](auto dims) {
     using C = Cfg<decltype(dims)::D, decltype(dims)::Dv>;
@@ -113,10 +121,14 @@ cudaError_t bwd_ws_launch(const AttnProblem& p, const AttnGradBuffers& b, cudaSt
       cudaError_t e = launch_bwd_row_stats<T>(p, b, ws.lse2, ws.delta, nq_pad, stream, ws.dq_accum,
                                               int64_t(ws.zeroed_bytes / 4));
       if (e != cudaSuccess) return e;
-      const dim3 grid(unsigned(p.B * p.kv_heads()), unsigned((p.Nk + C::kBc - 1) / C::kBc));
+      const bool one_section = kDeterministic || env_switch_on("ATTNLAB_BWD_NO_SECTIONS");
+      const BwdOrder order = bwd_order(p, C::kBc, unequal, one_section, int64_t(device_l2_bytes()), device_sm_count());
+      // One section: (KV heads, key tiles), the key tile read from blockIdx.y (bwd_block_item).
+      const dim3 grid = one_section ? dim3(unsigned(p.B * p.kv_heads()), unsigned(order.n_k))
+                                    : dim3(unsigned(bwd_items(p, order)));
       e = launch_with_smem(kernel_of(C{}, type), grid, C::kThreads, C::kSmemBytes, stream, m.q, m.k, m.v, m.dout,
                            ws.dq_accum, static_cast<const float*>(ws.lse2), static_cast<const float*>(ws.delta), ws.dq_turns,
-                           static_cast<T*>(b.dk), static_cast<T*>(b.dv), p, nq_pad, extra...);
+                           static_cast<T*>(b.dk), static_cast<T*>(b.dv), p, nq_pad, order, extra...);
       if (e != cudaSuccess) return e;
       return launch_bwd_dq_convert<T>(p, ws.dq_accum, b.dq, nq_pad, stream, C::kBr);
     });
@@ -138,7 +150,7 @@ BwdVariant bwd_ws_variant(const std::string& name, const std::string& rung, Kern
   v.unsupported_reason = bwd_ws_unsupported<HeadDimsList, Cfg>;
   v.workspace_bytes = bwd_ws_workspace_bytes<HeadDimsList, Cfg>;
   v.launch = [kernel_of](const AttnProblem& p, const AttnGradBuffers& b, cudaStream_t stream) {
-    return bwd_ws_launch<HeadDimsList, Cfg, kDeterministic>(p, b, stream, kernel_of);
+    return bwd_ws_launch<HeadDimsList, Cfg, kDeterministic>(p, b, stream, p.causal, kernel_of);
   };
   v.describe = [what, tiles] {
     return what + (kDeterministic ? " in key-tile order (bitwise reproducible)" : "") + "; " + tiles();

@@ -27,6 +27,7 @@
 #include "common/split_q_parts.cuh"
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
+#include "flash_attn/bwd_tile_order.h"
 #include "host/attn_problem.h"
 
 namespace attnlab {
@@ -117,8 +118,7 @@ constexpr bool bwd_ws_table_row(int br, int slice_q, int bc, bool dq_split_rows,
 }
 
 // One key tile's walk (the tile scheduler of the backward: one block per key
-// tile and KV head, key tile 0 of every head first: causally the heaviest,
-// since every query tile sees it; longest first, as FA3's LPT order).
+// tile and KV head, in the order of bwd_item below).
 // Slot s of n_slots = group · n_m is query head hk·group + s / n_m and one of
 // the n_m query tiles that can see a key of this tile:
 //   default: m_first + (s % n_m + rot) % n_m, from a per-key-tile offset rot,
@@ -369,19 +369,29 @@ __device__ __forceinline__ void bwd_ws_block_walk(unsigned char* smem_raw, const
   warpgroup_reg_alloc<Cfg::kComputeRegs>();
   compute(sm, w);
 }
-// Rungs 14 and 15: the walk of key tile blockIdx.y (grid.x runs over the
-// heads, so that every head's key tile 0, causally the longest, starts before
-// any tile 1) over every query tile that sees it.
+// The block's item: blockIdx.x in the order's sections, or with one section
+// (the deterministic mode's; bwd_ws_launch's grid is then 2-D) key tile
+// blockIdx.y of KV head blockIdx.x, read from the block's indices rather
+// than divided out (a register fewer at D = 192).
+template <bool kOneSection>
+__device__ __forceinline__ BwdItem bwd_block_item(const AttnProblem& p, const BwdOrder& order) {
+  if (kOneSection || gridDim.y > 1)
+    return {int(blockIdx.y), int(blockIdx.x) % p.kv_heads(), int(blockIdx.x) / p.kv_heads()};
+  return bwd_item(p, order, int(blockIdx.x));
+}
+// Rungs 14 and 15: the walk of the block's item (its key tile and KV head)
+// over every query tile that sees the key tile.
 template <typename Cfg, typename T, bool kDeterministic, typename WriteDq, typename Compute>
 __device__ __forceinline__ void bwd_ws_block(unsigned char* smem_raw, const AttnProblem& p, const CUtensorMap* tma_q,
                                              const CUtensorMap* tma_k, const CUtensorMap* tma_v,
                                              const CUtensorMap* tma_do, const float* lse2, const float* delta,
-                                             int nq_pad, WriteDq&& write_dq, Compute&& compute) {
+                                             int nq_pad, const BwdOrder& order, WriteDq&& write_dq,
+                                             Compute&& compute) {
   bwd_ws_block_walk<Cfg, T>(
       smem_raw, p, tma_q, tma_k, tma_v, tma_do, lse2, delta, nq_pad,
       [&] {
-        return bwd_work<Cfg::kBr, Cfg::kBc>(p, blockIdx.y, blockIdx.x % p.kv_heads(), blockIdx.x / p.kv_heads(),
-                                            kDeterministic);
+        const BwdItem it = bwd_block_item<kDeterministic>(p, order);
+        return bwd_work<Cfg::kBr, Cfg::kBc>(p, it.j_tile, it.hk, it.b, kDeterministic);
       },
       write_dq, compute);
 }

@@ -1,0 +1,75 @@
+// attnlab: the order of the Hopper backward's blocks (rungs 14 and 15, the
+// block-sparse backward) — its tile scheduler: which (key tile, KV head)
+// item each block of the grid walks. Host and device code; its CPU test is
+// tests/cpu/test_bwd_tile_order.cpp.
+#pragma once
+
+#include <cstdint>
+
+#include "host/attn_problem.h"
+
+namespace attnlab {
+
+// The backward's items, one block each: (key tile, KV head) pairs, in
+// sections of KV heads (FlashAttention-3's SingleTileBwdLPTScheduler,
+// hopper/tile_scheduler.hpp). Inside a section the KV head is the faster
+// index, so key tile 0 of each of its heads, causally the longest walk,
+// comes first (longest first); a section is as many heads as keep their Q,
+// dO and dQ accumulator in L2 together (bwd_order), so that the blocks
+// running side by side, which walk the same heads' query tiles, read them
+// from L2 rather than from memory. Sections of `base` or `base + 1` heads
+// (the first `extra` of them), whole sections one after the other.
+struct BwdOrder {
+  int n_k;    // key tiles per KV head
+  int base;   // KV heads per section (the first `extra` sections: base + 1)
+  int extra;
+};
+struct BwdItem {
+  int j_tile, hk, b;
+};
+// (In 32 bits: the grid is under 2^31 items, bwd_ws_unsupported.)
+ATTNLAB_HOST_DEVICE inline BwdItem bwd_item(const AttnProblem& p, const BwdOrder& o, int item) {
+  const int big = (o.base + 1) * o.n_k, small = o.base * o.n_k;
+  const int in_big = o.extra * big;  // the items of the first `extra` sections
+  const int s = item < in_big ? item / big : o.extra + (item - in_big) / small;
+  const int size = o.base + (s < o.extra ? 1 : 0);
+  const int first = s * o.base + (s < o.extra ? s : o.extra);  // the section's first KV head
+  const int i = item - first * o.n_k;                           // the item inside it
+  const int x = first + i % size;                               // b·Hkv + hk
+  return {i / size, x % p.kv_heads(), x / p.kv_heads()};
+}
+// Every item (the grid): B·Hkv·n_k.
+ATTNLAB_HOST_DEVICE inline int64_t bwd_items(const AttnProblem& p, const BwdOrder& o) {
+  return int64_t(p.B) * p.kv_heads() * o.n_k;
+}
+// The sections for p (Bc keys per tile) with `l2_bytes` of L2 and `sms` SMs:
+//   walks of unequal length (causal, or a block mask's): as many KV heads as
+//     keep their query heads' Q, dO (16 bits) and dQ accumulator (fp32)
+//     within half the L2 (as rung 12's sections keep K and V, tile_order.cuh;
+//     with no L2 to ask, 50 MB), but at least 2·sms / n_k, so that a
+//     section's work per SM outlasts its longest walk (else the last
+//     section's key tile 0 would end the kernel alone);
+//   walks of one length: one KV head per section, its key tiles side by side
+//     (FlashAttention-3's non-causal grid, the key tile fastest);
+//   one_section (the deterministic mode's turns, whose key tiles must start
+//     in order across the heads): every head in one section, the key tile
+//     the slower index (key tile 0 of every head first).
+inline BwdOrder bwd_order(const AttnProblem& p, int Bc, bool unequal, bool one_section, int64_t l2_bytes, int sms) {
+  BwdOrder o;
+  o.n_k = (p.Nk + Bc - 1) / Bc;
+  const int64_t heads = int64_t(p.B) * p.kv_heads();
+  int64_t per = heads;
+  if (!one_section) {
+    const int64_t head_bytes = int64_t(p.H / p.kv_heads()) * p.Nq * (2 * (p.D + p.Dv) + 4 * p.D);
+    const int64_t fit = (l2_bytes > 0 ? l2_bytes : int64_t(50) << 20) / 2 / head_bytes;
+    const int64_t outlast = (2 * int64_t(sms) + o.n_k - 1) / o.n_k;
+    per = unequal ? (fit > outlast ? fit : outlast) : 1;
+    per = per < 1 ? 1 : per > heads ? heads : per;
+  }
+  const int64_t sections = (heads + per - 1) / per;
+  o.base = int(heads / sections);
+  o.extra = int(heads % sections);
+  return o;
+}
+
+}  // namespace attnlab
