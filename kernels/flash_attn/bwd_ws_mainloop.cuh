@@ -625,16 +625,23 @@ __device__ __forceinline__ void bwd_compute_walk(const BwdShared<Cfg, T>& sm, co
       scores.chain_rule(dPt, St, sLSE2 + qh, slot, at);
       pack_p_fragments<T>(dSa, dPt);
       if constexpr (!Cfg::kEarlyDv) pack_p_fragments<T>(Pa, St);
+
+      // dSᵀ to shared memory. Both warpgroups' dQ MMAs read all of it, so the
+      // buffer is rewritten only once the other warpgroup's dQ of two tiles ago
+      // (two buffers) or of the previous tile (one buffer: a barrier here) has
+      // read it. With two buffers it is stored before dV and dK are issued
+      // (FlashAttention-3's order: the stores then do not queue behind those
+      // MMAs' operand reads); with one, after (the barrier would hold them back).
+      auto store_ds = [&] {
+        if (Cfg::kDsBuffers == 1 && sl == 0) named_barrier_sync(Cfg::kDsFreeBarrier, Cfg::kComputeThreads);
+        bwd_store_dst<Bc>(sdS, dSa, 64 * wg + 16 * wi, qh);
+      };
+      if constexpr (Cfg::kDsBuffers == 2) store_ds();
       if constexpr (!Cfg::kEarlyDv || kSlices > 1) wgmma_fence();
       if constexpr (!Cfg::kEarlyDv) wgmma_rows_rs<T, Dv, Cfg::kSliceQ, Br>(dV, Pa, sdO + qh * 64);
       if constexpr (kSlices > 1) wgmma_rows_rs<T, D, Cfg::kSliceQ, Br>(dK, dSa, sQ + qh * 64);  // (else after dQ)
       if constexpr (!Cfg::kEarlyDv || kSlices > 1) wgmma_commit();
-
-      // dSᵀ to shared memory. Both warpgroups' dQ MMAs read all of it, so the
-      // buffer is rewritten only once the other warpgroup's dQ of two tiles ago
-      // (two buffers) or of the previous tile (one buffer: a barrier here) has read it.
-      if (Cfg::kDsBuffers == 1 && sl == 0) named_barrier_sync(Cfg::kDsFreeBarrier, Cfg::kComputeThreads);
-      bwd_store_dst<Bc>(sdS, dSa, 64 * wg + 16 * wi, qh);
+      if constexpr (Cfg::kDsBuffers == 1) store_ds();
     }
     fence_proxy_async_shared();  // the st.shared of dSᵀ, before wgmma reads them
     named_barrier_sync(Cfg::kDsBarrier, Cfg::kComputeThreads);
