@@ -198,7 +198,7 @@ __device__ __forceinline__ void bwd_roles_chain(const BwdShared<Cfg, T>& sm, con
       wgmma_commit();
       // dSᵀ is rewritten only after the P chain's next hand-over, which
       // comes after its dQ MMA of this tile has landed.
-      bwd_store_dst<Bc>(sm.sdS, frag, 16 * wi + g, 0);
+      bwd_store_dst<Bc>(sm.sdS, frag, 16 * wi, 0);
       fence_proxy_async_shared();  // the st.shared of dSᵀ, before wgmma reads them
       named_barrier_sync_any(Cfg::kDsBarrier, Cfg::kComputeThreads);
     }

@@ -477,18 +477,21 @@ struct BwdCausalScores {
   __device__ __forceinline__ void record_ds(const float (&)[kTiles][4], const Slot&, const BwdTileAt&) const {}
 };
 
-// dSᵀ (16-bit A fragments) to shared memory, [key][query] in Sw128Blocks<Bc>:
-// register i of k-step kk holds key row0 (+8 for odd i), queries qh + 16kk +
-// 8·(i/2) + 2t, +1.
+// dSᵀ (16-bit A fragments) to shared memory, [key][query] in Sw128Blocks<Bc>,
+// for the warp's 16 keys from key row `rows`: register i of k-step kk holds
+// key rows + g (+8 for odd i), queries qh + 16kk + 8·(i/2) + 2t, +1 — the
+// slice of an 8 x 8 matrix that stmatrix stores, so one stmatrix.x4 per
+// k-step writes its four matrices (lanes 8i..8i+7 address matrix i's rows,
+// each 16 contiguous bytes in the swizzle) where sixteen 4-byte stores did
+// (FlashAttention-3 stores dS with stmatrix, mainloop_bwd_sm90_tma_gmma_ws.hpp).
 template <int Bc, typename T, int kSteps>
-__device__ __forceinline__ void bwd_store_dst(T* sdS, const uint32_t (&dSa)[kSteps][4], int row0, int qh) {
-  const int t = threadIdx.x % 4;
+__device__ __forceinline__ void bwd_store_dst(T* sdS, const uint32_t (&dSa)[kSteps][4], int rows, int qh) {
+  const int lane = threadIdx.x % 32, mi = lane / 8;
+  const int row = rows + lane % 8 + 8 * (mi & 1);
 #pragma unroll
   for (int kk = 0; kk < kSteps; ++kk)
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-      *reinterpret_cast<uint32_t*>(sdS + Sw128Blocks<Bc>::offset(row0 + 8 * (i & 1), qh + kk * 16 + 8 * (i / 2) + 2 * t)) =
-          dSa[kk][i];
+    stmatrix_x4(sdS + Sw128Blocks<Bc>::offset(row, qh + kk * 16 + 8 * (mi / 2)), dSa[kk][0], dSa[kk][1], dSa[kk][2],
+                dSa[kk][3]);
 }
 
 // scale·dQ of a warp's rows row0, row0 + 8 and columns col0 + 8n + 2t, +1
@@ -632,16 +635,23 @@ __device__ __forceinline__ void bwd_compute_walk(const BwdShared<Cfg, T>& sm, co
       scores.chain_rule(dPt, St, sLSE2 + qh, slot, at);
       pack_p_fragments<T>(dSa, dPt);
       if constexpr (!Cfg::kEarlyDv) pack_p_fragments<T>(Pa, St);
+
+      // dSᵀ to shared memory. Both warpgroups' dQ MMAs read all of it, so the
+      // buffer is rewritten only once the other warpgroup's dQ of two tiles ago
+      // (two buffers) or of the previous tile (one buffer: a barrier here) has
+      // read it. With two buffers it is stored before dV and dK are issued
+      // (FlashAttention-3's order: the stores then do not queue behind those
+      // MMAs' operand reads); with one, after (the barrier would hold them back).
+      auto store_ds = [&] {
+        if (Cfg::kDsBuffers == 1 && sl == 0) named_barrier_sync(Cfg::kDsFreeBarrier, Cfg::kComputeThreads);
+        bwd_store_dst<Bc>(sdS, dSa, 64 * wg + 16 * wi, qh);
+      };
+      if constexpr (Cfg::kDsBuffers == 2) store_ds();
       if constexpr (!Cfg::kEarlyDv || kSlices > 1) wgmma_fence();
       if constexpr (!Cfg::kEarlyDv) wgmma_rows_rs<T, Dv, Cfg::kSliceQ, Br>(dV, Pa, sdO + qh * 64);
       if constexpr (kSlices > 1) wgmma_rows_rs<T, D, Cfg::kSliceQ, Br>(dK, dSa, sQ + qh * 64);  // (else after dQ)
       if constexpr (!Cfg::kEarlyDv || kSlices > 1) wgmma_commit();
-
-      // dSᵀ to shared memory. Both warpgroups' dQ MMAs read all of it, so the
-      // buffer is rewritten only once the other warpgroup's dQ of two tiles ago
-      // (two buffers) or of the previous tile (one buffer: a barrier here) has read it.
-      if (Cfg::kDsBuffers == 1 && sl == 0) named_barrier_sync(Cfg::kDsFreeBarrier, Cfg::kComputeThreads);
-      bwd_store_dst<Bc>(sdS, dSa, 64 * wg + 16 * wi + g, qh);
+      if constexpr (Cfg::kDsBuffers == 1) store_ds();
     }
     fence_proxy_async_shared();  // the st.shared of dSᵀ, before wgmma reads them
     named_barrier_sync(Cfg::kDsBarrier, Cfg::kComputeThreads);
