@@ -77,18 +77,22 @@ struct BwdWsConfig : ProducerWarpgroupSplit<2, 24, 240> {  // 2 compute warpgrou
       4 * 2 * kStages * kBr;
   static constexpr int kSmemBytes = kTileBytes + 8 * kBarriers + 1024;  // + slack to align to 1024
   // Named barriers (0 is __syncthreads'): "both compute warpgroups' dSᵀ are
-  // stored" (256 threads), and per dQ staging buffer "staged" and "read by the
-  // dQ writer" (the compute warps and that buffer's writer warp, 288).
+  // stored" (256 threads), and per dQ staging buffer and warpgroup "its part
+  // is staged" and "read by the dQ writer" (the warpgroup and that buffer's
+  // writer warp, 160: a warpgroup never waits for the other's dQ; FA3 hands
+  // dQ over per warpgroup too): kDqFullBarrier + dq_barrier(buffer, wg).
   // With one dSᵀ buffer, kDsFreeBarrier: "both have read the previous dSᵀ".
-  static constexpr int kDsBarrier = 1, kDqFullBarrier = 2, kDqEmptyBarrier = 4, kDsFreeBarrier = 6;
+  static constexpr int kDsBarrier = 1, kDqFullBarrier = 2, kDqEmptyBarrier = 6, kDsFreeBarrier = 10;
+  static constexpr int kDqHandoffThreads = 128 + 32;
+  ATTNLAB_HOST_DEVICE static constexpr int dq_barrier(int buffer, int wg) { return 2 * buffer + wg; }
   static constexpr int kDqWriterWarp = kProducerWarp + 1;
   static constexpr int kDqWriters = kDqBuffers;  // a dQ writer warp per staging buffer
   static_assert(kComputeWarps == 8 && kComputeThreads == 256 && kBc == 64 * 2, "two compute warpgroups of 64 keys");
   static_assert(kKVBytes == 2 * kBc * (kHeadDim + kHeadDimV) && kQdoBytes == 2 * kBr * (kHeadDim + kHeadDimV + 4),
                 "the bytes each full barrier expects");
-  static_assert(kDsBarrier >= 1 && kDqFullBarrier == kDsBarrier + 1 && kDqEmptyBarrier == kDqFullBarrier + 2 &&
-                    kDsFreeBarrier == kDqEmptyBarrier + 2 && kDsFreeBarrier <= 15,
-                "hardware barriers 1..15, two per pair of dQ buffers");
+  static_assert(kDsBarrier >= 1 && kDqFullBarrier == kDsBarrier + 1 && kDqEmptyBarrier == kDqFullBarrier + 4 &&
+                    kDsFreeBarrier == kDqEmptyBarrier + 4 && kDsFreeBarrier <= 15,
+                "hardware barriers 1..15, four per kind for (two dQ buffers) x (two warpgroups)");
   static_assert(kDqWriterWarp + kDqWriters <= kWarps, "the dQ writers are warps of the producer warpgroup");
   static_assert(kHeadDim % 64 == 0 && kHeadDimV % 64 == 0, "Sw128Blocks stores 64-column blocks, one TMA box each");
   static_assert(kBr == 64 || kBr == 128, "Sᵀ's N and the dQ split");
@@ -328,11 +332,16 @@ __device__ __forceinline__ void bwd_write_dq(const BwdShared<Cfg, T>& sm, const 
   static_assert(Cfg::kDqWriters == Cfg::kDqBuffers, "a writer per staging buffer (its named barriers)");
   bwd_dq_writer<Cfg, kDeterministic, 1>(
       p, w, dq_accum, nq_pad, dq_turns, writer,
-      [&](int s) { named_barrier_sync(Cfg::kDqFullBarrier + s % Cfg::kDqBuffers, Cfg::kComputeThreads + 32); },
+      [&](int s) {  // both warpgroups' parts
+        named_barrier_sync(Cfg::kDqFullBarrier + Cfg::dq_barrier(s % Cfg::kDqBuffers, 0), Cfg::kDqHandoffThreads);
+        named_barrier_sync(Cfg::kDqFullBarrier + Cfg::dq_barrier(s % Cfg::kDqBuffers, 1), Cfg::kDqHandoffThreads);
+      },
       [&](int s, int) { return sm.sdQ + (s % Cfg::kDqBuffers) * Cfg::kdQFloats; },
       [&](int s) {  // the compute warps wait for this buffer again only for slot s + kDqBuffers
         if (s + Cfg::kDqBuffers < w.n_slots)
-          named_barrier_arrive(Cfg::kDqEmptyBarrier + s % Cfg::kDqBuffers, Cfg::kComputeThreads + 32);
+          for (int wg = 0; wg < 2; ++wg)
+            named_barrier_arrive(Cfg::kDqEmptyBarrier + Cfg::dq_barrier(s % Cfg::kDqBuffers, wg),
+                                 Cfg::kDqHandoffThreads);
       });
 }
 
@@ -687,7 +696,8 @@ __device__ __forceinline__ void bwd_compute_walk(const BwdShared<Cfg, T>& sm, co
     // dQ (scaled) into staging buffer s % kDqBuffers, once the dQ writer has
     // read what it held kDqBuffers slots ago (bwd_stage_dq).
     const int buf = s % Cfg::kDqBuffers;
-    if (s >= Cfg::kDqBuffers) named_barrier_sync(Cfg::kDqEmptyBarrier + buf, Cfg::kComputeThreads + 32);
+    if (s >= Cfg::kDqBuffers)
+      named_barrier_sync(Cfg::kDqEmptyBarrier + Cfg::dq_barrier(buf, wg), Cfg::kDqHandoffThreads);
     float* sdQ = sm.sdQ + buf * Cfg::kdQFloats;
     const int row0 = (Cfg::kDqSplitRows ? 64 * wg : 0) + 16 * wi + g;
     bwd_stage_dq<Br>(sdQ, dQa, row0, colA, p.scale);
@@ -706,7 +716,7 @@ __device__ __forceinline__ void bwd_compute_walk(const BwdShared<Cfg, T>& sm, co
       bwd_stage_dq<Br>(sdQ, dQb, row0, colB, p.scale);
     }
     fence_proxy_async_shared();  // the st.shared of dQ, before the tensor reduction reads them
-    named_barrier_arrive(Cfg::kDqFullBarrier + buf, Cfg::kComputeThreads + 32);
+    named_barrier_arrive(Cfg::kDqFullBarrier + Cfg::dq_barrier(buf, wg), Cfg::kDqHandoffThreads);
 
     wgmma_wait<0>();  // dK: the slot's Q, dO (and LSE, Δ above) are read
     fence_accumulators(dK);
