@@ -70,7 +70,7 @@ blocksparse_bwd_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_c
   bwd_ws_block_walk<Cfg, T>(
       smem_raw, p, &tma_q, &tma_k, &tma_v, &tma_do, lse2, delta, nq_pad,
       [&] {  // NEW (walk): item blockIdx.x's key tile over the query tiles its lists name
-        const BwdItem it = bwd_block_item<kDeterministic>(p, order);
+        const BwdItem it = bwd_block_item(p, order);
         return bs_bwd_work(lists, p, Cfg::kBr, Cfg::kBc, it.j_tile, it.hk, it.b, kDeterministic);
       },
       [&](const BwdShared<Cfg, T>& sm, const BsBwdWork& w, int writer) {  // NEW (turns): w.turn

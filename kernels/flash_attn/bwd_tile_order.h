@@ -51,9 +51,13 @@ ATTNLAB_HOST_DEVICE inline int64_t bwd_items(const AttnProblem& p, const BwdOrde
 //     section's key tile 0 would end the kernel alone);
 //   walks of one length: one KV head per section, its key tiles side by side
 //     (FlashAttention-3's non-causal grid, the key tile fastest);
-//   one_section (the deterministic mode's turns, whose key tiles must start
-//     in order across the heads): every head in one section, the key tile
-//     the slower index (key tile 0 of every head first).
+//   one_section (the deterministic mode's walks of one length: unrotated,
+//     one head's key tiles side by side would queue at every dQ tile's
+//     turn): every head in one section, the key tile the slower index (key
+//     tile 0 of every head first).
+// In every order a head's key tiles start in ascending order, so the
+// deterministic mode's turns (key tile j adds after j − 1) never wait for a
+// block that has not started.
 inline BwdOrder bwd_order(const AttnProblem& p, int Bc, bool unequal, bool one_section, int64_t l2_bytes, int sms) {
   BwdOrder o;
   o.n_k = (p.Nk + Bc - 1) / Bc;

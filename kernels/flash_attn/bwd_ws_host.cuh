@@ -96,7 +96,7 @@ std::string bwd_ws_unsupported(const AttnProblem& p) {
 // T{}) — one block per item (key tile, KV head and batch) in bwd_order's
 // sections (unequal: walks of unequal length, causal or a block mask's;
 // ATTNLAB_BWD_NO_SECTIONS=1: every head in one section, as the deterministic
-// mode), every Hopper backward kernel taking the same arguments, then `extra`
+// mode's walks of one length), every Hopper backward kernel taking the same arguments, then `extra`
 // (the block-sparse one's block mask and mods) — then dQ's cast.
 template <typename HeadDimsList, template <int, int> class Cfg, bool kDeterministic, typename KernelOf,
           typename... Extra>
@@ -121,7 +121,8 @@ cudaError_t bwd_ws_launch(const AttnProblem& p, const AttnGradBuffers& b, cudaSt
       cudaError_t e = launch_bwd_row_stats<T>(p, b, ws.lse2, ws.delta, nq_pad, stream, ws.dq_accum,
                                               int64_t(ws.zeroed_bytes / 4));
       if (e != cudaSuccess) return e;
-      const bool one_section = kDeterministic || env_switch_on("ATTNLAB_BWD_NO_SECTIONS");
+      // The deterministic mode: sections where walks are unequal, one section where not (bwd_order).
+      const bool one_section = (kDeterministic && !unequal) || env_switch_on("ATTNLAB_BWD_NO_SECTIONS");
       const BwdOrder order = bwd_order(p, C::kBc, unequal, one_section, int64_t(device_l2_bytes()), device_sm_count());
       // One section: (KV heads, key tiles), the key tile read from blockIdx.y (bwd_block_item).
       const dim3 grid = one_section ? dim3(unsigned(p.B * p.kv_heads()), unsigned(order.n_k))

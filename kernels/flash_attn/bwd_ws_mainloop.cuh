@@ -379,12 +379,10 @@ __device__ __forceinline__ void bwd_ws_block_walk(unsigned char* smem_raw, const
   compute(sm, w);
 }
 // The block's item: blockIdx.x in the order's sections, or with one section
-// (the deterministic mode's; bwd_ws_launch's grid is then 2-D) key tile
-// blockIdx.y of KV head blockIdx.x, read from the block's indices rather
-// than divided out (a register fewer at D = 192).
-template <bool kOneSection>
+// (bwd_ws_launch's grid is then 2-D) key tile blockIdx.y of KV head
+// blockIdx.x, read from the block's indices rather than divided out.
 __device__ __forceinline__ BwdItem bwd_block_item(const AttnProblem& p, const BwdOrder& order) {
-  if (kOneSection || gridDim.y > 1)
+  if (gridDim.y > 1)
     return {int(blockIdx.y), int(blockIdx.x) % p.kv_heads(), int(blockIdx.x) / p.kv_heads()};
   return bwd_item(p, order, int(blockIdx.x));
 }
@@ -399,7 +397,7 @@ __device__ __forceinline__ void bwd_ws_block(unsigned char* smem_raw, const Attn
   bwd_ws_block_walk<Cfg, T>(
       smem_raw, p, tma_q, tma_k, tma_v, tma_do, lse2, delta, nq_pad,
       [&] {
-        const BwdItem it = bwd_block_item<kDeterministic>(p, order);
+        const BwdItem it = bwd_block_item(p, order);
         return bwd_work<Cfg::kBr, Cfg::kBc>(p, it.j_tile, it.hk, it.b, kDeterministic);
       },
       write_dq, compute);
