@@ -123,7 +123,8 @@ cudaError_t bwd_ws_launch(const AttnProblem& p, const AttnGradBuffers& b, cudaSt
       if (e != cudaSuccess) return e;
       // The deterministic mode: sections where walks are unequal, one section where not (bwd_order).
       const bool one_section = (kDeterministic && !unequal) || env_switch_on("ATTNLAB_BWD_NO_SECTIONS");
-      const BwdOrder order = bwd_order(p, C::kBc, unequal, one_section, int64_t(device_l2_bytes()), device_sm_count());
+      const BwdOrder order =
+          bwd_order(p, C::kBc, unequal, one_section, int64_t(device_l2_bytes()), device_sm_count(), kDeterministic);
       // One section: (KV heads, key tiles), the key tile read from blockIdx.y (bwd_block_item).
       const dim3 grid = one_section ? dim3(unsigned(p.B * p.kv_heads()), unsigned(order.n_k))
                                     : dim3(unsigned(bwd_items(p, order)));

@@ -91,6 +91,13 @@ TEST_CASE(bwd_order_section_sizes) {
   o = bwd_order(problem(1, 2, 2, 300, 64, true), 128, true, false, l2, 132);
   EXPECT_EQ(o.base, 2);
   EXPECT_EQ(o.extra, 0);
+  // The deterministic mode: sections only where there are more than three (B4 H16: 8 of 8 heads;
+  // B1 H32/8: 2 would be, so one; not causal: one).
+  o = bwd_order(problem(4, 16, 16, 4096, 128, true), 128, true, false, l2, 132, true);
+  EXPECT_EQ(o.base, 8);
+  o = bwd_order(problem(1, 32, 8, 8192, 128, true), 128, true, false, l2, 132, true);
+  EXPECT_EQ(o.base, 8);
+  EXPECT_EQ(o.extra, 0);
   // 10 heads in sections of at most 3: 4 sections, of 3, 3, 2, 2.
   o = sections(4, 10, 3);
   EXPECT_EQ(o.base, 2);
