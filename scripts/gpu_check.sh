@@ -23,7 +23,9 @@
 # bwd.txt, gemm_ceiling_bwd.txt; blocksparse writes blocksparse_fuzz.txt,
 # blocksparse.csv, blocksparse.txt. Each writes summary.md (scripts/gpu_summary.sh),
 # printed last, and logs.tar.gz with every other log, and exits 0 only when
-# everything it ran passed (bwd: every harness run, no row FAIL).
+# everything it ran passed (bwd: every harness run, no row FAIL). bench and bwd
+# also print how far each peer moved against the committed CSV they replace
+# (scripts/peer_drift.py): a ratio to a peer that moved is the peer's.
 # Switches (environment): CUDA_ARCH=90a, BUILD_DIR=build-gpu, QUICK=1 (check: no
 # sanitizers; bench: no causal, bf16 or large shapes; bwd: the B=1 H=8 shapes
 # only), SANITIZER=0, SANITIZER_STREAMS=6 (runs at once), CHECK_BUDGET=540
@@ -75,6 +77,16 @@ regenerate_tables() {
   fi
 }
 torch_version=$(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null || echo none)
+# keep_previous NAME : the committed results/<gpu>/NAME as it was before this run
+# (it may be the file this run rewrites), for peer_drift below.
+keep_previous() { cp "results/${slug:-unknown-gpu}/$1" "$logs/$1.before" 2>/dev/null || true; }
+# peer_drift CSV : how far each peer moved against the committed run of the same
+# set (scripts/peer_drift.py): a ratio to a peer that moved reflects the peer.
+peer_drift() {
+  [ -s "$logs/$(basename "$1").before" ] && [ -s "$1" ] || return 0
+  step "peers against the committed $(basename "$1") (scripts/peer_drift.py)"
+  python3 scripts/peer_drift.py "$logs/$(basename "$1").before" "$1" | tee "$logs/peer_drift_$(basename "$1" .csv).txt"
+}
 
 # ---- configure + build (both steps) ------------------------------------------------
 # Ninja when there is one; exported, so that pip (scikit-build-core) configures
@@ -394,6 +406,7 @@ if [ "$mode" = bwd ]; then
   # on past BWD_BUDGET seconds (a cut run fails), and one that would start in
   # the last 30 seconds is reported as not run (and fails the step).
   csv="$out/bwd.csv"
+  keep_previous bwd.csv
   rm -f "$csv"
   : > "$out/bwd.txt"
   bwd_bench() {
@@ -426,12 +439,14 @@ if [ "$mode" = bwd ]; then
   elif grep -q ",FAIL," "$csv"; then
     echo "rows that FAILED their check: $(grep ",FAIL," "$csv" | cut -d, -f6 | sort -u | paste -sd, -)"; ok=1
   fi
+  peer_drift "$csv"
   regenerate_tables bwd.csv
   finish $ok
 fi
 
 # ---- bench: the benchmark set -------------------------------------------------------
 csv="$out/bench.csv"
+keep_previous bench.csv
 rm -f "$csv" "$out/dmattn.csv"
 # bench ARGS : every variant and peer, checked and timed, into bench.csv.
 bench() { run_bench "$out/bench.txt" "$csv" "$@" "${peers[@]}" --check --show-all --iters 20 --warmup 3; }
@@ -536,5 +551,6 @@ if [ -n "${SWEEP:-}" ]; then
 fi
 
 grep -q ",FAIL," "$csv" "$out/dmattn.csv" 2>/dev/null && ok=1
+peer_drift "$csv"
 regenerate_tables "the CSVs"
 finish $ok
