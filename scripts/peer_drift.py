@@ -23,7 +23,7 @@ import sys
 
 import results_csv as rc
 
-SHAPE = ("B", "H", "Hkv", "Nq", "Nk", "D", "Dv", "dtype", "causal")
+SHAPE = tuple(k for k in rc.KEY if k != "variant")  # a row's shape: its merge key without the variant
 
 
 def by_shape(rows):

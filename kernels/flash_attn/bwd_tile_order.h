@@ -51,18 +51,18 @@ ATTNLAB_HOST_DEVICE inline int64_t bwd_items(const AttnProblem& p, const BwdOrde
 //     section's key tile 0 would end the kernel alone);
 //   walks of one length: one KV head per section, its key tiles side by side
 //     (FlashAttention-3's non-causal grid, the key tile fastest);
-//   one_section (the deterministic mode's walks of one length: unrotated,
-//     one head's key tiles side by side would queue at every dQ tile's
-//     turn): every head in one section, the key tile the slower index (key
-//     tile 0 of every head first).
+//   one_section (ATTNLAB_BWD_NO_SECTIONS, for the A/B): every head in one
+//     section, the key tile the slower index (key tile 0 of every head first).
 // In every order a head's key tiles start in ascending order, so the
 // deterministic mode's turns (key tile j adds after j − 1) never wait for a
-// block that has not started. The deterministic mode (`deterministic`) keeps
-// unequal walks in one section unless that makes more than three: a section
-// of few heads puts more of one head's key tiles side by side, queued at the
-// same turns, which cost more than the L2 saves (measured at B = 1, 8 KV
-// heads, in two or three sections: 6–12 % slower; at B = 4 H = 16 in eight
-// and B = 2 H = 16 in four: 13 % and 4 % faster).
+// block that has not started. The deterministic mode (`deterministic`) takes
+// one section for walks of one length (unrotated, one head's key tiles side
+// by side would queue at every dQ tile's turn), and for unequal walks unless
+// the sections are more than three: a section of few heads puts more of one
+// head's key tiles side by side, queued at the same turns, which cost more
+// than the L2 saves (measured at B = 1, 8 KV heads, in two or three sections:
+// 6–12 % slower; at B = 4 H = 16 in eight and B = 2 H = 16 in four: 13 % and
+// 4 % faster).
 inline BwdOrder bwd_order(const AttnProblem& p, int Bc, bool unequal, bool one_section, int64_t l2_bytes, int sms,
                           bool deterministic = false) {
   BwdOrder o;
@@ -75,12 +75,17 @@ inline BwdOrder bwd_order(const AttnProblem& p, int Bc, bool unequal, bool one_s
     const int64_t outlast = (2 * int64_t(sms) + o.n_k - 1) / o.n_k;
     per = unequal ? (fit > outlast ? fit : outlast) : 1;
     per = per < 1 ? 1 : per > heads ? heads : per;
-    if (deterministic && heads <= 3 * per) per = heads;
+    if (deterministic && (!unequal || heads <= 3 * per)) per = heads;
   }
   const int64_t sections = (heads + per - 1) / per;
   o.base = int(heads / sections);
   o.extra = int(heads % sections);
   return o;
+}
+// Whether o is one section of every head (bwd_ws_launch then launches a 2-D
+// grid, its blocks in the same order).
+inline bool bwd_one_section(const AttnProblem& p, const BwdOrder& o) {
+  return int64_t(o.base) == int64_t(p.B) * p.kv_heads();
 }
 
 }  // namespace attnlab

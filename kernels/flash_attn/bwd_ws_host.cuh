@@ -94,10 +94,10 @@ std::string bwd_ws_unsupported(const AttnProblem& p) {
 // Runs the backward of p on a rung with these head dims and configs: the
 // pre-pass (zeroing the accumulator and the turns), the kernel kernel_of(Cfg{},
 // T{}) — one block per item (key tile, KV head and batch) in bwd_order's
-// sections (unequal: walks of unequal length, causal or a block mask's;
-// ATTNLAB_BWD_NO_SECTIONS=1: every head in one section, as the deterministic
-// mode's walks of one length), every Hopper backward kernel taking the same arguments, then `extra`
-// (the block-sparse one's block mask and mods) — then dQ's cast.
+// sections (unequal: walks of unequal length, causal or a block mask's; the
+// deterministic mode's rule there; ATTNLAB_BWD_NO_SECTIONS=1: every head in
+// one section), every Hopper backward kernel taking the same arguments, then
+// `extra` (the block-sparse one's block mask and mods) — then dQ's cast.
 template <typename HeadDimsList, template <int, int> class Cfg, bool kDeterministic, typename KernelOf,
           typename... Extra>
 cudaError_t bwd_ws_launch(const AttnProblem& p, const AttnGradBuffers& b, cudaStream_t stream, bool unequal,
@@ -121,13 +121,11 @@ cudaError_t bwd_ws_launch(const AttnProblem& p, const AttnGradBuffers& b, cudaSt
       cudaError_t e = launch_bwd_row_stats<T>(p, b, ws.lse2, ws.delta, nq_pad, stream, ws.dq_accum,
                                               int64_t(ws.zeroed_bytes / 4));
       if (e != cudaSuccess) return e;
-      // The deterministic mode: sections where walks are unequal, one section where not (bwd_order).
-      const bool one_section = (kDeterministic && !unequal) || env_switch_on("ATTNLAB_BWD_NO_SECTIONS");
-      const BwdOrder order =
-          bwd_order(p, C::kBc, unequal, one_section, int64_t(device_l2_bytes()), device_sm_count(), kDeterministic);
+      const BwdOrder order = bwd_order(p, C::kBc, unequal, env_switch_on("ATTNLAB_BWD_NO_SECTIONS"),
+                                       int64_t(device_l2_bytes()), device_sm_count(), kDeterministic);
       // One section: (KV heads, key tiles), the key tile read from blockIdx.y (bwd_block_item).
-      const dim3 grid = one_section ? dim3(unsigned(p.B * p.kv_heads()), unsigned(order.n_k))
-                                    : dim3(unsigned(bwd_items(p, order)));
+      const dim3 grid = bwd_one_section(p, order) ? dim3(unsigned(p.B * p.kv_heads()), unsigned(order.n_k))
+                                                  : dim3(unsigned(bwd_items(p, order)));
       e = launch_with_smem(kernel_of(C{}, type), grid, C::kThreads, C::kSmemBytes, stream, m.q, m.k, m.v, m.dout,
                            ws.dq_accum, static_cast<const float*>(ws.lse2), static_cast<const float*>(ws.delta), ws.dq_turns,
                            static_cast<T*>(b.dk), static_cast<T*>(b.dv), p, nq_pad, order, extra...);

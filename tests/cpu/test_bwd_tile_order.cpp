@@ -58,7 +58,7 @@ TEST_CASE(bwd_order_visits_every_item_once_section_by_section) {
 }
 
 TEST_CASE(bwd_order_one_section_is_key_tile_major) {
-  // One section (the deterministic mode): item j·heads + x is key tile j of head x.
+  // One section (ATTNLAB_BWD_NO_SECTIONS): item j·heads + x is key tile j of head x.
   const AttnProblem p = problem(2, 6, 3, 1000, 64, false);
   const int heads = 6, n_k = 8;
   const BwdOrder o = bwd_order(p, 128, true, true, 50 << 20, 132);
@@ -95,9 +95,14 @@ TEST_CASE(bwd_order_section_sizes) {
   // B1 H32/8: 2 would be, so one; not causal: one).
   o = bwd_order(problem(4, 16, 16, 4096, 128, true), 128, true, false, l2, 132, true);
   EXPECT_EQ(o.base, 8);
+  EXPECT_TRUE(!bwd_one_section(problem(4, 16, 16, 4096, 128, true), o));
   o = bwd_order(problem(1, 32, 8, 8192, 128, true), 128, true, false, l2, 132, true);
   EXPECT_EQ(o.base, 8);
   EXPECT_EQ(o.extra, 0);
+  EXPECT_TRUE(bwd_one_section(problem(1, 32, 8, 8192, 128, true), o));
+  o = bwd_order(problem(4, 16, 16, 4096, 128, false), 128, false, false, l2, 132, true);
+  EXPECT_EQ(o.base, 64);
+  EXPECT_TRUE(bwd_one_section(problem(4, 16, 16, 4096, 128, false), o));
   // 10 heads in sections of at most 3: 4 sections, of 3, 3, 2, 2.
   o = sections(4, 10, 3);
   EXPECT_EQ(o.base, 2);
