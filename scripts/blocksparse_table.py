@@ -1,4 +1,5 @@
-"""The block-sparse results table of docs/blocksparse.md, from results/<gpu>/blocksparse.csv.
+"""The block-sparse results table of docs/blocksparse.md and its plot
+(results/<gpu>/blocksparse.png), from results/<gpu>/blocksparse.csv.
 
     <!-- blocksparse:begin --> ... <!-- blocksparse:end -->
 
@@ -8,7 +9,9 @@ results_csv's rule (the newest date of each variant, shape, mask and score).
 One line per (shape, mask, score): our forward and backward TFLOPS
 (attnlab.flex_attention's, or dmattn's on a dmattn_topk mask), compiled
 flex_attention's measured in the same process, and their ratio; a row that
-did not pass its check shows its status instead of a number.
+did not pass its check shows its status instead of a number. The plot shows
+the same lines as bars: ours and flex_attention, forward and backward, our
+speed-up over flex above our bars.
 """
 import csv
 import os
@@ -17,6 +20,8 @@ import results_csv as rc
 
 BEGIN, END = "<!-- blocksparse:begin -->", "<!-- blocksparse:end -->"
 CSV = "blocksparse.csv"
+PNG = "blocksparse.png"
+DPI = 110
 OURS, PEER = "blocksparse", "flex_attention"
 DMATTN = "dmattn"  # ours on the masks named dmattn_* (bench_blocksparse.py's dmattn_topk cases)
 
@@ -54,16 +59,83 @@ def _ratio(ours, peer):
     return f"{ours['tflops'] / peer['tflops']:.2f}×" if ok else "—"
 
 
-def block(rows, csv_link):
-    """The table's markdown (or a line saying there are no results yet)."""
-    if not rows:
-        return f"No block-sparse results yet (`scripts/gpu_check.sh blocksparse` writes `{csv_link}`)."
+def _by_case(rows):
+    """The (shape, mask, score) cases in first-seen order, and each one's rows by variant."""
     cases, by = [], {}
     for r in rows:
         case = (r["B"], r["H"], r["Nq"], r["D"], r["Dv"], r["dtype"], r["mask"], r["score"])
         if case not in by:
             cases.append(case)
         by.setdefault(case, {})[r["variant"]] = r
+    return cases, by
+
+
+def _ours_names(mask, variants):
+    """Our rows of a case: dmattn's masks show dmattn, then the engine where it ran them."""
+    if mask.startswith(DMATTN):
+        return [DMATTN] + ([OURS] if OURS in variants else [])
+    return [OURS]
+
+
+def _passed(row):
+    return row is not None and row["status"] == "PASS" and row["tflops"]
+
+
+def plot(rows):
+    """blocksparse.png as bytes: TFLOPS of ours and flex_attention per case, forward and
+    backward, our speed-up above our bars; None without rows."""
+    if not rows:
+        return None
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import generated
+
+    cases, by = _by_case(rows)
+    shapes = {c[:6] for c in cases}
+    labels, bars = [], []  # bars: per case, the rows of ours fwd, flex fwd, ours bwd, flex bwd
+    for case in cases:
+        B, H, N, D, Dv, dtype, mask, score = case
+        v = by[case]
+        for ours in _ours_names(mask, v):
+            name = mask.replace(";", ",")
+            label = (name.replace(":", ":\n", 1) if len(name) > 16 else name) + ("" if score == "none" else f"\n+ {score}")
+            if ours == OURS and mask.startswith(DMATTN):
+                label += "\n(engine)"
+            if len(shapes) > 1:
+                label += f"\nB{B} H{H} N{N} D{D}"
+            labels.append(label)
+            bars.append((v.get(ours), v.get(PEER), v.get(ours + " bwd"), v.get(PEER + " bwd")))
+    series = (("ours, forward", "tab:blue", ""), ("flex_attention, forward", "tab:gray", ""),
+              ("ours, backward", "tab:blue", "//"), ("flex_attention, backward", "tab:gray", "//"))
+    width = 0.2
+    fig, ax = plt.subplots(figsize=(max(8, 1.3 * len(labels)), 4.5), layout="constrained")
+    for i, (name, colour, hatch) in enumerate(series):
+        xs = [k + (i - 1.5) * width for k in range(len(labels))]
+        heights = [b[i]["tflops"] if _passed(b[i]) else 0.0 for b in bars]
+        ax.bar(xs, heights, width, label=name, color=colour, hatch=hatch, edgecolor="white", linewidth=0.5)
+        if i in (0, 2):  # ours: the speed-up over flex in the same direction
+            for x, h, b in zip(xs, heights, bars):
+                if _passed(b[i]) and _passed(b[i + 1]):
+                    ax.text(x, h, f"{b[i]['tflops'] / b[i + 1]['tflops']:.2f}×", ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels, fontsize=8)
+    ax.set_ylabel("TFLOPS (kept pairs)")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8, ncols=2)
+    title = f"block-sparse attention against compiled flex_attention: {', '.join(sorted({r['gpu'] for r in rows}))}"
+    if len(shapes) == 1:
+        B, H, N, D, Dv, dtype = next(iter(shapes))
+        title += f", B={B} H={H} N={N} D={D}{'' if D == Dv else f'/{Dv}'} {dtype}"
+    ax.set_title(title, fontsize=10)
+    return generated.png_bytes(fig, DPI)
+
+
+def block(rows, csv_link):
+    """The table's markdown (or a line saying there are no results yet)."""
+    if not rows:
+        return f"No block-sparse results yet (`scripts/gpu_check.sh blocksparse` writes `{csv_link}`)."
+    cases, by = _by_case(rows)
     gpus = sorted({r["gpu"] for r in rows})
     lines = [f"TFLOPS on {', '.join(gpus)} from `{csv_link}` (forward 2·B·H·(D+Dv)·pairs, backward "
              "2·B·H·(3D+2Dv)·pairs, pairs the (query, key) pairs the mask keeps); flex_attention is torch's, "
@@ -76,7 +148,7 @@ def block(rows, csv_link):
         B, H, N, D, Dv, dtype, mask, score = case
         v = by[case]
         # dmattn's masks: dmattn, then the engine where it ran them (a tensor mask_mod and score_mod)
-        names = [DMATTN] + ([OURS] if OURS in v else []) if mask.startswith(DMATTN) else [OURS]
+        names = _ours_names(mask, v)
         for ours in names:
             fwd, fwd_peer = v.get(ours), v.get(PEER)
             bwd, bwd_peer = v.get(ours + " bwd"), v.get(PEER + " bwd")

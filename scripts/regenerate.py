@@ -8,6 +8,8 @@ From the CSVs under DIR/results/ (DIR: the repository, by default), rewrites
     forward rows (results_csv.load_gpu: fwd.csv and bench.csv, the newest row
     of each variant and shape);
   - results/<gpu>/dmattn/dmattn_*.png and summary.md (plot_dmattn.py);
+  - results/<gpu>/blocksparse.png of every GPU folder with a blocksparse.csv
+    (blocksparse_table.py);
   - results/compare_gpus.md and .png (compare_gpus.py);
   - in README.md and docs/*.md, every generated block, found by its markers
     (each a line of its own), from the GPU folder --gpu (default H200):
@@ -96,6 +98,11 @@ def outputs(root, docs_gpu):
         gpu_rows[name] = rc.load_gpu(folder)
         for png, data in plot.render(gpu_rows[name]).items():
             files[posix("results", name, png)] = data
+    for csv_path in sorted(glob.glob(os.path.join(results, "*", blocksparse_table.CSV))):
+        folder = os.path.dirname(csv_path)
+        png = blocksparse_table.plot(blocksparse_table.load(folder))
+        if png is not None:
+            files[posix("results", os.path.basename(folder), blocksparse_table.PNG)] = png
     for folder in sorted(glob.glob(os.path.join(results, "*", "dmattn"))):
         if plot_dmattn.found(folder):
             name = os.path.basename(os.path.dirname(folder))
