@@ -1,27 +1,18 @@
 """scripts/blocksparse_table.py's plot (results/<gpu>/blocksparse.png): PNG
 bytes with one bar group per (shape, mask, score) case, the same bytes when
 drawn again (regenerate.py's rule), and none without rows."""
-import csv
 import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import blocksparse_table as bt  # noqa: E402
-import results_csv as rc  # noqa: E402
-
-TEMPLATE_CSV = os.path.join(ROOT, "tests", "fixtures", "results", "FakeGPU-A", "fwd.csv")
+import results_rows  # noqa: E402
 
 
 def write_rows(folder, rows):
-    with open(TEMPLATE_CSV, newline="", encoding="utf-8") as f:
-        template = next(csv.DictReader(f))
-    with open(os.path.join(folder, bt.CSV), "w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=rc.COLUMNS + ("mask", "score"))
-        w.writeheader()
-        for row in rows:
-            w.writerow({**template, "B": "4", "H": "16", "Nq": "4096", "Nk": "4096", "D": "128", "Dv": "128",
-                        "dtype": "bf16", "status": "PASS", "score": "none", "note": "", **row})
+    results_rows.write_rows(os.path.join(folder, bt.CSV), rows, ("mask", "score"), B="4", H="16", Nq="4096",
+                            Nk="4096", D="128", Dv="128", dtype="bf16", score="none", note="")
 
 
 def test_plot_is_a_png_drawn_the_same_twice(tmp_path):

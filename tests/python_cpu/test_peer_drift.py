@@ -1,25 +1,12 @@
 """scripts/peer_drift.py: each peer's TFLOPS before and after, a shape marked
 where a peer moved by more than the threshold, the count on the last line."""
-import csv
 import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import peer_drift  # noqa: E402
-import results_csv as rc  # noqa: E402
-
-CSV_A = os.path.join(ROOT, "tests", "fixtures", "results", "FakeGPU-A", "fwd.csv")
-
-
-def write_csv(path, rows):
-    with open(CSV_A, newline="", encoding="utf-8") as f:
-        template = next(csv.DictReader(f))
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=rc.COLUMNS)
-        w.writeheader()
-        for row in rows:
-            w.writerow({**template, "status": "PASS", **row})
+from results_rows import write_rows as write_csv  # noqa: E402
 
 
 def run_set(cudnn, rung, causal="0", D="128"):
