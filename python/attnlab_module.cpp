@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "blocksparse/blocksparse_fwd.h"
 #include "blocksparse/mods.h"
 #include "dmattn/dmattn.h"
+#include "host/launch.h"
 #include "host/variant.h"
 #include "reference/mods_reference.h"
 #include "reference/reference.h"
@@ -84,6 +86,14 @@ GradLaunch grad_launch(const at::Tensor& q_in, const at::Tensor& k_in, const at:
     b.workspace_bytes = workspace_bytes;
   }
   return g;
+}
+
+// What a failed launch says: the variant's own words, else the reason the
+// launch recorded (a tensor map's rule, the step that failed), else CUDA's.
+std::string failure_text(const std::function<std::string()>& last_error, cudaError_t err) {
+  if (std::string own = last_error ? last_error() : std::string(); !own.empty()) return own;
+  if (!attnlab::launch_detail().empty()) return attnlab::launch_detail();
+  return cudaGetErrorString(err);
 }
 
 std::string str(at::IntArrayRef v) {
@@ -209,9 +219,10 @@ std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& q_in, const at::Ten
     b.workspace = workspace.data_ptr();
     b.workspace_bytes = bytes;
   }
+  attnlab::launch_detail().clear();
   const cudaError_t err = var.launch(p, b, at::cuda::getCurrentCUDAStream());
   if (err != cudaSuccess)
-    throw std::runtime_error("attnlab.forward: " + variant + " failed: " + cudaGetErrorString(err));
+    throw std::runtime_error("attnlab.forward: " + variant + " failed: " + failure_text(var.last_error, err));
   return {o, lse};
 }
 
@@ -269,12 +280,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor& q_in, 
   ATTNLAB_BWD_REQUIRE_VALUE(why.empty(),
                             "variant '" + variant + "' does not support " + p.shape_string() + ": " + why);
   const GradLaunch g = grad_launch(q_in, k_in, v_in, o_in, lse, dout_in, var.workspace_bytes(p));
+  attnlab::launch_detail().clear();
   const cudaError_t err = var.launch(p, g.b, at::cuda::getCurrentCUDAStream());
-  if (err != cudaSuccess) {
-    const std::string detail = var.last_error ? var.last_error() : std::string();
-    throw std::runtime_error("attnlab.backward: " + variant + " failed: " +
-                             (detail.empty() ? std::string(cudaGetErrorString(err)) : detail));
-  }
+  if (err != cudaSuccess)
+    throw std::runtime_error("attnlab.backward: " + variant + " failed: " + failure_text(var.last_error, err));
   return {g.dq, g.dk, g.dv};
 }
 
@@ -413,11 +422,12 @@ at::Tensor dma_pack_mask_bits(const at::Tensor& mask) {
   const c10::cuda::CUDAGuard guard(mask.device());
   at::Tensor out = at::empty({mask.size(0), mask.size(1), mask.size(2), attnlab::dma_mask_bit_row_words(p.Nk)},
                              mask.options().dtype(at::kInt));
+  attnlab::launch_detail().clear();
   const cudaError_t err =
       attnlab::dma_pack_mask_bits(p, static_cast<uint32_t*>(out.data_ptr()), at::cuda::getCurrentCUDAStream());
   if (err != cudaSuccess)
     throw std::runtime_error(std::string("attnlab.pack_mask: packing ") + str(mask.sizes()) +
-                             " failed: " + cudaGetErrorString(err));
+                             " failed: " + failure_text(nullptr, err));
   return out;
 }
 
@@ -463,10 +473,11 @@ std::tuple<at::Tensor, at::Tensor, std::optional<at::Tensor>> dma_forward(const 
                       "mask_summary must be attnlab.build_mask_summary's for the same inputs");
     a.mask_summary = static_cast<const uint32_t*>(mask_summary->data_ptr());
   }
+  attnlab::launch_detail().clear();
   const cudaError_t err = attnlab::dma_forward(p, a, at::cuda::getCurrentCUDAStream());
   if (err != cudaSuccess)
     throw std::runtime_error(std::string(kDmaName) + ": forward of " + p.shape_string() +
-                             " failed: " + cudaGetErrorString(err));
+                             " failed: " + failure_text(nullptr, err));
   std::optional<at::Tensor> summary;
   if (check_backward && attnlab::dma_forward_mask_summary(p, a) != nullptr) summary = given ? *mask_summary : workspace;
   return {o, lse, summary};
@@ -482,11 +493,12 @@ at::Tensor dma_build_mask_summary(const at::Tensor& q, const at::Tensor& k, cons
   // Sized as dma_forward's workspace for one split, whose first bytes are the
   // summary: so that dma_backward takes it as it takes that workspace.
   at::Tensor out = workspace_tensor(std::max<size_t>(attnlab::dma_forward_workspace_bytes(p, 1), 16), q);
+  attnlab::launch_detail().clear();
   const cudaError_t err = attnlab::dma_build_mask_summary(p, static_cast<uint32_t*>(out.data_ptr()),
                                                           at::cuda::getCurrentCUDAStream());
   if (err != cudaSuccess)
     throw std::runtime_error(std::string(kDmaName) + ": mask summary of " + p.shape_string() +
-                             " failed: " + cudaGetErrorString(err));
+                             " failed: " + failure_text(nullptr, err));
   return out;
 }
 
@@ -548,10 +560,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, std::optional<at::Tensor>> dma_ba
     a.workspace = static_cast<float*>(workspace.data_ptr());
     a.workspace_bytes = bytes;
   }
+  attnlab::launch_detail().clear();
   const cudaError_t err = attnlab::dma_backward(p, a, at::cuda::getCurrentCUDAStream());
   if (err != cudaSuccess)
     throw std::runtime_error(std::string(kDmaName) + ": backward of " + p.shape_string() +
-                             " failed: " + cudaGetErrorString(err));
+                             " failed: " + failure_text(nullptr, err));
   return {dq, dk, dv, dbias};
 }
 
@@ -755,9 +768,10 @@ std::tuple<std::vector<at::Tensor>, std::string> bs_create_block_mask(const std:
   attnlab::BlockMaskView v = checked_block_mask(t, Nq, Nk, block_q, block_kv, device, where);
   const at::Tensor kinds = at::empty({B, H, M, N}, opts.dtype(at::kChar));
   v.kinds = static_cast<int8_t*>(kinds.data_ptr());
+  attnlab::launch_detail().clear();
   const cudaError_t err = attnlab::build_block_mask_from_mod(mask, v, at::cuda::getCurrentCUDAStream());
   if (err != cudaSuccess)
-    throw std::runtime_error(std::string(where) + ": building the block mask failed: " + cudaGetErrorString(err));
+    throw std::runtime_error(std::string(where) + ": building the block mask failed: " + failure_text(nullptr, err));
   return {t, attnlab::mask_mod_name(mask)};
 }
 
@@ -810,10 +824,11 @@ std::tuple<at::Tensor, at::Tensor> bs_forward(const at::Tensor& q_in, const at::
   const at::Tensor workspace = workspace_tensor(attnlab::blocksparse_fwd_workspace_bytes(), q);  // its item counter
   b.workspace = workspace.data_ptr();
   b.workspace_bytes = attnlab::blocksparse_fwd_workspace_bytes();
+  attnlab::launch_detail().clear();
   const cudaError_t err = attnlab::blocksparse_fwd(p, b, view, mask, score, at::cuda::getCurrentCUDAStream());
   if (err != cudaSuccess)
     throw std::runtime_error(std::string(where) + ": forward of " + p.shape_string() + " failed: " +
-                             cudaGetErrorString(err));
+                             failure_text(nullptr, err));
   return {o, lse};
 }
 
@@ -843,11 +858,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bs_backward(
   ATTNLAB_RAISE_UNLESS(why.empty(), py::value_error, where, "does not support " + p.shape_string() + ": " + why);
   const GradLaunch g =
       grad_launch(q_in, k_in, v_in, o_in, lse, dout_in, attnlab::blocksparse_bwd_workspace_bytes(p, view));
+  attnlab::launch_detail().clear();
   const cudaError_t err =
       attnlab::blocksparse_bwd(p, g.b, view, mask, score, deterministic, at::cuda::getCurrentCUDAStream());
   if (err != cudaSuccess)
     throw std::runtime_error(std::string(where) + ": backward of " + p.shape_string() + " failed: " +
-                             cudaGetErrorString(err));
+                             failure_text(nullptr, err));
   return {g.dq, g.dk, g.dv};
 }
 
@@ -865,11 +881,12 @@ int64_t bs_kept_pairs(const std::string& spec, int64_t B, int64_t H, int64_t Nq,
   const attnlab::MaskMod mask = checked_mask_mod(spec, Nq, Nk, doc_ids, B, device, where, mask_bits, H);
   const c10::cuda::CUDAGuard guard(device);
   const at::Tensor counter = at::zeros({1}, at::TensorOptions().dtype(at::kLong).device(device));
+  attnlab::launch_detail().clear();
   const cudaError_t err =
       attnlab::count_kept_pairs(mask, int(B), int(H), int(Nq), int(Nk),
                                 reinterpret_cast<unsigned long long*>(counter.data_ptr()),
                                 at::cuda::getCurrentCUDAStream());
-  if (err != cudaSuccess) throw std::runtime_error(std::string(where) + ": " + cudaGetErrorString(err));
+  if (err != cudaSuccess) throw std::runtime_error(std::string(where) + ": " + failure_text(nullptr, err));
   return counter.item<int64_t>();
 }
 

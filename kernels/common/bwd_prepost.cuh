@@ -28,6 +28,7 @@
 #include "common/online_softmax.cuh"
 #include "common/ptx.cuh"
 #include "host/attn_problem.h"
+#include "host/launch.h"
 
 namespace attnlab {
 
@@ -113,25 +114,23 @@ cudaError_t launch_bwd_row_stats(const AttnProblem& p, const AttnGradBuffers& b,
                                  int nq_pad, cudaStream_t stream, float* acc = nullptr, int64_t acc_floats = 0) {
   const int64_t rows = p.heads() * nq_pad;
   auto launch = [&](auto kernel, int lanes) {
-    kernel<<<unsigned((rows * lanes + 255) / 256), 256, 0, stream>>>(
-        static_cast<const T*>(b.o), static_cast<const T*>(b.dout), b.lse, lse2, delta, p.Nq, nq_pad, p.Dv, rows,
-        reinterpret_cast<float4*>(acc), acc == nullptr ? int64_t(0) : acc_floats / 4);
+    return launch_kernel(kernel, dim3(unsigned((rows * lanes + 255) / 256)), dim3(256), 0, stream,
+                         static_cast<const T*>(b.o), static_cast<const T*>(b.dout), b.lse, lse2, delta, p.Nq, nq_pad,
+                         p.Dv, rows, reinterpret_cast<float4*>(acc), acc == nullptr ? int64_t(0) : acc_floats / 4);
   };
   // The lanes of a row: as many as cover Dv in one step of 8 columns each, at most a warp.
-  if (p.Dv <= 32) launch(bwd_row_stats_kernel<T, 4>, 4);
-  else if (p.Dv <= 64) launch(bwd_row_stats_kernel<T, 8>, 8);
-  else if (p.Dv <= 128) launch(bwd_row_stats_kernel<T, 16>, 16);
-  else launch(bwd_row_stats_kernel<T, 32>, 32);
-  return cudaGetLastError();
+  if (p.Dv <= 32) return launch(bwd_row_stats_kernel<T, 4>, 4);
+  if (p.Dv <= 64) return launch(bwd_row_stats_kernel<T, 8>, 8);
+  if (p.Dv <= 128) return launch(bwd_row_stats_kernel<T, 16>, 16);
+  return launch(bwd_row_stats_kernel<T, 32>, 32);
 }
 
 template <typename T>
 cudaError_t launch_bwd_dq_convert(const AttnProblem& p, const float* acc, void* dq, int nq_pad, cudaStream_t stream,
                                   int tile_rows = 0) {
   const int64_t octs = p.q_elems() / 8;
-  bwd_dq_convert_kernel<T><<<unsigned((octs + 255) / 256), 256, 0, stream>>>(acc, static_cast<T*>(dq), p.Nq, nq_pad,
-                                                                          p.D, tile_rows, octs);
-  return cudaGetLastError();
+  return launch_kernel(bwd_dq_convert_kernel<T>, dim3(unsigned((octs + 255) / 256)), dim3(256), 0, stream, acc,
+                       static_cast<T*>(dq), p.Nq, nq_pad, p.D, tile_rows, octs);
 }
 
 }  // namespace attnlab

@@ -19,6 +19,7 @@
 #include "host/arch.h"
 #include "host/attn_problem.h"
 #include "host/env_switch.h"
+#include "host/launch.h"
 #include "host/rung_host.cuh"
 #include "host/tensor_map.h"
 #include "host/variant.h"
@@ -108,19 +109,21 @@ cudaError_t bwd_ws_launch(const AttnProblem& p, const AttnGradBuffers& b, cudaSt
     err = dispatch_dtype(p.dtype, [&](auto type) {
       using T = decltype(type);
       const BwdWorkspace ws = bwd_workspace(p, C::kBr, b.workspace);
-      if (b.workspace == nullptr || b.workspace_bytes < ws.bytes) return cudaErrorInvalidValue;
+      if (b.workspace == nullptr || b.workspace_bytes < ws.bytes)
+        return launch_failed(cudaErrorInvalidValue, "the workspace holds " + std::to_string(b.workspace_bytes) +
+                                                        " bytes; the backward needs " + std::to_string(ws.bytes));
       const int nq_pad = bwd_padded_rows(p.Nq, C::kBr);
       const int64_t kv_heads = int64_t(p.B) * p.kv_heads();
       BwdMaps m;
-      if (!encode_head_tiles<C::kBr>(&m.q, b.q, p.dtype, p.heads(), p.Nq, p.D) ||
-          !encode_head_tiles<C::kBr>(&m.dout, b.dout, p.dtype, p.heads(), p.Nq, p.Dv) ||
-          !encode_head_tiles<C::kBc>(&m.k, b.k, p.dtype, kv_heads, p.Nk, p.D) ||
-          !encode_head_tiles<C::kBc>(&m.v, b.v, p.dtype, kv_heads, p.Nk, p.Dv))
-        return cudaErrorInvalidValue;
+      if (!encode_head_tiles<C::kBr>(&m.q, b.q, p.dtype, p.heads(), p.Nq, p.D, "Q") ||
+          !encode_head_tiles<C::kBr>(&m.dout, b.dout, p.dtype, p.heads(), p.Nq, p.Dv, "dO") ||
+          !encode_head_tiles<C::kBc>(&m.k, b.k, p.dtype, kv_heads, p.Nk, p.D, "K") ||
+          !encode_head_tiles<C::kBc>(&m.v, b.v, p.dtype, kv_heads, p.Nk, p.Dv, "V"))
+        return cudaErrorInvalidValue;  // (launch_detail() says which map and why)
       // The pre-pass zeroes the accumulator and the turn counters behind it (whole 256-byte parts).
       cudaError_t e = launch_bwd_row_stats<T>(p, b, ws.lse2, ws.delta, nq_pad, stream, ws.dq_accum,
                                               int64_t(ws.zeroed_bytes / 4));
-      if (e != cudaSuccess) return e;
+      if (e != cudaSuccess) return launch_step(e, "the pre-pass (Δ, LSE·log2e)");
       const BwdOrder order = bwd_order(p, C::kBc, unequal, env_switch_on("ATTNLAB_BWD_NO_SECTIONS"),
                                        int64_t(device_l2_bytes()), device_sm_count(), kDeterministic);
       // One section: (KV heads, key tiles), the key tile read from blockIdx.y (bwd_block_item).
@@ -129,8 +132,11 @@ cudaError_t bwd_ws_launch(const AttnProblem& p, const AttnGradBuffers& b, cudaSt
       e = launch_with_smem(kernel_of(C{}, type), grid, C::kThreads, C::kSmemBytes, stream, m.q, m.k, m.v, m.dout,
                            ws.dq_accum, static_cast<const float*>(ws.lse2), static_cast<const float*>(ws.delta), ws.dq_turns,
                            static_cast<T*>(b.dk), static_cast<T*>(b.dv), p, nq_pad, order, extra...);
-      if (e != cudaSuccess) return e;
-      return launch_bwd_dq_convert<T>(p, ws.dq_accum, b.dq, nq_pad, stream, C::kBr);
+      if (e != cudaSuccess)
+        return launch_step(e, "the main kernel (grid " + std::to_string(grid.x) + " x " + std::to_string(grid.y) +
+                                  ", " + std::to_string(C::kThreads) + " threads, " +
+                                  std::to_string(C::kSmemBytes) + " B shared memory)");
+      return launch_step(launch_bwd_dq_convert<T>(p, ws.dq_accum, b.dq, nq_pad, stream, C::kBr), "dQ's cast");
     });
   });
   return err;
@@ -150,8 +156,10 @@ BwdVariant bwd_ws_variant(const std::string& name, const std::string& rung, Kern
   v.unsupported_reason = bwd_ws_unsupported<HeadDimsList, Cfg>;
   v.workspace_bytes = bwd_ws_workspace_bytes<HeadDimsList, Cfg>;
   v.launch = [kernel_of](const AttnProblem& p, const AttnGradBuffers& b, cudaStream_t stream) {
+    launch_detail().clear();
     return bwd_ws_launch<HeadDimsList, Cfg, kDeterministic>(p, b, stream, p.causal, kernel_of);
   };
+  v.last_error = [] { return launch_detail(); };
   v.describe = [what, tiles] {
     return what + (kDeterministic ? " in key-tile order (bitwise reproducible)" : "") + "; " + tiles();
   };

@@ -12,6 +12,7 @@
 
 #include "host/attn_problem.h"
 #include "host/env_switch.h"
+#include "host/launch.h"
 #include "host/variant.h"
 
 namespace attnlab {
@@ -69,14 +70,14 @@ inline std::string common_unsupported(const AttnProblem& p, bool head_dim_ok, co
   return smem_unsupported(smem_bytes);
 }
 
-// Sets the kernel's dynamic shared-memory limit and launches it.
+// Sets the kernel's dynamic shared-memory limit and launches it (launch_kernel:
+// the status of this launch alone).
 template <typename Kernel, typename... Args>
 cudaError_t launch_with_smem(Kernel kernel, dim3 grid, int threads, int smem_bytes, cudaStream_t stream,
                              Args... args) {
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
   if (err != cudaSuccess) return err;
-  kernel<<<grid, threads, smem_bytes, stream>>>(args...);
-  return cudaGetLastError();
+  return launch_kernel(kernel, grid, dim3(threads), size_t(smem_bytes), stream, args...);
 }
 
 // True on an sm_90 or newer device (programmatic dependent launch, wgmma, TMA).
@@ -105,8 +106,7 @@ cudaError_t launch_with_attribute(Kernel kernel, dim3 grid, int threads, int sme
   if (attribute != nullptr) copy = *attribute;
   config.attrs = &copy;
   config.numAttrs = attribute != nullptr ? 1 : 0;
-  err = cudaLaunchKernelEx(&config, kernel, args...);
-  return err != cudaSuccess ? err : cudaGetLastError();
+  return cudaLaunchKernelEx(&config, kernel, args...);  // this launch's own status (host/launch.h)
 }
 
 // launch_with_smem, but on sm_90 with programmatic stream serialization: the
