@@ -10,17 +10,21 @@ the same top-W mask (cases dmattn_topk:...).
     PYTHONPATH=build/python python3 scripts/bench_blocksparse.py --B 1 --H 8 --N 8192 --cases causal,document:4
     PYTHONPATH=build/python python3 scripts/bench_blocksparse.py --cases dmattn_topk:1024,dmattn_topk:256
 
-Rows per case: `blocksparse` (ours, kind rung) and `flex_attention` (torch,
-torch.compile'd, kind peer), then their backward, `blocksparse bwd` and
-`flex_attention bwd` (unless --no-bwd): the gradients of out·dO for a random
-dO, the backward alone timed (torch.autograd.grad on a forward graph kept for
-it), TFLOPS 2·B·H·(3D+2Dv)·pairs / time, each of dQ, dK, dV checked by the
-rule below against eager flex_attention's autograd. Timing: CUDA events around each call, after warm-up, each call
-after an L2 flush (a 256 MiB write) and a queued GPU delay (torch.cuda._sleep,
-about 300 µs, the harness's host/gpu_delay.h: the call's host-side dispatch,
-Python and torch.compile's guards included, happens while the GPU is still
-busy, so the events measure GPU time alone), the calls of the two rows
-interleaved round by round; the median is reported. TFLOPS: 2·B·H·(D+Dv)·pairs / time,
+Rows per case: `blocksparse` (ours, kind rung), `flex_attention` (torch,
+torch.compile'd on its Triton backend, kind peer) and `flex_attention(flash)`
+(the same compiled on FlashAttention-4's kernels, kernel_options={"BACKEND":
+"FLASH"}, kind peer: where torch refuses the mask or score on that backend, or
+flash-attn-4 is not installed, a row `unsupported` with torch's reason), then
+their backward, `blocksparse bwd`, `flex_attention bwd` and
+`flex_attention(flash) bwd` (unless --no-bwd): the gradients of out·dO for a
+random dO, the backward alone timed (torch.autograd.grad on a forward graph
+kept for it), TFLOPS 2·B·H·(3D+2Dv)·pairs / time, each of dQ, dK, dV checked
+by the rule below against eager flex_attention's autograd. Our rows' ratio to
+the best peer is to the faster flex that passed. Timing (gpu_timing.py, the
+harness's rule): CUDA events around each call, after warm-up, each call after
+an L2 flush and a queued GPU delay, so the events measure GPU time alone, the
+calls of a case's rows interleaved round by round; the median is reported.
+TFLOPS: 2·B·H·(D+Dv)·pairs / time,
 pairs = the (b, h, q, k) the mask_mod keeps, counted exactly on the GPU
 (attnlab.kept_pairs), not the visited blocks'. The check (unless --no-check):
 torch's eager flex_attention on fp32 copies is the reference, eager
@@ -63,51 +67,32 @@ flex_attention with the same mask_mod and score_mod.
 Writes results/<gpu>/blocksparse.csv (--csv): bench.csv's columns
 (docs/results.md), then `mask` and `score`; the CSV is not quoted, so a
 spec's commas are written as ';' (sliding_window:1024;0). dmattn rows:
-mask dmattn_topk:W;BLOCK, score bias, causal 1.
+mask dmattn_topk:W;BLOCK, score bias, causal 1. The output's first line and
+every row's note end with the software line (run_info.py: torch, cuDNN, CUDA,
+driver, flash-attn-4, CUTLASS DSL), which says which flex backends could run.
 """
 import argparse
-import datetime
 import math
 import os
 import random
 import re
-import statistics
-import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))  # flex_reference: the checks' rounding floor
 import results_csv  # noqa: E402
+import run_info  # noqa: E402
 
 CSV_COLUMNS = tuple(results_csv.COLUMNS) + ("mask", "score")
 # MASK[+SCORE]; a spec's own commas written as ';' (the list is comma-separated)
 DEFAULT_CASES = ("causal", "sliding_window:1024;0", "document:4", "prefix_lm:512", "mini_causal:64",
                  "causal+rel_bias", "causal+alibi", "dmattn_topk:1024")
-FLUSH_BYTES = 256 << 20
-DELAY_CYCLES = 600_000  # torch.cuda._sleep's spin before each timed call: 300 µs at 2 GHz, longer at lower clocks
+FLEX, FLEX_FLASH = "flex_attention", "flex_attention(flash)"
+FLASH_OPTIONS = {"BACKEND": "FLASH"}  # torch's flex_attention on FlashAttention-4's CuTe DSL kernels
 DMATTN_TOPK = "dmattn_topk"
 TOPK_DEFAULTS = (1024, 64)  # flash_attn_mma's --window and --block (bench/cli.h)
 TOPK_SLICE = 1 << 25        # scores sorted at a time by topk_mask (rows of queries: 128 at B=4 H=16 N=4096)
-
-
-def csv_text(value):
-    """A CSV field as the harness writes it (bench/runner.cpp csv_field): commas, quotes and newlines become ';'."""
-    return re.sub(r'[,"\n]', ";", str(value))
-
-
-def gpu_slug(name):
-    """results/<gpu>/ as scripts/gpu_check.sh names it: "NVIDIA H200" -> "H200"."""
-    name = re.sub(r"^NVIDIA ", "", name)
-    name = re.sub(r"^GeForce ", "", name)
-    return re.sub(r"-$", "", re.sub(r"[^A-Za-z0-9.]+", "-", name)) or "unknown-gpu"
-
-
-def run(cmd):
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return ""
 
 
 def parse_case(text):
@@ -189,51 +174,34 @@ def main():
     import attnlab
     from attnlab import mods
     from flex_reference import rounding_floor
+    from gpu_timing import Timer
 
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     B, H, N, D = args.B, args.H, args.N, args.D
     device = torch.device("cuda")
     for limit in ("recompile_limit", "cache_size_limit"):  # the name differs between torch versions
-        if hasattr(torch._dynamo.config, limit):
-            setattr(torch._dynamo.config, limit, max(getattr(torch._dynamo.config, limit), 64))
+        if hasattr(torch._dynamo.config, limit):  # (each case compiles both flex backends, forward and backward)
+            setattr(torch._dynamo.config, limit, max(getattr(torch._dynamo.config, limit), 128))
     compiled_flex = torch.compile(tf.flex_attention)
-    flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device=device)
+    timer = Timer(torch, device)
     gpu = torch.cuda.get_device_name()
-    path = None if args.no_csv else args.csv or os.path.join(ROOT, "results", gpu_slug(gpu), "blocksparse.csv")
+    path = None if args.no_csv else args.csv or os.path.join(ROOT, "results", run_info.gpu_slug(gpu),
+                                                             "blocksparse.csv")
     if path and os.path.exists(path) and os.path.getsize(path) > 0:
         with open(path, encoding="utf-8") as f:
             if f.readline().rstrip("\r\n") != ",".join(CSV_COLUMNS):
                 sys.exit(f"bench_blocksparse.py: {path} has other columns than these rows' (bench.csv's, mask, "
                          "score): use another file")
-    sys_fields = {
-        "gpu": gpu,
-        "driver": (run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]).splitlines() or [""])[0],
-        "cuda": f"runtime {torch.version.cuda}",
-        "commit": os.environ.get("ATTNLAB_COMMIT") or run(["git", "rev-parse", "--short=12", "HEAD"]) or "unknown",
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-    }
+    versions = run_info.software(torch)
+    software = run_info.software_line(versions)
+    sys_fields = run_info.system_fields(gpu, versions)
 
     def time_interleaved(calls):
-        """Median ms of each call: warm-up, then rounds over the calls, each after an L2 flush. A call is
-        a function, or (prepare, timed): prepare() runs untimed and its result goes to timed (a
-        backward's forward graph: a compiled backward cannot keep its graph for another run)."""
-        calls = [c if isinstance(c, tuple) else (lambda: None, lambda _, c=c: c()) for c in calls]
-        for prepare, timed in calls:
-            for _ in range(args.warmup):
-                timed(prepare())
-        times = [[] for _ in calls]
-        for _ in range(args.iters):
-            for i, (prepare, timed) in enumerate(calls):
-                arg = prepare()
-                flush.fill_(1)
-                torch.cuda._sleep(DELAY_CYCLES)
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                timed(arg)
-                end.record()
-                end.synchronize()
-                times[i].append(start.elapsed_time(end))
-        return [statistics.median(t) for t in times]
+        """Median ms of each call (None where it raised: its error, the first line, in errors) by the
+        harness's rule (gpu_timing.py). A call is a function, or (prepare, timed): prepare() runs untimed
+        and its result goes to timed (a backward's forward graph: a compiled backward cannot keep its graph
+        for another run)."""
+        return timer.time_interleaved(calls, args.warmup, args.iters)
 
     def flex_eager(q, k, v, block_mask, score_fn):
         """torch's flex_attention uncompiled (its eager path): (out, lse)."""
@@ -253,29 +221,75 @@ def main():
         leaves = [t.detach().requires_grad_() for t in (q, k, v)]
         return torch.autograd.grad(forward(*leaves), leaves, dout)
 
-    def add_row(name, kind, ms, flops, ms_peer, check, case):
-        """One row of the CSV and its line; case: the case's mask, score, causal and note columns."""
-        tflops = flops / (ms * 1e-3) / 1e12
+    def add_row(name, kind, ms, flops, ms_peer, check, case, status=None, why=""):
+        """One row of the CSV and its line; case: the case's mask, score, causal and note columns. ms None: a
+        row that did not run, its status (unsupported, error) and why in `status` and `why`."""
         err, tol = check if check else (None, None)
-        status = "unchecked" if err is None else ("PASS" if err <= tol else "FAIL")
+        if status is None:
+            status = "unchecked" if err is None else ("PASS" if err <= tol else "FAIL")
+        ran = ms is not None
+        tflops = flops / (ms * 1e-3) / 1e12 if ran else None
         rows.append({**sys_fields, "variant": name, "kind": kind, "B": B, "H": H, "Nq": N, "Nk": N, "D": D,
-                     "Dv": D, "dtype": args.dtype, "causal": int(case["causal"]), "time_ms": f"{ms:.6f}",
-                     "tflops": f"{tflops:.2f}", "ratio_to_best_peer": f"{ms_peer / ms:.3f}" if kind == "rung" else "",
+                     "Dv": D, "dtype": args.dtype, "causal": int(case["causal"]), "time_ms": f"{ms:.6f}" if ran else "",
+                     "tflops": f"{tflops:.2f}" if ran else "",
+                     "ratio_to_best_peer": f"{ms_peer / ms:.3f}" if kind == "rung" and ran and ms_peer else "",
                      "status": status, "max_err": "" if err is None else f"{err:.3e}",
                      "tol": "" if tol is None else f"{tol:.3e}", "lse_err": "", "seed": args.seed,
-                     "note": case["note"], "mask": case["mask"], "score": case["score"] or "none"})
-        print(f"{case['mask'] + ('+' + case['score'] if case['score'] else ''):>28} {name:>20}: time:{ms:.6f}ms, "
-              f"TFLOPS:{tflops:<8.2f} {status}" + ("" if err is None else f" err {err:.2e} (tol {tol:.2e})"))
+                     "note": "; ".join(p for p in (why, case["note"], software) if p), "mask": case["mask"],
+                     "score": case["score"] or "none"})
+        label = case['mask'] + ('+' + case['score'] if case['score'] else '')
+        if not ran:
+            print(f"{label:>28} {name:>20}: {status}: {why}")
+            return
+        print(f"{label:>28} {name:>20}: time:{ms:.6f}ms, TFLOPS:{tflops:<8.2f} {status}"
+              + ("" if err is None else f" err {err:.2e} (tol {tol:.2e})"))
 
     def normal(*shape):
         return torch.randn(*shape, device=device, dtype=dtype)
 
+    def passed(check):
+        return check is None or check[0] <= check[1]
+
+    def rows_of(ours, peers, refused, ms, errors, checks, flops, case, suffix=""):
+        """The rows of one direction of a case: the peers', then ours with the ratio to the faster peer that
+        ran and passed; `refused`: {peer: torch's reason} of the peers that did not run."""
+        best_peer = min((ms[p] for p in peers if ms.get(p) and passed(checks.get(p))), default=None)
+        for name in peers:
+            if name in refused:
+                add_row(name + suffix, "peer", None, flops, None, None, case, "unsupported", refused[name])
+            elif errors[name]:
+                add_row(name + suffix, "peer", None, flops, None, None, case, "error", errors[name])
+            else:
+                add_row(name + suffix, "peer", ms[name], flops, None, checks.get(name), case)
+        for name in ours:
+            if errors[name]:
+                add_row(name + suffix, "rung", None, flops, None, None, case, "error", errors[name])
+                continue
+            add_row(name + suffix, "rung", ms[name], flops, best_peer, checks.get(name), case)
+            for peer in (p for p in peers if ms.get(p)):
+                print(f"{'':>28} {'':>20}  {name + suffix} / {peer + suffix}: {ms[peer] / ms[name]:.2f}x")
+
     def compare(ours, q, k, v, block_mask, score_fn, pairs, case):
         """One case's rows: each of `ours` ({rung name: f(q, k, v) -> out}) and compiled flex_attention on
-        block_mask and score_fn (the peer), forward, then (unless --no-bwd) backward, each checked against
-        eager flex_attention on the same."""
-        forwards = {**ours,
-                    "flex_attention": lambda a, b, c: compiled_flex(a, b, c, score_mod=score_fn, block_mask=block_mask)}
+        block_mask and score_fn (the peers: its Triton backend and, where torch accepts the mods there,
+        FlashAttention-4's), forward, then (unless --no-bwd) backward, each checked against eager
+        flex_attention on the same."""
+        peers = {FLEX: lambda a, b, c: compiled_flex(a, b, c, score_mod=score_fn, block_mask=block_mask),
+                 FLEX_FLASH: lambda a, b, c: compiled_flex(a, b, c, score_mod=score_fn, block_mask=block_mask,
+                                                           kernel_options=FLASH_OPTIONS)}
+        refused = {}  # a trial call of the FLASH backend (its compile, untimed): torch's refusal, one line
+
+        def trial(name, call):
+            if name in refused:
+                return
+            try:
+                call()
+                torch.cuda.synchronize()
+            except Exception as e:
+                refused[name] = run_info.first_line(e) or type(e).__name__
+
+        trial(FLEX_FLASH, lambda: peers[FLEX_FLASH](q, k, v))
+        forwards = {**ours, **{name: f for name, f in peers.items() if name not in refused}}
 
         def eager(a, b, c):
             return flex_eager(a, b, c, block_mask, score_fn)[0]
@@ -285,22 +299,21 @@ def main():
             ref, low = eager(q.float(), k.float(), v.float()), eager(q, k, v)
             checks = {variant: rule(forward(q, k, v), ref, low) for variant, forward in forwards.items()}
             del ref, low
-        *ms_ours, ms_theirs = time_interleaved([lambda f=f: f(q, k, v) for f in forwards.values()])
-        flops = 2.0 * (D + D) * pairs
-        add_row("flex_attention", "peer", ms_theirs, flops, ms_theirs, checks.get("flex_attention"), case)
-        for name, ms in zip(ours, ms_ours):
-            add_row(name, "rung", ms, flops, ms_theirs, checks.get(name), case)
-            print(f"{'':>28} {'':>20}  {name} / flex_attention: {ms_theirs / ms:.2f}x")
+        times, errors = time_interleaved([lambda f=f: f(q, k, v) for f in forwards.values()])
+        rows_of(ours, peers, refused, dict(zip(forwards, times)), dict(zip(forwards, errors)), checks,
+                2.0 * (D + D) * pairs, case)
         if args.no_bwd:
             return
 
         # The backward: each side's forward run untimed, its backward alone timed.
         dout = normal(B, H, N, D)
+        trial(FLEX_FLASH, lambda: gradients(peers[FLEX_FLASH], q, k, v, dout))
+        backwards = {name: f for name, f in forwards.items() if name not in refused}
         bwd_checks = {}
         if not args.no_check:
             ref = gradients(eager, q.float(), k.float(), v.float(), dout.float())
             low = gradients(eager, q, k, v, dout)
-            for variant, forward in forwards.items():
+            for variant, forward in backwards.items():
                 per = [rule(g, r, l) for g, r, l in zip(gradients(forward, q, k, v, dout), ref, low)]
                 failing = [(e, t) for e, t in per if e > t]
                 bwd_checks[variant] = failing[0] if failing else max(per, key=lambda et: et[0] / max(et[1], 1e-30))
@@ -310,13 +323,10 @@ def main():
             leaves = [t.detach().requires_grad_() for t in (q, k, v)]
             return forward(*leaves), leaves
 
-        calls = [(lambda f=f: graph(f), lambda g: torch.autograd.grad(g[0], g[1], dout)) for f in forwards.values()]
-        *ms_ours, ms_theirs = time_interleaved(calls)
-        bwd_flops = 2.0 * (3 * D + 2 * D) * pairs
-        add_row("flex_attention bwd", "peer", ms_theirs, bwd_flops, ms_theirs, bwd_checks.get("flex_attention"), case)
-        for name, ms in zip(ours, ms_ours):
-            add_row(name + " bwd", "rung", ms, bwd_flops, ms_theirs, bwd_checks.get(name), case)
-            print(f"{'':>28} {'':>20}  {name} bwd / flex_attention bwd: {ms_theirs / ms:.2f}x")
+        calls = [(lambda f=f: graph(f), lambda g: torch.autograd.grad(g[0], g[1], dout)) for f in backwards.values()]
+        times, errors = time_interleaved(calls)
+        rows_of(ours, peers, refused, dict(zip(backwards, times)), dict(zip(backwards, errors)), bwd_checks,
+                2.0 * (3 * D + 2 * D) * pairs, case, " bwd")
 
     def blocksparse_case(n, text):
         """compare's arguments for MASK[+SCORE]: attnlab.flex_attention on torch's BlockMask of the mods' mask_mod."""
@@ -376,8 +386,8 @@ def main():
         return {"dmattn": ours, "blocksparse": engine}, q, k, v, block_mask, score_fn, pairs, case
 
     rows = []
-    print(f"block-sparse forward and backward: B={B} H={H} N={N} D={D} {args.dtype} on {gpu}; torch {torch.__version__}; "
-          f"seed {args.seed}")
+    print(f"block-sparse forward and backward: B={B} H={H} N={N} D={D} {args.dtype} on {gpu}; seed {args.seed}; "
+          f"software: {software}")
     for n, text in enumerate(cases):
         compare(*(dmattn_case if text.startswith("dmattn") else blocksparse_case)(n, text))
 
@@ -388,7 +398,7 @@ def main():
             if new:
                 f.write(",".join(CSV_COLUMNS) + "\n")
             for row in rows:
-                f.write(",".join(csv_text(row[c]) for c in CSV_COLUMNS) + "\n")
+                f.write(",".join(run_info.csv_text(row[c]) for c in CSV_COLUMNS) + "\n")
         print(f"{len(rows)} rows -> {os.path.relpath(path, ROOT)}")
     return 1 if any(r["status"] == "FAIL" for r in rows) else 0
 

@@ -32,3 +32,25 @@ def test_plot_is_a_png_drawn_the_same_twice(tmp_path):
 
 def test_no_plot_without_rows(tmp_path):
     assert bt.plot(bt.load(str(tmp_path))) is None
+
+
+def test_flex_on_flash_kernels_is_a_second_peer_where_it_ran(tmp_path):
+    """flex_attention(flash) rows (bench_blocksparse.py's second flex peer) get their own columns and bars; our
+    ratio is to the faster flex that passed; a case torch refused on that backend shows `unsupported`."""
+    rows = []
+    for mask, ours, flex, flash in (("causal", 480, 305, 376), ("prefix_lm:512", 400, 300, None)):
+        for suffix, scale in (("", 1.0), (" bwd", 0.9)):
+            rows.append(dict(variant=bt.OURS + suffix, kind="rung", tflops=str(ours * scale), mask=mask))
+            rows.append(dict(variant=bt.PEER + suffix, kind="peer", tflops=str(flex * scale), mask=mask))
+            rows.append(dict(variant=bt.FLASH_PEER + suffix, kind="peer", mask=mask,
+                             **(dict(tflops=str(flash * scale)) if flash else dict(tflops="", status="unsupported"))))
+    write_rows(tmp_path, rows)
+    text = bt.block(bt.load(str(tmp_path)), "blocksparse.csv")
+    assert ("| shape | mask_mod | score_mod | ours fwd | flex fwd | flex FLASH fwd | × | ours bwd | flex bwd | "
+            "flex FLASH bwd | × |") in text, text
+    assert "|---|---|---|---|---|---|---|---|---|---|---|" in text
+    # causal: over flex FLASH (376 > 305), 480 / 376 and 432 / 338.4
+    assert "| `causal` | none | 480.0 | 305.0 | 376.0 | 1.28× | 432.0 | 274.5 | 338.4 | 1.28× |" in text, text
+    assert "| `prefix_lm:512` | none | 400.0 | 300.0 | unsupported | 1.33× |" in text, text
+    png = bt.plot(bt.load(str(tmp_path)))
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and png == bt.plot(bt.load(str(tmp_path)))

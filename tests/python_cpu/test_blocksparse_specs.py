@@ -115,7 +115,9 @@ def test_benchmark_csv_columns():
 
     bench = _load("bench_blocksparse", "scripts/bench_blocksparse.py")
     assert tuple(bench.CSV_COLUMNS) == tuple(results_csv.COLUMNS) + ("mask", "score")
-    assert bench.csv_text("sliding_window:1024,0") == "sliding_window:1024;0"  # no quoting: commas become ';'
+    # no quoting: commas become ';' (run_info.csv_text, the harness's csv_field)
+    assert bench.run_info.csv_text("sliding_window:1024,0") == "sliding_window:1024;0"
+    assert bench.FLEX_FLASH == "flex_attention(flash)" and bench.FLASH_OPTIONS == {"BACKEND": "FLASH"}
 
 
 @pytest.mark.parametrize("text, parsed", [
