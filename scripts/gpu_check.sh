@@ -14,6 +14,9 @@
 #   scripts/gpu_check.sh blocksparse  # build; the block-sparse fuzz tester against torch's
 #                                # flex_attention (blocksparse_fuzz.txt) and the benchmark
 #                                # against compiled flex_attention (blocksparse.csv)
+#   scripts/gpu_check.sh peers   # no build; FlashAttention-4 (scripts/bench_peers.py) on the
+#                                # bench and bwd sets alone, its rows appended to bench.csv
+#                                # and bwd.csv (bench and bwd also run it, after the harness)
 # All build in build-gpu, so a later step reuses the first one's build.
 # Output: $OUT when set (the device tool's folder, which returns at most eight
 # files), else results/<gpu>/: check writes tests.txt, sanitizer_summary.txt,
@@ -25,7 +28,12 @@
 # printed last, and logs.tar.gz with every other log, and exits 0 only when
 # everything it ran passed (bwd: every harness run, no row FAIL). bench and bwd
 # also print how far each peer moved against the committed CSV they replace
-# (scripts/peer_drift.py): a ratio to a peer that moved is the peer's.
+# (scripts/peer_drift.py): a ratio to a peer that moved is the peer's. bench
+# and bwd then run FlashAttention-4 on their set (scripts/bench_peers.py:
+# rows fa4 and fa4 bwd, appended to bench.csv and bwd.csv, its output to
+# bench.txt and bwd.txt); without flash-attn-4 installed that is one line
+# saying so. summary.md names the software (scripts/run_info.py: torch,
+# cuDNN, CUDA, driver, flash-attn-4, CUTLASS DSL).
 # Switches (environment): CUDA_ARCH=90a, BUILD_DIR=build-gpu, QUICK=1 (check: no
 # sanitizers; bench: no causal, bf16 or large shapes; bwd: the B=1 H=8 shapes
 # only), SANITIZER=0, SANITIZER_STREAMS=6 (runs at once), CHECK_BUDGET=540
@@ -37,14 +45,16 @@
 # instead of the installed package), NCU=0, SWEEP=1 (bench: also scripts/sweep;
 # SWEEP_ARGS="--iters 5", SWEEP_TIMEOUT=400 seconds), BLOCKSPARSE_PART=fuzz or
 # bench (blocksparse: that step alone; with a cold build both take about 10
-# minutes), BLOCKSPARSE_BUDGET=540.
+# minutes), BLOCKSPARSE_BUDGET=540, PEERS=0 (bench, bwd: no FlashAttention-4
+# rows), PEERS_BUDGET=240 (bench, bwd, peers: its seconds per set; shapes
+# left at the end are listed as not run).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 mode=${1:-}
 case "$mode" in
-  check | bench | bwd | blocksparse) ;;
-  *) echo "usage: scripts/gpu_check.sh check|bench|bwd|blocksparse" >&2; exit 2 ;;
+  check | bench | bwd | blocksparse | peers) ;;
+  *) echo "usage: scripts/gpu_check.sh check|bench|bwd|blocksparse|peers" >&2; exit 2 ;;
 esac
 build=${BUILD_DIR:-build-gpu}
 arch=${CUDA_ARCH:-90a}
@@ -61,7 +71,8 @@ step() { printf '\n=== [%d s] %s\n' "$SECONDS" "$*"; }
 # finish STATUS: the summary, the logs packed, exit STATUS.
 finish() {
   step "summary -> $out/summary.md"
-  TORCH_VERSION="$torch_version" CUDA_ARCH="$arch" SUMMARY_NOTE="${SUMMARY_NOTE:-}" scripts/gpu_summary.sh "$out" > "$out/summary.md"
+  TORCH_VERSION="$torch_version" CUDA_ARCH="$arch" SUMMARY_NOTE="${SUMMARY_NOTE:-}" \
+    SOFTWARE="$(python3 scripts/run_info.py 2>/dev/null)" scripts/gpu_summary.sh "$out" > "$out/summary.md"
   tar -czf "$out/logs.tar.gz" -C "$out" logs && rm -rf "$logs"
   cat "$out/summary.md"
   exit "$1"
@@ -87,6 +98,78 @@ peer_drift() {
   step "peers against the committed $(basename "$1") (scripts/peer_drift.py)"
   python3 scripts/peer_drift.py "$logs/$(basename "$1").before" "$1" | tee "$logs/peer_drift_$(basename "$1" .csv).txt"
 }
+
+# ---- the benchmark sets: the harness's options per shape ------------------------------
+# bench_set: the forward set (bench.csv), in its order; "@gemm_ceiling" marks where
+# the GEMM ceiling is measured, "--no-check" a shape timed only. bwd_set: the dense
+# backward's (bwd.csv). The harness runs them (bench, bwd) and so does
+# FlashAttention-4 (run_peers: bench, bwd and peers).
+bench_set=()
+for D in 64 128 256; do
+  bench_set+=("--B 1 --H 8 --N 8192 --D $D")
+  [ -n "${QUICK:-}" ] || bench_set+=("--B 1 --H 8 --N 8192 --D $D --causal")
+done
+if [ -z "${QUICK:-}" ]; then
+  bench_set+=("--B 1 --H 8 --N 8192 --D 64 --dtype bf16"
+              "--B 1 --H 8 --N 8192 --D 512" "--B 1 --H 8 --N 8192 --D 1024" "--B 1 --H 8 --N 8192 --D 1024 --causal"
+              # The ceiling at D = 1024: cuBLAS's two GEMMs alone, against torch's
+              # unfused path, on the card as it is right after those runs (docs/11_two_pass.md).
+              "@gemm_ceiling"
+              "--B 4 --H 16 --N 4096 --D 128" "--B 4 --H 16 --N 4096 --D 128 --dtype bf16 --causal"
+              "--B 1 --H 32 --Hkv 8 --N 8192 --D 128" "--B 1 --H 32 --Hkv 8 --N 8192 --D 128 --causal"  # GQA
+              "--B 2 --H 16 --N 4096 --D 192 --Dv 128 --dtype bf16"  # DeepSeek V3's prefill (MLA)
+              "--B 2 --H 16 --N 4096 --D 192 --Dv 128 --dtype bf16 --causal"
+              "--B 1 --H 8 --Nq 1000 --Nk 8192 --D 128 --causal"
+              "--no-check --B 1 --H 48 --N 16384 --D 512")  # large: the fp32 reference alone would take minutes
+fi
+bwd_set=()
+for D in 64 128 256; do
+  bwd_set+=("--B 1 --H 8 --N 8192 --D $D" "--B 1 --H 8 --N 8192 --D $D --causal")
+done
+if [ -z "${QUICK:-}" ]; then
+  bwd_set+=("--B 4 --H 16 --N 4096 --D 128 --dtype bf16 --causal"
+            "--B 2 --H 16 --N 4096 --D 192 --Dv 128 --dtype bf16"  # DeepSeek V3's prefill (MLA)
+            "--B 2 --H 16 --N 4096 --D 192 --Dv 128 --dtype bf16 --causal")
+fi
+# GQA=1: also B = 1 H = 32 Hkv = 8 (its fp32 reference backward alone takes about a minute a shape).
+[ -z "${GQA:-}" ] || bwd_set+=("--B 1 --H 32 --Hkv 8 --N 8192 --D 128" "--B 1 --H 32 --Hkv 8 --N 8192 --D 128 --causal")
+
+# run_peers CSV LOG SECONDS [--bwd] : FlashAttention-4's rows (scripts/bench_peers.py) on
+# bench_set (--bwd: bwd_set), appended to CSV, its output to LOG and its rows' lines
+# here; within SECONDS (the shapes it had no time for listed as not run). Without
+# flash-attn-4 installed: one line, no failure. A row that FAILED fails the step, as
+# a harness row does; PEERS=0: not run.
+run_peers() {
+  local rows=$1 log=$2 seconds=$3 s rc
+  shift 3
+  [ "${PEERS:-1}" != 0 ] || { echo "FlashAttention-4: not run (PEERS=0)"; return 0; }
+  local shapes=("${bench_set[@]}") shape_args=()
+  [ "${1:-}" = --bwd ] && shapes=("${bwd_set[@]}")
+  for s in "${shapes[@]}"; do [[ $s == @* ]] || shape_args+=(--shape "$s"); done
+  step "FlashAttention-4 on the set (scripts/bench_peers.py${1:+ $1}) into $(basename "$rows")"
+  printf '\n==== scripts/bench_peers.py%s\n' "${1:+ $1}" >> "$log"
+  timeout "$seconds" python3 scripts/bench_peers.py "$@" --csv "$rows" --budget $((seconds > 150 ? seconds - 90 : 60)) \
+    "${shape_args[@]}" 2>&1 | tee -a "$log" | grep -E '^fa4|^ +fa4|^not run|rows ->|^bench_peers'
+  rc=${PIPESTATUS[0]}
+  case $rc in
+    0) ;;
+    124) echo "FlashAttention-4: cut at $seconds s (scripts/gpu_check.sh peers runs it alone)" | tee -a "$log" ;;
+    *) echo "bench_peers.py: exit $rc" | tee -a "$log"; ok=1 ;;
+  esac
+}
+
+# FlashAttention-4 alone: no build (bench_peers.py needs torch and flash-attn-4, not this tree's build).
+if [ "$mode" = peers ]; then
+  ok=0
+  run_peers "$out/bench.csv" "$out/bench.txt" "${PEERS_BUDGET:-240}"
+  run_peers "$out/bwd.csv" "$out/bwd.txt" "${PEERS_BUDGET:-240}" --bwd
+  if [ -z "${OUT:-}" ]; then
+    regenerate_tables "bench.csv and bwd.csv"
+  else
+    step "to regenerate the tables: append the rows of bench.csv and bwd.csv (not their header line) to results/${slug:-<gpu>}/'s, then python3 scripts/regenerate.py"
+  fi
+  finish $ok
+fi
 
 # ---- configure + build (both steps) ------------------------------------------------
 # Ninja when there is one; exported, so that pip (scikit-build-core) configures
@@ -416,24 +499,14 @@ if [ "$mode" = bwd ]; then
     run_limit=$(limit 240) run_bench "$out/bwd.txt" "$csv" --bwd "$@" "${peers[@]}" --check --show-all --iters 20 --warmup 3
   }
   step "dense backward benchmarks (bwd.csv)"
-  for D in 64 128 256; do
-    bwd_bench --B 1 --H 8 --N 8192 --D $D
-    bwd_bench --B 1 --H 8 --N 8192 --D $D --causal
+  for shape in "${bwd_set[@]}"; do
+    bwd_bench $shape
   done
-  if [ -z "${QUICK:-}" ]; then
-    bwd_bench --B 4 --H 16 --N 4096 --D 128 --dtype bf16 --causal
-    bwd_bench --B 2 --H 16 --N 4096 --D 192 --Dv 128 --dtype bf16    # DeepSeek V3's prefill (MLA)
-    bwd_bench --B 2 --H 16 --N 4096 --D 192 --Dv 128 --dtype bf16 --causal
-  fi
-  # GQA=1: also B = 1 H = 32 Hkv = 8 (its fp32 reference backward alone takes about a minute a shape).
-  if [ -n "${GQA:-}" ]; then
-    bwd_bench --B 1 --H 32 --Hkv 8 --N 8192 --D 128
-    bwd_bench --B 1 --H 32 --Hkv 8 --N 8192 --D 128 --causal
-  fi
   echo
   # The GEMM ceiling and the clock the card sustains, right after those runs.
   python3 -c "import torch" 2>/dev/null &&
     timeout "$(limit 120)" python3 scripts/gemm_ceiling.py > "$out/gemm_ceiling_bwd.txt" 2>&1
+  run_peers "$csv" "$out/bwd.txt" "$(limit "${PEERS_BUDGET:-240}")" --bwd
   if [ ! -s "$csv" ]; then
     echo "no rows in $csv"; ok=1
   elif grep -q ",FAIL," "$csv"; then
@@ -465,29 +538,16 @@ timeout 180 "$build/flash_attn_mma" --B 1 --H 8 --N 8192 --D 512 > "$out/mission
 tail -2 "$out/mission.txt"
 step "benchmarks (bench.csv)"
 : > "$out/bench.txt"
-for D in 64 128 256; do
-  bench --B 1 --H 8 --N 8192 --D $D
-  [ -n "${QUICK:-}" ] || bench --B 1 --H 8 --N 8192 --D $D --causal
+for shape in "${bench_set[@]}"; do
+  case $shape in
+    @gemm_ceiling) python3 -c "import torch" 2>/dev/null &&
+                     timeout 120 python3 scripts/gemm_ceiling.py --D 1024 512 > "$out/gemm_ceiling.txt" 2>&1 ;;
+    --no-check*) bench_timing_only ${shape#--no-check } ;;
+    *) bench $shape ;;
+  esac
 done
-if [ -z "${QUICK:-}" ]; then
-  bench --B 1 --H 8 --N 8192 --D 64 --dtype bf16
-  bench --B 1 --H 8 --N 8192 --D 512
-  bench --B 1 --H 8 --N 8192 --D 1024
-  bench --B 1 --H 8 --N 8192 --D 1024 --causal
-  # The ceiling at D = 1024: cuBLAS's two GEMMs alone, against torch's
-  # unfused path, on the card as it is right after those runs (docs/11_two_pass.md).
-  python3 -c "import torch" 2>/dev/null &&
-    timeout 120 python3 scripts/gemm_ceiling.py --D 1024 512 > "$out/gemm_ceiling.txt" 2>&1
-  bench --B 4 --H 16 --N 4096 --D 128
-  bench --B 4 --H 16 --N 4096 --D 128 --dtype bf16 --causal
-  bench --B 1 --H 32 --Hkv 8 --N 8192 --D 128    # GQA
-  bench --B 1 --H 32 --Hkv 8 --N 8192 --D 128 --causal
-  bench --B 2 --H 16 --N 4096 --D 192 --Dv 128 --dtype bf16    # DeepSeek V3's prefill (MLA)
-  bench --B 2 --H 16 --N 4096 --D 192 --Dv 128 --dtype bf16 --causal
-  bench --B 1 --H 8 --Nq 1000 --Nk 8192 --D 128 --causal
-  bench_timing_only --B 1 --H 48 --N 16384 --D 512
-fi
 echo
+run_peers "$csv" "$out/bench.txt" "${PEERS_BUDGET:-240}"
 
 if [ "${DMATTN:-1}" != 0 ]; then
   step "dynamic-mask attention: benchmarks (dmattn.csv)"

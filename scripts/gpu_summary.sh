@@ -8,7 +8,8 @@
 # the best rung and the best peer of each shape; dmattn.csv: one line per
 # dynamic-mask run). The rest (every
 # row, the GEMM ceiling, ncu's counters) is in the folder's other files and
-# in logs.tar.gz. Where nvidia-smi does not
+# in logs.tar.gz. SOFTWARE (scripts/run_info.py's line: torch, cuDNN, CUDA,
+# driver, flash-attn-4, CUTLASS DSL) adds a line under the machine's. Where nvidia-smi does not
 # say (a folder copied off the GPU machine), the GPU and driver come from the
 # CSVs; SUMMARY_NOTE adds a line saying how the summary was made.
 set -uo pipefail
@@ -24,6 +25,7 @@ if [ -z "$gpu" ]; then  # the first CSV row's gpu and driver columns
 fi
 cuda=$(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' | sed 's/release //')
 echo "- machine: ${gpu:-unknown GPU}; CUDA ${cuda:-unknown}; torch ${TORCH_VERSION:-unknown}; built for sm_${CUDA_ARCH:-90a}"
+[ -n "${SOFTWARE:-}" ] && echo "- $SOFTWARE"
 
 if [ -f "$out/tests.txt" ]; then
   echo
