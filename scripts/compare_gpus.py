@@ -1,18 +1,31 @@
-"""Compare forward results across GPUs, one results/<gpu>/ folder per GPU.
+"""Compare results across GPUs, one results/<gpu>/ folder per GPU.
 
     python3 scripts/compare_gpus.py [--results results] [--out results]
 
-Writes <out>/compare_gpus.md, a side-by-side table (best rung TFLOPS, best peer
-TFLOPS and their ratio for each GPU) at N = 8192 or else the largest N every GPU
-has, and <out>/compare_gpus.png, the best rung's TFLOPS per GPU at each D as
-grouped bars, non-causal and causal side by side. Each GPU's rows are its
-folder's merged forward rows (results_csv.load_gpu: fwd.csv and bench.csv, the
-newest row of each variant and shape), picked as in plot.py: Nq = Nk, D = Dv,
-its most common (B, H), fp16 when present. Folders without a forward CSV are
-skipped. Exits 1 when no GPU has results, 2 on an unreadable CSV.
+Writes <out>/compare_gpus.md and <out>/compare_gpus.png. The markdown has a
+side-by-side table of the forward shapes (for each GPU the best rung's TFLOPS,
+the best peer's, their ratio and the best rung's fraction of the card's GEMM
+ceiling; with two GPUs or more, each later GPU's best rung over the first's)
+at N = 8192 or else the largest N every GPU has, then one of every rung and
+peer at ladder.SHAPE (B=1 H=8 N=8192 D=128 fp16, non-causal), forward and
+backward: each card's TFLOPS, its fraction of that card's GEMM ceiling, and
+the ratio between the cards. The PNG draws the best rung's TFLOPS per GPU at
+each D as grouped bars, non-causal and causal side by side.
+
+Each GPU's forward rows are its folder's merged forward rows
+(results_csv.load_gpu: fwd.csv and bench.csv, the newest row of each variant
+and shape), picked for the shape table as in plot.py: Nq = Nk, D = Dv, its
+most common (B, H), fp16 when present; its backward rows its bwd.csv's
+(results_csv.load_bwd). A card's GEMM ceiling is cuBLAS's square 8192³ GEMM
+as scripts/gemm_ceiling.py measured it in the gpu_check step that wrote the
+rows (gemm_ceiling.txt beside bench.csv; gemm_ceiling_bwd.txt beside bwd.csv),
+so each fraction is to its own card at the clocks of the same run; "–" where
+the file is not there. Folders without a forward CSV are skipped. Exits 1 when
+no GPU has results, 2 on an unreadable CSV.
 """
 import argparse
 import os
+import re
 import sys
 
 import matplotlib
@@ -23,9 +36,13 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import generated  # noqa: E402
+import ladder  # noqa: E402
 import results_csv as rc  # noqa: E402
 
 DPI = 110
+# A gpu_check step's GEMM ceiling file, per direction (scripts/gemm_ceiling.py's output), and its square GEMM's line.
+CEILING_FILES = {"forward": "gemm_ceiling.txt", "backward": "gemm_ceiling_bwd.txt"}
+SQUARE_GEMM = re.compile(r"^square GEMM \d+\^3: [\d.]+ ms, ([\d.]+) TFLOPS", re.MULTILINE)
 
 
 def parse_args(argv):
@@ -65,8 +82,19 @@ def render(gpus, out_dir):
     return files
 
 
+def gemm_ceiling(folder, direction):
+    """The TFLOPS of the square GEMM in `folder`'s GEMM ceiling file of `direction`, or None without one."""
+    try:
+        with open(os.path.join(folder, CEILING_FILES[direction]), encoding="utf-8") as f:
+            m = SQUARE_GEMM.search(f.read())
+    except OSError:
+        return None
+    return float(m.group(1)) if m else None
+
+
 def load_gpus(results_dir):
-    """{folder name: {'csvs': paths, 'slice': Slice}} for each GPU folder with forward results, sorted."""
+    """{folder name: {'csvs': paths, 'slice': Slice, 'rows': merged forward rows, 'bwd': merged backward rows or
+    None, 'ceiling': {direction: GEMM TFLOPS or None}}} for each GPU folder with forward results, sorted."""
     gpus = {}
     folders = sorted(os.listdir(results_dir)) if os.path.isdir(results_dir) else []
     for name in folders:
@@ -77,11 +105,13 @@ def load_gpus(results_dir):
         if not csvs:
             print(f"skipped {folder}: no {' or '.join(rc.FORWARD_CSVS)}")
             continue
-        sl = rc.forward_slice(rc.load(csvs))
+        rows = rc.load(csvs)
+        sl = rc.forward_slice(rows)
         if sl is None:
             print(f"skipped {folder}: no forward rows with Nq = Nk")
             continue
-        gpus[name] = {"csvs": csvs, "slice": sl}
+        gpus[name] = {"csvs": csvs, "slice": sl, "rows": rows, "bwd": rc.load_bwd(folder),
+                      "ceiling": {d: gemm_ceiling(folder, d) for d in CEILING_FILES}}
     return gpus
 
 
@@ -101,29 +131,88 @@ def best_tflops(rows, kind):
     return None if row is None else row["tflops"]
 
 
+def fraction(tflops, ceiling):
+    return None if tflops is None or not ceiling else tflops / ceiling
+
+
+def over_first(values):
+    """[each later value / the first], None where either is missing."""
+    first = values[0]
+    return [None if v is None or not first else v / first for v in values[1:]]
+
+
 def markdown(gpus, out_dir):
     names = list(gpus)
-    lines = ["# Forward TFLOPS across GPUs", "",
+    cross = [f"{n} / {names[0]}" for n in names[1:]]  # the later GPUs over the first, by folder name
+    across = f"; {', '.join(cross)}: TFLOPS on one card over the other's" if cross else ""
+    lines = ["# TFLOPS across GPUs", "",
              "Generated by `scripts/compare_gpus.py`. Best rung: the fastest of our kernels; best peer: the "
-             "fastest of `unfused`, `torch(...)`, `sdpa(...)`; ratio = best rung / best peer; – where none ran. "
-             "Each GPU's rows: its folder's CSVs merged, the newest row of each variant and shape.", "",
-             "| GPU | name | source | B | H | dtype | commit | date |", "|---|---|---|---:|---:|---|---|---|"]
+             "fastest of `unfused`, `torch(...)`, `sdpa(...)` and `fa4` (FlashAttention-4, "
+             "`scripts/bench_peers.py`) that ran; ratio = best rung / best peer; / GEMM: the fraction of the card's "
+             "GEMM ceiling, cuBLAS's square 8192³ GEMM measured in the same gpu_check step (`gemm_ceiling.txt`; "
+             f"backward rows `gemm_ceiling_bwd.txt`){across}; – where none ran. Each GPU's rows: its folder's CSVs "
+             "merged, the newest row of each variant and shape.", "",
+             "| GPU | name | source | B | H | dtype | commit | date | GEMM ceiling (TFLOPS): forward, backward |",
+             "|---|---|---|---:|---:|---|---|---|---|"]
     for name, g in gpus.items():
         sl = g["slice"]
         gpu, commits, dates = rc.provenance(sl.rows)
         sources = ", ".join(f"[{p}]({p})" for p in (rc.posix_relpath(c, out_dir) for c in g["csvs"]))
-        lines.append(f"| {name} | {gpu} | {sources} | {sl.B} | {sl.H} | {sl.dtype} | {commits} | {dates} |")
-    header = ["N", "D", "causal"] + [f"{n} {col}" for n in names for col in ("rung", "peer", "ratio")]
-    align = ["---:", "---:", ":---:"] + ["---:"] * 3 * len(names)
-    lines += ["", "| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
+        ceilings = ", ".join(rc.fmt_tflops(g["ceiling"][d]) for d in CEILING_FILES)
+        lines.append(f"| {name} | {gpu} | {sources} | {sl.B} | {sl.H} | {sl.dtype} | {commits} | {dates} | "
+                     f"{ceilings} |")
+    header = ["N", "D", "causal"] + [f"{n} {col}" for n in names for col in ("rung", "peer", "ratio", "rung / GEMM")]
+    align = ["---:", "---:", ":---:"] + ["---:"] * (4 * len(names) + len(cross))
+    lines += ["", "| " + " | ".join(header + [f"{c} rung" for c in cross]) + " |", "|" + "|".join(align) + "|"]
     for n, d, causal in table_keys(gpus):
-        cells = [str(n), str(d), "yes" if causal else "no"]
+        cells, rungs = [str(n), str(d), "yes" if causal else "no"], []
         for g in gpus.values():
             rows = shape_rows(g, d, causal) if g["n"] == n else []
-            cells += [rc.fmt_tflops(best_tflops(rows, rc.RUNG)), rc.fmt_tflops(best_tflops(rows, rc.PEER)),
-                      rc.fmt_ratio(rc.best_ratio(rows))]
-        lines.append("| " + " | ".join(cells) + " |")
+            rung = best_tflops(rows, rc.RUNG)
+            rungs.append(rung)
+            cells += [rc.fmt_tflops(rung), rc.fmt_tflops(best_tflops(rows, rc.PEER)),
+                      rc.fmt_ratio(rc.best_ratio(rows)), rc.fmt_ratio(fraction(rung, g["ceiling"]["forward"]))]
+        lines.append("| " + " | ".join(cells + [rc.fmt_ratio(r) for r in over_first(rungs)]) + " |")
+    lines += variant_table(gpus, cross)
     return "\n".join(lines) + "\n\n![best rung TFLOPS per GPU](compare_gpus.png)\n"
+
+
+def variant_rows(rows, backward):
+    """[(label, TFLOPS or None)] at ladder.SHAPE of `rows` (one GPU, one direction; None: no rows): each rung's
+    best stage (ladder.best_stage), then each peer that ran."""
+    if rows is None:
+        return []
+    at, table = ladder.ladder_rows(rows, ladder.BACKWARD_RUNGS if backward else ladder.FORWARD_RUNGS)
+    found = [(f"{rung.number} `{rung.prefix}`", row["tflops"] if row else None) for rung, row, _ in table]
+    return found + [(f"`{p}`", rc.tflops(at, p)) for p in rc.variants([r for r in at if rc.ran(r)], rc.PEER)]
+
+
+def variant_table(gpus, cross):
+    """The lines of the table of every rung and peer at ladder.SHAPE, forward then backward; [] where no GPU has
+    a timed row there."""
+    names = list(gpus)
+    s = ladder.SHAPE
+    lines = ["", f"## Every rung and peer at B={s['B']} H={s['H']} N={s['Nq']} D={s['D']}, {s['dtype']}, non-causal",
+             "", "Forward rows from each card's forward CSVs, backward rows (`bwd`) from its `bwd.csv`; a rung's "
+             "TFLOPS are its best stage's (or variant's); / GEMM: over the card's GEMM ceiling of the same "
+             "direction; rows no card timed at this shape are left out.", "",
+             "| row | " + " | ".join(f"{n} TFLOPS | {n} / GEMM" for n in names) +
+             "".join(f" | {c}" for c in cross) + " |",
+             "|---|" + "---:|" * (2 * len(names) + len(cross))]
+    timed = 0
+    for direction, backward in (("forward", False), ("backward", True)):
+        per_gpu = [dict(variant_rows(g["bwd"] if backward else g["rows"], backward)) for g in gpus.values()]
+        labels = list(dict.fromkeys(label for found in per_gpu for label in found))
+        for label in labels:
+            values = [found.get(label) for found in per_gpu]
+            if all(v is None for v in values):
+                continue
+            timed += 1
+            cells = [label]
+            for v, g in zip(values, gpus.values()):
+                cells += [rc.fmt_tflops(v), rc.fmt_ratio(fraction(v, g["ceiling"][direction]))]
+            lines.append("| " + " | ".join(cells + [rc.fmt_ratio(r) for r in over_first(values)]) + " |")
+    return lines if timed else []
 
 
 def table_keys(gpus):
