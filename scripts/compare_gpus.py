@@ -55,6 +55,7 @@ def parse_args(argv):
 def main(argv=None):
     args = parse_args(argv)
     try:
+        rc.load_gone_commits(args.results)
         gpus = load_gpus(args.results)
     except rc.CsvError as e:
         print(f"compare_gpus.py: error: {e}", file=sys.stderr)

@@ -160,6 +160,7 @@ def main(argv=None):
     ap.add_argument("pages", nargs="+")
     args = ap.parse_args(argv)
     try:
+        rc.load_gone_commits(os.path.dirname(os.path.abspath(args.folder)))
         rows, bwd_rows = rc.load_gpu(args.folder), rc.load_bwd(args.folder)
     except rc.CsvError as e:
         print(f"doc_tables.py: error: {e}", file=sys.stderr)

@@ -185,6 +185,7 @@ def main(argv=None):
     ap.add_argument("--bwd", action="store_true", help="the backward rungs, from bwd.csv")
     args = ap.parse_args(argv)
     try:
+        rc.load_gone_commits(os.path.dirname(os.path.abspath(args.gpu_folder)))
         rows = rc.load_bwd(args.gpu_folder) if args.bwd else rc.load_gpu(args.gpu_folder)
     except rc.CsvError as e:
         print(f"ladder.py: error: {e}", file=sys.stderr)

@@ -76,6 +76,7 @@ def parse_args(argv):
 def main(argv=None):
     args = parse_args(argv)
     try:
+        rc.load_gone_commits(os.path.dirname(os.path.abspath(args.folder)))
         rows = rc.load_gpu(args.folder)
         readme = read_readme(args.readme) if args.readme else None
     except (rc.CsvError, ReadmeError) as e:

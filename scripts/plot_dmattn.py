@@ -30,6 +30,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import generated  # noqa: E402
+import results_csv as rc  # noqa: E402
 
 TABLES = {  # name: (x column label, how to read x from a row)
     "train": ("L (Nq = Nk)", lambda r: int(r["Nk"])),
@@ -184,7 +185,7 @@ def table(name, rows):
                 cells.append("–")
         lines.append("| " + " | ".join(cells) + " |")
     commits = sorted({r["commit"] for r in rows})
-    lines += ["", f"Commit {', '.join(commits)}; {rows[0]['gpu']}; peers in the same process."]
+    lines += ["", f"Commit {', '.join(rc.commit_label(c) for c in commits)}; {rows[0]['gpu']}; peers in the same process."]
     return "\n".join(lines)
 
 
@@ -228,6 +229,11 @@ def main(argv):
     if not found(args.folder):
         print(f"plot_dmattn.py: error: no {', '.join(f'{n}.csv' for n in TABLES)} in {args.folder}",
               file=sys.stderr)
+        return 2
+    try:
+        rc.load_gone_commits(os.path.dirname(os.path.dirname(os.path.abspath(args.folder))))
+    except rc.CsvError as e:
+        print(f"plot_dmattn.py: error: {e}", file=sys.stderr)
         return 2
     for name, data in render(args.folder).items():
         path = os.path.join(args.folder, name)

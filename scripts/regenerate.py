@@ -21,6 +21,13 @@ From the CSVs under DIR/results/ (DIR: the repository, by default), rewrites
       <!-- dmattn-table: TABLE --> ... <!-- dmattn-table:end -->   a dynamic-mask table (plot_dmattn.py)
       <!-- blocksparse:begin --> ... <!-- blocksparse:end -->   the block-sparse table, from blocksparse.csv
                                                                   (blocksparse_table.py)
+A commit the history lacks is named in a caption with its note from
+results/gone_commits.csv (what it measured, the commit that did reach the
+history). With history (DIR the top of a git work tree, not shallow), every
+commit the results CSVs, docs/experiments.md's commit column and those notes
+name must be one `git cat-file -e` finds, or be listed there: --check fails
+(exit 1) on any other, naming it and its file; without --check it is a warning.
+
 The output depends only on the CSVs (and, for PNGs, the matplotlib version,
 which each PNG records): rerunning changes nothing. A file is written only when
 its bytes change. With --check nothing is written; the files that would change
@@ -28,8 +35,11 @@ are listed and the exit code is 1. Exits 2, with one line on stderr, on an
 unreadable CSV or malformed markers.
 """
 import argparse
+import csv
 import glob
 import os
+import re
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -58,15 +68,21 @@ def main(argv=None):
     args = parse_args(argv)
     try:
         files = outputs(args.root, args.gpu)
+        unknown = unknown_commits(args.root)
     except (rc.CsvError, generated.BlockError, ValueError) as e:
         print(f"regenerate.py: error: {e}", file=sys.stderr)
         return 2
     changed = [rel for rel, data in sorted(files.items()) if read_bytes(os.path.join(args.root, rel)) != data]
+    for rel, commit in unknown or ():
+        print(f"{'' if args.check else 'warning: '}{rel} names commit {commit}, which is not in the history: "
+              f"correct it, or list it in results/{rc.GONE_CSV} with what it measured", file=sys.stderr)
     if args.check:
         for rel in changed:
             print(f"would change: {rel}")
+        print("commits not checked (no git history here)" if unknown is None else
+              f"{len(unknown)} named commits not in the history")
         print(f"{len(files) - len(changed)} of {len(files)} generated files up to date")
-        return 1 if changed else 0
+        return 1 if changed or unknown else 0
     for rel in changed:
         path = os.path.join(args.root, rel)
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -88,9 +104,68 @@ def posix(*parts):
     return "/".join(parts)
 
 
+def named_commits(root):
+    """[(path relative to root, commit)] of every commit the results name, each once per file.
+
+    The `commit` column of every CSV under results/ (a "-dirty" suffix dropped: its
+    tree is that commit's, modified), the commit column of docs/experiments.md's
+    tables (its last cell) and the commits the notes of results/gone_commits.csv cite.
+    """
+    named = []
+    for path in sorted(glob.glob(os.path.join(root, "results", "**", "*.csv"), recursive=True)):
+        rel = rc.posix_relpath(path, root)
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            if rel == f"results/{rc.GONE_CSV}":  # the commits its notes cite
+                commits = {c for row in reader for c in HEX.findall(row["note"] or "")}
+            elif "commit" in (reader.fieldnames or ()):
+                commits = {row["commit"].removesuffix("-dirty") for row in reader if row["commit"]}
+            else:
+                commits = set()
+        named += [(rel, c) for c in sorted(commits)]
+    experiments = os.path.join(root, "docs", "experiments.md")
+    if os.path.isfile(experiments):
+        with open(experiments, encoding="utf-8") as f:
+            cells = [line.rstrip().rstrip("|").rsplit("|", 1)[-1] for line in f if line.startswith("|")]
+        commits = dict.fromkeys(c for cell in cells for c in HEX.findall(cell))
+        named += [("docs/experiments.md", c) for c in commits]
+    return named
+
+
+HEX = re.compile(r"\b[0-9a-f]{7,40}\b")
+
+
+def unknown_commits(root):
+    """[(path, commit)] of the named commits the history lacks and gone_commits.csv does not list.
+
+    None, nothing checked, unless `root` is the top of a git work tree with its whole history.
+    """
+    def git(*args, stdin=None):
+        try:
+            return subprocess.run(["git", "-C", root, *args], input=stdin, capture_output=True, text=True,
+                                  timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+    top = git("rev-parse", "--show-toplevel", "--is-shallow-repository")
+    if top is None or top.returncode != 0:
+        return None
+    lines = top.stdout.splitlines()
+    if len(lines) != 2 or os.path.realpath(lines[0]) != os.path.realpath(root) or lines[1] != "false":
+        return None
+    gone = rc.load_gone_commits(os.path.join(root, "results"))
+    named = [(rel, c) for rel, c in named_commits(root) if c not in gone]
+    wanted = sorted({c for _, c in named})
+    found = git("cat-file", "--batch-check=%(objecttype)", stdin="".join(f"{c}^{{commit}}\n" for c in wanted))
+    if found is None or found.returncode != 0:
+        return None
+    kinds = dict(zip(wanted, found.stdout.splitlines()))
+    return [(rel, c) for rel, c in named if kinds.get(c) != "commit"]
+
+
 def outputs(root, docs_gpu):
     """{path relative to root, '/'-separated: bytes} of every generated file."""
     results = os.path.join(root, "results")
+    rc.load_gone_commits(results)
     files = {}
     gpu_rows = {}
     for folder in rc.gpu_folders(results):

@@ -31,6 +31,14 @@ FORWARD_CSVS = ("fwd.csv", "bench.csv")  # a GPU folder's forward results, in me
 BACKWARD_CSV = "bwd.csv"  # a GPU folder's dense backward results (gpu_check.sh bwd)
 
 
+# results/gone_commits.csv (columns commit, note): the commits that rows or docs/experiments.md name but the
+# history lacks (amended or rebased away after the run), each with a note that says so, what it measured and the
+# commit that did reach the history. Every caption prints the note after the commit (commit_label);
+# load_gone_commits() reads the file, regenerate.py --check fails on any other commit the history lacks.
+GONE_CSV = "gone_commits.csv"
+GONE = {}
+
+
 class CsvError(Exception):
     """A results CSV that cannot be read: missing file, missing column, bad value."""
 
@@ -204,10 +212,32 @@ def best_ratio(rows):
     return rung["tflops"] / peer["tflops"]
 
 
+def load_gone_commits(results_dir):
+    """Reads results_dir/gone_commits.csv into GONE ({commit: note}; empty without the file) and returns it."""
+    GONE.clear()
+    path = os.path.join(results_dir, GONE_CSV)
+    if not os.path.isfile(path):
+        return GONE
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        if reader.fieldnames != ["commit", "note"]:
+            raise CsvError(f"{path}: expected the columns commit,note")
+        for row in reader:
+            if not re.fullmatch(r"[0-9a-f]{7,40}", row["commit"] or "") or not (row["note"] or "").strip():
+                raise CsvError(f"{path}:{reader.line_num}: expected a commit hash and a note")
+            GONE[row["commit"]] = row["note"].strip()
+    return GONE
+
+
+def commit_label(commit):
+    """A commit as a caption shows it: with its note when the history lacks it (GONE)."""
+    return f"{commit} ({GONE[commit]})" if commit in GONE else commit
+
+
 def provenance(rows):
     """(GPU names, commits, 'first – last' date) of `rows`, each sorted and joined for display."""
     gpus = ", ".join(sorted({r["gpu"] for r in rows})) or "–"
-    commits = ", ".join(sorted({r["commit"] for r in rows})) or "–"
+    commits = ", ".join(commit_label(c) for c in sorted({r["commit"] for r in rows})) or "–"
     dates = sorted({short_date(r["date"]) for r in rows})
     span = " – ".join(sorted({dates[0], dates[-1]})) if dates else "–"
     return gpus, commits, span
