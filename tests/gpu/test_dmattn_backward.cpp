@@ -14,7 +14,7 @@
 // (its pipelined pre-pass) instead of running its own, and every masked
 // deterministic case checks that this gives the same bits. Two large cases
 // take the chunk plan (dma_backward_plans_chunks): an even and a skewed mask.
-// Pass rule (FlashAttention's tests, the issue's): for each gradient
+// Pass rule (FlashAttention's tests'): for each gradient
 // separately, max |g - g_ref| <= 2 x max |g_lp - g_ref| + 1e-3 x max |g_ref| +
 // 1e-4, where g_ref is the fp32 reference and g_lp the same reference with S,
 // P, dP and dS rounded to the input dtype (an unfused same-precision backward).
