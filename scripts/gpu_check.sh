@@ -20,8 +20,8 @@
 # All build in build-gpu, so a later step reuses the first one's build.
 # Output: $OUT when set (the device tool's folder, which returns at most eight
 # files), else results/<gpu>/: check writes tests.txt, sanitizer_summary.txt,
-# reference_torch.txt, sass_mma.txt; bench writes mission.txt (the harness with
-# no options), bench.csv, bench.txt, dmattn.csv, gemm_ceiling.txt,
+# reference_torch.txt, sass_mma.txt; bench writes mission.txt (the harness
+# at B=1 H=8 N=8192 D=512), bench.csv, bench.txt, dmattn.csv, gemm_ceiling.txt,
 # ncu_bank_conflicts.txt (and fwd.csv with SWEEP=1); bwd writes bwd.csv,
 # bwd.txt, gemm_ceiling_bwd.txt; blocksparse writes blocksparse_fuzz.txt,
 # blocksparse.csv, blocksparse.txt. Each writes summary.md (scripts/gpu_summary.sh),
@@ -532,7 +532,7 @@ dbench() {
   [[ " $* " == *" --check "* ]] && check=()
   run_bench "$logs/dmattn_bench.txt" "$out/dmattn.csv" "$@" "${check[@]}" "${peers[@]}" --iters 10 --warmup 2
 }
-step "the harness with no options (mission.txt)"
+step "the harness at B=1 H=8 N=8192 D=512 (mission.txt)"
 timeout 180 "$build/flash_attn_mma" --B 1 --H 8 --N 8192 --D 512 > "$out/mission.txt" 2>&1 ||
   { echo "exit $? at: flash_attn_mma --B 1 --H 8 --N 8192 --D 512"; ok=1; }
 tail -2 "$out/mission.txt"
