@@ -363,6 +363,24 @@ int fail(const RunError& e) {
 
 }  // namespace
 
+std::string blocksparse_options_unsupported(const Options& opt) {
+  const std::string kernel = opt.bwd ? "the block-sparse backward" : "the block-sparse forward";
+  int Br = 0, Bc = 0;
+  if (std::string e = opt.bwd ? blocksparse_bwd_tile(opt.D, opt.Dv, &Br, &Bc)
+                              : blocksparse_fwd_tile(opt.D, opt.Dv, &Br, &Bc);
+      !e.empty())
+    return kernel + ": " + e;
+  if (opt.block_q % Br != 0 || opt.block_kv % Bc != 0)
+    return "--block-size " + std::to_string(opt.block_q) + "," + std::to_string(opt.block_kv) +
+           " is not a multiple of the kernel tile " + std::to_string(Br) + " x " + std::to_string(Bc) + " of " +
+           kernel + " at D = " + std::to_string(opt.D) + (opt.Dv == opt.D ? "" : ", Dv = " + std::to_string(opt.Dv));
+  const bool document = mask_spec(opt) == "document";
+  if (std::string e = block_mask_gpu_unsupported(document ? opt.B : 1, 1, opt.Nq, opt.Nk, opt.block_q, opt.block_kv);
+      !e.empty())
+    return "the block mask: " + e;
+  return "";
+}
+
 std::vector<ListEntry> blocksparse_list(const Options& opt) {
   std::vector<ListEntry> entries;
   if (opt.bwd) {

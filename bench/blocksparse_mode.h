@@ -19,6 +19,12 @@ namespace attnlab {
 // The columns the block-sparse rows add to the results CSV's, after them.
 constexpr const char* kBlocksparseCsvColumns = ",mask,score";
 
+// Why the kernel cannot take these options ("" when it can), found without a
+// GPU, so before the harness looks for one (exit 2): head dims no kernel has,
+// --block-size not a multiple of the kernel's tile, a block mask past the
+// builder's grid.
+std::string blocksparse_options_unsupported(const Options& opt);
+
 // --list with --mask-mod: the rows this mode can run (peers as --sdpa and
 // --no-peers pick them).
 std::vector<ListEntry> blocksparse_list(const Options& opt);

@@ -468,14 +468,22 @@ ParseResult parse_args(const std::vector<std::string>& args) {
     const int L = std::max(o.Nq, o.Nk);
     o.document_count = std::min(o.document_count, L);
     const std::string mask_spec = split_document_count(o.mask_mod, L, &o.document_count, &why);
+    // The mods that read a tensor, which only a caller can supply (attnlab.flex_attention), are not the
+    // harness's: its lists leave them out.
+    if (mask_spec == "tensor")
+      return fail("--mask-mod tensor reads a keep tensor, which the harness does not make (attnlab.flex_attention "
+                  "takes one); the harness's mask_mods: " + mask_mod_names(false));
+    if (o.score_mod == "bias")
+      return fail("--score-mod bias reads a bias tensor, which the harness does not make (attnlab.flex_attention "
+                  "takes one; --bias is the dynamic-mask mode's); the harness's score_mods: " + score_mod_names(false));
     if (why.empty()) parse_mask_mod(mask_spec, o.Nq, o.Nk, why);
+    if (why.rfind("unknown mask_mod", 0) == 0)
+      return fail("--mask-mod: unknown mask_mod '" + o.mask_mod + "' (" + mask_mod_names(false) + ")");
     if (!why.empty()) return fail(why.rfind("--mask-mod", 0) == 0 ? why : "--mask-mod: " + why);
     if (!o.score_mod.empty()) parse_score_mod(o.score_mod, o.H, why);
+    if (why.rfind("unknown score_mod", 0) == 0)
+      return fail("--score-mod: unknown score_mod '" + o.score_mod + "' (" + score_mod_names(false) + ")");
     if (!why.empty()) return fail("--score-mod: " + why);
-    if (mask_spec == "tensor" || o.score_mod == "bias")
-      return fail(std::string(mask_spec == "tensor" ? "--mask-mod tensor" : "--score-mod bias") +
-                  " reads a tensor, which the harness does not make: attnlab.flex_attention takes one "
-                  "(scripts/bench_blocksparse.py), the dynamic-mask mode (--mask, --bias) dmattn's");
     for (const std::string& f : given)
       if (dynamic_mask_options.count(f))
         return fail("--mask-mod and " + f + " select two modes (block-sparse, dynamic-mask): give one" +

@@ -200,6 +200,8 @@ int main(int argc, char** argv) {
   }
   if (selected.size() == n_peers && !opt.dense_backward())
     return fail("no variant matches --variant '" + opt.variant_glob + "' (see --list)", kExitBadOptions);
+  if (opt.blocksparse())
+    if (std::string e = blocksparse_options_unsupported(opt); !e.empty()) return fail(e, kExitBadOptions);
   if (!opt.csv.empty())
     if (std::string e = results_csv_error(opt.csv, opt.blocksparse() ? kBlocksparseCsvColumns : ""); !e.empty())
       return fail(e, kExitBadOptions);

@@ -191,6 +191,15 @@ std::string block_mask_invalid(const BlockMask& bm, int B, int H, int Nq, int Nk
 }
 
 // ---- specs -------------------------------------------------------------------------
+std::string mask_mod_names(bool with_tensor) {
+  return std::string("none, causal, sliding_window:L,R, block_diagonal:B, mini_causal:B, prefix_lm:P, "
+                     "dilated_sliding_window:W,S, document") + (with_tensor ? ", tensor" : "");
+}
+
+std::string score_mod_names(bool with_tensor) {
+  return std::string("none, rel_bias, alibi, softcap:C") + (with_tensor ? ", bias" : "");
+}
+
 MaskMod parse_mask_mod(const std::string& spec, int Nq, int Nk, std::string& why) {
   const size_t colon = spec.find(':');
   const std::string name = spec.substr(0, colon), args = colon == std::string::npos ? "" : spec.substr(colon + 1);
@@ -231,9 +240,7 @@ MaskMod parse_mask_mod(const std::string& spec, int Nq, int Nk, std::string& why
   } else if (name == "tensor" && args.empty()) {
     m.kind = MaskModKind::kTensor;  // the caller supplies the words
   } else {
-    why = "unknown mask_mod '" + spec +
-          "' (none, causal, sliding_window:L,R, block_diagonal:B, mini_causal:B, prefix_lm:P, "
-          "dilated_sliding_window:W,S, document, tensor)";
+    why = "unknown mask_mod '" + spec + "' (" + mask_mod_names(true) + ")";
     return {};
   }
   if (m.kind == MaskModKind::kBlockDiagonal || m.kind == MaskModKind::kMiniCausal) m.by_a = FastDivmod(m.a);
@@ -262,7 +269,7 @@ ScoreMod parse_score_mod(const std::string& spec, int H, std::string& why) {
   } else if (name == "bias" && args.empty()) {
     s.kind = ScoreModKind::kBias;  // the caller supplies the tensor
   } else {
-    why = "unknown score_mod '" + spec + "' (none, rel_bias, alibi, softcap:C, bias)";
+    why = "unknown score_mod '" + spec + "' (" + score_mod_names(true) + ")";
     return {};
   }
   return s;

@@ -148,6 +148,15 @@ std::string blocksparse_bwd_unsupported(const AttnProblem& p, const BlockMaskVie
   return "";
 }
 
+std::string blocksparse_bwd_tile(int D, int Dv, int* Br, int* Bc) {
+  AttnProblem p;
+  p.D = D, p.Dv = Dv;
+  tile_of(p, *Br, *Bc);
+  if (*Br > 0) return "";
+  return "head dims " + std::to_string(D) + (Dv == D ? "" : "/" + std::to_string(Dv)) + " not in " +
+         BsBwdHeadDims::names() + " (D, or D/Dv)";
+}
+
 size_t blocksparse_bwd_workspace_bytes(const AttnProblem& p, const BlockMaskView& bm) {
   if (!blocksparse_bwd_unsupported(p, bm).empty()) return 0;
   return ranks_offset(p) + bwd_align256(size_t(2 * rank_entries(bm)) * 4);

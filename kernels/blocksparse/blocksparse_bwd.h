@@ -37,6 +37,10 @@ std::string blocksparse_bwd_unsupported(const AttnProblem& p, const BlockMaskVie
 // before they build a block mask: dmattn's).
 std::string blocksparse_bwd_problem_unsupported(const AttnProblem& p);
 
+// The kernel's tile for head dims D, Dv in *Br x *Bc, which a block size must
+// be a multiple of; "" then, else why no kernel has these head dims (no GPU needed).
+std::string blocksparse_bwd_tile(int D, int Dv, int* Br, int* Bc);
+
 // Bytes of workspace blocksparse_bwd needs in b.workspace (0 when unsupported).
 size_t blocksparse_bwd_workspace_bytes(const AttnProblem& p, const BlockMaskView& bm);
 

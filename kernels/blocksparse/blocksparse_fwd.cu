@@ -87,6 +87,16 @@ std::string blocksparse_fwd_unsupported(const AttnProblem& p, const BlockMaskVie
   return smem_unsupported(size_t(smem));
 }
 
+std::string blocksparse_fwd_tile(int D, int Dv, int* Br, int* Bc) {
+  if (BsHeadDims::dispatch(D, Dv, [&](auto dims) {
+        using Cfg = Config<decltype(dims)::D, decltype(dims)::Dv>;
+        *Br = Cfg::kBr, *Bc = Cfg::kBc;
+      }))
+    return "";
+  return "head dims " + std::to_string(D) + (Dv == D ? "" : "/" + std::to_string(Dv)) + " not in " +
+         BsHeadDims::names() + " (D, or D/Dv)";
+}
+
 size_t blocksparse_fwd_workspace_bytes() { return kDynamicCounterBytes; }
 
 cudaError_t blocksparse_fwd(const AttnProblem& p, const AttnBuffers& b, const BlockMaskView& bm, const MaskMod& mask,

@@ -28,6 +28,11 @@ namespace attnlab {
 // `causal` mask_mod here).
 std::string blocksparse_fwd_unsupported(const AttnProblem& p, const BlockMaskView& bm);
 
+// The kernel's tile for head dims D, Dv in *Br x *Bc, which a block size must
+// be a multiple of; "" then, else why no kernel has these head dims. Needs no
+// GPU: the harness checks --block-size with it before it looks for one.
+std::string blocksparse_fwd_tile(int D, int Dv, int* Br, int* Bc);
+
 // The workspace blocksparse_fwd takes (b.workspace): its persistent grid's
 // item counter, 16 bytes. With less, the grid has one block per query tile.
 size_t blocksparse_fwd_workspace_bytes();

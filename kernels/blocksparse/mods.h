@@ -213,6 +213,10 @@ ATTNLAB_HOST_DEVICE inline BlockPartners block_partners(const MaskMod& mod, int 
 // the result is kNone. Nq, Nk set the bottom-right offset; H the ALiBi slopes.
 MaskMod parse_mask_mod(const std::string& spec, int Nq, int Nk, std::string& why);
 ScoreMod parse_score_mod(const std::string& spec, int H, std::string& why);
+// The specs those parse, for messages; with_tensor: also the ones that read a
+// tensor the caller supplies (tensor, bias), which the harness cannot.
+std::string mask_mod_names(bool with_tensor);
+std::string score_mod_names(bool with_tensor);
 // Whether the mods read a tensor per pair (a tensor mask_mod, a bias
 // score_mod): the kernels' kTensorMods instances (apply_mods.cuh).
 ATTNLAB_HOST_DEVICE inline bool has_tensor_mods(const MaskMod& mask, const ScoreMod& score) {

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "blocksparse/mods.h"
 #include "blocksparse_mode.h"
 #include "cli.h"
 #include "runner.h"
@@ -546,4 +547,41 @@ TEST_CASE(blocksparse_rows_in_their_csv) {
   std::remove(path.c_str());
   std::remove(plain.c_str());
   rmdir(dir.c_str());
+}
+
+TEST_CASE(cli_blocksparse_lists_only_what_the_harness_runs) {
+  // The mods that read a caller's tensor: one plain sentence, and never offered in a list.
+  const std::string tensor = parse({"--mask-mod", "tensor"}).error;
+  EXPECT_CONTAINS(tensor, "--mask-mod tensor reads a keep tensor, which the harness does not make");
+  EXPECT_CONTAINS(tensor, "the harness's mask_mods: none, causal,");
+  const std::string bias = parse({"--mask-mod", "causal", "--score-mod", "bias"}).error;
+  EXPECT_CONTAINS(bias, "--score-mod bias reads a bias tensor, which the harness does not make");
+  EXPECT_CONTAINS(bias, "the harness's score_mods: none, rel_bias, alibi, softcap:C");
+  const std::string mask = parse({"--mask-mod", "foo"}).error, score = parse({"--mask-mod", "causal", "--score-mod", "x"}).error;
+  EXPECT_CONTAINS(mask, "--mask-mod: unknown mask_mod 'foo' (none, causal,");
+  EXPECT_CONTAINS(score, "--score-mod: unknown score_mod 'x' (none, rel_bias, alibi, softcap:C)");
+  for (const std::string& e : {tensor, bias, mask, score}) {
+    EXPECT_TRUE(e.find(", tensor") == std::string::npos && e.find(", bias") == std::string::npos);
+    EXPECT_TRUE(e.find('\n') == std::string::npos);
+  }
+  // The library's own lists, which attnlab.flex_attention answers with, keep them.
+  EXPECT_CONTAINS(mask_mod_names(true), "document, tensor");
+  EXPECT_CONTAINS(score_mod_names(true), "softcap:C, bias");
+}
+
+TEST_CASE(cli_blocksparse_block_size_is_checked_without_a_gpu) {
+  auto why = [](std::vector<std::string> args) {
+    const ParseResult r = parse(args);
+    EXPECT_TRUE(r.ok());
+    return blocksparse_options_unsupported(r.options);
+  };
+  EXPECT_EQ(why({"--mask-mod", "causal"}), std::string(""));
+  EXPECT_EQ(why({"--mask-mod", "causal", "--block-size", "256,128", "--bwd"}), std::string(""));
+  EXPECT_EQ(why({"--mask-mod", "causal", "--block-size", "100"}),
+            std::string("--block-size 100,100 is not a multiple of the kernel tile 128 x 128 of the block-sparse "
+                        "forward at D = 64"));
+  EXPECT_CONTAINS(why({"--mask-mod", "causal", "--block-size", "64,128", "--bwd"}),
+                  "--block-size 64,128 is not a multiple of the kernel tile");
+  EXPECT_EQ(why({"--mask-mod", "causal", "--D", "256", "--block-size", "128,64"}), std::string(""));
+  EXPECT_CONTAINS(why({"--mask-mod", "causal", "--D", "96"}), "the block-sparse forward: head dims 96 not in {");
 }

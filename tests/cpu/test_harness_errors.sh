@@ -84,6 +84,19 @@ expect_error 2 "--block-size takes Q,KV or one size for both" --mask-mod causal 
 expect_error 2 "--causal does not apply to --mask-mod" --mask-mod causal --causal
 expect_error 2 "--mask-mod and --bias select two modes" --mask-mod causal --bias
 expect_error 2 "--variant does not apply to --mask-mod" --mask-mod none --variant 'ws*'
+# What the kernel's tile makes of --block-size is an option error, found before the GPU is looked for.
+expect_error 2 "--block-size 100,100 is not a multiple of the kernel tile 128 x 128" --mask-mod causal --block-size 100
+expect_error 2 "--block-size 64,128 is not a multiple of the kernel tile" --mask-mod causal --block-size 64,128 --N 256 --D 64
+expect_error 2 "--block-size 64,64 is not a multiple of the kernel tile" --bwd --mask-mod causal --block-size 64
+expect_error 2 "the block-sparse forward: head dims 96 not in" --mask-mod causal --D 96
+# The mods that read a caller's tensor: one plain sentence; the lists offer only what the harness runs.
+expect_error 2 "--mask-mod tensor reads a keep tensor, which the harness does not make" --mask-mod tensor
+expect_error 2 "--score-mod bias reads a bias tensor, which the harness does not make" --mask-mod causal --score-mod bias
+for args in "--mask-mod foo" "--mask-mod causal --score-mod nope" "--mask-mod tensor" "--mask-mod causal --score-mod bias"; do
+  # shellcheck disable=SC2086
+  err=$("$bin" $args 2>&1 >/dev/null)
+  if [[ "$err" == *", tensor"* || "$err" == *", bias"* ]]; then fail "$args offers a mod the harness rejects: $err"; else pass; fi
+done
 if "$bin" --list --bwd --mask-mod causal | grep -q "^blocksparse-det bwd "; then pass; else fail "--list --bwd --mask-mod shows blocksparse-det bwd"; fi
 if "$bin" --list --mask-mod causal | grep -q "^blocksparse "; then pass; else fail "--list --mask-mod shows blocksparse"; fi
 printf 'gpu,driver,cuda\n' > "$tmp/other.csv"
@@ -157,7 +170,6 @@ if [ "$rc" -eq 0 ]; then
   if "$bin" --mask-mod sliding_window:64,0 --score-mod alibi --B 1 --H 2 --Nq 300 --Nk 500 --D 64 --iters 1 \
       --warmup 0 --csv "$tmp/bs.csv" >/dev/null 2>&1 && head -1 "$tmp/bs.csv" | grep -q ",note,mask,score$" &&
       grep -q ",sliding_window:64;0,alibi$" "$tmp/bs.csv"; then pass; else fail "--mask-mod on a small shape"; fi
-  expect_error 2 "is not a multiple of the kernel tile" --mask-mod causal --block-size 64,128 --N 256 --D 64
   if [ -w /dev/full ]; then
     expect_error 1 "writing --csv /dev/full failed" --B 1 --H 1 --N 64 --D 64 --iters 1 --warmup 0 --variant split-q+stage2 \
       --csv /dev/full
