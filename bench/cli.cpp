@@ -452,7 +452,9 @@ ParseResult parse_args(const std::vector<std::string>& args) {
     return fail("--dma-core gather needs one query row (--Nq 1) and a mask (--mask ones or --mask topk)");
   if (has("--bwd-chunks") && o.deterministic)
     return fail("--bwd-chunks does not apply to --deterministic, which always runs one chunk");
-  if (o.Hkv > 0 && o.H % o.Hkv != 0) return fail("--H must be a multiple of --Hkv");
+  if (o.Hkv > 0 && o.H % o.Hkv != 0)
+    return fail("--H must be a multiple of --Hkv, got --H " + std::to_string(o.H) + " and --Hkv " +
+                std::to_string(o.Hkv));
   if (o.mask == "topk" && !o.bias) return fail("--mask topk selects keys by the bias: add --bias");
   if (o.dense_backward()) {
     if (o.sweep) return fail("--sweep does not apply to --bwd: the dense backward runs one shape");

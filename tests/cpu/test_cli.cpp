@@ -585,3 +585,8 @@ TEST_CASE(cli_blocksparse_block_size_is_checked_without_a_gpu) {
   EXPECT_EQ(why({"--mask-mod", "causal", "--D", "256", "--block-size", "128,64"}), std::string(""));
   EXPECT_CONTAINS(why({"--mask-mod", "causal", "--D", "96"}), "the block-sparse forward: head dims 96 not in {");
 }
+
+TEST_CASE(cli_hkv_error_gives_the_values) {
+  EXPECT_EQ(parse({"--H", "8", "--Hkv", "3"}).error, std::string("--H must be a multiple of --Hkv, got --H 8 and --Hkv 3"));
+  EXPECT_EQ(parse({"--Hkv", "3"}).error, std::string("--H must be a multiple of --Hkv, got --H 8 and --Hkv 3"));
+}

@@ -45,8 +45,8 @@ expect_error 2 "--D given twice" --D 64 --D 128
 expect_error 2 "--iters given twice" --iters 5 --warmup 1 --iters 3
 expect_error 2 "no variant matches" --variant 'no-such-variant*'
 expect_error 2 "--mask must be none, causal, ones or topk" --mask random
-expect_error 2 "--H must be a multiple of --Hkv" --H 8 --Hkv 3
-expect_error 2 "--H must be a multiple of --Hkv" --H 8 --Hkv 3 --bias
+expect_error 2 "--H must be a multiple of --Hkv, got --H 8 and --Hkv 3" --H 8 --Hkv 3
+expect_error 2 "--H must be a multiple of --Hkv, got --H 8 and --Hkv 3" --H 8 --Hkv 3 --bias
 expect_error 2 "add --bias" --mask topk
 # Options that mean nothing without another one.
 expect_error 2 "--window needs --mask topk" --splits 4 --window 64
