@@ -96,9 +96,16 @@ std::string usage() {
   return R"(flash_attn_mma — time and check every attention variant on one shape
 
 usage: flash_attn_mma [options]      (--flag V or --flag=V; each option once)
-  e.g. flash_attn_mma --B 1 --H 8 --N 8192 --D 512: every rung and every peer
-  of this build on that shape, each row checked; --no-check --no-peers: the
-  rungs alone, timed only
+  --B 1 --H 8 --N 8192 --D 128     every rung and peer of this build, each row checked
+    --causal --dtype bf16 --Hkv 2  a causal mask, bf16, 8 query heads over 2 KV heads
+    --variant 'ws*' --no-peers --no-check   the rungs that match, alone, timed only
+  --bwd                            the backward rungs and torch's backward instead
+  --mask topk --window 1024 --bias dynamic-mask attention (flash-dmattn's), below
+  --mask-mod sliding_window:512,0  block-sparse attention (FlexAttention's mods), below
+  --list                           every variant and its tiles (no GPU needed)
+exit status: 0 ok, 1 a check or the run failed, 2 bad options, 3 no usable GPU
+
+the dense forward (and, with --bwd, backward):
   --B N             batch size (default 1)
   --H N             heads (default 8)
   --Hkv N           KV heads, H a multiple of N: GQA (MQA with 1); query head h
@@ -258,7 +265,7 @@ docs/blocksparse.md). --mask-mod selects it; --causal, --sweep, --variant,
   --list            list the variants and their tile configurations (--variant,
                     --torch, --sdpa and --no-peers choose the rows; with --bwd the
                     backward's; no GPU needed)
-  --help            this text (the other options are still checked)
+  --help            this text, whatever else is given
 
 exit status: 0 every row ran (and, unless --no-check, passed); 1 a check failed, or
 the run failed (a GPU error, a row that could not be written to --csv); 2 bad
@@ -270,6 +277,12 @@ CUDA's own words)
 ParseResult parse_args(const std::vector<std::string>& args) {
   ParseResult r;
   Options& o = r.options;
+  // --help (or -h) anywhere: the help, whatever else is given.
+  for (const std::string& a : args)
+    if (a == "--help" || a == "-h") {
+      o.help = true;
+      return r;
+    }
   int n = -1, nq = -1, nk = -1, dv = -1;
   std::set<std::string> given;  // every option seen, by its canonical name
   // The options of the dynamic-mask mode: any of them selects it.

@@ -590,3 +590,22 @@ TEST_CASE(cli_hkv_error_gives_the_values) {
   EXPECT_EQ(parse({"--H", "8", "--Hkv", "3"}).error, std::string("--H must be a multiple of --Hkv, got --H 8 and --Hkv 3"));
   EXPECT_EQ(parse({"--Hkv", "3"}).error, std::string("--H must be a multiple of --Hkv, got --H 8 and --Hkv 3"));
 }
+
+TEST_CASE(cli_help_wins_over_every_other_option) {
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"--help", "--D", "0"}, {"--D", "0", "-h"}, {"--bogus", "--help"}, {"--help", "--mask-mod", "tensor"}}) {
+    const ParseResult r = parse(args);
+    EXPECT_TRUE(r.ok() && r.options.help);
+  }
+}
+
+TEST_CASE(cli_usage_starts_with_a_synopsis) {
+  // The first twelve lines: how to call it, one line per family, the exit codes.
+  const std::string u = usage();
+  size_t at = 0;
+  for (int line = 0; line < 12 && at != std::string::npos; ++line) at = u.find('\n', at + 1);
+  const std::string head = u.substr(0, at);
+  for (const char* s : {"usage: flash_attn_mma", "--B 1 --H 8 --N 8192 --D 128", "--bwd", "--mask topk",
+                        "--mask-mod", "--list", "exit status: 0 ok, 1 a check or the run failed, 2 bad options, 3"})
+    EXPECT_CONTAINS(head, s);
+}

@@ -129,9 +129,17 @@ else
 fi
 if "$bin" --list --bwd --no-peers | grep -q "^sdpa"; then fail "--list --bwd --no-peers shows a peer"; else pass; fi
 
-# --help and --list need no GPU. --help documents the exit codes.
+# --help and --list need no GPU. --help documents the exit codes, in its
+# synopsis (the first twelve lines) too, and wins over any other option.
 if "$bin" --help | grep -q -- "--causal"; then pass; else fail "--help"; fi
 if "$bin" --help | grep -q "exit status: 0"; then pass; else fail "--help documents the exit codes"; fi
+if "$bin" --help | head -12 | grep -q "^exit status: 0 ok, 1 a check or the run failed, 2 bad options, 3"; then pass
+else fail "--help: no synopsis with the exit codes in its first twelve lines"; fi
+for args in "--help --D 0" "--D 0 --help" "--bogus -h"; do
+  # shellcheck disable=SC2086
+  if out=$("$bin" $args 2>&1) && [[ "$out" == "flash_attn_mma — time and check"* ]]; then pass
+  else fail "flash_attn_mma $args: not the help, exit 0"; fi
+done
 if "$bin" --list | grep -q "split-q+stage2"; then pass; else fail "--list"; fi
 # --list: the rung and the description start in one column on every line
 # (the columns are separated by two spaces or more; a rung may hold one).
