@@ -269,8 +269,8 @@ docs/blocksparse.md). --mask-mod selects it; --causal, --sweep, --variant,
 
 exit status: 0 every row ran (and, unless --no-check, passed); 1 a check failed, or
 the run failed (a GPU error, a row that could not be written to --csv); 2 bad
-options (nothing ran); 3 no usable CUDA GPU (nothing ran; the message gives
-CUDA's own words)
+options (nothing ran); 3 no usable CUDA GPU (nothing ran; the message says what
+is missing, the NVIDIA driver or a GPU, then CUDA's own words)
 )";
 }
 

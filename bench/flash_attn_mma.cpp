@@ -206,13 +206,14 @@ int main(int argc, char** argv) {
     if (std::string e = results_csv_error(opt.csv, opt.blocksparse() ? kBlocksparseCsvColumns : ""); !e.empty())
       return fail(e, kExitBadOptions);
 
-  int device_count = 0;
-  if (cudaError_t e = cudaGetDeviceCount(&device_count); e != cudaSuccess)
-    return fail("no usable CUDA GPU: " + cuda_error_text("cudaGetDeviceCount", e), kExitNoGpu);
-  if (device_count == 0) return fail("no usable CUDA GPU: cudaGetDeviceCount found 0 devices", kExitNoGpu);
+  int device_count = 0, driver_version = 0, runtime_version = 0;
+  cudaDriverGetVersion(&driver_version);  // 0 without a driver
+  cudaRuntimeGetVersion(&runtime_version);
+  if (cudaError_t e = cudaGetDeviceCount(&device_count); e != cudaSuccess || device_count == 0)
+    return fail(no_gpu_text("cudaGetDeviceCount", e, driver_version, runtime_version), kExitNoGpu);
   cudaStream_t stream;
   if (cudaError_t e = cudaStreamCreate(&stream); e != cudaSuccess)
-    return fail("no usable CUDA GPU: " + cuda_error_text("cudaStreamCreate", e), kExitNoGpu);
+    return fail(no_gpu_text("cudaStreamCreate", e, driver_version, runtime_version), kExitNoGpu);
   const SystemInfo sys = collect_system_info();
   const uint64_t seed =
       opt.seed_given ? opt.seed

@@ -20,6 +20,20 @@ std::string cuda_error_text(const char* what, cudaError_t err) {
   return std::string(what) + ": " + cudaGetErrorString(err);
 }
 
+std::string no_gpu_text(const char* what, cudaError_t err, int driver_version, int runtime_version) {
+  auto version = [](int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); };
+  const std::string cuda = err == cudaSuccess ? std::string(what) + " found no device" : cuda_error_text(what, err);
+  std::string plainly = "no usable NVIDIA GPU";
+  if (driver_version == 0)
+    plainly = "no NVIDIA driver found, so no GPU to run on";
+  else if (err == cudaErrorInsufficientDriver)
+    plainly = "the NVIDIA driver runs CUDA " + version(driver_version) + " at most, older than this build's CUDA " +
+              version(runtime_version) + " runtime: update the driver";
+  else if (err == cudaSuccess || err == cudaErrorNoDevice)
+    plainly = "no NVIDIA GPU found (the driver is there, CUDA " + version(driver_version) + ")";
+  return plainly + " (CUDA: " + cuda + ")";
+}
+
 namespace {
 // The variant's own message (a peer's: torch's words) if it has one, else CUDA's.
 std::string own_or_cuda_error(const std::function<std::string()>& last_error, cudaError_t err) {

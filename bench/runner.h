@@ -242,6 +242,12 @@ std::string csv_field(std::string s);
 
 // "<what>: <cuda message>" for a CUDA error.
 std::string cuda_error_text(const char* what, cudaError_t err);
+// The line of exit 3 when `what` failed with `err` (cudaSuccess: no device was
+// found): what is missing, plainly, then CUDA's own words. driver_version and
+// runtime_version are cudaDriverGetVersion's (0: no driver) and
+// cudaRuntimeGetVersion's, e.g. 12040; CUDA's words for a missing driver,
+// "driver version is insufficient", would suggest an upgrade.
+std::string no_gpu_text(const char* what, cudaError_t err, int driver_version, int runtime_version);
 // The variant's own message for a failed launch if it has one, else CUDA's.
 std::string launch_error_text(const Variant& v, cudaError_t err);
 std::string launch_error_text(const BwdVariant& v, cudaError_t err);

@@ -609,3 +609,17 @@ TEST_CASE(cli_usage_starts_with_a_synopsis) {
                         "--mask-mod", "--list", "exit status: 0 ok, 1 a check or the run failed, 2 bad options, 3"})
     EXPECT_CONTAINS(head, s);
 }
+
+TEST_CASE(no_gpu_text_says_plainly_what_is_missing) {
+  // No driver: CUDA's words suggest an upgrade; the line says there is no driver first.
+  EXPECT_EQ(no_gpu_text("cudaGetDeviceCount", cudaErrorInsufficientDriver, 0, 12040),
+            std::string("no NVIDIA driver found, so no GPU to run on (CUDA: cudaGetDeviceCount: ") +
+                cudaGetErrorString(cudaErrorInsufficientDriver) + ")");
+  EXPECT_CONTAINS(no_gpu_text("cudaGetDeviceCount", cudaErrorInsufficientDriver, 11080, 12040),
+                  "the NVIDIA driver runs CUDA 11.8 at most, older than this build's CUDA 12.4 runtime: update the driver");
+  EXPECT_EQ(no_gpu_text("cudaGetDeviceCount", cudaSuccess, 12040, 12040),
+            std::string("no NVIDIA GPU found (the driver is there, CUDA 12.4) (CUDA: cudaGetDeviceCount found no device)"));
+  EXPECT_CONTAINS(no_gpu_text("cudaGetDeviceCount", cudaErrorNoDevice, 12040, 12040), "no NVIDIA GPU found");
+  EXPECT_CONTAINS(no_gpu_text("cudaStreamCreate", cudaErrorDevicesUnavailable, 12040, 12040),
+                  "no usable NVIDIA GPU (CUDA: cudaStreamCreate: ");
+}

@@ -150,18 +150,20 @@ columns=$("$bin" --list --torch | awk '{
 if [ "$(printf '%s\n' "$columns" | grep -c '')" -eq 1 ]; then pass; else fail "--list columns misaligned: $columns"; fi
 
 # A valid shape: runs where there is a GPU (exit 0); elsewhere exit 3 and one
-# line with CUDA's own words, in both modes, having written nothing to --csv.
+# line, in every mode, that says plainly what is missing (no driver, a driver
+# too old, no GPU) and then quotes CUDA, having written nothing to --csv.
 out=$("$bin" --B 1 --H 1 --N 64 --D 64 --iters 1 --warmup 0 --csv "$tmp/rows.csv" 2>&1)
 rc=$?
 if [ "$rc" -eq 0 ]; then
   pass
   if [ "$(grep -c '' "$tmp/rows.csv")" -gt 1 ]; then pass; else fail "--csv: no rows in $tmp/rows.csv"; fi
-elif [ "$rc" -eq 3 ] && [ "$(printf '%s' "$out" | grep -c '')" -eq 1 ] && [[ "$out" == *"no usable CUDA GPU: cuda"* ]]; then
+elif [ "$rc" -eq 3 ] && [ "$(printf '%s' "$out" | grep -c '')" -eq 1 ] &&
+    [[ "$out" =~ ^"flash_attn_mma: error: "("no NVIDIA driver found"|"the NVIDIA driver runs CUDA"|"no NVIDIA GPU found"|"no usable NVIDIA GPU").*" (CUDA: cuda"[A-Za-z]+(": "|" found no device").*")"$ ]]; then
   pass
   if [ ! -e "$tmp/rows.csv" ]; then pass; else fail "--csv file left behind by a run that did not start"; fi
-  expect_error 3 "no usable CUDA GPU: " --bias --N 64 --D 64 --H 1 --iters 1 --warmup 0
-  expect_error 3 "no usable CUDA GPU: " --bwd --N 64 --D 64 --H 1 --iters 1 --warmup 0
-  expect_error 3 "no usable CUDA GPU: " --mask-mod causal --N 64 --D 64 --H 1 --iters 1 --warmup 0
+  expect_error 3 "${out#flash_attn_mma: error: }" --bias --N 64 --D 64 --H 1 --iters 1 --warmup 0
+  expect_error 3 "${out#flash_attn_mma: error: }" --bwd --N 64 --D 64 --H 1 --iters 1 --warmup 0
+  expect_error 3 "${out#flash_attn_mma: error: }" --mask-mod causal --N 64 --D 64 --H 1 --iters 1 --warmup 0
 else
   fail "valid shape -> exit $rc: $out"
 fi
