@@ -34,6 +34,7 @@
 #include "host/variant.h"
 #include "reference/reference.h"
 #include "runner.h"
+#include "table.h"
 #include "torch_peers.h"
 
 namespace attnlab {
@@ -481,19 +482,12 @@ void torch_rows(DmaRun& run, const std::vector<MaskedTorchPeer>& peers, const st
       r.ms = timing.median_ms;
       r.tflops = row_flops / (r.ms * 1e-3) / 1e12;
       r.status = "unchecked";
-      char note[160];
-      std::snprintf(note, sizeof note, "%s is %.2fx faster vs %s (%s)", ours_name, ours_ms > 0 ? r.ms / ours_ms : 0.0,
-                    peer.name.c_str(), peer.masked ? "masked" : "no mask");
-      r.note = note;
-      if (row_given_ms > 0) {
-        std::snprintf(note, sizeof note, " (%.2fx with the mask summary given)", r.ms / row_given_ms);
-        r.note += note;
-      }
-      if (row_bits_ms > 0) {
-        std::snprintf(note, sizeof note, " (%.2fx with the bit-packed mask)", r.ms / row_bits_ms);
-        r.note += note;
-      }
+      r.note = std::string(ours_name) + " is " + faster_or_slower(ours_ms > 0 ? r.ms / ours_ms : 0.0) + " than " +
+               peer.name + " (" + (peer.masked ? "masked" : "no mask") + ")";
+      if (row_given_ms > 0) r.note += " (with the mask summary given: " + faster_or_slower(r.ms / row_given_ms) + ")";
+      if (row_bits_ms > 0) r.note += " (with the bit-packed mask: " + faster_or_slower(r.ms / row_bits_ms) + ")";
       if (!peer.masked && masked_run) {
+        char note[64];
         std::snprintf(note, sizeof note, "; its own dense TFLOPS %.1f", dense_flops / (r.ms * 1e-3) / 1e12);
         r.note += note;
       }

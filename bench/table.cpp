@@ -105,6 +105,14 @@ void print_table(const std::vector<TableRow>& rows, const std::string& best_peer
                 hidden > 1 ? "s" : "");
 }
 
+std::string faster_or_slower(double ratio) {
+  char text[48];
+  if (!(ratio > 0)) return "not compared (no time)";
+  if (ratio >= 1) std::snprintf(text, sizeof text, "%.2fx faster", ratio);
+  else std::snprintf(text, sizeof text, "%.2fx slower", 1 / ratio);
+  return text;
+}
+
 void print_banner(const std::string& text) {
   const int len = int(text.size()), pad = std::max(0, kTableWidth - len) / 2;
   std::printf("%s%s%s\n", std::string(size_t(pad), '-').c_str(), text.c_str(),

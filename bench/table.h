@@ -67,6 +67,10 @@ void print_table(const std::vector<TableRow>& rows, const std::string& best_peer
 // A line of kTableWidth with `text` in its middle, between dashes.
 void print_banner(const std::string& text);
 
+// How a row compares with another, from `ratio` = the other's time / this
+// row's: "1.12x faster", or below 1 "2.17x slower" (never "0.46x faster").
+std::string faster_or_slower(double ratio);
+
 // One row as a line of the results CSV (docs/results.md's columns), without its '\n'.
 std::string csv_row(const SystemInfo& sys, const AttnProblem& p, uint64_t seed, const TableRow& r);
 // Appends the rows to the results CSV at `path`; returns "" or what was lost.

@@ -549,6 +549,30 @@ TEST_CASE(blocksparse_rows_in_their_csv) {
   rmdir(dir.c_str());
 }
 
+TEST_CASE(cli_help_wins_over_every_other_option) {
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"--help", "--D", "0"}, {"--D", "0", "-h"}, {"--bogus", "--help"}, {"--help", "--mask-mod", "tensor"}}) {
+    const ParseResult r = parse(args);
+    EXPECT_TRUE(r.ok() && r.options.help);
+  }
+}
+
+TEST_CASE(cli_usage_starts_with_a_synopsis) {
+  // The first twelve lines: how to call it, one line per family, the exit codes.
+  const std::string u = usage();
+  size_t at = 0;
+  for (int line = 0; line < 12 && at != std::string::npos; ++line) at = u.find('\n', at + 1);
+  const std::string head = u.substr(0, at);
+  for (const char* s : {"usage: flash_attn_mma", "--B 1 --H 8 --N 8192 --D 128", "--bwd", "--mask topk",
+                        "--mask-mod", "--list", "exit status: 0 ok, 1 a check or the run failed, 2 bad options, 3"})
+    EXPECT_CONTAINS(head, s);
+}
+
+TEST_CASE(cli_hkv_error_gives_the_values) {
+  EXPECT_EQ(parse({"--H", "8", "--Hkv", "3"}).error, std::string("--H must be a multiple of --Hkv, got --H 8 and --Hkv 3"));
+  EXPECT_EQ(parse({"--Hkv", "3"}).error, std::string("--H must be a multiple of --Hkv, got --H 8 and --Hkv 3"));
+}
+
 TEST_CASE(cli_blocksparse_lists_only_what_the_harness_runs) {
   // The mods that read a caller's tensor: one plain sentence, and never offered in a list.
   const std::string tensor = parse({"--mask-mod", "tensor"}).error;
@@ -586,30 +610,6 @@ TEST_CASE(cli_blocksparse_block_size_is_checked_without_a_gpu) {
   EXPECT_CONTAINS(why({"--mask-mod", "causal", "--D", "96"}), "the block-sparse forward: head dims 96 not in {");
 }
 
-TEST_CASE(cli_hkv_error_gives_the_values) {
-  EXPECT_EQ(parse({"--H", "8", "--Hkv", "3"}).error, std::string("--H must be a multiple of --Hkv, got --H 8 and --Hkv 3"));
-  EXPECT_EQ(parse({"--Hkv", "3"}).error, std::string("--H must be a multiple of --Hkv, got --H 8 and --Hkv 3"));
-}
-
-TEST_CASE(cli_help_wins_over_every_other_option) {
-  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
-           {"--help", "--D", "0"}, {"--D", "0", "-h"}, {"--bogus", "--help"}, {"--help", "--mask-mod", "tensor"}}) {
-    const ParseResult r = parse(args);
-    EXPECT_TRUE(r.ok() && r.options.help);
-  }
-}
-
-TEST_CASE(cli_usage_starts_with_a_synopsis) {
-  // The first twelve lines: how to call it, one line per family, the exit codes.
-  const std::string u = usage();
-  size_t at = 0;
-  for (int line = 0; line < 12 && at != std::string::npos; ++line) at = u.find('\n', at + 1);
-  const std::string head = u.substr(0, at);
-  for (const char* s : {"usage: flash_attn_mma", "--B 1 --H 8 --N 8192 --D 128", "--bwd", "--mask topk",
-                        "--mask-mod", "--list", "exit status: 0 ok, 1 a check or the run failed, 2 bad options, 3"})
-    EXPECT_CONTAINS(head, s);
-}
-
 TEST_CASE(no_gpu_text_says_plainly_what_is_missing) {
   // No driver: CUDA's words suggest an upgrade; the line says there is no driver first.
   EXPECT_EQ(no_gpu_text("cudaGetDeviceCount", cudaErrorInsufficientDriver, 0, 12040),
@@ -622,4 +622,11 @@ TEST_CASE(no_gpu_text_says_plainly_what_is_missing) {
   EXPECT_CONTAINS(no_gpu_text("cudaGetDeviceCount", cudaErrorNoDevice, 12040, 12040), "no NVIDIA GPU found");
   EXPECT_CONTAINS(no_gpu_text("cudaStreamCreate", cudaErrorDevicesUnavailable, 12040, 12040),
                   "no usable NVIDIA GPU (CUDA: cudaStreamCreate: ");
+}
+
+TEST_CASE(a_ratio_below_one_is_slower) {
+  EXPECT_EQ(faster_or_slower(1.125), std::string("1.12x faster"));
+  EXPECT_EQ(faster_or_slower(1.0), std::string("1.00x faster"));
+  EXPECT_EQ(faster_or_slower(0.46), std::string("2.17x slower"));
+  EXPECT_EQ(faster_or_slower(0.0), std::string("not compared (no time)"));
 }
