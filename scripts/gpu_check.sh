@@ -193,7 +193,7 @@ step "configure + build (sm_$arch, $(nproc) jobs${build_targets[*]:+, ${build_ta
   cmake --build "$build" -j "$(nproc)" "${build_targets[@]}"; } > "$logs/build.log" 2>&1
 build_rc=$?
 grep -E "attnlab:|error|retrying" "$logs/build.log" | head -20
-echo "ptxas spill warnings: $(grep -c 'Registers are spilled' "$logs/build.log")"
+echo "ptxas spill warnings not in results/ptxas_spills.csv: $(grep -c 'Registers are spilled' "$logs/build.log")"
 # ptxas's advisories that it serialised a kernel's wgmmas or waited for them
 # where the code does not (C7510-C7517): every wgmma then waits for the last.
 echo "ptxas wgmma serialisation advisories: $(grep -c '(C751[0-9])' "$logs/build.log")"

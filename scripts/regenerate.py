@@ -21,6 +21,8 @@ From the CSVs under DIR/results/ (DIR: the repository, by default), rewrites
       <!-- dmattn-table: TABLE --> ... <!-- dmattn-table:end -->   a dynamic-mask table (plot_dmattn.py)
       <!-- blocksparse:begin --> ... <!-- blocksparse:end -->   the block-sparse table, from blocksparse.csv
                                                                   (blocksparse_table.py)
+      <!-- spills:begin --> ... <!-- spills:end -->   the kernels that spill, from results/ptxas_spills.csv
+                                                      (ptxas_spills.py)
 A commit the history lacks is named in a caption with its note from
 results/gone_commits.csv (what it measured, the commit that did reach the
 history). With history (DIR the top of a git work tree, not shallow), every
@@ -50,6 +52,7 @@ import generated  # noqa: E402
 import ladder  # noqa: E402
 import plot  # noqa: E402
 import plot_dmattn  # noqa: E402
+import ptxas_spills  # noqa: E402
 import results_csv as rc  # noqa: E402
 
 DOCS_GPU = "H200"  # the GPU whose results the README and the docs pages show
@@ -209,8 +212,14 @@ def fill_page(text, page, root, gpu, gpu_rows, files):
                                     ("ladder-bwd", ladder.BWD_BEGIN, ladder.BWD_END))}
     has_numbers, has_dmattn = bool(doc_tables.MARKER.search(text)), bool(plot_dmattn.MARKER.search(text))
     has_blocksparse = generated.replace_block(text, blocksparse_table.BEGIN, blocksparse_table.END, "", where) is not None
+    has_spills = generated.replace_block(text, ptxas_spills.BEGIN, ptxas_spills.END, "", where) is not None
+    if has_spills:  # not a GPU's results: the build's
+        link = rc.posix_relpath(os.path.join(root, "docs"), page_dir)
+        rows = ptxas_spills.load(os.path.join(root, ptxas_spills.CSV))
+        block = ptxas_spills.table_block(rows, "" if link == "." else link + "/")
+        text = generated.replace_block(text, ptxas_spills.BEGIN, ptxas_spills.END, block, where)
     if not (any(has.values()) or has_numbers or has_dmattn or has_blocksparse):
-        return None
+        return text if has_spills else None
     if (any(has.values()) or has_numbers) and gpu not in gpu_rows:
         raise ValueError(f"{where} has generated blocks but results/{gpu}/ has no forward results")
     if has["results"]:
