@@ -23,6 +23,8 @@ From the CSVs under DIR/results/ (DIR: the repository, by default), rewrites
                                                                   (blocksparse_table.py)
       <!-- spills:begin --> ... <!-- spills:end -->   the kernels that spill, from results/ptxas_spills.csv
                                                       (ptxas_spills.py)
+      <!-- output:begin --> ... <!-- output:end -->   the harness's output, cut from results/<gpu>/bench.txt
+                                                      (output_excerpt.py)
 A commit the history lacks is named in a caption with its note from
 results/gone_commits.csv (what it measured, the commit that did reach the
 history). With history (DIR the top of a git work tree, not shallow), every
@@ -51,6 +53,7 @@ import doc_tables  # noqa: E402
 import generated  # noqa: E402
 import ladder  # noqa: E402
 import plot  # noqa: E402
+import output_excerpt  # noqa: E402
 import plot_dmattn  # noqa: E402
 import ptxas_spills  # noqa: E402
 import results_csv as rc  # noqa: E402
@@ -218,8 +221,18 @@ def fill_page(text, page, root, gpu, gpu_rows, files):
         rows = ptxas_spills.load(os.path.join(root, ptxas_spills.CSV))
         block = ptxas_spills.table_block(rows, "" if link == "." else link + "/")
         text = generated.replace_block(text, ptxas_spills.BEGIN, ptxas_spills.END, block, where)
+    has_output = generated.replace_block(text, output_excerpt.BEGIN, output_excerpt.END, "", where) is not None
+    if has_output:
+        bench_txt = os.path.join(root, "results", gpu, output_excerpt.SOURCE)
+        try:
+            with open(bench_txt, encoding="utf-8") as f:
+                run = f.read()
+        except OSError as e:
+            raise ValueError(f"{where} has an output block but cannot read {bench_txt}: {e.strerror}") from None
+        block = output_excerpt.excerpt(run, posix("results", gpu, output_excerpt.SOURCE))
+        text = generated.replace_block(text, output_excerpt.BEGIN, output_excerpt.END, block, where)
     if not (any(has.values()) or has_numbers or has_dmattn or has_blocksparse):
-        return text if has_spills else None
+        return text if has_spills or has_output else None
     if (any(has.values()) or has_numbers) and gpu not in gpu_rows:
         raise ValueError(f"{where} has generated blocks but results/{gpu}/ has no forward results")
     if has["results"]:
