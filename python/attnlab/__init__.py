@@ -30,6 +30,8 @@ mask_mods and score_mods of attnlab.mods as spec strings (differentiable):
     bm = attnlab.create_block_mask("sliding_window:1024,0", None, None, N, N)
     out = attnlab.flex_attention(q, k, v, block_mask=bm, score_mod="alibi")
 """
+__version__ = "0.1.0"  # the package's version: pyproject.toml reads it from here
+
 import torch  # noqa: F401  (loads libtorch before the extension)
 
 from . import _C
@@ -38,7 +40,7 @@ from .attention import attention, backward, backward_variant, bwd_variants
 from .blocksparse import BlockMask, create_block_mask, flex_attention, kept_pairs
 from .dynamic_mask import MaskSummary, PackedMask, build_mask_summary, dynamic_mask_attention, pack_mask
 
-__all__ = ["variants", "forward", "default_variant", "judge", "unsupported_reason", "attention", "backward",
+__all__ = ["__version__", "variants", "forward", "default_variant", "judge", "unsupported_reason", "attention", "backward",
            "backward_variant", "bwd_variants", "bwd_unsupported_reason", "dynamic_mask_attention",
            "build_mask_summary", "MaskSummary", "pack_mask", "PackedMask", "mods", "BlockMask",
            "create_block_mask", "flex_attention", "kept_pairs", "block_mask_invalid"]

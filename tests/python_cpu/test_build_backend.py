@@ -54,3 +54,16 @@ def test_the_metadata_hook_exits_1_in_one_line_within_seconds(tmp_path):
     assert result.returncode == 1 and result.stdout == "", (result.returncode, result.stdout, result.stderr)
     assert result.stderr.count("\n") == 1 and result.stderr.startswith("attnlab: building needs torch"), result.stderr
     assert os.listdir(tmp_path) == []
+
+
+def test_the_version_has_one_source():
+    """pyproject.toml reads the version from attnlab.__version__ (scikit-build-core's regex provider)."""
+    import re
+    with open(os.path.join(ROOT, "pyproject.toml"), encoding="utf-8") as f:
+        pyproject = f.read()
+    with open(os.path.join(ROOT, "python", "attnlab", "__init__.py"), encoding="utf-8") as f:
+        init = f.read()
+    assert 'dynamic = ["version"]' in pyproject and not re.search(r"^version\s*=", pyproject, re.M)
+    assert 'provider = "scikit_build_core.metadata.regex"\ninput = "python/attnlab/__init__.py"' in pyproject
+    assert re.search(r'^__version__ = "\d+\.\d+\.\d+"', init, re.M), "attnlab.__version__"
+    assert 'license = "BSD-3-Clause"' in pyproject and os.path.isfile(os.path.join(ROOT, "LICENSE"))
