@@ -53,7 +53,7 @@ RUNGS = tuple(Rung(*r) for r in (
     ("11", "two-pass", "10", TWO_PASS, "11_two_pass.md",
      "large D: pass 1 writes P̃ = exp(S − m_ref), pass 2 is the GEMM P̃·V"),
     ("12", "ws", "07", HOPPER, "12_ws_pingpong.md",
-     "rung 07 fed by TMA from a producer warp; warpgroups take turns on the tensor cores"),
+     "rung 07 fed by TMA from a producer warpgroup; warpgroups take turns on the tensor cores"),
     ("13", "bwd-mma", "02", BACKWARD, "13_bwd_mma.md",
      "FlashAttention-2's backward in mma.sync: a block per key tile, dQ by fp32 atomics"),
     ("14", "bwd-ws", "13", BACKWARD, "14_bwd_ws.md",
@@ -105,7 +105,7 @@ def why_not(rows_at, all_rows, rung):
     if mine:
         notes = sorted({r["note"] for r in mine if r["status"] == "unsupported" and r["note"]})
         if notes:
-            return notes[0].replace("|", "/")
+            return rc.note_text(notes[0]).replace("|", "/")
         return ", ".join(sorted({r["status"] for r in mine}))
     if any(is_variant_of(r["variant"], rung.prefix) for r in all_rows):
         return "not run at this shape"

@@ -110,6 +110,15 @@ def _parse(row, where):
     return row
 
 
+def note_text(note):
+    """An unsupported row's note as a sentence for a table: the commas the CSV stores as ';' inside
+    {...} restored, the kernels' gloss '(D, or D/Dv)' dropped (the set writes D/Dv where they differ),
+    and 'head dims 128' of one head dim made 'head dim 128'."""
+    text = re.sub(r"\{[^}]*\}", lambda m: m.group(0).replace("; ", ", "), note)
+    text = re.sub(r" \(D[,;] or D/Dv\)", "", text)
+    return re.sub(r"\bhead dims (\d+) ", r"head dim \1 ", text)
+
+
 def heads_label(row):
     """H, or H/Hkv for a GQA row: '32/8'."""
     return str(row["H"]) if row["Hkv"] == row["H"] else f"{row['H']}/{row['Hkv']}"

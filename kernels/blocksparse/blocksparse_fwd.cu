@@ -1,7 +1,7 @@
 // ============================================================================
 // Block-sparse forward — FlexAttention's forward on rung 12's engine
 // ============================================================================
-// What changes against rung 12 (`ws+pingpong`): the same producer warp, TMA ring
+// What changes against rung 12 (`ws+stage2+pingpong`): the same producer warpgroup, TMA ring
 // and ping-pong compute warpgroups with P in registers (ws_mainloop.cuh), but
 //   NEW (walk, fwd_mainloop.cuh): a query tile visits only the key blocks its
 //        query block lists, partial list then full list, each from the largest
@@ -111,7 +111,7 @@ cudaError_t blocksparse_fwd(const AttnProblem& p, const AttnBuffers& b, const Bl
 }
 
 std::string blocksparse_fwd_describe() {
-  std::string s = "sm_90a wgmma, K/V by TMA from a producer warp, listed key tiles only; stages=" +
+  std::string s = "sm_90a wgmma, K/V by TMA from a producer warpgroup, listed key tiles only; stages=" +
                   std::to_string(kBsStages);
   BsHeadDims::for_each([&](auto dims) {
     constexpr int D = decltype(dims)::D, Dv = decltype(dims)::Dv;

@@ -1,5 +1,5 @@
 // ============================================================================
-// Rung 09 — rung 08 fed by TMA from a producer warp, optionally multicast
+// Rung 09 — rung 08 fed by TMA from a producer warpgroup, optionally multicast
 //           to a cluster of two blocks (D = 512)
 // ============================================================================
 // What changes against rung 08: the compute is the same (split_d_tile.cuh:
@@ -7,7 +7,7 @@
 // no longer come through cp.async issued by the 256 compute threads — 16
 // copies per thread per 64 KiB tile, with their swizzled addresses and bounds
 // checks, in the middle of the softmax. Instead
-//   NEW: a producer warp issues the copies with the Tensor Memory Accelerator:
+//   NEW: a producer warpgroup issues the copies with the Tensor Memory Accelerator:
 //        one cp.async.bulk.tensor per 64-column block of a tile, landing
 //        already 128-byte swizzled (common/tma.cuh). Completion is counted in
 //        bytes on a "full" mbarrier the compute threads wait on; they hand the
@@ -262,7 +262,7 @@ Variant make_variant() {
   v.unsupported_reason = unsupported<kCluster>;
   v.launch = launch<kCluster>;
   v.describe = [] {
-    return "sm_90a wgmma, 2 warpgroups split the head dim of 64 rows, K/V by TMA from a producer warp; cluster=" +
+    return "sm_90a wgmma, 2 warpgroups split the head dim of 64 rows, K/V by TMA from a producer warpgroup; cluster=" +
            std::to_string(kCluster) + (kCluster > 1 ? " (K/V multicast)" : "") + "; " +
            rung_describe<TmaSplitDConfig, 1, TMA_SPLIT_D_HEAD_DIMS>();
   };

@@ -1,13 +1,13 @@
 // ============================================================================
-// Rung 12 — rung 07's overlap, fed by TMA from a producer warp, with the
+// Rung 12 — rung 07's overlap, fed by TMA from a producer warpgroup, with the
 //           compute warpgroups taking turns on the tensor cores (ping-pong)
 // ============================================================================
 // What changes against rung 07 (`wgmma+stage2+overlap`): the math per tile is
 // the same (S = Q·K_jᵀ issued, then P_{j-1}·V_{j-1}; the softmax of S_j runs
 // while that P·V does), but
 //   NEW (ws): the copies leave the compute threads, and with them rung 07's
-//        __syncthreads per tile. A producer warp issues each tile as TMA boxes
-//        (rung 09's split: a producer warpgroup, setmaxnreg) into a ring of
+//        __syncthreads per tile. A producer warpgroup (rung 09's split,
+//        setmaxnreg) issues each tile as TMA boxes into a ring of
 //        kStages slots with a full/empty mbarrier pair per slot;
 //   NEW (+pingpong): the warpgroups take turns: one issues its tile's MMAs only
 //        after the previous one has issued its own, and passes the turn on
@@ -239,7 +239,7 @@ Variant make_variant() {
   };
   v.launch = launch<kPingpong>;
   v.describe = [] {
-    return std::string("sm_90a wgmma, K/V by TMA from a producer warp, softmax overlapped with P·V") +
+    return std::string("sm_90a wgmma, K/V by TMA from a producer warpgroup, softmax overlapped with P·V") +
            (kPingpong ? ", the compute warpgroups alternate on the tensor cores" : "") + "; " +
            describe_tiles<kPingpong>();
   };

@@ -1,6 +1,6 @@
 // ============================================================================
 // Rung 14 — the backward on Hopper: rung 13's algorithm on rung 12's engine
-//           (TMA from a producer warp, wgmma in two compute warpgroups)
+//           (TMA from a producer warpgroup, wgmma in two compute warpgroups)
 // ============================================================================
 // What changes against rung 13 (`bwd-mma`, FlashAttention-2's backward in
 // mma.sync): the same walk — a block per key tile, K_j, V_j, dK_j, dV_j on
@@ -118,7 +118,7 @@ BwdVariant make_variant() {
   return bwd_ws_variant<BwdWsHeadDims, Config, kDeterministic>(
       "bwd-ws", "14_bwd_ws",
       [](auto cfg, auto type) { return bwd_ws_kernel<decltype(cfg), decltype(type), kDeterministic>; },
-      "sm_90a wgmma, Q/dO/LSE/Δ by TMA from a producer warp, Sᵀ and dPᵀ so that P and dS stay in registers, dQ by "
+      "sm_90a wgmma, Q/dO/LSE/Δ by TMA from a producer warpgroup, Sᵀ and dPᵀ so that P and dS stay in registers, dQ by "
       "bulk reduce-add",
       describe_tiles);
 }

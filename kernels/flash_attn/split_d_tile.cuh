@@ -3,7 +3,7 @@
 // each block's half of D = 1024), where the two warpgroups of a block share 64
 // query rows and split the head dim (docs/08_wgmma_split_d.md). The rungs differ only in how K_j and V_j reach
 // shared memory — rung 08 copies them with cp.async from every thread, rung 09
-// with TMA from a producer warp — so the tile's compute lives here and takes
+// with TMA from a producer warpgroup — so the tile's compute lives here and takes
 // the rung's copy pipeline as a parameter with five hooks:
 //   wait_k(j)     K_j is in shared memory, visible to this thread
 //   release_k(j)  every consumer thread is done reading K_j (after sync())

@@ -113,3 +113,11 @@ def test_blocksparse_table_pairs_ours_with_flex_of_the_same_case(tmp_path):
     assert "| bias | 100.0 | 50.0 | 2.00× | — | — | — |" in dmattn, dmattn
     assert bt.load(str(tmp_path / "none")) is None
     assert "No block-sparse results yet" in bt.block(None, "x.csv")
+
+
+def test_an_unsupported_note_reads_as_a_sentence():
+    assert rc.note_text("head dims 128 not in {256} (D; or D/Dv)") == "head dim 128 not in {256}"
+    assert rc.note_text("head dims 192/128 not in {64; 128; 192/128} (D, or D/Dv)") == \
+        "head dims 192/128 not in {64, 128, 192/128}"
+    assert rc.note_text("Dv 128 not in {256; 512; 768; 1024}") == "Dv 128 not in {256, 512, 768, 1024}"
+    assert rc.note_text("needs sm_90a; this GPU is sm_80") == "needs sm_90a; this GPU is sm_80"
