@@ -4,7 +4,7 @@
 // What changes against rung 14 (`bwd-ws`; rung 15's two chains at D = 256):
 // the same block per (key tile, KV head) with K_j, V_j, dK_j, dV_j on chip, the
 // producer thread and its Q/dO/LSE/Δ ring, the transposed wgmmas, dQ by bulk
-// reduce-add (bwd_ws_mainloop.cuh, bwd_roles_mainloop.cuh), but
+// reduce-add (hopper/bwd_mainloop.cuh, hopper/bwd_roles_mainloop.cuh), but
 //   NEW (walk, bwd_scheduler.cuh): a key tile visits only the query blocks
 //        that its key block's transposed lists name, full list then partial,
 //        largest first (flash_attn/cute's flash_bwd_sm100.py), each cut into

@@ -2,7 +2,7 @@
 // Block-sparse forward — FlexAttention's forward on rung 12's engine
 // ============================================================================
 // What changes against rung 12 (`ws+stage2+pingpong`): the same producer warpgroup, TMA ring
-// and ping-pong compute warpgroups with P in registers (ws_mainloop.cuh), but
+// and ping-pong compute warpgroups with P in registers (hopper/fwd_mainloop.cuh), but
 //   NEW (walk, fwd_mainloop.cuh): a query tile visits only the key blocks its
 //        query block lists, partial list then full list, each from the largest
 //        block down (flash_attn/cute's block_sparse_utils.py), each block cut into

@@ -17,9 +17,9 @@
 #include "blocksparse/mods.h"
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
-#include "flash_attn/bwd_roles_mainloop.cuh"
-#include "flash_attn/bwd_ws_host.cuh"
-#include "flash_attn/bwd_ws_mainloop.cuh"
+#include "hopper/bwd_roles_mainloop.cuh"
+#include "hopper/bwd_host.cuh"
+#include "hopper/bwd_mainloop.cuh"
 
 namespace attnlab {
 namespace bs_bwd {

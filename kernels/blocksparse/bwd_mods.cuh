@@ -1,6 +1,6 @@
 // attnlab: the block-sparse backward's score step — the mask_mod, the
 // score_mod and the bounds on one slice of a tile of Sᵀ (keys x queries, in
-// the accumulator fragments of bwd_ws_mainloop.cuh's compute warpgroups), and
+// the accumulator fragments of hopper/bwd_mainloop.cuh's compute warpgroups), and
 // the score_mod's chain rule on dSᵀ. FlashAttention-3's backward applies its
 // Mask and softcap there (hopper/mainloop_bwd_sm90_tma_gmma_ws.hpp);
 // flash_attn/cute's backward calls its mask_mod and score_mod_bwd the same way.
@@ -19,7 +19,7 @@
 #include "blocksparse/mods.h"
 #include "common/online_softmax.cuh"
 #include "common/ptx.cuh"
-#include "flash_attn/bwd_ws_mainloop.cuh"
+#include "hopper/bwd_mainloop.cuh"
 #include "host/attn_problem.h"
 
 namespace attnlab {

@@ -1,7 +1,7 @@
 // attnlab: the block-sparse backward's tile scheduler — which query tiles the
 // block of one key tile visits, in what order, and at which turn each of its
 // dQ adds goes in the deterministic mode. Rung 14's walk (BwdWork,
-// flash_attn/bwd_ws_mainloop.cuh) with the block mask's transposed lists in
+// hopper/bwd_mainloop.cuh) with the block mask's transposed lists in
 // place of the causal band, as flash_attn/cute's flash_bwd_sm100.py walks
 // them (get_m_block_from_iter_bwd). The grid is rung 14's: one block per
 // (key tile, KV head and batch), in L2-sized sections of heads as a causal
@@ -62,7 +62,7 @@ __device__ __forceinline__ int count_below(const int32_t* list, int count, int n
   return lo;
 }
 
-// One key tile's walk, a walk in bwd_ws_mainloop.cuh's sense. slot(s) keeps a
+// One key tile's walk, a walk in hopper/bwd_mainloop.cuh's sense. slot(s) keeps a
 // cursor (the head g whose slots are first .. end - 1), so s must not decrease
 // between calls; each role walks its own copy. Head g's slot i (after the
 // rotation) is the full list's tile full_tiles - 1 - i, counted in ascending

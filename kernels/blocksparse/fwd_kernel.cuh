@@ -15,7 +15,7 @@
 #include "blocksparse/mods.h"
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
-#include "flash_attn/ws_mainloop.cuh"
+#include "hopper/fwd_mainloop.cuh"
 #include "host/rung_host.cuh"
 #include "host/tensor_map.h"
 #include "host/variant.h"
@@ -118,7 +118,7 @@ cudaError_t blocksparse_fwd_dims(const AttnProblem& p, const AttnBuffers& b, con
     if (!encode_qkv_maps<Cfg::kBr, Cfg::kBc>(maps, p, b.q, b.k, b.v)) return cudaErrorInvalidValue;
     TileOrder order = blocksparse_tile_order(p, Cfg::kBr);
     // A persistent grid taking the items from a counter where the tile
-    // allows it (tile_order.cuh), else a block per item.
+    // allows it (hopper/fwd_scheduler.cuh), else a block per item.
     int blocks = order.items;
     int* counter = nullptr;
     if constexpr (BsTile<D, Dv>::kPersistent)

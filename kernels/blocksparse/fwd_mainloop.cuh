@@ -1,6 +1,6 @@
 // attnlab: the block-sparse forward's mainloop — rung 12's producer and
 // compute warpgroups (ws_load_tiles, ws_compute_tiles in
-// flash_attn/ws_mainloop.cuh) walking the key tiles a block mask lists
+// hopper/fwd_mainloop.cuh) walking the key tiles a block mask lists
 // instead of a range, with the mask_mod and score_mod on each tile's scores
 // (apply_mods.cuh). FlashAttention-3's hopper/ mainloop takes a tile range and
 // a Mask; flash_attn/cute's block_sparse_utils.py walks the lists this way.
@@ -20,7 +20,7 @@
 #include "blocksparse/apply_mods.cuh"
 #include "blocksparse/mods.h"
 #include "common/online_softmax.cuh"
-#include "flash_attn/ws_mainloop.cuh"
+#include "hopper/fwd_mainloop.cuh"
 #include "host/attn_problem.h"
 
 namespace attnlab {

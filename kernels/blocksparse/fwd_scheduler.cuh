@@ -1,6 +1,6 @@
 // attnlab: the block-sparse forward's tile scheduler — which block computes
 // which (query tile, head), in what order. The items go in the order of rung
-// 12's causal grid (flash_attn/tile_order.cuh): the bottom query tiles of
+// 12's causal grid (hopper/fwd_scheduler.cuh): the bottom query tiles of
 // every head first, the heads in L2-sized sections. That is longest first
 // (LPT, as FlashAttention-3 orders causal work) for the mask_mods whose lists
 // grow with the query index (causal, prefix_lm, a document mask's later
@@ -15,7 +15,7 @@
 // by their listed tile counts (a pass over kv_count and full_count first).
 #pragma once
 
-#include "flash_attn/tile_order.cuh"
+#include "hopper/fwd_scheduler.cuh"
 #include "host/attn_problem.h"
 
 namespace attnlab {

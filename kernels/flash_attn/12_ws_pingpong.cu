@@ -14,11 +14,11 @@
 //        right after, so while one does its softmax the other's MMAs keep the
 //        tensor cores busy. A named barrier per warpgroup carries the turn
 //        (FlashAttention-3, §3.1). A ready warpgroup may wait for its turn;
-//   NEW (tile order, tile_order.cuh): non-causal, a persistent grid (one block
+//   NEW (tile order, hopper/fwd_scheduler.cuh): non-causal, a persistent grid (one block
 //        per SM walks its share of the tiles, the next tile's Q and K loading
 //        under this one's epilogue), the last round's tiles split along the keys
 //        over all blocks (stream-K, common/kv_split.cuh merges the parts);
-//        causal, longest first from an atomic counter. One piece's mainloop: ws_mainloop.cuh.
+//        causal, longest first from an atomic counter. One piece's mainloop: hopper/fwd_mainloop.cuh.
 //
 // Per block: Br = 64 x W compute warpgroups + 1 producer; sQ [Br, D] once, sK
 // [kStages][Bc, D], sV [kStages][Bc, Dv] (Sw128Blocks); 6 + 4·kStages mbarriers.
@@ -48,8 +48,8 @@
 
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
-#include "flash_attn/tile_order.cuh"
-#include "flash_attn/ws_mainloop.cuh"
+#include "hopper/fwd_scheduler.cuh"
+#include "hopper/fwd_mainloop.cuh"
 #include "host/arch.h"
 #include "host/attn_problem.h"
 #include "host/rung_host.cuh"
@@ -73,7 +73,7 @@ template <> struct WsTile<192, 128> { static constexpr int kBc = 128, kWarpgroup
 template <> struct WsTile<128, 64>  { static constexpr int kBc = 128, kWarpgroups = 2; static constexpr bool kPingpong = true; };
 
 // WsWarps and WsConfig (the register split and the tile config the mainloop
-// takes): ws_mainloop.cuh, shared with the block-sparse forward.
+// takes): hopper/fwd_mainloop.cuh, shared with the block-sparse forward.
 
 constexpr int kWsStages = 2;
 static_assert(kWsStages == 2, "header: two slots in each of the K and V rings");

@@ -12,7 +12,7 @@
 //   NEW (wgmma, transposed): Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ, so that Pᵀ and dSᵀ are
 //        already the register A operands of dV += Pᵀ·dO and dK += dSᵀ·Q — P
 //        never goes through shared memory; dSᵀ does, once, for dQ = dS·K over
-//        both warpgroups' keys (bwd_ws_mainloop.cuh);
+//        both warpgroups' keys (hopper/bwd_mainloop.cuh);
 //   NEW (dQ by bulk reduce-add): dQ writer warps (one per staging buffer) add
 //        each tile's dQ, staged in shared memory in the fp32 accumulator's own
 //        tile layout, by one bulk reduction instead of per-element atomics;
@@ -47,8 +47,8 @@
 
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
-#include "flash_attn/bwd_ws_host.cuh"
-#include "flash_attn/bwd_ws_mainloop.cuh"
+#include "hopper/bwd_host.cuh"
+#include "hopper/bwd_mainloop.cuh"
 
 namespace attnlab {
 namespace {
@@ -66,7 +66,7 @@ template <> struct BwdWsTile<64, 64>   { static constexpr int kBr = 128, kSliceQ
 template <> struct BwdWsTile<128, 128> { static constexpr int kBr = 64,  kSliceQ = 64,  kDsBuffers = 2, kDqBuffers = 2; static constexpr bool kEarlyDv = true; };
 template <> struct BwdWsTile<192, 128> { static constexpr int kBr = 64,  kSliceQ = 32,  kDsBuffers = 1, kDqBuffers = 1; static constexpr bool kEarlyDv = false; };
 
-// The block around the tile (its shared memory, barriers, dQ split): BwdWsConfig, bwd_ws_mainloop.cuh.
+// The block around the tile (its shared memory, barriers, dQ split): BwdWsConfig, hopper/bwd_mainloop.cuh.
 constexpr int kBwdWsStages = 2;
 template <int D, int Dv>
 using Config = BwdWsConfig<D, Dv, BwdWsTile<D, Dv>::kBr, BwdWsTile<D, Dv>::kSliceQ, BwdWsTile<D, Dv>::kEarlyDv,

@@ -4,7 +4,7 @@
 // What changes against rung 14 (`bwd-ws`): there each compute warpgroup owns
 // 64 keys and their dK and dV in registers — D fp32 registers per thread,
 // which at D = 256 is more than a thread has. Here both warpgroups share one
-// tile of Bc = 64 keys and each keeps one gradient (bwd_roles_mainloop.cuh):
+// tile of Bc = 64 keys and each keeps one gradient (hopper/bwd_roles_mainloop.cuh):
 //   NEW (roles): warpgroup 0 the P chain — Sᵀ = K·Qᵀ, Pᵀ, dV += Pᵀ·dO;
 //        warpgroup 1 the dS chain — dPᵀ = V·dOᵀ, dSᵀ = Pᵀ∘(dPᵀ − Δ),
 //        dK += dSᵀ·Q. Each does the same MMA work; Pᵀ goes from the first to
@@ -17,7 +17,7 @@
 //        add them by bulk reduce-add and only then free the slot.
 // Unchanged: the producer thread and its Q/dO/LSE/Δ ring, the walk (one block
 // per key tile and KV head), `+deterministic`'s turns (a counter per dQ tile,
-// key-tile order), the pre-pass and dQ's cast (bwd_ws_host.cuh).
+// key-tile order), the pre-pass and dQ's cast (hopper/bwd_host.cuh).
 // Where it is slower than it could be: the dS chain waits for the P chain's
 // exponentials, and a 64-key tile adds dQ twice as often per FLOP as 128 keys.
 //
@@ -44,8 +44,8 @@
 
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
-#include "flash_attn/bwd_roles_mainloop.cuh"
-#include "flash_attn/bwd_ws_host.cuh"
+#include "hopper/bwd_roles_mainloop.cuh"
+#include "hopper/bwd_host.cuh"
 
 namespace attnlab {
 namespace {

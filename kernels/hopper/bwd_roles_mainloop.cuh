@@ -1,3 +1,5 @@
+// kernels/hopper/: the warp-specialised Hopper engine that rungs 12, 14 and 15 and the
+// block-sparse family compose (FlashAttention-3's design); the rungs are in kernels/flash_attn/.
 // attnlab: rung 15's mainloop — its two compute warpgroups, which share one
 // tile of 64 keys and split the backward's work by role instead of by keys:
 // warpgroup 0 runs the P chain (Sᵀ, Pᵀ, dV), warpgroup 1 the dS chain (dPᵀ,
@@ -6,10 +8,10 @@
 // bulk reduce-add. The producer (bwd_load), the walk (BwdWork, or the
 // block-sparse backward's BsBwdWork), the score step (BwdCausalScores, or
 // BsBwdScores), dQ's staging and the epilogue are rung 14's
-// (bwd_ws_mainloop.cuh).
+// (hopper/bwd_mainloop.cuh).
 #pragma once
 
-#include "flash_attn/bwd_ws_mainloop.cuh"
+#include "hopper/bwd_mainloop.cuh"
 
 namespace attnlab {
 

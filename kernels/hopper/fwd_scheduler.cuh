@@ -1,3 +1,5 @@
+// kernels/hopper/: the warp-specialised Hopper engine that rungs 12, 14 and 15 and the
+// block-sparse family compose (FlashAttention-3's design); the rungs are in kernels/flash_attn/.
 // attnlab: the order in which a rung's blocks take their (query tile, head)
 // work items — rung 12's tile scheduler. Items are numbered in the order they
 // should start; a grid of one block per item starts them in that order

@@ -1,3 +1,5 @@
+// kernels/hopper/: the warp-specialised Hopper engine that rungs 12, 14 and 15 and the
+// block-sparse family compose (FlashAttention-3's design); the rungs are in kernels/flash_attn/.
 // attnlab: the host side that the Hopper backward rungs (14 and 15) share —
 // their workspace, the shapes they refuse, and the launch around the main
 // kernel: the pre-pass (Δ, LSE·log2e; it zeroes the dQ accumulator and the
@@ -14,8 +16,8 @@
 #include <string>
 
 #include "common/bwd_prepost.cuh"
-#include "flash_attn/bwd_tile_order.h"
-#include "flash_attn/tile_order.cuh"       // device_l2_bytes
+#include "hopper/bwd_scheduler.h"
+#include "hopper/fwd_scheduler.cuh"       // device_l2_bytes
 #include "host/arch.h"
 #include "host/attn_problem.h"
 #include "host/env_switch.h"

@@ -1,7 +1,9 @@
+// kernels/hopper/: the warp-specialised Hopper engine that rungs 12, 14 and 15 and the
+// block-sparse family compose (FlashAttention-3's design); the rungs are in kernels/flash_attn/.
 // attnlab: the order of the Hopper backward's blocks (rungs 14 and 15, the
 // block-sparse backward) — its tile scheduler: which (key tile, KV head)
 // item each block of the grid walks. Host and device code; its CPU test is
-// tests/cpu/test_bwd_tile_order.cpp.
+// tests/cpu/test_bwd_scheduler.cpp.
 #pragma once
 
 #include <cstdint>
@@ -45,7 +47,7 @@ ATTNLAB_HOST_DEVICE inline int64_t bwd_items(const AttnProblem& p, const BwdOrde
 // The sections for p (Bc keys per tile) with `l2_bytes` of L2 and `sms` SMs:
 //   walks of unequal length (causal, or a block mask's): as many KV heads as
 //     keep their query heads' Q, dO (16 bits) and dQ accumulator (fp32)
-//     within half the L2 (as rung 12's sections keep K and V, tile_order.cuh;
+//     within half the L2 (as rung 12's sections keep K and V, hopper/fwd_scheduler.cuh;
 //     with no L2 to ask, 50 MB), but at least 2·sms / n_k, so that a
 //     section's work per SM outlasts its longest walk (else the last
 //     section's key tile 0 would end the kernel alone);

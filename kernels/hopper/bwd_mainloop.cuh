@@ -1,3 +1,5 @@
+// kernels/hopper/: the warp-specialised Hopper engine that rungs 12, 14 and 15 and the
+// block-sparse family compose (FlashAttention-3's design); the rungs are in kernels/flash_attn/.
 // attnlab: rung 14's mainloop — what its producer thread and its two compute
 // warpgroups do for one key tile, in the roles of FlashAttention-3's
 // CollectiveMainloopBwd (hopper/mainloop_bwd_sm90_tma_gmma_ws.hpp):
@@ -6,7 +8,7 @@
 // each query tile, stages its dQ in shared memory and ends in the epilogue
 // (bwd_store_dkv) with dK_j, dV_j; bwd_write_dq adds each staged dQ into the
 // fp32 accumulator (a bulk reduce-add). bwd_ws_block splits a block's warps
-// between them; rung 15 (bwd_roles_mainloop.cuh) reuses all but the compute
+// between them; rung 15 (hopper/bwd_roles_mainloop.cuh) reuses all but the compute
 // warpgroups and the writer's staging.
 //
 // Two things are parameters, so that other kernels on this engine share it
@@ -27,7 +29,7 @@
 #include "common/split_q_parts.cuh"
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
-#include "flash_attn/bwd_tile_order.h"
+#include "hopper/bwd_scheduler.h"
 #include "host/attn_problem.h"
 
 namespace attnlab {

@@ -1,4 +1,4 @@
-// Rung 12's tile order (kernels/flash_attn/tile_order.cuh): every (query tile,
+// Rung 12's tile order (kernels/hopper/fwd_scheduler.cuh): every (query tile,
 // head) work item exactly once, longest first under a causal mask, and a
 // persistent grid's rounds dealing out each item exactly once.
 #include <algorithm>
@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "flash_attn/tile_order.cuh"
+#include "hopper/fwd_scheduler.cuh"
 #include "testing.h"
 
 using namespace attnlab;
@@ -99,7 +99,7 @@ TEST_CASE(tile_order_equal_sections) {
 // of every item computed exactly once; a block leaves at most one partial
 // state and leaves it before it waits for any; the block that ends a split
 // item merges exactly the partials of that item, each from a lower block,
-// found by the walk the kernel does (ws_mainloop.cuh).
+// found by the walk the kernel does (hopper/fwd_mainloop.cuh).
 TEST_CASE(tile_order_split_covers_every_key_tile_once) {
   int splits = 0;
   for (int items : {1, 2, 5, 44, 131, 132, 133, 200, 344, 512, 1000})

@@ -1,3 +1,5 @@
+// kernels/hopper/: the warp-specialised Hopper engine that rungs 12, 14 and 15 and the
+// block-sparse family compose (FlashAttention-3's design); the rungs are in kernels/flash_attn/.
 // attnlab: rung 12's mainloop, one work item at a time — what its producer
 // thread and its compute warpgroups do for one (query tile, head), in the
 // roles of FlashAttention-3's CollectiveMainloop (hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp):
@@ -5,7 +7,7 @@
 // ws_compute runs the tile MMAs and the online softmax and ends in the epilogue
 // (store_output, common/split_q_parts.cuh; or, for a piece of an item split
 // over blocks, common/kv_split.cuh). The kernel (12_ws_pingpong.cu) walks its
-// work pieces (tile_order.cuh) and calls one or the other.
+// work pieces (hopper/fwd_scheduler.cuh) and calls one or the other.
 //
 // Both are built on two walks that other kernels on this engine share (the
 // block-sparse forward, kernels/blocksparse/): ws_load_tiles copies n key
@@ -23,7 +25,7 @@
 #include "common/split_q_parts.cuh"
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
-#include "flash_attn/tile_order.cuh"
+#include "hopper/fwd_scheduler.cuh"
 #include "host/attn_problem.h"
 
 namespace attnlab {
@@ -131,7 +133,7 @@ struct WsShared {
 
 // One work piece: its (query) head, the KV head it reads, its first query
 // row, and its K/V tiles kv_begin .. kv_begin + n_tiles - 1 (the same for
-// every warpgroup); all of the item's, or a share of them (tile_order.cuh).
+// every warpgroup); all of the item's, or a share of them (hopper/fwd_scheduler.cuh).
 struct WsWork {
   int head, kv_head, q_start, kv_begin, n_tiles;
 };
@@ -375,7 +377,7 @@ __device__ __forceinline__ void ws_compute(const WsShared<Cfg, T>& sm, const Att
       },
       ring, O, stats);
 
-  // NEW (split, tile_order.cuh): a piece of an item that several blocks share.
+  // NEW (split, hopper/fwd_scheduler.cuh): a piece of an item that several blocks share.
   constexpr int kThreads = Cfg::kComputeWarps * 32;
   const int tid = threadIdx.x;  // the compute warps come first
   if (j_end < kv_tiles_for_query_tile(p, w.q_start, Br, Bc)) {  // its state, for the block that ends the item

@@ -1,11 +1,11 @@
-// The Hopper backward's block order (kernels/flash_attn/bwd_tile_order.h):
+// The Hopper backward's block order (kernels/hopper/bwd_scheduler.h):
 // every (key tile, KV head) item exactly once, whole sections of KV heads one
 // after the other with key tile 0 first in each, section sizes that differ by
 // at most one, and the section sizes bwd_order picks.
 #include <set>
 #include <tuple>
 
-#include "flash_attn/bwd_tile_order.h"
+#include "hopper/bwd_scheduler.h"
 #include "testing.h"
 
 using namespace attnlab;
