@@ -42,17 +42,4 @@ const std::vector<BwdVariant>& all_bwd_variants() {
   return variants;
 }
 
-size_t device_smem_optin_bytes() {
-  int device = 0, bytes = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return 0;
-  if (cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) return 0;
-  return size_t(bytes);
-}
-
-int device_sm_count() {
-  int device = 0, sms = 132;
-  if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  return sms;
-}
-
 }  // namespace attnlab

@@ -40,7 +40,7 @@
 #include <string>
 
 #include "blocksparse/bwd_kernel.cuh"
-#include "host/arch.h"
+#include "host/device.h"
 
 namespace attnlab {
 namespace {

@@ -42,7 +42,7 @@
 #include <string>
 
 #include "blocksparse/fwd_kernel.cuh"
-#include "host/arch.h"
+#include "host/device.h"
 
 namespace attnlab {
 namespace {

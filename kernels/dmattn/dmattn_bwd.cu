@@ -54,7 +54,7 @@
 #include "common/wgmma.cuh"
 #include "dmattn/dmattn.h"
 #include "dmattn/dmattn_tiles.cuh"
-#include "host/arch.h"
+#include "host/device.h"
 #include "host/rung_host.cuh"
 #include "host/tensor_map.h"
 

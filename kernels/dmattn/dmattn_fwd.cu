@@ -57,7 +57,7 @@
 #include "dmattn/dmattn.h"
 #include "dmattn/dmattn_mask_scan.cuh"
 #include "dmattn/dmattn_tiles.cuh"
-#include "host/arch.h"
+#include "host/device.h"
 #include "host/rung_host.cuh"
 #include "host/tensor_map.h"
 

@@ -12,6 +12,7 @@
 
 #include "common/block_reduce.cuh"
 #include "dmattn/dmattn.h"
+#include "host/device.h"
 #include "reference/dtype_cast.cuh"
 #include "reference/reference.h"
 
@@ -31,15 +32,13 @@ bool operand_ok(const BroadcastOperand& op, const DynamicMaskProblem& p) {
 // device, or 0 (with the error cleared) when it cannot be asked.
 template <typename Kernel>
 size_t max_dynamic_smem(Kernel kernel) {
-  int dev = 0, optin = 0;
+  const size_t optin = device_smem_optin_bytes();
   cudaFuncAttributes fa{};
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
-      cudaFuncGetAttributes(&fa, kernel) != cudaSuccess) {
+  if (optin == 0 || cudaFuncGetAttributes(&fa, kernel) != cudaSuccess) {
     cudaGetLastError();
     return 0;
   }
-  return size_t(optin) > fa.sharedSizeBytes ? size_t(optin) - fa.sharedSizeBytes : 0;
+  return optin > fa.sharedSizeBytes ? optin - fa.sharedSizeBytes : 0;
 }
 
 // ---- the fp32 reference ---------------------------------------------------------

@@ -50,8 +50,8 @@
 #include "common/split_q_parts.cuh"
 #include "common/tile_copy.cuh"
 #include "common/wgmma.cuh"
-#include "host/arch.h"
 #include "host/attn_problem.h"
+#include "host/device.h"
 #include "host/rung_host.cuh"
 #include "host/variant.h"
 

@@ -50,8 +50,8 @@
 #include "common/tile_copy.cuh"
 #include "common/wgmma.cuh"
 #include "flash_attn/split_d_tile.cuh"
-#include "host/arch.h"
 #include "host/attn_problem.h"
+#include "host/device.h"
 #include "host/rung_host.cuh"
 #include "host/variant.h"
 

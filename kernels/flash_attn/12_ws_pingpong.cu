@@ -48,10 +48,10 @@
 
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
-#include "hopper/fwd_scheduler.cuh"
 #include "hopper/fwd_mainloop.cuh"
-#include "host/arch.h"
+#include "hopper/fwd_scheduler.cuh"
 #include "host/attn_problem.h"
+#include "host/device.h"
 #include "host/rung_host.cuh"
 #include "host/tensor_map.h"
 #include "host/variant.h"

@@ -17,9 +17,8 @@
 
 #include "common/bwd_prepost.cuh"
 #include "hopper/bwd_scheduler.h"
-#include "hopper/fwd_scheduler.cuh"       // device_l2_bytes
-#include "host/arch.h"
 #include "host/attn_problem.h"
+#include "host/device.h"
 #include "host/env_switch.h"
 #include "host/launch.h"
 #include "host/rung_host.cuh"

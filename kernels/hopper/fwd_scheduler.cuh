@@ -31,6 +31,7 @@
 #include <cstdint>
 
 #include "host/attn_problem.h"
+#include "host/device.h"
 #include "host/env_switch.h"
 
 namespace attnlab {
@@ -121,18 +122,6 @@ struct TileOrder {
     m_block = m_blocks - 1 - r / n;
   }
 };
-
-// The device's L2 size in bytes (0 when there is no device to ask).
-inline size_t device_l2_bytes() {
-  static const size_t bytes = [] {
-    int device = 0, value = 0;
-    return cudaGetDevice(&device) == cudaSuccess &&
-                   cudaDeviceGetAttribute(&value, cudaDevAttrL2CacheSize, device) == cudaSuccess
-               ? size_t(value)
-               : size_t(0);
-  }();
-  return bytes;
-}
 
 // The order of problem p's work items for query tiles of kBr rows.
 inline TileOrder make_tile_order(const AttnProblem& p, int Br) {

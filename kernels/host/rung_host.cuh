@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "host/attn_problem.h"
+#include "host/device.h"
 #include "host/env_switch.h"
 #include "host/launch.h"
 #include "host/variant.h"
@@ -78,16 +79,6 @@ cudaError_t launch_with_smem(Kernel kernel, dim3 grid, int threads, int smem_byt
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
   if (err != cudaSuccess) return err;
   return launch_kernel(kernel, grid, dim3(threads), size_t(smem_bytes), stream, args...);
-}
-
-// True on an sm_90 or newer device (programmatic dependent launch, wgmma, TMA).
-inline bool device_is_sm90_or_newer() {
-  static const bool yes = [] {
-    int device = 0, major = 0;
-    return cudaGetDevice(&device) == cudaSuccess &&
-           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 9;
-  }();
-  return yes;
 }
 
 // launch_with_smem with at most one launch attribute (nullptr: none), through

@@ -73,10 +73,4 @@ const std::vector<Variant>& all_variants();
 // Every registered backward variant, in ladder order.
 const std::vector<BwdVariant>& all_bwd_variants();
 
-// Shared-memory opt-in limit of the current device, in bytes (0 when no GPU).
-size_t device_smem_optin_bytes();
-// Multiprocessor count of the current device; 132 (an H200's) when there is no
-// GPU, so that the host-side launch rules and their CPU tests see one machine.
-int device_sm_count();
-
 }  // namespace attnlab

@@ -1,6 +1,7 @@
 // Host-side parts of dynamic-mask attention: broadcast strides, the problem's
 // description, and the support checks the harness prints.
 #include "dmattn/dmattn.h"
+#include "host/device.h"
 #include "host/variant.h"
 #include "testing.h"
 

@@ -46,7 +46,7 @@
 #include "blocksparse/mods.h"
 #include "dmattn/dmattn.h"
 #include "gpu_testing.h"
-#include "host/arch.h"
+#include "host/device.h"
 #include "reference/mods_reference.h"
 #include "reference/reference.h"
 
