@@ -153,8 +153,7 @@ std::string blocksparse_bwd_tile(int D, int Dv, int* Br, int* Bc) {
   p.D = D, p.Dv = Dv;
   tile_of(p, *Br, *Bc);
   if (*Br > 0) return "";
-  return "head dims " + std::to_string(D) + (Dv == D ? "" : "/" + std::to_string(Dv)) + " not in " +
-         BsBwdHeadDims::names() + " (D, or D/Dv)";
+  return BsBwdHeadDims::not_in(D, Dv);
 }
 
 size_t blocksparse_bwd_workspace_bytes(const AttnProblem& p, const BlockMaskView& bm) {

@@ -78,12 +78,11 @@ std::string blocksparse_fwd_unsupported(const AttnProblem& p, const BlockMaskVie
         using Cfg = Config<decltype(dims)::D, decltype(dims)::Dv>;
         smem = Cfg::kSmemBytes, Br = Cfg::kBr, Bc = Cfg::kBc;
       }))
-    return "head dims " + std::to_string(p.D) + (p.Dv == p.D ? "" : "/" + std::to_string(p.Dv)) + " not in " +
-           BsHeadDims::names() + " (D, or D/Dv)";
+    return BsHeadDims::not_in(p.D, p.Dv);
   if (std::string why = kv_heads_unsupported(p); !why.empty()) return why;
   if (!bm.kv_count || !bm.kv_index || !bm.full_count || !bm.full_index) return "block mask without forward lists";
   if (std::string why = block_mask_view_unsupported(p, bm, Br, Bc); !why.empty()) return why;
-  if (blocksparse_tile_order(p, Br).items == 0) return "more than 2^30 query tiles";
+  if (make_tile_order(p, Br, kBlockSparsePolicy).items == 0) return "more than 2^30 query tiles";
   return smem_unsupported(size_t(smem));
 }
 
@@ -93,8 +92,7 @@ std::string blocksparse_fwd_tile(int D, int Dv, int* Br, int* Bc) {
         *Br = Cfg::kBr, *Bc = Cfg::kBc;
       }))
     return "";
-  return "head dims " + std::to_string(D) + (Dv == D ? "" : "/" + std::to_string(Dv)) + " not in " +
-         BsHeadDims::names() + " (D, or D/Dv)";
+  return BsHeadDims::not_in(D, Dv);
 }
 
 size_t blocksparse_fwd_workspace_bytes() { return kDynamicCounterBytes; }

@@ -17,9 +17,12 @@
 #include "blocksparse/mods.h"
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
-#include "hopper/bwd_roles_mainloop.cuh"
+#include "hopper/bwd_dq_writer.cuh"
 #include "hopper/bwd_host.cuh"
+#include "hopper/bwd_kernel.cuh"
 #include "hopper/bwd_mainloop.cuh"
+#include "hopper/bwd_roles_mainloop.cuh"
+#include "hopper/bwd_scheduler.h"
 
 namespace attnlab {
 namespace bs_bwd {

@@ -20,6 +20,7 @@
 #include "common/online_softmax.cuh"
 #include "common/ptx.cuh"
 #include "hopper/bwd_mainloop.cuh"
+#include "hopper/bwd_scheduler.h"
 #include "host/attn_problem.h"
 
 namespace attnlab {

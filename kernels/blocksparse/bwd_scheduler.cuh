@@ -21,6 +21,7 @@
 
 #include <cstdint>
 
+#include "hopper/bwd_scheduler.h"
 #include "host/attn_problem.h"
 
 namespace attnlab {

@@ -15,6 +15,7 @@
 #include "blocksparse/mods.h"
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
+#include "hopper/fwd_kernel.cuh"
 #include "hopper/fwd_mainloop.cuh"
 #include "host/rung_host.cuh"
 #include "host/tensor_map.h"
@@ -22,7 +23,6 @@
 
 namespace attnlab {
 namespace bs_fwd {
-
 
 // The key tile Bc and whether the warpgroups take turns, per (D, Dv): rung 12's
 // WsTile where Bc divides 128 (Bc = 128 at D = 128 where rung 12 takes 176, as
@@ -58,48 +58,30 @@ blocksparse_fwd_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_c
                        const __grid_constant__ BlockSparseLists lists, const __grid_constant__ MaskMod mask,
                        const __grid_constant__ ScoreMod score, int* __restrict__ counter) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  const WsShared<Cfg, T> sm(smem_raw);
-  if (threadIdx.x == 0) sm.init_barriers();
-  __syncthreads();  // no copy may signal a barrier before it is initialised
-
   // NEW (order): the block's items, one per round: blockIdx.x, then (on a
-  // persistent grid) the next of `counter`, fetched by the producer.
-  WsRing ring;
-  int q_start, head;
-  if (threadIdx.x / 32 >= Cfg::kProducerWarp) {
-    // ---- the producer: one thread issues every copy of the block -----------------
-    warpgroup_reg_dealloc<Cfg::kProducerRegs>();
-    if (threadIdx.x == 32 * Cfg::kProducerWarp) {
-      prefetch_tensor_map(&tma_q);
-      prefetch_tensor_map(&tma_k);
-      prefetch_tensor_map(&tma_v);
-      WorkPiece piece;
-      for (int round = 0; (piece = ws_producer_piece(sm, order, counter, round)).item >= 0; ++round) {
+  // persistent grid) the next of `counter`, fetched by the producer
+  // (hopper/fwd_kernel.cuh, rung 12's skeleton).
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  ws_fwd_block<Cfg, T, !kPersistent>(
+      smem_raw, order, counter, &tma_q, &tma_k, &tma_v,
+      [&](const WsShared<Cfg, T>& sm, const WorkPiece& piece, WsRing& ring) {
+        int q_start, head;
         blocksparse_item(order, piece.item, q_start, head, Cfg::kBr);
         const KvTileWalk walk = kv_tile_walk(lists, p, head, q_start, Cfg::kBc);  // NEW (walk)
         blocksparse_load<Cfg, T>(sm, &tma_q, &tma_k, &tma_v, p, head, q_start, walk, ring);
-        if constexpr (!kPersistent) break;  // its one item
-      }
-    }
-    __syncwarp();
-    return;
-  }
-  // ---- the 2 compute warpgroups -------------------------------------------------------
-  warpgroup_reg_alloc<Cfg::kComputeRegs>();
-  // NEW (mods): the unit of the scores the softmax sees (raw, or the score_mod's scaled output)
-  const float score_scale = score.kind == ScoreModKind::kNone ? p.scale : 1.f;
-  WorkPiece piece;
-  for (int round = 0; (piece = ws_compute_piece(sm, order, round)).item >= 0; ++round) {
-    blocksparse_item(order, piece.item, q_start, head, Cfg::kBr);
-    const KvTileWalk walk = kv_tile_walk(lists, p, head, q_start, Cfg::kBc);  // NEW (walk): the producer's
-    float O[Cfg::kTilesO][4] = {};
-    RowStats stats;
-    blocksparse_compute<Cfg, T, kPingpong, kTensorMods>(sm, p, walk, mask, score, score_scale, head, q_start, ring,
-                                                        O, stats);
-    blocksparse_store<T>(O, stats, p, score_scale, head, q_start, o, lse);
-    if constexpr (!kPersistent) break;
-  }
+      },
+      [&](const WsShared<Cfg, T>& sm, const WorkPiece& piece, WsRing& ring) {
+        int q_start, head;
+        blocksparse_item(order, piece.item, q_start, head, Cfg::kBr);
+        const KvTileWalk walk = kv_tile_walk(lists, p, head, q_start, Cfg::kBc);  // NEW (walk): the producer's
+        // NEW (mods): the unit of the scores the softmax sees (raw, or the score_mod's scaled output)
+        const float score_scale = score.kind == ScoreModKind::kNone ? p.scale : 1.f;
+        float O[Cfg::kTilesO][4] = {};
+        RowStats stats;
+        blocksparse_compute<Cfg, T, kPingpong, kTensorMods>(sm, p, walk, mask, score, score_scale, head, q_start,
+                                                            ring, O, stats);
+        blocksparse_store<T>(O, stats, p, score_scale, head, q_start, o, lse);
+      });
 #endif
 }
 
@@ -116,16 +98,14 @@ cudaError_t blocksparse_fwd_dims(const AttnProblem& p, const AttnBuffers& b, con
     using T = decltype(type);
     CUtensorMap maps[3];
     if (!encode_qkv_maps<Cfg::kBr, Cfg::kBc>(maps, p, b.q, b.k, b.v)) return cudaErrorInvalidValue;
-    TileOrder order = blocksparse_tile_order(p, Cfg::kBr);
     // A persistent grid taking the items from a counter where the tile
-    // allows it (hopper/fwd_scheduler.cuh), else a block per item.
-    int blocks = order.items;
-    int* counter = nullptr;
-    if constexpr (BsTile<D, Dv>::kPersistent)
-      if (cudaError_t e = plan_dynamic_order(order, b.workspace, b.workspace_bytes, device_sm_count(), stream,
-                                             blocks, counter);
-          e != cudaSuccess)
-        return e;
+    // allows it (hopper/fwd_scheduler.h), else a block per item.
+    FwdSchedule s;
+    if (cudaError_t e = plan_fwd_schedule(p, kBlockSparsePolicy, FwdTiles{Cfg::kBr, Cfg::kBc, 0, 0},
+                                          BsTile<D, Dv>::kPersistent, b.workspace, b.workspace_bytes,
+                                          device_sm_count(), stream, s);
+        e != cudaSuccess)
+      return e;
     BlockSparseLists lists;
     lists.kv_count = bm.kv_count, lists.kv_index = bm.kv_index;
     lists.full_count = bm.full_count, lists.full_index = bm.full_index;
@@ -136,9 +116,8 @@ cudaError_t blocksparse_fwd_dims(const AttnProblem& p, const AttnBuffers& b, con
     return launch_with_smem(has_tensor_mods(mask, score)
                                 ? blocksparse_fwd_kernel<Cfg, T, kPingpong, kPersistent, true>
                                 : blocksparse_fwd_kernel<Cfg, T, kPingpong, kPersistent, false>,
-                            dim3(unsigned(blocks)),
-                            Cfg::kThreads, Cfg::kSmemBytes, stream, maps[0], maps[1], maps[2],
-                            static_cast<T*>(b.o), b.lse, p, order, lists, mask, score, counter);
+                            dim3(unsigned(s.blocks)), Cfg::kThreads, Cfg::kSmemBytes, stream, maps[0], maps[1],
+                            maps[2], static_cast<T*>(b.o), b.lse, p, s.order, lists, mask, score, s.counter);
   });
 }
 

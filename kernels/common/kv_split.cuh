@@ -1,5 +1,5 @@
 // attnlab: one work item's keys computed by several blocks (stream-K; the
-// split is planned in hopper/fwd_scheduler.cuh). A block that computes only
+// split is planned in hopper/fwd_scheduler.h). A block that computes only
 // part of an item's keys leaves the item's partial state — O unnormalised in
 // fp32, each row's running max m and each lane's share of the running sum l,
 // in the online softmax's fragment layout (online_softmax.cuh) — in a
@@ -26,7 +26,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#if defined(__CUDACC__)  // the device code below; the plan's part compiles with any C++ compiler
 #include "common/online_softmax.cuh"
+#endif
 
 namespace attnlab {
 

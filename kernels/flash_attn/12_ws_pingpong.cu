@@ -14,11 +14,11 @@
 //        right after, so while one does its softmax the other's MMAs keep the
 //        tensor cores busy. A named barrier per warpgroup carries the turn
 //        (FlashAttention-3, §3.1). A ready warpgroup may wait for its turn;
-//   NEW (tile order, hopper/fwd_scheduler.cuh): non-causal, a persistent grid (one block
+//   NEW (tile order, hopper/fwd_scheduler.h): non-causal, a persistent grid (one block
 //        per SM walks its share of the tiles, the next tile's Q and K loading
 //        under this one's epilogue), the last round's tiles split along the keys
 //        over all blocks (stream-K, common/kv_split.cuh merges the parts);
-//        causal, longest first from an atomic counter. One piece's mainloop: hopper/fwd_mainloop.cuh.
+//        causal, longest first from an atomic counter. The engine: kernels/hopper/fwd_*.
 //
 // Per block: Br = 64 x W compute warpgroups + 1 producer; sQ [Br, D] once, sK
 // [kStages][Bc, D], sV [kStages][Bc, Dv] (Sw128Blocks); 6 + 4·kStages mbarriers.
@@ -48,8 +48,10 @@
 
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
+#include "hopper/fwd_epilogue.cuh"
+#include "hopper/fwd_kernel.cuh"
 #include "hopper/fwd_mainloop.cuh"
-#include "hopper/fwd_scheduler.cuh"
+#include "hopper/fwd_scheduler.h"
 #include "host/attn_problem.h"
 #include "host/device.h"
 #include "host/rung_host.cuh"
@@ -100,38 +102,22 @@ ws_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUt
           const __grid_constant__ CUtensorMap tma_v, T* __restrict__ o, float* __restrict__ lse,
           const AttnProblem p, const TileOrder order, const KvSplitArgs split, int* __restrict__ counter) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  // The block's work pieces, as order.piece(...) deals them: one item (a grid
+  // of one block per item), or one piece per round of a persistent grid; under
+  // a dynamic order the producer takes them from `counter` (hopper/fwd_kernel.cuh).
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  const WsShared<Cfg, T> sm(smem_raw);
-  if (threadIdx.x == 0) sm.init_barriers();
-  __syncthreads();  // no copy may signal a barrier before it is initialised
-
-  // A block computes the work pieces order.piece(...) gives it: one item (the
-  // grid has one block per item), or, on a persistent grid, one piece per
-  // round; under a dynamic order the producer takes them from `counter`.
-  WsRing ring;
-  if (threadIdx.x / 32 >= Cfg::kProducerWarp) {
-    // ---- the producer: one thread issues every copy of the block -----------------
-    warpgroup_reg_dealloc<Cfg::kProducerRegs>();
-    if (threadIdx.x == 32 * Cfg::kProducerWarp) {
-      prefetch_tensor_map(&tma_q);
-      prefetch_tensor_map(&tma_k);
-      prefetch_tensor_map(&tma_v);
-      WorkPiece piece;
-      for (int round = 0; (piece = ws_producer_piece(sm, order, counter, round)).item >= 0; ++round) {
+  ws_fwd_block<Cfg, T>(
+      smem_raw, order, counter, &tma_q, &tma_k, &tma_v,
+      [&](const WsShared<Cfg, T>& sm, const WorkPiece& piece, WsRing& ring) {
+        ws_load<Cfg, T>(sm, &tma_q, &tma_k, &tma_v, ws_work<Cfg>(p, order, piece), ring);
+      },
+      [&](const WsShared<Cfg, T>& sm, const WorkPiece& piece, WsRing& ring) {
         const WsWork w = ws_work<Cfg>(p, order, piece);
-        ws_load<Cfg, T>(sm, &tma_q, &tma_k, &tma_v, w, ring);
-      }
-    }
-    __syncwarp();
-    return;
-  }
-  // ---- the W compute warpgroups -----------------------------------------------------
-  warpgroup_reg_alloc<Cfg::kComputeRegs>();
-  WorkPiece piece;
-  for (int round = 0; (piece = ws_compute_piece(sm, order, round)).item >= 0; ++round) {
-    const WsWork w = ws_work<Cfg>(p, order, piece);
-    ws_compute<Cfg, T, kPingpong>(sm, p, order, w, ring, split, o, lse);
-  }
+        float O[Cfg::kTilesO][4] = {};
+        RowStats stats;
+        ws_compute<Cfg, T, kPingpong>(sm, p, w, ring, O, stats);
+        ws_epilogue<Cfg, T>(O, stats, p, order, w, split, o, lse);
+      });
 #endif
 }
 
@@ -139,6 +125,12 @@ ws_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUt
 
 using WsHeadDims = HeadDimList<HeadDims<64, 64>, HeadDims<128, 128>, HeadDims<256, 256>, HeadDims<192, 128>,
                                HeadDims<128, 64>>;
+
+// The tile scheduler's policy (hopper/fwd_scheduler.h): equal items head by
+// head, the last round split along the keys; causal items longest first.
+FwdPolicy policy(const AttnProblem& p) { return p.causal ? FwdPolicy::kLongestFirst : FwdPolicy::kHeadByHead; }
+template <typename Cfg>
+constexpr FwdTiles kFwdTiles{Cfg::kBr, Cfg::kBc, Cfg::kComputeWarps * 32, Cfg::kTilesO};
 
 std::string unsupported(const AttnProblem& p) {
   static const std::string hopper = hopper_tma_unsupported();
@@ -149,22 +141,10 @@ std::string unsupported(const AttnProblem& p) {
         smem = Cfg::kSmemBytes;
         Br = Cfg::kBr;
       }))
-    return "head dims " + std::to_string(p.D) + (p.Dv == p.D ? "" : "/" + std::to_string(p.Dv)) + " not in " +
-           WsHeadDims::names() + " (D, or D/Dv)";
+    return WsHeadDims::not_in(p.D, p.Dv);
   if (std::string why = kv_heads_unsupported(p); !why.empty()) return why;
-  if (make_tile_order(p, Br).items == 0) return "more than 2^30 query tiles";
+  if (make_tile_order(p, Br, policy(p)).items == 0) return "more than 2^30 query tiles";
   return smem_unsupported(size_t(smem));
-}
-
-// The workspace of a split over `blocks` blocks: a flag and a partial state per block.
-template <typename Cfg>
-size_t split_workspace_bytes(int blocks) {
-  return kv_split_workspace_bytes(blocks, Cfg::kComputeWarps * 32, Cfg::kTilesO);
-}
-// ATTNLAB_NO_KV_SPLIT=1: the last round of a non-causal grid whole, to measure what the split buys.
-bool kv_split_off() {
-  static const bool off = env_switch_on("ATTNLAB_NO_KV_SPLIT");
-  return off;
 }
 
 // kPingpong: the warpgroups take turns where the tile table says so.
@@ -178,30 +158,19 @@ cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stre
       using T = decltype(type);
       CUtensorMap maps[3];
       if (!encode_qkv_maps<Cfg::kBr, Cfg::kBc>(maps, p, b.q, b.k, b.v)) return cudaErrorInvalidValue;
-      TileOrder order = make_tile_order(p, Cfg::kBr);
       // Non-causal: one block per SM (the tiles are equal, dealt round-robin),
       // the last round's split along the keys where the workspace allows.
       // Causal: one block per SM taking the tiles longest first from a
-      // counter (plan_dynamic_order; a static deal of unequal tiles measured
-      // slower); without a workspace, one block per tile, which the hardware
-      // starts as blocks finish.
-      const int sms = device_sm_count();
-      int blocks = order.items;
-      KvSplitArgs split;
-      int* counter = nullptr;
-      if (!p.causal) {
-        const bool split_ok = !kv_split_off() && b.workspace != nullptr &&
-                              b.workspace_bytes >= split_workspace_bytes<Cfg>(sms);
-        blocks = plan_kv_split(order, (p.Nk + Cfg::kBc - 1) / Cfg::kBc, sms, split_ok);
-        if (order.split_units > 0) split = kv_split_args(b.workspace, blocks);
-      } else if (cudaError_t e =
-                     plan_dynamic_order(order, b.workspace, b.workspace_bytes, sms, stream, blocks, counter);
-                 e != cudaSuccess) {
+      // counter (a static deal of unequal tiles measured slower); without a
+      // workspace, one block per tile, which the hardware starts as blocks finish.
+      FwdSchedule s;
+      if (cudaError_t e = plan_fwd_schedule(p, policy(p), kFwdTiles<Cfg>, /*persistent=*/true, b.workspace,
+                                            b.workspace_bytes, device_sm_count(), stream, s);
+          e != cudaSuccess)
         return e;
-      }
       return launch_with_smem(ws_kernel<Cfg, T, kPingpong && WsTile<D, Dv>::kPingpong>,
-                              dim3(unsigned(blocks)), Cfg::kThreads, Cfg::kSmemBytes, stream, maps[0], maps[1],
-                              maps[2], static_cast<T*>(b.o), b.lse, p, order, split, counter);
+                              dim3(unsigned(s.blocks)), Cfg::kThreads, Cfg::kSmemBytes, stream, maps[0], maps[1],
+                              maps[2], static_cast<T*>(b.o), b.lse, p, s.order, s.split, s.counter);
     });
   });
   return err;
@@ -230,11 +199,11 @@ Variant make_variant() {
   v.rung = "12_ws_pingpong";
   v.unsupported_reason = unsupported;
   v.workspace_bytes = [](const AttnProblem& p) {  // the split's (non-causal), the counter (causal)
-    size_t bytes = kDynamicCounterBytes;
-    if (!p.causal)
-      WsHeadDims::dispatch(p.D, p.Dv, [&](auto dims) {
-        bytes = split_workspace_bytes<Config<decltype(dims)::D, decltype(dims)::Dv>>(device_sm_count());
-      });
+    size_t bytes = 0;
+    WsHeadDims::dispatch(p.D, p.Dv, [&](auto dims) {
+      bytes = fwd_schedule_workspace_bytes(policy(p), kFwdTiles<Config<decltype(dims)::D, decltype(dims)::Dv>>,
+                                           device_sm_count());
+    });
     return bytes;
   };
   v.launch = launch<kPingpong>;

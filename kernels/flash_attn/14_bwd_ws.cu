@@ -47,7 +47,9 @@
 
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
+#include "hopper/bwd_dq_writer.cuh"
 #include "hopper/bwd_host.cuh"
+#include "hopper/bwd_kernel.cuh"
 #include "hopper/bwd_mainloop.cuh"
 
 namespace attnlab {

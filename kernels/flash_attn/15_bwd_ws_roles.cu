@@ -44,8 +44,9 @@
 
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
-#include "hopper/bwd_roles_mainloop.cuh"
 #include "hopper/bwd_host.cuh"
+#include "hopper/bwd_kernel.cuh"
+#include "hopper/bwd_roles_mainloop.cuh"
 
 namespace attnlab {
 namespace {

@@ -82,8 +82,7 @@ std::string bwd_ws_unsupported(const AttnProblem& p) {
         smem = C::kSmemBytes;
         Bc = C::kBc;
       }))
-    return "head dims " + std::to_string(p.D) + (p.Dv == p.D ? "" : "/" + std::to_string(p.Dv)) + " not in " +
-           HeadDimsList::names() + " (D, or D/Dv)";
+    return HeadDimsList::not_in(p.D, p.Dv);
   if (p.H > 65535 || p.B > 65535) return "B and H must be <= 65535 (grid limits)";
   if ((int64_t(p.Nk) + Bc - 1) / Bc > 65535)
     return "Nk must be <= 65535 x " + std::to_string(Bc) + " (the key tiles are grid.y in one section)";
@@ -127,9 +126,7 @@ cudaError_t bwd_ws_launch(const AttnProblem& p, const AttnGradBuffers& b, cudaSt
       if (e != cudaSuccess) return launch_step(e, "the pre-pass (Δ, LSE·log2e)");
       const BwdOrder order = bwd_order(p, C::kBc, unequal, env_switch_on("ATTNLAB_BWD_NO_SECTIONS"),
                                        int64_t(device_l2_bytes()), device_sm_count(), kDeterministic);
-      // One section: (KV heads, key tiles), the key tile read from blockIdx.y (bwd_block_item).
-      const dim3 grid = bwd_one_section(p, order) ? dim3(unsigned(p.B * p.kv_heads()), unsigned(order.n_k))
-                                                  : dim3(unsigned(bwd_items(p, order)));
+      const dim3 grid = bwd_grid(p, order);
       e = launch_with_smem(kernel_of(C{}, type), grid, C::kThreads, C::kSmemBytes, stream, m.q, m.k, m.v, m.dout,
                            ws.dq_accum, static_cast<const float*>(ws.lse2), static_cast<const float*>(ws.delta), ws.dq_turns,
                            static_cast<T*>(b.dk), static_cast<T*>(b.dv), p, nq_pad, order, extra...);

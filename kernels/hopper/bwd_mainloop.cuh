@@ -6,15 +6,17 @@
 // bwd_load issues K_j, V_j once and then every visible query tile's Q_i, dO_i,
 // LSE_i, Δ_i into a ring of kStages slots; bwd_compute runs the five GEMMs of
 // each query tile, stages its dQ in shared memory and ends in the epilogue
-// (bwd_store_dkv) with dK_j, dV_j; bwd_write_dq adds each staged dQ into the
-// fp32 accumulator (a bulk reduce-add). bwd_ws_block splits a block's warps
-// between them; rung 15 (hopper/bwd_roles_mainloop.cuh) reuses all but the compute
+// (bwd_store_dkv) with dK_j, dV_j. The dQ writers (hopper/bwd_dq_writer.cuh)
+// add each staged dQ into the fp32 accumulator (a bulk reduce-add), and the
+// kernel skeleton (hopper/bwd_kernel.cuh) splits a block's warps between them;
+// rung 15 (hopper/bwd_roles_mainloop.cuh) reuses all but the compute
 // warpgroups and the writer's staging.
 //
 // Two things are parameters, so that other kernels on this engine share it
 // (the block-sparse backward, kernels/blocksparse/), as the forward's
 // ws_load_tiles / ws_compute_tiles are: the walk — which query tiles a key
-// tile visits (w.n_slots, w.slot(s)) and each dQ add's turn (w.turn) — and
+// tile visits (w.n_slots, w.slot(s)) and each dQ add's turn (w.turn), rung
+// 14's in hopper/bwd_scheduler.h — and
 // the score step of bwd_compute_walk (Pᵀ from Sᵀ, and dSᵀ's chain rule), as
 // FlashAttention-3's backward mainloop takes its m_block range and its Mask.
 #pragma once
@@ -123,59 +125,6 @@ constexpr bool bwd_ws_table_row(int br, int slice_q, int bc, bool dq_split_rows,
          Cfg::kDqBuffers == dq_buffers && Cfg::kSmemBytes - 1024 == smem_bytes;
 }
 
-// One key tile's walk (the tile scheduler of the backward: one block per key
-// tile and KV head, in the order of bwd_item below).
-// Slot s of n_slots = group · n_m is query head hk·group + s / n_m and one of
-// the n_m query tiles that can see a key of this tile:
-//   default: m_first + (s % n_m + rot) % n_m, from a per-key-tile offset rot,
-//     so that the key tiles running side by side add into different dQ tiles;
-//   deterministic (the adds to a dQ tile take turns in key-tile order): the
-//     last query tile first, down to m_first, so that every key tile meets the
-//     tiles in the same order and waits only for its predecessor's last add,
-//     not for it to walk the causal band up to its own first tile.
-// A walk is any type with these members (the block-sparse one is another):
-// j_tile, kv0, b, kv_head, n_slots; slot(s), called with s ascending (so a
-// walk may keep a cursor: each role walks its own copy), giving the query
-// head h (in the batch) and the query tile m; and turn(slot), the value of
-// the dQ tile's counter at which this key tile adds (the deterministic mode).
-struct BwdSlot {
-  int h, m;
-};
-struct BwdWork {
-  int j_tile, kv0, hk, b, group, m_first, n_m, n_slots, rot;
-  bool descending;
-  int64_t kv_head;  // b·Hkv + hk
-  ATTNLAB_HOST_DEVICE BwdSlot slot(int s) const {
-    const int i = s % n_m, mi = i + rot;
-    BwdSlot sl;
-    sl.m = descending ? m_first + n_m - 1 - i : m_first + (mi < n_m ? mi : mi - n_m);
-    sl.h = hk * group + s / n_m;
-    return sl;
-  }
-  // Every key tile before this one sees the query tile too: key tile j adds j-th.
-  ATTNLAB_HOST_DEVICE int turn(const BwdSlot&) const { return j_tile; }
-};
-
-template <int Br, int Bc>
-ATTNLAB_HOST_DEVICE inline BwdWork bwd_work(const AttnProblem& p, int j_tile, int hk, int b, bool deterministic) {
-  BwdWork w;
-  w.j_tile = j_tile;
-  w.kv0 = j_tile * Bc;
-  w.hk = hk;
-  w.b = b;
-  w.group = p.H / p.kv_heads();
-  w.kv_head = int64_t(b) * p.kv_heads() + hk;
-  // Query i sees key kv0 iff kv0 <= i + (Nk − Nq) (bottom-right causal).
-  const int first_row = p.causal && w.kv0 > p.Nk - p.Nq ? w.kv0 - (p.Nk - p.Nq) : 0;
-  const int n_q_tiles = (p.Nq + Br - 1) / Br;
-  w.m_first = first_row / Br;
-  w.n_m = n_q_tiles > w.m_first ? n_q_tiles - w.m_first : 0;
-  w.n_slots = w.n_m * w.group;
-  w.rot = !deterministic && w.n_m > 0 ? j_tile % w.n_m : 0;
-  w.descending = deterministic;
-  return w;
-}
-
 // Device code of sm_90a only (TMA, mbarriers and wgmma exist there alone).
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
@@ -257,152 +206,6 @@ __device__ __forceinline__ void bwd_load(const BwdShared<Cfg, T>& sm, const Attn
     bulk_load(sm.sLSE2 + stage * Br, lse2 + q_head * nq_pad + q0, Br * 4, bar);
     bulk_load(sm.sDelta + stage * Br, delta + q_head * nq_pad + q0, Br * 4, bar);
   }
-}
-
-// ---- the deterministic mode's turns -----------------------------------------------
-// dQ tile (q_head, m) takes its key tiles' adds in key-tile order: key tile j
-// waits until the tile's counter reads w.turn(slot), the number of key tiles
-// before it that add to the tile (rung 14: j, since the first visible query
-// tile grows with j), adds, waits for its add to land, and counts it (the
-// CUTLASS barrier's release/acquire pattern, FlashAttention-3's Deterministic
-// dQ semaphore).
-__device__ __forceinline__ void bwd_wait_turn(const int* counter, int turn) {
-  int seen;
-  do {
-    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
-  } while (seen != turn);
-}
-__device__ __forceinline__ void bwd_pass_turn(int* counter) {
-  asm volatile("fence.proxy.async.global;\n" ::: "memory");  // the TMA's adds before the generic-proxy release
-  asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter) : "memory");
-}
-
-// ---- the dQ writers ----------------------------------------------------------------
-// kWriters warps of the producer warpgroup (FA3's dQ writer warp,
-// hopper/flash_bwd_kernel_sm90.h), one per staging buffer: writer k takes the
-// slots s ≡ k (mod kWriters). For each, once wait_staged(s) says the compute
-// warps have staged its dQ tile (q_head, m) — Br rows x D fp32 in the tile
-// layout of bwd_stage_dq, in kParts contiguous parts, part i at
-// part_at(s, i) — one lane adds them to the accumulator, which holds each
-// tile in that same layout (common/bwd_prepost.cuh), one bulk reduction per
-// part, and hand_back(s) runs once the reductions have read the staging. So
-// the compute warps never wait on the adds. Deterministic: key tile j first
-// waits until the dQ tile's counter reads its turn; after the hand-back it waits for
-// its adds to land and passes the turn on — while the other writer takes the
-// next slot, so that neither the buffer nor the next add waits for a landing.
-template <typename Cfg, bool kDeterministic, int kParts, typename Work, typename WaitStaged, typename PartAt,
-          typename HandBack>
-__device__ __forceinline__ void bwd_dq_writer(const AttnProblem& p, Work w, float* dq_accum, int nq_pad,
-                                              int* dq_turns, int writer, WaitStaged&& wait_staged, PartAt&& part_at,
-                                              HandBack&& hand_back) {
-  constexpr int Br = Cfg::kBr, kPartFloats = Br * Cfg::kHeadDim / kParts;
-  static_assert((Br * Cfg::kHeadDim) % (4 * kParts) == 0, "parts of whole 16-byte chunks");
-  const int lane = threadIdx.x % 32;
-#pragma unroll 1
-  for (int s = writer; s < w.n_slots; s += Cfg::kDqWriters) {
-    wait_staged(s);
-    int* turn = nullptr;
-    if (lane == 0) {
-      const auto sl = w.slot(s);
-      const int64_t q_head = int64_t(w.b) * p.H + sl.h;
-      turn = dq_turns + q_head * (nq_pad / Br) + sl.m;
-      if constexpr (kDeterministic) bwd_wait_turn(turn, w.turn(sl));
-      float* tile = dq_accum + (q_head * nq_pad + sl.m * Br) * Cfg::kHeadDim;
-#pragma unroll
-      for (int part = 0; part < kParts; ++part)
-        bulk_reduce_add_f32(tile + part * kPartFloats, part_at(s, part), kPartFloats * 4);
-      bulk_commit();
-      bulk_wait_read();
-    }
-    __syncwarp();
-    hand_back(s);
-    if constexpr (kDeterministic) {
-      if (lane == 0) {
-        bulk_wait();  // landed, before the next key tile's turn
-        bwd_pass_turn(turn);
-      }
-    }
-  }
-  if (lane == 0) bulk_wait();  // every add has landed before the block ends
-}
-
-// Rung 14's: dQ staged in its own buffers, s % kDqBuffers, handed over by
-// named barriers (kDqFull + buffer, kDqEmpty + buffer).
-template <typename Cfg, typename T, bool kDeterministic, typename Work>
-__device__ __forceinline__ void bwd_write_dq(const BwdShared<Cfg, T>& sm, const AttnProblem& p, const Work& w,
-                                             float* dq_accum, int nq_pad, int* dq_turns, int writer) {
-  static_assert(Cfg::kDqWriters == Cfg::kDqBuffers, "a writer per staging buffer (its named barriers)");
-  bwd_dq_writer<Cfg, kDeterministic, 1>(
-      p, w, dq_accum, nq_pad, dq_turns, writer,
-      [&](int s) {  // both warpgroups' parts
-        named_barrier_sync(Cfg::kDqFullBarrier + Cfg::dq_barrier(s % Cfg::kDqBuffers, 0), Cfg::kDqHandoffThreads);
-        named_barrier_sync(Cfg::kDqFullBarrier + Cfg::dq_barrier(s % Cfg::kDqBuffers, 1), Cfg::kDqHandoffThreads);
-      },
-      [&](int s, int) { return sm.sdQ + (s % Cfg::kDqBuffers) * Cfg::kdQFloats; },
-      [&](int s) {  // the compute warps wait for this buffer again only for slot s + kDqBuffers
-        if (s + Cfg::kDqBuffers < w.n_slots)
-          for (int wg = 0; wg < 2; ++wg)
-            named_barrier_arrive(Cfg::kDqEmptyBarrier + Cfg::dq_barrier(s % Cfg::kDqBuffers, wg),
-                                 Cfg::kDqHandoffThreads);
-      });
-}
-
-// ---- the block ----------------------------------------------------------------------
-// What a Hopper backward kernel's block does (rungs 14 and 15, the block-sparse
-// backward): its shared memory and barriers, its walk (make_work(): the key
-// tile and its query tiles), and the warps' roles with their registers
-// (setmaxnreg): the producer thread (bwd_load), the dQ writer warps
-// (write_dq(sm, w, k)) and the compute warpgroups (compute(sm, w)).
-template <typename Cfg, typename T, typename MakeWork, typename WriteDq, typename Compute>
-__device__ __forceinline__ void bwd_ws_block_walk(unsigned char* smem_raw, const AttnProblem& p,
-                                                  const CUtensorMap* tma_q, const CUtensorMap* tma_k,
-                                                  const CUtensorMap* tma_v, const CUtensorMap* tma_do,
-                                                  const float* lse2, const float* delta, int nq_pad,
-                                                  MakeWork&& make_work, WriteDq&& write_dq, Compute&& compute) {
-  const BwdShared<Cfg, T> sm(smem_raw);
-  if (threadIdx.x == 0) sm.init_barriers();
-  __syncthreads();  // no copy may signal a barrier before it is initialised
-
-  const auto w = make_work();
-  const int warp = threadIdx.x / 32;
-  if (warp >= Cfg::kProducerWarp) {
-    warpgroup_reg_dealloc<Cfg::kProducerRegs>();
-    if (warp == Cfg::kProducerWarp && threadIdx.x % 32 == 0 && w.n_slots > 0) {
-      prefetch_tensor_map(tma_q);
-      prefetch_tensor_map(tma_do);
-      bwd_load<Cfg, T>(sm, p, w, tma_q, tma_k, tma_v, tma_do, lse2, delta, nq_pad);
-    } else if (warp >= Cfg::kDqWriterWarp && warp < Cfg::kDqWriterWarp + Cfg::kDqWriters) {
-      write_dq(sm, w, warp - Cfg::kDqWriterWarp);
-    }
-    __syncwarp();
-    return;
-  }
-  warpgroup_reg_alloc<Cfg::kComputeRegs>();
-  compute(sm, w);
-}
-// The block's item: blockIdx.x in the order's sections, or with one section
-// (bwd_ws_launch's grid is then 2-D) key tile blockIdx.y of KV head
-// blockIdx.x, read from the block's indices rather than divided out.
-__device__ __forceinline__ BwdItem bwd_block_item(const AttnProblem& p, const BwdOrder& order) {
-  if (gridDim.y > 1)
-    return {int(blockIdx.y), int(blockIdx.x) % p.kv_heads(), int(blockIdx.x) / p.kv_heads()};
-  return bwd_item(p, order, int(blockIdx.x));
-}
-// Rungs 14 and 15: the walk of the block's item (its key tile and KV head)
-// over every query tile that sees the key tile.
-template <typename Cfg, typename T, bool kDeterministic, typename WriteDq, typename Compute>
-__device__ __forceinline__ void bwd_ws_block(unsigned char* smem_raw, const AttnProblem& p, const CUtensorMap* tma_q,
-                                             const CUtensorMap* tma_k, const CUtensorMap* tma_v,
-                                             const CUtensorMap* tma_do, const float* lse2, const float* delta,
-                                             int nq_pad, const BwdOrder& order, WriteDq&& write_dq,
-                                             Compute&& compute) {
-  bwd_ws_block_walk<Cfg, T>(
-      smem_raw, p, tma_q, tma_k, tma_v, tma_do, lse2, delta, nq_pad,
-      [&] {
-        const BwdItem it = bwd_block_item(p, order);
-        return bwd_work<Cfg::kBr, Cfg::kBc>(p, it.j_tile, it.hk, it.b, kDeterministic);
-      },
-      write_dq, compute);
 }
 
 // ---- the epilogue: dK_j (scaled), dV_j of this KV head, keys < Nk -----------------

@@ -11,6 +11,7 @@
 // (hopper/bwd_mainloop.cuh).
 #pragma once
 
+#include "hopper/bwd_dq_writer.cuh"
 #include "hopper/bwd_mainloop.cuh"
 
 namespace attnlab {

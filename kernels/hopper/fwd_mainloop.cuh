@@ -4,10 +4,10 @@
 // thread and its compute warpgroups do for one (query tile, head), in the
 // roles of FlashAttention-3's CollectiveMainloop (hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp):
 // ws_load issues the TMA copies of Q and of each K and V tile into the ring,
-// ws_compute runs the tile MMAs and the online softmax and ends in the epilogue
-// (store_output, common/split_q_parts.cuh; or, for a piece of an item split
-// over blocks, common/kv_split.cuh). The kernel (12_ws_pingpong.cu) walks its
-// work pieces (hopper/fwd_scheduler.cuh) and calls one or the other.
+// ws_compute runs the tile MMAs and the online softmax, leaving O and the row
+// statistics to the epilogue (hopper/fwd_epilogue.cuh). The kernel skeleton
+// (hopper/fwd_kernel.cuh) walks the block's work pieces (hopper/fwd_scheduler.cuh)
+// and calls one or the other.
 //
 // Both are built on two walks that other kernels on this engine share (the
 // block-sparse forward, kernels/blocksparse/): ws_load_tiles copies n key
@@ -19,13 +19,13 @@
 
 #include <cuda.h>
 
-#include "common/kv_split.cuh"
 #include "common/online_softmax.cuh"
 #include "common/ptx.cuh"
 #include "common/split_q_parts.cuh"
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
 #include "hopper/fwd_scheduler.cuh"
+#include "hopper/fwd_scheduler.h"
 #include "host/attn_problem.h"
 
 namespace attnlab {
@@ -51,16 +51,17 @@ struct WsConfig : WsWarps<kWarpgroups_> {  // W compute warpgroups + 1 producer 
   static constexpr int kVBytes = 2 * kVElems;
   static constexpr int kBoxesQK = kHeadDim / 64;   // TMA boxes of 64 columns per Q or K tile
   static constexpr int kBoxesV = kHeadDimV / 64;
-  static constexpr int kBarriers = 2 + 4 * kStages + 4;  // Q, K and V rings; the item hand-off
+  static constexpr int kBarriers = 2 + 4 * kStages;  // Q, K and V rings
   static constexpr int kTileBytes = 2 * (kQElems + kStages * (kKElems + kVElems));
-  static constexpr int kSmemBytes = kTileBytes + 8 * kBarriers + 8 + 1024;  // + the two items, + slack to align to 1024
+  // + the scheduler's hand-off, + slack to align to 1024
+  static constexpr int kSmemBytes = kTileBytes + 8 * kBarriers + FwdSchedulerShared::kBytes + 1024;
   static constexpr int kTilesS = kBc / 8;
   static constexpr int kTilesO = kHeadDimV / 8;
   // Named barriers kTurnBarrier + w: "warpgroup w may issue its MMAs". Each
   // phase counts that warpgroup's sync and the previous one's arrive: 256 threads.
   static constexpr int kTurnBarrier = 1;
   static constexpr int kTurnThreads = 2 * 128;
-  // Named barrier of all compute warps, for a piece's partial state (kv_split.cuh).
+  // Named barrier of all compute warps, for a piece's partial state (hopper/fwd_epilogue.cuh).
   static constexpr int kSplitBarrier = kTurnBarrier + kComputeWarpgroups;
   static_assert(kBoxesQK * 64 == kHeadDim && kBoxesV * 64 == kHeadDimV,
                 "Sw128Blocks stores 64-column blocks, one box each");
@@ -81,7 +82,7 @@ struct WsConfig : WsWarps<kWarpgroups_> {  // W compute warpgroups + 1 producer 
 
 // The block's shared memory, Cfg's tiles then its barriers: sQ [Br, D] once,
 // sK [kStages][Bc, D], sV [kStages][Bc, Dv] (Sw128Blocks, 1024-aligned),
-// 2 + 4·kStages + 4 mbarriers, and the two slots of the items handed out.
+// 2 + 4·kStages mbarriers, then the scheduler's hand-off (FwdSchedulerShared).
 template <typename Cfg, typename T>
 struct WsShared {
   T* sQ;
@@ -93,9 +94,7 @@ struct WsShared {
   uint64_t* k_empty;
   uint64_t* v_full;
   uint64_t* v_empty;
-  uint64_t* item_full;  // NEW (dynamic): [2] the producer's hand-off of the next item
-  uint64_t* item_empty;
-  int* item;            // [2]
+  FwdSchedulerShared sched;  // NEW (dynamic): the producer's hand-off of the next item (hopper/fwd_scheduler.cuh)
 
   __device__ __forceinline__ explicit WsShared(unsigned char* smem_raw) {
     const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
@@ -108,9 +107,7 @@ struct WsShared {
     k_empty = k_full + Cfg::kStages;
     v_full = k_empty + Cfg::kStages;
     v_empty = v_full + Cfg::kStages;
-    item_full = v_empty + Cfg::kStages;
-    item_empty = item_full + 2;
-    item = reinterpret_cast<int*>(item_empty + 2);
+    sched = fwd_scheduler_shared(v_empty + Cfg::kStages);
   }
 
   // By one thread, before the block's first __syncthreads.
@@ -123,17 +120,14 @@ struct WsShared {
       mbarrier_init(&k_empty[s], Cfg::kComputeWarps);  // empty: one arrival per compute warp
       mbarrier_init(&v_empty[s], Cfg::kComputeWarps);
     }
-    for (int s = 0; s < 2; ++s) {
-      mbarrier_init(&item_full[s], 1);
-      mbarrier_init(&item_empty[s], Cfg::kComputeWarps * 32);  // every compute thread: see ws_compute_piece
-    }
+    fwd_scheduler_init(sched, Cfg::kComputeWarps * 32);
     fence_mbarrier_init();
   }
 };
 
 // One work piece: its (query) head, the KV head it reads, its first query
 // row, and its K/V tiles kv_begin .. kv_begin + n_tiles - 1 (the same for
-// every warpgroup); all of the item's, or a share of them (hopper/fwd_scheduler.cuh).
+// every warpgroup); all of the item's, or a share of them (hopper/fwd_scheduler.h).
 struct WsWork {
   int head, kv_head, q_start, kv_begin, n_tiles;
 };
@@ -147,40 +141,6 @@ __device__ __forceinline__ WsWork ws_work(const AttnProblem& p, const TileOrder&
   const int all = kv_tiles_for_query_tile(p, w.q_start, Cfg::kBr, Cfg::kBc);
   w.kv_begin = piece.kv_begin;
   w.n_tiles = (piece.kv_end < all ? piece.kv_end : all) - piece.kv_begin;
-  return w;
-}
-
-// The block's work piece of round `round`, for its producer thread (the
-// order's, or under a dynamic order the next item of `counter`) and for its
-// compute warps (the order's, or the one the producer handed over). Items
-// go through a ring of two slots of shared memory, one full/empty pair each
-// (full: the producer's arrival, which releases its store; empty: one per
-// compute thread). `counter` holds the items taken after round 0, from 0.
-template <typename Cfg, typename T>
-__device__ __forceinline__ WorkPiece ws_producer_piece(const WsShared<Cfg, T>& sm, const TileOrder& order,
-                                                       int* counter, int round) {
-  if (!order.dynamic || round == 0) return order.piece(blockIdx.x, gridDim.x, round);
-  const int u = round - 1, slot = u % 2;  // the hand-off's index
-  const int next = atomicAdd(counter, 1) + int(gridDim.x);
-  WorkPiece w;
-  w.item = next < order.items ? next : -1;
-  if (u >= 2) mbarrier_wait(&sm.item_empty[slot], (u / 2 - 1) & 1);
-  sm.item[slot] = w.item;
-  mbarrier_arrive(&sm.item_full[slot]);
-  return w;
-}
-template <typename Cfg, typename T>
-__device__ __forceinline__ WorkPiece ws_compute_piece(const WsShared<Cfg, T>& sm, const TileOrder& order,
-                                                      int round) {
-  if (!order.dynamic || round == 0) return order.piece(blockIdx.x, gridDim.x, round);
-  const int u = round - 1, slot = u % 2;
-  mbarrier_wait(&sm.item_full[slot], (u / 2) & 1);
-  WorkPiece w;
-  w.item = *static_cast<volatile int*>(&sm.item[slot]);
-  // Every thread that read the slot arrives (not one lane per warp after a
-  // __syncwarp): racecheck orders a read before the producer's next store only
-  // through the reading thread's own arrival.
-  mbarrier_arrive(&sm.item_empty[slot]);
   return w;
 }
 
@@ -355,50 +315,23 @@ __device__ __forceinline__ void ws_compute_tiles(const WsShared<Cfg, T>& sm, int
   ring.advance(n);
 }
 
-// A compute warpgroup's share of work piece w: 64 of its query rows against
-// its K/V tiles j0 .. j_end - 1, masked for the causal rule and the bounds,
-// then O and LSE stored, or the partial state left for another block.
+// A compute warpgroup's mainloop over work piece w: 64 of its query rows
+// against its K/V tiles kv_begin .. kv_begin + n_tiles - 1, masked for the
+// causal rule and the bounds. O (zero on entry) and stats are left
+// unnormalised for the epilogue (hopper/fwd_epilogue.cuh).
 template <typename Cfg, typename T, bool kPingpong>
-__device__ __forceinline__ void ws_compute(const WsShared<Cfg, T>& sm, const AttnProblem& p, const TileOrder& order,
-                                           const WsWork& w, WsRing& ring, const KvSplitArgs& split,
-                                           T* __restrict__ o, float* __restrict__ lse) {
-  constexpr int Br = Cfg::kBr, Bc = Cfg::kBc;
+__device__ __forceinline__ void ws_compute(const WsShared<Cfg, T>& sm, const AttnProblem& p, const WsWork& w,
+                                           WsRing& ring, float (&O)[Cfg::kTilesO][4], RowStats& stats) {
+  constexpr int Bc = Cfg::kBc;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warpgroup = threadIdx.x / 128;
-  const float scale_log2 = p.scale * kLog2e;
-  const int j0 = w.kv_begin, j_end = w.kv_begin + w.n_tiles;  // the same for every warpgroup
+  const int j0 = w.kv_begin;
   const int row0 = w.q_start + warpgroup * 64 + (warp % 4) * 16 + lane / 4;  // row of c0, c1
-
-  float O[Cfg::kTilesO][4] = {};
-  RowStats stats;
   ws_compute_tiles<Cfg, T, kPingpong>(
-      sm, w.n_tiles, scale_log2,
+      sm, w.n_tiles, p.scale * kLog2e,
       [&](float (&S)[Cfg::kTilesS][4], int i) {
         mask_scores(S, p, (j0 + i) * Bc, w.q_start, row0, row0 + 8, lane % 4);
       },
       ring, O, stats);
-
-  // NEW (split, hopper/fwd_scheduler.cuh): a piece of an item that several blocks share.
-  constexpr int kThreads = Cfg::kComputeWarps * 32;
-  const int tid = threadIdx.x;  // the compute warps come first
-  if (j_end < kv_tiles_for_query_tile(p, w.q_start, Br, Bc)) {  // its state, for the block that ends the item
-    kv_split_store_partial<Cfg::kTilesO, kThreads>(split, blockIdx.x, O, stats, tid, Cfg::kSplitBarrier);
-    return;
-  }
-  if (j0 > 0) {  // the piece that ends it: the states of the blocks before, merged in block order
-    // This piece holds the block's first unit (a piece that starts later starts an item).
-    const int first = order.split_begin(blockIdx.x, gridDim.x) - j0;  // the item's first unit
-    auto for_each_owner = [&](auto&& f) {
-      for (int u = first; u < first + j0;) {
-        const int b = order.split_owner(u, gridDim.x);
-        f(b);
-        u = order.split_begin(b + 1, gridDim.x);
-      }
-    };
-    if (tid == 0) for_each_owner([&](int b) { kv_split_wait(split, b); });
-    named_barrier_sync(Cfg::kSplitBarrier, kThreads);
-    for_each_owner([&](int b) { kv_split_merge_partial<Cfg::kTilesO, kThreads>(split, b, O, stats, scale_log2, tid); });
-  }
-  store_output<T>(O, stats, p, w.head, row0, /*col0=*/0, lane % 4, /*write_lse=*/true, o, lse);
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL

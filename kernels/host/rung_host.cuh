@@ -239,6 +239,11 @@ struct HeadDimList {
      ...);
     return "{" + s + "}";
   }
+  // The reason a variant of these pairs prints for head dims (D, Dv) that are not one of them.
+  static std::string not_in(int D, int Dv) {
+    return "head dims " + std::to_string(D) + (Dv == D ? "" : "/" + std::to_string(Dv)) + " not in " + names() +
+           " (D, or D/Dv)";
+  }
 };
 
 }  // namespace attnlab

@@ -108,3 +108,19 @@ TEST_CASE(bwd_order_section_sizes) {
   EXPECT_EQ(o.base, 2);
   EXPECT_EQ(o.extra, 2);
 }
+
+TEST_CASE(bwd_grid_is_two_dimensional_for_one_section) {
+  const int64_t l2 = int64_t(50) << 20;
+  // One section of every KV head: (B·Hkv, key tiles), the key tile from blockIdx.y.
+  const AttnProblem one = problem(1, 32, 8, 8192, 128, true);
+  BwdOrder o = bwd_order(one, 128, true, false, l2, 132, true);
+  dim3 g = bwd_grid(one, o);
+  EXPECT_EQ(int(g.x), 8);
+  EXPECT_EQ(int(g.y), 64);
+  // Several sections: the items in a row, as many as bwd_items counts.
+  const AttnProblem many = problem(4, 16, 16, 4096, 128, true);
+  o = bwd_order(many, 128, true, false, l2, 132);
+  g = bwd_grid(many, o);
+  EXPECT_EQ(int64_t(g.x), bwd_items(many, o));
+  EXPECT_EQ(int(g.y), 1);
+}

@@ -1,13 +1,14 @@
-// Rung 12's tile order (kernels/hopper/fwd_scheduler.cuh): every (query tile,
-// head) work item exactly once, longest first under a causal mask, and a
-// persistent grid's rounds dealing out each item exactly once.
+// The forward tile scheduler (kernels/hopper/fwd_scheduler.h): every (query
+// tile, head) work item exactly once, longest first under that policy, a
+// persistent grid's rounds dealing out each item exactly once, and the plan's
+// grid and workspace for each policy.
 #include <algorithm>
 #include <cstdio>
 #include <set>
 #include <utility>
 #include <vector>
 
-#include "hopper/fwd_scheduler.cuh"
+#include "hopper/fwd_scheduler.h"
 #include "testing.h"
 
 using namespace attnlab;
@@ -40,7 +41,7 @@ TEST_CASE(tile_order_visits_every_item_once) {
       }
 }
 
-TEST_CASE(tile_order_causal_sections_go_longest_first) {
+TEST_CASE(tile_order_sections_go_longest_first) {
   // Inside a section, the query tile never grows along the order: tile row m of
   // every head of the section before row m - 1 of any.
   const TileOrder t = order(64, 8, 3);  // sections of 3, 3 and 2 heads
@@ -84,15 +85,53 @@ TEST_CASE(tile_order_equal_sections) {
   p.H = 8;
   p.Nq = p.Nk = 8192;
   p.D = p.Dv = 128;
-  p.causal = true;
-  const TileOrder t = make_tile_order(p, 128);
+  const TileOrder t = make_tile_order(p, 128, FwdPolicy::kLongestFirst);
   EXPECT_TRUE(t.section >= 1 && t.section <= 8);
   // Equal sections: the last is at most one head short of the others.
   const int sections = (8 + t.section - 1) / t.section;
   EXPECT_TRUE(8 - (sections - 1) * t.section >= t.section - 1);
-  p.causal = false;
-  EXPECT_EQ(make_tile_order(p, 128).section, 0);
-  EXPECT_EQ(make_tile_order(p, 128).items, 64 * 8);
+  EXPECT_EQ(make_tile_order(p, 128, FwdPolicy::kHeadByHead).section, 0);
+  EXPECT_EQ(make_tile_order(p, 128, FwdPolicy::kHeadByHead).items, 64 * 8);
+  // The order is the policy's, whatever the mask: the problem's causal flag plays no part.
+  p.causal = true;
+  EXPECT_EQ(make_tile_order(p, 128, FwdPolicy::kLongestFirst).section, t.section);
+  EXPECT_EQ(make_tile_order(p, 128, FwdPolicy::kHeadByHead).section, 0);
+}
+
+// The plan's grid and workspace: head by head, a persistent grid of one block
+// per SM (split where the workspace holds the partial states); longest first
+// without a counter, a block per item; a kernel of one item per block, a block
+// per item under either policy.
+TEST_CASE(fwd_schedule_plans_the_grid_of_each_policy) {
+  AttnProblem p;
+  p.B = 1;
+  p.H = 8;
+  p.Nq = p.Nk = 8192;
+  p.D = p.Dv = 128;
+  const FwdTiles tiles{128, 176, 256, 16};
+  const int sms = 132;
+  FwdSchedule s;
+  EXPECT_EQ(plan_fwd_schedule(p, FwdPolicy::kHeadByHead, tiles, true, nullptr, 0, sms, nullptr, s), cudaSuccess);
+  EXPECT_EQ(s.blocks, sms);  // 512 equal items, dealt round by round
+  EXPECT_EQ(s.order.split_units, 0);  // no workspace: no split
+  EXPECT_TRUE(s.counter == nullptr && !s.order.dynamic);
+  std::vector<unsigned char> workspace(fwd_schedule_workspace_bytes(FwdPolicy::kHeadByHead, tiles, sms));
+  EXPECT_EQ(workspace.size(), kv_split_workspace_bytes(sms, tiles.threads, tiles.tiles_o));
+  EXPECT_EQ(plan_fwd_schedule(p, FwdPolicy::kHeadByHead, tiles, true, workspace.data(), workspace.size(), sms,
+                              nullptr, s),
+            cudaSuccess);
+  EXPECT_EQ(s.blocks, sms);
+  EXPECT_TRUE(s.order.split_units > 0 && s.split.flags != nullptr);  // 512 = 3·132 + 116: the last round split
+  EXPECT_EQ(plan_fwd_schedule(p, FwdPolicy::kLongestFirst, tiles, true, nullptr, 0, sms, nullptr, s), cudaSuccess);
+  EXPECT_EQ(s.blocks, 512);
+  EXPECT_TRUE(s.counter == nullptr && !s.order.dynamic);
+  EXPECT_EQ(fwd_schedule_workspace_bytes(FwdPolicy::kLongestFirst, tiles, sms), kDynamicCounterBytes);
+  for (FwdPolicy policy : {FwdPolicy::kHeadByHead, FwdPolicy::kLongestFirst}) {
+    EXPECT_EQ(plan_fwd_schedule(p, policy, tiles, false, workspace.data(), workspace.size(), sms, nullptr, s),
+              cudaSuccess);
+    EXPECT_EQ(s.blocks, 512);
+    EXPECT_EQ(s.order.split_units, 0);
+  }
 }
 
 // The split of a non-causal grid's last round along the keys: every key tile
