@@ -1,5 +1,5 @@
 // attnlab: the block-sparse forward's epilogue — O_i / l_i and the LSE of each
-// row, stored by store_output (common/split_q_parts.cuh), as rung 12 stores
+// row, stored by store_output (common/row_fragments.cuh), as rung 12 stores
 // them: LSE in natural log, O in the input dtype, rows past Nq not written.
 // The one difference is the unit of the running max m_i: raw scores without a
 // score_mod (LSE = scale·m + log l, rung 12's), the score_mod's scaled output
@@ -9,7 +9,7 @@
 #pragma once
 
 #include "common/online_softmax.cuh"
-#include "common/split_q_parts.cuh"
+#include "common/row_fragments.cuh"
 #include "host/attn_problem.h"
 
 namespace attnlab {

@@ -47,7 +47,7 @@
 
 #include "common/online_softmax.cuh"
 #include "common/ptx.cuh"
-#include "common/split_q_parts.cuh"
+#include "common/row_fragments.cuh"
 #include "common/tile_copy.cuh"
 #include "host/attn_problem.h"
 #include "host/rung_host.cuh"

@@ -41,7 +41,7 @@
 #include <vector>
 
 #include "common/online_softmax.cuh"
-#include "common/split_q_parts.cuh"
+#include "common/row_fragments.cuh"
 #include "common/tile_copy.cuh"
 #include "flash_attn/kv_ring.cuh"
 #include "host/attn_problem.h"

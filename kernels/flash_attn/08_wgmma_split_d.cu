@@ -46,7 +46,7 @@
 
 #include "common/online_softmax.cuh"
 #include "common/ptx.cuh"
-#include "common/split_q_parts.cuh"
+#include "common/row_fragments.cuh"
 #include "common/tile_copy.cuh"
 #include "common/wgmma.cuh"
 #include "flash_attn/split_d_tile.cuh"

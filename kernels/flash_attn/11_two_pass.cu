@@ -48,7 +48,7 @@
 #include <vector>
 
 #include "common/online_softmax.cuh"
-#include "common/split_q_parts.cuh"
+#include "common/row_fragments.cuh"
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
 #include "host/attn_problem.h"
@@ -265,9 +265,8 @@ struct StageRing {
 template <typename Cfg, int kGapBytes>
 __device__ __forceinline__ StageRing<Cfg> make_ring(unsigned char* smem_raw, int ncta = 1) {
   static_assert(kGapBytes % 1024 == 0, "the gap keeps its own tiles aligned");
-  const uint32_t raw = smem_addr(smem_raw);
   StageRing<Cfg> r;
-  r.base = smem_raw + (((raw + 1023) & ~1023u) - raw);
+  r.base = smem_align_1024(smem_raw);
   r.bars = reinterpret_cast<uint64_t*>(r.base + Cfg::kStages * Cfg::kStageBytes + kGapBytes);
   if (threadIdx.x == 0) {
     for (int s = 0; s < Cfg::kStages; ++s) {

@@ -15,7 +15,7 @@
 #pragma once
 
 #include "common/online_softmax.cuh"
-#include "common/split_q_parts.cuh"
+#include "common/row_fragments.cuh"
 #include "common/wgmma.cuh"
 
 namespace attnlab {
@@ -54,9 +54,8 @@ struct SplitDSmem {
 
 template <typename Tiles, typename T>
 __device__ __forceinline__ SplitDSmem<T> carve_split_d_smem(unsigned char* smem_raw) {
-  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   SplitDSmem<T> s;
-  s.sQ = reinterpret_cast<T*>(smem_raw + (((raw + 1023) & ~1023u) - raw));
+  s.sQ = reinterpret_cast<T*>(smem_align_1024(smem_raw));
   s.sK = s.sQ + Tiles::kTileElems;
   s.sV = s.sK + Tiles::kTileElems;
   s.sRed = reinterpret_cast<float*>(s.sV + Tiles::kTileElems);

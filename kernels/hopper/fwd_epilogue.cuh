@@ -2,7 +2,7 @@
 // block-sparse family compose (FlashAttention-3's design); the rungs are in kernels/flash_attn/.
 // attnlab: rung 12's epilogue, in the role of FlashAttention-3's
 // CollectiveEpilogue (hopper/epilogue_fwd.hpp): a work piece's O / l and LSE
-// stored by store_output (common/split_q_parts.cuh) — LSE in natural log, O in
+// stored by store_output (common/row_fragments.cuh) — LSE in natural log, O in
 // the input dtype, rows past Nq not written — or, for a piece of an item that
 // several blocks share (the stream-K split of hopper/fwd_scheduler.h), its
 // partial state left for the block that ends the item, which merges the
@@ -11,7 +11,7 @@
 
 #include "common/kv_split.cuh"
 #include "common/online_softmax.cuh"
-#include "common/split_q_parts.cuh"
+#include "common/row_fragments.cuh"
 #include "hopper/fwd_mainloop.cuh"
 #include "hopper/fwd_scheduler.cuh"
 #include "host/attn_problem.h"

@@ -1,7 +1,10 @@
-// attnlab: the pieces the split-Q rungs (02 onwards) share; rung 01 uses the
-// fragment loads, the tile count and the masking too. A warp owns
-// kMTiles x 16 query rows (kMTiles m16 row tiles); S, P and O live in
-// mma.m16n8k16 fragments (see ptx.cuh):
+// attnlab: what a warp does with its query rows held in MMA fragments — the
+// pieces every rung from 02 on shares (the split-Q rungs and the Hopper
+// engine), and rung 01 the fragment loads, the tile count and the masking:
+// the key tiles a query tile needs, the mask on a tile of scores, Q·Kᵀ and
+// P·V slices through ldmatrix, P packed for the next MMA, and the epilogue
+// that stores O and LSE. A warp owns kMTiles x 16 query rows (kMTiles m16
+// row tiles); S, P and O live in mma.m16n8k16 fragments (see ptx.cuh):
 //   S: [kMTiles][Bc/8][4] fp32   scores of the warp's rows
 //   O: [kMTiles][Dv/8][4] fp32   output accumulator
 // Functions that work on one row tile (masking, the epilogue) take S[m], O[m].
