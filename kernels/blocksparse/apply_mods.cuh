@@ -23,8 +23,10 @@
 
 namespace attnlab {
 
-// f(mod with its kind fixed at compile time); a tensor mask only in the
-// kTensorMods kernels (the others are never launched with one).
+// f(mod with its kind fixed at compile time): a case per row of mods_table.h,
+// so that no kind can lack one. A tensor mask only in the kTensorMods kernels
+// (the others are never launched with one); a tensor score_mod never here:
+// the kTensorMods kernels add the bias in add_bias.
 template <bool kTensorMods, typename F>
 __device__ __forceinline__ void with_static_kind(const MaskMod& mod, F&& f) {
   auto as = [&](MaskModKind kind) {
@@ -33,20 +35,14 @@ __device__ __forceinline__ void with_static_kind(const MaskMod& mod, F&& f) {
     f(fixed);
   };
   switch (mod.kind) {
-    case MaskModKind::kNone: as(MaskModKind::kNone); break;
-    case MaskModKind::kCausal: as(MaskModKind::kCausal); break;
-    case MaskModKind::kSlidingWindow: as(MaskModKind::kSlidingWindow); break;
-    case MaskModKind::kBlockDiagonal: as(MaskModKind::kBlockDiagonal); break;
-    case MaskModKind::kMiniCausal: as(MaskModKind::kMiniCausal); break;
-    case MaskModKind::kPrefixLm: as(MaskModKind::kPrefixLm); break;
-    case MaskModKind::kDilatedWindow: as(MaskModKind::kDilatedWindow); break;
-    case MaskModKind::kDocument: as(MaskModKind::kDocument); break;
-    case MaskModKind::kTensor:
-      if constexpr (kTensorMods) as(MaskModKind::kTensor);
-      break;
+#define ATTNLAB_CASE(k, name, args, form, least_a, least_b, need, tensor) \
+  case MaskModKind::k:                                                    \
+    if constexpr (kTensorMods || !(tensor)) as(MaskModKind::k);           \
+    break;
+    ATTNLAB_MASK_MODS(ATTNLAB_CASE)
+#undef ATTNLAB_CASE
   }
 }
-// (The bias is not here: the kTensorMods kernels add it in add_bias.)
 template <bool kTensorMods, typename F>
 __device__ __forceinline__ void with_static_kind(const ScoreMod& mod, F&& f) {
   auto as = [&](ScoreModKind kind) {
@@ -55,11 +51,12 @@ __device__ __forceinline__ void with_static_kind(const ScoreMod& mod, F&& f) {
     f(fixed);
   };
   switch (mod.kind) {
-    case ScoreModKind::kNone: as(ScoreModKind::kNone); break;
-    case ScoreModKind::kRelBias: as(ScoreModKind::kRelBias); break;
-    case ScoreModKind::kAlibi: as(ScoreModKind::kAlibi); break;
-    case ScoreModKind::kSoftcap: as(ScoreModKind::kSoftcap); break;
-    case ScoreModKind::kBias: break;
+#define ATTNLAB_CASE(k, name, args, form, chain_rule, tensor) \
+  case ScoreModKind::k:                                       \
+    if constexpr (!(tensor)) as(ScoreModKind::k);             \
+    break;
+    ATTNLAB_SCORE_MODS(ATTNLAB_CASE)
+#undef ATTNLAB_CASE
   }
 }
 

@@ -239,11 +239,12 @@ struct BsBwdScores {
       }
   }
 
-  // dSᵀ ·= ds'/ds where the score_mod changes it (softcap). ScoreMod::grad
-  // wants s, which P has replaced; s' is still in P: s' = ln P + LSE =
-  // (log2 P + LSE·log2e)·ln 2, so ScoreMod::grad_from_output(s') — one lg2 per
-  // element instead of a second Sᵀ in registers. Where P = 0, dS is 0 already.
-  __device__ __forceinline__ bool chain_rule_needed() const { return score.kind == ScoreModKind::kSoftcap; }
+  // dSᵀ ·= ds'/ds where the score_mod changes it (has_chain_rule: softcap).
+  // ScoreMod::grad wants s, which P has replaced; s' is still in P: s' = ln P
+  // + LSE = (log2 P + LSE·log2e)·ln 2, so ScoreMod::grad_from_output(s') —
+  // one lg2 per element instead of a second Sᵀ in registers. Where P = 0, dS
+  // is 0 already.
+  __device__ __forceinline__ bool chain_rule_needed() const { return has_chain_rule(score.kind); }
   // ds'/ds of one element from its P and its query's LSE·log2e (softcap only).
   __device__ __forceinline__ float ds_factor(float P, float lse2) const {
     constexpr float kLn2 = 0.693147180559945309f;

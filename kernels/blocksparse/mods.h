@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <string>
 
+#include "blocksparse/mods_table.h"
 #include "host/attn_problem.h"
 #include "host/broadcast_operand.h"
 
@@ -81,11 +82,44 @@ ATTNLAB_HOST_DEVICE inline float element_to_float(__nv_bfloat16 x) { return __bf
 // BroadcastOperand (host/broadcast_operand.h) of shape ({B|1}, {H|1}, {Nq|1},
 // row), the row contiguous; h is the query head.
 
-// ---- mask_mods --------------------------------------------------------------------
-enum class MaskModKind {
-  kNone, kCausal, kSlidingWindow, kBlockDiagonal, kMiniCausal, kPrefixLm, kDilatedWindow, kDocument, kTensor
-};
+// ---- the kinds: one per row of mods_table.h ---------------------------------------
+#define ATTNLAB_KIND(kind, ...) kind,
+#define ATTNLAB_ONE(...) +1
+enum class MaskModKind { ATTNLAB_MASK_MODS(ATTNLAB_KIND) };
+enum class ScoreModKind { ATTNLAB_SCORE_MODS(ATTNLAB_KIND) };
+inline constexpr int kMaskModCount = 0 ATTNLAB_MASK_MODS(ATTNLAB_ONE);
+inline constexpr int kScoreModCount = 0 ATTNLAB_SCORE_MODS(ATTNLAB_ONE);
+#undef ATTNLAB_ONE
+#undef ATTNLAB_KIND
 
+// Two of the rows' columns as functions of the kind, each `false || (column
+// && kind == k) || ...`, which folds to the compares of the rows that set it:
+// whether the mod reads a tensor the caller attaches, and whether ds'/ds is
+// not 1 (the backward's chain rule).
+#define ATTNLAB_MASK_TENSOR(k, name, args, form, least_a, least_b, need, tensor) || ((tensor) && kind == MaskModKind::k)
+#define ATTNLAB_SCORE_TENSOR(k, name, args, form, chain_rule, tensor) || ((tensor) && kind == ScoreModKind::k)
+#define ATTNLAB_SCORE_CHAIN(k, name, args, form, chain_rule, tensor) || ((chain_rule) && kind == ScoreModKind::k)
+ATTNLAB_HOST_DEVICE constexpr bool is_tensor_mod(MaskModKind kind) { return false ATTNLAB_MASK_MODS(ATTNLAB_MASK_TENSOR); }
+ATTNLAB_HOST_DEVICE constexpr bool is_tensor_mod(ScoreModKind kind) { return false ATTNLAB_SCORE_MODS(ATTNLAB_SCORE_TENSOR); }
+ATTNLAB_HOST_DEVICE constexpr bool has_chain_rule(ScoreModKind kind) { return false ATTNLAB_SCORE_MODS(ATTNLAB_SCORE_CHAIN); }
+#undef ATTNLAB_SCORE_CHAIN
+#undef ATTNLAB_SCORE_TENSOR
+#undef ATTNLAB_MASK_TENSOR
+constexpr int chain_rule_count() {
+  int n = 0;
+  for (int k = 0; k < kScoreModCount; ++k) n += has_chain_rule(ScoreModKind(k)) ? 1 : 0;
+  return n;
+}
+
+// A mod's math is its case in the switches below, which have no default: a
+// kind without its case is a compile error (the host pass's -Wswitch, an
+// error here), not a mod that silently keeps nothing.
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic error "-Wswitch"
+#endif
+
+// ---- mask_mods --------------------------------------------------------------------
 // One mask_mod with its arguments (a, b: see each kind). Plain data, so that a
 // kernel takes it by value; `doc` points at int32 document ids [B][doc_len]
 // (the same ids for queries and keys), `bits` at a tensor mask's words, on the
@@ -121,8 +155,6 @@ struct MaskMod {
 };
 
 // ---- score_mods -------------------------------------------------------------------
-enum class ScoreModKind { kNone, kRelBias, kAlibi, kSoftcap, kBias };
-
 // s' for the scaled score s: rel_bias s + |q − k|; alibi s − slope_h·|q − k|
 // with slope_h = 2^(−8(h+1)/H) (ALiBi's geometric slopes, Press et al. 2022);
 // softcap C·tanh(s / C); bias s + bias[b, h, q, k] (a tensor in the input
@@ -162,7 +194,9 @@ struct ScoreMod {
     }
     return s;
   }
-  // d s' / d s at the score s (before the mod).
+  // d s' / d s at the score s (before the mod): 1 but where has_chain_rule.
+  static_assert(chain_rule_count() == 1 && has_chain_rule(ScoreModKind::kSoftcap),
+                "grad and grad_from_output know softcap's derivative alone: give the new score_mod's here");
   ATTNLAB_HOST_DEVICE float grad(float s) const {
     if (kind != ScoreModKind::kSoftcap) return 1.f;
     const float th = tanhf(s / cap);
@@ -177,6 +211,10 @@ struct ScoreMod {
     return 1.f - th * th;
   }
 };
+
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
 
 // Whether the pair (q, k) stays: inside the sequences (q < Nq, k < Nk) and
 // kept by the mask_mod, which sees the indices clamped into the sequences (a
@@ -220,7 +258,7 @@ std::string score_mod_names(bool with_tensor);
 // Whether the mods read a tensor per pair (a tensor mask_mod, a bias
 // score_mod): the kernels' kTensorMods instances (apply_mods.cuh).
 ATTNLAB_HOST_DEVICE inline bool has_tensor_mods(const MaskMod& mask, const ScoreMod& score) {
-  return mask.kind == MaskModKind::kTensor || score.kind == ScoreModKind::kBias;
+  return is_tensor_mod(mask.kind) || is_tensor_mod(score.kind);
 }
 
 // "" when every tensor the mods read is attached (document's ids, a tensor

@@ -22,6 +22,12 @@ double round_to(double x, DType t) {
 
 }  // namespace
 
+// mods.h's score_mods in double: a case for each kind (a compile error without
+// one, as in mods.h).
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic error "-Wswitch"
+#endif
 double score_mod_double(const ScoreMod& m, double s, int b, int h, int q, int k) {
   const double dist = std::fabs(double(q) - double(k));
   switch (m.kind) {
@@ -33,8 +39,13 @@ double score_mod_double(const ScoreMod& m, double s, int b, int h, int q, int k)
   }
   return s;
 }
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
 
 double score_mod_grad_double(const ScoreMod& m, double s) {
+  static_assert(chain_rule_count() == 1 && has_chain_rule(ScoreModKind::kSoftcap),
+                "score_mod_grad_double knows softcap's derivative alone: give the new score_mod's here");
   if (m.kind != ScoreModKind::kSoftcap) return 1.0;
   const double th = std::tanh(s / m.cap);
   return 1.0 - th * th;

@@ -65,7 +65,7 @@ struct RowMods {
   bool on = false;
   MaskMod mask;
   ScoreMod score;
-  bool with_grad() const { return on && score.kind == ScoreModKind::kSoftcap; }
+  bool with_grad() const { return on && has_chain_rule(score.kind); }
 };
 
 // S -> P in place for the rows of one chunk: `rows` stacked rows per KV head
