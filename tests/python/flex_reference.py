@@ -57,19 +57,19 @@ OUTPUTS = ("O", "LSE", "dQ", "dK", "dV")
 # the forward also takes 128/64.
 BWD_HEAD_DIMS = ((64, 64), (128, 128), (192, 128), (256, 256))
 
-MASKS = ["none", "causal", "sliding_window:64,32", "sliding_window:128,0", "block_diagonal:100", "mini_causal:64",
-         "prefix_lm:150", "dilated_sliding_window:256,2", "document"]
-SCORES = [None, "rel_bias", "alibi", "softcap:2", "softcap:30"]
-# Random specs: each entry draws one spec from a random.Random; a list entry
-# per kind of mod, so that a choice among them is uniform over the kinds.
-MASK_DRAWS = [lambda rng: "none", lambda rng: "causal", lambda rng: "document",
-              lambda rng: f"sliding_window:{rng.randint(0, 300)},{rng.randint(0, 300)}",
-              lambda rng: f"block_diagonal:{rng.randint(1, 400)}",
-              lambda rng: f"mini_causal:{rng.randint(1, 200)}",
-              lambda rng: f"prefix_lm:{rng.randint(0, 600)}",
-              lambda rng: f"dilated_sliding_window:{rng.randint(0, 600)},{rng.randint(1, 4)}"]
-SCORE_DRAWS = [lambda rng: None, lambda rng: "rel_bias", lambda rng: "alibi",
-               lambda rng: f"softcap:{rng.choice([1, 5, 20, 50])}"]
+# The curated specs: every example of attnlab.mods' rows (each mod of
+# kernels/blocksparse/mods_table.h but the tensor ones); random specs: one
+# entry per mod that draws a spec of it from a random.Random, so that a choice
+# among them is uniform over the mods (attnlab.mods.spec_draws).
+def _none_as_default(spec):
+    """The score_mod none as None, flex_attention's default."""
+    return None if spec == "none" else spec
+
+
+MASKS = mods.example_specs(mods.MASK_ROWS)
+SCORES = [_none_as_default(spec) for spec in mods.example_specs(mods.SCORE_ROWS)]
+MASK_DRAWS = mods.spec_draws(mods.MASK_ROWS)
+SCORE_DRAWS = [lambda rng, draw=draw: _none_as_default(draw(rng)) for draw in mods.spec_draws(mods.SCORE_ROWS)]
 
 
 # ---- the references ---------------------------------------------------------------------

@@ -2,8 +2,10 @@
 the extension: the mask_mod / score_mod grammar and its one-line errors, the
 Python mask_mods and score_mods on plain ints (the same callables torch's
 create_block_mask and flex_attention take), the benchmark's document ids, its
-CSV columns and its dmattn cases (scripts/bench_blocksparse.py). The GPU tests
-(tests/python/test_blocksparse.py) check the grammar against the C++ parser.
+CSV columns and its dmattn cases (scripts/bench_blocksparse.py); and mods.py's
+rows against the kernels' table, kernels/blocksparse/mods_table.h, parsed
+here. The GPU tests (tests/python/test_blocksparse.py) check the grammar
+against the C++ parser.
 """
 import importlib.util
 import math
@@ -64,11 +66,90 @@ def test_score_specs():
         mods.parse_score_spec(3)
 
 
-def test_the_specs_are_the_kernels():
-    """Every mask_mod and score_mod name here is one the C++ parser knows (its source)."""
-    source = open(os.path.join(ROOT, "kernels", "blocksparse", "block_mask.cpp"), encoding="utf-8").read()
-    known = set(re.findall(r'name == "([a-z_]+)"', source))
-    assert set(mods.MASK_MODS) | set(mods.SCORE_MODS) <= known
+def _table_rows(macro):
+    """The rows of X-macro `macro` in kernels/blocksparse/mods_table.h, each a
+    list of its columns: string literals unquoted, numbers as ints, names as
+    they are."""
+    text = open(os.path.join(ROOT, "kernels", "blocksparse", "mods_table.h"), encoding="utf-8").read()
+    body = re.search(rf"#define {macro}\(X\)((?:[^\n]*\\\n)*[^\n]*)", text)
+    assert body, f"no #define {macro}(X) in mods_table.h"
+    rows = []
+    for row in re.findall(r"\bX\(((?:\"[^\"]*\"|[^()\"])*)\)", body[1]):
+        cells = re.findall(r'\s*("[^"]*"|[^,]+?)\s*(?:,|$)', row)
+        rows.append([c[1:-1] if c.startswith('"') else int(c) if c.isdigit() else c for c in cells])
+    return rows
+
+
+def _mod_list(rows):
+    return ", ".join(r[0] + (":" + r[1] if r[1] else "") for r in rows)
+
+
+def test_the_mask_mods_are_the_kernels():
+    """mods.py's mask_mod rows are mods_table.h's: the same names in the same
+    order, argument names, forms, least values, messages and tensor flags; so
+    its grammar, lists and messages are the C++ parser's."""
+    table = _table_rows("ATTNLAB_MASK_MODS")
+    assert [r[0] for r in table][:3] == ["kNone", "kCausal", "kSlidingWindow"] and all(len(r) == 8 for r in table)
+    ours = [[r.name, r.args, r.form, *(tuple(r.least) + (0, 0))[:2], r.need, int(r.tensor)] for r in mods.MASK_ROWS]
+    assert ours == [r[1:] for r in table]
+    for r in mods.MASK_ROWS:
+        assert len(r.least) == (len(r.args.split(",")) if r.args else 0)
+        assert len(r.draws) == len(r.least) and all(len(e) == len(r.least) for e in r.examples)
+        assert all(min(d) >= least for d, least in zip(r.draws, r.least))
+    assert mods._MASK_LIST == _mod_list(r[1:] for r in table if not r[7])  # mask_mod_names(false)
+    assert set(mods.MASK_MODS) == {r[1] for r in table if not r[7]}
+
+
+def test_the_score_mods_are_the_kernels():
+    """The same of the score_mods: names, order, arguments, forms, tensor flags."""
+    table = _table_rows("ATTNLAB_SCORE_MODS")
+    assert [r[0] for r in table][:2] == ["kNone", "kRelBias"] and all(len(r) == 6 for r in table)
+    assert [[r.name, r.args, r.form, int(r.tensor)] for r in mods.SCORE_ROWS] == [[r[1], r[2], r[3], r[5]] for r in table]
+    for r in mods.SCORE_ROWS:
+        assert len(r.draws) == (1 if r.args else 0) and all(min(d) > 0 for d in r.draws)
+    assert mods._SCORE_LIST == _mod_list(r[1:] for r in table if not r[5])
+    assert set(mods.SCORE_MODS) == {r[1] for r in table if not r[5]}
+
+
+def test_the_docstring_lists_every_mod():
+    doc = " ".join(mods.__doc__.split())
+    assert f"mask_mods {mods._MASK_LIST} score_mods {mods._SCORE_LIST} " in doc
+
+
+def test_every_mod_has_examples_and_draws():
+    """The curated and random specs of the tests and scripts/fuzz_blocksparse.py
+    (tests/python/flex_reference.py) come from the rows: every mod but the
+    tensor ones has an example and a draw, each a spec the grammar takes."""
+    for rows, parse in ((mods.MASK_ROWS, mods.parse_mask_spec), (mods.SCORE_ROWS, mods.parse_score_spec)):
+        examples = mods.example_specs(rows)
+        assert {parse(spec)[0] for spec in examples} == {r.name for r in rows if not r.tensor}
+        draws = mods.spec_draws(rows)
+        assert len(draws) == sum(not r.tensor for r in rows)
+        rng = random.Random(0)
+        for draw in draws * 20:
+            parse(draw(rng))
+
+
+def test_every_mod_has_a_callable():
+    """torch_mask_mod and torch_score_mod, the GPU tests' reference, know every mod of the rows."""
+    doc_ids = numpy.array([[0, 0, 1, 1]])
+    for spec in mods.example_specs(mods.MASK_ROWS):
+        keep = mods.torch_mask_mod(spec, 4, 4, doc_ids)
+        assert all(keep(0, 0, q, k) in (True, False) for q in range(4) for k in range(4))
+    for spec in mods.example_specs(mods.SCORE_ROWS):
+        f = mods.torch_score_mod(spec, 8)
+        assert (f is None) == (spec == "none") and (f is None or math.isfinite(f(1.0, 0, 0, 3, 1)))
+
+
+def test_the_benchmark_cases_are_specs():
+    """scripts/bench_blocksparse.py's default cases name mods that mods.py parses."""
+    bench = _load("bench_blocksparse", "scripts/bench_blocksparse.py")
+    for text in bench.DEFAULT_CASES:
+        if text.startswith(bench.DMATTN_TOPK):
+            continue
+        mask, score, _ = bench.parse_case(text)
+        mods.parse_mask_spec(mask)
+        mods.parse_score_spec(score)
 
 
 def test_mask_mods_on_ints():
