@@ -1,5 +1,6 @@
 // attnlab: the block mask's reference builders, its transpose and its checks
-// (block_mask.h); the mask_mod / score_mod spec parser (mods.h).
+// (block_mask.h); the mask_mod / score_mod specs' parser, names and lists
+// (mods.h), made from the rows of mods_table.h.
 #include "blocksparse/block_mask.h"
 
 #include <algorithm>
@@ -190,87 +191,138 @@ std::string block_mask_invalid(const BlockMask& bm, int B, int H, int Nq, int Nk
   return "";
 }
 
-// ---- specs -------------------------------------------------------------------------
-std::string mask_mod_names(bool with_tensor) {
-  return std::string("none, causal, sliding_window:L,R, block_diagonal:B, mini_causal:B, prefix_lm:P, "
-                     "dilated_sliding_window:W,S, document") + (with_tensor ? ", tensor" : "");
+// ---- specs: the rows of mods_table.h -----------------------------------------------
+namespace {
+
+struct MaskModRow {
+  MaskModKind kind;
+  const char *name, *args, *form;
+  int least[2];
+  const char* need;
+  bool tensor;
+};
+constexpr MaskModRow kMaskModRows[] = {
+#define ATTNLAB_ROW(k, name, args, form, least_a, least_b, need, tensor) \
+  {MaskModKind::k, name, args, form, {least_a, least_b}, need, (tensor) != 0},
+    ATTNLAB_MASK_MODS(ATTNLAB_ROW)
+#undef ATTNLAB_ROW
+};
+struct ScoreModRow {
+  ScoreModKind kind;
+  const char *name, *args, *form;
+  bool tensor;
+};
+constexpr ScoreModRow kScoreModRows[] = {
+#define ATTNLAB_ROW(k, name, args, form, chain_rule, tensor) {ScoreModKind::k, name, args, form, (tensor) != 0},
+    ATTNLAB_SCORE_MODS(ATTNLAB_ROW)
+#undef ATTNLAB_ROW
+};
+
+// A row's argument count: none for "", else one more than its commas.
+constexpr int arg_count(const char* args) {
+  int n = *args != '\0' ? 1 : 0;
+  for (; *args != '\0'; ++args) n += *args == ',' ? 1 : 0;
+  return n;
+}
+constexpr bool mask_rows_fit() {
+  for (const MaskModRow& r : kMaskModRows) {
+    const int n = arg_count(r.args);
+    if (n > 2 || (n < 2 && r.least[1] != 0) || (n < 1 && r.least[0] != 0) ||
+        ((r.least[0] > 0 || r.least[1] > 0) != (*r.need != '\0')) || (n > 0) != (*r.form != '\0') ||
+        (n > 0 && r.tensor))
+      return false;
+  }
+  return true;
+}
+static_assert(mask_rows_fit(), "a mask_mod row: at most two arguments (MaskMod::a, b), a least value only for "
+                               "an argument it has, a `need` exactly where one is set, a form where it has "
+                               "arguments, and none for a tensor mod");
+constexpr bool score_rows_fit() {
+  for (const ScoreModRow& r : kScoreModRows) {
+    const int n = arg_count(r.args);
+    if (n > 1 || (n > 0) != (*r.form != '\0') || (n > 0 && r.tensor)) return false;
+  }
+  return true;
+}
+static_assert(score_rows_fit(), "a score_mod row: at most one argument (ScoreMod::cap), a form where it has "
+                                "one, and none for a tensor mod");
+
+// The row named `name`, or null.
+template <typename Row, size_t N>
+const Row* find_row(const Row (&rows)[N], const std::string& name) {
+  for (const Row& r : rows)
+    if (name == r.name) return &r;
+  return nullptr;
+}
+// The row of `kind`, or null: the rows are in the kinds' order.
+template <typename Row, size_t N, typename Kind>
+const Row* row_of(const Row (&rows)[N], Kind kind) {
+  return size_t(kind) < N ? &rows[size_t(kind)] : nullptr;
+}
+// "NAME[:ARGS], ..." of the rows, the tensor mods' only with_tensor.
+template <typename Row, size_t N>
+std::string spec_list(const Row (&rows)[N], bool with_tensor) {
+  std::string list;
+  for (const Row& r : rows) {
+    if (r.tensor && !with_tensor) continue;
+    list += (list.empty() ? "" : ", ") + std::string(r.name) + (*r.args != '\0' ? ":" : "") + r.args;
+  }
+  return list;
 }
 
-std::string score_mod_names(bool with_tensor) {
-  return std::string("none, rel_bias, alibi, softcap:C") + (with_tensor ? ", bias" : "");
-}
+}  // namespace
+
+std::string mask_mod_names(bool with_tensor) { return spec_list(kMaskModRows, with_tensor); }
+
+std::string score_mod_names(bool with_tensor) { return spec_list(kScoreModRows, with_tensor); }
 
 MaskMod parse_mask_mod(const std::string& spec, int Nq, int Nk, std::string& why) {
   const size_t colon = spec.find(':');
   const std::string name = spec.substr(0, colon), args = colon == std::string::npos ? "" : spec.substr(colon + 1);
-  MaskMod m;
-  m.off = Nk - Nq;
-  int v[2] = {0, 0};
-  auto need = [&](int n, const char* form) {
-    if (parse_ints(args, n, v)) return true;
-    why = "mask_mod " + name + " takes " + form + ", got '" + args + "'";
-    return false;
-  };
-  if (name == "none" && args.empty()) {
-    m.kind = MaskModKind::kNone;
-  } else if (name == "causal" && args.empty()) {
-    m.kind = MaskModKind::kCausal;
-  } else if (name == "sliding_window") {
-    if (!need(2, "LEFT,RIGHT")) return {};
-    m.kind = MaskModKind::kSlidingWindow, m.a = v[0], m.b = v[1];
-  } else if (name == "block_diagonal" || name == "mini_causal" || name == "prefix_lm") {
-    if (!need(1, name == "prefix_lm" ? "P (the prefix length)" : "B (the block, >= 1)")) return {};
-    if (name != "prefix_lm" && v[0] < 1) {
-      why = "mask_mod " + name + " needs a block >= 1";
-      return {};
-    }
-    m.kind = name == "block_diagonal" ? MaskModKind::kBlockDiagonal
-             : name == "mini_causal"  ? MaskModKind::kMiniCausal
-                                      : MaskModKind::kPrefixLm;
-    m.a = v[0];
-  } else if (name == "dilated_sliding_window") {
-    if (!need(2, "W,S (window, stride >= 1)")) return {};
-    if (v[1] < 1) {
-      why = "mask_mod dilated_sliding_window needs a stride >= 1";
-      return {};
-    }
-    m.kind = MaskModKind::kDilatedWindow, m.a = v[0], m.b = v[1];
-  } else if (name == "document" && args.empty()) {
-    m.kind = MaskModKind::kDocument;  // the caller supplies the ids
-  } else if (name == "tensor" && args.empty()) {
-    m.kind = MaskModKind::kTensor;  // the caller supplies the words
-  } else {
+  const MaskModRow* row = find_row(kMaskModRows, name);
+  const int n = row != nullptr ? arg_count(row->args) : 0;
+  if (row == nullptr || (n == 0 && !args.empty())) {
     why = "unknown mask_mod '" + spec + "' (" + mask_mod_names(true) + ")";
     return {};
   }
-  if (m.kind == MaskModKind::kBlockDiagonal || m.kind == MaskModKind::kMiniCausal) m.by_a = FastDivmod(m.a);
-  if (m.kind == MaskModKind::kDilatedWindow) m.by_b = FastDivmod(m.b);
+  int v[2] = {0, 0};
+  if (n > 0 && !parse_ints(args, n, v)) {
+    why = "mask_mod " + name + " takes " + row->form + ", got '" + args + "'";
+    return {};
+  }
+  if (v[0] < row->least[0] || v[1] < row->least[1]) {
+    why = "mask_mod " + name + " needs " + row->need;
+    return {};
+  }
+  MaskMod m;
+  m.kind = row->kind;  // document's ids and a tensor mask's words: the caller attaches them
+  m.off = Nk - Nq;
+  m.a = v[0], m.b = v[1];
+  if (row->least[0] >= 1) m.by_a = FastDivmod(m.a);  // a divisor
+  if (row->least[1] >= 1) m.by_b = FastDivmod(m.b);
   return m;
 }
 
 ScoreMod parse_score_mod(const std::string& spec, int H, std::string& why) {
   const size_t colon = spec.find(':');
   const std::string name = spec.substr(0, colon), args = colon == std::string::npos ? "" : spec.substr(colon + 1);
+  const ScoreModRow* row = find_row(kScoreModRows, name);
+  const int n = row != nullptr ? arg_count(row->args) : 0;
+  if (row == nullptr || (n == 0 && !args.empty())) {
+    why = "unknown score_mod '" + spec + "' (" + score_mod_names(true) + ")";
+    return {};
+  }
   ScoreMod s;
+  s.kind = row->kind;  // a bias: the caller attaches the tensor
   s.heads = H;
-  if (name == "none" && args.empty()) return s;
-  if (name == "rel_bias" && args.empty()) {
-    s.kind = ScoreModKind::kRelBias;
-  } else if (name == "alibi" && args.empty()) {
-    s.kind = ScoreModKind::kAlibi;
-  } else if (name == "softcap") {
+  if (n > 0) {
     char* end = nullptr;
     const float c = std::strtof(args.c_str(), &end);
     if (args.empty() || *end != '\0' || !(c > 0.f) || !std::isfinite(c)) {
-      why = "score_mod softcap takes C > 0, got '" + args + "'";
+      why = "score_mod " + name + " takes " + row->form + ", got '" + args + "'";
       return {};
     }
-    s.kind = ScoreModKind::kSoftcap, s.cap = c;
-  } else if (name == "bias" && args.empty()) {
-    s.kind = ScoreModKind::kBias;  // the caller supplies the tensor
-  } else {
-    why = "unknown score_mod '" + spec + "' (" + score_mod_names(true) + ")";
-    return {};
+    s.cap = c;
   }
   return s;
 }
@@ -296,34 +348,20 @@ std::string mods_unfit(const AttnProblem& p, const MaskMod& mask, const ScoreMod
 }
 
 std::string mask_mod_name(const MaskMod& m) {
-  switch (m.kind) {
-    case MaskModKind::kNone: return "none";
-    case MaskModKind::kCausal: return "causal";
-    case MaskModKind::kSlidingWindow: return "sliding_window:" + std::to_string(m.a) + "," + std::to_string(m.b);
-    case MaskModKind::kBlockDiagonal: return "block_diagonal:" + std::to_string(m.a);
-    case MaskModKind::kMiniCausal: return "mini_causal:" + std::to_string(m.a);
-    case MaskModKind::kPrefixLm: return "prefix_lm:" + std::to_string(m.a);
-    case MaskModKind::kDilatedWindow:
-      return "dilated_sliding_window:" + std::to_string(m.a) + "," + std::to_string(m.b);
-    case MaskModKind::kDocument: return "document";
-    case MaskModKind::kTensor: return "tensor";
-  }
-  return "?";
+  const MaskModRow* row = row_of(kMaskModRows, m.kind);
+  if (row == nullptr) return "?";
+  const int n = arg_count(row->args);
+  return row->name + (n > 0 ? ":" + std::to_string(m.a) : "") + (n > 1 ? "," + std::to_string(m.b) : "");
 }
 
 std::string score_mod_name(const ScoreMod& s) {
-  switch (s.kind) {
-    case ScoreModKind::kNone: return "none";
-    case ScoreModKind::kRelBias: return "rel_bias";
-    case ScoreModKind::kAlibi: return "alibi";
-    case ScoreModKind::kSoftcap: {  // snprintf, not an ostream: iostream formatting segfaults inside
-      char c[32];                     // the Python module (python/attnlab_module.cpp)
-      std::snprintf(c, sizeof c, "%g", double(s.cap));
-      return std::string("softcap:") + c;
-    }
-    case ScoreModKind::kBias: return "bias";
-  }
-  return "?";
+  const ScoreModRow* row = row_of(kScoreModRows, s.kind);
+  if (row == nullptr) return "?";
+  if (arg_count(row->args) == 0) return row->name;
+  char c[32];  // snprintf, not an ostream: iostream formatting segfaults inside the Python
+               // module (python/attnlab_module.cpp)
+  std::snprintf(c, sizeof c, "%g", double(s.cap));
+  return std::string(row->name) + ":" + c;
 }
 
 }  // namespace attnlab

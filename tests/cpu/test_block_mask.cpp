@@ -280,6 +280,55 @@ TEST_CASE(mask_and_score_mod_specs) {
   }
 }
 
+// The rows of mods_table.h: every mask_mod but the tensor one has a spec in
+// the cases above (so that a new row is tested with the rest); each item of
+// the lists parses to its row's kind, in the rows' order, and is named back
+// as listed; the tensor mods are the ones the harness's lists leave out.
+TEST_CASE(every_mod_of_the_table_is_listed_and_tested) {
+  std::string why;
+  for (int k = 0; k < kMaskModCount; ++k) {
+    int specs = 0;
+    for (const char* spec : block_mask_cases::kMaskModSpecs)
+      specs += parse_mask_mod(spec, 10, 20, why).kind == MaskModKind(k) ? 1 : 0;
+    EXPECT_TRUE(specs > 0 || is_tensor_mod(MaskModKind(k)));
+  }
+  auto items = [](const std::string& list) {  // "a, b:X,Y, c" -> {"a", "b:X,Y", "c"}
+    std::vector<std::string> out;
+    for (size_t at = 0, end = 0; at <= list.size(); at = end + 2) {
+      end = std::min(list.find(", ", at), list.size());
+      out.push_back(list.substr(at, end - at));
+    }
+    return out;
+  };
+  auto listed = [&](const std::vector<std::string>& list, const std::string& item) {
+    return std::find(list.begin(), list.end(), item) != list.end();
+  };
+  const std::vector<std::string> masks = items(mask_mod_names(true)), harness_masks = items(mask_mod_names(false));
+  EXPECT_EQ(int(masks.size()), kMaskModCount);
+  for (size_t k = 0; k < masks.size(); ++k) {
+    const std::string name = masks[k].substr(0, masks[k].find(':')), args = masks[k].substr(name.size());
+    const std::string spec = args.empty() ? name : name + (args.find(',') != std::string::npos ? ":3,4" : ":3");
+    why.clear();
+    const MaskMod m = parse_mask_mod(spec, 10, 20, why);
+    EXPECT_EQ(why, std::string());
+    EXPECT_EQ(int(m.kind), int(k));
+    EXPECT_EQ(mask_mod_name(m), spec);
+    EXPECT_EQ(is_tensor_mod(m.kind), !listed(harness_masks, masks[k]));
+  }
+  const std::vector<std::string> scores = items(score_mod_names(true)), harness_scores = items(score_mod_names(false));
+  EXPECT_EQ(int(scores.size()), kScoreModCount);
+  for (size_t k = 0; k < scores.size(); ++k) {
+    const std::string name = scores[k].substr(0, scores[k].find(':'));
+    const std::string spec = scores[k] == name ? name : name + ":2";
+    why.clear();
+    const ScoreMod s = parse_score_mod(spec, 8, why);
+    EXPECT_EQ(why, std::string());
+    EXPECT_EQ(int(s.kind), int(k));
+    EXPECT_EQ(score_mod_name(s), spec);
+    EXPECT_EQ(is_tensor_mod(s.kind), !listed(harness_scores, scores[k]));
+  }
+}
+
 // The specs of the mods that read tensors: their names round-trip, they take
 // no arguments, and each names what it lacks until its tensor is attached.
 TEST_CASE(tensor_mod_specs_and_missing_tensors) {
