@@ -90,6 +90,32 @@ std::string split_document_count(const std::string& spec, int L, int* count, std
   return "document";
 }
 
+// One option of the help: "  FLAG" padded to 20 columns, then `text`
+// wrapped at 80 under it.
+std::string help_item(const std::string& flag, const std::string& text) {
+  const size_t indent = 20, width = 80;
+  std::string out = "  " + flag, word;
+  size_t column = out.size();
+  bool first = true;
+  for (size_t i = 0; i <= text.size(); ++i) {
+    if (i < text.size() && text[i] != ' ') {
+      word += text[i];
+      continue;
+    }
+    if (word.empty()) continue;
+    if (first) {
+      out += std::string(indent - column, ' '), column = indent;
+    } else if (column + 1 + word.size() > width) {
+      out += "\n" + std::string(indent, ' '), column = indent;
+    } else {
+      out += ' ', ++column;
+    }
+    out += word, column += word.size(), first = false;
+    word.clear();
+  }
+  return out + "\n";
+}
+
 }  // namespace
 
 std::string usage() {
@@ -236,15 +262,13 @@ but --bwd selects it, even at its default value (--mask none too); --variant,
 block-sparse attention (FlexAttention's model: kernels/blocksparse/,
 docs/blocksparse.md). --mask-mod selects it; --causal, --sweep, --variant,
 --reference, --torch, --show-all and the dynamic-mask options are then errors:
-  --mask-mod M      the mask_mod, NAME[:ARGS]: none, causal (bottom-right
-                    aligned), sliding_window:L,R, block_diagonal:B,
-                    mini_causal:B, prefix_lm:P, dilated_sliding_window:W,S,
-                    document[:K] (K documents of random lengths summing to
-                    max(Nq, Nk), the same ids for queries and keys, one set per
-                    batch, from --seed; default K = 4, at most the length)
-  --score-mod S     the score_mod on the scaled score: none (default), rel_bias,
-                    alibi, softcap:C
-  --block-size Q,KV the block mask's blocks (default 128,128; one number: both),
+)" + help_item("--mask-mod M",  // the lists: kernels/blocksparse/mods_table.h's rows
+               "the mask_mod, NAME[:ARGS]: " + mask_mod_names(false) +
+                   " (causal and sliding_window bottom-right aligned; document[:K]: K documents of random lengths "
+                   "summing to max(Nq, Nk), the same ids for queries and keys, one set per batch, from --seed; "
+                   "default K = 4, at most the length)") +
+         help_item("--score-mod S", "the score_mod on the scaled score: " + score_mod_names(false) + " (default none)") +
+         R"(  --block-size Q,KV the block mask's blocks (default 128,128; one number: both),
                     multiples of the kernel's tile (128 x 128; 128 x 64 at D=256)
   Rows: blocksparse (ours: the block mask built on the GPU from the mask_mod,
   then the block-sparse forward) and, in a torch build where the mask_mod is
