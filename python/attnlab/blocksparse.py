@@ -25,7 +25,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from . import _C
-from .dynamic_mask import PackedMask, _as_4d
+from ._tensors import PackedMask, _as_4d
 from .mods import parse_score_spec
 
 __all__ = ["BlockMask", "create_block_mask", "flex_attention", "kept_pairs"]

@@ -9,33 +9,10 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from . import _C
+from ._tensors import PackedMask, _as_4d, pack_mask
+from .blocksparse import _blocksparse_backward, create_block_mask
 
 __all__ = ["dynamic_mask_attention", "build_mask_summary", "MaskSummary", "pack_mask", "PackedMask", "backward_path"]
-
-
-class PackedMask:
-    """A boolean mask packed to one bit per (query, key) by pack_mask: an
-    eighth of the bytes of a bool/uint8 mask, so the kernels' scan of it (all
-    of it, on every call) reads an eighth as much. Pass it as attn_mask; it
-    has the original mask's shape (`shape`) and broadcasts the same way.
-    `bits` holds the words (int32, rows of 2 * ceil(Nk / 64) words, bit
-    k % 32 of word k // 32 = key k). Pack once and reuse it for every layer and
-    call that shares the mask; it is a copy, so changing the original mask
-    afterwards does not change it."""
-
-    def __init__(self, bits, shape):
-        self.bits = bits
-        self.shape = torch.Size(shape)
-
-    def __repr__(self):
-        return f"attnlab.PackedMask(shape={list(self.shape)}, device={self.bits.device})"
-
-
-def pack_mask(attn_mask):
-    """attn_mask (bool or uint8, True/nonzero = keep; 1 to 4 dims, as
-    dynamic_mask_attention takes it) as a PackedMask."""
-    mask = _as_4d(attn_mask, "attn_mask")
-    return PackedMask(_C.dma_pack_mask_bits(mask), mask.shape)
 
 
 def _mask_tensor(attn_mask):
@@ -150,13 +127,11 @@ def _per_query_head(x, H):
 @functools.lru_cache(maxsize=64)
 def _spec_block_mask(device, nq, nk, is_causal):
     """The engine's BlockMask of no mask (a few KB), made once per shape."""
-    from .blocksparse import create_block_mask  # (blocksparse imports this module)
     return create_block_mask("causal" if is_causal else "none", 1, 1, nq, nk, _ENGINE_BLOCK, device=device)
 
 
 def _engine_block_mask(mask, q, k, is_causal):
     """The engine's BlockMask of dmattn's mask, is_causal folded in."""
-    from .blocksparse import create_block_mask  # (blocksparse imports this module)
     H, Nq, Nk = q.shape[1], q.shape[2], k.shape[2]
     if mask is None:
         return _spec_block_mask(q.device, Nq, Nk, bool(is_causal))
@@ -172,7 +147,6 @@ def _engine_backward(ctx, q, k, v, out, lse, dout, bias, block_mask, needs_dbias
     """dq, dk, dv, dbias of dmattn's problem from the block-sparse engine's backward:
     the mask as its tensor mask_mod, the bias (or the softcap) as its score_mod
     (a per-KV-head bias read by each KV head's query heads)."""
-    from .blocksparse import _blocksparse_backward  # (blocksparse imports this module)
     score = "bias" if bias is not None else f"softcap:{ctx.softcap!r}" if ctx.softcap else "none"
     dq, dk, dv, dbias = _blocksparse_backward(q, k, v, out, lse, dout, block_mask.tensors(), block_mask.BLOCK_SIZE,
                                               block_mask.mask_mod, block_mask.mask_bits, None, score, bias,
@@ -232,21 +206,6 @@ def backward_path(q, k, attn_mask=None, attn_bias=None, softcap=None, determinis
     block-sparse engine's, kernels/blocksparse/) or "dmattn" (kernels/dmattn/'s)."""
     bias = _as_4d(attn_bias, "attn_bias")
     return _choose_backward(backward, q, k, attn_mask, bias, softcap, needs_dbias and bias is not None, deterministic)
-
-
-def _as_4d(x, name, where="attnlab.dynamic_mask_attention"):
-    """A mask or bias with fewer than 4 dims gets leading size-1 dims (torch's
-    broadcasting rule); the kernels read it contiguous in its own shape.
-    (attnlab.flex_attention's tensor mods too.)"""
-    if x is None:
-        return None
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{where}: {name} must be a torch.Tensor or None, got {type(x).__name__}")
-    if not 1 <= x.dim() <= 4:
-        raise ValueError(f"{where}: {name} must have 1 to 4 dims, got shape {list(x.shape)}")
-    while x.dim() < 4:
-        x = x.unsqueeze(0)
-    return x.contiguous()
 
 
 def _kernel_mask(attn_mask, k):
