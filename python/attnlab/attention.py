@@ -11,6 +11,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from . import _C
+from ._variants import _problem, default_variant
 
 __all__ = ["attention", "backward", "backward_variant", "bwd_variants"]
 
@@ -27,8 +28,6 @@ def backward_variant(q, k, v, is_causal=False, enable_gqa=False, deterministic=F
     identical run to run); otherwise the others first. Raises ValueError
     naming each variant's reason when none runs the shape; returns None for
     inputs that attnlab.forward rejects anyway (it raises its own message)."""
-    from . import _problem  # the package's shape reader (attnlab/__init__.py imports this module first)
-
     shape = _problem(q, k, v, is_causal, enable_gqa)
     if shape is None:
         return None
@@ -110,8 +109,6 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     backward already in the forward, when any input requires grad. Double
     backward is not supported.
     """
-    from . import default_variant  # (attnlab/__init__.py imports this module first)
-
     if attn_mask is not None:
         raise ValueError("attnlab.attention: attn_mask is not supported (attnlab.dynamic_mask_attention takes masks)")
     if dropout_p != 0.0:
