@@ -1,18 +1,20 @@
 // ============================================================================
-// Rung 01 — split-KV (FlashAttention-1 style)
+// Rung 01 — split-KV (FlashAttention-2's loop, FlashAttention-1's warp split)
 // ============================================================================
-// What changes against the unfused baseline (S = Q·Kᵀ to global memory, a
-// softmax kernel, then P·V): one fused kernel. A block owns a Br-row tile of Q
+// What changes against rung 00: tensor cores. A block owns a Br-row tile of Q
 // and streams K and V through shared memory in Bc-row tiles; the softmax is
-// online (running max m_i and sum l_i per row, O_i rescaled by
-// exp(m_old - m_new) every tile), so the N x N score matrix is never stored.
-// Where it is slower (than rung 02): for S = Q·K_jᵀ the warps form a 2 (rows)
-// x 4 (keys) grid, so no warp holds a whole row of S. The row statistics need
-// every warp's slice: S goes to shared memory in fp32, a barrier, a softmax
-// pass of 4 threads per row, P back to shared memory, another barrier, then
-// P·V with the warps re-split over rows x head-dim columns. That is one more
-// __syncthreads per KV tile than rung 02, an S/P round trip through shared
-// memory, and a softmax pass with no MMAs beside it to hide its latency.
+// online (m_i, l_i per row, O_i rescaled by exp(m_old - m_new) every tile and
+// divided by l_i once at the end). That loop is FlashAttention-2's
+// (arXiv:2307.08691, Algorithm 1); FlashAttention-1's Algorithm 1 runs the K/V
+// tiles outer and rewrites a normalised O_i in global memory every step. What
+// is FlashAttention-1's here is its kernel's split of the keys between warps
+// (FlashAttention-2, §3.3). Where it is slower (than rung 02): for S = Q·K_jᵀ
+// the warps form a 2 (rows) x 4 (keys) grid, so no warp holds a whole row of
+// S. S goes to shared memory in fp32, a barrier, a softmax pass of 4 threads
+// per row, P back to shared memory, another barrier, then P·V with the warps
+// re-split over rows x head-dim columns: four barriers per KV tile (rung 02:
+// three), an S/P round trip through shared memory, and a softmax pass with no
+// MMAs beside it to hide its latency.
 //
 // Per block (kWarps warps; three warp layouts per KV tile):
 //   sQ: [Br, D + 8]   sK, sV: [kStages][Bc, D + 8]   halves (+8: ldmatrix conflict-free)
@@ -21,15 +23,14 @@
 //   3. O += P·V_j: 4 x 2 warps of [16 rows, D/2 columns], O_i in registers (fp32)
 // stage1: one K/V buffer (V_j lands during S_j; K_{j+1} waits for P_j·V_j);
 // stage2: two K/V buffers (tile j+1 is copied while tile j is computed).
-//
-// Tile configurations (constexprs in SplitKvConfig, checked below):
+// Tile configurations (constexprs in SplitKvConfig, checked below; registers:
+// docs/01_split_kv.md):
 //   D     Br   Bc  warps  smem stage1  stage2
 //   32    64   64    8      43264      53504
 //   64    64   64    8      55552      73984
 //   96    64   64    8      67840      94464
 //  128    64   64    8      80128     114944
 //  256    64   64    8     129280     196864   (stage2: more than an A100's 163 KB)
-// Registers: see docs/01_split_kv.md (ptxas, sm_90a).
 //
 // Supports: fp16, bf16; D = Dv ∈ {32, 64, 96, 128, 256}; GQA/MQA (H a multiple
 // of Hkv); any Nq, Nk >= 1 (ragged last tiles are zero-filled and masked);
