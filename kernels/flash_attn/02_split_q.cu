@@ -4,11 +4,13 @@
 // What changes against rung 01 (split-KV): the warps of a block split the
 // *query* rows instead of the key columns. Each warp owns whole rows of
 // S = Q·Kᵀ, so the softmax row statistics (m_i, l_i) live in that warp's
-// registers, P never leaves registers (the QKᵀ accumulator is fed straight
-// back as the A operand of P·V), and no shared-memory round trip of S and no
-// __syncthreads are needed between the two matmuls. A warp owns kMTiles m16
-// row tiles: with two, every K and V fragment read from shared memory feeds
-// two MMAs, halving the shared-memory reads per MMA (FlashAttention-2's layout).
+// registers and P never leaves registers (the QKᵀ accumulator is fed straight
+// back as the A operand of P·V). What goes away is the S/P exchange through
+// shared memory: three barriers per KV tile (K_j landed, V_j landed, slot
+// free) instead of rung 01's four; the one between the two matmuls waits only
+// for V_j's copy. A warp owns kMTiles m16 row tiles: with two, every K and V
+// fragment read from shared memory feeds two MMAs, halving the shared-memory
+// reads per MMA (FlashAttention-2's layout).
 //
 // Per block: one Br-row tile of Q, loop over Bc-row tiles of K and V.
 //   sQ: [Br, D + 8]   sK, sV: [kStages][Bc, D + 8]   halves (+8: ldmatrix conflict-free)
@@ -27,8 +29,7 @@
 // split-q+swizzle+stage2: the same kernel with dense rows whose 16-byte chunks
 // are XOR-swizzled (chunk c of row r at c ^ (r % 8)) instead of padded, for
 // D ∈ {64, 128, 256}: smem 49152 / 65536 / 98304 bytes. Its bank conflicts
-// against the padded layout (ncu) are in docs/02_split_q.md.
-// Registers: see docs/02_split_q.md (ptxas, sm_90a).
+// against the padded layout (ncu) and the registers (ptxas): docs/02_split_q.md.
 //
 // Supports: fp16, bf16; D = Dv ∈ {32, 64, 96, 128, 256}; GQA/MQA (H a multiple
 // of Hkv); any Nq, Nk >= 1 (ragged last tiles are zero-filled and masked);
