@@ -1,8 +1,8 @@
 // ============================================================================
 // Rung 13 — the backward, on mma.sync (FlashAttention-2, Algorithm 2)
 // ============================================================================
-// What changes against the forward ladder: the gradients dQ, dK, dV of
-// L = Σ O ∘ dO. Nothing of P is stored by the forward but LSE, so P is
+// What changes against the forward ladder: the gradients dQ, dK, dV of a loss
+// whose gradient in O is dO. Nothing of P is stored by the forward but LSE, so P is
 // recomputed from it: a pre-pass (common/bwd_prepost.cuh) gives LSE_i·log2e and
 // Δ_i = rowsum(dO_i ∘ O_i); then one block per (Bc-key tile j, KV head, batch)
 // keeps K_j, V_j in shared memory and dK_j, dV_j in registers and walks every
