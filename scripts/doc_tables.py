@@ -64,9 +64,8 @@ def listed(shape, sl, n):
     return not in_slice or Nq == n
 
 
-def table(rows, rung, prev, backward=False):
-    """The block's body: the forward table of `rung` from forward rows, or with backward=True from backward rows."""
-    word, source = ("variant", "bwd.csv") if backward else ("stage", "The results CSV")
+def table_shapes(rows, rung):
+    """(the shapes `rung`'s table lists, in order: those where a stage ran; the head dims where none ran)."""
     sl = rc.forward_slice(rows)
     n = rc.preferred_n(sl.values("Nq")) if sl else rc.TABLE_N
     mine = [r for r in rows if of(r["variant"], rung)]
@@ -75,6 +74,16 @@ def table(rows, rung, prev, backward=False):
     # Shapes where no stage of the rung ran are summed up in one line below the table.
     shapes = [sh for sh in all_shapes if sh in ran_at]
     skipped = sorted({sh[5] for sh in all_shapes if sh not in shapes} - {sh[5] for sh in shapes})
+    return shapes, skipped
+
+
+def table(rows, rung, prev, backward=False):
+    """The block's body: the forward table of `rung` from forward rows, or with backward=True from backward rows."""
+    word, source = ("variant", "bwd.csv") if backward else ("stage", "The results CSV")
+    sl = rc.forward_slice(rows)
+    n = rc.preferred_n(sl.values("Nq")) if sl else rc.TABLE_N
+    mine = [r for r in rows if of(r["variant"], rung)]
+    shapes, skipped = table_shapes(rows, rung)
     stages = sorted({r["variant"] for r in mine})
     if not shapes:  # a rung the CSVs have no timings of (yet): say so instead of an empty table
         why = f" (its rows at head dims {', '.join(str(d) for d in skipped)} say why)" if skipped else ""
