@@ -11,6 +11,8 @@ From the CSVs under DIR/results/ (DIR: the repository, by default), rewrites
   - results/<gpu>/blocksparse.png of every GPU folder with a blocksparse.csv
     (blocksparse_table.py);
   - results/compare_gpus.md and .png (compare_gpus.py);
+  - docs/figures/*.png, the layout figures drawn from the kernels' sources
+    (figures.py), when DIR has them (kernels/);
   - in README.md and docs/*.md, every generated block, found by its markers
     (each a line of its own), from the GPU folder --gpu (default H200):
       <!-- results:begin --> ... <!-- results:end -->   the results table (plot.py)
@@ -55,6 +57,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import blocksparse_table  # noqa: E402
 import compare_gpus  # noqa: E402
 import doc_tables  # noqa: E402
+import figures  # noqa: E402
 import generated  # noqa: E402
 import ladder  # noqa: E402
 import plot  # noqa: E402
@@ -229,6 +232,9 @@ def outputs(root, docs_gpu):
     if gpus:
         for out, data in compare_gpus.render(gpus, results).items():
             files[posix("results", out)] = data
+    if figures.found(root):
+        for name, data in figures.render(root).items():
+            files[posix(*figures.FOLDER, name)] = data
     pages = [os.path.join(root, "README.md")] + sorted(glob.glob(os.path.join(root, "docs", "*.md")))
     for page in pages:
         text = read_bytes(page)

@@ -17,7 +17,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "results")
-COPIED = ("README.md", "docs", "results", "scripts")
+COPIED = ("README.md", "docs", "results", "scripts", "kernels")  # kernels/: what docs/figures are drawn from
 FIX_GPU = "FakeGPU-A"
 
 
@@ -79,7 +79,7 @@ def read(root, rel):
 
 @pytest.fixture(scope="module")
 def regenerated(tmp_path_factory):
-    """A copy of README.md, docs/, results/ and scripts/, its PNGs deleted, then regenerated."""
+    """A copy of README.md, docs/, results/, scripts/ and kernels/, its PNGs deleted, then regenerated."""
     tree = tmp_path_factory.mktemp("tree")
     for name in COPIED:
         src = os.path.join(ROOT, name)
@@ -87,8 +87,9 @@ def regenerated(tmp_path_factory):
             shutil.copytree(src, tree / name, ignore=shutil.ignore_patterns("__pycache__"))
         elif os.path.isfile(src):
             shutil.copy(src, tree / name)
-    for rel in files_under(tree / "results", ".png"):
-        os.remove(tree / "results" / rel)
+    for folder in ("results", "docs"):
+        for rel in files_under(tree / folder, ".png"):
+            os.remove(tree / folder / rel)
     result = regenerate(tree, tree)
     expect_ok(result)
     return tree
@@ -112,20 +113,21 @@ def test_regenerating_leaves_readme_docs_and_results_text_unchanged(regenerated)
     assert not changed, f"not what scripts/regenerate.py writes (run it and commit the result): {changed}"
 
 
-def test_regenerating_draws_the_committed_pngs(regenerated):
-    committed = files_under(os.path.join(ROOT, "results"), ".png")
-    redone = files_under(regenerated / "results", ".png")
+@pytest.mark.parametrize("folder", ["results", "docs"])
+def test_regenerating_draws_the_committed_pngs(regenerated, folder):
+    committed = files_under(os.path.join(ROOT, folder), ".png")
+    redone = files_under(regenerated / folder, ".png")
     assert redone == committed, ("PNGs regenerate.py does not draw, or draws but are not committed: "
                                  f"{sorted(set(redone) ^ set(committed))}")
     here, other = matplotlib_here(), {}
     for rel in committed:
-        old, new = read(ROOT, f"results/{rel}"), read(regenerated, f"results/{rel}")
+        old, new = read(ROOT, f"{folder}/{rel}"), read(regenerated, f"{folder}/{rel}")
         assert png_software(new) == here, f"{rel}: regenerated PNG says '{png_software(new)}'"
         drawn_by = png_software(old)
         if drawn_by == here:
-            assert new == old, f"results/{rel} is not what regenerate.py draws with {here}"
+            assert new == old, f"{folder}/{rel} is not what regenerate.py draws with {here}"
         else:
-            assert png_size(new) == png_size(old), f"results/{rel}: {png_size(new)} pixels, committed {png_size(old)}"
+            assert png_size(new) == png_size(old), f"{folder}/{rel}: {png_size(new)} pixels, committed {png_size(old)}"
             other.setdefault(drawn_by or "no Software chunk", []).append(rel)
     if other:
         pytest.skip("pixel sizes equal; bytes not compared: " +
