@@ -185,11 +185,10 @@ def draw_partitions(p):
 
 # ---- the 128-byte swizzle ------------------------------------------------------------------
 
-def sw128_offset_function(wgmma_text):
-    """Sw128Blocks::offset(row, col) of wgmma.cuh (in 16-bit elements), evaluated as written in C++."""
+def sw128_offset_function(wgmma_text, rows=8):
+    """Sw128Blocks<rows>::offset(row, col) of wgmma.cuh (in 16-bit elements), evaluated as written in C++."""
     body = need(r"struct Sw128Blocks \{.*?offset\(int row, int col\) \{\s*return (?P<expr>[^;]+);", wgmma_text,
                 WGMMA, re.S).group("expr")
-    rows = 8  # one atom
     code = compile(body, "Sw128Blocks::offset", "eval")
     return lambda row, col: eval(code, {"__builtins__": {}}, {"row": row, "col": col, "kBlockElems": rows * 64})
 

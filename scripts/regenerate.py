@@ -27,6 +27,8 @@ From the CSVs under DIR/results/ (DIR: the repository, by default), rewrites
                                                       (ptxas_spills.py)
       <!-- output:begin --> ... <!-- output:end -->   the harness's output, cut from results/<gpu>/bench.txt
                                                       (output_excerpt.py)
+      <!-- wgmma-desc:begin --> ... <!-- wgmma-desc:end -->   rung 07's decoded wgmma descriptors, from the
+                                                              kernels' sources (wgmma_desc.py)
 A commit the history lacks is named in a caption with its note from
 results/gone_commits.csv (what it measured, the commit that did reach the
 history). With history (DIR the top of a git work tree, not shallow), every
@@ -65,6 +67,7 @@ import output_excerpt  # noqa: E402
 import plot_dmattn  # noqa: E402
 import ptxas_spills  # noqa: E402
 import prose_ratios  # noqa: E402
+import wgmma_desc  # noqa: E402
 import results_csv as rc  # noqa: E402
 
 DOCS_GPU = "H200"  # the GPU whose results the README and the docs pages show
@@ -273,8 +276,11 @@ def fill_page(text, page, root, gpu, gpu_rows, files):
             raise ValueError(f"{where} has an output block but cannot read {bench_txt}: {e.strerror}") from None
         block = output_excerpt.excerpt(run, posix("results", gpu, output_excerpt.SOURCE))
         text = generated.replace_block(text, output_excerpt.BEGIN, output_excerpt.END, block, where)
+    has_desc = generated.replace_block(text, wgmma_desc.BEGIN, wgmma_desc.END, "", where) is not None
+    if has_desc:  # not a GPU's results: the code's
+        text = generated.replace_block(text, wgmma_desc.BEGIN, wgmma_desc.END, wgmma_desc.render(root), where)
     if not (any(has.values()) or has_numbers or has_dmattn or has_blocksparse):
-        return text if has_spills or has_output else None
+        return text if has_spills or has_output or has_desc else None
     if (any(has.values()) or has_numbers) and gpu not in gpu_rows:
         raise ValueError(f"{where} has generated blocks but results/{gpu}/ has no forward results")
     if has["results"]:
