@@ -19,7 +19,7 @@ from the code, so a figure cannot drift from what the kernels do:
   kv_ring.png         a K/V ring of kWsStages slots (12_ws_pingpong.cu) over
                       time: a producer, two consumer warpgroups, each slot's
                       full and empty mbarrier and their phases, with the parity
-                      each wait names (the rule of flash_attn/ws_mainloop.cuh)
+                      each wait names (the rule of hopper/fwd_mainloop.cuh)
 
 Each PNG records the matplotlib version that drew it and no time
 (generated.png_bytes): the same sources and matplotlib give the same bytes.
@@ -238,7 +238,7 @@ def ring_stages(rung12_text):
 def ring_schedule(stages, tiles=6, load=1.2, compute=(2.6, 3.1), lag=(0.0, 0.6)):
     """An illustrative timeline of the ring: (producer loads, consumer tiles, full/empty completions).
 
-    The rule is ws_mainloop.cuh's: tile g goes to slot g % S; the producer waits for phase g/S - 1 of
+    The rule is hopper/fwd_mainloop.cuh's: tile g goes to slot g % S; the producer waits for phase g/S - 1 of
     empty[slot] (both consumers released tile g - S) before loading; a consumer waits for phase g/S of
     full[slot] (the tile's bytes landed) and its own previous tile, computes, then arrives on empty[slot].
     Durations are made up (a load shorter than a tile's compute, warpgroup 1 a little behind).
@@ -313,7 +313,7 @@ def draw_ring(stages):
     fig.text(0.5, 0.012, "A wait names only a parity, so no waiter may fall two phases behind: the producer "
              "cannot refill a slot (the next full phase) before both consumers released it (empty).\n"
              "Grey bar: a warpgroup waiting. Durations are illustrative; the waits and parities are "
-             "flash_attn/ws_mainloop.cuh's.", ha="center", fontsize=8.5)
+             "hopper/fwd_mainloop.cuh's.", ha="center", fontsize=8.5)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     return generated.png_bytes(fig, DPI)
 
