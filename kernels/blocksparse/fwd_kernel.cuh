@@ -64,13 +64,13 @@ blocksparse_fwd_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_c
   extern __shared__ __align__(16) unsigned char smem_raw[];
   ws_fwd_block<Cfg, T, !kPersistent>(
       smem_raw, order, counter, &tma_q, &tma_k, &tma_v,
-      [&](const WsShared<Cfg, T>& sm, const WorkPiece& piece, WsRing& ring) {
+      [&](const WsShared<Cfg, T>& sm, const WorkPiece& piece, WsRing& ring) __attribute__((always_inline)) {
         int q_start, head;
         blocksparse_item(order, piece.item, q_start, head, Cfg::kBr);
         const KvTileWalk walk = kv_tile_walk(lists, p, head, q_start, Cfg::kBc);  // NEW (walk)
         blocksparse_load<Cfg, T>(sm, &tma_q, &tma_k, &tma_v, p, head, q_start, walk, ring);
       },
-      [&](const WsShared<Cfg, T>& sm, const WorkPiece& piece, WsRing& ring) {
+      [&](const WsShared<Cfg, T>& sm, const WorkPiece& piece, WsRing& ring) __attribute__((always_inline)) {
         int q_start, head;
         blocksparse_item(order, piece.item, q_start, head, Cfg::kBr);
         const KvTileWalk walk = kv_tile_walk(lists, p, head, q_start, Cfg::kBc);  // NEW (walk): the producer's

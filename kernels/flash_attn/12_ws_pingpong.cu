@@ -108,10 +108,10 @@ ws_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUt
   extern __shared__ __align__(16) unsigned char smem_raw[];
   ws_fwd_block<Cfg, T>(
       smem_raw, order, counter, &tma_q, &tma_k, &tma_v,
-      [&](const WsShared<Cfg, T>& sm, const WorkPiece& piece, WsRing& ring) {
+      [&](const WsShared<Cfg, T>& sm, const WorkPiece& piece, WsRing& ring) __attribute__((always_inline)) {
         ws_load<Cfg, T>(sm, &tma_q, &tma_k, &tma_v, ws_work<Cfg>(p, order, piece), ring);
       },
-      [&](const WsShared<Cfg, T>& sm, const WorkPiece& piece, WsRing& ring) {
+      [&](const WsShared<Cfg, T>& sm, const WorkPiece& piece, WsRing& ring) __attribute__((always_inline)) {
         const WsWork w = ws_work<Cfg>(p, order, piece);
         float O[Cfg::kTilesO][4] = {};
         RowStats stats;
