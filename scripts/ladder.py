@@ -31,7 +31,7 @@ RUNGS = tuple(Rung(*r) for r in (
     ("00", "minimal", None, MMA, "00_online_softmax.md",
      "one fused kernel in plain FP32 math: the online softmax, no tensor cores"),
     ("01", "split-kv", "00", MMA, "01_split_kv.md",
-     "FlashAttention-1 on tensor cores: warps split the keys, S and P go through shared memory"),
+     "FlashAttention-2's loop with FlashAttention-1's split of the keys between warps: S and P go through shared memory"),
     ("02", "split-q", "01", MMA, "02_split_q.md",
      "FlashAttention-2: warps split the query rows, P stays in registers"),
     ("03", "share-kv", "02", MMA, "03_share_kv.md",

@@ -37,8 +37,7 @@ name must be one `git cat-file -e` finds, or be listed there: --check fails
 (exit 1) on any other, naming it and its file; without --check it is a warning.
 Every page's prose is checked too: a ratio written in a rung page's text
 (e.g. "1.16× at D = 64") must lie within the range of the ratios its generated
-table gives for what the sentence compares (prose_ratios.py); the pages of
-PROSE_UNCHECKED are reported but do not fail.
+table gives for what the sentence compares (prose_ratios.py).
 The output depends only on the CSVs (and, for PNGs, the matplotlib version,
 which each PNG records): rerunning changes nothing. A file is written only when
 its bytes change. With --check nothing is written; the files that would change
@@ -72,14 +71,6 @@ import results_csv as rc  # noqa: E402
 
 DOCS_GPU = "H200"  # the GPU whose results the README and the docs pages show
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# Pages whose prose ratios are listed but do not fail --check, each with why.
-# Only pages whose text is being rewritten belong here; remove a page as soon
-# as its prose agrees with its table, and add none to quiet a finding.
-PROSE_UNCHECKED = {
-    "docs/12_ws_pingpong.md": "its prose quotes runs other than its table's; being rewritten as measured steps",
-    "docs/14_bwd_ws.md": "its prose quotes runs other than its table's; being rewritten",
-    "docs/15_bwd_ws_roles.md": "its prose quotes runs other than its table's; being rewritten",
-}
 
 
 def parse_args(argv):
@@ -103,11 +94,8 @@ def main(argv=None):
         print(f"{'' if args.check else 'warning: '}{rel} names commit {commit}, which is not in the history: "
               f"correct it, or list it in results/{rc.GONE_CSV} with what it measured", file=sys.stderr)
     problems = prose_problems(args.root, args.gpu, files)
-    failing = [p for p in problems if p.page not in PROSE_UNCHECKED]
     for p in problems:
-        why = PROSE_UNCHECKED.get(p.page)
-        note = f" (not failing: {why})" if why else ""
-        print(f"prose ratio outside its table{note}: {prose_ratios.describe(p)}",
+        print(f"prose ratio outside its table: {prose_ratios.describe(p)}",
               file=sys.stdout if args.check else sys.stderr)
     if args.check:
         for rel in changed:
@@ -115,8 +103,8 @@ def main(argv=None):
         print("commits not checked (no git history here)" if unknown is None else
               f"{len(unknown)} named commits not in the history")
         print(f"{len(files) - len(changed)} of {len(files)} generated files up to date; "
-              f"{len(failing)} prose ratio{'s' if len(failing) != 1 else ''} outside their tables")
-        return 1 if changed or unknown or failing else 0
+              f"{len(problems)} prose ratio{'s' if len(problems) != 1 else ''} outside their tables")
+        return 1 if changed or unknown or problems else 0
     for rel in changed:
         path = os.path.join(args.root, rel)
         os.makedirs(os.path.dirname(path), exist_ok=True)
