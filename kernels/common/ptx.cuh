@@ -19,14 +19,6 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// The first 1024-byte-aligned byte of shared memory at or after p: the period
-// of the 128-byte swizzle, which TMA boxes and wgmma descriptors assume (a
-// kernel that aligns its tiles so asks for 1024 bytes of slack).
-__device__ __forceinline__ unsigned char* smem_align_1024(unsigned char* p) {
-  const uint32_t at = smem_addr(p);
-  return p + (((at + 1023) & ~1023u) - at);
-}
-
 // ---- global -> shared, asynchronous (sm_80+) -------------------------------
 // Copies 16 bytes; when `valid` is false the 16 shared bytes are zero-filled and
 // global memory is not read (src-size 0), which is how ragged tiles are padded.

@@ -459,7 +459,8 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sK = reinterpret_cast<T*>(smem_raw);
   if constexpr (Cfg::kWgmma) {  // 1024-byte aligned: the period of the 128-byte swizzle
-    sK = reinterpret_cast<T*>(smem_align_1024(smem_raw));
+    const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+    sK = reinterpret_cast<T*>(smem_raw + (((raw + 1023) & ~1023u) - raw));
   }
   // The tiles' layout: padded rows (mma.sync) or Sw128Blocks<64> (wgmma; Br = Bc = 64).
   using Layout = std::conditional_t<Cfg::kWgmma, Sw128Blocks<64>, StridedRows<kStride>>;

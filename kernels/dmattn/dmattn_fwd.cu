@@ -248,7 +248,8 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);
   if constexpr (Cfg::kWgmma) {  // tiles 1024-byte aligned: the period of the 128-byte swizzle
-    sQ = reinterpret_cast<T*>(smem_align_1024(smem_raw));
+    const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+    sQ = reinterpret_cast<T*>(smem_raw + (((raw + 1023) & ~1023u) - raw));
   }
   T* sK = sQ + Br * kStride;
   T* sV = sK + 2 * Bc * kStride;

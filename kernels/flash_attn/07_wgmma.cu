@@ -126,7 +126,8 @@ wgmma_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restri
 
   // NEW: tiles aligned to 1024 bytes, the period of the 128-byte swizzle.
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  T* sQ = reinterpret_cast<T*>(smem_align_1024(smem_raw));
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  T* sQ = reinterpret_cast<T*>(smem_raw + (((raw + 1023) & ~1023u) - raw));
   T* sK = sQ + Cfg::kQElems;                   // kStages K tiles
   T* sV = sK + Cfg::kStages * Cfg::kKVElems;  // kStages V tiles
 
@@ -218,7 +219,8 @@ wgmma_overlap_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* 
   const int n_kv_tiles = kv_tiles_for_query_tile(p, q_start, Br, Bc);
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  T* sQ = reinterpret_cast<T*>(smem_align_1024(smem_raw));
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  T* sQ = reinterpret_cast<T*>(smem_raw + (((raw + 1023) & ~1023u) - raw));
   T* sK = sQ + Cfg::kQElems;
   T* sV = sK + 2 * Cfg::kKVElems;
   const T* sQ_wg = sQ + warpgroup * 64 * 64;

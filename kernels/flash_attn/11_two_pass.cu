@@ -265,8 +265,9 @@ struct StageRing {
 template <typename Cfg, int kGapBytes>
 __device__ __forceinline__ StageRing<Cfg> make_ring(unsigned char* smem_raw, int ncta = 1) {
   static_assert(kGapBytes % 1024 == 0, "the gap keeps its own tiles aligned");
+  const uint32_t raw = smem_addr(smem_raw);
   StageRing<Cfg> r;
-  r.base = smem_align_1024(smem_raw);
+  r.base = smem_raw + (((raw + 1023) & ~1023u) - raw);
   r.bars = reinterpret_cast<uint64_t*>(r.base + Cfg::kStages * Cfg::kStageBytes + kGapBytes);
   if (threadIdx.x == 0) {
     for (int s = 0; s < Cfg::kStages; ++s) {

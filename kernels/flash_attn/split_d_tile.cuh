@@ -54,8 +54,9 @@ struct SplitDSmem {
 
 template <typename Tiles, typename T>
 __device__ __forceinline__ SplitDSmem<T> carve_split_d_smem(unsigned char* smem_raw) {
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   SplitDSmem<T> s;
-  s.sQ = reinterpret_cast<T*>(smem_align_1024(smem_raw));
+  s.sQ = reinterpret_cast<T*>(smem_raw + (((raw + 1023) & ~1023u) - raw));
   s.sK = s.sQ + Tiles::kTileElems;
   s.sV = s.sK + Tiles::kTileElems;
   s.sRed = reinterpret_cast<float*>(s.sV + Tiles::kTileElems);

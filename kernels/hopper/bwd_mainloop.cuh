@@ -145,7 +145,8 @@ struct BwdShared {
   uint64_t* q_empty;  // [kStages] the slot may be refilled: kSlotReleasers arrivals (every compute thread; rung 15 also the dQ writer)
 
   __device__ __forceinline__ explicit BwdShared(unsigned char* smem_raw) {
-    sK = reinterpret_cast<T*>(smem_align_1024(smem_raw));
+    const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+    sK = reinterpret_cast<T*>(smem_raw + (((raw + 1023) & ~1023u) - raw));
     sV = sK + Cfg::kKElems;
     sQ = sV + Cfg::kVElems;
     sdO = sQ + Cfg::kStages * Cfg::kQElems;

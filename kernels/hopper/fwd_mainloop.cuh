@@ -97,7 +97,8 @@ struct WsShared {
   FwdSchedulerShared sched;  // NEW (dynamic): the producer's hand-off of the next item (hopper/fwd_scheduler.cuh)
 
   __device__ __forceinline__ explicit WsShared(unsigned char* smem_raw) {
-    sQ = reinterpret_cast<T*>(smem_align_1024(smem_raw));
+    const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+    sQ = reinterpret_cast<T*>(smem_raw + (((raw + 1023) & ~1023u) - raw));
     sK = sQ + Cfg::kQElems;
     sV = sK + Cfg::kStages * Cfg::kKElems;
     q_full = reinterpret_cast<uint64_t*>(sV + Cfg::kStages * Cfg::kVElems);
