@@ -27,6 +27,7 @@ import pytest
 import torch
 
 import attnlab
+from test_attention import with_grads  # (O, dQ, dK, dV) of a function on fresh leaves
 
 DEVICE = "cuda"
 DTYPES = [torch.float16, torch.bfloat16]
@@ -95,18 +96,11 @@ def dense(q, k, v, keep, scale):
     return torch.softmax(s, dim=-1).masked_fill(empty, 0.0) @ v
 
 
-def grads_of(fn, q, k, v, dout):
-    """(O, dQ, dK, dV) of fn on fresh leaves holding q, k, v's values."""
-    q, k, v = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
-    o = fn(q, k, v)
-    return (o.detach(), *torch.autograd.grad(o, (q, k, v), dout))
-
-
 def judged(ours, q, k, v, dout, keep, scale, label):
     """Each of O, dQ, dK, dV by attnlab.judge against the fp64 reference."""
     dout = dout.contiguous()
-    ref = grads_of(lambda *a: dense(*a, keep, scale), q.double(), k.double(), v.double(), dout.double())
-    same = grads_of(lambda *a: dense(*a, keep, scale), q, k, v, dout)
+    ref = with_grads(lambda *a: dense(*a, keep, scale), q.double(), k.double(), v.double(), dout.double())
+    same = with_grads(lambda *a: dense(*a, keep, scale), q, k, v, dout)
     for name, x, r, s in zip(("O", "dQ", "dK", "dV"), ours, ref, same):
         assert x.shape == r.shape and x.dtype == q.dtype, f"{label}: {name} is {x.dtype} {list(x.shape)}"
         finite = torch.isfinite(x)
