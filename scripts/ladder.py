@@ -3,7 +3,9 @@
 RUNGS is the one list of rungs the scripts know: number, the prefix of its
 variants' names (a rung's variants are PREFIX+stage..., e.g. split-q+stage2),
 the rung it grows from, its family (the plots' colour, docs/results.md) and
-its idea in one line. The forward rungs' families are FAMILIES; the backward
+its idea in one line. The main path (MAIN_PATH: 00, 01, 02, 07, 12) is the
+chain of rungs that the engine, rung ENGINE, grows from; every other forward
+rung is a side branch. The forward rungs' families are FAMILIES; the backward
 rungs (family BACKWARD, variants bwd-...) have their own CSV (bwd.csv) and
 table. A table (ladder_block) has one row per rung of its direction at SHAPE:
 the TFLOPS of the rung's best stage, its ratio to the best stage of the rung it
@@ -65,6 +67,19 @@ BY_NUMBER = {r.number: r for r in RUNGS}
 FAMILIES = (MMA, HOPPER, SPLIT_D, TWO_PASS)  # the forward rungs' families: the forward plots' colours
 FORWARD_RUNGS = tuple(r for r in RUNGS if r.family != BACKWARD)
 BACKWARD_RUNGS = tuple(r for r in RUNGS if r.family == BACKWARD)
+ENGINE = "12"  # the forward engine: the main path's last rung
+
+
+def lineage(number):
+    """The rungs from the first to `number`, each the one the next grows from: ('00', '01', '02', '07', '12')."""
+    chain = []
+    while number is not None:
+        chain.append(number)
+        number = BY_NUMBER[number].parent
+    return tuple(reversed(chain))
+
+
+MAIN_PATH = lineage(ENGINE)  # the forward rungs a learner climbs; the others are side branches
 
 # The one shape of the table: B=1 H=8 N=8192 D=128 fp16, non-causal.
 SHAPE = dict(B=1, H=8, Nq=8192, Nk=8192, D=128, Dv=128, dtype="fp16", causal=0)
@@ -81,6 +96,12 @@ def is_variant_of(variant, prefix):
 def rung_of(variant):
     """The Rung whose variant `variant` is, or None (a peer, or a name no rung has)."""
     return next((r for r in RUNGS if is_variant_of(variant, r.prefix)), None)
+
+
+def on_main_path(variant):
+    """Whether `variant` is a variant of a main-path rung (a peer, a side branch or an unknown name: False)."""
+    rung = rung_of(variant)
+    return rung is not None and rung.number in MAIN_PATH
 
 
 def is_backward(prefix):

@@ -9,7 +9,10 @@ them all and merges their rows with one rule: for the same KEY (variant and
 shape) the row with the newest `date` wins; on equal dates, the later one (the
 later file in FORWARD_CSVS, the later line in a file). The dense backward's
 rows (flash_attn_mma --bwd: BACKWARD_CSV, bwd.csv) are kept apart: load_bwd()
-merges them by the same rule, and no forward table or plot sees them.
+merges them by the same rule, and no forward table or plot sees them. Rows
+merged from several runs are named in captions by run: a run is one commit's
+rows of one day (run_key), lettered a, b, ... in the order the runs started
+(run_names), the same letters in every table and plot of a GPU.
 """
 import csv
 import os
@@ -241,6 +244,43 @@ def load_gone_commits(results_dir):
 def commit_label(commit):
     """A commit as a caption shows it: with its note when the history lacks it (GONE)."""
     return f"{commit} ({GONE[commit]})" if commit in GONE else commit
+
+
+def run_key(row):
+    """The run a caption names a row by: (commit, day). One gpu_check step starts a harness process
+    per shape, each with its own start time; its rows share the commit and the day."""
+    return row["commit"], short_date(row["date"])
+
+
+def run_names(rows):
+    """{run_key: letter} of the runs in `rows`, lettered a, b, c, ... in the order of their first start."""
+    first = {}
+    for r in rows:
+        key = run_key(r)
+        first[key] = min(first.get(key, r["date"]), r["date"])
+    ordered = sorted(first, key=lambda k: (first[k], k))
+    return {key: _letter(i) for i, key in enumerate(ordered)}
+
+
+def _letter(i):
+    return chr(ord("a") + i) if i < 26 else f"r{i + 1}"
+
+
+def describe_run(key):
+    """'commit 29305e193406, 2026-12-02' (a commit the history lacks with its note)."""
+    commit, day = key
+    return f"commit {commit_label(commit)}, {day}"
+
+
+def runs_legend(names):
+    """'a = commit 0ec0b4e, 2026-11-29; b = ...' for every run of `names` (run_names), in letter order."""
+    return "; ".join(f"{letter} = {describe_run(key)}" for key, letter in names.items())
+
+
+def runs_label(rows, names, joiner=", "):
+    """The letters (run_names) of the runs `rows` come from, sorted and joined: 'a, b'; '–' without rows."""
+    letters = sorted({names[run_key(r)] for r in rows}, key=lambda s: (len(s), s))
+    return joiner.join(letters) or "–"
 
 
 def provenance(rows):
