@@ -147,14 +147,17 @@ def ratio(a, b):
     return "–" if a is None or b is None else f"{a / b:.2f}"
 
 
-def ladder_block(rows, gpu_folder, docs_dir, pages=(), backward=False):
+def ladder_block(rows, gpu_folder, docs_dir, pages=(), backward=False, image=None):
     """The markdown between the ladder markers (with backward=True: the backward ladder's).
 
     `rows` are the GPU folder's merged forward rows, or with backward=True its
     backward rows (None when it has no bwd.csv); `gpu_folder` names their
     source in the caption (e.g. results/H200); `docs_dir` is the docs folder
     relative to the page, with its trailing '/' ('' beside it), and `pages` the
-    file names there: a rung whose page exists links to it.
+    file names there: a rung whose page exists links to it. `image`, the path
+    of the main path's bar chart relative to the page, is shown under the table.
+    When the table's numbers come from more than one run (commit, day), a run
+    column names each row's and the caption says which is which.
     """
     s = SHAPE
     shape = f"B={s['B']} H={s['H']} N={s['Nq']} D={s['D']}, {s['dtype']}, non-causal"
@@ -169,16 +172,23 @@ def ladder_block(rows, gpu_folder, docs_dir, pages=(), backward=False):
     fa2, cudnn = rc.tflops(at, fa2_name), rc.tflops(at, cudnn_name)
     used = [row for _, row, _ in table if row] + [r for r in at if r["variant"] in (fa2_name, cudnn_name) and rc.ran(r)]
     gpus, commits, span = rc.provenance(used)
+    names = rc.run_names(rows)  # lettered over all the rows, as the results block and the plots letter them
+    runs = {key: letter for key, letter in names.items() if any(rc.run_key(r) == key for r in used)}
+    several = len(runs) > 1
+    source = (f"runs {rc.runs_legend(runs)}; the run column names each row's" if several
+              else f"commit {commits}, {span}")
     if backward:
-        lines.append(f"Backward (dQ, dK, dV), {shape}, on {gpus} (commit {commits}, {span}), from bwd.csv. TFLOPS "
+        lines.append(f"Backward (dQ, dK, dV), {shape}, on {gpus} ({source}), from bwd.csv. TFLOPS "
                      "(backward FLOPs, 2·B·H·(3D + 2Dv)·pairs) of each rung's best variant; × previous: over the best "
                      "variant of the rung it grows from (in brackets; none for one grown from a forward rung); × FA2, "
                      f"× cuDNN: over `{fa2_name}` and `{cudnn_name}` at the same shape.")
     else:
-        lines.append(f"Forward, {shape}, on {gpus} (commit {commits}, {span}). TFLOPS of each rung's best stage; "
+        lines.append(f"Forward, {shape}, on {gpus} ({source}). TFLOPS of each rung's best stage; "
                      "× previous: over the best stage of the rung it grows from (in brackets); × FA2, × cuDNN: over "
                      f"`{fa2_name}` and `{cudnn_name}` at the same shape.")
-    lines += ["", "| rung | idea | TFLOPS | × previous | × FA2 | × cuDNN |", "|---|---|---:|---:|---:|---:|"]
+    peer_rows = [r for r in at if r["variant"] in (fa2_name, cudnn_name) and rc.ran(r)]
+    lines += ["", "| rung | idea | TFLOPS | × previous | × FA2 | × cuDNN |" + (" run |" if several else ""),
+              "|---|---|---:|---:|---:|---:|" + (":---:|" if several else "")]
     for rung, row, reason in table:
         name = f"{rung.number} `{rung.prefix}`"
         if rung.page in pages:
@@ -196,7 +206,12 @@ def ladder_block(rows, gpu_folder, docs_dir, pages=(), backward=False):
                 prev = f"{ratio(row['tflops'], parent and parent['tflops'])} ({rung.parent})"
             cells = [f"{row['tflops']:.1f}" + (f" ({stage})" if stage else ""), prev,
                      ratio(row["tflops"], fa2), ratio(row["tflops"], cudnn)]
+        if several:  # the runs of the row's own number and of the peers it is divided by
+            cells.append(rc.runs_label(([row] + peer_rows) if row else [], names))
         lines.append("| " + " | ".join([name, rung.idea] + cells) + " |")
+    if image:
+        lines += ["", "![The main path at this shape, rung by rung, with FlashAttention-2 and cuDNN as lines]"
+                  f"({image})"]
     return "\n".join(lines)
 
 

@@ -6,24 +6,35 @@ Reads the forward CSVs of the GPU folder (fwd.csv and bench.csv, merged by
 results_csv.load_gpu: for each variant and shape the newest row) and writes,
 into --out (default: the folder):
 
-  fwd_tflops_vs_N.png     TFLOPS against N, one panel per (causal, D)
-  fwd_tflops_vs_D.png     TFLOPS against D at N = 8192 (else the largest N)
-  fwd_ratio_heatmap.png   best rung / best peer over (N, D), one panel per causal;
-                          each cell names its best rung
+  fwd_main_path.png          the main path (ladder.MAIN_PATH) at ladder.SHAPE as bars, non-causal
+                             and causal side by side: each rung's best stage and every variant of
+                             the engine (rung 12), FlashAttention-2 and cuDNN as lines
+  fwd_tflops_vs_N.png        TFLOPS against N, one panel per (causal, D): the main path and the peers
+  fwd_tflops_vs_N_side.png   the same of the side branches (the other forward rungs) and the peers
+  fwd_tflops_vs_D.png        TFLOPS against D at N = 8192 (else the largest N): main path and peers
+  fwd_tflops_vs_D_side.png   the same of the side branches and the peers
+  fwd_ratio_heatmap.png      best rung / best peer over (N, D), one panel per causal; each cell
+                             names the best of the rungs that have a row there, and is hatched
+                             where a rung that is the best at another N of its D has none
 
-The plots show square shapes (Nq = Nk, D = Dv) with the most common (B, H), in
-fp16 when the rows have it: every variant with a timed row there, none left
-out. A row counts when it has a time and its check did not FAIL. Colours
-follow the rung's family (FAMILY_COLORMAPS, docs/results.md); a point with no
-timed neighbour on its curve (a variant timed at one N only) is a larger
-marker with no line. With --readme, the text between <!-- results:begin -->
-and <!-- results:end --> in that file is replaced by a table at N = 8192 and
-links to the plots (scripts/regenerate.py does the same for the README).
+The line plots and the heat map show square shapes (Nq = Nk, D = Dv) with the
+most common (B, H), in fp16 when the rows have it: every variant with a timed
+row there, in one of the two line plots of each kind, none left out. A row
+counts when it has a time and its check did not FAIL. Colours follow the
+rung's family (FAMILY_COLORMAPS, docs/results.md); a point with no timed
+neighbour on its curve (a variant timed at one N only) is a larger marker with
+no line. Every plot names the runs (commit, day) its rows come from: where
+they come from more than one, the runs are lettered (results_csv.run_names)
+and each bar, heat-map cell and table row carries its letters. With --readme,
+the text between <!-- results:begin --> and <!-- results:end --> in that file
+is replaced by a table at N = 8192 and links to the plots
+(scripts/regenerate.py does the same for the README).
 Exits 2, with one line on stderr, on an unreadable CSV or missing markers.
 """
 import argparse
 import os
 import sys
+import textwrap
 
 import matplotlib
 
@@ -32,6 +43,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
 import numpy as np  # noqa: E402
 from matplotlib.colors import TwoSlopeNorm  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.patches import Rectangle  # noqa: E402
 from matplotlib.ticker import NullLocator  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -41,6 +53,10 @@ import results_csv as rc  # noqa: E402
 
 DPI = 110
 VS_N, VS_D, HEATMAP = "fwd_tflops_vs_N.png", "fwd_tflops_vs_D.png", "fwd_ratio_heatmap.png"
+VS_N_SIDE, VS_D_SIDE = "fwd_tflops_vs_N_side.png", "fwd_tflops_vs_D_side.png"
+MAIN_PATH_BARS = "fwd_main_path.png"
+RESULTS_PLOTS = (VS_N, VS_N_SIDE, VS_D, VS_D_SIDE, HEATMAP)  # the results block links these, in this order
+MAIN_PATH, SIDE = "main path", "side branches"
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 RATIO_SPREAD = 2.0  # the heat map's color scale runs from 1/RATIO_SPREAD to RATIO_SPREAD
 MISSING_COLOR = "0.88"
@@ -123,15 +139,30 @@ def render(rows):
     if sl is None or not any(rc.ran(r) for r in sl.rows):
         print("skipped all plots: no forward rows with Nq = Nk that ran")
         return {}
+    names = rc.run_names(rows)
     styles = variant_styles(sl)
+    main, side = split_styles(sl, styles)
     images = {}
-    for name, draw in ((VS_N, plot_vs_n), (VS_D, plot_vs_d), (HEATMAP, plot_ratio_heatmap)):
-        fig = draw(sl, styles)
+    for name, draw in ((MAIN_PATH_BARS, lambda: plot_main_path(rows, names)),
+                       (VS_N, lambda: plot_vs_n(sl, main, MAIN_PATH, names)),
+                       (VS_N_SIDE, lambda: plot_vs_n(sl, side, SIDE, names)),
+                       (VS_D, lambda: plot_vs_d(sl, main, MAIN_PATH, names)),
+                       (VS_D_SIDE, lambda: plot_vs_d(sl, side, SIDE, names)),
+                       (HEATMAP, lambda: plot_ratio_heatmap(sl, names=names))):
+        fig = draw()
         if fig is None:
             print(f"skipped {name}: no data for it")
             continue
         images[name] = generated.png_bytes(fig, DPI)
     return images
+
+
+def split_styles(sl, styles):
+    """(main path's styles, side branches' styles): each the peers and its own rungs' variants."""
+    peers = {r["variant"] for r in sl.rows if r["kind"] == rc.PEER}
+    main = {v: s for v, s in styles.items() if v in peers or ladder.on_main_path(v)}
+    side = {v: s for v, s in styles.items() if v in peers or not ladder.on_main_path(v)}
+    return main, side
 
 
 def family_shades(family):
@@ -140,6 +171,12 @@ def family_shades(family):
     n = len(numbers)
     return {num: (0.75 if n == 1 else 0.55 + 0.4 * i / (n - 1), RUNG_MARKERS[i % len(RUNG_MARKERS)])
             for i, num in enumerate(numbers)}
+
+
+def rung_color(rung):
+    """The colour of a rung known to ladder.RUNGS: its family's map at its shade."""
+    shade, _ = family_shades(rung.family)[rung.number]
+    return plt.get_cmap(FAMILY_COLORMAPS[rung.family])(shade)
 
 
 def rung_order(variant):
@@ -162,8 +199,8 @@ def variant_styles(sl):
             color = plt.get_cmap(OTHER_COLORMAP)(0.55 + 0.4 * unknown.index(name) / max(len(unknown) - 1, 1))
             marker, stage = "o", 0
         else:
-            shade, marker = family_shades(rung.family)[rung.number]
-            color = plt.get_cmap(FAMILY_COLORMAPS[rung.family])(shade)
+            _, marker = family_shades(rung.family)[rung.number]
+            color = rung_color(rung)
             siblings = [v for v in rungs if ladder.rung_of(v) == rung]
             stage = siblings.index(name)
         linestyle, fill = STAGE_STYLES[stage % len(STAGE_STYLES)]
@@ -171,11 +208,14 @@ def variant_styles(sl):
     return styles
 
 
-def colour_rule():
-    """The legend's title: what the colours and markers mean."""
+def colour_rule(variants=None):
+    """The legend's title: what the colours and markers mean, for the rungs of `variants` (all: None)."""
+    shown = None if variants is None else {ladder.rung_of(v).number for v in variants if ladder.rung_of(v)}
     lines = ["peers: grey, dashed"]
     for family in ladder.FAMILIES:
-        numbers = [r.number for r in ladder.RUNGS if r.family == family]
+        numbers = [r.number for r in ladder.RUNGS if r.family == family and (shown is None or r.number in shown)]
+        if not numbers:
+            continue
         span = numbers[0] if len(numbers) == 1 else (
             f"{numbers[0]}–{numbers[-1]}" if int(numbers[-1]) - int(numbers[0]) == len(numbers) - 1
             else ", ".join(numbers))
@@ -250,9 +290,9 @@ def legend_columns(n_entries):
     return 1 if n_entries <= 14 else 2
 
 
-def legend_height(n_entries):
-    """Inches a legend of n entries and the colour rule need (so a short figure does not clip it)."""
-    return 0.2 * -(-n_entries // legend_columns(n_entries)) + 0.2 * colour_rule().count("\n") + 1.0
+def legend_height(n_entries, rule):
+    """Inches a legend of n entries under the colour rule `rule` needs (so a short figure does not clip it)."""
+    return 0.2 * -(-n_entries // legend_columns(n_entries)) + 0.2 * rule.count("\n") + 1.0
 
 
 def add_legend(fig, styles, drawn):
@@ -266,40 +306,104 @@ def add_legend(fig, styles, drawn):
             where = sorted(drawn.lone[variant], key=lambda s: (len(s), s))
             label = f"{variant} ({', '.join(where)} only)" if len(where) <= 2 else variant
             handles.append(Line2D([], [], label=label, **lone_style(style)))
-    legend = fig.legend(handles=handles, loc="outside right center", fontsize=8, title=colour_rule(),
-                        title_fontsize=8, ncol=legend_columns(len(handles)))
+    legend = fig.legend(handles=handles, loc="outside right center", fontsize=8,
+                        title=colour_rule([v for v in styles if v in drawn]), title_fontsize=8,
+                        ncol=legend_columns(len(handles)))
     legend.get_title().set_multialignment("left")
 
 
-def plot_vs_n(sl, styles):
-    causals, ds, ns = sl.values("causal"), sl.values("D"), sl.values("Nq")
-    fig, axes = plt.subplots(len(causals), len(ds),
-                             figsize=(3.4 * len(ds) + 2.6, max(2.9 * len(causals) + 0.6, legend_height(len(styles)))),
+def rungs_in(styles, rows):
+    """The rung variants of `styles` with a timed row among `rows`."""
+    return {r["variant"] for r in rows if r["variant"] in styles and r["kind"] == rc.RUNG and rc.ran(r)}
+
+
+def part_title(part, styles, sl):
+    """' — main path (rungs 00, 01, 02, 07, 12) and the peers' for the rungs `styles` draws; '' without a part."""
+    if part is None:
+        return ""
+    numbers = sorted({ladder.rung_of(v).number for v in styles if ladder.rung_of(v)})
+    others = sorted(v for v in rungs_in(styles, sl.rows) if ladder.rung_of(v) is None)
+    return f" — {part} (rungs {', '.join(numbers + others)}) and the peers" if numbers or others else f" — {part}"
+
+
+def runs_note(rows, names, column=None, fmt=str):
+    """Which runs the drawn `rows` come from, for a figure's caption; with `column`, where each was timed:
+    'Rows of 3 runs (...): a = commit ..., 2026-11-29, at every N; ...'."""
+    drawn = [r for r in rows if rc.ran(r)]
+    keys = [k for k in names if any(rc.run_key(r) == k for r in drawn)]
+    if len(keys) <= 1:
+        return f"One run: {rc.describe_run(keys[0])}." if keys else ""
+    every = sorted({r[column] for r in drawn}) if column else []
+    parts = []
+    for key in keys:
+        where = ""
+        if column:
+            have = sorted({r[column] for r in drawn if rc.run_key(r) == key})
+            label = "N" if column == "Nq" else column
+            where = f", at every {label}" if have == every else f", at {label}={', '.join(fmt(v) for v in have)}"
+        parts.append(f"{names[key]} = {rc.describe_run(key)}{where}")
+    return (f"Rows of {len(keys)} runs (for each variant and shape the newest row): " + "; ".join(parts) + ".")
+
+
+def add_caption(fig, text, width_in):
+    """`text` under the figure, wrapped to its width (about 15 characters per inch at 8 points)."""
+    if text:
+        fig.supxlabel("\n".join(textwrap.wrap(text, max(40, int(width_in * 15)))), fontsize=8, ha="center")
+
+
+MAX_COLUMNS = 3  # panels per row of the vs-N plots: more head dims wrap to another row
+
+
+def plot_vs_n(sl, styles, part=None, names=None):
+    """TFLOPS against N, a panel per (causal, D); with `part`, only the D where its rungs have a timed row.
+    The head dims wrap into rows of at most MAX_COLUMNS panels, non-causal rows above causal ones."""
+    ds_with = sorted({r["D"] for r in sl.rows if r["variant"] in rungs_in(styles, sl.rows) and rc.ran(r)})
+    if part is not None and not ds_with:
+        return None
+    causals, ns = sl.values("causal"), sl.values("Nq")
+    ds = ds_with if part is not None else sl.values("D")
+    per_causal = -(-len(ds) // MAX_COLUMNS)
+    cols = -(-len(ds) // per_causal)
+    rule = colour_rule(list(styles))
+    width = 3.8 * cols + 3.0
+    fig, axes = plt.subplots(len(causals) * per_causal, cols,
+                             figsize=(width, max(3.2 * len(causals) * per_causal + 1.0,
+                                                 legend_height(len(styles), rule))),
                              sharex=True, sharey=True, squeeze=False, layout="constrained")
     ticks = [2**k for k in range(31) if ns[0] <= 2**k <= ns[-1]] or ns
     drawn = Drawn()
-    for i, causal in enumerate(causals):
-        for j, d in enumerate(ds):
-            ax = axes[i][j]
+    for c, causal in enumerate(causals):
+        for k in range(per_causal * cols):
+            ax = axes[c * per_causal + k // cols][k % cols]
+            if k >= len(ds):
+                ax.set_visible(False)
+                continue
+            d = ds[k]
             draw_lines(ax, sl.at(causal=causal, D=d), "Nq", ns, ns, [f"N={n_label(n)}" for n in ns], styles, drawn)
             ax.set_title(f"D={d}, {causal_name(causal)}", fontsize=10)
             ax.set_xscale("log", base=2)
             ax.set_xticks(ticks, [n_label(t) for t in ticks])
             ax.xaxis.set_minor_locator(NullLocator())
-            if i == len(causals) - 1:
-                ax.set_xlabel("N (Nq = Nk)")
-            if j == 0:
+            ax.tick_params(labelbottom=True)
+            if k % cols == 0:
                 ax.set_ylabel("TFLOPS")
+    for ax in axes[-1]:
+        ax.set_xlabel("N (Nq = Nk)")
     axes[0][0].set_ylim(bottom=0)
-    fig.suptitle(f"Forward TFLOPS vs N — {gpu_title(sl)}")
+    fig.suptitle(f"Forward TFLOPS vs N{part_title(part, styles, sl)}\n{gpu_title(sl)}")
     add_legend(fig, styles, drawn)
+    if names:
+        shown = [r for r in sl.rows if r["variant"] in styles and r["D"] in ds]
+        add_caption(fig, runs_note(shown, names, "Nq", n_label), width)
     return fig
 
 
-def plot_vs_d(sl, styles):
+def plot_vs_d(sl, styles, part=None, names=None):
     n = rc.preferred_n(sl.values("Nq"))
     causals, ds = sl.values("causal"), sl.values("D")
-    fig, axes = plt.subplots(1, len(causals), figsize=(4.2 * len(causals) + 2.6, max(3.6, legend_height(len(styles)))),
+    rule = colour_rule(list(styles))
+    width = 4.6 * len(causals) + 3.0
+    fig, axes = plt.subplots(1, len(causals), figsize=(width, max(4.0, legend_height(len(styles), rule))),
                              sharey=True, squeeze=False, layout="constrained")
     drawn = Drawn()
     for ax, causal in zip(axes[0], causals):
@@ -309,12 +413,115 @@ def plot_vs_d(sl, styles):
         ax.set_xlabel("D")
     axes[0][0].set_ylabel("TFLOPS")
     axes[0][0].set_ylim(bottom=0)
-    if not len(drawn):
+    if not len(drawn) or (part is not None and not rungs_in(styles, sl.at(Nq=n))):
         plt.close(fig)
         return None
-    fig.suptitle(f"Forward TFLOPS vs D at N={n_label(n)} — {gpu_title(sl)}")
+    fig.suptitle(f"Forward TFLOPS vs D at N={n_label(n)}{part_title(part, styles, sl)}\n{gpu_title(sl)}")
     add_legend(fig, styles, drawn)
+    if names:
+        add_caption(fig, runs_note([r for r in sl.at(Nq=n) if r["variant"] in styles], names, "D"), width)
     return fig
+
+
+# ---- the main path as bars --------------------------------------------------------
+
+
+def at_shape(rows, causal):
+    """The rows at ladder.SHAPE with `causal` (every head its own K/V: no GQA row)."""
+    shape = dict(ladder.SHAPE, causal=causal)
+    return [r for r in rows if all(r[k] == v for k, v in shape.items()) and r["Hkv"] == r["H"]]
+
+
+def main_path_bars(rows, causal):
+    """[(rung, row or None, why not or None)] at ladder.SHAPE with `causal`: each main-path rung's best
+    stage, then every variant of the engine (ladder.ENGINE) that has a row there, in the order of the rows."""
+    at = at_shape(rows, causal)
+    bars = []
+    for number in ladder.MAIN_PATH:
+        rung = ladder.BY_NUMBER[number]
+        if number != ladder.ENGINE:
+            row = ladder.best_stage(at, rung)
+            bars.append((rung, row, None if row else ladder.why_not(at, rows, rung)))
+            continue
+        mine = [r for r in at if r["kind"] == rc.RUNG and ladder.is_variant_of(r["variant"], rung.prefix)]
+        bars += [(rung, r, None if rc.ran(r) else r["status"]) for r in mine]
+        if not mine:
+            bars.append((rung, None, ladder.why_not(at, rows, rung)))
+    return bars
+
+
+# The bar chart's reference lines: (peer, label, colour, dash pattern).
+PEER_LINES = ((ladder.FA2, "FA2 (sdpa flash)", "0.45", (0, (5, 3))),
+              (ladder.CUDNN, "cuDNN (sdpa cudnn)", "0.0", (0, (2, 2))))
+
+
+def plot_main_path(rows, names):
+    """Bars of the main path at ladder.SHAPE, one panel per causal that has rows there; None without any."""
+    panels = [(c, main_path_bars(rows, c)) for c in (0, 1) if at_shape(rows, c)]
+    panels = [(c, bars) for c, bars in panels if any(row is not None and rc.ran(row) for _, row, _ in bars)]
+    if not panels:
+        return None
+    used = [row for c, bars in panels for _, row, _ in bars if row is not None and rc.ran(row)]
+    used += [r for c, _ in panels for r in at_shape(rows, c)
+             if r["variant"] in (ladder.FA2, ladder.CUDNN) and rc.ran(r)]
+    several = len({rc.run_key(r) for r in used}) > 1
+    top = max(r["tflops"] for r in used)
+    width = 1.15 * max(len(bars) for _, bars in panels) * len(panels) + 1.6
+    fig, axes = plt.subplots(1, len(panels), figsize=(width, 5.2), sharey=True, squeeze=False, layout="constrained")
+    for ax, (causal, bars) in zip(axes[0], panels):
+        labels = []
+        for x, (rung, row, reason) in enumerate(bars):
+            label = f"{rung.number} {rung.prefix}"
+            if row is not None and ladder.stage_of(row["variant"], rung):
+                label += "\n" + ladder.stage_of(row["variant"], rung)
+            if row is not None and rc.ran(row):
+                ax.bar(x, row["tflops"], width=0.7, color=rung_color(rung), edgecolor="0.2", linewidth=0.6)
+                ax.text(x, row["tflops"] + top * 0.01, f"{row['tflops']:.1f}", ha="center", va="bottom", fontsize=8,
+                        zorder=5, bbox=dict(facecolor="white", edgecolor="none", pad=0.5))
+                if several:
+                    label += f"\nrun {names[rc.run_key(row)]}"
+            else:
+                ax.text(x, top * 0.02, "\n".join(textwrap.wrap(f"not timed: {reason}", 14)), ha="center",
+                        va="bottom", fontsize=7, color="0.35")
+            labels.append(label)
+        at = at_shape(rows, causal)
+        for name, text, color, dashes in PEER_LINES:
+            peer = next((r for r in at if r["variant"] == name and rc.ran(r)), None)
+            if peer is None:
+                continue
+            ax.axhline(peer["tflops"], color=color, linestyle=dashes, linewidth=1.3, zorder=3)
+            run = f", run {names[rc.run_key(peer)]}" if several else ""
+            ax.text(-0.45, peer["tflops"] + top * 0.01, f"{text}: {peer['tflops']:.1f}{run}", ha="left",
+                    va="bottom", fontsize=8, color=color, zorder=4,
+                    bbox=dict(facecolor="white", edgecolor="none", alpha=0.8, pad=0.5))
+        ax.set_xticks(range(len(bars)), labels, fontsize=8)
+        ax.set_xlim(-0.6, len(bars) - 0.4)
+        ax.set_title(causal_name(causal), fontsize=10)
+        ax.grid(True, axis="y", alpha=0.3)
+    axes[0][0].set_ylabel("TFLOPS")
+    axes[0][0].set_ylim(0, top * 1.12)
+    s = ladder.SHAPE
+    gpus, _, _ = rc.provenance(used)
+    fig.suptitle(f"The main path, rung by rung: forward at B={s['B']} H={s['H']} N={s['Nq']} D={s['D']}, "
+                 f"{s['dtype']} — {gpus}")
+    what = (f"Each rung's best stage (named under its bar) and every variant of rung {ladder.ENGINE}; "
+            "colours as in the other plots (blue: mma.sync, green: Hopper). ")
+    if several:
+        what += "Bars and lines from several runs (letter under each bar and after each line): " + \
+            rc.runs_legend({k: v for k, v in names.items() if any(rc.run_key(r) == k for r in used)}) + "."
+    else:
+        what += f"Bars and lines from one run: {rc.describe_run(rc.run_key(used[0]))}."
+    add_caption(fig, what, width)
+    return fig
+
+
+# ---- the heat map -------------------------------------------------------------------
+
+
+def rung_id(variant):
+    """'07' for a variant of a known rung, else the variant's name."""
+    rung = ladder.rung_of(variant)
+    return rung.number if rung else variant
 
 
 def best_rung_label(rows):
@@ -325,54 +532,77 @@ def best_rung_label(rows):
     return f"rung {rung.number}" if rung else row["variant"]
 
 
-def coverage_note(sl, ns):
-    """'rungs 09, 10, 11: rows at N=8K only' for the rungs without rows at every N of the slice."""
-    by_rung = {}
-    for r in sl.rows:
-        rung = ladder.rung_of(r["variant"])
-        if r["kind"] == rc.RUNG and rung is not None:
-            by_rung.setdefault(rung.number, set()).add(r["Nq"])
-    groups = {}
-    for number, have in sorted(by_rung.items()):
-        if have != set(ns):
-            groups.setdefault(tuple(sorted(have)), []).append(number)
-    parts = [f"{'rung' if len(nums) == 1 else 'rungs'} {', '.join(nums)}: rows at "
-             f"{', '.join(f'N={n_label(n)}' for n in have)} only" for have, nums in sorted(groups.items())]
-    if not parts:
-        return None
-    return "; ".join(parts) + " (elsewhere a cell shows the best of the rungs that have rows there)"
+class Cell:
+    """One heat-map cell: best rung / best peer, the best rung, the runs of those two rows, and the rungs
+    that win elsewhere in the cell's column (same D, other N) but have no row here."""
+
+    def __init__(self, value, label, runs, not_run):
+        self.value, self.label, self.runs, self.not_run = value, label, runs, not_run
 
 
-def ratio_grid(sl, causal, ns, ds):
-    """(best rung / best peer, best rung's label) for each (N, D); NaN and '' where either is missing."""
-    values = np.full((len(ns), len(ds)), np.nan)
-    labels = [["" for _ in ds] for _ in ns]
-    for i, n in enumerate(ns):
-        for j, d in enumerate(ds):
-            rows = sl.at(causal=causal, Nq=n, D=d)
+def ratio_grid(sl, causal, ns, ds, names=None):
+    """[[Cell or None]] over (N, D): None where the best rung or the best peer is missing.
+
+    A rung is "not run" in a cell when it is the best rung of another cell of the same D (any N, causal
+    or not) and has no row at all in this one: the cell's best is then only the best of the rungs that
+    ran there.
+    """
+    grid = [[None for _ in ds] for _ in ns]
+    for j, d in enumerate(ds):
+        column = [sl.at(causal=causal, Nq=n, D=d) for n in ns]
+        winners = sorted({rung_id(b["variant"]) for b in (rc.best(sl.at(Nq=n, D=d, causal=c), rc.RUNG)
+                                                          for n in ns for c in sl.values("causal")) if b})
+        for i, rows in enumerate(column):
             value = rc.best_ratio(rows)
-            if value is not None:
-                values[i, j], labels[i][j] = value, best_rung_label(rows)
-    return values, labels
+            if value is None:
+                continue
+            have = {rung_id(r["variant"]) for r in rows if r["kind"] == rc.RUNG}
+            pair = [rc.best(rows, rc.RUNG), rc.best(rows, rc.PEER)]
+            grid[i][j] = Cell(value, best_rung_label(rows), rc.runs_label(pair, names, "+") if names else "",
+                              [w for w in winners if w not in have])
+    return grid
 
 
-def plot_ratio_heatmap(sl, styles=None):
+def cell_text(cell, several_runs):
+    lines = [f"{cell.value:.2f}", cell.label]
+    if cell.not_run:
+        lines.append(f"{', '.join(cell.not_run)} not run")
+    if several_runs:
+        lines.append(f"run {cell.runs}")
+    return "\n".join(lines)
+
+
+def plot_ratio_heatmap(sl, styles=None, names=None):
     causals, ds, ns = sl.values("causal"), sl.values("D"), sl.values("Nq")
-    grids = [ratio_grid(sl, c, ns, ds) for c in causals]
-    if all(np.isnan(values).all() for values, _ in grids):
+    grids = [ratio_grid(sl, c, ns, ds, names) for c in causals]
+    if all(cell is None for grid in grids for row in grid for cell in row):
         return None
+    shown = [r for c in causals for n in ns for d in ds  # the two rows behind each drawn cell
+             for rows in [sl.at(causal=c, Nq=n, D=d)] if rc.best_ratio(rows) is not None
+             for r in (rc.best(rows, rc.RUNG), rc.best(rows, rc.PEER))]
+    runs = {k: v for k, v in (names or {}).items() if any(rc.run_key(r) == k for r in shown)}
+    several = len(runs) > 1
     # A fixed scale, the same for every GPU: white at 1, saturated at 0.5x and 2x.
     norm = TwoSlopeNorm(vmin=1 / RATIO_SPREAD, vcenter=1.0, vmax=RATIO_SPREAD)
-    fig, axes = plt.subplots(1, len(causals), figsize=(1.1 * len(ds) * len(causals) + 2.4, 0.7 * len(ns) + 2.0),
+    width = 1.2 * len(ds) * len(causals) + 2.4
+    fig, axes = plt.subplots(1, len(causals), figsize=(width, (0.95 if several else 0.8) * len(ns) + 2.6),
                              squeeze=False, layout="constrained")
-    for ax, causal, (values, labels) in zip(axes[0], causals, grids):
+    for ax, causal, grid in zip(axes[0], causals, grids):
+        values = np.array([[np.nan if cell is None else cell.value for cell in row] for row in grid], dtype=float)
         image = ax.imshow(np.ma.masked_invalid(values), cmap="RdBu", norm=norm, aspect="auto")
         ax.set_facecolor(MISSING_COLOR)  # shows through the masked (missing) cells
-        for (i, j), value in np.ndenumerate(values):
-            if not np.isnan(value):
-                dark = abs(norm(value) - 0.5) > 0.3
-                ax.text(j, i, f"{value:.2f}\n{labels[i][j]}", ha="center", va="center", fontsize=8,
-                        color="white" if dark else "black", linespacing=1.1)
+        for i, row in enumerate(grid):
+            for j, cell in enumerate(row):
+                if cell is None:
+                    continue
+                dark = abs(norm(cell.value) - 0.5) > 0.3
+                if cell.not_run:  # hatched, the text on a patch of the cell's own colour
+                    ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="//", linewidth=0,
+                                           edgecolor="0.85" if dark else "0.15", alpha=0.5))
+                ax.text(j, i, cell_text(cell, several), ha="center", va="center", fontsize=7.5,
+                        color="white" if dark else "black", linespacing=1.1,
+                        bbox=dict(facecolor=image.cmap(norm(cell.value)), edgecolor="none", pad=1.5)
+                        if cell.not_run else None)
         ax.set_xticks(range(len(ds)), [str(d) for d in ds])
         ax.set_yticks(range(len(ns)), [n_label(n) for n in ns])
         ax.set_xlabel("D")
@@ -380,9 +610,13 @@ def plot_ratio_heatmap(sl, styles=None):
         ax.set_title(causal_name(causal), fontsize=10)
     fig.colorbar(image, ax=axes[0].tolist(), label="best rung / best peer (grey: missing)", extend="both")
     fig.suptitle(f"Best rung / best peer TFLOPS, and the best rung — {gpu_title(sl)}")
-    note = coverage_note(sl, ns)
-    if note:
-        fig.supxlabel(note, fontsize=8)
+    note = ("Each cell: the best rung's TFLOPS over the best peer's, among the rows at that (N, D), and that rung"
+            + (", then the run(s) of the two rows" if several else "") + ". Hatched, \"12 not run\": a rung that "
+            "is the best at another shape of the same D has no row in this cell, so the cell names the best of "
+            "the rungs that ran there, not the ladder's best. ")
+    note += ("Runs: " + rc.runs_legend(runs) + "." if several else
+             f"One run: {rc.describe_run(next(iter(runs)))}." if runs else "")
+    add_caption(fig, note, width)
     return fig
 
 
@@ -398,26 +632,27 @@ def results_block(rows, csv_paths, images, readme_dir):
     """The markdown that goes between the results markers; `images` maps plot names to paths."""
     sl = rc.forward_slice(rows)
     sources = ", ".join(f"`{rc.posix_relpath(p, readme_dir)}`" for p in csv_paths)
-    gpus, commits, dates = rc.provenance(sl.rows if sl else rows)
+    gpus, _, _ = rc.provenance(sl.rows if sl else rows)
     lines = ["<!-- generated by scripts/regenerate.py; edit the CSVs, not this block -->",
-             f"Source: {sources} (merged: the newest row of each variant and shape) · GPU: {gpus} · "
-             f"commit: {commits} · date: {dates}", ""]
-    lines += results_table(sl) if sl else ["No forward rows with Nq = Nk in the CSVs."]
-    titles = {VS_N: "TFLOPS vs N", VS_D: "TFLOPS vs D", HEATMAP: "best rung / best peer"}
-    links = [f"![{titles[name]}]({rc.posix_relpath(images[name], readme_dir)})" for name in titles if name in images]
+             f"Source: {sources} (merged: the newest row of each variant and shape) · GPU: {gpus}", ""]
+    lines += results_table(sl, rc.run_names(rows)) if sl else ["No forward rows with Nq = Nk in the CSVs."]
+    titles = {VS_N: "TFLOPS vs N, main path", VS_N_SIDE: "TFLOPS vs N, side branches",
+              VS_D: "TFLOPS vs D, main path", VS_D_SIDE: "TFLOPS vs D, side branches",
+              HEATMAP: "best rung / best peer"}
+    links = [f"![{titles[name]}]({rc.posix_relpath(images[name], readme_dir)})" for name in RESULTS_PLOTS
+             if name in images]
     if links:
         lines += [""] + links
     return "\n".join(lines)
 
 
-def results_table(sl):
+def results_table(sl, names):
+    """The table at N = 8192 (else the largest N); with rows of more than one run, a run column
+    that names the runs (`names`: results_csv.run_names) of the numbers in each row."""
     n = rc.preferred_n(sl.values("Nq"))
     at_n = sl.at(Nq=n)
     peers = rc.variants(at_n, rc.PEER)
-    lines = [f"Forward, {sl.describe()}, N={n} (Nq = Nk, D = Dv). TFLOPS; peer columns give each peer's "
-             f"TFLOPS, – where it did not run; ratio = best rung / best peer.", "",
-             "| " + " | ".join(["D", "causal", "best rung", "TFLOPS", *peers, "ratio to best peer"]) + " |",
-             "|" + "|".join(["---:", ":---:", "---", "---:", *["---:"] * len(peers), "---:"]) + "|"]
+    body, runs = [], []
     for d in sl.values("D"):
         for causal in sl.values("causal"):
             shape = sl.at(Nq=n, D=d, causal=causal)
@@ -428,7 +663,24 @@ def results_table(sl):
             cells += [f"`{rung['variant']}`", rc.fmt_tflops(rung["tflops"])] if rung else ["–", "–"]
             cells += [rc.fmt_tflops(rc.tflops(shape, p)) for p in peers]
             cells.append(rc.fmt_ratio(rc.best_ratio(shape)))
-            lines.append("| " + " | ".join(cells) + " |")
+            shown = [r for r in shape if rc.ran(r) and (r is rung or r["kind"] == rc.PEER)]
+            body.append(cells)
+            runs.append(shown)
+    used = {rc.run_key(r) for shown in runs for r in shown}
+    several = len(used) > 1
+    head = ["D", "causal", "best rung", "TFLOPS", *peers, "ratio to best peer"] + (["run"] if several else [])
+    align = ["---:", ":---:", "---", "---:", *["---:"] * len(peers), "---:"] + ([":---:"] if several else [])
+    caption = (f"Forward, {sl.describe()}, N={n} (Nq = Nk, D = Dv). TFLOPS; peer columns give each peer's "
+               "TFLOPS, – where it did not run; ratio = best rung / best peer. ")
+    if several:
+        legend = rc.runs_legend({k: v for k, v in names.items() if k in used})
+        caption += (f"The rows come from {len(used)} runs, lettered in the run column: {legend}. A row names "
+                    "every run its numbers come from; a row of two runs compares numbers measured apart.")
+    elif used:
+        caption += f"Every row from one run: {rc.describe_run(next(iter(used)))}."
+    lines = [caption.rstrip(), "", "| " + " | ".join(head) + " |", "|" + "|".join(align) + "|"]
+    for cells, shown in zip(body, runs):
+        lines.append("| " + " | ".join(cells + ([rc.runs_label(shown, names)] if several else [])) + " |")
     return lines
 
 

@@ -16,7 +16,8 @@ From the CSVs under DIR/results/ (DIR: the repository, by default), rewrites
   - in README.md and docs/*.md, every generated block, found by its markers
     (each a line of its own), from the GPU folder --gpu (default H200):
       <!-- results:begin --> ... <!-- results:end -->   the results table (plot.py)
-      <!-- ladder:begin --> ... <!-- ladder:end -->     one row per forward rung at one shape (ladder.py)
+      <!-- ladder:begin --> ... <!-- ladder:end -->     one row per forward rung at one shape (ladder.py),
+                                                        and the main path's bars (fwd_main_path.png)
       <!-- ladder-bwd:begin --> ... <!-- ladder-bwd:end -->   the same of the backward rungs, from bwd.csv
       <!-- numbers: RUNG prev=RUNG --> ... <!-- numbers:end -->   a rung's table (doc_tables.py;
                                                                   a backward rung's from bwd.csv)
@@ -272,7 +273,7 @@ def fill_page(text, page, root, gpu, gpu_rows, files):
     if (any(has.values()) or has_numbers) and gpu not in gpu_rows:
         raise ValueError(f"{where} has generated blocks but results/{gpu}/ has no forward results")
     if has["results"]:
-        images = {name: os.path.join(root, *rel.split("/")) for name in (plot.VS_N, plot.VS_D, plot.HEATMAP)
+        images = {name: os.path.join(root, *rel.split("/")) for name in plot.RESULTS_PLOTS
                   for rel in [posix("results", gpu, name)] if rel in files}
         block = plot.results_block(gpu_rows[gpu], rc.forward_csvs(folder), images, page_dir)
         text = generated.replace_block(text, plot.BEGIN, plot.END, block, where)
@@ -282,10 +283,13 @@ def fill_page(text, page, root, gpu, gpu_rows, files):
         link = rc.posix_relpath(docs, page_dir)
         pages = set(os.listdir(docs)) if os.path.isdir(docs) else set()
         docs_dir = "" if link == "." else link + "/"
+        bars = posix("results", gpu, plot.MAIN_PATH_BARS)
+        image = rc.posix_relpath(os.path.join(root, *bars.split("/")), page_dir) if bars in files else None
         for kind, begin, end, rows in (("ladder", ladder.BEGIN, ladder.END, gpu_rows[gpu]),
                                        ("ladder-bwd", ladder.BWD_BEGIN, ladder.BWD_END, bwd_rows)):
             if has[kind]:
-                block = ladder.ladder_block(rows, posix("results", gpu), docs_dir, pages, backward=kind == "ladder-bwd")
+                block = ladder.ladder_block(rows, posix("results", gpu), docs_dir, pages, backward=kind == "ladder-bwd",
+                                            image=None if kind == "ladder-bwd" else image)
                 text = generated.replace_block(text, begin, end, block, where)
     if has_numbers:
         text = doc_tables.fill(text, gpu_rows[gpu], bwd_rows)

@@ -214,6 +214,16 @@ def test_fixture_blocks_are_filled(fixtures):
         assert str(fixtures) not in body and ROOT not in body, f"{rel} holds an absolute path"
 
 
+def test_fixture_ladder_blocks_show_the_main_path_bars(fixtures):
+    readme = read(fixtures, "README.md").decode("utf-8")
+    ladder_block = readme[readme.index("<!-- ladder:begin -->"):readme.index("<!-- ladder:end -->")]
+    assert "](results/FakeGPU-A/fwd_main_path.png)" in ladder_block, ladder_block
+    page = read(fixtures, "docs/ladder.md").decode("utf-8")
+    forward, backward = page.split("<!-- ladder-bwd:begin -->")
+    assert "](../results/FakeGPU-A/fwd_main_path.png)" in forward and "fwd_main_path" not in backward, page
+    assert os.path.isfile(fixtures / "results" / "FakeGPU-A" / "fwd_main_path.png")
+
+
 def test_fixture_pngs_record_the_matplotlib_version_and_no_time(fixtures):
     pngs = files_under(fixtures / "results", ".png")
     assert "FakeGPU-A/fwd_tflops_vs_N.png" in pngs and "compare_gpus.png" in pngs, pngs
