@@ -4,6 +4,8 @@
 #include <utility>
 #include <vector>
 
+#include "host/launch.h"
+
 namespace attnlab {
 namespace {
 
@@ -114,10 +116,12 @@ cudaError_t build(const Keep& keep, const BlockMaskView& bm, cudaStream_t stream
                            std::pair{bm.q_index, cols * bm.m_blocks}, std::pair{bm.full_q_index, cols * bm.m_blocks}})
     if (cudaError_t e = cudaMemsetAsync(at, 0, size_t(count) * 4, stream); e != cudaSuccess) return e;
   const dim3 grid(unsigned(bm.n_blocks), unsigned(bm.m_blocks), unsigned(bm.B * bm.H));
-  classify_kernel<<<grid, kClassifyThreads, 0, stream>>>(keep, bm);
-  rows_kernel<<<unsigned((rows + 127) / 128), 128, 0, stream>>>(bm);
-  columns_kernel<<<unsigned((cols + 127) / 128), 128, 0, stream>>>(bm);
-  return cudaGetLastError();
+  if (cudaError_t e = launch_kernel(classify_kernel<Keep>, grid, dim3(kClassifyThreads), 0, stream, keep, bm); e != cudaSuccess)
+    return e;
+  if (cudaError_t e = launch_kernel(rows_kernel, dim3(unsigned((rows + 127) / 128)), dim3(128), 0, stream, bm);
+      e != cudaSuccess)
+    return e;
+  return launch_kernel(columns_kernel, dim3(unsigned((cols + 127) / 128)), dim3(128), 0, stream, bm);
 }
 
 }  // namespace

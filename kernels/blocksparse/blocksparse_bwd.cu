@@ -41,6 +41,7 @@
 
 #include "blocksparse/bwd_kernel.cuh"
 #include "host/device.h"
+#include "host/launch.h"
 
 namespace attnlab {
 namespace {
@@ -114,10 +115,12 @@ cudaError_t launch(const AttnProblem& p, const AttnGradBuffers& b, const BlockMa
     const int64_t n = rank_entries(bm);
     lists.q_rank = ranks;
     lists.full_q_rank = ranks + n;
-    bs_bwd_ranks_kernel<<<unsigned((2 * n + 255) / 256), 256, 0, stream>>>(
-        bm.q_count, bm.q_index, bm.full_q_count, bm.full_q_index, bm.kv_count, bm.kv_index, bm.full_count,
-        bm.full_index, ranks, ranks + n, bm.B * bm.H * bm.n_blocks, bm.m_blocks, bm.n_blocks);
-    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    if (cudaError_t e = launch_kernel(bs_bwd_ranks_kernel, dim3(unsigned((2 * n + 255) / 256)), dim3(256), 0, stream,
+                                      bm.q_count, bm.q_index, bm.full_q_count, bm.full_q_index, bm.kv_count,
+                                      bm.kv_index, bm.full_count, bm.full_index, ranks, ranks + n,
+                                      bm.B * bm.H * bm.n_blocks, bm.m_blocks, bm.n_blocks);
+        e != cudaSuccess)
+      return e;
   }
   cudaError_t err = cudaErrorInvalidValue;
   BsBwdHeadDims::dispatch(p.D, p.Dv, [&](auto dims) {

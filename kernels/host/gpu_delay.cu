@@ -3,6 +3,8 @@
 
 #include <cstdint>
 
+#include "host/launch.h"
+
 namespace attnlab {
 
 namespace {
@@ -22,8 +24,7 @@ __global__ void spin_kernel(uint64_t ns) {
 }  // namespace
 
 cudaError_t enqueue_gpu_delay(cudaStream_t stream, unsigned microseconds) {
-  spin_kernel<<<1, 1, 0, stream>>>(uint64_t(microseconds) * 1000u);
-  return cudaGetLastError();
+  return launch_kernel(spin_kernel, dim3(1), dim3(1), 0, stream, uint64_t(microseconds) * 1000u);
 }
 
 }  // namespace attnlab
