@@ -562,37 +562,4 @@ AttnProblem to_problem(const Options& o) {
   return p;
 }
 
-namespace {
-bool glob_match_one(const std::string& pattern, const std::string& text) {
-  size_t p = 0, t = 0, star = std::string::npos, mark = 0;
-  while (t < text.size()) {
-    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == text[t])) {
-      ++p;
-      ++t;
-    } else if (p < pattern.size() && pattern[p] == '*') {
-      star = p++;
-      mark = t;
-    } else if (star != std::string::npos) {
-      p = star + 1;
-      t = ++mark;
-    } else {
-      return false;
-    }
-  }
-  while (p < pattern.size() && pattern[p] == '*') ++p;
-  return p == pattern.size();
-}
-}  // namespace
-
-bool glob_match(const std::string& patterns, const std::string& text) {
-  size_t begin = 0;
-  while (true) {  // comma-separated alternatives (variant names have no commas)
-    const size_t end = patterns.find(',', begin);
-    if (glob_match_one(patterns.substr(begin, end == std::string::npos ? std::string::npos : end - begin), text))
-      return true;
-    if (end == std::string::npos) return false;
-    begin = end + 1;
-  }
-}
-
 }  // namespace attnlab

@@ -88,8 +88,4 @@ ParseResult parse_args(const std::vector<std::string>& args);
 std::string usage();
 AttnProblem to_problem(const Options& o);
 
-// Shell-style glob match ('*', '?'), used by --variant; a comma separates
-// alternatives ('ws*,wgmma*' matches either).
-bool glob_match(const std::string& pattern, const std::string& text);
-
 }  // namespace attnlab

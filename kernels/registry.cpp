@@ -1,5 +1,7 @@
 #include <cuda_runtime.h>
 
+#include <string>
+
 #include "host/variant.h"
 
 namespace attnlab {
@@ -40,6 +42,39 @@ const std::vector<BwdVariant>& all_bwd_variants() {
     return all;
   }();
   return variants;
+}
+
+namespace {
+bool glob_match_one(const std::string& pattern, const std::string& text) {
+  size_t p = 0, t = 0, star = std::string::npos, mark = 0;
+  while (t < text.size()) {
+    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == text[t])) {
+      ++p;
+      ++t;
+    } else if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      mark = t;
+    } else if (star != std::string::npos) {
+      p = star + 1;
+      t = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+}  // namespace
+
+bool glob_match(const std::string& patterns, const std::string& text) {
+  size_t begin = 0;
+  while (true) {  // comma-separated alternatives (variant names have no commas)
+    const size_t end = patterns.find(',', begin);
+    if (glob_match_one(patterns.substr(begin, end == std::string::npos ? std::string::npos : end - begin), text))
+      return true;
+    if (end == std::string::npos) return false;
+    begin = end + 1;
+  }
 }
 
 }  // namespace attnlab

@@ -73,4 +73,8 @@ const std::vector<Variant>& all_variants();
 // Every registered backward variant, in ladder order.
 const std::vector<BwdVariant>& all_bwd_variants();
 
+// Shell-style glob match ('*', '?'), how --variant and the test programs pick
+// variants by name; a comma separates alternatives ('ws*,wgmma*' matches either).
+bool glob_match(const std::string& pattern, const std::string& text);
+
 }  // namespace attnlab
