@@ -1,6 +1,7 @@
 #include <cuda_runtime.h>
 
 #include <string>
+#include <type_traits>
 
 #include "host/variant.h"
 
@@ -12,30 +13,22 @@ namespace attnlab {
 #undef ATTNLAB_RUNG
 #undef ATTNLAB_BWD_RUNG
 
-const std::vector<Variant>& all_variants() {
-  static const std::vector<Variant> variants = [] {
-    std::vector<Variant> all;
-    auto append = [&all](std::vector<Variant> rung) {
-      for (auto& v : rung) all.push_back(std::move(v));
-    };
-#define ATTNLAB_RUNG(x) append(make_##x##_variants());
-#define ATTNLAB_BWD_RUNG(x)
-#include "registry.inc"
-#undef ATTNLAB_RUNG
-#undef ATTNLAB_BWD_RUNG
-    return all;
-  }();
-  return variants;
+namespace {
+// Appends a rung's variants to `all` when they are of V's direction (a rung
+// makes forward or backward variants, and only that direction's list calls it).
+template <typename V, typename RungVariant>
+void append_rung(std::vector<V>& all, std::vector<RungVariant> (*make_variants)()) {
+  if constexpr (std::is_same_v<V, RungVariant>)
+    for (RungVariant& v : make_variants()) all.push_back(std::move(v));
 }
+}  // namespace
 
-const std::vector<BwdVariant>& all_bwd_variants() {
-  static const std::vector<BwdVariant> variants = [] {
-    std::vector<BwdVariant> all;
-    auto append = [&all](std::vector<BwdVariant> rung) {
-      for (auto& v : rung) all.push_back(std::move(v));
-    };
-#define ATTNLAB_RUNG(x)
-#define ATTNLAB_BWD_RUNG(x) append(make_##x##_variants());
+template <typename V>
+const std::vector<V>& registered_variants() {
+  static const std::vector<V> variants = [] {
+    std::vector<V> all;
+#define ATTNLAB_RUNG(x) append_rung(all, make_##x##_variants);
+#define ATTNLAB_BWD_RUNG(x) append_rung(all, make_##x##_variants);
 #include "registry.inc"
 #undef ATTNLAB_RUNG
 #undef ATTNLAB_BWD_RUNG
@@ -43,6 +36,8 @@ const std::vector<BwdVariant>& all_bwd_variants() {
   }();
   return variants;
 }
+template const std::vector<Variant>& registered_variants<Variant>();
+template const std::vector<BwdVariant>& registered_variants<BwdVariant>();
 
 namespace {
 bool glob_match_one(const std::string& pattern, const std::string& text) {

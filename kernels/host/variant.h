@@ -17,16 +17,21 @@
 
 namespace attnlab {
 
-struct Variant {
-  std::string name;  // row label, e.g. "split-q+stage2"
+// What every variant has, forward or backward: `Buffers` is what its launch
+// reads and writes, AttnBuffers (the forward) or AttnGradBuffers (the backward).
+template <typename Buffers>
+struct VariantOf {
+  using Launch = std::function<cudaError_t(const AttnProblem&, const Buffers&, cudaStream_t)>;
+
+  std::string name;  // row label, e.g. "split-q+stage2" (a backward peer's is printed with " bwd" added)
   std::string rung;  // source file stem, e.g. "02_split_q"
   // "" when the variant runs this problem; otherwise a short reason, printed as
   // "unsupported: <reason>" in the variant's row.
   std::function<std::string(const AttnProblem&)> unsupported_reason;
-  // Scratch bytes the variant wants in AttnBuffers::workspace (0 for most).
+  // Scratch bytes the variant wants in the buffers' workspace (0 for most).
   std::function<size_t(const AttnProblem&)> workspace_bytes = [](const AttnProblem&) { return size_t(0); };
   // Enqueues the computation on `stream`; returns the launch error, if any.
-  std::function<cudaError_t(const AttnProblem&, const AttnBuffers&, cudaStream_t)> launch;
+  Launch launch;
   // One line for `--list`: tile shape, warps, stages, shared memory, head dims.
   std::function<std::string()> describe;
 
@@ -35,8 +40,14 @@ struct Variant {
   // the torch rows. Rungs get a ratio to the best peer of the same run.
   bool is_peer = false;
   // What the timed loop calls, when it differs from `launch` (e.g. a library
-  // call without the copy into AttnBuffers that `launch` does for the check).
-  std::function<cudaError_t(const AttnProblem&, const AttnBuffers&, cudaStream_t)> launch_timed;
+  // call without the copy into the buffers that `launch` does for the check).
+  Launch launch_timed;
+  // A readable message for the last failed launch (e.g. the library's own).
+  std::function<std::string()> last_error;
+};
+
+// A forward variant: the common fields and two that only the forward's check reads.
+struct Variant : VariantOf<AttnBuffers> {
   // False for a peer that has no LSE output of its own (eager PyTorch): its
   // check then judges O alone.
   bool writes_lse = true;
@@ -45,33 +56,30 @@ struct Variant {
   // dtype's unit roundoff), and is held to lse_tolerance_rounded_scores
   // instead of kLseTolerance (reference.h).
   bool rounds_scores_to_input_dtype = false;
-  // A readable message for the last failed launch (e.g. the library's own).
-  std::function<std::string()> last_error;
 };
 
 // A backward variant: the same registry and the same rules, on AttnGradBuffers.
 // Rungs listed with ATTNLAB_BWD_RUNG(x) in kernels/registry.inc export
 // `std::vector<BwdVariant> make_<x>_variants()`.
-struct BwdVariant {
-  std::string name;  // row label, e.g. "bwd-ws" (a peer's is printed with " bwd" added: "sdpa(cudnn) bwd")
-  std::string rung;  // source file stem, e.g. "14_bwd_ws"
-  std::function<std::string(const AttnProblem&)> unsupported_reason;
-  std::function<size_t(const AttnProblem&)> workspace_bytes = [](const AttnProblem&) { return size_t(0); };
-  std::function<cudaError_t(const AttnProblem&, const AttnGradBuffers&, cudaStream_t)> launch;
-  std::function<std::string()> describe;
+struct BwdVariant : VariantOf<AttnGradBuffers> {
   // Bitwise identical dQ, dK, dV run to run (no floating-point atomics, a
   // fixed summation order); the harness checks it over repeated runs.
   bool deterministic = false;
-  // Peers (torch's backward rows), as Variant's fields.
-  bool is_peer = false;
-  std::function<cudaError_t(const AttnProblem&, const AttnGradBuffers&, cudaStream_t)> launch_timed;
-  std::function<std::string()> last_error;
 };
 
-// Every registered variant, in ladder order.
-const std::vector<Variant>& all_variants();
-// Every registered backward variant, in ladder order.
-const std::vector<BwdVariant>& all_bwd_variants();
+// Every registered variant of one direction (Variant or BwdVariant), in ladder order.
+template <typename V>
+const std::vector<V>& registered_variants();
+inline const std::vector<Variant>& all_variants() { return registered_variants<Variant>(); }
+inline const std::vector<BwdVariant>& all_bwd_variants() { return registered_variants<BwdVariant>(); }
+
+// The registered variant of V's direction named `name`; nullptr when there is none.
+template <typename V>
+const V* find_variant(const std::string& name) {
+  for (const V& v : registered_variants<V>())
+    if (v.name == name) return &v;
+  return nullptr;
+}
 
 // Shell-style glob match ('*', '?'), how --variant and the test programs pick
 // variants by name; a comma separates alternatives ('ws*,wgmma*' matches either).
