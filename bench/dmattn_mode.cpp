@@ -413,9 +413,7 @@ RunError dense_rung_row(DmaRun& run) {
   const cudaStream_t stream = run.stream;
   DmaRow dense;
   dense.name = "split-q+stage2 (dense)";
-  const Variant* rung = nullptr;
-  for (const Variant& var : all_variants())
-    if (var.name == "split-q+stage2") rung = &var;
+  const Variant* rung = find_variant<Variant>("split-q+stage2");
   const AttnProblem dp = p.dense();
   if (rung == nullptr || !rung->unsupported_reason(dp).empty()) {
     dense.status = "unsupported";

@@ -112,18 +112,31 @@ using attnlab::BwdVariant;
 using attnlab::DType;
 using attnlab::Variant;
 
-std::vector<std::string> variant_names() {
+// The names of every registered variant of V's direction, in ladder order.
+template <typename V>
+std::vector<std::string> names_of() {
   std::vector<std::string> names;
-  for (const Variant& v : attnlab::all_variants()) names.push_back(v.name);
+  for (const V& v : attnlab::registered_variants<V>()) names.push_back(v.name);
   return names;
 }
+std::vector<std::string> variant_names() { return names_of<Variant>(); }
+std::vector<std::string> bwd_variant_names() { return names_of<BwdVariant>(); }
 
-const Variant& find_variant(const std::string& name) {
-  for (const Variant& v : attnlab::all_variants())
-    if (v.name == name) return v;
+// The registered variant of V's direction named `name`, else ValueError:
+// "<unknown> '<name>'; known: <names>".
+template <typename V>
+const V& find_or_raise(const std::string& name, const std::string& unknown) {
+  if (const V* v = attnlab::find_variant<V>(name)) return *v;
   std::string known;
-  for (const std::string& n : variant_names()) known += (known.empty() ? "" : ", ") + n;
-  throw py::value_error("attnlab.forward: unknown variant '" + name + "'; known: " + known);
+  for (const std::string& n : names_of<V>()) known += (known.empty() ? "" : ", ") + n;
+  throw py::value_error(unknown + " '" + name +
+                        "'; known: " + (known.empty() ? std::string("none is registered") : known));
+}
+const Variant& find_variant(const std::string& name) {
+  return find_or_raise<Variant>(name, "attnlab.forward: unknown variant");
+}
+const BwdVariant& find_bwd_variant(const std::string& name) {
+  return find_or_raise<BwdVariant>(name, "attnlab.backward: unknown backward variant");
 }
 
 // Hkv: the KV heads (0: = H).
@@ -228,21 +241,6 @@ std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& q_in, const at::Ten
 
 // ---- the backward (for attnlab.attention) ---------------------------------------------
 #define ATTNLAB_BWD_REQUIRE_VALUE(ok, message) ATTNLAB_RAISE_UNLESS(ok, py::value_error, "attnlab.backward", message)
-
-std::vector<std::string> bwd_variant_names() {
-  std::vector<std::string> names;
-  for (const BwdVariant& v : attnlab::all_bwd_variants()) names.push_back(v.name);
-  return names;
-}
-
-const BwdVariant& find_bwd_variant(const std::string& name) {
-  for (const BwdVariant& v : attnlab::all_bwd_variants())
-    if (v.name == name) return v;
-  std::string known;
-  for (const std::string& n : bwd_variant_names()) known += (known.empty() ? "" : ", ") + n;
-  throw py::value_error("attnlab.backward: unknown backward variant '" + name + "'; known: " +
-                        (known.empty() ? std::string("none is registered") : known));
-}
 
 bool bwd_deterministic(const std::string& name) { return find_bwd_variant(name).deterministic; }
 
