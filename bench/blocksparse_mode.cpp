@@ -267,7 +267,7 @@ void add_row(BlocksparseRun& run, const Variant& v, const AttnProblem& p) {
     r.note = why;
   } else {
     set_outcome(r, run_and_check(v, p, run.bufs, run.opt.check ? &run.ref : nullptr, run.stream));
-    if (r.error.empty()) call = variant_call(v, p, run.bufs, run.stream);
+    if (r.error.empty()) call = variant_call(v, p, run.bufs.attn(), run.stream);
   }
   run.rows.push_back(r);
   run.calls.push_back(call);
@@ -276,7 +276,7 @@ void add_row(BlocksparseRun& run, const Variant& v, const AttnProblem& p) {
 // A backward row run once and checked (backward_row), its call queued.
 void add_bwd_row(BlocksparseRun& run, const BwdVariant& v, const AttnProblem& p) {
   TableRow r = backward_row(run.opt, v, p, run.grads, run.grad_ref, run.stream);
-  run.calls.push_back(r.status.empty() && r.error.empty() ? bwd_variant_call(v, p, run.grads, run.stream)
+  run.calls.push_back(r.status.empty() && r.error.empty() ? variant_call(v, p, run.grads.grad(), run.stream)
                                                           : std::function<std::string()>());
   run.rows.push_back(r);
 }

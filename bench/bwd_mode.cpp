@@ -128,7 +128,7 @@ int run_dense_backward_mode(const Options& opt, const std::vector<const BwdVaria
   for (const BwdVariant* v : selected) {
     TableRow r = backward_row(opt, *v, p, bufs, ref, stream);
     if (!r.error.empty()) device_lost = cudaDeviceSynchronize() != cudaSuccess;  // sticky errors end the run
-    calls.push_back(r.status.empty() && r.error.empty() ? bwd_variant_call(*v, p, bufs, stream)
+    calls.push_back(r.status.empty() && r.error.empty() ? variant_call(*v, p, bufs.grad(), stream)
                                                         : std::function<std::string()>());
     rows.push_back(r);
     if (device_lost) break;

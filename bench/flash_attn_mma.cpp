@@ -105,7 +105,7 @@ ShapeResult run_shape(const Options& opt, const AttnProblem& p, const std::vecto
       }
       if (!r.error.empty()) result.device_lost = cudaDeviceSynchronize() != cudaSuccess;  // sticky errors end the run
     }
-    calls.push_back(r.status.empty() && r.error.empty() ? variant_call(*v, p, bufs, stream)
+    calls.push_back(r.status.empty() && r.error.empty() ? variant_call(*v, p, bufs.attn(), stream)
                                                         : std::function<std::string()>());
     rows.push_back(r);
   }

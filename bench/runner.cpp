@@ -34,15 +34,18 @@ std::string no_gpu_text(const char* what, cudaError_t err, int driver_version, i
   return plainly + " (CUDA: " + cuda + ")";
 }
 
-namespace {
-// The variant's own message (a peer's: torch's words) if it has one, else CUDA's.
-std::string own_or_cuda_error(const std::function<std::string()>& last_error, cudaError_t err) {
-  if (last_error) {
-    const std::string detail = last_error();
+template <typename Buffers>
+std::string launch_error_text(const VariantOf<Buffers>& v, cudaError_t err) {
+  if (v.last_error) {  // a peer's: torch's words
+    const std::string detail = v.last_error();
     if (!detail.empty()) return detail;
   }
   return cudaGetErrorString(err);
 }
+template std::string launch_error_text(const VariantOf<AttnBuffers>&, cudaError_t);
+template std::string launch_error_text(const VariantOf<AttnGradBuffers>&, cudaError_t);
+
+namespace {
 
 // x[0], x[1] and x[n - 1] of a 16-bit tensor, as the table shows them.
 void read_first_values(const void* x, int64_t n, DType dtype, float out[3]) {
@@ -60,9 +63,6 @@ void read_first_values(const void* x, int64_t n, DType dtype, float out[3]) {
   }
 }
 }  // namespace
-
-std::string launch_error_text(const Variant& v, cudaError_t err) { return own_or_cuda_error(v.last_error, err); }
-std::string launch_error_text(const BwdVariant& v, cudaError_t err) { return own_or_cuda_error(v.last_error, err); }
 
 ProblemBuffers::~ProblemBuffers() {
   for (void* p : owned_) cudaFree(p);
@@ -214,15 +214,19 @@ RunOutcome run_and_check(const Variant& v, const AttnProblem& p, const ProblemBu
 // call's host-side dispatch, so that the events see GPU time only.
 constexpr unsigned kTimerDelayUs = 300;
 
-std::function<std::string()> variant_call(const Variant& v, const AttnProblem& p, const ProblemBuffers& bufs,
+template <typename Buffers>
+std::function<std::string()> variant_call(const VariantOf<Buffers>& v, const AttnProblem& p, const Buffers& b,
                                           cudaStream_t stream) {
-  const AttnBuffers b = bufs.attn();
   const auto* launch = v.launch_timed ? &v.launch_timed : &v.launch;  // v and p outlive the call
   return [&v, &p, launch, b, stream]() -> std::string {
     const cudaError_t e = (*launch)(p, b, stream);
     return e == cudaSuccess ? "" : launch_error_text(v, e);
   };
 }
+template std::function<std::string()> variant_call(const VariantOf<AttnBuffers>&, const AttnProblem&,
+                                                   const AttnBuffers&, cudaStream_t);
+template std::function<std::string()> variant_call(const VariantOf<AttnGradBuffers>&, const AttnProblem&,
+                                                   const AttnGradBuffers&, cudaStream_t);
 
 void time_calls_interleaved(const std::vector<std::function<std::string()>>& calls, int warmup, int iters,
                             void* flush, size_t flush_bytes, cudaStream_t stream, std::vector<Timing>* out,
@@ -455,16 +459,6 @@ std::string check_bitwise_repeatable(const BwdVariant& v, const AttnProblem& p, 
     *identical = *identical && gradient_bytes(p, g) == first;
   }
   return "";
-}
-
-std::function<std::string()> bwd_variant_call(const BwdVariant& v, const AttnProblem& p, const GradBuffers& bufs,
-                                              cudaStream_t stream) {
-  const AttnGradBuffers g = bufs.grad();
-  const auto* launch = v.launch_timed ? &v.launch_timed : &v.launch;  // v and p outlive the call
-  return [&v, &p, launch, g, stream]() -> std::string {
-    const cudaError_t e = (*launch)(p, g, stream);
-    return e == cudaSuccess ? "" : launch_error_text(v, e);
-  };
 }
 
 namespace {

@@ -124,8 +124,10 @@ std::string time_calls(const std::function<std::string()>& call, int warmup, int
 void time_calls_interleaved(const std::vector<std::function<std::string()>>& calls, int warmup, int iters,
                             void* flush, size_t flush_bytes, cudaStream_t stream, std::vector<Timing>* out,
                             std::vector<std::string>* errors);
-// A variant's launch on the problem's buffers as a call for the timers.
-std::function<std::string()> variant_call(const Variant& v, const AttnProblem& p, const ProblemBuffers& bufs,
+// A variant's launch (launch_timed where it has one) on buffers `b` (a
+// ProblemBuffers' attn() or a GradBuffers' grad()) as a call for the timers.
+template <typename Buffers>
+std::function<std::string()> variant_call(const VariantOf<Buffers>& v, const AttnProblem& p, const Buffers& b,
                                           cudaStream_t stream);
 
 // ---- the backward ---------------------------------------------------------------
@@ -219,9 +221,6 @@ BwdRunOutcome run_and_check_backward(const BwdVariant& v, const AttnProblem& p, 
 constexpr int kDeterminismRuns = 5;
 std::string check_bitwise_repeatable(const BwdVariant& v, const AttnProblem& p, const GradBuffers& bufs, int runs,
                                      cudaStream_t stream, bool* identical);
-// A backward variant's launch (launch_timed where it has one) as a call for the timers.
-std::function<std::string()> bwd_variant_call(const BwdVariant& v, const AttnProblem& p, const GradBuffers& bufs,
-                                              cudaStream_t stream);
 
 // "" when rows can be appended to the results CSV at `path`, else one line
 // saying why not ("cannot write --csv /no/such/dir/x.csv: No such file or
@@ -249,7 +248,7 @@ std::string cuda_error_text(const char* what, cudaError_t err);
 // "driver version is insufficient", would suggest an upgrade.
 std::string no_gpu_text(const char* what, cudaError_t err, int driver_version, int runtime_version);
 // The variant's own message for a failed launch if it has one, else CUDA's.
-std::string launch_error_text(const Variant& v, cudaError_t err);
-std::string launch_error_text(const BwdVariant& v, cudaError_t err);
+template <typename Buffers>
+std::string launch_error_text(const VariantOf<Buffers>& v, cudaError_t err);
 
 }  // namespace attnlab
