@@ -45,6 +45,14 @@ const Variant& unfused_baseline() {
   return unfused;
 }
 
+// --reference torch: O_ref and LSE_ref from torch's fp32 math SDPA (torch_peers.h).
+ForwardReference torch_forward_reference() {
+  return [](const AttnProblem& p, const AttnBuffers& in, float* o_ref, float* lse_ref, cudaStream_t stream) {
+    const std::string e = torch_reference(p, in.q, in.k, in.v, o_ref, lse_ref, stream);
+    return e.empty() ? e : "torch reference: " + e;
+  };
+}
+
 // Runs every selected row on one problem. `verbose` prints the table of rows.
 ShapeResult run_shape(const Options& opt, const AttnProblem& p, const std::vector<const Variant*>& selected,
                       uint64_t seed, cudaStream_t stream, bool verbose) {
@@ -62,7 +70,8 @@ ShapeResult run_shape(const Options& opt, const AttnProblem& p, const std::vecto
   result.fatal = bufs.allocate(p, opt.check, wanted, unfused_runs ? s_granule : 0, unfused_runs ? s_granule : 0);
   if (!result.fatal.empty()) return result;
   ReferenceData ref;
-  result.fatal = prepare_inputs(p, bufs, seed, opt.check, stream, &ref, opt.torch_reference);
+  result.fatal = prepare_inputs(p, bufs, seed, opt.check, stream, &ref,
+                                opt.torch_reference ? torch_forward_reference() : nullptr);
   if (!result.fatal.empty()) return result;
 
   if (verbose) {
