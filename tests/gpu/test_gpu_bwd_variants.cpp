@@ -1,7 +1,7 @@
 // GPU tests (ctest -L gpu) of the backward: every registered BwdVariant, both
 // dtypes, causal and not, odd sizes and Nq != Nk, GQA, every head dim a
 // variant claims and D != Dv, each of dQ, dK, dV against the fp32 reference
-// backward by the forward's rule (bench/runner.h: check_gradients); the
+// backward by the forward's rule (reference/checked_run.h: check_gradients); the
 // deterministic variants bit for bit over repeated runs; rows that see no key
 // (causal, Nq > Nk) with dQ rows of zero. Fresh inputs for every problem.
 // Also: the fp32 reference backward against the CPU double one (in one piece
@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "cli.h"
 #include "gpu_testing.h"
-#include "runner.h"
+#include "host/variant.h"
+#include "reference/checked_run.h"
 
 using namespace attnlab;
 using namespace attnlab::testing;

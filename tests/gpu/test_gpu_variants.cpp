@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "cli.h"
-#include "runner.h"
 #include "gpu_testing.h"
+#include "host/variant.h"
+#include "reference/checked_run.h"
 
 using namespace attnlab;
 using namespace attnlab::testing;
