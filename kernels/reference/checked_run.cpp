@@ -40,6 +40,18 @@ void read_first_values(const void* x, int64_t n, DType dtype, float out[3]) {
     }
   }
 }
+
+// Poisons what a forward or a backward variant writes (NaN: unwritten
+// elements are caught), runs it once on `b` and waits for it.
+cudaError_t poison(const AttnProblem& p, const AttnBuffers& b, cudaStream_t s) { return poison_outputs(p, b, s); }
+cudaError_t poison(const AttnProblem& p, const AttnGradBuffers& g, cudaStream_t s) { return poison_gradients(p, g, s); }
+template <typename Buffers>
+cudaError_t run_poisoned(const VariantOf<Buffers>& v, const AttnProblem& p, const Buffers& b, cudaStream_t stream) {
+  cudaError_t e = poison(p, b, stream);
+  if (e == cudaSuccess) e = v.launch(p, b, stream);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+  return e;
+}
 }  // namespace
 
 ProblemBuffers::~ProblemBuffers() {
@@ -154,9 +166,7 @@ std::string prepare_inputs(const AttnProblem& p, ProblemBuffers& bufs, uint64_t 
 
   static const Variant unfused = make_unfused_baseline();
   if (unfused.unsupported_reason(p).empty() && b.workspace_bytes >= unfused_workspace_granule(p)) {
-    e = poison_outputs(p, b, stream);
-    if (e == cudaSuccess) e = unfused.launch(p, b, stream);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+    e = run_poisoned(unfused, p, b, stream);
     if (e != cudaSuccess) return cuda_error_text("unfused baseline", e);
     const ErrorStats s = compare_output(b.o, p.dtype, bufs.o_ref, p.o_elems(), stream);
     if (s.nonfinite == 0) ref->baseline_err = s.max_abs_err;
@@ -169,10 +179,7 @@ RunOutcome run_and_check(const Variant& v, const AttnProblem& p, const ProblemBu
   RunOutcome out;
   AttnBuffers b = bufs.attn();
   b.workspace_bytes = std::min(b.workspace_bytes, workspace_cap);
-  cudaError_t e = poison_outputs(p, b, stream);
-  if (e == cudaSuccess) e = v.launch(p, b, stream);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
-  if (e != cudaSuccess) {
+  if (cudaError_t e = run_poisoned(v, p, b, stream); e != cudaSuccess) {
     out.error = launch_error_text(v, e);
     return out;
   }
@@ -326,10 +333,7 @@ BwdRunOutcome run_and_check_backward(const BwdVariant& v, const AttnProblem& p, 
                                      const GradReference* ref, cudaStream_t stream) {
   BwdRunOutcome out;
   const AttnGradBuffers g = bufs.grad();
-  cudaError_t e = poison_gradients(p, g, stream);
-  if (e == cudaSuccess) e = v.launch(p, g, stream);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
-  if (e != cudaSuccess) {
+  if (cudaError_t e = run_poisoned(v, p, g, stream); e != cudaSuccess) {
     out.error = launch_error_text(v, e);
     return out;
   }
@@ -360,10 +364,7 @@ std::string check_bitwise_repeatable(const BwdVariant& v, const AttnProblem& p, 
   const std::vector<uint8_t> first = gradient_bytes(p, g);
   *identical = true;
   for (int r = 0; r < runs; ++r) {
-    cudaError_t e = poison_gradients(p, g, stream);
-    if (e == cudaSuccess) e = v.launch(p, g, stream);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
-    if (e != cudaSuccess) return launch_error_text(v, e);
+    if (cudaError_t e = run_poisoned(v, p, g, stream); e != cudaSuccess) return launch_error_text(v, e);
     *identical = *identical && gradient_bytes(p, g) == first;
   }
   return "";
