@@ -143,12 +143,12 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   lse[head * p.Nq + i] = l > 0.f ? (m + log2f(l)) * kLn2 : -INFINITY;
 }
 
-#define MINIMAL_HEAD_DIMS 32, 64, 96, 128
+using MinimalHeadDims = EqualHeadDims<32, 64, 96, 128>;
 
 cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stream) {
   cudaError_t err = cudaErrorInvalidValue;  // unsupported() rejects other head dims first
-  dispatch_head_dim<MINIMAL_HEAD_DIMS>(p.D, [&](auto head_dim) {
-    err = launch_config<MinimalConfig<decltype(head_dim)::value>>(p, b, stream, [](auto cfg, auto type) {
+  MinimalHeadDims::dispatch(p.D, p.Dv, [&](auto dims) {
+    err = launch_config<MinimalConfig<decltype(dims)::D>>(p, b, stream, [](auto cfg, auto type) {
       return minimal_kernel<decltype(cfg), decltype(type)>;
     });
   });
@@ -157,19 +157,19 @@ cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stre
 
 std::string unsupported(const AttnProblem& p) {
   int smem = 0;
-  const bool ok = dispatch_head_dim<MINIMAL_HEAD_DIMS>(
-      p.D, [&](auto d) { smem = MinimalConfig<decltype(d)::value>::kSmemBytes; });
-  return common_unsupported(p, ok, head_dim_list<MINIMAL_HEAD_DIMS>(), size_t(smem));
+  const bool ok = MinimalHeadDims::dispatch(
+      p.D, p.Dv, [&](auto dims) { smem = MinimalConfig<decltype(dims)::D>::kSmemBytes; });
+  return common_unsupported(p, ok, MinimalHeadDims::names(), size_t(smem));
 }
 
 std::string describe() {
   std::string s = "one thread per query row, FP32 FMAs, no tensor cores";
-  for (int D : {MINIMAL_HEAD_DIMS})
-    dispatch_head_dim<MINIMAL_HEAD_DIMS>(D, [&](auto d) {
-      using Cfg = MinimalConfig<decltype(d)::value>;
-      s += "; D=" + std::to_string(D) + ": Br=" + std::to_string(Cfg::kBr) + " Bc=" + std::to_string(Cfg::kBc) +
-           " threads=" + std::to_string(Cfg::kThreads) + " smem=" + std::to_string(Cfg::kSmemBytes) + "B";
-    });
+  MinimalHeadDims::for_each([&](auto dims) {
+    constexpr int D = decltype(dims)::D;
+    using Cfg = MinimalConfig<D>;
+    s += "; D=" + std::to_string(D) + ": Br=" + std::to_string(Cfg::kBr) + " Bc=" + std::to_string(Cfg::kBc) +
+         " threads=" + std::to_string(Cfg::kThreads) + " smem=" + std::to_string(Cfg::kSmemBytes) + "B";
+  });
   return s + "; fp16/bf16; causal or not; GQA/MQA; any Nq, Nk";
 }
 

@@ -279,13 +279,13 @@ split_kv_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __res
   }
 }
 
-#define SPLIT_KV_HEAD_DIMS 32, 64, 96, 128, 256
+using SplitKvHeadDims = EqualHeadDims<32, 64, 96, 128, 256>;
 
 template <int kStages>
 cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stream) {
   cudaError_t err = cudaErrorInvalidValue;  // unsupported_reason() rejects other head dims first
-  dispatch_head_dim<SPLIT_KV_HEAD_DIMS>(p.D, [&](auto head_dim) {
-    using Cfg = SplitKvConfig<decltype(head_dim)::value, kStages>;
+  SplitKvHeadDims::dispatch(p.D, p.Dv, [&](auto dims) {
+    using Cfg = SplitKvConfig<decltype(dims)::D, kStages>;
     err = launch_config<Cfg>(p, b, stream, [](auto cfg, auto type) {
       return split_kv_kernel<decltype(cfg), decltype(type)>;
     });
@@ -294,22 +294,14 @@ cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stre
 }
 
 template <int kStages>
-std::string unsupported(const AttnProblem& p) {
-  int smem = 0;
-  const bool ok = dispatch_head_dim<SPLIT_KV_HEAD_DIMS>(
-      p.D, [&](auto d) { smem = SplitKvConfig<decltype(d)::value, kStages>::kSmemBytes; });
-  return common_unsupported(p, ok, head_dim_list<SPLIT_KV_HEAD_DIMS>(), size_t(smem));
-}
-
-template <int kStages>
 std::string describe() {
   std::string s = "stages=" + std::to_string(kStages) + "; S: 2x4 warps of [32 rows, 16 keys] through smem";
-  for (int D : {SPLIT_KV_HEAD_DIMS})
-    dispatch_head_dim<SPLIT_KV_HEAD_DIMS>(D, [&](auto d) {
-      using Cfg = SplitKvConfig<decltype(d)::value, kStages>;
-      s += "; D=" + std::to_string(D) + ": Br=" + std::to_string(Cfg::kBr) + " Bc=" + std::to_string(Cfg::kBc) +
-           " warps=" + std::to_string(Cfg::kWarps) + " smem=" + std::to_string(Cfg::kSmemBytes) + "B";
-    });
+  SplitKvHeadDims::for_each([&](auto dims) {
+    constexpr int D = decltype(dims)::D;
+    using Cfg = SplitKvConfig<D, kStages>;
+    s += "; D=" + std::to_string(D) + ": Br=" + std::to_string(Cfg::kBr) + " Bc=" + std::to_string(Cfg::kBc) +
+         " warps=" + std::to_string(Cfg::kWarps) + " smem=" + std::to_string(Cfg::kSmemBytes) + "B";
+  });
   return s + "; fp16/bf16; causal or not; GQA/MQA; any Nq, Nk";
 }
 
@@ -318,7 +310,7 @@ Variant make_variant() {
   Variant v;
   v.name = "split-kv+stage" + std::to_string(kStages);
   v.rung = "01_split_kv";
-  v.unsupported_reason = unsupported<kStages>;
+  v.unsupported_reason = rung_unsupported<SplitKvConfig, kStages, SplitKvHeadDims>;
   v.launch = launch<kStages>;
   v.describe = describe<kStages>;
   return v;

@@ -209,8 +209,8 @@ split_q_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
     store_output<T>(O[m], stats[m], p, head, row0 + 16 * m, /*col0=*/0, t, /*write_lse=*/true, o, lse);
 }
 
-#define SPLIT_Q_HEAD_DIMS 32, 64, 96, 128, 256
-#define SPLIT_Q_SWIZZLE_HEAD_DIMS 64, 128, 256  // the swizzle needs rows of 64k halves
+using SplitQHeadDims = EqualHeadDims<32, 64, 96, 128, 256>;
+using SplitQSwizzleHeadDims = EqualHeadDims<64, 128, 256>;  // the swizzle needs rows of 64k halves
 
 template <int kHeadDim, int kStages>
 using SplitQSwizzledConfig = SplitQConfig<kHeadDim, kStages, true>;
@@ -218,14 +218,14 @@ using SplitQSwizzledConfig = SplitQConfig<kHeadDim, kStages, true>;
 template <int kStages, bool kSwizzle = false>
 cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stream) {
   cudaError_t err = cudaErrorInvalidValue;  // unsupported_reason() rejects other head dims first
-  auto run = [&](auto head_dim) {
-    using Cfg = SplitQConfig<decltype(head_dim)::value, kStages, kSwizzle>;
+  auto run = [&](auto dims) {
+    using Cfg = SplitQConfig<decltype(dims)::D, kStages, kSwizzle>;
     err = launch_config<Cfg>(p, b, stream, [](auto cfg, auto type) {
       return split_q_kernel<decltype(cfg), decltype(type)>;
     });
   };
-  if constexpr (kSwizzle) dispatch_head_dim<SPLIT_Q_SWIZZLE_HEAD_DIMS>(p.D, run);
-  else dispatch_head_dim<SPLIT_Q_HEAD_DIMS>(p.D, run);
+  if constexpr (kSwizzle) SplitQSwizzleHeadDims::dispatch(p.D, p.Dv, run);
+  else SplitQHeadDims::dispatch(p.D, p.Dv, run);
   return err;
 }
 
@@ -234,9 +234,9 @@ Variant make_variant() {
   Variant v;
   v.name = "split-q+stage" + std::to_string(kStages);
   v.rung = "02_split_q";
-  v.unsupported_reason = rung_unsupported<SplitQConfig, kStages, SPLIT_Q_HEAD_DIMS>;
+  v.unsupported_reason = rung_unsupported<SplitQConfig, kStages, SplitQHeadDims>;
   v.launch = launch<kStages>;
-  v.describe = rung_describe<SplitQConfig, kStages, SPLIT_Q_HEAD_DIMS>;
+  v.describe = rung_describe<SplitQConfig, kStages, SplitQHeadDims>;
   return v;
 }
 
@@ -246,9 +246,9 @@ Variant make_swizzled_variant() {
   Variant v;
   v.name = "split-q+swizzle+stage2";
   v.rung = "02_split_q";
-  v.unsupported_reason = rung_unsupported<SplitQSwizzledConfig, 2, SPLIT_Q_SWIZZLE_HEAD_DIMS>;
+  v.unsupported_reason = rung_unsupported<SplitQSwizzledConfig, 2, SplitQSwizzleHeadDims>;
   v.launch = launch<2, true>;
-  v.describe = rung_describe<SplitQSwizzledConfig, 2, SPLIT_Q_SWIZZLE_HEAD_DIMS>;
+  v.describe = rung_describe<SplitQSwizzledConfig, 2, SplitQSwizzleHeadDims>;
   return v;
 }
 

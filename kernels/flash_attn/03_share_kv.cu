@@ -164,13 +164,13 @@ share_kv_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __res
     store_output<T>(O[m], stats[m], p, head, row0 + 16 * m, /*col0=*/0, lane % 4, /*write_lse=*/true, o, lse);
 }
 
-#define SHARE_KV_HEAD_DIMS 32, 64, 96, 128, 256
+using ShareKvHeadDims = EqualHeadDims<32, 64, 96, 128, 256>;
 
 template <int kStages>
 cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stream) {
   cudaError_t err = cudaErrorInvalidValue;
-  dispatch_head_dim<SHARE_KV_HEAD_DIMS>(p.D, [&](auto head_dim) {
-    using Cfg = ShareKVConfig<decltype(head_dim)::value, kStages>;
+  ShareKvHeadDims::dispatch(p.D, p.Dv, [&](auto dims) {
+    using Cfg = ShareKVConfig<decltype(dims)::D, kStages>;
     err = launch_config<Cfg>(p, b, stream, [](auto cfg, auto type) {
       return share_kv_kernel<decltype(cfg), decltype(type)>;
     });
@@ -183,9 +183,9 @@ Variant make_variant() {
   Variant v;
   v.name = "share-kv+stage" + std::to_string(kStages);
   v.rung = "03_share_kv";
-  v.unsupported_reason = rung_unsupported<ShareKVConfig, kStages, SHARE_KV_HEAD_DIMS>;
+  v.unsupported_reason = rung_unsupported<ShareKVConfig, kStages, ShareKvHeadDims>;
   v.launch = launch<kStages>;
-  v.describe = rung_describe<ShareKVConfig, kStages, SHARE_KV_HEAD_DIMS>;
+  v.describe = rung_describe<ShareKVConfig, kStages, ShareKvHeadDims>;
   return v;
 }
 

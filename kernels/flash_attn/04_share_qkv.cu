@@ -161,13 +161,13 @@ share_qkv_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __re
     store_output<T>(O[m], stats[m], p, head, row0 + 16 * m, /*col0=*/0, lane % 4, /*write_lse=*/true, o, lse);
 }
 
-#define SHARE_QKV_HEAD_DIMS 32, 64, 96, 128
+using ShareQkvHeadDims = EqualHeadDims<32, 64, 96, 128>;
 
 template <int kStages>
 cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stream) {
   cudaError_t err = cudaErrorInvalidValue;
-  dispatch_head_dim<SHARE_QKV_HEAD_DIMS>(p.D, [&](auto head_dim) {
-    using Cfg = ShareQKVConfig<decltype(head_dim)::value, kStages>;
+  ShareQkvHeadDims::dispatch(p.D, p.Dv, [&](auto dims) {
+    using Cfg = ShareQKVConfig<decltype(dims)::D, kStages>;
     err = launch_config<Cfg>(p, b, stream, [](auto cfg, auto type) {
       return share_qkv_kernel<decltype(cfg), decltype(type)>;
     });
@@ -180,9 +180,9 @@ Variant make_variant() {
   Variant v;
   v.name = "share-qkv+stage" + std::to_string(kStages);
   v.rung = "04_share_qkv";
-  v.unsupported_reason = rung_unsupported<ShareQKVConfig, kStages, SHARE_QKV_HEAD_DIMS>;
+  v.unsupported_reason = rung_unsupported<ShareQKVConfig, kStages, ShareQkvHeadDims>;
   v.launch = launch<kStages>;
-  v.describe = rung_describe<ShareQKVConfig, kStages, SHARE_QKV_HEAD_DIMS>;
+  v.describe = rung_describe<ShareQKVConfig, kStages, ShareQkvHeadDims>;
   return v;
 }
 

@@ -306,20 +306,20 @@ wgmma_overlap_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* 
 #endif
 }
 
-#define WGMMA_HEAD_DIMS 64, 128, 256
+using WgmmaHeadDims = EqualHeadDims<64, 128, 256>;
 
 template <int kStages>
 std::string unsupported(const AttnProblem& p) {
   static const std::string hopper = hopper_wgmma_unsupported();
   if (!hopper.empty()) return hopper;
-  return rung_unsupported<WgmmaConfig, kStages, WGMMA_HEAD_DIMS>(p);
+  return rung_unsupported<WgmmaConfig, kStages, WgmmaHeadDims>(p);
 }
 
 template <int kStages, bool kOverlap>
 cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stream) {
   cudaError_t err = cudaErrorInvalidValue;
-  dispatch_head_dim<WGMMA_HEAD_DIMS>(p.D, [&](auto head_dim) {
-    using Cfg = WgmmaConfig<decltype(head_dim)::value, kStages>;
+  WgmmaHeadDims::dispatch(p.D, p.Dv, [&](auto dims) {
+    using Cfg = WgmmaConfig<decltype(dims)::D, kStages>;
     err = launch_config<Cfg>(p, b, stream, [](auto cfg, auto type) {
       if constexpr (kOverlap) return wgmma_overlap_kernel<decltype(cfg), decltype(type)>;
       else return wgmma_kernel<decltype(cfg), decltype(type)>;
@@ -337,7 +337,7 @@ Variant make_variant() {
   v.launch = launch<kStages, kOverlap>;
   v.describe = [] {
     return std::string(kOverlap ? "softmax overlapped with P·V; " : "") + "sm_90a wgmma, warpgroups of 64 rows; " +
-           rung_describe<WgmmaConfig, kStages, WGMMA_HEAD_DIMS>();
+           rung_describe<WgmmaConfig, kStages, WgmmaHeadDims>();
   };
   return v;
 }

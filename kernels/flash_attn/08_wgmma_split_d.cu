@@ -149,20 +149,20 @@ wgmma_split_d_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* 
 #endif
 }
 
-#define SPLIT_D_HEAD_DIMS 512
+using SplitDHeadDims = EqualHeadDims<512>;
 
 template <int kStages>
 std::string unsupported(const AttnProblem& p) {
   static const std::string hopper = hopper_wgmma_unsupported();
   if (!hopper.empty()) return hopper;
-  return rung_unsupported<SplitDConfig, kStages, SPLIT_D_HEAD_DIMS>(p);
+  return rung_unsupported<SplitDConfig, kStages, SplitDHeadDims>(p);
 }
 
 template <int kStages>
 cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stream) {
   cudaError_t err = cudaErrorInvalidValue;
-  dispatch_head_dim<SPLIT_D_HEAD_DIMS>(p.D, [&](auto head_dim) {
-    using Cfg = SplitDConfig<decltype(head_dim)::value, kStages>;
+  SplitDHeadDims::dispatch(p.D, p.Dv, [&](auto dims) {
+    using Cfg = SplitDConfig<decltype(dims)::D, kStages>;
     err = launch_config<Cfg>(p, b, stream, [](auto cfg, auto type) {
       return wgmma_split_d_kernel<decltype(cfg), decltype(type)>;
     });
@@ -180,7 +180,7 @@ std::vector<Variant> make_wgmma_split_d_variants() {
   v.launch = launch<1>;
   v.describe = [] {
     return "sm_90a wgmma, 2 warpgroups split the head dim of 64 rows; " +
-           rung_describe<SplitDConfig, 1, SPLIT_D_HEAD_DIMS>();
+           rung_describe<SplitDConfig, 1, SplitDHeadDims>();
   };
   return {v};
 }

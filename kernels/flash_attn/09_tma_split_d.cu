@@ -225,20 +225,20 @@ tma_split_d_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_const
 #endif
 }
 
-#define TMA_SPLIT_D_HEAD_DIMS 512
+using TmaSplitDHeadDims = EqualHeadDims<512>;
 
 template <int kCluster>
 std::string unsupported(const AttnProblem& p) {
   static const std::string hopper = hopper_tma_unsupported();
   if (!hopper.empty()) return hopper;
-  return rung_unsupported<TmaSplitDConfig, 1, TMA_SPLIT_D_HEAD_DIMS>(p);
+  return rung_unsupported<TmaSplitDConfig, 1, TmaSplitDHeadDims>(p);
 }
 
 template <int kCluster>
 cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stream) {
   cudaError_t err = cudaErrorInvalidValue;
-  dispatch_head_dim<TMA_SPLIT_D_HEAD_DIMS>(p.D, [&](auto head_dim) {
-    using Cfg = TmaSplitDConfig<decltype(head_dim)::value, 1>;
+  TmaSplitDHeadDims::dispatch(p.D, p.Dv, [&](auto dims) {
+    using Cfg = TmaSplitDConfig<decltype(dims)::D, 1>;
     err = dispatch_dtype(p.dtype, [&](auto type) {
       using T = decltype(type);
       // NEW: the tensor maps, built on the host at every launch.
@@ -264,7 +264,7 @@ Variant make_variant() {
   v.describe = [] {
     return "sm_90a wgmma, 2 warpgroups split the head dim of 64 rows, K/V by TMA from a producer warpgroup; cluster=" +
            std::to_string(kCluster) + (kCluster > 1 ? " (K/V multicast)" : "") + "; " +
-           rung_describe<TmaSplitDConfig, 1, TMA_SPLIT_D_HEAD_DIMS>();
+           rung_describe<TmaSplitDConfig, 1, TmaSplitDHeadDims>();
   };
   return v;
 }

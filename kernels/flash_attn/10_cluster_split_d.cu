@@ -391,19 +391,19 @@ cluster_split_d_kernel(const __grid_constant__ CUtensorMap tma_q, const __grid_c
 #endif
 }
 
-#define CLUSTER_SPLIT_D_HEAD_DIMS 1024
+using ClusterSplitDHeadDims = EqualHeadDims<1024>;
 
 std::string unsupported(const AttnProblem& p) {
   static const std::string hopper = hopper_tma_unsupported();
   if (!hopper.empty()) return hopper;
-  return rung_unsupported<ClusterSplitDConfig, 1, CLUSTER_SPLIT_D_HEAD_DIMS>(p);
+  return rung_unsupported<ClusterSplitDConfig, 1, ClusterSplitDHeadDims>(p);
 }
 
 template <bool kPush>
 cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stream) {
   cudaError_t err = cudaErrorInvalidValue;
-  dispatch_head_dim<CLUSTER_SPLIT_D_HEAD_DIMS>(p.D, [&](auto head_dim) {
-    using Cfg = ClusterSplitDConfig<decltype(head_dim)::value, 1>;
+  ClusterSplitDHeadDims::dispatch(p.D, p.Dv, [&](auto dims) {
+    using Cfg = ClusterSplitDConfig<decltype(dims)::D, 1>;
     err = dispatch_dtype(p.dtype, [&](auto type) {
       using T = decltype(type);
       // The maps cover all D columns; each block's boxes start at its column 512r.
@@ -430,7 +430,7 @@ Variant make_variant() {
     return std::string(kPush ? "Σ pushed to the partner with st.async; " : "Σ pulled from the partner; ") +
            "sm_90a wgmma + TMA; a cluster of 2 blocks splits D = 1024 (512 columns each, rung 09's tile), "
            "partial S summed across the cluster through distributed shared memory; " +
-           rung_describe<ClusterSplitDConfig, 1, CLUSTER_SPLIT_D_HEAD_DIMS>();
+           rung_describe<ClusterSplitDConfig, 1, ClusterSplitDHeadDims>();
   };
   return v;
 }

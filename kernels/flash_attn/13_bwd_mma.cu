@@ -414,7 +414,7 @@ bwd_dq_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restr
   }
 }
 
-#define BWD_MMA_HEAD_DIMS 32, 64, 96, 128
+using BwdMmaHeadDims = EqualHeadDims<32, 64, 96, 128>;
 
 // Workspace, each part at a 256-byte aligned offset: LSE·log2e and Δ per
 // padded row [B·H, Nq_pad] fp32, then (atomic dQ only) dQ's accumulator
@@ -433,21 +433,18 @@ BwdWorkspace plan_workspace(const AttnProblem& p, bool deterministic) {
   return w;
 }
 
-template <bool kDeterministic>
-size_t smem_bytes(int D) {
-  size_t bytes = 0;
-  dispatch_head_dim<BWD_MMA_HEAD_DIMS>(D, [&](auto d) {
-    constexpr int kD = decltype(d)::value;
-    bytes = BwdMmaConfig<kD>::kSmemBytes;
-    if (kDeterministic) bytes = std::max<size_t>(bytes, BwdDqConfig<kD>::kSmemBytes);
-  });
-  return bytes;
+template <bool kDeterministic, int kD>
+constexpr size_t smem_bytes() {
+  return kDeterministic ? std::max<size_t>(BwdMmaConfig<kD>::kSmemBytes, BwdDqConfig<kD>::kSmemBytes)
+                        : size_t(BwdMmaConfig<kD>::kSmemBytes);
 }
 
 template <bool kDeterministic>
 std::string unsupported(const AttnProblem& p) {
-  const bool ok = dispatch_head_dim<BWD_MMA_HEAD_DIMS>(p.D, [](auto) {});
-  return common_unsupported(p, ok, head_dim_list<BWD_MMA_HEAD_DIMS>(), smem_bytes<kDeterministic>(p.D));
+  size_t smem = 0;
+  const bool ok = BwdMmaHeadDims::dispatch(
+      p.D, p.Dv, [&](auto dims) { smem = smem_bytes<kDeterministic, decltype(dims)::D>(); });
+  return common_unsupported(p, ok, BwdMmaHeadDims::names(), smem);
 }
 
 template <bool kDeterministic>
@@ -460,8 +457,8 @@ cudaError_t launch(const AttnProblem& p, const AttnGradBuffers& b, cudaStream_t 
   float* dq_accum = kDeterministic ? nullptr : reinterpret_cast<float*>(base + w.dq_accum);
   const int nq_pad = bwd_padded_rows(p.Nq, kRowPad);
   cudaError_t err = cudaErrorInvalidValue;
-  dispatch_head_dim<BWD_MMA_HEAD_DIMS>(p.D, [&](auto head_dim) {
-    constexpr int D = decltype(head_dim)::value;
+  BwdMmaHeadDims::dispatch(p.D, p.Dv, [&](auto dims) {
+    constexpr int D = decltype(dims)::D;
     using Cfg = BwdMmaConfig<D>;
     err = dispatch_dtype(p.dtype, [&](auto type) {
       using T = decltype(type);
@@ -494,13 +491,13 @@ cudaError_t launch(const AttnProblem& p, const AttnGradBuffers& b, cudaStream_t 
 template <bool kDeterministic>
 std::string describe() {
   std::string s = kDeterministic ? "dQ by a second pass per 64-query tile (no atomics)" : "dQ by fp32 atomics";
-  for (int D : {BWD_MMA_HEAD_DIMS})
-    dispatch_head_dim<BWD_MMA_HEAD_DIMS>(D, [&](auto d) {
-      using Cfg = BwdMmaConfig<decltype(d)::value>;
-      s += "; D=" + std::to_string(D) + ": Br=" + std::to_string(Cfg::kBr) + " Bc=" + std::to_string(Cfg::kBc) +
-           " warps=" + std::to_string(Cfg::kWarps) + " slots=" + std::to_string(Cfg::kSlots) +
-           " smem=" + std::to_string(smem_bytes<kDeterministic>(D)) + "B";
-    });
+  BwdMmaHeadDims::for_each([&](auto dims) {
+    constexpr int D = decltype(dims)::D;
+    using Cfg = BwdMmaConfig<D>;
+    s += "; D=" + std::to_string(D) + ": Br=" + std::to_string(Cfg::kBr) + " Bc=" + std::to_string(Cfg::kBc) +
+         " warps=" + std::to_string(Cfg::kWarps) + " slots=" + std::to_string(Cfg::kSlots) +
+         " smem=" + std::to_string(smem_bytes<kDeterministic, D>()) + "B";
+  });
   return s + "; fp16/bf16; causal or not; GQA/MQA; any Nq, Nk";
 }
 

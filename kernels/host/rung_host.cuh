@@ -18,15 +18,60 @@
 
 namespace attnlab {
 
-// Calls f(std::integral_constant<int, D>{}) for the D in kHeadDims equal to `d`.
-// Returns false when `d` is not in the list.
+// A (D, Dv) pair of head dims, as a type (for HeadDimList).
+template <int D_, int Dv_>
+struct HeadDims {
+  static constexpr int D = D_, Dv = Dv_;
+};
+// The (D, Dv) pairs a rung runs, in the order --list prints them: how a rung
+// picks the config of exact head dims.
+template <typename... Pairs>
+struct HeadDimList {
+  // Calls f(Pairs{}) for the pair equal to (D, Dv); false when there is none.
+  template <typename F>
+  static bool dispatch(int D, int Dv, F&& f) {
+    return ((D == Pairs::D && Dv == Pairs::Dv ? (f(Pairs{}), true) : false) || ...);
+  }
+  // Calls f(Pairs{}) for every pair, in order.
+  template <typename F>
+  static void for_each(F&& f) {
+    (f(Pairs{}), ...);
+  }
+  static std::string names() {
+    std::string s;
+    ((s += (s.empty() ? "" : ", ") + std::to_string(Pairs::D) +
+           (Pairs::Dv == Pairs::D ? std::string() : "/" + std::to_string(Pairs::Dv))),
+     ...);
+    return "{" + s + "}";
+  }
+  // The reason a variant of these pairs prints for head dims (D, Dv) that are not one of them.
+  static std::string not_in(int D, int Dv) {
+    return "head dims " + std::to_string(D) + (Dv == D ? "" : "/" + std::to_string(Dv)) + " not in " + names() +
+           " (D, or D/Dv)";
+  }
+};
+
+// A rung's head dims where Dv must equal D: the pairs (D, D) of kHeadDims.
+template <int... kHeadDims>
+using EqualHeadDims = HeadDimList<HeadDims<kHeadDims, kHeadDims>...>;
+
+// EqualHeadDims<kHeadDims...>::dispatch(d, d, ...) with the head dim alone:
+// calls f(std::integral_constant<int, D>{}) for the D in kHeadDims equal to
+// `d`; false when there is none. (kernels/dmattn/ picks its configs this way.)
 template <int... kHeadDims, typename F>
 bool dispatch_head_dim(int d, F&& f) {
-  return ((d == kHeadDims ? (f(std::integral_constant<int, kHeadDims>{}), true) : false) || ...);
+  return EqualHeadDims<kHeadDims...>::dispatch(
+      d, d, [&](auto dims) { f(std::integral_constant<int, decltype(dims)::D>{}); });
+}
+template <int... kHeadDims>
+std::string head_dim_list() {
+  return EqualHeadDims<kHeadDims...>::names();
 }
 
 // Calls f(std::integral_constant<int, B>{}) for the smallest bucket B in
-// kBuckets (ascending) with d <= B. Returns false when d exceeds every bucket.
+// kBuckets (ascending) with d <= B; false when d exceeds every bucket. Not a
+// head-dim list: a bucket's config runs every D up to it (rungs 05 and 06,
+// bucket_launch below), where HeadDimList matches exact head dims.
 template <int... kBuckets, typename F>
 bool dispatch_bucket(int d, F&& f) {
   return ((d <= kBuckets ? (f(std::integral_constant<int, kBuckets>{}), true) : false) || ...);
@@ -36,13 +81,6 @@ bool dispatch_bucket(int d, F&& f) {
 template <typename F>
 cudaError_t dispatch_dtype(DType t, F&& f) {
   return t == DType::kFloat16 ? f(half{}) : f(__nv_bfloat16{});
-}
-
-template <int... kHeadDims>
-std::string head_dim_list() {
-  std::string s;
-  ((s += (s.empty() ? "" : ", ") + std::to_string(kHeadDims)), ...);
-  return "{" + s + "}";
 }
 
 // "" when a block of `smem_bytes` dynamic shared memory fits the device's
@@ -153,24 +191,25 @@ cudaError_t launch_config(const AttnProblem& p, const AttnBuffers& b, cudaStream
 namespace attnlab {
 
 // `unsupported_reason` and `describe` of a rung whose configs are
-// Config<kHeadDim, kStages> with kBr, kBc, kWarps and kSmemBytes.
-template <template <int, int> class Config, int kStages, int... kHeadDims>
+// Config<D, kStages> with kBr, kBc, kWarps and kSmemBytes, for the head dims
+// of `HeadDimsList` (an EqualHeadDims).
+template <template <int, int> class Config, int kStages, typename HeadDimsList>
 std::string rung_unsupported(const AttnProblem& p) {
   int smem = 0;
-  const bool ok = dispatch_head_dim<kHeadDims...>(
-      p.D, [&](auto d) { smem = Config<decltype(d)::value, kStages>::kSmemBytes; });
-  return common_unsupported(p, ok, head_dim_list<kHeadDims...>(), size_t(smem));
+  const bool ok = HeadDimsList::dispatch(
+      p.D, p.Dv, [&](auto dims) { smem = Config<decltype(dims)::D, kStages>::kSmemBytes; });
+  return common_unsupported(p, ok, HeadDimsList::names(), size_t(smem));
 }
 
-template <template <int, int> class Config, int kStages, int... kHeadDims>
+template <template <int, int> class Config, int kStages, typename HeadDimsList>
 std::string rung_describe() {
   std::string s = "stages=" + std::to_string(kStages);
-  for (int D : {kHeadDims...})
-    dispatch_head_dim<kHeadDims...>(D, [&](auto d) {
-      using Cfg = Config<decltype(d)::value, kStages>;
-      s += "; D=" + std::to_string(D) + ": Br=" + std::to_string(Cfg::kBr) + " Bc=" + std::to_string(Cfg::kBc) +
-           " warps=" + std::to_string(Cfg::kWarps) + " smem=" + std::to_string(Cfg::kSmemBytes) + "B";
-    });
+  HeadDimsList::for_each([&](auto dims) {
+    constexpr int D = decltype(dims)::D;
+    using Cfg = Config<D, kStages>;
+    s += "; D=" + std::to_string(D) + ": Br=" + std::to_string(Cfg::kBr) + " Bc=" + std::to_string(Cfg::kBc) +
+         " warps=" + std::to_string(Cfg::kWarps) + " smem=" + std::to_string(Cfg::kSmemBytes) + "B";
+  });
   return s + "; fp16/bf16; causal or not; GQA/MQA; any Nq, Nk";
 }
 
@@ -213,37 +252,5 @@ std::string bucket_describe() {
     });
   return s + "; fp16/bf16; causal or not; GQA/MQA; any Nq, Nk";
 }
-
-// A (D, Dv) pair of head dims, as a type (for HeadDimList).
-template <int D_, int Dv_>
-struct HeadDims {
-  static constexpr int D = D_, Dv = Dv_;
-};
-// The (D, Dv) pairs a rung runs, in the order --list prints them.
-template <typename... Pairs>
-struct HeadDimList {
-  // Calls f(Pairs{}) for the pair equal to (D, Dv); false when there is none.
-  template <typename F>
-  static bool dispatch(int D, int Dv, F&& f) {
-    return ((D == Pairs::D && Dv == Pairs::Dv ? (f(Pairs{}), true) : false) || ...);
-  }
-  // Calls f(Pairs{}) for every pair, in order.
-  template <typename F>
-  static void for_each(F&& f) {
-    (f(Pairs{}), ...);
-  }
-  static std::string names() {
-    std::string s;
-    ((s += (s.empty() ? "" : ", ") + std::to_string(Pairs::D) +
-           (Pairs::Dv == Pairs::D ? std::string() : "/" + std::to_string(Pairs::Dv))),
-     ...);
-    return "{" + s + "}";
-  }
-  // The reason a variant of these pairs prints for head dims (D, Dv) that are not one of them.
-  static std::string not_in(int D, int Dv) {
-    return "head dims " + std::to_string(D) + (Dv == D ? "" : "/" + std::to_string(Dv)) + " not in " + names() +
-           " (D, or D/Dv)";
-  }
-};
 
 }  // namespace attnlab
