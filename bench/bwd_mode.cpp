@@ -35,7 +35,7 @@ std::vector<const BwdVariant*> backward_rows(const Options& opt, size_t* rungs) 
     for (const BwdVariant& v : torch_unfused) rows.push_back(&v);
   const size_t peers = rows.size();
   for (const BwdVariant& v : all_bwd_variants())
-    if (glob_match(opt.variant_glob, v.name)) rows.push_back(&v);
+    if (variant_selected(opt.variant_glob, v)) rows.push_back(&v);
   *rungs = rows.size() - peers;
   return rows;
 }

@@ -199,7 +199,7 @@ int main(int argc, char** argv) {
     for (const Variant& v : sdpa) selected.push_back(&v);
   const size_t n_peers = selected.size();
   for (const Variant& v : all_variants())
-    if (glob_match(opt.variant_glob, v.name)) selected.push_back(&v);
+    if (variant_selected(opt.variant_glob, v)) selected.push_back(&v);
 
   if (opt.list) {
     std::vector<ListEntry> entries;

@@ -538,12 +538,15 @@ timeout 180 "$build/flash_attn_mma" --B 1 --H 8 --N 8192 --D 512 > "$out/mission
 tail -2 "$out/mission.txt"
 step "benchmarks (bench.csv)"
 : > "$out/bench.txt"
+# Page 12's steps towards the engine (ws+tma*, run on request) in the same runs as
+# the engine, at B=1 H=8 N=8192 D=64, 128, 256, causal and not.
+with_steps() { [[ $1 =~ ^--B\ 1\ --H\ 8\ --N\ 8192\ --D\ (64|128|256)(\ --causal)?$ ]]; }
 for shape in "${bench_set[@]}"; do
   case $shape in
     @gemm_ceiling) python3 -c "import torch" 2>/dev/null &&
                      timeout 120 python3 scripts/gemm_ceiling.py --D 1024 512 > "$out/gemm_ceiling.txt" 2>&1 ;;
     --no-check*) bench_timing_only ${shape#--no-check } ;;
-    *) bench $shape ;;
+    *) if with_steps "$shape"; then bench $shape --variant '*,ws+tma*'; else bench $shape; fi ;;
   esac
 done
 echo

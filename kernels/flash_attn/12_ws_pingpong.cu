@@ -35,7 +35,7 @@
 //
 // Supports: fp16, bf16; the (D, Dv) above; GQA/MQA; any Nq, Nk >= 1; causal
 // (bottom-right) or not; O and LSE. Needs sm_90, sm_90a, cuTensorMapEncodeTiled.
-//
+// Steps, each one idea, named on request: ws+tma (+pingpong, +persistent).
 // Run: build/flash_attn_mma --B 1 --H 8 --N 8192 --D 128 --variant 'ws*,wgmma+stage2+overlap' --show-all
 // ============================================================================
 
@@ -147,8 +147,35 @@ std::string unsupported(const AttnProblem& p) {
   return smem_unsupported(size_t(smem));
 }
 
+// The steps page 12 measures one idea at a time, each a variant of its own
+// (named on request, not in the default set: VariantOf::on_request), the
+// engine last:
+//   kBlockPerTile: TMA producer and K/V ring alone: a block per query tile,
+//     head by head, no persistence (rung 07 plus the producer);
+//   kPersistent: one block per SM walking its tiles: causal, longest first
+//     from the counter (the dynamic order); non-causal, dealt round-robin,
+//     the last round whole;
+//   kEngine: non-causal, the last round split along the keys (stream-K).
+enum class WsStep { kBlockPerTile, kPersistent, kEngine };
+
+// What a step's schedule takes: its policy, whether its grid is persistent,
+// and whether it is given the workspace (the counter, or the split's parts).
+struct StepPlan {
+  FwdPolicy policy;
+  bool persistent, workspace;
+};
+template <WsStep kStep>
+StepPlan step_plan(const AttnProblem& p) {
+  switch (kStep) {
+    case WsStep::kBlockPerTile: return {FwdPolicy::kHeadByHead, false, false};
+    case WsStep::kPersistent:   return {policy(p), true, p.causal};
+    case WsStep::kEngine:       return {policy(p), true, true};
+  }
+  return {};
+}
+
 // kPingpong: the warpgroups take turns where the tile table says so.
-template <bool kPingpong>
+template <bool kPingpong, WsStep kStep>
 cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stream) {
   cudaError_t err = cudaErrorInvalidValue;
   WsHeadDims::dispatch(p.D, p.Dv, [&](auto dims) {
@@ -158,14 +185,17 @@ cudaError_t launch(const AttnProblem& p, const AttnBuffers& b, cudaStream_t stre
       using T = decltype(type);
       CUtensorMap maps[3];
       if (!encode_qkv_maps<Cfg::kBr, Cfg::kBc>(maps, p, b.q, b.k, b.v)) return cudaErrorInvalidValue;
-      // Non-causal: one block per SM (the tiles are equal, dealt round-robin),
-      // the last round's split along the keys where the workspace allows.
-      // Causal: one block per SM taking the tiles longest first from a
-      // counter (a static deal of unequal tiles measured slower); without a
-      // workspace, one block per tile, which the hardware starts as blocks finish.
+      // The engine: non-causal, one block per SM (the tiles are equal, dealt
+      // round-robin), the last round's split along the keys where the
+      // workspace allows. Causal: one block per SM taking the tiles longest
+      // first from a counter (a static deal of unequal tiles measured slower);
+      // without a workspace, one block per tile, which the hardware starts as
+      // blocks finish.
+      const StepPlan plan = step_plan<kStep>(p);
       FwdSchedule s;
-      if (cudaError_t e = plan_fwd_schedule(p, policy(p), kFwdTiles<Cfg>, /*persistent=*/true, b.workspace,
-                                            b.workspace_bytes, device_sm_count(), stream, s);
+      if (cudaError_t e = plan_fwd_schedule(p, plan.policy, kFwdTiles<Cfg>, plan.persistent,
+                                            plan.workspace ? b.workspace : nullptr,
+                                            plan.workspace ? b.workspace_bytes : 0, device_sm_count(), stream, s);
           e != cudaSuccess)
         return e;
       return launch_with_smem(ws_kernel<Cfg, T, kPingpong && WsTile<D, Dv>::kPingpong>,
@@ -188,35 +218,57 @@ std::string describe_tiles() {
          " warps=" + std::to_string(Cfg::kWarps) + " smem=" + std::to_string(Cfg::kSmemBytes) + "B" +
          (kPingpong ? (turns ? " ping-pong" : " no ping-pong") : "");
   });
-  return s + "; fp16/bf16; GQA; a persistent grid: non-causal the last round split along the keys, causal "
-             "longest tiles first from a counter; any Nq, Nk";
+  return s + "; fp16/bf16; GQA; any Nq, Nk";
 }
 
-template <bool kPingpong>
-Variant make_variant() {
+template <WsStep kStep>
+const char* describe_schedule() {
+  switch (kStep) {
+    case WsStep::kBlockPerTile: return "a block per query tile, head by head";
+    case WsStep::kPersistent:
+      return "a persistent grid: non-causal the tiles dealt round-robin, causal longest first from a counter";
+    case WsStep::kEngine:
+      return "a persistent grid: non-causal the last round split along the keys, causal longest tiles first "
+             "from a counter";
+  }
+  return "";
+}
+
+template <bool kPingpong, WsStep kStep>
+Variant make_variant(const std::string& name) {
   Variant v;
-  v.name = std::string("ws+stage") + std::to_string(kWsStages) + (kPingpong ? "+pingpong" : "");
+  v.name = name;
   v.rung = "12_ws_pingpong";
+  v.on_request = kStep != WsStep::kEngine;
   v.unsupported_reason = unsupported;
   v.workspace_bytes = [](const AttnProblem& p) {  // the split's (non-causal), the counter (causal)
     size_t bytes = 0;
+    if (!step_plan<kStep>(p).workspace) return bytes;
     WsHeadDims::dispatch(p.D, p.Dv, [&](auto dims) {
       bytes = fwd_schedule_workspace_bytes(policy(p), kFwdTiles<Config<decltype(dims)::D, decltype(dims)::Dv>>,
                                            device_sm_count());
     });
     return bytes;
   };
-  v.launch = launch<kPingpong>;
+  v.launch = launch<kPingpong, kStep>;
   v.describe = [] {
     return std::string("sm_90a wgmma, K/V by TMA from a producer warpgroup, softmax overlapped with P·V") +
            (kPingpong ? ", the compute warpgroups alternate on the tensor cores" : "") + "; " +
-           describe_tiles<kPingpong>();
+           describe_schedule<kStep>() + "; " + describe_tiles<kPingpong>();
   };
   return v;
 }
 
 }  // namespace
 
-std::vector<Variant> make_ws_pingpong_variants() { return {make_variant<false>(), make_variant<true>()}; }
+// The engine (ws+stage2+pingpong, and without the turns), then page 12's steps
+// towards it, run when --variant names them.
+std::vector<Variant> make_ws_pingpong_variants() {
+  const std::string engine = std::string("ws+stage") + std::to_string(kWsStages);
+  return {make_variant<false, WsStep::kEngine>(engine), make_variant<true, WsStep::kEngine>(engine + "+pingpong"),
+          make_variant<false, WsStep::kBlockPerTile>("ws+tma"),
+          make_variant<true, WsStep::kBlockPerTile>("ws+tma+pingpong"),
+          make_variant<true, WsStep::kPersistent>("ws+tma+pingpong+persistent")};
+}
 
 }  // namespace attnlab

@@ -32,6 +32,9 @@ struct VariantOf {
   std::function<size_t(const AttnProblem&)> workspace_bytes = [](const AttnProblem&) { return size_t(0); };
   // Enqueues the computation on `stream`; returns the launch error, if any.
   Launch launch;
+  // A step of its rung's page (rung 12's steps towards the engine): run when
+  // --variant names it, never in the default set ("*").
+  bool on_request = false;
   // One line for `--list`: tile shape, warps, stages, shared memory, head dims.
   std::function<std::string()> describe;
 
@@ -84,5 +87,12 @@ const V* find_variant(const std::string& name) {
 // Shell-style glob match ('*', '?'), how --variant and the test programs pick
 // variants by name; a comma separates alternatives ('ws*,wgmma*' matches either).
 bool glob_match(const std::string& pattern, const std::string& text);
+
+// Whether --variant `pattern` picks v: its name matches, and a variant run on
+// request is named by a pattern other than the default "*".
+template <typename Buffers>
+bool variant_selected(const std::string& pattern, const VariantOf<Buffers>& v) {
+  return glob_match(pattern, v.name) && (!v.on_request || pattern != "*");
+}
 
 }  // namespace attnlab

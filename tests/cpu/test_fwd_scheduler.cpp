@@ -1,7 +1,7 @@
 // The forward tile scheduler (kernels/hopper/fwd_scheduler.h): every (query
 // tile, head) work item exactly once, longest first under that policy, a
 // persistent grid's rounds dealing out each item exactly once, and the plan's
-// grid and workspace for each policy.
+// grid and workspace for each policy; rung 12's steps, registered on request.
 #include <algorithm>
 #include <cstdio>
 #include <set>
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "hopper/fwd_scheduler.h"
+#include "host/variant.h"
 #include "testing.h"
 
 using namespace attnlab;
@@ -211,4 +212,20 @@ TEST_CASE(tile_order_split_only_where_it_pays) {
   t = order(20, 1, 0);  // a key tile per item: nothing to split
   EXPECT_EQ(plan_kv_split(t, 1, 132, true), 20);
   EXPECT_EQ(t.split_units, 0);
+}
+
+// Rung 12's steps towards the engine (page 12) are registered, each run only
+// when --variant names it: the default set ("*") has the engine and not them.
+TEST_CASE(rung12_steps_run_on_request) {
+  const char* steps[] = {"ws+tma", "ws+tma+pingpong", "ws+tma+pingpong+persistent"};
+  for (const char* name : steps) {
+    const Variant* v = find_variant<Variant>(name);
+    EXPECT_TRUE(v != nullptr);
+    if (v == nullptr) continue;
+    EXPECT_TRUE(v->on_request && v->rung == "12_ws_pingpong");
+    EXPECT_TRUE(!variant_selected("*", *v));
+    EXPECT_TRUE(variant_selected("ws*", *v) && variant_selected(name, *v));
+  }
+  const Variant* engine = find_variant<Variant>("ws+stage2+pingpong");
+  EXPECT_TRUE(engine != nullptr && !engine->on_request && variant_selected("*", *engine));
 }
