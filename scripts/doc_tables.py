@@ -84,7 +84,7 @@ def table(rows, rung, prev, backward=False):
     n = rc.preferred_n(sl.values("Nq")) if sl else rc.TABLE_N
     mine = [r for r in rows if of(r["variant"], rung)]
     shapes, skipped = table_shapes(rows, rung)
-    stages = sorted({r["variant"] for r in mine})
+    stages = sorted({r["variant"] for r in mine}, key=lambda v: ladder.stage_order(rung, v))
     if not shapes:  # a rung the CSVs have no timings of (yet): say so instead of an empty table
         why = f" (its rows at head dims {', '.join(str(d) for d in skipped)} say why)" if skipped else ""
         return f"{source} has no timed row of this rung{why}."

@@ -68,6 +68,15 @@ FAMILIES = (MMA, HOPPER, SPLIT_D, TWO_PASS)  # the forward rungs' families: the 
 FORWARD_RUNGS = tuple(r for r in RUNGS if r.family != BACKWARD)
 BACKWARD_RUNGS = tuple(r for r in RUNGS if r.family == BACKWARD)
 ENGINE = "12"  # the forward engine: the main path's last rung
+# A rung's steps (variants run on request, one idea each), in the order its page
+# teaches them, before its other stages: rung 12's towards the engine.
+STEPS = {"ws": ("ws+tma", "ws+tma+pingpong", "ws+tma+pingpong+persistent")}
+
+
+def stage_order(prefix, variant):
+    """Sort key of rung `prefix`'s variant: its steps first, in STEPS's order, then the others by name."""
+    steps = STEPS.get(prefix, ())
+    return (0, steps.index(variant), "") if variant in steps else (1, 0, variant)
 
 
 def lineage(number):

@@ -330,3 +330,13 @@ def test_gemm_ceiling_without_gpu_says_so_in_one_line():
     result = subprocess.run([sys.executable, GEMM_CEILING], capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 1, f"exit {result.returncode}\n{result.stdout}{result.stderr}"
     assert result.stderr.startswith("gemm_ceiling: ") and result.stderr.count("\n") == 1, result.stderr
+
+
+def test_a_rungs_steps_come_first_in_the_order_its_page_teaches():
+    import ladder
+    names = ["ws+stage2+pingpong", "ws+tma+pingpong+persistent", "ws+stage2", "ws+tma", "ws+tma+pingpong"]
+    ordered = sorted(names, key=lambda v: ladder.stage_order("ws", v))
+    assert ordered == ["ws+tma", "ws+tma+pingpong", "ws+tma+pingpong+persistent", "ws+stage2",
+                       "ws+stage2+pingpong"], ordered
+    assert sorted(["split-q+stage2", "split-q+stage1"], key=lambda v: ladder.stage_order("split-q", v)) == [
+        "split-q+stage1", "split-q+stage2"]
