@@ -103,9 +103,11 @@ BwdVariant blocksparse_bwd_variant(const BlockMaskView& view, const MaskMod& mas
 
 // What every row of one run shares.
 struct BlocksparseRun {
-  BlocksparseRun(const Options& options, uint64_t input_seed, cudaStream_t s)
-      : opt(options), seed(input_seed), stream(s) {}
-  const Options& opt;
+  BlocksparseRun(const CommonOptions& options, const BlocksparseOptions& blocksparse, uint64_t input_seed,
+                 cudaStream_t s)
+      : opt(options), bs(blocksparse), seed(input_seed), stream(s) {}
+  const CommonOptions& opt;
+  const BlocksparseOptions& bs;
   const uint64_t seed;
   const cudaStream_t stream;
   AttnProblem p;       // ours: no causal flag (a causal mask is the mask_mod)
@@ -131,8 +133,8 @@ struct BlocksparseRun {
 };
 
 // The spec parse_mask_mod takes: "document:K" without its count.
-std::string mask_spec(const Options& opt) {
-  return opt.mask_mod.rfind("document", 0) == 0 ? std::string("document") : opt.mask_mod;
+std::string mask_spec(const BlocksparseOptions& bs) {
+  return bs.mask_mod.rfind("document", 0) == 0 ? std::string("document") : bs.mask_mod;
 }
 
 // ==== set-up ==========================================================================
@@ -145,26 +147,27 @@ RunError set_up_backward(BlocksparseRun& run);
 // counted, then the forward's or the backward's buffers, inputs and
 // (unless --no-check) references.
 RunError set_up(BlocksparseRun& run) {
-  const Options& opt = run.opt;
+  const CommonOptions& opt = run.opt;
+  const BlocksparseOptions& bs = run.bs;
   AttnProblem& p = run.p;
   p = to_problem(opt);
   std::string why;  // the specs passed parse_args
-  run.mask = parse_mask_mod(mask_spec(opt), p.Nq, p.Nk, why);
-  run.score = parse_score_mod(opt.score_mod.empty() ? "none" : opt.score_mod, p.H, why);
+  run.mask = parse_mask_mod(mask_spec(bs), p.Nq, p.Nk, why);
+  run.score = parse_score_mod(bs.score_mod.empty() ? "none" : bs.score_mod, p.H, why);
   const bool document = run.mask.kind == MaskModKind::kDocument;
-  run.mask_name = document ? "document:" + std::to_string(opt.document_count) : mask_mod_name(run.mask);
+  run.mask_name = document ? "document:" + std::to_string(bs.document_count) : mask_mod_name(run.mask);
   run.p_sdpa = p;
   run.p_sdpa.causal = run.mask.kind == MaskModKind::kCausal;
 
   const int mask_B = document ? p.B : 1, mask_H = 1;
-  if (std::string e = block_mask_gpu_unsupported(mask_B, mask_H, p.Nq, p.Nk, opt.block_q, opt.block_kv); !e.empty())
+  if (std::string e = block_mask_gpu_unsupported(mask_B, mask_H, p.Nq, p.Nk, bs.block_q, bs.block_kv); !e.empty())
     return {"the block mask: " + e, kExitBadOptions};
   uint8_t* mask_base = nullptr;
-  if (std::string e = run.arena.alloc(block_mask_device_bytes(mask_B, mask_H, p.Nq, p.Nk, opt.block_q, opt.block_kv),
+  if (std::string e = run.arena.alloc(block_mask_device_bytes(mask_B, mask_H, p.Nq, p.Nk, bs.block_q, bs.block_kv),
                                       &mask_base, "the block mask");
       !e.empty())
     return e;
-  run.view = block_mask_view(mask_base, mask_B, mask_H, p.Nq, p.Nk, opt.block_q, opt.block_kv);
+  run.view = block_mask_view(mask_base, mask_B, mask_H, p.Nq, p.Nk, bs.block_q, bs.block_kv);
   if (std::string e = opt.bwd ? blocksparse_bwd_unsupported(p, run.view) : blocksparse_fwd_unsupported(p, run.view);
       !e.empty())
     return {std::string(opt.bwd ? "the block-sparse backward: " : "the block-sparse forward: ") + e, kExitBadOptions};
@@ -172,7 +175,7 @@ RunError set_up(BlocksparseRun& run) {
   const cudaStream_t stream = run.stream;
   if (document) {
     const int L = std::max(p.Nq, p.Nk);
-    const std::vector<int32_t> ids = random_document_ids(p.B, L, opt.document_count, run.seed);
+    const std::vector<int32_t> ids = random_document_ids(p.B, L, bs.document_count, run.seed);
     int32_t* d_ids = nullptr;
     if (std::string e = run.arena.alloc(ids.size(), &d_ids, "the document ids"); !e.empty()) return e;
     cudaMemcpyAsync(d_ids, ids.data(), ids.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream);
@@ -201,7 +204,7 @@ RunError set_up(BlocksparseRun& run) {
   std::snprintf(summary, sizeof summary,
                 "block mask %dx%d, lists for B=%d H=%d%s: %lld partial + %lld full of %lld blocks; pairs kept %.2f%% "
                 "of B·H·Nq·Nk, in the visited blocks %.2f%%",
-                opt.block_q, opt.block_kv, mask_B, mask_H, mask_B != p.B || mask_H != p.H ? " (broadcast)" : "", partial,
+                bs.block_q, bs.block_kv, mask_B, mask_H, mask_B != p.B || mask_H != p.H ? " (broadcast)" : "", partial,
                 full, static_cast<long long>(lists.kv_count.size()) * lists.n_blocks,
                 100.0 * double(run.pairs) / all_pairs, 100.0 * visited / all_pairs);
   run.mask_summary = summary;
@@ -313,7 +316,7 @@ void peer_rows(BlocksparseRun& run) {
 // ==== the report ======================================================================
 
 void print_header(const BlocksparseRun& run) {
-  const Options& opt = run.opt;
+  const CommonOptions& opt = run.opt;
   char banner[320];
   std::snprintf(banner, sizeof banner, " block-sparse%s: %s, mask_mod %s, score_mod %s, Warmup: %d, Iters: %d, Seed: %llu ",
                 opt.bwd ? " backward" : "", run.p.shape_string().c_str(), run.mask_name.c_str(),
@@ -363,25 +366,25 @@ int fail(const RunError& e) {
 
 }  // namespace
 
-std::string blocksparse_options_unsupported(const Options& opt) {
+std::string blocksparse_options_unsupported(const CommonOptions& opt, const BlocksparseOptions& bs) {
   const std::string kernel = opt.bwd ? "the block-sparse backward" : "the block-sparse forward";
   int Br = 0, Bc = 0;
   if (std::string e = opt.bwd ? blocksparse_bwd_tile(opt.D, opt.Dv, &Br, &Bc)
                               : blocksparse_fwd_tile(opt.D, opt.Dv, &Br, &Bc);
       !e.empty())
     return kernel + ": " + e;
-  if (opt.block_q % Br != 0 || opt.block_kv % Bc != 0)
-    return "--block-size " + std::to_string(opt.block_q) + "," + std::to_string(opt.block_kv) +
+  if (bs.block_q % Br != 0 || bs.block_kv % Bc != 0)
+    return "--block-size " + std::to_string(bs.block_q) + "," + std::to_string(bs.block_kv) +
            " is not a multiple of the kernel tile " + std::to_string(Br) + " x " + std::to_string(Bc) + " of " +
            kernel + " at D = " + std::to_string(opt.D) + (opt.Dv == opt.D ? "" : ", Dv = " + std::to_string(opt.Dv));
-  const bool document = mask_spec(opt) == "document";
-  if (std::string e = block_mask_gpu_unsupported(document ? opt.B : 1, 1, opt.Nq, opt.Nk, opt.block_q, opt.block_kv);
+  const bool document = mask_spec(bs) == "document";
+  if (std::string e = block_mask_gpu_unsupported(document ? opt.B : 1, 1, opt.Nq, opt.Nk, bs.block_q, bs.block_kv);
       !e.empty())
     return "the block mask: " + e;
   return "";
 }
 
-std::vector<ListEntry> blocksparse_list(const Options& opt) {
+std::vector<ListEntry> blocksparse_list(const CommonOptions& opt) {
   std::vector<ListEntry> entries;
   if (opt.bwd) {
     if (opt.sdpa)
@@ -413,8 +416,9 @@ std::vector<int32_t> random_document_ids(int B, int L, int K, uint64_t seed) {
   return ids;
 }
 
-int run_blocksparse_mode(const Options& opt, const SystemInfo& sys, uint64_t seed, cudaStream_t stream) {
-  BlocksparseRun run(opt, seed, stream);
+int run_blocksparse_mode(const CommonOptions& opt, const BlocksparseOptions& bs, const SystemInfo& sys, uint64_t seed,
+                         cudaStream_t stream) {
+  BlocksparseRun run(opt, bs, seed, stream);
   if (RunError e = set_up(run); e.failed()) return fail(e);
   print_header(run);
   // The rows: the peers first, then ours, each run once and checked.

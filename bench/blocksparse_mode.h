@@ -23,11 +23,11 @@ constexpr const char* kBlocksparseCsvColumns = ",mask,score";
 // GPU, so before the harness looks for one (exit 2): head dims no kernel has,
 // --block-size not a multiple of the kernel's tile, a block mask past the
 // builder's grid.
-std::string blocksparse_options_unsupported(const Options& opt);
+std::string blocksparse_options_unsupported(const CommonOptions& opt, const BlocksparseOptions& bs);
 
 // --list with --mask-mod: the rows this mode can run (peers as --sdpa and
 // --no-peers pick them).
-std::vector<ListEntry> blocksparse_list(const Options& opt);
+std::vector<ListEntry> blocksparse_list(const CommonOptions& opt);
 
 // Document ids [B][L] for --mask-mod document:K: per batch, L cut into K
 // documents at K - 1 distinct random points (uniform, from `seed`); id d
@@ -38,6 +38,7 @@ std::vector<int32_t> random_document_ids(int B, int L, int K, uint64_t seed);
 // the process exit code (kExitOk; kExitBadOptions for a problem or block size
 // the kernel refuses, found before any launch; kExitFailed on a failed check,
 // a GPU error or a lost CSV write).
-int run_blocksparse_mode(const Options& opt, const SystemInfo& sys, uint64_t seed, cudaStream_t stream);
+int run_blocksparse_mode(const CommonOptions& opt, const BlocksparseOptions& bs, const SystemInfo& sys, uint64_t seed,
+                         cudaStream_t stream);
 
 }  // namespace attnlab

@@ -25,7 +25,7 @@
 
 namespace attnlab {
 
-std::vector<const BwdVariant*> backward_rows(const Options& opt, size_t* rungs) {
+std::vector<const BwdVariant*> backward_rows(const CommonOptions& opt, const DenseOptions& dense, size_t* rungs) {
   static const std::vector<BwdVariant> torch_unfused = make_torch_unfused_backward_peers(),
                                        sdpa = make_sdpa_backward_peers();
   std::vector<const BwdVariant*> rows;
@@ -35,7 +35,7 @@ std::vector<const BwdVariant*> backward_rows(const Options& opt, size_t* rungs) 
     for (const BwdVariant& v : torch_unfused) rows.push_back(&v);
   const size_t peers = rows.size();
   for (const BwdVariant& v : all_bwd_variants())
-    if (variant_selected(opt.variant_glob, v)) rows.push_back(&v);
+    if (variant_selected(dense.variant_glob, v)) rows.push_back(&v);
   *rungs = rows.size() - peers;
   return rows;
 }
@@ -63,7 +63,7 @@ std::string per_gradient(const double (&x)[kGrads]) {
 
 // One row run once (into poisoned gradients) and, unless --no-check, checked;
 // a deterministic rung then repeated and compared bit for bit.
-TableRow backward_row(const Options& opt, const BwdVariant& v, const AttnProblem& p, const GradBuffers& bufs,
+TableRow backward_row(const CommonOptions& opt, const BwdVariant& v, const AttnProblem& p, const GradBuffers& bufs,
                       const GradReference& ref, cudaStream_t stream) {
   TableRow r;
   r.name = v.is_peer ? v.name + " bwd" : v.name;  // the rungs' names say it already ("bwd-ws")
@@ -94,8 +94,9 @@ TableRow backward_row(const Options& opt, const BwdVariant& v, const AttnProblem
   return r;
 }
 
-int run_dense_backward_mode(const Options& opt, const std::vector<const BwdVariant*>& selected,
-                            const SystemInfo& sys, uint64_t seed, cudaStream_t stream) {
+int run_dense_backward_mode(const CommonOptions& opt, const DenseOptions& dense,
+                            const std::vector<const BwdVariant*>& selected, const SystemInfo& sys, uint64_t seed,
+                            cudaStream_t stream) {
   const AttnProblem p = to_problem(opt);
   size_t wanted = 0;  // the workspace: the most a row that runs this shape asks for
   for (const BwdVariant* v : selected)
@@ -118,7 +119,7 @@ int run_dense_backward_mode(const Options& opt, const std::vector<const BwdVaria
                 "check", per_gradient(ref.baseline_err).c_str(), per_gradient(ref.rounding_err).c_str());
   size_t rungs = 0;
   for (const BwdVariant* v : selected) rungs += v->is_peer ? 0 : 1;
-  if (rungs == 0) std::printf("%32s  (no backward rung matches --variant '%s')\n", "", opt.variant_glob.c_str());
+  if (rungs == 0) std::printf("%32s  (no backward rung matches --variant '%s')\n", "", dense.variant_glob.c_str());
 
   // As the forward: every row run once and checked, then the rows that ran
   // timed together, their iterations interleaved, then each row's figures.
@@ -136,7 +137,7 @@ int run_dense_backward_mode(const Options& opt, const std::vector<const BwdVaria
   if (!device_lost) device_lost = time_rows(rows, calls, opt.warmup, opt.iters, bufs.fwd.flush,
                                             bufs.fwd.flush_bytes, stream);
   const TableScore score = score_rows(rows, backward_flops(p));
-  print_table(rows, score.best_peer_name, opt.show_all);
+  print_table(rows, score.best_peer_name, dense.show_all);
   std::printf("%s | driver %s | CUDA %s | torch %s | attnlab %s | %s\n", sys.gpu.c_str(), sys.driver.c_str(),
               sys.cuda.c_str(), torch_version().c_str(), sys.commit.c_str(), sys.date.c_str());
   if (!opt.csv.empty())

@@ -301,10 +301,14 @@ is missing, the NVIDIA driver or a GPU, then CUDA's own words)
 ParseResult parse_args(const std::vector<std::string>& args) {
   ParseResult r;
   Options& o = r.options;
+  CommonOptions& c = o.common;
+  DenseOptions& d = o.dense;
+  DynamicMaskOptions& m = o.dynamic_mask;
+  BlocksparseOptions& s = o.blocksparse;
   // --help (or -h) anywhere: the help, whatever else is given.
   for (const std::string& a : args)
     if (a == "--help" || a == "-h") {
-      o.help = true;
+      c.help = true;
       return r;
     }
   int n = -1, nq = -1, nk = -1, dv = -1;
@@ -357,82 +361,82 @@ ParseResult parse_args(const std::vector<std::string>& args) {
       r.error = flag + " given twice";
       return r;
     }
-    if (flag == "--B") int_flag(1, kMaxBatchOrHeads, &o.B);
-    else if (flag == "--H") int_flag(1, kMaxBatchOrHeads, &o.H);
+    if (flag == "--B") int_flag(1, kMaxBatchOrHeads, &c.B);
+    else if (flag == "--H") int_flag(1, kMaxBatchOrHeads, &c.H);
     else if (flag == "--N") int_flag(1, kMaxSeqLen, &n);
     else if (flag == "--Nq") int_flag(1, kMaxSeqLen, &nq);
     else if (flag == "--Nk") int_flag(1, kMaxSeqLen, &nk);
-    else if (flag == "--D") int_flag(1, kMaxHeadDim, &o.D);
+    else if (flag == "--D") int_flag(1, kMaxHeadDim, &c.D);
     else if (flag == "--Dv") int_flag(1, kMaxHeadDim, &dv);
-    else if (flag == "--warmup") int_flag(0, 100000, &o.warmup);
-    else if (flag == "--iters") int_flag(1, 100000, &o.iters);
+    else if (flag == "--warmup") int_flag(0, 100000, &c.warmup);
+    else if (flag == "--iters") int_flag(1, 100000, &c.iters);
     else if (flag == "--seed") {
-      if (take_value()) r.error = parse_seed(value, &o.seed);
-      o.seed_given = true;
+      if (take_value()) r.error = parse_seed(value, &c.seed);
+      c.seed_given = true;
     } else if (flag == "--dtype") {
       if (take_value()) {
-        if (value == "fp16" || value == "float16" || value == "half") o.dtype = DType::kFloat16;
-        else if (value == "bf16" || value == "bfloat16") o.dtype = DType::kBFloat16;
+        if (value == "fp16" || value == "float16" || value == "half") c.dtype = DType::kFloat16;
+        else if (value == "bf16" || value == "bfloat16") c.dtype = DType::kBFloat16;
         else r.error = "--dtype must be fp16 or bf16, got '" + value + "'";
       }
     } else if (flag == "--variant") {
-      if (take_value()) o.variant_glob = value;
+      if (take_value()) d.variant_glob = value;
     } else if (flag == "--csv") {
       if (take_value()) {
         if (value.empty()) r.error = "--csv needs a file name";
-        o.csv = value;
+        c.csv = value;
       }
-    } else if (flag == "--causal") bool_flag(&o.causal);
+    } else if (flag == "--causal") bool_flag(&c.causal);
     else if (flag == "--check" || flag == "--no-check" || flag == "--torch" || flag == "--sdpa" ||
              flag == "--no-peers") {
       if (has_inline_value) r.error = flag + " takes no value";  // resolved below, from the options given
     }
-    else if (flag == "--show-all") bool_flag(&o.show_all);
-    else if (flag == "--sweep") bool_flag(&o.sweep);
-    else if (flag == "--sweep-N") { if (take_value()) r.error = parse_int_list(flag, value, 1, kMaxSeqLen, &o.sweep_N); }
-    else if (flag == "--sweep-D") { if (take_value()) r.error = parse_int_list(flag, value, 1, kMaxHeadDim, &o.sweep_D); }
-    else if (flag == "--sweep-causal") { if (take_value()) r.error = parse_int_list(flag, value, 0, 1, &o.sweep_causal); }
+    else if (flag == "--show-all") bool_flag(&d.show_all);
+    else if (flag == "--sweep") bool_flag(&d.sweep);
+    else if (flag == "--sweep-N") { if (take_value()) r.error = parse_int_list(flag, value, 1, kMaxSeqLen, &d.sweep_N); }
+    else if (flag == "--sweep-D") { if (take_value()) r.error = parse_int_list(flag, value, 1, kMaxHeadDim, &d.sweep_D); }
+    else if (flag == "--sweep-causal") { if (take_value()) r.error = parse_int_list(flag, value, 0, 1, &d.sweep_causal); }
     else if (flag == "--reference") {
       std::string ref;
       choice({"fp32", "torch"}, "fp32 or torch", &ref);
-      o.torch_reference = ref == "torch";
+      d.torch_reference = ref == "torch";
     }
-    else if (flag == "--Hkv") int_flag(1, kMaxBatchOrHeads, &o.Hkv);
-    else if (flag == "--mask") choice({"none", "causal", "topk", "ones"}, "none, causal, ones or topk", &o.mask);
-    else if (flag == "--window") int_flag(0, kMaxSeqLen, &o.window);
-    else if (flag == "--block") int_flag(0, 65536, &o.block);
-    else if (flag == "--bias") bool_flag(&o.bias);
-    else if (flag == "--splits") int_flag(0, 1024, &o.splits);
+    else if (flag == "--Hkv") int_flag(1, kMaxBatchOrHeads, &c.Hkv);
+    else if (flag == "--mask") choice({"none", "causal", "topk", "ones"}, "none, causal, ones or topk", &m.mask);
+    else if (flag == "--window") int_flag(0, kMaxSeqLen, &m.window);
+    else if (flag == "--block") int_flag(0, 65536, &m.block);
+    else if (flag == "--bias") bool_flag(&m.bias);
+    else if (flag == "--splits") int_flag(0, 1024, &m.splits);
     else if (flag == "--dma-core")
       choice({"auto", "mma", "wgmma", "wgmma-cp.async", "gather"}, "auto, mma, wgmma, wgmma-cp.async or gather",
-             &o.dma_core);
+             &m.dma_core);
     else if (flag == "--dma-mask-scan")
-      choice({"auto", "prepass", "in-kernel", "pipelined"}, "auto, prepass, in-kernel or pipelined", &o.dma_mask_scan);
-    else if (flag == "--dma-prepass-chunks") int_flag(0, 16, &o.dma_prepass_chunks);
-    else if (flag == "--bwd") bool_flag(&o.bwd);
-    else if (flag == "--deterministic") bool_flag(&o.deterministic);
-    else if (flag == "--bwd-chunks") int_flag(0, 4096, &o.bwd_chunks);
+      choice({"auto", "prepass", "in-kernel", "pipelined"}, "auto, prepass, in-kernel or pipelined", &m.dma_mask_scan);
+    else if (flag == "--dma-prepass-chunks") int_flag(0, 16, &m.dma_prepass_chunks);
+    else if (flag == "--bwd") bool_flag(&c.bwd);
+    else if (flag == "--deterministic") bool_flag(&c.deterministic);
+    else if (flag == "--bwd-chunks") int_flag(0, 4096, &m.bwd_chunks);
     else if (flag == "--bwd-walk-in-order") {
       bool in_order = false;
       bool_flag(&in_order);
-      o.bwd_rotate = !in_order;
+      m.bwd_rotate = !in_order;
     }
-    else if (flag == "--bwd-own-prepass") bool_flag(&o.bwd_own_prepass);
-    else if (flag == "--mask-bits") bool_flag(&o.mask_bits);
-    else if (flag == "--softcap") { if (take_value()) r.error = parse_number(flag, value, 0, kMaxSoftcap, &o.softcap); }
+    else if (flag == "--bwd-own-prepass") bool_flag(&m.bwd_own_prepass);
+    else if (flag == "--mask-bits") bool_flag(&m.mask_bits);
+    else if (flag == "--softcap") { if (take_value()) r.error = parse_number(flag, value, 0, kMaxSoftcap, &m.softcap); }
     else if (flag == "--mask-mod" || flag == "--score-mod") {
       if (take_value()) {
         if (value.empty()) r.error = flag + " needs a spec, e.g. causal";
-        (flag == "--mask-mod" ? o.mask_mod : o.score_mod) = value;
+        (flag == "--mask-mod" ? s.mask_mod : s.score_mod) = value;
       }
     } else if (flag == "--block-size") {
       std::vector<int> sizes;
       if (take_value()) r.error = parse_int_list(flag, value, 1, 1 << 20, &sizes);
       if (r.error.empty() && sizes.size() > 2) r.error = "--block-size takes Q,KV or one size for both, got '" + value + "'";
-      if (r.error.empty()) o.block_q = sizes.front(), o.block_kv = sizes.back();
+      if (r.error.empty()) s.block_q = sizes.front(), s.block_kv = sizes.back();
     }
-    else if (flag == "--list") bool_flag(&o.list);
-    else if (flag == "--help") bool_flag(&o.help);
+    else if (flag == "--list") bool_flag(&c.list);
+    else if (flag == "--help") bool_flag(&c.help);
     else r.error = "unknown option '" + args[i] + "' (see --help)";
     if (!r.error.empty()) return r;
     given.insert(flag);
@@ -443,122 +447,128 @@ ParseResult parse_args(const std::vector<std::string>& args) {
     return r;
   };
 
+  bool dynamic_mask_option = false;  // one of the dynamic-mask options was given (even at its default)
   for (const std::string& f : given)
-    if (dynamic_mask_options.count(f)) o.dynamic_mask_option = true;
-  if (o.deterministic || o.bwd_chunks > 0 || has("--bwd-chunks") || has("--bwd-walk-in-order") ||
-      o.bwd_own_prepass)
-    o.bwd = true;  // options of the backward imply it
+    if (dynamic_mask_options.count(f)) dynamic_mask_option = true;
+  if (c.deterministic || m.bwd_chunks > 0 || has("--bwd-chunks") || has("--bwd-walk-in-order") ||
+      m.bwd_own_prepass)
+    c.bwd = true;  // options of the backward imply it
+  const bool blocksparse = !s.mask_mod.empty();
+  o.program = blocksparse           ? Program::kBlocksparse
+              : dynamic_mask_option ? Program::kDynamicMask
+              : c.bwd               ? Program::kDenseBackward
+                                    : Program::kDenseForward;
   if (has("--N") && has("--Nq") && has("--Nk")) return fail("--N has no effect with both --Nq and --Nk");
-  if (n > 0) o.Nq = o.Nk = n;
-  if (nq > 0) o.Nq = nq;
-  if (nk > 0) o.Nk = nk;
-  o.Dv = dv > 0 ? dv : o.D;
-  if (o.mask == "causal") o.causal = true;
+  if (n > 0) c.Nq = c.Nk = n;
+  if (nq > 0) c.Nq = nq;
+  if (nk > 0) c.Nk = nk;
+  c.Dv = dv > 0 ? dv : c.D;
+  if (m.mask == "causal") c.causal = true;
 
   // Options that mean nothing without another one.
   for (const char* f : {"--sweep-N", "--sweep-D", "--sweep-causal"})
-    if (has(f) && !o.sweep) return fail(std::string(f) + " needs --sweep");
-  if (o.sweep)
+    if (has(f) && !d.sweep) return fail(std::string(f) + " needs --sweep");
+  if (d.sweep)
     for (const char* f : {"--N", "--Nq", "--Nk", "--D", "--Dv", "--causal"})
       if (has(f))
         return fail(std::string(f) +
                     " does not apply to --sweep: the grid sets it (--sweep-N, --sweep-D, --sweep-causal)");
-  if (o.sweep && o.show_all) return fail("--show-all does not apply to --sweep: it prints one line per shape");
+  if (d.sweep && d.show_all) return fail("--show-all does not apply to --sweep: it prints one line per shape");
 
   // Checks and peers: on by default; --no-check and --no-peers turn them off,
   // and contradict the options that ask for them.
   if (has("--check") && has("--no-check")) return fail("--check and --no-check contradict each other");
-  o.check = !has("--no-check");
-  if (has("--reference") && !o.check)
+  c.check = !has("--no-check");
+  if (has("--reference") && !c.check)
     return fail("--reference does not apply with --no-check (it is what the check compares against)");
   for (const char* f : {"--torch", "--sdpa"})
     if (has(f) && has("--no-peers")) return fail(std::string(f) + " and --no-peers contradict each other");
-  o.peers_given = has("--torch") || has("--sdpa");
-  o.torch = o.peers_given ? has("--torch") : !has("--no-peers");
-  o.sdpa = o.peers_given ? has("--sdpa") : !has("--no-peers");
+  c.peers_given = has("--torch") || has("--sdpa");
+  c.torch = c.peers_given ? has("--torch") : !has("--no-peers");
+  c.sdpa = c.peers_given ? has("--sdpa") : !has("--no-peers");
 
   for (const char* f : {"--window", "--block"})
-    if (has(f) && o.mask != "topk") return fail(std::string(f) + " needs --mask topk");
-  const bool mask_tensor = o.mask == "topk" || o.mask == "ones";
-  if (o.mask_bits && !mask_tensor) return fail("--mask-bits packs the mask: add --mask ones or --mask topk");
+    if (has(f) && m.mask != "topk") return fail(std::string(f) + " needs --mask topk");
+  const bool mask_tensor = m.mask == "topk" || m.mask == "ones";
+  if (m.mask_bits && !mask_tensor) return fail("--mask-bits packs the mask: add --mask ones or --mask topk");
   for (const char* f : {"--dma-mask-scan", "--dma-prepass-chunks", "--bwd-own-prepass"})
     if (has(f) && !mask_tensor) return fail(std::string(f) + " reads the mask: add --mask ones or --mask topk");
-  if (has("--dma-prepass-chunks") && o.dma_mask_scan != "auto" && o.dma_mask_scan != "pipelined")
-    return fail("--dma-prepass-chunks needs --dma-mask-scan pipelined or auto, not " + o.dma_mask_scan);
-  if (o.dma_core == "gather" && (o.Nq != 1 || !mask_tensor))
+  if (has("--dma-prepass-chunks") && m.dma_mask_scan != "auto" && m.dma_mask_scan != "pipelined")
+    return fail("--dma-prepass-chunks needs --dma-mask-scan pipelined or auto, not " + m.dma_mask_scan);
+  if (m.dma_core == "gather" && (c.Nq != 1 || !mask_tensor))
     return fail("--dma-core gather needs one query row (--Nq 1) and a mask (--mask ones or --mask topk)");
-  if (has("--bwd-chunks") && o.deterministic)
+  if (has("--bwd-chunks") && c.deterministic)
     return fail("--bwd-chunks does not apply to --deterministic, which always runs one chunk");
-  if (o.Hkv > 0 && o.H % o.Hkv != 0)
-    return fail("--H must be a multiple of --Hkv, got --H " + std::to_string(o.H) + " and --Hkv " +
-                std::to_string(o.Hkv));
-  if (o.mask == "topk" && !o.bias) return fail("--mask topk selects keys by the bias: add --bias");
-  if (o.dense_backward()) {
-    if (o.sweep) return fail("--sweep does not apply to --bwd: the dense backward runs one shape");
-    if (o.torch_reference)
+  if (c.Hkv > 0 && c.H % c.Hkv != 0)
+    return fail("--H must be a multiple of --Hkv, got --H " + std::to_string(c.H) + " and --Hkv " +
+                std::to_string(c.Hkv));
+  if (m.mask == "topk" && !m.bias) return fail("--mask topk selects keys by the bias: add --bias");
+  if (o.program == Program::kDenseBackward) {
+    if (d.sweep) return fail("--sweep does not apply to --bwd: the dense backward runs one shape");
+    if (d.torch_reference)
       return fail("--reference torch does not apply to --bwd: the backward is checked against attnlab's fp32 "
                   "reference backward");
   }
   // Block-sparse attention: its specs (mods.h's parser) and the flags that mean nothing with it.
   for (const char* f : {"--score-mod", "--block-size"})
-    if (has(f) && !o.blocksparse()) return fail(std::string(f) + " needs --mask-mod");
-  if (o.blocksparse()) {
+    if (has(f) && !blocksparse) return fail(std::string(f) + " needs --mask-mod");
+  if (blocksparse) {
     std::string why;
-    const int L = std::max(o.Nq, o.Nk);
-    o.document_count = std::min(o.document_count, L);
-    const std::string mask_spec = split_document_count(o.mask_mod, L, &o.document_count, &why);
+    const int L = std::max(c.Nq, c.Nk);
+    s.document_count = std::min(s.document_count, L);
+    const std::string mask_spec = split_document_count(s.mask_mod, L, &s.document_count, &why);
     // The mods that read a tensor, which only a caller can supply (attnlab.flex_attention), are not the
     // harness's: its lists leave them out.
     if (mask_spec == "tensor")
       return fail("--mask-mod tensor reads a keep tensor, which the harness does not make (attnlab.flex_attention "
                   "takes one); the harness's mask_mods: " + mask_mod_names(false));
-    if (o.score_mod == "bias")
+    if (s.score_mod == "bias")
       return fail("--score-mod bias reads a bias tensor, which the harness does not make (attnlab.flex_attention "
                   "takes one; --bias is the dynamic-mask mode's); the harness's score_mods: " + score_mod_names(false));
-    if (why.empty()) parse_mask_mod(mask_spec, o.Nq, o.Nk, why);
+    if (why.empty()) parse_mask_mod(mask_spec, c.Nq, c.Nk, why);
     if (why.rfind("unknown mask_mod", 0) == 0)
-      return fail("--mask-mod: unknown mask_mod '" + o.mask_mod + "' (" + mask_mod_names(false) + ")");
+      return fail("--mask-mod: unknown mask_mod '" + s.mask_mod + "' (" + mask_mod_names(false) + ")");
     if (!why.empty()) return fail(why.rfind("--mask-mod", 0) == 0 ? why : "--mask-mod: " + why);
-    if (!o.score_mod.empty()) parse_score_mod(o.score_mod, o.H, why);
+    if (!s.score_mod.empty()) parse_score_mod(s.score_mod, c.H, why);
     if (why.rfind("unknown score_mod", 0) == 0)
-      return fail("--score-mod: unknown score_mod '" + o.score_mod + "' (" + score_mod_names(false) + ")");
+      return fail("--score-mod: unknown score_mod '" + s.score_mod + "' (" + score_mod_names(false) + ")");
     if (!why.empty()) return fail("--score-mod: " + why);
     for (const std::string& f : given)
       if (dynamic_mask_options.count(f))
         return fail("--mask-mod and " + f + " select two modes (block-sparse, dynamic-mask): give one" +
                     (f == "--softcap" ? " (a softcap here is --score-mod softcap:C)" : ""));
     if (has("--causal")) return fail("--causal does not apply to --mask-mod: the causal mask is --mask-mod causal");
-    if (o.sweep) return fail("--sweep does not apply to --mask-mod: it runs one shape");
+    if (d.sweep) return fail("--sweep does not apply to --mask-mod: it runs one shape");
     if (has("--variant"))
       return fail("--variant does not apply to --mask-mod: its rows are fixed (blocksparse and the SDPA peers)");
     if (has("--reference"))
       return fail("--reference does not apply to --mask-mod: the check uses the mask_mod/score_mod reference");
     if (has("--torch")) return fail("--torch does not apply to --mask-mod: its peers are torch's SDPA (--sdpa)");
-    if (o.show_all) return fail("--show-all does not apply to --mask-mod: it shows every row");
+    if (d.show_all) return fail("--show-all does not apply to --mask-mod: it shows every row");
   }
-  if (o.dynamic_mask()) {
-    if (o.sweep) return fail("--sweep does not apply to dynamic-mask runs");
-    if (o.Dv != o.D) return fail("dynamic-mask attention needs Dv == D");
+  if (o.program == Program::kDynamicMask) {
+    if (d.sweep) return fail("--sweep does not apply to dynamic-mask runs");
+    if (c.Dv != c.D) return fail("dynamic-mask attention needs Dv == D");
     if (has("--variant")) return fail("--variant does not apply to dynamic-mask runs: their rows are fixed");
-    if (o.show_all) return fail("--show-all does not apply to dynamic-mask runs: they show every row");
+    if (d.show_all) return fail("--show-all does not apply to dynamic-mask runs: they show every row");
     if (has("--reference"))
       return fail("--reference does not apply to dynamic-mask runs: --check uses dmattn's fp32 reference");
   }
   return r;
 }
 
-AttnProblem to_problem(const Options& o) {
+AttnProblem to_problem(const CommonOptions& c) {
   AttnProblem p;
-  p.B = o.B;
-  p.H = o.H;
-  p.Hkv = o.Hkv;
-  p.Nq = o.Nq;
-  p.Nk = o.Nk;
-  p.D = o.D;
-  p.Dv = o.Dv;
-  p.dtype = o.dtype;
-  p.causal = o.causal;
-  p.scale = default_scale(o.D);
+  p.B = c.B;
+  p.H = c.H;
+  p.Hkv = c.Hkv;
+  p.Nq = c.Nq;
+  p.Nk = c.Nk;
+  p.D = c.D;
+  p.Dv = c.Dv;
+  p.dtype = c.dtype;
+  p.causal = c.causal;
+  p.scale = default_scale(c.D);
   return p;
 }
 

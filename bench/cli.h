@@ -9,8 +9,20 @@
 
 namespace attnlab {
 
-struct Options {
+// flash_attn_mma runs one of four programs, each with its own rows (--help
+// says which options each takes).
+enum class Program {
+  kDenseForward,   // the ladder's rungs and the peers (the default)
+  kDenseBackward,  // the backward rungs and torch's backward (--bwd)
+  kDynamicMask,    // dmattn, flash-dmattn's semantics (bench/dmattn_mode.h)
+  kBlocksparse,    // FlexAttention's model (--mask-mod, bench/blocksparse_mode.h)
+};
+
+// What every program reads: the shape, the runs, the check, the peers, where
+// the rows go.
+struct CommonOptions {
   int B = 1, H = 8;
+  int Hkv = 0;  // KV heads (0: = H); GQA/MQA
   int Nq = 4096, Nk = 4096;
   int D = 64, Dv = 64;
   DType dtype = DType::kFloat16;
@@ -19,20 +31,32 @@ struct Options {
   uint64_t seed = 0;
   bool seed_given = false;
   bool check = true;  // check every row against the reference (--no-check: timing only)
-  bool show_all = false;
   // The peers: every group this build has, unless --torch / --sdpa pick
   // groups or --no-peers drops them all.
   bool torch = true;         // the unfused baselines: `unfused`, and `torch(unfused)` in a torch build
   bool sdpa = true;          // torch's SDPA backends (rows only in a torch build)
   bool peers_given = false;  // --torch or --sdpa picked the groups (--sdpa then needs a torch build)
+  bool bwd = false;            // the program's backward instead of its forward
+  bool deterministic = false;  // the backward's deterministic mode (bitwise reproducible)
+  bool list = false;
+  bool help = false;
+  std::string csv;  // append rows here when non-empty
+};
+
+// The dense forward's and the dense backward's own options.
+struct DenseOptions {
+  std::string variant_glob = "*";
+  bool show_all = false;
   bool torch_reference = false;  // --reference torch: check against torch's fp32 math SDPA
-  bool sweep = false;  // run the grid below instead of one shape
+  bool sweep = false;            // the forward on the grid below instead of one shape
   std::vector<int> sweep_N = {1024, 2048, 4096, 8192, 16384, 32768};
   std::vector<int> sweep_D = {32, 64, 128, 256, 512, 1024};
   std::vector<int> sweep_causal = {0, 1};
-  int Hkv = 0;  // KV heads (0: = H); GQA/MQA in both modes
-  // Dynamic-mask attention (kernels/dmattn/): any of these options selects it.
-  std::string mask;           // "" (dense harness) | none | causal | topk | ones
+};
+
+// Dynamic-mask attention's options (kernels/dmattn/).
+struct DynamicMaskOptions {
+  std::string mask;           // none | causal | topk | ones
   int window = 1024;          // --mask topk: keys kept per query
   int block = 64;             // --mask topk: majority-vote smoothing per key block (0: off)
   bool bias = false;          // a random per-key bias, shape (B, Hkv, 1, Nk) as in flash-dmattn
@@ -41,31 +65,28 @@ struct Options {
   std::string dma_core = "auto";  // the forward's tensor-core path: auto | mma | wgmma
   std::string dma_mask_scan = "auto";  // where the forward reads the mask: auto | prepass | in-kernel | pipelined
   int dma_prepass_chunks = 0;          // the pipelined pre-pass's chunks (0: automatic)
-  bool bwd = false;           // the backward: the dense one alone, or with a dynamic-mask option that mode's too
-  bool deterministic = false;  // the backward's deterministic mode (bitwise reproducible)
   int bwd_chunks = 0;         // the backward's query chunks per key tile (0: automatic)
   bool bwd_rotate = true;     // the backward's query tiles walked from per-key-tile offsets (--bwd-walk-in-order: false)
   bool bwd_own_prepass = false;  // the backward's own mask pre-pass, not the forward's summary (--bwd-own-prepass)
   bool mask_bits = false;        // also rows on the mask bit-packed (--mask-bits)
-  bool dynamic_mask_option = false;  // one of the dynamic-mask options was given (even at its default)
-  // --bwd alone is not one of them: it selects the dense backward.
-  bool dynamic_mask() const {
-    return dynamic_mask_option || !mask.empty() || bias || softcap > 0.f || deterministic || dma_core != "auto" ||
-           dma_mask_scan != "auto" || dma_prepass_chunks != 0 || splits != 0 || mask_bits;
-  }
-  // Block-sparse attention (kernels/blocksparse/, bench/blocksparse_mode.h): --mask-mod selects it.
+};
+
+// Block-sparse attention's options (kernels/blocksparse/).
+struct BlocksparseOptions {
   std::string mask_mod;       // a mask_mod spec of blocksparse/mods.h ("causal", "sliding_window:128,0", ...),
                               // "document" with the ids made by the harness (document_count of them)
   std::string score_mod;      // a score_mod spec ("" = none)
   int block_q = 128, block_kv = 128;  // --block-size Q,KV
   int document_count = 4;     // --mask-mod document:K: K documents of random lengths (from --seed)
-  bool blocksparse() const { return !mask_mod.empty(); }
-  // The dense backward (bench/bwd_mode.h): --bwd without a dynamic-mask option.
-  bool dense_backward() const { return bwd && !dynamic_mask() && !blocksparse(); }
-  bool list = false;
-  bool help = false;
-  std::string variant_glob = "*";
-  std::string csv;  // append rows here when non-empty
+};
+
+// Every program's options; a program reads `common` and its own part.
+struct Options {
+  Program program = Program::kDenseForward;
+  CommonOptions common;
+  DenseOptions dense;                // the dense forward and backward
+  DynamicMaskOptions dynamic_mask;   // dynamic-mask attention
+  BlocksparseOptions blocksparse;    // block-sparse attention
 };
 
 struct ParseResult {
@@ -86,6 +107,6 @@ constexpr int kExitNoGpu = 3;       // no usable CUDA GPU; nothing ran
 // without another one (e.g. --window without --mask topk).
 ParseResult parse_args(const std::vector<std::string>& args);
 std::string usage();
-AttnProblem to_problem(const Options& o);
+AttnProblem to_problem(const CommonOptions& o);
 
 }  // namespace attnlab

@@ -50,8 +50,10 @@ struct DmaRow {
 // dmattn row's forward (the rows after it reuse its arguments and compare
 // against its output) and the rows so far.
 struct DmaRun {
-  DmaRun(const Options& options, uint64_t input_seed, cudaStream_t s) : opt(options), seed(input_seed), stream(s) {}
-  const Options& opt;
+  DmaRun(const CommonOptions& options, const DynamicMaskOptions& dynamic_mask, uint64_t input_seed, cudaStream_t s)
+      : opt(options), dm(dynamic_mask), seed(input_seed), stream(s) {}
+  const CommonOptions& opt;
+  const DynamicMaskOptions& dm;
   const uint64_t seed;
   const cudaStream_t stream;
   DynamicMaskProblem p;
@@ -105,8 +107,8 @@ DmaMaskScan mask_scan_option(const std::string& s) {
 }
 
 // " W=1024 block=64" for --mask topk, else "".
-std::string topk_words(const Options& opt) {
-  return opt.mask == "topk" ? " W=" + std::to_string(opt.window) + " block=" + std::to_string(opt.block) : "";
+std::string topk_words(const DynamicMaskOptions& dm) {
+  return dm.mask == "topk" ? " W=" + std::to_string(dm.window) + " block=" + std::to_string(dm.block) : "";
 }
 
 // ==== set-up ==========================================================================
@@ -116,7 +118,8 @@ std::string topk_words(const Options& opt) {
 // the bias filled from the seed, the mask built, and the unmasked pairs
 // counted (the numerator of every row's effective TFLOPS).
 RunError set_up(DmaRun& run) {
-  const Options& opt = run.opt;
+  const CommonOptions& opt = run.opt;
+  const DynamicMaskOptions& dm = run.dm;
   DynamicMaskProblem& p = run.p;
   p.B = opt.B;
   p.H = opt.H;
@@ -127,7 +130,7 @@ RunError set_up(DmaRun& run) {
   p.dtype = opt.dtype;
   p.causal = opt.causal;
   p.scale = default_scale(opt.D);
-  p.softcap = opt.softcap;
+  p.softcap = dm.softcap;
   run.q_elems = int64_t(p.B) * p.H * p.Nq * p.D;
   run.kv_elems = int64_t(p.B) * p.Hkv * p.Nk * p.D;
   run.lse_elems = int64_t(p.B) * p.H * p.Nq;
@@ -141,9 +144,9 @@ RunError set_up(DmaRun& run) {
   if (err.empty()) err = arena.alloc(size_t(run.lse_elems), &run.lse, "LSE");
   if (err.empty()) err = arena.alloc(size_t(3), &run.counters, "counters");
   if (err.empty()) err = arena.alloc(run.flush_bytes, reinterpret_cast<uint8_t**>(&run.flush), "the L2 flush");
-  if (err.empty() && opt.bias)
+  if (err.empty() && dm.bias)
     err = arena.alloc(size_t(p.B) * p.Hkv * p.Nk * 2, reinterpret_cast<uint8_t**>(&run.bias), "the bias");
-  if (err.empty() && (opt.mask == "topk" || opt.mask == "ones"))
+  if (err.empty() && (dm.mask == "topk" || dm.mask == "ones"))
     err = arena.alloc(size_t(p.B) * p.Hkv * p.Nq * p.Nk, &run.mask, "the mask");
   if (!err.empty()) return err;
   if (run.bias) {
@@ -157,10 +160,10 @@ RunError set_up(DmaRun& run) {
 
   // The forward's tensor-core path, where the problem runs at all: a core this
   // GPU or this shape cannot take is an option error.
-  if (dma_forward_unsupported(p).empty() && dma_forward_core_name(p, core_option(opt.dma_core)).empty())
-    return {opt.dma_core == "gather"
+  if (dma_forward_unsupported(p).empty() && dma_forward_core_name(p, core_option(dm.dma_core)).empty())
+    return {dm.dma_core == "gather"
                 ? "dmattn: --dma-core gather needs one query row (--Nq 1) and a mask"
-                : "dmattn: --dma-core " + opt.dma_core +
+                : "dmattn: --dma-core " + dm.dma_core +
                       " needs an sm_90 GPU, a build with sm_90a code and D in {64, 128}",
             kExitBadOptions};
 
@@ -172,10 +175,10 @@ RunError set_up(DmaRun& run) {
   if (e == cudaSuccess && run.bias)
     e = fill_random_normal(run.bias, int64_t(p.B) * p.Hkv * p.Nk, p.dtype, seed * 5 + 3, stream);
   if (e == cudaSuccess && run.mask) {
-    if (opt.mask == "ones") {
+    if (dm.mask == "ones") {
       e = cudaMemsetAsync(run.mask, 1, size_t(p.B) * p.Hkv * p.Nq * p.Nk, stream);
     } else {
-      e = dma_build_topk_mask(p, opt.window, opt.block, run.mask, stream);
+      e = dma_build_topk_mask(p, dm.window, dm.block, run.mask, stream);
       if (e == cudaErrorInvalidValue)
         return {"the top-W mask builder cannot take Nk=" + std::to_string(p.Nk) + " on this GPU", kExitBadOptions};
     }
@@ -230,7 +233,8 @@ RunError check_forward(DmaRun& run, DmaRow& row) {
 // runs), the check, then the timed runs. Keeps its arguments and output for
 // the rows after it.
 RunError forward_row(DmaRun& run) {
-  const Options& opt = run.opt;
+  const CommonOptions& opt = run.opt;
+  const DynamicMaskOptions& dm = run.dm;
   const DynamicMaskProblem& p = run.p;
   const cudaStream_t stream = run.stream;
   DmaRow ours;
@@ -248,10 +252,10 @@ RunError forward_row(DmaRun& run) {
   a.o = run.o;
   a.lse = run.lse;
   a.tile_counters = run.counters;
-  a.splits = dma_resolve_splits(p, opt.splits);
-  a.core = core_option(opt.dma_core);
-  a.mask_scan = mask_scan_option(opt.dma_mask_scan);
-  a.prepass_chunks = opt.dma_prepass_chunks;
+  a.splits = dma_resolve_splits(p, dm.splits);
+  a.core = core_option(dm.dma_core);
+  a.mask_scan = mask_scan_option(dm.dma_mask_scan);
+  a.prepass_chunks = dm.dma_prepass_chunks;
   const std::string core = dma_forward_core_name(p, a.core);  // not empty: set_up checked it
   if (dma_forward_workspace_bytes(p, a.splits) > 0) {  // the mask summary and/or the split partials
     a.workspace_bytes = dma_forward_workspace_bytes(p, a.splits);
@@ -371,7 +375,7 @@ RunError summary_given_row(DmaRun& run) {
 RunError bit_packed_row(DmaRun& run) {
   const DynamicMaskProblem& p = run.p;
   const cudaStream_t stream = run.stream;
-  if (!run.opt.mask_bits || run.fwd_ms <= 0 || p.mask.data == nullptr) return {};
+  if (!run.dm.mask_bits || run.fwd_ms <= 0 || p.mask.data == nullptr) return {};
   DmaRow row;
   row.name = "dmattn (bit-packed mask)";
   uint32_t* bits = nullptr;
@@ -497,7 +501,9 @@ void torch_rows(DmaRun& run, const std::vector<MaskedTorchPeer>& peers, const st
 
 // Whether torch's rows run: by default where the build has torch (--torch or
 // --sdpa ask for them, and --no-peers drops them).
-bool torch_rows_wanted(const Options& opt) { return (opt.sdpa || opt.torch) && (have_torch() || opt.peers_given); }
+bool torch_rows_wanted(const CommonOptions& opt) {
+  return (opt.sdpa || opt.torch) && (have_torch() || opt.peers_given);
+}
 
 // Torch's forward given the same mask and bias.
 void torch_forward_rows(DmaRun& run) {
@@ -531,10 +537,11 @@ struct DmaBackward {
 // touched between the forward and these calls); --bwd-own-prepass: the
 // backward alone, its own pre-pass timed with it.
 RunError set_up_backward(DmaRun& run, DmaBackward& g) {
-  const Options& opt = run.opt;
+  const CommonOptions& opt = run.opt;
+  const DynamicMaskOptions& dm = run.dm;
   const DynamicMaskProblem& p = run.p;
   g.bias_elems = p.bias.data ? p.bias.elems(p.Nk) : 0;
-  g.chunks = dma_backward_resolve_chunks(p, opt.deterministic, opt.bwd_chunks);
+  g.chunks = dma_backward_resolve_chunks(p, opt.deterministic, dm.bwd_chunks);
   const size_t ws_bytes = dma_backward_workspace_bytes(p, opt.deterministic, g.chunks);
   g.flops = 2.0 * (3 * p.D + 2 * p.D) * double(run.pairs);
   DeviceArena& arena = run.arena;
@@ -563,10 +570,10 @@ RunError set_up_backward(DmaRun& run, DmaBackward& g) {
   ba.workspace = g.workspace;
   ba.workspace_bytes = ws_bytes;
   ba.deterministic = opt.deterministic;
-  ba.rotate_slots = opt.bwd_rotate;
-  ba.q_chunks = opt.bwd_chunks;  // as asked (0: automatic, which may plan the chunks on the device)
-  ba.core = opt.dma_core == "mma" ? DmaCore::kMma : opt.dma_core == "auto" ? DmaCore::kAuto : DmaCore::kWgmma;
-  ba.mask_summary = opt.bwd_own_prepass ? nullptr : dma_forward_mask_summary(p, run.fwd);
+  ba.rotate_slots = dm.bwd_rotate;
+  ba.q_chunks = dm.bwd_chunks;  // as asked (0: automatic, which may plan the chunks on the device)
+  ba.core = dm.dma_core == "mma" ? DmaCore::kMma : dm.dma_core == "auto" ? DmaCore::kAuto : DmaCore::kWgmma;
+  ba.mask_summary = dm.bwd_own_prepass ? nullptr : dma_forward_mask_summary(p, run.fwd);
   return {};
 }
 
@@ -642,12 +649,13 @@ std::vector<uint8_t> grad_bytes(const DmaRun& run, const DmaBackward& g) {
 // The end of the backward row's note: the query chunks walked, the core, where
 // its mask summary came from, and the FLOP count.
 std::string backward_note(const DmaRun& run, const DmaBackward& g) {
-  const Options& opt = run.opt;
+  const CommonOptions& opt = run.opt;
+  const DynamicMaskOptions& dm = run.dm;
   const DynamicMaskProblem& p = run.p;
   const DmaForwardArgs& a = run.fwd;
-  const int walked = dma_backward_walked_chunks(p, opt.deterministic, opt.bwd_chunks, g.workspace);
+  const int walked = dma_backward_walked_chunks(p, opt.deterministic, dm.bwd_chunks, g.workspace);
   return "q chunks " + std::to_string(walked) +
-         (!dma_backward_plans_chunks(p, opt.deterministic, opt.bwd_chunks) ? ""
+         (!dma_backward_plans_chunks(p, opt.deterministic, dm.bwd_chunks) ? ""
           : walked == g.chunks ? " (the chunk plan kept them: skewed)"
                                : " (of " + std::to_string(g.chunks) + " launched: the chunk plan found the slots even)") +
          (g.args.rotate_slots ? "" : "; query tiles in order") + "; core " + dma_backward_core_name(p, g.args.core) +
@@ -665,7 +673,7 @@ std::string backward_note(const DmaRun& run, const DmaBackward& g) {
 // then timed; in deterministic mode (when checked) the gradients after the timed
 // runs must equal the first run's bit for bit (every run rewrites them).
 RunError backward_row(DmaRun& run, DmaBackward& g, DmaRow& bwd) {
-  const Options& opt = run.opt;
+  const CommonOptions& opt = run.opt;
   const DynamicMaskProblem& p = run.p;
   const cudaStream_t stream = run.stream;
   cudaError_t e = dma_backward(p, g.args, stream);
@@ -706,15 +714,16 @@ RunError backward_row(DmaRun& run, DmaBackward& g, DmaRow& bwd) {
 // bitwise against the byte row's gradients. Returns its time in *ms (0: no
 // row).
 RunError bit_packed_backward_row(DmaRun& run, DmaBackward& g, const std::string& byte_row_name, double* ms) {
-  const Options& opt = run.opt;
+  const CommonOptions& opt = run.opt;
+  const DynamicMaskOptions& dm = run.dm;
   const cudaStream_t stream = run.stream;
   *ms = 0;
-  if (!opt.mask_bits || run.bits_ms <= 0) return {};
+  if (!dm.mask_bits || run.bits_ms <= 0) return {};
   const DynamicMaskProblem& pb = run.p_bits;
   DmaRow brow;
   brow.name = byte_row_name + " (bit-packed mask)";
   DmaBackwardArgs bb = g.args;
-  bb.mask_summary = opt.bwd_own_prepass ? nullptr : dma_forward_mask_summary(pb, run.fwd_bits);
+  bb.mask_summary = dm.bwd_own_prepass ? nullptr : dma_forward_mask_summary(pb, run.fwd_bits);
   const std::vector<uint8_t> bytes_grads = opt.deterministic ? grad_bytes(run, g) : std::vector<uint8_t>{};
   cudaError_t e = dma_forward(pb, run.fwd_bits, stream);
   if (e == cudaSuccess) e = cudaMemsetAsync(g.dq, 0xFF, size_t(run.q_elems) * 2, stream);
@@ -760,7 +769,8 @@ RunError bit_packed_backward_row(DmaRun& run, DmaBackward& g, const std::string&
 // alone, --mask causal or ones), the SDPA peers add FA2's backward without
 // them, at the same pair count.
 RunError backward_rows(DmaRun& run) {
-  const Options& opt = run.opt;
+  const CommonOptions& opt = run.opt;
+  const DynamicMaskOptions& dm = run.dm;
   const DynamicMaskProblem& p = run.p;
   if (!opt.bwd || run.fwd_ms <= 0) return {};
   if (cudaError_t r = dma_forward(p, run.fwd, run.stream); r != cudaSuccess) return cuda_error_text("dmattn", r);
@@ -780,7 +790,7 @@ RunError backward_rows(DmaRun& run) {
   if (RunError r = bit_packed_backward_row(run, g, bwd.name, &bits_ms); r.failed()) return r;
   if (torch_rows_wanted(opt)) {
     std::string setup;
-    const bool all_active = opt.mask.empty() || opt.mask == "none" || opt.mask == "causal" || opt.mask == "ones";
+    const bool all_active = dm.mask.empty() || dm.mask == "none" || dm.mask == "causal" || dm.mask == "ones";
     const std::vector<MaskedTorchPeer> peers =
         make_masked_torch_peers(p, run.q, run.k, run.v, &setup, g.dout, opt.sdpa && all_active);
     torch_rows(run, peers, setup, "torch+mask bwd", g.flops, backward_flops(p.dense()), bwd.ms, "dmattn bwd", 0,
@@ -793,11 +803,11 @@ RunError backward_rows(DmaRun& run) {
 
 // The line above the rows: the shape, the mask and the unmasked pairs.
 void print_banner(const DmaRun& run) {
-  const Options& opt = run.opt;
+  const DynamicMaskOptions& dm = run.dm;
   const DynamicMaskProblem& p = run.p;
   std::printf("%s\n", std::string(150, '-').c_str());
   std::printf("dynamic-mask attention: %s; mask %s%s; unmasked pairs %llu (%.2f%% of Nq·Nk·B·H); seed %llu\n",
-              p.shape_string().c_str(), opt.mask.empty() ? "none" : opt.mask.c_str(), topk_words(opt).c_str(),
+              p.shape_string().c_str(), dm.mask.empty() ? "none" : dm.mask.c_str(), topk_words(dm).c_str(),
               run.pairs, 100.0 * double(run.pairs) / (double(p.B) * p.H * p.Nq * p.Nk),
               (unsigned long long)run.seed);
 }
@@ -818,13 +828,13 @@ void print_rows(const std::vector<DmaRow>& rows, const SystemInfo& sys) {
 // The rows appended to --csv, the shape's mask and bias in each note; returns
 // "" or what was lost.
 std::string append_csv(const std::string& path, const SystemInfo& sys, const DmaRun& run) {
-  const Options& opt = run.opt;
+  const DynamicMaskOptions& dm = run.dm;
   const DynamicMaskProblem& p = run.p;
   double best_peer = 0;
   for (const DmaRow& r : run.rows)
     if (r.kind == "peer" && r.ms > 0) best_peer = std::max(best_peer, r.tflops);
-  const std::string shape_note = "Hkv=" + std::to_string(p.Hkv) + "; mask=" + (opt.mask.empty() ? "none" : opt.mask) +
-                                 topk_words(opt) + (opt.bias ? "; bias (B;Hkv;1;Nk)" : "") +
+  const std::string shape_note = "Hkv=" + std::to_string(p.Hkv) + "; mask=" + (dm.mask.empty() ? "none" : dm.mask) +
+                                 topk_words(dm) + (dm.bias ? "; bias (B;Hkv;1;Nk)" : "") +
                                  (p.softcap > 0 ? "; softcap " + std::to_string(p.softcap) : "");
   std::ostringstream f;
   for (const DmaRow& r : run.rows) {
@@ -852,8 +862,9 @@ int fail(const RunError& e) {
 
 }  // namespace
 
-int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t seed, cudaStream_t stream) {
-  DmaRun run(opt, seed, stream);
+int run_dynamic_mask_mode(const CommonOptions& opt, const DynamicMaskOptions& dm, const SystemInfo& sys, uint64_t seed,
+                          cudaStream_t stream) {
+  DmaRun run(opt, dm, seed, stream);
   if (RunError e = set_up(run); e.failed()) return fail(e);
   print_banner(run);
   // Each step appends its rows to run.rows; an error ends the run.

@@ -16,6 +16,7 @@ namespace attnlab {
 // process exit code (kExitOk; kExitFailed on a failed check, a GPU error or a
 // lost CSV write; kExitBadOptions for a --dma-core this GPU cannot run,
 // found before anything runs).
-int run_dynamic_mask_mode(const Options& opt, const SystemInfo& sys, uint64_t seed, cudaStream_t stream);
+int run_dynamic_mask_mode(const CommonOptions& opt, const DynamicMaskOptions& dm, const SystemInfo& sys, uint64_t seed,
+                          cudaStream_t stream);
 
 }  // namespace attnlab

@@ -54,8 +54,8 @@ ForwardReference torch_forward_reference() {
 }
 
 // Runs every selected row on one problem. `verbose` prints the table of rows.
-ShapeResult run_shape(const Options& opt, const AttnProblem& p, const std::vector<const Variant*>& selected,
-                      uint64_t seed, cudaStream_t stream, bool verbose) {
+ShapeResult run_shape(const CommonOptions& opt, const DenseOptions& dense, const AttnProblem& p,
+                      const std::vector<const Variant*>& selected, uint64_t seed, cudaStream_t stream, bool verbose) {
   ShapeResult result;
   const Variant& unfused = unfused_baseline();
   // Workspace: the unfused baseline needs S, for all heads ideally, one KV
@@ -71,7 +71,7 @@ ShapeResult run_shape(const Options& opt, const AttnProblem& p, const std::vecto
   if (!result.fatal.empty()) return result;
   ReferenceData ref;
   result.fatal = prepare_inputs(p, bufs, seed, opt.check, stream, &ref,
-                                opt.torch_reference ? torch_forward_reference() : nullptr);
+                                dense.torch_reference ? torch_forward_reference() : nullptr);
   if (!result.fatal.empty()) return result;
 
   if (verbose) {
@@ -83,7 +83,7 @@ ShapeResult run_shape(const Options& opt, const AttnProblem& p, const std::vecto
       char baseline[32] = "unavailable";
       if (ref.baseline_err >= 0) std::snprintf(baseline, sizeof baseline, "%.2e", ref.baseline_err);
       std::printf("%32s  vs %s; pass: err <= 2 x unfused err (%s) + 2 x rounding (%.2e), lse <= %.0e (unfused: + its S rounding)\n", "check",
-                  opt.torch_reference ? "torch fp32 math SDPA" : "fp32 reference", baseline, ref.rounding_err,
+                  dense.torch_reference ? "torch fp32 math SDPA" : "fp32 reference", baseline, ref.rounding_err,
                   kLseTolerance);
     }
   }
@@ -124,7 +124,7 @@ ShapeResult run_shape(const Options& opt, const AttnProblem& p, const std::vecto
   result.best_peer_name = score.best_peer_name;
   result.best_peer_tflops = score.best_peer_tflops;
   result.failures = score.failures;
-  if (verbose) print_table(rows, result.best_peer_name, opt.show_all);
+  if (verbose) print_table(rows, result.best_peer_name, dense.show_all);
   result.rows = std::move(rows);
   return result;
 }
@@ -152,36 +152,39 @@ int main(int argc, char** argv) {
   // GPU (exit 3); only then does anything run.
   const ParseResult parsed = parse_args(std::vector<std::string>(argv + 1, argv + argc));
   if (!parsed.ok()) return fail(parsed.error, kExitBadOptions);
-  const Options& opt = parsed.options;
+  const Options& options = parsed.options;
+  const CommonOptions& opt = options.common;
+  const DenseOptions& dense = options.dense;
+  const Program program = options.program;
   if (opt.help) {
     std::fputs(usage().c_str(), stdout);
     return kExitOk;
   }
   const bool sdpa_asked = opt.sdpa && opt.peers_given;  // by default: the SDPA rows where the build has them
-  if ((sdpa_asked || opt.torch_reference) && !have_torch())
+  if ((sdpa_asked || dense.torch_reference) && !have_torch())
     return fail(std::string(sdpa_asked ? "--sdpa" : "--reference torch") +
                     " needs PyTorch, and this build has none (reconfigure where `python3 -c 'import torch'` works)",
                 kExitBadOptions);
 
   // --mask-mod: the block-sparse mode (bench/blocksparse_mode.cpp), its own rows.
-  if (opt.blocksparse() && opt.list) {
+  if (program == Program::kBlocksparse && opt.list) {
     print_list(blocksparse_list(opt));
     return kExitOk;
   }
 
   // --bwd alone: the dense backward (bench/bwd_mode.cpp), its own rows.
   std::vector<const BwdVariant*> bwd_rows;
-  if (opt.dense_backward()) {
+  if (program == Program::kDenseBackward) {
     size_t rungs = 0;
-    bwd_rows = backward_rows(opt, &rungs);
+    bwd_rows = backward_rows(opt, dense, &rungs);
     if (opt.list) {
       std::vector<ListEntry> entries;
       for (const BwdVariant* v : bwd_rows) entries.push_back({v->name + " bwd", v->rung, v->describe()});
       print_list(entries);
       return kExitOk;
     }
-    if (rungs == 0 && opt.variant_glob != "*")
-      return fail("no backward variant matches --variant '" + opt.variant_glob + "' (see --list --bwd)",
+    if (rungs == 0 && dense.variant_glob != "*")
+      return fail("no backward variant matches --variant '" + dense.variant_glob + "' (see --list --bwd)",
                   kExitBadOptions);
   }
 
@@ -199,7 +202,7 @@ int main(int argc, char** argv) {
     for (const Variant& v : sdpa) selected.push_back(&v);
   const size_t n_peers = selected.size();
   for (const Variant& v : all_variants())
-    if (variant_selected(opt.variant_glob, v)) selected.push_back(&v);
+    if (variant_selected(dense.variant_glob, v)) selected.push_back(&v);
 
   if (opt.list) {
     std::vector<ListEntry> entries;
@@ -207,12 +210,14 @@ int main(int argc, char** argv) {
     print_list(entries);
     return kExitOk;
   }
-  if (selected.size() == n_peers && !opt.dense_backward())
-    return fail("no variant matches --variant '" + opt.variant_glob + "' (see --list)", kExitBadOptions);
-  if (opt.blocksparse())
-    if (std::string e = blocksparse_options_unsupported(opt); !e.empty()) return fail(e, kExitBadOptions);
+  if (selected.size() == n_peers && program != Program::kDenseBackward)
+    return fail("no variant matches --variant '" + dense.variant_glob + "' (see --list)", kExitBadOptions);
+  if (program == Program::kBlocksparse)
+    if (std::string e = blocksparse_options_unsupported(opt, options.blocksparse); !e.empty())
+      return fail(e, kExitBadOptions);
   if (!opt.csv.empty())
-    if (std::string e = results_csv_error(opt.csv, opt.blocksparse() ? kBlocksparseCsvColumns : ""); !e.empty())
+    if (std::string e = results_csv_error(opt.csv, program == Program::kBlocksparse ? kBlocksparseCsvColumns : "");
+        !e.empty())
       return fail(e, kExitBadOptions);
 
   int device_count = 0, driver_version = 0, runtime_version = 0;
@@ -228,17 +233,20 @@ int main(int argc, char** argv) {
       opt.seed_given ? opt.seed
                      : uint64_t(std::chrono::system_clock::now().time_since_epoch().count()) % 1000000007ull;
 
-  if (opt.blocksparse()) return run_blocksparse_mode(opt, sys, seed, stream);
-  if (opt.dynamic_mask()) return run_dynamic_mask_mode(opt, sys, seed, stream);
-  if (opt.dense_backward()) return run_dense_backward_mode(opt, bwd_rows, sys, seed, stream);
+  switch (program) {
+    case Program::kBlocksparse: return run_blocksparse_mode(opt, options.blocksparse, sys, seed, stream);
+    case Program::kDynamicMask: return run_dynamic_mask_mode(opt, options.dynamic_mask, sys, seed, stream);
+    case Program::kDenseBackward: return run_dense_backward_mode(opt, dense, bwd_rows, sys, seed, stream);
+    case Program::kDenseForward: break;
+  }
 
   // One shape, or the sweep's grid.
   std::vector<AttnProblem> problems;
-  if (opt.sweep) {
-    for (int causal : opt.sweep_causal)
-      for (int D : opt.sweep_D)
-        for (int N : opt.sweep_N) {
-          Options o = opt;
+  if (dense.sweep) {
+    for (int causal : dense.sweep_causal)
+      for (int D : dense.sweep_D)
+        for (int N : dense.sweep_N) {
+          CommonOptions o = opt;
           o.Nq = o.Nk = N;
           o.D = o.Dv = D;
           o.causal = causal != 0;
@@ -253,10 +261,10 @@ int main(int argc, char** argv) {
   int failures = 0;
   for (size_t i = 0; i < problems.size(); ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    const ShapeResult r = run_shape(opt, problems[i], selected, seed + i, stream, !opt.sweep);
+    const ShapeResult r = run_shape(opt, dense, problems[i], selected, seed + i, stream, !dense.sweep);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (!r.fatal.empty() && !opt.sweep) return fail(r.fatal, kExitFailed);
-    if (opt.sweep) print_sweep_line(int(i + 1), int(problems.size()), problems[i], r, seconds);
+    if (!r.fatal.empty() && !dense.sweep) return fail(r.fatal, kExitFailed);
+    if (dense.sweep) print_sweep_line(int(i + 1), int(problems.size()), problems[i], r, seconds);
     if (!opt.csv.empty() && r.fatal.empty())
       if (std::string e = append_rows_csv(opt.csv, sys, problems[i], seed + i, r.rows); !e.empty())
         return fail(e, kExitFailed);

@@ -29,13 +29,17 @@ std::string not_in_this_build(const char* options) {
 
 }  // namespace
 
-std::string blocksparse_options_unsupported(const Options&) { return not_in_this_build("--mask-mod"); }
+std::string blocksparse_options_unsupported(const CommonOptions&, const BlocksparseOptions&) {
+  return not_in_this_build("--mask-mod");
+}
 
-std::vector<ListEntry> blocksparse_list(const Options&) { stop("--mask-mod"); }
+std::vector<ListEntry> blocksparse_list(const CommonOptions&) { stop("--mask-mod"); }
 
-int run_blocksparse_mode(const Options&, const SystemInfo&, uint64_t, cudaStream_t) { stop("--mask-mod"); }
+int run_blocksparse_mode(const CommonOptions&, const BlocksparseOptions&, const SystemInfo&, uint64_t, cudaStream_t) {
+  stop("--mask-mod");
+}
 
-int run_dynamic_mask_mode(const Options&, const SystemInfo&, uint64_t, cudaStream_t) {
+int run_dynamic_mask_mode(const CommonOptions&, const DynamicMaskOptions&, const SystemInfo&, uint64_t, cudaStream_t) {
   stop("the dynamic-mask options");
 }
 

@@ -40,38 +40,38 @@ std::string temp_dir() {
 TEST_CASE(cli_defaults_and_shape_flags) {
   const ParseResult r = parse({"--B", "2", "--H", "8", "--N", "8192", "--D", "64"});
   EXPECT_TRUE(r.ok());
-  EXPECT_EQ(r.options.B, 2);
-  EXPECT_EQ(r.options.Nq, 8192);
-  EXPECT_EQ(r.options.Nk, 8192);
-  EXPECT_EQ(r.options.Dv, 64);
-  EXPECT_TRUE(r.options.dtype == DType::kFloat16);
-  EXPECT_TRUE(!r.options.causal && r.options.check && r.options.torch && r.options.sdpa);  // checks and peers on
-  const AttnProblem p = to_problem(r.options);
+  EXPECT_EQ(r.options.common.B, 2);
+  EXPECT_EQ(r.options.common.Nq, 8192);
+  EXPECT_EQ(r.options.common.Nk, 8192);
+  EXPECT_EQ(r.options.common.Dv, 64);
+  EXPECT_TRUE(r.options.common.dtype == DType::kFloat16);
+  EXPECT_TRUE(!r.options.common.causal && r.options.common.check && r.options.common.torch && r.options.common.sdpa);  // checks and peers on
+  const AttnProblem p = to_problem(r.options.common);
   EXPECT_NEAR(p.scale, 0.125, 1e-7);
 }
 
 TEST_CASE(cli_nq_nk_dv_override) {
   const ParseResult r = parse({"--N=100", "--Nq", "17", "--Dv", "32", "--D", "128", "--dtype", "bf16", "--causal"});
   EXPECT_TRUE(r.ok());
-  EXPECT_EQ(r.options.Nq, 17);
-  EXPECT_EQ(r.options.Nk, 100);
-  EXPECT_EQ(r.options.D, 128);
-  EXPECT_EQ(r.options.Dv, 32);
-  EXPECT_TRUE(r.options.dtype == DType::kBFloat16);
-  EXPECT_TRUE(r.options.causal);
+  EXPECT_EQ(r.options.common.Nq, 17);
+  EXPECT_EQ(r.options.common.Nk, 100);
+  EXPECT_EQ(r.options.common.D, 128);
+  EXPECT_EQ(r.options.common.Dv, 32);
+  EXPECT_TRUE(r.options.common.dtype == DType::kBFloat16);
+  EXPECT_TRUE(r.options.common.causal);
 }
 
 TEST_CASE(cli_run_flags) {
   const ParseResult r = parse({"--iters", "5", "--warmup", "0", "--seed", "42", "--check", "--show-all", "--variant",
                                "split-q*", "--csv", "out.csv", "--torch"});
   EXPECT_TRUE(r.ok());
-  EXPECT_EQ(r.options.iters, 5);
-  EXPECT_EQ(r.options.warmup, 0);
-  EXPECT_EQ(r.options.seed, uint64_t(42));
-  EXPECT_TRUE(r.options.seed_given && r.options.check && r.options.show_all && r.options.torch);
-  EXPECT_TRUE(!r.options.sdpa && r.options.peers_given);  // --torch picks the unfused group alone
-  EXPECT_EQ(r.options.variant_glob, std::string("split-q*"));
-  EXPECT_EQ(r.options.csv, std::string("out.csv"));
+  EXPECT_EQ(r.options.common.iters, 5);
+  EXPECT_EQ(r.options.common.warmup, 0);
+  EXPECT_EQ(r.options.common.seed, uint64_t(42));
+  EXPECT_TRUE(r.options.common.seed_given && r.options.common.check && r.options.dense.show_all && r.options.common.torch);
+  EXPECT_TRUE(!r.options.common.sdpa && r.options.common.peers_given);  // --torch picks the unfused group alone
+  EXPECT_EQ(r.options.dense.variant_glob, std::string("split-q*"));
+  EXPECT_EQ(r.options.common.csv, std::string("out.csv"));
 }
 
 TEST_CASE(cli_errors_name_the_problem) {
@@ -97,11 +97,11 @@ TEST_CASE(cli_peers_reference_and_sweep) {
   const ParseResult r = parse({"--sdpa", "--check", "--reference", "torch", "--sweep", "--sweep-N", "1024,8192",
                                "--sweep-D", "64", "--sweep-causal", "1"});
   EXPECT_TRUE(r.ok());
-  EXPECT_TRUE(r.options.sdpa && !r.options.torch && r.options.torch_reference && r.options.sweep);
-  EXPECT_TRUE(r.options.sweep_N == std::vector<int>({1024, 8192}));
-  EXPECT_TRUE(r.options.sweep_D == std::vector<int>({64}));
-  EXPECT_TRUE(r.options.sweep_causal == std::vector<int>({1}));
-  const Options defaults = parse({}).options;
+  EXPECT_TRUE(r.options.common.sdpa && !r.options.common.torch && r.options.dense.torch_reference && r.options.dense.sweep);
+  EXPECT_TRUE(r.options.dense.sweep_N == std::vector<int>({1024, 8192}));
+  EXPECT_TRUE(r.options.dense.sweep_D == std::vector<int>({64}));
+  EXPECT_TRUE(r.options.dense.sweep_causal == std::vector<int>({1}));
+  const DenseOptions defaults = parse({}).options.dense;
   EXPECT_EQ(defaults.sweep_N.size(), size_t(6));
   EXPECT_EQ(defaults.sweep_D.back(), 1024);
   EXPECT_CONTAINS(parse({"--reference", "cpu"}).error, "--reference must be fp32 or torch");
@@ -114,17 +114,17 @@ TEST_CASE(cli_hkv_is_a_dense_option) {
   // --Hkv alone: the dense ladder with GQA; the problem carries the KV heads.
   const ParseResult r = parse({"--H", "8", "--Hkv", "2", "--N", "100"});
   EXPECT_TRUE(r.ok());
-  EXPECT_TRUE(!r.options.dynamic_mask());
-  const AttnProblem p = to_problem(r.options);
+  EXPECT_TRUE(r.options.program != Program::kDynamicMask);
+  const AttnProblem p = to_problem(r.options.common);
   EXPECT_EQ(p.kv_heads(), 2);
   EXPECT_TRUE(p.gqa());
   EXPECT_EQ(p.kv_head(7), int64_t(1));
-  EXPECT_TRUE(!to_problem(parse({"--H", "8"}).options).gqa());  // default: Hkv = H
+  EXPECT_TRUE(!to_problem(parse({"--H", "8"}).options.common).gqa());  // default: Hkv = H
   EXPECT_TRUE(parse({"--H", "8", "--Hkv", "1", "--sweep", "--check"}).ok());  // MQA over the sweep's grid
   EXPECT_TRUE(parse({"--H", "4", "--Hkv", "2", "--variant", "split-q*", "--show-all"}).ok());
   // The other dynamic-mask options still select that mode, where --Hkv keeps its meaning.
-  EXPECT_TRUE(parse({"--H", "8", "--Hkv", "2", "--bias"}).options.dynamic_mask());
-  EXPECT_EQ(parse({"--H", "8", "--Hkv", "2", "--bias"}).options.Hkv, 2);
+  EXPECT_TRUE(parse({"--H", "8", "--Hkv", "2", "--bias"}).options.program == Program::kDynamicMask);
+  EXPECT_EQ(parse({"--H", "8", "--Hkv", "2", "--bias"}).options.common.Hkv, 2);
   // H % Hkv is checked in both modes.
   EXPECT_CONTAINS(parse({"--H", "8", "--Hkv", "3"}).error, "--H must be a multiple of --Hkv");
   EXPECT_CONTAINS(parse({"--H", "8", "--Hkv", "3", "--bias"}).error, "--H must be a multiple of --Hkv");
@@ -150,49 +150,49 @@ TEST_CASE(cli_dynamic_mask_flags) {
   const ParseResult r = parse({"--H", "2", "--Hkv", "1", "--N", "32768", "--D", "128", "--mask", "topk", "--window",
                                "1024", "--block", "0", "--bias", "--softcap", "30"});
   EXPECT_TRUE(r.ok());
-  EXPECT_TRUE(r.options.dynamic_mask());
-  EXPECT_EQ(r.options.Hkv, 1);
-  EXPECT_EQ(r.options.mask, std::string("topk"));
-  EXPECT_EQ(r.options.window, 1024);
-  EXPECT_EQ(r.options.block, 0);
-  EXPECT_TRUE(r.options.bias);
-  EXPECT_NEAR(r.options.softcap, 30.0, 1e-6);
-  EXPECT_TRUE(!parse({"--N", "64"}).options.dynamic_mask());  // the dense harness by default
-  EXPECT_EQ(parse({"--bias"}).options.splits, 0);            // split-KV: automatic by default
-  EXPECT_EQ(parse({"--bias", "--splits", "16"}).options.splits, 16);
+  EXPECT_TRUE(r.options.program == Program::kDynamicMask);
+  EXPECT_EQ(r.options.common.Hkv, 1);
+  EXPECT_EQ(r.options.dynamic_mask.mask, std::string("topk"));
+  EXPECT_EQ(r.options.dynamic_mask.window, 1024);
+  EXPECT_EQ(r.options.dynamic_mask.block, 0);
+  EXPECT_TRUE(r.options.dynamic_mask.bias);
+  EXPECT_NEAR(r.options.dynamic_mask.softcap, 30.0, 1e-6);
+  EXPECT_TRUE(parse({"--N", "64"}).options.program != Program::kDynamicMask);  // the dense harness by default
+  EXPECT_EQ(parse({"--bias"}).options.dynamic_mask.splits, 0);            // split-KV: automatic by default
+  EXPECT_EQ(parse({"--bias", "--splits", "16"}).options.dynamic_mask.splits, 16);
   EXPECT_CONTAINS(parse({"--splits", "-1"}).error, "--splits must be between 0 and 1024");
-  EXPECT_TRUE(parse({"--bias", "--bwd"}).options.bwd && parse({"--bias", "--bwd"}).options.dynamic_mask());
-  EXPECT_TRUE(!parse({"--bias", "--bwd"}).options.dense_backward());  // dmattn's backward, not the dense one
+  EXPECT_TRUE(parse({"--bias", "--bwd"}).options.common.bwd && parse({"--bias", "--bwd"}).options.program == Program::kDynamicMask);
+  EXPECT_TRUE(parse({"--bias", "--bwd"}).options.program != Program::kDenseBackward);  // dmattn's backward, not the dense one
   EXPECT_CONTAINS(parse({"--bwd=1"}).error, "--bwd takes no value");
-  EXPECT_EQ(parse({"--bwd"}).options.bwd_chunks, 0);  // query chunks: automatic by default
-  EXPECT_TRUE(parse({"--bwd-chunks", "7"}).options.bwd_chunks == 7 && parse({"--bwd-chunks", "7"}).options.bwd);
+  EXPECT_EQ(parse({"--bwd"}).options.dynamic_mask.bwd_chunks, 0);  // query chunks: automatic by default
+  EXPECT_TRUE(parse({"--bwd-chunks", "7"}).options.dynamic_mask.bwd_chunks == 7 && parse({"--bwd-chunks", "7"}).options.common.bwd);
   EXPECT_CONTAINS(parse({"--bwd-chunks", "5000"}).error, "--bwd-chunks must be between 0 and 4096");
-  EXPECT_TRUE(parse({"--deterministic"}).options.deterministic && parse({"--deterministic"}).options.bwd);
-  EXPECT_TRUE(!parse({"--bwd"}).options.bwd_own_prepass);  // default: the forward's mask summary
-  EXPECT_TRUE(parse({"--mask", "ones", "--bwd-own-prepass"}).options.bwd_own_prepass &&
-              parse({"--mask", "ones", "--bwd-own-prepass"}).options.bwd);
+  EXPECT_TRUE(parse({"--deterministic"}).options.common.deterministic && parse({"--deterministic"}).options.common.bwd);
+  EXPECT_TRUE(!parse({"--bwd"}).options.dynamic_mask.bwd_own_prepass);  // default: the forward's mask summary
+  EXPECT_TRUE(parse({"--mask", "ones", "--bwd-own-prepass"}).options.dynamic_mask.bwd_own_prepass &&
+              parse({"--mask", "ones", "--bwd-own-prepass"}).options.common.bwd);
   EXPECT_CONTAINS(parse({"--bwd-own-prepass=1"}).error, "--bwd-own-prepass takes no value");
-  EXPECT_TRUE(parse({"--mask", "ones", "--mask-bits"}).options.mask_bits &&
-              parse({"--mask", "ones", "--mask-bits"}).options.dynamic_mask());
-  EXPECT_TRUE(!parse({"--mask", "ones"}).options.mask_bits);
+  EXPECT_TRUE(parse({"--mask", "ones", "--mask-bits"}).options.dynamic_mask.mask_bits &&
+              parse({"--mask", "ones", "--mask-bits"}).options.program == Program::kDynamicMask);
+  EXPECT_TRUE(!parse({"--mask", "ones"}).options.dynamic_mask.mask_bits);
   EXPECT_CONTAINS(parse({"--mask-bits"}).error, "--mask-bits packs the mask: add --mask ones or --mask topk");
   EXPECT_CONTAINS(parse({"--mask", "causal", "--mask-bits"}).error, "--mask-bits packs the mask");
   EXPECT_CONTAINS(parse({"--mask", "ones", "--mask-bits=1"}).error, "--mask-bits takes no value");
-  EXPECT_TRUE(!parse({"--bwd-walk-in-order"}).options.bwd_rotate && parse({"--bwd-walk-in-order"}).options.bwd);
+  EXPECT_TRUE(!parse({"--bwd-walk-in-order"}).options.dynamic_mask.bwd_rotate && parse({"--bwd-walk-in-order"}).options.common.bwd);
   EXPECT_CONTAINS(parse({"--bwd-walk-in-order=1"}).error, "--bwd-walk-in-order takes no value");
-  EXPECT_EQ(parse({"--bias"}).options.dma_core, std::string("auto"));
-  EXPECT_TRUE(parse({"--dma-core", "mma"}).options.dma_core == "mma" && parse({"--dma-core", "mma"}).options.dynamic_mask());
+  EXPECT_EQ(parse({"--bias"}).options.dynamic_mask.dma_core, std::string("auto"));
+  EXPECT_TRUE(parse({"--dma-core", "mma"}).options.dynamic_mask.dma_core == "mma" && parse({"--dma-core", "mma"}).options.program == Program::kDynamicMask);
   EXPECT_CONTAINS(parse({"--dma-core", "tensor"}).error, "--dma-core must be auto, mma, wgmma, wgmma-cp.async or gather");
-  EXPECT_EQ(parse({"--bias"}).options.dma_mask_scan, std::string("auto"));
-  EXPECT_TRUE(parse({"--mask", "ones", "--dma-mask-scan", "in-kernel"}).options.dma_mask_scan == "in-kernel" &&
-              parse({"--mask", "ones", "--dma-mask-scan", "prepass"}).options.dynamic_mask());
+  EXPECT_EQ(parse({"--bias"}).options.dynamic_mask.dma_mask_scan, std::string("auto"));
+  EXPECT_TRUE(parse({"--mask", "ones", "--dma-mask-scan", "in-kernel"}).options.dynamic_mask.dma_mask_scan == "in-kernel" &&
+              parse({"--mask", "ones", "--dma-mask-scan", "prepass"}).options.program == Program::kDynamicMask);
   EXPECT_CONTAINS(parse({"--dma-mask-scan", "fused"}).error,
                   "--dma-mask-scan must be auto, prepass, in-kernel or pipelined, got 'fused'");
-  EXPECT_TRUE(parse({"--mask", "ones", "--dma-mask-scan", "pipelined"}).options.dma_mask_scan == "pipelined");
-  EXPECT_EQ(parse({"--mask", "ones", "--dma-prepass-chunks", "4"}).options.dma_prepass_chunks, 4);
-  EXPECT_TRUE(parse({"--mask", "ones", "--dma-prepass-chunks", "4"}).options.dynamic_mask());
+  EXPECT_TRUE(parse({"--mask", "ones", "--dma-mask-scan", "pipelined"}).options.dynamic_mask.dma_mask_scan == "pipelined");
+  EXPECT_EQ(parse({"--mask", "ones", "--dma-prepass-chunks", "4"}).options.dynamic_mask.dma_prepass_chunks, 4);
+  EXPECT_TRUE(parse({"--mask", "ones", "--dma-prepass-chunks", "4"}).options.program == Program::kDynamicMask);
   EXPECT_CONTAINS(parse({"--dma-prepass-chunks", "17"}).error, "--dma-prepass-chunks must be between 0 and 16");
-  EXPECT_TRUE(parse({"--mask", "causal"}).options.causal);    // --mask causal implies --causal
+  EXPECT_TRUE(parse({"--mask", "causal"}).options.common.causal);    // --mask causal implies --causal
   EXPECT_CONTAINS(parse({"--mask", "random"}).error, "--mask must be none, causal, ones or topk, got 'random'");
   EXPECT_CONTAINS(parse({"--H", "8", "--Hkv", "3"}).error, "--H must be a multiple of --Hkv");
   EXPECT_CONTAINS(parse({"--mask", "topk"}).error, "--mask topk selects keys by the bias: add --bias");
@@ -208,8 +208,8 @@ TEST_CASE(cli_numbers_are_strict) {
   EXPECT_CONTAINS(parse({"--seed", "-1"}).error, "--seed expects a non-negative integer, got '-1'");
   EXPECT_CONTAINS(parse({"--seed", "+5"}).error, "--seed expects a non-negative integer");
   EXPECT_CONTAINS(parse({"--seed", "18446744073709551616"}).error, "--seed must be at most 18446744073709551615");
-  EXPECT_EQ(parse({"--seed", "18446744073709551615"}).options.seed, UINT64_MAX);
-  EXPECT_EQ(parse({"--seed", "0"}).options.seed, uint64_t(0));
+  EXPECT_EQ(parse({"--seed", "18446744073709551615"}).options.common.seed, UINT64_MAX);
+  EXPECT_EQ(parse({"--seed", "0"}).options.common.seed, uint64_t(0));
   EXPECT_CONTAINS(parse({"--B", "1x"}).error, "--B expects an integer, got '1x'");
   EXPECT_CONTAINS(parse({"--B", ""}).error, "--B expects an integer, got ''");
   EXPECT_CONTAINS(parse({"--B="}).error, "--B expects an integer, got ''");
@@ -222,9 +222,9 @@ TEST_CASE(cli_numbers_are_strict) {
   EXPECT_CONTAINS(parse({"--iters", "100001"}).error, "--iters must be between 1 and 100000");
   for (const char* bad : {"nan", "NaN", "inf", "-1", " 1", "1 ", "", "1e7", "0x10", "1,5", "+1"})
     EXPECT_CONTAINS(parse({"--softcap", bad}).error, "--softcap expects a number from 0 to 1e6");
-  EXPECT_NEAR(parse({"--softcap", "0.5"}).options.softcap, 0.5, 1e-7);
-  EXPECT_NEAR(parse({"--softcap", "1e3"}).options.softcap, 1000.0, 1e-3);
-  EXPECT_NEAR(parse({"--softcap", ".5"}).options.softcap, 0.5, 1e-7);
+  EXPECT_NEAR(parse({"--softcap", "0.5"}).options.dynamic_mask.softcap, 0.5, 1e-7);
+  EXPECT_NEAR(parse({"--softcap", "1e3"}).options.dynamic_mask.softcap, 1000.0, 1e-3);
+  EXPECT_NEAR(parse({"--softcap", ".5"}).options.dynamic_mask.softcap, 0.5, 1e-7);
 }
 
 TEST_CASE(cli_repeated_options) {
@@ -250,7 +250,7 @@ TEST_CASE(cli_options_that_need_another) {
   EXPECT_CONTAINS(parse({"--sweep", "--show-all"}).error, "--show-all does not apply to --sweep");
   EXPECT_TRUE(parse({"--sweep", "--B", "2", "--H", "4", "--dtype", "bf16", "--check"}).ok());
   // The reference is what the check compares against: on by default.
-  EXPECT_TRUE(parse({"--reference", "torch"}).ok() && parse({"--reference", "torch"}).options.torch_reference);
+  EXPECT_TRUE(parse({"--reference", "torch"}).ok() && parse({"--reference", "torch"}).options.dense.torch_reference);
   EXPECT_CONTAINS(parse({"--no-check", "--reference", "fp32"}).error, "--reference does not apply with --no-check");
   EXPECT_TRUE(parse({"--check", "--reference", "fp32"}).ok());
   // The top-W mask's parameters.
@@ -274,12 +274,12 @@ TEST_CASE(cli_options_that_need_another) {
   EXPECT_CONTAINS(parse({"--deterministic", "--bwd-chunks", "4"}).error,
                   "--bwd-chunks does not apply to --deterministic, which always runs one chunk");
   // Every dynamic-mask option selects the mode, as --help says, even at its default.
-  EXPECT_TRUE(parse({"--splits", "4"}).options.dynamic_mask());
-  EXPECT_TRUE(parse({"--splits", "0"}).options.dynamic_mask());
-  EXPECT_TRUE(parse({"--softcap", "0"}).options.dynamic_mask());
-  EXPECT_TRUE(parse({"--dma-core", "auto"}).options.dynamic_mask());
-  EXPECT_TRUE(parse({"--bwd-chunks", "0"}).options.bwd);
-  EXPECT_TRUE(!parse({"--check", "--torch", "--causal"}).options.dynamic_mask());
+  EXPECT_TRUE(parse({"--splits", "4"}).options.program == Program::kDynamicMask);
+  EXPECT_TRUE(parse({"--splits", "0"}).options.program == Program::kDynamicMask);
+  EXPECT_TRUE(parse({"--softcap", "0"}).options.program == Program::kDynamicMask);
+  EXPECT_TRUE(parse({"--dma-core", "auto"}).options.program == Program::kDynamicMask);
+  EXPECT_TRUE(parse({"--bwd-chunks", "0"}).options.common.bwd);
+  EXPECT_TRUE(parse({"--check", "--torch", "--causal"}).options.program != Program::kDynamicMask);
   // ... and the options of the dense rungs are then errors, not ignored.
   EXPECT_CONTAINS(parse({"--bias", "--variant", "split-q*"}).error, "--variant does not apply to dynamic-mask runs");
   EXPECT_CONTAINS(parse({"--bias", "--show-all"}).error, "--show-all does not apply to dynamic-mask runs");
@@ -296,25 +296,25 @@ TEST_CASE(cli_bwd_alone_is_the_dense_backward) {
   // --bwd without a dynamic-mask option: the dense backward on the shape given.
   const ParseResult r = parse({"--bwd", "--D", "64"});
   EXPECT_TRUE(r.ok());
-  EXPECT_TRUE(r.options.bwd && r.options.dense_backward() && !r.options.dynamic_mask());
-  EXPECT_TRUE(!parse({"--D", "64"}).options.dense_backward());  // the forward by default
+  EXPECT_TRUE(r.options.common.bwd && r.options.program == Program::kDenseBackward);
+  EXPECT_TRUE(parse({"--D", "64"}).options.program != Program::kDenseBackward);  // the forward by default
   // Every dense shape option applies: GQA, Nq != Nk, D != Dv, bf16, causal; and the rows' options.
   const ParseResult full = parse({"--bwd", "--B", "4", "--H", "16", "--Hkv", "4", "--Nq", "300", "--Nk", "1000", "--D",
                                   "192", "--Dv", "128", "--dtype", "bf16", "--causal", "--variant", "bwd-ws*",
                                   "--show-all", "--csv", "/tmp/x.csv", "--no-peers"});
-  EXPECT_TRUE(full.ok() && full.options.dense_backward());
-  const AttnProblem p = to_problem(full.options);
+  EXPECT_TRUE(full.ok() && full.options.program == Program::kDenseBackward);
+  const AttnProblem p = to_problem(full.options.common);
   EXPECT_TRUE(p.gqa() && p.Nq == 300 && p.Nk == 1000 && p.D == 192 && p.Dv == 128 && p.causal);
-  EXPECT_TRUE(parse({"--bwd", "--sdpa", "--torch"}).options.dense_backward());
+  EXPECT_TRUE(parse({"--bwd", "--sdpa", "--torch"}).options.program == Program::kDenseBackward);
   EXPECT_TRUE(parse({"--bwd", "--reference", "fp32"}).ok());
-  EXPECT_TRUE(parse({"--bwd", "--list"}).options.dense_backward());
+  EXPECT_TRUE(parse({"--bwd", "--list"}).options.program == Program::kDenseBackward);
   // The options of dmattn's backward still select the dynamic-mask mode (and imply --bwd there).
   for (const std::vector<std::string>& args :
        {std::vector<std::string>{"--deterministic"}, {"--bwd", "--deterministic"}, {"--bwd-chunks", "2"},
         {"--bwd", "--bwd-walk-in-order"}, {"--bwd", "--mask", "none"}, {"--bwd", "--mask", "causal"},
         {"--bwd", "--softcap", "0"}, {"--bwd", "--splits", "0"}, {"--bwd", "--bias"}}) {
     const Options o = parse(args).options;
-    EXPECT_TRUE(parse(args).ok() && o.bwd && o.dynamic_mask() && !o.dense_backward());
+    EXPECT_TRUE(parse(args).ok() && o.common.bwd && o.program == Program::kDynamicMask);
   }
   // What it cannot take: one line each, before anything runs.
   EXPECT_CONTAINS(parse({"--bwd", "--sweep"}).error,
@@ -329,18 +329,18 @@ TEST_CASE(cli_bwd_alone_is_the_dense_backward) {
 }
 
 TEST_CASE(cli_checks_and_peers_are_on_by_default) {
-  const Options d = parse({"--B", "1", "--H", "8", "--N", "8192", "--D", "512"}).options;
+  const CommonOptions d = parse({"--B", "1", "--H", "8", "--N", "8192", "--D", "512"}).options.common;
   EXPECT_TRUE(d.check && d.torch && d.sdpa && !d.peers_given);
-  EXPECT_TRUE(parse({"--check"}).options.check);  // still accepted
-  EXPECT_TRUE(!parse({"--no-check"}).options.check);
-  const Options none = parse({"--no-peers"}).options;
+  EXPECT_TRUE(parse({"--check"}).options.common.check);  // still accepted
+  EXPECT_TRUE(!parse({"--no-check"}).options.common.check);
+  const CommonOptions none = parse({"--no-peers"}).options.common;
   EXPECT_TRUE(!none.torch && !none.sdpa && none.check);
-  const Options quick = parse({"--no-check", "--no-peers"}).options;
+  const CommonOptions quick = parse({"--no-check", "--no-peers"}).options.common;
   EXPECT_TRUE(!quick.check && !quick.torch && !quick.sdpa);
   // --torch and --sdpa pick groups: only those given.
-  const Options sdpa = parse({"--sdpa"}).options;
+  const CommonOptions sdpa = parse({"--sdpa"}).options.common;
   EXPECT_TRUE(sdpa.sdpa && !sdpa.torch && sdpa.peers_given);
-  const Options both = parse({"--torch", "--sdpa"}).options;
+  const CommonOptions both = parse({"--torch", "--sdpa"}).options.common;
   EXPECT_TRUE(both.sdpa && both.torch);
   // Contradictions: one line each.
   EXPECT_CONTAINS(parse({"--check", "--no-check"}).error, "--check and --no-check contradict each other");
@@ -350,8 +350,8 @@ TEST_CASE(cli_checks_and_peers_are_on_by_default) {
   EXPECT_CONTAINS(parse({"--no-peers", "--no-peers"}).error, "--no-peers given twice");
   // The same defaults in the dynamic-mask mode.
   const Options dma = parse({"--mask", "ones", "--bwd"}).options;
-  EXPECT_TRUE(dma.dynamic_mask() && dma.check && dma.torch && dma.sdpa);
-  EXPECT_TRUE(!parse({"--bias", "--no-check", "--no-peers"}).options.check);
+  EXPECT_TRUE(dma.program == Program::kDynamicMask && dma.common.check && dma.common.torch && dma.common.sdpa);
+  EXPECT_TRUE(!parse({"--bias", "--no-check", "--no-peers"}).options.common.check);
   EXPECT_CONTAINS(parse({"--bias", "--no-check", "--check"}).error, "contradict");
   const std::string u = usage();
   EXPECT_CONTAINS(u, "--no-check");
@@ -490,17 +490,17 @@ TEST_CASE(cli_blocksparse_flags) {
   ParseResult r = parse({"--mask-mod", "sliding_window:128,0", "--score-mod", "softcap:30", "--block-size", "256",
                          "--Hkv", "2"});
   EXPECT_TRUE(r.ok());
-  EXPECT_TRUE(r.options.blocksparse() && !r.options.dynamic_mask() && !r.options.dense_backward());
-  EXPECT_EQ(r.options.block_q, 256);
-  EXPECT_EQ(r.options.block_kv, 256);
+  EXPECT_TRUE(r.options.program == Program::kBlocksparse);
+  EXPECT_EQ(r.options.blocksparse.block_q, 256);
+  EXPECT_EQ(r.options.blocksparse.block_kv, 256);
   r = parse({"--mask-mod", "document:7", "--block-size", "128,256", "--N", "1000"});
   EXPECT_TRUE(r.ok());
-  EXPECT_EQ(r.options.document_count, 7);
-  EXPECT_EQ(r.options.block_q, 128);
-  EXPECT_EQ(r.options.block_kv, 256);
+  EXPECT_EQ(r.options.blocksparse.document_count, 7);
+  EXPECT_EQ(r.options.blocksparse.block_q, 128);
+  EXPECT_EQ(r.options.blocksparse.block_kv, 256);
   r = parse({"--mask-mod", "document", "--N", "3"});  // the default count, at most the length
   EXPECT_TRUE(r.ok());
-  EXPECT_EQ(r.options.document_count, 3);
+  EXPECT_EQ(r.options.blocksparse.document_count, 3);
   // One line naming the problem for each bad spec or combination.
   EXPECT_CONTAINS(parse({"--mask-mod", "causal:1"}).error, "--mask-mod: unknown mask_mod 'causal:1'");
   EXPECT_CONTAINS(parse({"--mask-mod", "block_diagonal:0"}).error, "needs a block >= 1");
@@ -553,7 +553,7 @@ TEST_CASE(cli_help_wins_over_every_other_option) {
   for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
            {"--help", "--D", "0"}, {"--D", "0", "-h"}, {"--bogus", "--help"}, {"--help", "--mask-mod", "tensor"}}) {
     const ParseResult r = parse(args);
-    EXPECT_TRUE(r.ok() && r.options.help);
+    EXPECT_TRUE(r.ok() && r.options.common.help);
   }
 }
 
@@ -597,7 +597,7 @@ TEST_CASE(cli_blocksparse_block_size_is_checked_without_a_gpu) {
   auto why = [](std::vector<std::string> args) {
     const ParseResult r = parse(args);
     EXPECT_TRUE(r.ok());
-    return blocksparse_options_unsupported(r.options);
+    return blocksparse_options_unsupported(r.options.common, r.options.blocksparse);
   };
   EXPECT_EQ(why({"--mask-mod", "causal"}), std::string(""));
   EXPECT_EQ(why({"--mask-mod", "causal", "--block-size", "256,128", "--bwd"}), std::string(""));
