@@ -10,7 +10,8 @@
 //                              build_block_mask_from_mod built on the GPU
 // --bwd: the same peers' backward ("sdpa(cudnn) bwd"), and ours,
 //   blocksparse bwd            blocksparse_bwd on the same block mask
-//   blocksparse-det bwd        its deterministic mode (also repeated bit for bit)
+//   blocksparse-det bwd        its deterministic mode (also repeated bit for bit;
+//                              --deterministic: this row of ours alone)
 // from O and LSE of the fp32 mods reference forward (O rounded to the dtype)
 // and a random dO, each of dQ, dK, dV checked against the fp32 mods reference
 // backward (mods_reference.h) by the dense backward's rule.
@@ -390,7 +391,7 @@ std::vector<ListEntry> blocksparse_list(const CommonOptions& opt) {
     if (opt.sdpa)
       for (const BwdVariant* peer : sdpa_backward_peers())
         entries.push_back({peer->name + " bwd", peer->rung, peer->describe()});
-    entries.push_back({"blocksparse bwd", "blocksparse_bwd", blocksparse_bwd_describe()});
+    if (!opt.deterministic) entries.push_back({"blocksparse bwd", "blocksparse_bwd", blocksparse_bwd_describe()});
     entries.push_back({"blocksparse-det bwd", "blocksparse_bwd", blocksparse_bwd_describe() + " (deterministic)"});
     return entries;
   }
@@ -423,10 +424,12 @@ int run_blocksparse_mode(const CommonOptions& opt, const BlocksparseOptions& bs,
   print_header(run);
   // The rows: the peers first, then ours, each run once and checked.
   peer_rows(run);
-  if (opt.bwd)
-    for (const BwdVariant& v : run.ours_bwd) add_bwd_row(run, v, run.p);
-  else
+  if (opt.bwd) {
+    for (const BwdVariant& v : run.ours_bwd)
+      if (v.deterministic || !opt.deterministic) add_bwd_row(run, v, run.p);
+  } else {
     add_row(run, run.ours, run.p);
+  }
   bool device_lost = cudaDeviceSynchronize() != cudaSuccess;
   const ProblemBuffers& timed = opt.bwd ? run.grads.fwd : run.bufs;  // its L2 flush
   if (!device_lost)

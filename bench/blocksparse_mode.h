@@ -26,7 +26,7 @@ constexpr const char* kBlocksparseCsvColumns = ",mask,score";
 std::string blocksparse_options_unsupported(const CommonOptions& opt, const BlocksparseOptions& bs);
 
 // --list with --mask-mod: the rows this mode can run (peers as --sdpa and
-// --no-peers pick them).
+// --no-peers pick them; --bwd --deterministic: our deterministic row alone).
 std::vector<ListEntry> blocksparse_list(const CommonOptions& opt);
 
 // Document ids [B][L] for --mask-mod document:K: per batch, L cut into K

@@ -5,6 +5,7 @@
 //                 from its own forward graph, the backward alone timed
 //                 (bench/torch_peers.h; in a torch build, unless --no-peers)
 //   bwd-mma, bwd-ws, ...   every rung of all_bwd_variants() that --variant picks
+//                 (--deterministic: those whose dQ sums in a fixed order alone)
 // The forward every row starts from: the fp32 reference's O rounded to the
 // input dtype and its LSE (so that no rung's forward error reaches the
 // backward's check), dO standard normal. Each of dQ, dK, dV is judged alone by
@@ -35,7 +36,7 @@ std::vector<const BwdVariant*> backward_rows(const CommonOptions& opt, const Den
     for (const BwdVariant& v : torch_unfused) rows.push_back(&v);
   const size_t peers = rows.size();
   for (const BwdVariant& v : all_bwd_variants())
-    if (variant_selected(dense.variant_glob, v)) rows.push_back(&v);
+    if (variant_selected(dense.variant_glob, v) && (v.deterministic || !opt.deterministic)) rows.push_back(&v);
   *rungs = rows.size() - peers;
   return rows;
 }

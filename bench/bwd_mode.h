@@ -18,7 +18,8 @@
 namespace attnlab {
 
 // The rows: the peers first (those of the groups --torch / --sdpa pick, none
-// with --no-peers), then the backward rungs whose name matches --variant.
+// with --no-peers), then the backward rungs whose name matches --variant
+// (with --deterministic, only the deterministic ones).
 // *rungs: how many of them are rungs.
 std::vector<const BwdVariant*> backward_rows(const CommonOptions& opt, const DenseOptions& dense, size_t* rungs);
 

@@ -190,6 +190,12 @@ the dense forward (and, with --bwd, backward):
                     count 2·(3D+2Dv)·pairs.
                     With a dynamic-mask option, that mode's backward (below).
                     Not with --sweep or --reference torch
+  --deterministic   the deterministic backward of the mode that runs (implies
+                    --bwd), its gradients repeated and compared bit for bit:
+                    here the deterministic backward rungs alone (named
+                    '*+deterministic'; --variant narrows them); with a
+                    dynamic-mask option dmattn's deterministic mode; with
+                    --mask-mod blocksparse-det bwd alone
 
 dynamic-mask attention (flash-dmattn semantics). Any option of this section
 but --bwd selects it, even at its default value (--mask none too); --variant,
@@ -205,9 +211,6 @@ but --bwd selects it, even at its default value (--mask none too); --variant,
   --bwd             with one of these options: also the backward, dmattn's
                     (dQ, dK, dV, dBias) and, with the peers, torch's through
                     autograd; TFLOPS count 2·(3D+2Dv)·pairs
-  --deterministic   dmattn's backward in its deterministic mode (implies --bwd):
-                    gradients bitwise identical run to run; when checked also
-                    verified over 5 runs
   --bwd-walk-in-order  the backward's key tiles all walk their query tiles
                     from the first (default: key tile j from query tile j,
                     wrapping); for A/B runs; implies --bwd
@@ -282,7 +285,7 @@ docs/blocksparse.md). --mask-mod selects it; --causal, --sweep, --variant,
   `mask`, `score` after them (a file of other columns is refused).
   --bwd with --mask-mod: the backward instead (rows "sdpa(cudnn) bwd",
   "sdpa(flash) bwd" as above, "blocksparse bwd" and its deterministic mode
-  "blocksparse-det bwd"), from O and LSE of the fp32 mods reference, each of
+  "blocksparse-det bwd", alone with --deterministic), from O and LSE of the fp32 mods reference, each of
   dQ, dK, dV checked against the fp32 mods reference backward by the dense
   backward's rule; TFLOPS count 2·(3D+2Dv)·pairs.
 
@@ -315,7 +318,7 @@ ParseResult parse_args(const std::vector<std::string>& args) {
   std::set<std::string> given;  // every option seen, by its canonical name
   // The options of the dynamic-mask mode: any of them selects it.
   static const std::set<std::string> dynamic_mask_options = {
-      "--mask", "--window", "--block", "--bias", "--softcap", "--deterministic", "--bwd-walk-in-order",
+      "--mask", "--window", "--block", "--bias", "--softcap", "--bwd-walk-in-order",
       "--bwd-own-prepass", "--mask-bits", "--bwd-chunks", "--splits", "--dma-core", "--dma-mask-scan",
       "--dma-prepass-chunks"};
   for (size_t i = 0; i < args.size(); ++i) {

@@ -184,7 +184,8 @@ int main(int argc, char** argv) {
       return kExitOk;
     }
     if (rungs == 0 && dense.variant_glob != "*")
-      return fail("no backward variant matches --variant '" + dense.variant_glob + "' (see --list --bwd)",
+      return fail(std::string(opt.deterministic ? "no deterministic" : "no") + " backward variant matches --variant '" +
+                      dense.variant_glob + "' (see --list --bwd" + (opt.deterministic ? " --deterministic)" : ")"),
                   kExitBadOptions);
   }
 

@@ -8,6 +8,7 @@
 
 #include "blocksparse/mods.h"
 #include "blocksparse_mode.h"
+#include "bwd_mode.h"
 #include "cli.h"
 #include "runner.h"
 #include "table.h"
@@ -167,7 +168,6 @@ TEST_CASE(cli_dynamic_mask_flags) {
   EXPECT_EQ(parse({"--bwd"}).options.dynamic_mask.bwd_chunks, 0);  // query chunks: automatic by default
   EXPECT_TRUE(parse({"--bwd-chunks", "7"}).options.dynamic_mask.bwd_chunks == 7 && parse({"--bwd-chunks", "7"}).options.common.bwd);
   EXPECT_CONTAINS(parse({"--bwd-chunks", "5000"}).error, "--bwd-chunks must be between 0 and 4096");
-  EXPECT_TRUE(parse({"--deterministic"}).options.common.deterministic && parse({"--deterministic"}).options.common.bwd);
   EXPECT_TRUE(!parse({"--bwd"}).options.dynamic_mask.bwd_own_prepass);  // default: the forward's mask summary
   EXPECT_TRUE(parse({"--mask", "ones", "--bwd-own-prepass"}).options.dynamic_mask.bwd_own_prepass &&
               parse({"--mask", "ones", "--bwd-own-prepass"}).options.common.bwd);
@@ -310,8 +310,7 @@ TEST_CASE(cli_bwd_alone_is_the_dense_backward) {
   EXPECT_TRUE(parse({"--bwd", "--list"}).options.program == Program::kDenseBackward);
   // The options of dmattn's backward still select the dynamic-mask mode (and imply --bwd there).
   for (const std::vector<std::string>& args :
-       {std::vector<std::string>{"--deterministic"}, {"--bwd", "--deterministic"}, {"--bwd-chunks", "2"},
-        {"--bwd", "--bwd-walk-in-order"}, {"--bwd", "--mask", "none"}, {"--bwd", "--mask", "causal"},
+       {std::vector<std::string>{"--bwd-chunks", "2"}, {"--bwd", "--bwd-walk-in-order"}, {"--bwd", "--mask", "none"}, {"--bwd", "--mask", "causal"},
         {"--bwd", "--softcap", "0"}, {"--bwd", "--splits", "0"}, {"--bwd", "--bias"}}) {
     const Options o = parse(args).options;
     EXPECT_TRUE(parse(args).ok() && o.common.bwd && o.program == Program::kDynamicMask);
@@ -511,7 +510,35 @@ TEST_CASE(cli_blocksparse_flags) {
   EXPECT_CONTAINS(parse({"--mask-mod", "causal", "--mask", "ones"}).error, "select two modes");
   EXPECT_CONTAINS(parse({"--mask-mod", "causal", "--sdpa", "--torch"}).error, "--torch does not apply");
   EXPECT_EQ(parse({"--mask-mod", "causal", "--bwd"}).error, std::string(""));  // the block-sparse backward
-  EXPECT_CONTAINS(parse({"--mask-mod", "causal", "--deterministic"}).error, "select two modes");
+}
+
+TEST_CASE(cli_deterministic_is_the_deterministic_backward_of_each_mode) {
+  // Alone or with --bwd: the dense backward, its deterministic rungs alone.
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--deterministic"}, {"--bwd", "--deterministic"}}) {
+    const ParseResult r = parse(args);
+    EXPECT_TRUE(r.ok() && r.options.program == Program::kDenseBackward);
+    EXPECT_TRUE(r.options.common.bwd && r.options.common.deterministic);
+  }
+  const Options dense = parse({"--deterministic", "--no-peers"}).options;
+  size_t rungs = 0;
+  const std::vector<const BwdVariant*> rows = backward_rows(dense.common, dense.dense, &rungs);
+  size_t deterministic_rungs = 0;
+  for (const BwdVariant& v : all_bwd_variants()) deterministic_rungs += v.deterministic ? 1 : 0;
+  EXPECT_TRUE(deterministic_rungs > 0 && rungs == deterministic_rungs && rows.size() == rungs);
+  for (const BwdVariant* v : rows) EXPECT_TRUE(v->deterministic);
+  const Options narrowed = parse({"--deterministic", "--no-peers", "--variant", "bwd-mma*"}).options;
+  EXPECT_EQ(backward_rows(narrowed.common, narrowed.dense, &rungs).size(), size_t(1));
+  // Dynamic-mask attention: dmattn's deterministic mode.
+  const ParseResult dm = parse({"--mask", "ones", "--deterministic"});
+  EXPECT_TRUE(dm.ok() && dm.options.program == Program::kDynamicMask && dm.options.common.bwd &&
+              dm.options.common.deterministic);
+  // Block-sparse attention: blocksparse-det bwd alone.
+  const ParseResult bs = parse({"--mask-mod", "causal", "--deterministic", "--no-peers"});
+  EXPECT_TRUE(bs.ok() && bs.options.program == Program::kBlocksparse && bs.options.common.bwd);
+  const std::vector<ListEntry> list = blocksparse_list(bs.options.common);
+  EXPECT_TRUE(list.size() == 1 && list[0].name == "blocksparse-det bwd");
+  EXPECT_EQ(blocksparse_list(parse({"--mask-mod", "causal", "--bwd", "--no-peers"}).options.common).size(), size_t(2));
 }
 
 TEST_CASE(blocksparse_document_ids) {

@@ -70,8 +70,10 @@ expect_error 2 "no backward variant matches --variant 'no-such-variant*'" --bwd 
 expect_error 2 "--H must be a multiple of --Hkv" --bwd --H 8 --Hkv 3
 expect_error 2 "--dtype must be fp16 or bf16" --bwd --dtype fp32
 expect_error 2 "cannot write --csv /nonexistent/dir/x.csv" --bwd --N 64 --csv /nonexistent/dir/x.csv
+expect_error 2 "no deterministic backward variant matches --variant 'bwd-mma' (see --list --bwd --deterministic)" \
+  --deterministic --variant bwd-mma
 # ... while dmattn's backward options still select the dynamic-mask mode, whose rules apply.
-expect_error 2 "--variant does not apply to dynamic-mask runs" --deterministic --variant 'bwd*'
+expect_error 2 "--variant does not apply to dynamic-mask runs" --bwd-chunks 2 --variant 'bwd*'
 expect_error 2 "dynamic-mask attention needs Dv == D" --bwd --mask none --Dv 32
 # Block-sparse attention (--mask-mod): its specs and the flags it does not combine with.
 expect_error 2 "--mask-mod: unknown mask_mod 'foo'" --mask-mod foo
@@ -99,6 +101,11 @@ for args in "--mask-mod foo" "--mask-mod causal --score-mod nope" "--mask-mod te
 done
 if "$bin" --list --bwd --mask-mod causal | grep -q "^blocksparse-det bwd "; then pass; else fail "--list --bwd --mask-mod shows blocksparse-det bwd"; fi
 if "$bin" --list --mask-mod causal | grep -q "^blocksparse "; then pass; else fail "--list --mask-mod shows blocksparse"; fi
+# --deterministic: the deterministic backward of each mode, its rows alone.
+if [ "$("$bin" --list --mask-mod causal --deterministic --no-peers | awk '{ print $1, $2 }')" = "blocksparse-det bwd" ]
+then pass; else fail "--list --mask-mod causal --deterministic: blocksparse-det bwd alone"; fi
+if out=$("$bin" --list --deterministic --no-peers) && [ -n "$out" ] && ! printf '%s\n' "$out" | grep -qv '^[^ ]*+deterministic bwd '
+then pass; else fail "--list --deterministic: the deterministic backward rungs alone: $out"; fi
 printf 'gpu,driver,cuda\n' > "$tmp/other.csv"
 expect_error 2 "cannot write --csv $tmp/other.csv: its columns are not these rows'" --mask-mod causal --csv "$tmp/other.csv"
 # --csv that cannot be written: found before anything runs, nothing written.
