@@ -1,4 +1,4 @@
-// flash_attn_mma's dense backward (--bwd without a dynamic-mask option): one
+// flash_attn_mma's dense backward (--bwd without --mask or --mask-mod): one
 // shape, the gradients of L = Σ O ⊙ dO. Rows (a peer's printed as "<name> bwd"):
 //   sdpa(flash), sdpa(cudnn), sdpa(efficient), torch(unfused)
 //                 torch's autograd on the same Q, K, V, dO without a mask, each

@@ -1,5 +1,5 @@
-// attnlab: flash_attn_mma's dense backward, selected by --bwd without any
-// dynamic-mask option: every backward rung (all_bwd_variants()) and torch's
+// attnlab: flash_attn_mma's dense backward, selected by --bwd without --mask
+// or --mask-mod: every backward rung (all_bwd_variants()) and torch's
 // backward peers on one dense shape, checked and timed as the forward's rows
 // are (bench/table.h). See bwd_mode.cpp for the rows.
 #pragma once

@@ -188,17 +188,17 @@ the dense forward (and, with --bwd, backward):
                     dP, dS in the dtype) + 2 x rounding; a deterministic rung is
                     also run 5 more times and must repeat bit for bit. TFLOPS
                     count 2·(3D+2Dv)·pairs.
-                    With a dynamic-mask option, that mode's backward (below).
+                    With --mask, that mode's backward (below).
                     Not with --sweep or --reference torch
   --deterministic   the deterministic backward of the mode that runs (implies
                     --bwd), its gradients repeated and compared bit for bit:
                     here the deterministic backward rungs alone (named
-                    '*+deterministic'; --variant narrows them); with a
-                    dynamic-mask option dmattn's deterministic mode; with
-                    --mask-mod blocksparse-det bwd alone
+                    '*+deterministic'; --variant narrows them); with --mask
+                    dmattn's deterministic mode; with --mask-mod
+                    blocksparse-det bwd alone
 
-dynamic-mask attention (flash-dmattn semantics). Any option of this section
-but --bwd selects it, even at its default value (--mask none too); --variant,
+dynamic-mask attention (flash-dmattn semantics). --mask selects it (--mask none
+too), and the other options of this section but --bwd need it; --variant,
 --show-all, --reference, --sweep and --Dv != --D are then errors:
   --mask M          none | causal | ones (an all-ones mask) | topk (per query,
                     the --window keys of largest bias, smoothed per --block keys)
@@ -208,7 +208,7 @@ but --bwd selects it, even at its default value (--mask none too); --variant,
                     needs --mask topk)
   --bias            add a random per-key bias of shape (B, Hkv, 1, Nk)
   --softcap C       S = C·tanh(S / C) after the bias (default 0: off)
-  --bwd             with one of these options: also the backward, dmattn's
+  --bwd             with --mask: also the backward, dmattn's
                     (dQ, dK, dV, dBias) and, with the peers, torch's through
                     autograd; TFLOPS count 2·(3D+2Dv)·pairs
   --bwd-walk-in-order  the backward's key tiles all walk their query tiles
@@ -264,7 +264,7 @@ but --bwd selects it, even at its default value (--mask none too); --variant,
 
 block-sparse attention (FlexAttention's model: kernels/blocksparse/,
 docs/blocksparse.md). --mask-mod selects it; --causal, --sweep, --variant,
---reference, --torch, --show-all and the dynamic-mask options are then errors:
+--reference, --torch, --show-all, --mask and its options are then errors:
 )" + help_item("--mask-mod M",  // the lists: kernels/blocksparse/mods_table.h's rows
                "the mask_mod, NAME[:ARGS]: " + mask_mod_names(false) +
                    " (causal and sliding_window bottom-right aligned; document[:K]: K documents of random lengths "
@@ -316,7 +316,7 @@ ParseResult parse_args(const std::vector<std::string>& args) {
     }
   int n = -1, nq = -1, nk = -1, dv = -1;
   std::set<std::string> given;  // every option seen, by its canonical name
-  // The options of the dynamic-mask mode: any of them selects it.
+  // The options of the dynamic-mask mode, which --mask selects: the others need it.
   static const std::set<std::string> dynamic_mask_options = {
       "--mask", "--window", "--block", "--bias", "--softcap", "--bwd-walk-in-order",
       "--bwd-own-prepass", "--mask-bits", "--bwd-chunks", "--splits", "--dma-core", "--dma-mask-scan",
@@ -450,15 +450,12 @@ ParseResult parse_args(const std::vector<std::string>& args) {
     return r;
   };
 
-  bool dynamic_mask_option = false;  // one of the dynamic-mask options was given (even at its default)
-  for (const std::string& f : given)
-    if (dynamic_mask_options.count(f)) dynamic_mask_option = true;
   if (c.deterministic || m.bwd_chunks > 0 || has("--bwd-chunks") || has("--bwd-walk-in-order") ||
       m.bwd_own_prepass)
     c.bwd = true;  // options of the backward imply it
   const bool blocksparse = !s.mask_mod.empty();
   o.program = blocksparse           ? Program::kBlocksparse
-              : dynamic_mask_option ? Program::kDynamicMask
+              : has("--mask")       ? Program::kDynamicMask
               : c.bwd               ? Program::kDenseBackward
                                     : Program::kDenseForward;
   if (has("--N") && has("--Nq") && has("--Nk")) return fail("--N has no effect with both --Nq and --Nk");
@@ -538,7 +535,7 @@ ParseResult parse_args(const std::vector<std::string>& args) {
     if (!why.empty()) return fail("--score-mod: " + why);
     for (const std::string& f : given)
       if (dynamic_mask_options.count(f))
-        return fail("--mask-mod and " + f + " select two modes (block-sparse, dynamic-mask): give one" +
+        return fail("--mask-mod and " + f + " belong to two modes (block-sparse, dynamic-mask): give one" +
                     (f == "--softcap" ? " (a softcap here is --score-mod softcap:C)" : ""));
     if (has("--causal")) return fail("--causal does not apply to --mask-mod: the causal mask is --mask-mod causal");
     if (d.sweep) return fail("--sweep does not apply to --mask-mod: it runs one shape");
@@ -549,6 +546,10 @@ ParseResult parse_args(const std::vector<std::string>& args) {
     if (has("--torch")) return fail("--torch does not apply to --mask-mod: its peers are torch's SDPA (--sdpa)");
     if (d.show_all) return fail("--show-all does not apply to --mask-mod: it shows every row");
   }
+  if (o.program != Program::kDynamicMask)
+    for (const std::string& f : given)
+      if (dynamic_mask_options.count(f))
+        return fail(f + " is an option of dynamic-mask attention: add --mask M (none, causal, ones or topk) to run it");
   if (o.program == Program::kDynamicMask) {
     if (d.sweep) return fail("--sweep does not apply to dynamic-mask runs");
     if (c.Dv != c.D) return fail("dynamic-mask attention needs Dv == D");

@@ -790,7 +790,7 @@ RunError backward_rows(DmaRun& run) {
   if (RunError r = bit_packed_backward_row(run, g, bwd.name, &bits_ms); r.failed()) return r;
   if (torch_rows_wanted(opt)) {
     std::string setup;
-    const bool all_active = dm.mask.empty() || dm.mask == "none" || dm.mask == "causal" || dm.mask == "ones";
+    const bool all_active = dm.mask == "none" || dm.mask == "causal" || dm.mask == "ones";
     const std::vector<MaskedTorchPeer> peers =
         make_masked_torch_peers(p, run.q, run.k, run.v, &setup, g.dout, opt.sdpa && all_active);
     torch_rows(run, peers, setup, "torch+mask bwd", g.flops, backward_flops(p.dense()), bwd.ms, "dmattn bwd", 0,
@@ -807,7 +807,7 @@ void print_banner(const DmaRun& run) {
   const DynamicMaskProblem& p = run.p;
   std::printf("%s\n", std::string(150, '-').c_str());
   std::printf("dynamic-mask attention: %s; mask %s%s; unmasked pairs %llu (%.2f%% of Nq·Nk·B·H); seed %llu\n",
-              p.shape_string().c_str(), dm.mask.empty() ? "none" : dm.mask.c_str(), topk_words(dm).c_str(),
+              p.shape_string().c_str(), dm.mask.c_str(), topk_words(dm).c_str(),
               run.pairs, 100.0 * double(run.pairs) / (double(p.B) * p.H * p.Nq * p.Nk),
               (unsigned long long)run.seed);
 }
@@ -833,7 +833,7 @@ std::string append_csv(const std::string& path, const SystemInfo& sys, const Dma
   double best_peer = 0;
   for (const DmaRow& r : run.rows)
     if (r.kind == "peer" && r.ms > 0) best_peer = std::max(best_peer, r.tflops);
-  const std::string shape_note = "Hkv=" + std::to_string(p.Hkv) + "; mask=" + (dm.mask.empty() ? "none" : dm.mask) +
+  const std::string shape_note = "Hkv=" + std::to_string(p.Hkv) + "; mask=" + dm.mask +
                                  topk_words(dm) + (dm.bias ? "; bias (B;Hkv;1;Nk)" : "") +
                                  (p.softcap > 0 ? "; softcap " + std::to_string(p.softcap) : "");
   std::ostringstream f;

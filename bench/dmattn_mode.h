@@ -1,6 +1,6 @@
-// attnlab: flash_attn_mma's dynamic-mask mode, selected by any option of the
-// dynamic-mask section of --help (--Hkv, --mask, --bias, ...). See
-// dmattn_mode.cpp for the rows.
+// attnlab: flash_attn_mma's dynamic-mask mode, selected by --mask (its other
+// options: the dynamic-mask section of --help). See dmattn_mode.cpp for the
+// rows.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -40,7 +40,7 @@ int run_blocksparse_mode(const CommonOptions&, const BlocksparseOptions&, const 
 }
 
 int run_dynamic_mask_mode(const CommonOptions&, const DynamicMaskOptions&, const SystemInfo&, uint64_t, cudaStream_t) {
-  stop("the dynamic-mask options");
+  stop("--mask");
 }
 
 }  // namespace attnlab

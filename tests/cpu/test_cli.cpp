@@ -123,12 +123,12 @@ TEST_CASE(cli_hkv_is_a_dense_option) {
   EXPECT_TRUE(!to_problem(parse({"--H", "8"}).options.common).gqa());  // default: Hkv = H
   EXPECT_TRUE(parse({"--H", "8", "--Hkv", "1", "--sweep", "--check"}).ok());  // MQA over the sweep's grid
   EXPECT_TRUE(parse({"--H", "4", "--Hkv", "2", "--variant", "split-q*", "--show-all"}).ok());
-  // The other dynamic-mask options still select that mode, where --Hkv keeps its meaning.
-  EXPECT_TRUE(parse({"--H", "8", "--Hkv", "2", "--bias"}).options.program == Program::kDynamicMask);
-  EXPECT_EQ(parse({"--H", "8", "--Hkv", "2", "--bias"}).options.common.Hkv, 2);
+  // --mask selects the dynamic-mask mode, where --Hkv keeps its meaning.
+  EXPECT_TRUE(parse({"--H", "8", "--Hkv", "2", "--mask", "none"}).options.program == Program::kDynamicMask);
+  EXPECT_EQ(parse({"--H", "8", "--Hkv", "2", "--mask", "none"}).options.common.Hkv, 2);
   // H % Hkv is checked in both modes.
   EXPECT_CONTAINS(parse({"--H", "8", "--Hkv", "3"}).error, "--H must be a multiple of --Hkv");
-  EXPECT_CONTAINS(parse({"--H", "8", "--Hkv", "3", "--bias"}).error, "--H must be a multiple of --Hkv");
+  EXPECT_CONTAINS(parse({"--H", "8", "--Hkv", "3", "--mask", "none"}).error, "--H must be a multiple of --Hkv");
   EXPECT_CONTAINS(parse({"--H", "2", "--Hkv", "4"}).error, "--H must be a multiple of --Hkv");
   EXPECT_CONTAINS(parse({"--Hkv", "0"}).error, "--Hkv must be between 1 and 65535");
   EXPECT_CONTAINS(usage(), "--Hkv N");
@@ -159,14 +159,15 @@ TEST_CASE(cli_dynamic_mask_flags) {
   EXPECT_TRUE(r.options.dynamic_mask.bias);
   EXPECT_NEAR(r.options.dynamic_mask.softcap, 30.0, 1e-6);
   EXPECT_TRUE(parse({"--N", "64"}).options.program != Program::kDynamicMask);  // the dense harness by default
-  EXPECT_EQ(parse({"--bias"}).options.dynamic_mask.splits, 0);            // split-KV: automatic by default
-  EXPECT_EQ(parse({"--bias", "--splits", "16"}).options.dynamic_mask.splits, 16);
+  EXPECT_EQ(parse({"--mask", "none"}).options.dynamic_mask.splits, 0);            // split-KV: automatic by default
+  EXPECT_EQ(parse({"--mask", "none", "--splits", "16"}).options.dynamic_mask.splits, 16);
   EXPECT_CONTAINS(parse({"--splits", "-1"}).error, "--splits must be between 0 and 1024");
-  EXPECT_TRUE(parse({"--bias", "--bwd"}).options.common.bwd && parse({"--bias", "--bwd"}).options.program == Program::kDynamicMask);
-  EXPECT_TRUE(parse({"--bias", "--bwd"}).options.program != Program::kDenseBackward);  // dmattn's backward, not the dense one
+  const Options dmattn_bwd = parse({"--mask", "none", "--bias", "--bwd"}).options;
+  EXPECT_TRUE(dmattn_bwd.common.bwd && dmattn_bwd.program == Program::kDynamicMask);  // dmattn's, not the dense one
   EXPECT_CONTAINS(parse({"--bwd=1"}).error, "--bwd takes no value");
   EXPECT_EQ(parse({"--bwd"}).options.dynamic_mask.bwd_chunks, 0);  // query chunks: automatic by default
-  EXPECT_TRUE(parse({"--bwd-chunks", "7"}).options.dynamic_mask.bwd_chunks == 7 && parse({"--bwd-chunks", "7"}).options.common.bwd);
+  const Options chunks = parse({"--mask", "none", "--bwd-chunks", "7"}).options;
+  EXPECT_TRUE(chunks.dynamic_mask.bwd_chunks == 7 && chunks.common.bwd);  // implies --bwd
   EXPECT_CONTAINS(parse({"--bwd-chunks", "5000"}).error, "--bwd-chunks must be between 0 and 4096");
   EXPECT_TRUE(!parse({"--bwd"}).options.dynamic_mask.bwd_own_prepass);  // default: the forward's mask summary
   EXPECT_TRUE(parse({"--mask", "ones", "--bwd-own-prepass"}).options.dynamic_mask.bwd_own_prepass &&
@@ -178,19 +179,20 @@ TEST_CASE(cli_dynamic_mask_flags) {
   EXPECT_CONTAINS(parse({"--mask-bits"}).error, "--mask-bits packs the mask: add --mask ones or --mask topk");
   EXPECT_CONTAINS(parse({"--mask", "causal", "--mask-bits"}).error, "--mask-bits packs the mask");
   EXPECT_CONTAINS(parse({"--mask", "ones", "--mask-bits=1"}).error, "--mask-bits takes no value");
-  EXPECT_TRUE(!parse({"--bwd-walk-in-order"}).options.dynamic_mask.bwd_rotate && parse({"--bwd-walk-in-order"}).options.common.bwd);
+  const Options in_order = parse({"--mask", "none", "--bwd-walk-in-order"}).options;
+  EXPECT_TRUE(!in_order.dynamic_mask.bwd_rotate && in_order.common.bwd);
   EXPECT_CONTAINS(parse({"--bwd-walk-in-order=1"}).error, "--bwd-walk-in-order takes no value");
-  EXPECT_EQ(parse({"--bias"}).options.dynamic_mask.dma_core, std::string("auto"));
-  EXPECT_TRUE(parse({"--dma-core", "mma"}).options.dynamic_mask.dma_core == "mma" && parse({"--dma-core", "mma"}).options.program == Program::kDynamicMask);
+  EXPECT_EQ(parse({"--mask", "none"}).options.dynamic_mask.dma_core, std::string("auto"));
+  EXPECT_EQ(parse({"--mask", "none", "--dma-core", "mma"}).options.dynamic_mask.dma_core, std::string("mma"));
   EXPECT_CONTAINS(parse({"--dma-core", "tensor"}).error, "--dma-core must be auto, mma, wgmma, wgmma-cp.async or gather");
-  EXPECT_EQ(parse({"--bias"}).options.dynamic_mask.dma_mask_scan, std::string("auto"));
-  EXPECT_TRUE(parse({"--mask", "ones", "--dma-mask-scan", "in-kernel"}).options.dynamic_mask.dma_mask_scan == "in-kernel" &&
-              parse({"--mask", "ones", "--dma-mask-scan", "prepass"}).options.program == Program::kDynamicMask);
+  EXPECT_EQ(parse({"--mask", "none"}).options.dynamic_mask.dma_mask_scan, std::string("auto"));
+  EXPECT_EQ(parse({"--mask", "ones", "--dma-mask-scan", "in-kernel"}).options.dynamic_mask.dma_mask_scan,
+            std::string("in-kernel"));
   EXPECT_CONTAINS(parse({"--dma-mask-scan", "fused"}).error,
                   "--dma-mask-scan must be auto, prepass, in-kernel or pipelined, got 'fused'");
-  EXPECT_TRUE(parse({"--mask", "ones", "--dma-mask-scan", "pipelined"}).options.dynamic_mask.dma_mask_scan == "pipelined");
+  EXPECT_EQ(parse({"--mask", "ones", "--dma-mask-scan", "pipelined"}).options.dynamic_mask.dma_mask_scan,
+            std::string("pipelined"));
   EXPECT_EQ(parse({"--mask", "ones", "--dma-prepass-chunks", "4"}).options.dynamic_mask.dma_prepass_chunks, 4);
-  EXPECT_TRUE(parse({"--mask", "ones", "--dma-prepass-chunks", "4"}).options.program == Program::kDynamicMask);
   EXPECT_CONTAINS(parse({"--dma-prepass-chunks", "17"}).error, "--dma-prepass-chunks must be between 0 and 16");
   EXPECT_TRUE(parse({"--mask", "causal"}).options.common.causal);    // --mask causal implies --causal
   EXPECT_CONTAINS(parse({"--mask", "random"}).error, "--mask must be none, causal, ones or topk, got 'random'");
@@ -198,8 +200,8 @@ TEST_CASE(cli_dynamic_mask_flags) {
   EXPECT_CONTAINS(parse({"--mask", "topk"}).error, "--mask topk selects keys by the bias: add --bias");
   EXPECT_CONTAINS(parse({"--softcap", "-1"}).error, "--softcap expects a number from 0 to 1e6 (0: off), got '-1'");
   EXPECT_CONTAINS(parse({"--softcap", "x"}).error, "--softcap expects a number from 0 to 1e6");
-  EXPECT_CONTAINS(parse({"--bias", "--sweep"}).error, "--sweep does not apply to dynamic-mask runs");
-  EXPECT_CONTAINS(parse({"--bias", "--Dv", "32"}).error, "dynamic-mask attention needs Dv == D");
+  EXPECT_CONTAINS(parse({"--mask", "none", "--sweep"}).error, "--sweep does not apply to dynamic-mask runs");
+  EXPECT_CONTAINS(parse({"--mask", "none", "--Dv", "32"}).error, "dynamic-mask attention needs Dv == D");
 }
 
 TEST_CASE(cli_numbers_are_strict) {
@@ -222,9 +224,9 @@ TEST_CASE(cli_numbers_are_strict) {
   EXPECT_CONTAINS(parse({"--iters", "100001"}).error, "--iters must be between 1 and 100000");
   for (const char* bad : {"nan", "NaN", "inf", "-1", " 1", "1 ", "", "1e7", "0x10", "1,5", "+1"})
     EXPECT_CONTAINS(parse({"--softcap", bad}).error, "--softcap expects a number from 0 to 1e6");
-  EXPECT_NEAR(parse({"--softcap", "0.5"}).options.dynamic_mask.softcap, 0.5, 1e-7);
-  EXPECT_NEAR(parse({"--softcap", "1e3"}).options.dynamic_mask.softcap, 1000.0, 1e-3);
-  EXPECT_NEAR(parse({"--softcap", ".5"}).options.dynamic_mask.softcap, 0.5, 1e-7);
+  EXPECT_NEAR(parse({"--mask", "none", "--softcap", "0.5"}).options.dynamic_mask.softcap, 0.5, 1e-7);
+  EXPECT_NEAR(parse({"--mask", "none", "--softcap", "1e3"}).options.dynamic_mask.softcap, 1000.0, 1e-3);
+  EXPECT_NEAR(parse({"--mask", "none", "--softcap", ".5"}).options.dynamic_mask.softcap, 0.5, 1e-7);
 }
 
 TEST_CASE(cli_repeated_options) {
@@ -233,7 +235,7 @@ TEST_CASE(cli_repeated_options) {
   EXPECT_CONTAINS(parse({"--iters", "5", "--iters", "5"}).error, "--iters given twice");
   EXPECT_CONTAINS(parse({"--causal", "--causal"}).error, "--causal given twice");
   EXPECT_CONTAINS(parse({"--show", "--show-all"}).error, "--show-all given twice");  // one option, two spellings
-  EXPECT_CONTAINS(parse({"--bias", "--bias"}).error, "--bias given twice");
+  EXPECT_CONTAINS(parse({"--mask", "none", "--bias", "--bias"}).error, "--bias given twice");
   EXPECT_TRUE(parse({"--N", "64", "--Nq", "1"}).ok());  // different options
 }
 
@@ -273,19 +275,21 @@ TEST_CASE(cli_options_that_need_another) {
   EXPECT_TRUE(parse({"--Nq", "1", "--mask", "ones", "--dma-core", "gather"}).ok());
   EXPECT_CONTAINS(parse({"--deterministic", "--bwd-chunks", "4"}).error,
                   "--bwd-chunks does not apply to --deterministic, which always runs one chunk");
-  // Every dynamic-mask option selects the mode, as --help says, even at its default.
-  EXPECT_TRUE(parse({"--splits", "4"}).options.program == Program::kDynamicMask);
-  EXPECT_TRUE(parse({"--splits", "0"}).options.program == Program::kDynamicMask);
-  EXPECT_TRUE(parse({"--softcap", "0"}).options.program == Program::kDynamicMask);
-  EXPECT_TRUE(parse({"--dma-core", "auto"}).options.program == Program::kDynamicMask);
-  EXPECT_TRUE(parse({"--bwd-chunks", "0"}).options.common.bwd);
+  // --mask selects the mode, as --help says (--mask none too); its other options need it, even at their defaults.
+  EXPECT_TRUE(parse({"--mask", "none"}).options.program == Program::kDynamicMask);
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--splits", "4"}, {"--splits", "0"}, {"--softcap", "0"}, {"--dma-core", "auto"},
+        {"--bias"}, {"--bwd-chunks", "0"}, {"--bwd-walk-in-order"}})
+    EXPECT_CONTAINS(parse(args).error,
+                    args[0] + " is an option of dynamic-mask attention: add --mask M (none, causal, ones or topk)");
   EXPECT_TRUE(parse({"--check", "--torch", "--causal"}).options.program != Program::kDynamicMask);
   // ... and the options of the dense rungs are then errors, not ignored.
-  EXPECT_CONTAINS(parse({"--bias", "--variant", "split-q*"}).error, "--variant does not apply to dynamic-mask runs");
-  EXPECT_CONTAINS(parse({"--bias", "--show-all"}).error, "--show-all does not apply to dynamic-mask runs");
-  EXPECT_CONTAINS(parse({"--bias", "--check", "--reference", "fp32"}).error,
+  EXPECT_CONTAINS(parse({"--mask", "none", "--variant", "split-q*"}).error,
+                  "--variant does not apply to dynamic-mask runs");
+  EXPECT_CONTAINS(parse({"--mask", "none", "--show-all"}).error, "--show-all does not apply to dynamic-mask runs");
+  EXPECT_CONTAINS(parse({"--mask", "none", "--check", "--reference", "fp32"}).error,
                   "--reference does not apply to dynamic-mask runs");
-  EXPECT_CONTAINS(parse({"--splits", "2", "--sweep"}).error, "--sweep does not apply to dynamic-mask runs");
+  EXPECT_CONTAINS(parse({"--mask", "none", "--splits", "2", "--sweep"}).error, "--sweep does not apply to dynamic-mask runs");
   // One line each.
   for (const std::vector<std::string>& args :
        {std::vector<std::string>{"--window", "1"}, {"--D", "1", "--D", "2"}, {"--sweep-N", "1"}, {"--seed", " 1"}})
@@ -308,10 +312,10 @@ TEST_CASE(cli_bwd_alone_is_the_dense_backward) {
   EXPECT_TRUE(parse({"--bwd", "--sdpa", "--torch"}).options.program == Program::kDenseBackward);
   EXPECT_TRUE(parse({"--bwd", "--reference", "fp32"}).ok());
   EXPECT_TRUE(parse({"--bwd", "--list"}).options.program == Program::kDenseBackward);
-  // The options of dmattn's backward still select the dynamic-mask mode (and imply --bwd there).
+  // With --mask, the dynamic-mask mode's backward (its backward options imply --bwd there).
   for (const std::vector<std::string>& args :
-       {std::vector<std::string>{"--bwd-chunks", "2"}, {"--bwd", "--bwd-walk-in-order"}, {"--bwd", "--mask", "none"}, {"--bwd", "--mask", "causal"},
-        {"--bwd", "--softcap", "0"}, {"--bwd", "--splits", "0"}, {"--bwd", "--bias"}}) {
+       {std::vector<std::string>{"--mask", "none", "--bwd-chunks", "2"}, {"--mask", "none", "--bwd-walk-in-order"},
+        {"--bwd", "--mask", "none"}, {"--bwd", "--mask", "causal"}, {"--bwd", "--mask", "ones", "--softcap", "0"}}) {
     const Options o = parse(args).options;
     EXPECT_TRUE(parse(args).ok() && o.common.bwd && o.program == Program::kDynamicMask);
   }
@@ -320,11 +324,11 @@ TEST_CASE(cli_bwd_alone_is_the_dense_backward) {
                   "--sweep does not apply to --bwd: the dense backward runs one shape");
   EXPECT_CONTAINS(parse({"--bwd", "--reference", "torch"}).error, "--reference torch does not apply to --bwd");
   EXPECT_CONTAINS(parse({"--bwd", "--H", "8", "--Hkv", "3"}).error, "--H must be a multiple of --Hkv");
-  EXPECT_CONTAINS(parse({"--bwd", "--bias", "--Dv", "32"}).error, "dynamic-mask attention needs Dv == D");
+  EXPECT_CONTAINS(parse({"--bwd", "--mask", "none", "--Dv", "32"}).error, "dynamic-mask attention needs Dv == D");
   EXPECT_CONTAINS(parse({"--bwd", "--bwd"}).error, "--bwd given twice");
   const std::string u = usage();
   EXPECT_CONTAINS(u, "--bwd             the backward instead");
-  EXPECT_CONTAINS(u, "but --bwd selects it");
+  EXPECT_CONTAINS(u, "--mask selects it");
 }
 
 TEST_CASE(cli_checks_and_peers_are_on_by_default) {
@@ -350,8 +354,8 @@ TEST_CASE(cli_checks_and_peers_are_on_by_default) {
   // The same defaults in the dynamic-mask mode.
   const Options dma = parse({"--mask", "ones", "--bwd"}).options;
   EXPECT_TRUE(dma.program == Program::kDynamicMask && dma.common.check && dma.common.torch && dma.common.sdpa);
-  EXPECT_TRUE(!parse({"--bias", "--no-check", "--no-peers"}).options.common.check);
-  EXPECT_CONTAINS(parse({"--bias", "--no-check", "--check"}).error, "contradict");
+  EXPECT_TRUE(!parse({"--mask", "none", "--no-check", "--no-peers"}).options.common.check);
+  EXPECT_CONTAINS(parse({"--mask", "none", "--no-check", "--check"}).error, "contradict");
   const std::string u = usage();
   EXPECT_CONTAINS(u, "--no-check");
   EXPECT_CONTAINS(u, "--no-peers");
@@ -364,7 +368,7 @@ TEST_CASE(cli_usage_documents_exit_codes_and_rules) {
   EXPECT_CONTAINS(u, "options (nothing ran)");
   EXPECT_CONTAINS(u, "3 no usable CUDA GPU");
   EXPECT_CONTAINS(u, "each option once");
-  EXPECT_CONTAINS(u, "selects it, even at its default value");
+  EXPECT_CONTAINS(u, "--mask selects it (--mask none");
   EXPECT_EQ(kExitOk, 0);
   EXPECT_EQ(kExitFailed, 1);
   EXPECT_EQ(kExitBadOptions, 2);
@@ -507,7 +511,7 @@ TEST_CASE(cli_blocksparse_flags) {
   EXPECT_CONTAINS(parse({"--mask-mod", "causal", "--score-mod", "softcap:-1"}).error,
                   "--score-mod: score_mod softcap takes C > 0");
   EXPECT_CONTAINS(parse({"--mask-mod", "causal", "--block-size", "0"}).error, "--block-size must be between 1");
-  EXPECT_CONTAINS(parse({"--mask-mod", "causal", "--mask", "ones"}).error, "select two modes");
+  EXPECT_CONTAINS(parse({"--mask-mod", "causal", "--mask", "ones"}).error, "belong to two modes");
   EXPECT_CONTAINS(parse({"--mask-mod", "causal", "--sdpa", "--torch"}).error, "--torch does not apply");
   EXPECT_EQ(parse({"--mask-mod", "causal", "--bwd"}).error, std::string(""));  // the block-sparse backward
 }

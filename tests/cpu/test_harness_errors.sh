@@ -62,7 +62,10 @@ expect_error 2 "--sdpa and --no-peers contradict each other" --sdpa --no-peers
 expect_error 2 "--check and --no-check contradict each other" --bias --no-check --check
 expect_error 2 "--N has no effect with both --Nq and --Nk" --N 64 --Nq 1 --Nk 64
 expect_error 2 "--dma-mask-scan reads the mask" --dma-mask-scan prepass
-expect_error 2 "--variant does not apply to dynamic-mask runs" --bias --variant 'split-q*'
+expect_error 2 "--variant does not apply to dynamic-mask runs" --mask none --bias --variant 'split-q*'
+# --mask selects the dynamic-mask mode; its other options mean nothing without it.
+expect_error 2 "--bias is an option of dynamic-mask attention: add --mask M" --bias
+expect_error 2 "--softcap is an option of dynamic-mask attention: add --mask M" --bwd --softcap 30
 # The dense backward (--bwd alone): its own option errors, before anything runs.
 expect_error 2 "--sweep does not apply to --bwd" --bwd --sweep
 expect_error 2 "--reference torch does not apply to --bwd" --bwd --reference torch
@@ -73,7 +76,7 @@ expect_error 2 "cannot write --csv /nonexistent/dir/x.csv" --bwd --N 64 --csv /n
 expect_error 2 "no deterministic backward variant matches --variant 'bwd-mma' (see --list --bwd --deterministic)" \
   --deterministic --variant bwd-mma
 # ... while dmattn's backward options still select the dynamic-mask mode, whose rules apply.
-expect_error 2 "--variant does not apply to dynamic-mask runs" --bwd-chunks 2 --variant 'bwd*'
+expect_error 2 "--variant does not apply to dynamic-mask runs" --mask none --bwd-chunks 2 --variant 'bwd*'
 expect_error 2 "dynamic-mask attention needs Dv == D" --bwd --mask none --Dv 32
 # Block-sparse attention (--mask-mod): its specs and the flags it does not combine with.
 expect_error 2 "--mask-mod: unknown mask_mod 'foo'" --mask-mod foo
@@ -84,7 +87,7 @@ expect_error 2 "--score-mod needs --mask-mod" --score-mod alibi
 expect_error 2 "--block-size needs --mask-mod" --block-size 256
 expect_error 2 "--block-size takes Q,KV or one size for both" --mask-mod causal --block-size 128,128,128
 expect_error 2 "--causal does not apply to --mask-mod" --mask-mod causal --causal
-expect_error 2 "--mask-mod and --bias select two modes" --mask-mod causal --bias
+expect_error 2 "--mask-mod and --bias belong to two modes" --mask-mod causal --bias
 expect_error 2 "--variant does not apply to --mask-mod" --mask-mod none --variant 'ws*'
 # What the kernel's tile makes of --block-size is an option error, found before the GPU is looked for.
 expect_error 2 "--block-size 100,100 is not a multiple of the kernel tile 128 x 128" --mask-mod causal --block-size 100
@@ -111,7 +114,7 @@ expect_error 2 "cannot write --csv $tmp/other.csv: its columns are not these row
 # --csv that cannot be written: found before anything runs, nothing written.
 expect_error 2 "cannot write --csv /nonexistent/dir/x.csv: No such file or directory" --csv /nonexistent/dir/x.csv
 expect_error 2 "cannot write --csv $tmp: it is a directory" --csv "$tmp"
-expect_error 2 "cannot write --csv /nonexistent/dir/x.csv" --bias --N 64 --D 64 --H 1 --csv /nonexistent/dir/x.csv
+expect_error 2 "cannot write --csv /nonexistent/dir/x.csv" --mask none --bias --N 64 --D 64 --H 1 --csv /nonexistent/dir/x.csv
 if [ "$(id -u)" -ne 0 ]; then  # root writes anywhere
   mkdir "$tmp/ro" && chmod a-w "$tmp/ro"
   expect_error 2 "cannot write --csv $tmp/ro/x.csv: Permission denied" --csv "$tmp/ro/x.csv"
@@ -168,7 +171,7 @@ elif [ "$rc" -eq 3 ] && [ "$(printf '%s' "$out" | grep -c '')" -eq 1 ] &&
     [[ "$out" =~ ^"flash_attn_mma: error: "("no NVIDIA driver found"|"the NVIDIA driver runs CUDA"|"no NVIDIA GPU found"|"no usable NVIDIA GPU").*" (CUDA: cuda"[A-Za-z]+(": "|" found no device").*")"$ ]]; then
   pass
   if [ ! -e "$tmp/rows.csv" ]; then pass; else fail "--csv file left behind by a run that did not start"; fi
-  expect_error 3 "${out#flash_attn_mma: error: }" --bias --N 64 --D 64 --H 1 --iters 1 --warmup 0
+  expect_error 3 "${out#flash_attn_mma: error: }" --mask none --bias --N 64 --D 64 --H 1 --iters 1 --warmup 0
   expect_error 3 "${out#flash_attn_mma: error: }" --bwd --N 64 --D 64 --H 1 --iters 1 --warmup 0
   expect_error 3 "${out#flash_attn_mma: error: }" --mask-mod causal --N 64 --D 64 --H 1 --iters 1 --warmup 0
 else
