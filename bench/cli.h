@@ -1,4 +1,6 @@
-// attnlab: command-line options of flash_attn_mma (host-only, unit-tested).
+// attnlab: command-line options of flash_attn_mma (host-only, unit-tested):
+// the options of each program, and the parser. The flags themselves, with
+// their programs and help lines, are the table of cli_flags.h.
 #pragma once
 
 #include <cstdint>
@@ -9,8 +11,10 @@
 
 namespace attnlab {
 
-// flash_attn_mma runs one of four programs, each with its own rows (--help
-// says which options each takes).
+// flash_attn_mma runs one of four programs, each with its own rows and
+// options: --mask-mod selects block-sparse attention, --mask dynamic-mask
+// attention, neither the dense forward; --bwd the backward of the one selected
+// (the dense forward's is a program of its own).
 enum class Program {
   kDenseForward,   // the ladder's rungs and the peers (the default)
   kDenseBackward,  // the backward rungs and torch's backward (--bwd)
@@ -102,11 +106,12 @@ constexpr int kExitBadOptions = 2;  // the options are wrong; nothing ran
 constexpr int kExitNoGpu = 3;       // no usable CUDA GPU; nothing ran
 
 // Parses argv[1..]; accepts "--flag value" and "--flag=value", each option at
-// most once. Every error the options alone can show is found here: malformed
-// or out-of-range numbers, repeated options, and options that mean nothing
+// most once. Every error the options alone can show is found here, in one
+// line: unknown or repeated flags, a flag of another program than the one
+// selected, malformed or out-of-range values, and options that mean nothing
 // without another one (e.g. --window without --mask topk).
 ParseResult parse_args(const std::vector<std::string>& args);
-std::string usage();
+std::string usage();  // --help, written from the flag table
 AttnProblem to_problem(const CommonOptions& o);
 
 }  // namespace attnlab

@@ -65,4 +65,17 @@ std::string parse_number(const std::string& flag, const std::string& text, doubl
   return "";
 }
 
+std::string parse_choice(const std::string& flag, const std::string& text, const std::vector<std::string>& allowed,
+                         std::string* out) {
+  std::string words;  // "a, b or c"
+  for (size_t i = 0; i < allowed.size(); ++i) {
+    if (allowed[i] == text) {
+      *out = text;
+      return "";
+    }
+    words += (i == 0 ? "" : i + 1 == allowed.size() ? " or " : ", ") + allowed[i];
+  }
+  return flag + " must be " + words + ", got '" + text + "'";
+}
+
 }  // namespace attnlab

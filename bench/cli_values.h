@@ -23,4 +23,8 @@ std::string parse_seed(const std::string& text, uint64_t* out);
 // sign, no nan/inf, no hex.
 std::string parse_number(const std::string& flag, const std::string& text, double lo, double hi, float* out);
 
+// One of `allowed`, spelled as given.
+std::string parse_choice(const std::string& flag, const std::string& text, const std::vector<std::string>& allowed,
+                         std::string* out);
+
 }  // namespace attnlab

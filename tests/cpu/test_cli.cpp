@@ -4,12 +4,14 @@
 
 #include <cstdio>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "blocksparse/mods.h"
 #include "blocksparse_mode.h"
 #include "bwd_mode.h"
 #include "cli.h"
+#include "cli_flags.h"
 #include "runner.h"
 #include "table.h"
 #include "testing.h"
@@ -161,14 +163,14 @@ TEST_CASE(cli_dynamic_mask_flags) {
   EXPECT_TRUE(parse({"--N", "64"}).options.program != Program::kDynamicMask);  // the dense harness by default
   EXPECT_EQ(parse({"--mask", "none"}).options.dynamic_mask.splits, 0);            // split-KV: automatic by default
   EXPECT_EQ(parse({"--mask", "none", "--splits", "16"}).options.dynamic_mask.splits, 16);
-  EXPECT_CONTAINS(parse({"--splits", "-1"}).error, "--splits must be between 0 and 1024");
+  EXPECT_CONTAINS(parse({"--mask", "none", "--splits", "-1"}).error, "--splits must be between 0 and 1024");
   const Options dmattn_bwd = parse({"--mask", "none", "--bias", "--bwd"}).options;
   EXPECT_TRUE(dmattn_bwd.common.bwd && dmattn_bwd.program == Program::kDynamicMask);  // dmattn's, not the dense one
   EXPECT_CONTAINS(parse({"--bwd=1"}).error, "--bwd takes no value");
   EXPECT_EQ(parse({"--bwd"}).options.dynamic_mask.bwd_chunks, 0);  // query chunks: automatic by default
   const Options chunks = parse({"--mask", "none", "--bwd-chunks", "7"}).options;
   EXPECT_TRUE(chunks.dynamic_mask.bwd_chunks == 7 && chunks.common.bwd);  // implies --bwd
-  EXPECT_CONTAINS(parse({"--bwd-chunks", "5000"}).error, "--bwd-chunks must be between 0 and 4096");
+  EXPECT_CONTAINS(parse({"--mask", "none", "--bwd-chunks", "5000"}).error, "--bwd-chunks must be between 0 and 4096");
   EXPECT_TRUE(!parse({"--bwd"}).options.dynamic_mask.bwd_own_prepass);  // default: the forward's mask summary
   EXPECT_TRUE(parse({"--mask", "ones", "--bwd-own-prepass"}).options.dynamic_mask.bwd_own_prepass &&
               parse({"--mask", "ones", "--bwd-own-prepass"}).options.common.bwd);
@@ -176,7 +178,7 @@ TEST_CASE(cli_dynamic_mask_flags) {
   EXPECT_TRUE(parse({"--mask", "ones", "--mask-bits"}).options.dynamic_mask.mask_bits &&
               parse({"--mask", "ones", "--mask-bits"}).options.program == Program::kDynamicMask);
   EXPECT_TRUE(!parse({"--mask", "ones"}).options.dynamic_mask.mask_bits);
-  EXPECT_CONTAINS(parse({"--mask-bits"}).error, "--mask-bits packs the mask: add --mask ones or --mask topk");
+  EXPECT_CONTAINS(parse({"--mask", "none", "--mask-bits"}).error, "--mask-bits packs the mask: add --mask ones or --mask topk");
   EXPECT_CONTAINS(parse({"--mask", "causal", "--mask-bits"}).error, "--mask-bits packs the mask");
   EXPECT_CONTAINS(parse({"--mask", "ones", "--mask-bits=1"}).error, "--mask-bits takes no value");
   const Options in_order = parse({"--mask", "none", "--bwd-walk-in-order"}).options;
@@ -184,23 +186,22 @@ TEST_CASE(cli_dynamic_mask_flags) {
   EXPECT_CONTAINS(parse({"--bwd-walk-in-order=1"}).error, "--bwd-walk-in-order takes no value");
   EXPECT_EQ(parse({"--mask", "none"}).options.dynamic_mask.dma_core, std::string("auto"));
   EXPECT_EQ(parse({"--mask", "none", "--dma-core", "mma"}).options.dynamic_mask.dma_core, std::string("mma"));
-  EXPECT_CONTAINS(parse({"--dma-core", "tensor"}).error, "--dma-core must be auto, mma, wgmma, wgmma-cp.async or gather");
+  EXPECT_CONTAINS(parse({"--mask", "none", "--dma-core", "tensor"}).error, "--dma-core must be auto, mma, wgmma, wgmma-cp.async or gather");
   EXPECT_EQ(parse({"--mask", "none"}).options.dynamic_mask.dma_mask_scan, std::string("auto"));
   EXPECT_EQ(parse({"--mask", "ones", "--dma-mask-scan", "in-kernel"}).options.dynamic_mask.dma_mask_scan,
             std::string("in-kernel"));
-  EXPECT_CONTAINS(parse({"--dma-mask-scan", "fused"}).error,
+  EXPECT_CONTAINS(parse({"--mask", "none", "--dma-mask-scan", "fused"}).error,
                   "--dma-mask-scan must be auto, prepass, in-kernel or pipelined, got 'fused'");
   EXPECT_EQ(parse({"--mask", "ones", "--dma-mask-scan", "pipelined"}).options.dynamic_mask.dma_mask_scan,
             std::string("pipelined"));
   EXPECT_EQ(parse({"--mask", "ones", "--dma-prepass-chunks", "4"}).options.dynamic_mask.dma_prepass_chunks, 4);
-  EXPECT_CONTAINS(parse({"--dma-prepass-chunks", "17"}).error, "--dma-prepass-chunks must be between 0 and 16");
+  EXPECT_CONTAINS(parse({"--mask", "none", "--dma-prepass-chunks", "17"}).error, "--dma-prepass-chunks must be between 0 and 16");
   EXPECT_TRUE(parse({"--mask", "causal"}).options.common.causal);    // --mask causal implies --causal
   EXPECT_CONTAINS(parse({"--mask", "random"}).error, "--mask must be none, causal, ones or topk, got 'random'");
   EXPECT_CONTAINS(parse({"--H", "8", "--Hkv", "3"}).error, "--H must be a multiple of --Hkv");
   EXPECT_CONTAINS(parse({"--mask", "topk"}).error, "--mask topk selects keys by the bias: add --bias");
-  EXPECT_CONTAINS(parse({"--softcap", "-1"}).error, "--softcap expects a number from 0 to 1e6 (0: off), got '-1'");
-  EXPECT_CONTAINS(parse({"--softcap", "x"}).error, "--softcap expects a number from 0 to 1e6");
-  EXPECT_CONTAINS(parse({"--mask", "none", "--sweep"}).error, "--sweep does not apply to dynamic-mask runs");
+  EXPECT_CONTAINS(parse({"--mask", "none", "--softcap", "-1"}).error, "--softcap expects a number from 0 to 1e6 (0: off), got '-1'");
+  EXPECT_CONTAINS(parse({"--mask", "none", "--softcap", "x"}).error, "--softcap expects a number from 0 to 1e6");
   EXPECT_CONTAINS(parse({"--mask", "none", "--Dv", "32"}).error, "dynamic-mask attention needs Dv == D");
 }
 
@@ -223,7 +224,7 @@ TEST_CASE(cli_numbers_are_strict) {
   EXPECT_CONTAINS(parse({"--N", "-99999999999999999999"}).error, "--N must be between 1 and 1073741824");
   EXPECT_CONTAINS(parse({"--iters", "100001"}).error, "--iters must be between 1 and 100000");
   for (const char* bad : {"nan", "NaN", "inf", "-1", " 1", "1 ", "", "1e7", "0x10", "1,5", "+1"})
-    EXPECT_CONTAINS(parse({"--softcap", bad}).error, "--softcap expects a number from 0 to 1e6");
+    EXPECT_CONTAINS(parse({"--mask", "none", "--softcap", bad}).error, "--softcap expects a number from 0 to 1e6");
   EXPECT_NEAR(parse({"--mask", "none", "--softcap", "0.5"}).options.dynamic_mask.softcap, 0.5, 1e-7);
   EXPECT_NEAR(parse({"--mask", "none", "--softcap", "1e3"}).options.dynamic_mask.softcap, 1000.0, 1e-3);
   EXPECT_NEAR(parse({"--mask", "none", "--softcap", ".5"}).options.dynamic_mask.softcap, 0.5, 1e-7);
@@ -256,40 +257,25 @@ TEST_CASE(cli_options_that_need_another) {
   EXPECT_CONTAINS(parse({"--no-check", "--reference", "fp32"}).error, "--reference does not apply with --no-check");
   EXPECT_TRUE(parse({"--check", "--reference", "fp32"}).ok());
   // The top-W mask's parameters.
-  EXPECT_CONTAINS(parse({"--window", "64"}).error, "--window needs --mask topk");
-  EXPECT_CONTAINS(parse({"--block", "0"}).error, "--block needs --mask topk");
+  EXPECT_CONTAINS(parse({"--mask", "none", "--window", "64"}).error, "--window needs --mask topk");
+  EXPECT_CONTAINS(parse({"--mask", "none", "--block", "0"}).error, "--block needs --mask topk");
   EXPECT_CONTAINS(parse({"--mask", "ones", "--window", "64"}).error, "--window needs --mask topk");
   EXPECT_TRUE(parse({"--mask", "topk", "--bias", "--window", "64", "--block", "0"}).ok());
   // Options that read the mask need one.
-  EXPECT_CONTAINS(parse({"--dma-mask-scan", "prepass"}).error,
+  EXPECT_CONTAINS(parse({"--mask", "none", "--dma-mask-scan", "prepass"}).error,
                   "--dma-mask-scan reads the mask: add --mask ones or --mask topk");
   EXPECT_CONTAINS(parse({"--mask", "causal", "--dma-prepass-chunks", "2"}).error,
                   "--dma-prepass-chunks reads the mask");
-  EXPECT_CONTAINS(parse({"--bwd-own-prepass"}).error, "--bwd-own-prepass reads the mask");
+  EXPECT_CONTAINS(parse({"--mask", "none", "--bwd-own-prepass"}).error, "--bwd-own-prepass reads the mask");
   EXPECT_CONTAINS(parse({"--mask", "ones", "--dma-mask-scan", "in-kernel", "--dma-prepass-chunks", "2"}).error,
                   "--dma-prepass-chunks needs --dma-mask-scan pipelined or auto, not in-kernel");
   EXPECT_TRUE(parse({"--mask", "ones", "--dma-mask-scan", "pipelined", "--dma-prepass-chunks", "2"}).ok());
-  EXPECT_CONTAINS(parse({"--dma-core", "gather"}).error, "--dma-core gather needs one query row (--Nq 1) and a mask");
-  EXPECT_CONTAINS(parse({"--Nq", "1", "--dma-core", "gather"}).error, "--dma-core gather needs one query row");
+  EXPECT_CONTAINS(parse({"--mask", "none", "--dma-core", "gather"}).error, "--dma-core gather needs one query row (--Nq 1) and a mask");
+  EXPECT_CONTAINS(parse({"--Nq", "1", "--mask", "none", "--dma-core", "gather"}).error, "--dma-core gather needs one query row");
   EXPECT_CONTAINS(parse({"--Nq", "2", "--mask", "ones", "--dma-core", "gather"}).error, "--dma-core gather needs");
   EXPECT_TRUE(parse({"--Nq", "1", "--mask", "ones", "--dma-core", "gather"}).ok());
-  EXPECT_CONTAINS(parse({"--deterministic", "--bwd-chunks", "4"}).error,
+  EXPECT_CONTAINS(parse({"--mask", "none", "--deterministic", "--bwd-chunks", "4"}).error,
                   "--bwd-chunks does not apply to --deterministic, which always runs one chunk");
-  // --mask selects the mode, as --help says (--mask none too); its other options need it, even at their defaults.
-  EXPECT_TRUE(parse({"--mask", "none"}).options.program == Program::kDynamicMask);
-  for (const std::vector<std::string>& args :
-       {std::vector<std::string>{"--splits", "4"}, {"--splits", "0"}, {"--softcap", "0"}, {"--dma-core", "auto"},
-        {"--bias"}, {"--bwd-chunks", "0"}, {"--bwd-walk-in-order"}})
-    EXPECT_CONTAINS(parse(args).error,
-                    args[0] + " is an option of dynamic-mask attention: add --mask M (none, causal, ones or topk)");
-  EXPECT_TRUE(parse({"--check", "--torch", "--causal"}).options.program != Program::kDynamicMask);
-  // ... and the options of the dense rungs are then errors, not ignored.
-  EXPECT_CONTAINS(parse({"--mask", "none", "--variant", "split-q*"}).error,
-                  "--variant does not apply to dynamic-mask runs");
-  EXPECT_CONTAINS(parse({"--mask", "none", "--show-all"}).error, "--show-all does not apply to dynamic-mask runs");
-  EXPECT_CONTAINS(parse({"--mask", "none", "--check", "--reference", "fp32"}).error,
-                  "--reference does not apply to dynamic-mask runs");
-  EXPECT_CONTAINS(parse({"--mask", "none", "--splits", "2", "--sweep"}).error, "--sweep does not apply to dynamic-mask runs");
   // One line each.
   for (const std::vector<std::string>& args :
        {std::vector<std::string>{"--window", "1"}, {"--D", "1", "--D", "2"}, {"--sweep-N", "1"}, {"--seed", " 1"}})
@@ -297,7 +283,7 @@ TEST_CASE(cli_options_that_need_another) {
 }
 
 TEST_CASE(cli_bwd_alone_is_the_dense_backward) {
-  // --bwd without a dynamic-mask option: the dense backward on the shape given.
+  // --bwd without --mask or --mask-mod: the dense backward on the shape given.
   const ParseResult r = parse({"--bwd", "--D", "64"});
   EXPECT_TRUE(r.ok());
   EXPECT_TRUE(r.options.common.bwd && r.options.program == Program::kDenseBackward);
@@ -310,7 +296,6 @@ TEST_CASE(cli_bwd_alone_is_the_dense_backward) {
   const AttnProblem p = to_problem(full.options.common);
   EXPECT_TRUE(p.gqa() && p.Nq == 300 && p.Nk == 1000 && p.D == 192 && p.Dv == 128 && p.causal);
   EXPECT_TRUE(parse({"--bwd", "--sdpa", "--torch"}).options.program == Program::kDenseBackward);
-  EXPECT_TRUE(parse({"--bwd", "--reference", "fp32"}).ok());
   EXPECT_TRUE(parse({"--bwd", "--list"}).options.program == Program::kDenseBackward);
   // With --mask, the dynamic-mask mode's backward (its backward options imply --bwd there).
   for (const std::vector<std::string>& args :
@@ -320,15 +305,15 @@ TEST_CASE(cli_bwd_alone_is_the_dense_backward) {
     EXPECT_TRUE(parse(args).ok() && o.common.bwd && o.program == Program::kDynamicMask);
   }
   // What it cannot take: one line each, before anything runs.
-  EXPECT_CONTAINS(parse({"--bwd", "--sweep"}).error,
-                  "--sweep does not apply to --bwd: the dense backward runs one shape");
-  EXPECT_CONTAINS(parse({"--bwd", "--reference", "torch"}).error, "--reference torch does not apply to --bwd");
+  EXPECT_EQ(parse({"--bwd", "--sweep"}).error,
+            std::string("--sweep is an option of the dense forward; this run is the dense backward (--bwd)"));
+  EXPECT_CONTAINS(parse({"--bwd", "--reference", "torch"}).error, "--reference is an option of the dense forward;");
   EXPECT_CONTAINS(parse({"--bwd", "--H", "8", "--Hkv", "3"}).error, "--H must be a multiple of --Hkv");
   EXPECT_CONTAINS(parse({"--bwd", "--mask", "none", "--Dv", "32"}).error, "dynamic-mask attention needs Dv == D");
   EXPECT_CONTAINS(parse({"--bwd", "--bwd"}).error, "--bwd given twice");
   const std::string u = usage();
-  EXPECT_CONTAINS(u, "--bwd             the backward instead");
-  EXPECT_CONTAINS(u, "--mask selects it");
+  EXPECT_CONTAINS(u, "--bwd             the program's backward instead of its forward");
+  EXPECT_CONTAINS(u, "the dense backward (--bwd):\n  Every backward rung");
 }
 
 TEST_CASE(cli_checks_and_peers_are_on_by_default) {
@@ -368,7 +353,7 @@ TEST_CASE(cli_usage_documents_exit_codes_and_rules) {
   EXPECT_CONTAINS(u, "options (nothing ran)");
   EXPECT_CONTAINS(u, "3 no usable CUDA GPU");
   EXPECT_CONTAINS(u, "each option once");
-  EXPECT_CONTAINS(u, "--mask selects it (--mask none");
+  EXPECT_CONTAINS(u, "--mask-mod selects\nblock-sparse attention, --mask dynamic-mask attention, neither the dense\nforward");
   EXPECT_EQ(kExitOk, 0);
   EXPECT_EQ(kExitFailed, 1);
   EXPECT_EQ(kExitBadOptions, 2);
@@ -511,8 +496,8 @@ TEST_CASE(cli_blocksparse_flags) {
   EXPECT_CONTAINS(parse({"--mask-mod", "causal", "--score-mod", "softcap:-1"}).error,
                   "--score-mod: score_mod softcap takes C > 0");
   EXPECT_CONTAINS(parse({"--mask-mod", "causal", "--block-size", "0"}).error, "--block-size must be between 1");
-  EXPECT_CONTAINS(parse({"--mask-mod", "causal", "--mask", "ones"}).error, "belong to two modes");
-  EXPECT_CONTAINS(parse({"--mask-mod", "causal", "--sdpa", "--torch"}).error, "--torch does not apply");
+  EXPECT_CONTAINS(parse({"--mask-mod", "causal", "--mask", "ones"}).error, "select two programs");
+  EXPECT_CONTAINS(parse({"--mask-mod", "causal", "--sdpa", "--torch"}).error, "--torch is an option of");
   EXPECT_EQ(parse({"--mask-mod", "causal", "--bwd"}).error, std::string(""));  // the block-sparse backward
 }
 
@@ -543,6 +528,101 @@ TEST_CASE(cli_deterministic_is_the_deterministic_backward_of_each_mode) {
   const std::vector<ListEntry> list = blocksparse_list(bs.options.common);
   EXPECT_TRUE(list.size() == 1 && list[0].name == "blocksparse-det bwd");
   EXPECT_EQ(blocksparse_list(parse({"--mask-mod", "causal", "--bwd", "--no-peers"}).options.common).size(), size_t(2));
+}
+
+namespace {
+// What selects each program on a command line.
+std::vector<std::string> selecting(Program p) {
+  switch (p) {
+    case Program::kDenseForward: return {};
+    case Program::kDenseBackward: return {"--bwd"};
+    case Program::kDynamicMask: return {"--mask", "none"};
+    case Program::kBlocksparse: return {"--mask-mod", "causal"};
+  }
+  return {};
+}
+}  // namespace
+
+TEST_CASE(cli_each_flag_belongs_to_its_programs) {
+  // Every flag of the table, after each program's selector: taken where it belongs (its value may still be
+  // wrong: "1" is not every flag's), refused in one line that says whose it is everywhere else; each program
+  // refuses one flag at least.
+  Programs refusing = 0;
+  for (const Flag& f : flag_table())
+    for (const ProgramInfo& info : program_table()) {
+      std::vector<std::string> args = selecting(info.program);
+      if (!args.empty() && args[0] == f.name) continue;  // the selector itself
+      args.push_back(f.name);
+      if (!f.value.empty()) args.push_back("1");
+      const ParseResult r = parse(args);
+      const bool selector = f.name == "--mask" || f.name == "--mask-mod";
+      if (f.programs & program_bit(r.options.program)) {  // the flag may select the program itself (--bwd, --mask)
+        EXPECT_TRUE(r.error.find(" is an option of ") == std::string::npos);
+      } else if (selector) {
+        EXPECT_CONTAINS(r.error, "--mask and --mask-mod select two programs");
+      } else {
+        EXPECT_EQ(r.error.rfind(f.name + " is an option of ", 0), size_t(0));
+        EXPECT_CONTAINS(r.error, "; this run is " + program_info(r.options.program).name);
+        EXPECT_TRUE(r.error.find('\n') == std::string::npos);
+        refusing |= program_bit(r.options.program);
+      }
+    }
+  EXPECT_EQ(refusing, kEveryProgram);
+  // The messages, whole.
+  EXPECT_EQ(parse({"--mask-mod", "causal", "--score-mod", "alibi", "--window", "8"}).error,
+            std::string("--window is an option of dynamic-mask attention (--mask M); this run is block-sparse "
+                        "attention (--mask-mod M)"));
+  EXPECT_EQ(parse({"--mask", "ones", "--show-all"}).error,
+            std::string("--show-all is an option of the dense forward and the dense backward; this run is "
+                        "dynamic-mask attention (--mask M)"));
+  EXPECT_EQ(parse({"--mask-mod", "causal", "--causal"}).error,
+            std::string("--causal is an option of the dense forward, the dense backward and dynamic-mask attention; "
+                        "this run is block-sparse attention (--mask-mod M); block-sparse attention's causal mask is "
+                        "--mask-mod causal"));
+  EXPECT_EQ(parse({"--score-mod", "alibi"}).error,
+            std::string("--score-mod is an option of block-sparse attention (--mask-mod M); this run is the dense "
+                        "forward"));
+  // Before any value is read: the flag of the wrong program, not its value, is the error.
+  EXPECT_CONTAINS(parse({"--bwd", "--sweep-N", "x"}).error, "--sweep-N is an option of the dense forward");
+  // The program each selector picks; --bwd and the flags that imply it pick the backward.
+  EXPECT_TRUE(parse({}).options.program == Program::kDenseForward);
+  EXPECT_TRUE(parse({"--bwd"}).options.program == Program::kDenseBackward);
+  const Options masked = parse({"--mask", "ones"}).options;
+  EXPECT_TRUE(masked.program == Program::kDynamicMask && !masked.common.bwd);
+  EXPECT_TRUE(parse({"--mask", "ones", "--bwd-chunks", "2"}).options.common.bwd);
+  EXPECT_TRUE(parse({"--mask-mod", "none"}).options.program == Program::kBlocksparse);
+  EXPECT_TRUE(parse({"--mask-mod", "none", "--bwd"}).options.common.bwd);
+}
+
+TEST_CASE(cli_help_is_written_from_the_table) {
+  // Every flag once, as "  NAME VALUE" at the start of a line, in the section of the programs it belongs to.
+  const std::string u = usage(), options = u.substr(u.find("\noptions of "));
+  std::set<std::string> names;
+  for (const Flag& f : flag_table()) {
+    EXPECT_TRUE(names.insert(f.name).second && !f.help.empty() && f.programs != 0 && f.set);
+    const std::string item = "\n  " + f.name + (f.value.empty() ? "" : " " + f.value);
+    size_t count = 0;
+    for (size_t at = options.find(item); at != std::string::npos; at = options.find(item, at + 1))
+      if (options[at + item.size()] == ' ' || options[at + item.size()] == '\n') ++count;
+    EXPECT_EQ(count, size_t(1));
+    if (count != 1) std::printf("  %s: listed %zu times\n", f.name.c_str(), count);
+    EXPECT_TRUE(f.alias.empty() || options.find("\n  " + f.alias + " ") == std::string::npos);
+  }
+  // A section per set of programs, and a paragraph per program.
+  for (const char* heading : {"\noptions of every program:\n  --B N", "\noptions of the dense forward:\n  --reference R",
+                              "\noptions of dynamic-mask attention (--mask M):\n  --mask M",
+                              "\noptions of block-sparse attention (--mask-mod M):\n  --mask-mod M",
+                              "\nthe dense forward:\n  Rows:", "\nthe dense backward (--bwd):\n",
+                              "\ndynamic-mask attention (--mask M):\n", "\nblock-sparse attention (--mask-mod M):\n"})
+    EXPECT_CONTAINS(u, heading);
+  // Lines of 80 columns at most, but the synopsis' examples.
+  std::istringstream lines(u.substr(u.find("\nFour programs")));
+  for (std::string line; std::getline(lines, line);) {
+    size_t columns = 0;  // characters, not bytes ('·')
+    for (unsigned char ch : line) columns += (ch & 0xC0) != 0x80;
+    EXPECT_TRUE(columns <= 80);
+    if (columns > 80) std::printf("  too long: %s\n", line.c_str());
+  }
 }
 
 TEST_CASE(blocksparse_document_ids) {

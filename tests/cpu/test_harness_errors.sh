@@ -38,20 +38,20 @@ expect_error 2 "--B expects an integer, got '1x'" --B 1x
 expect_error 2 "--B expects an integer, got ''" --B ""
 expect_error 2 "--seed expects a non-negative integer, got ' -1'" --seed " -1"
 expect_error 2 "--seed expects a non-negative integer, got '-1'" --seed -1
-expect_error 2 "--softcap expects a number from 0 to 1e6" --softcap nan
-expect_error 2 "--softcap expects a number from 0 to 1e6" --softcap -1
+expect_error 2 "--softcap expects a number from 0 to 1e6" --mask none --softcap nan
+expect_error 2 "--softcap expects a number from 0 to 1e6" --mask none --softcap -1
 expect_error 2 "unknown option" --bogus
 expect_error 2 "--D given twice" --D 64 --D 128
 expect_error 2 "--iters given twice" --iters 5 --warmup 1 --iters 3
 expect_error 2 "no variant matches" --variant 'no-such-variant*'
 expect_error 2 "--mask must be none, causal, ones or topk" --mask random
 expect_error 2 "--H must be a multiple of --Hkv, got --H 8 and --Hkv 3" --H 8 --Hkv 3
-expect_error 2 "--H must be a multiple of --Hkv, got --H 8 and --Hkv 3" --H 8 --Hkv 3 --bias
+expect_error 2 "--H must be a multiple of --Hkv, got --H 8 and --Hkv 3" --H 8 --Hkv 3 --mask none --bias
 expect_error 2 "add --bias" --mask topk
 # Options that mean nothing without another one.
-expect_error 2 "--window needs --mask topk" --splits 4 --window 64
-expect_error 2 "--window needs --mask topk" --window 64
-expect_error 2 "--block needs --mask topk" --block 0
+expect_error 2 "--window needs --mask topk" --mask none --splits 4 --window 64
+expect_error 2 "--window needs --mask topk" --mask ones --window 64
+expect_error 2 "--block needs --mask topk" --mask ones --block 0
 expect_error 2 "--sweep-N needs --sweep" --sweep-N 1024
 expect_error 2 "--N does not apply to --sweep" --sweep --N 1024
 expect_error 2 "--reference does not apply with --no-check" --no-check --reference fp32
@@ -59,16 +59,19 @@ expect_error 2 "--reference does not apply with --no-check" --no-check --referen
 expect_error 2 "--check and --no-check contradict each other" --check --no-check
 expect_error 2 "--torch and --no-peers contradict each other" --no-peers --torch
 expect_error 2 "--sdpa and --no-peers contradict each other" --sdpa --no-peers
-expect_error 2 "--check and --no-check contradict each other" --bias --no-check --check
+expect_error 2 "--check and --no-check contradict each other" --mask none --no-check --check
 expect_error 2 "--N has no effect with both --Nq and --Nk" --N 64 --Nq 1 --Nk 64
-expect_error 2 "--dma-mask-scan reads the mask" --dma-mask-scan prepass
-expect_error 2 "--variant does not apply to dynamic-mask runs" --mask none --bias --variant 'split-q*'
-# --mask selects the dynamic-mask mode; its other options mean nothing without it.
-expect_error 2 "--bias is an option of dynamic-mask attention: add --mask M" --bias
-expect_error 2 "--softcap is an option of dynamic-mask attention: add --mask M" --bwd --softcap 30
+expect_error 2 "--dma-mask-scan reads the mask" --mask none --dma-mask-scan prepass
+# Each option belongs to one program or more: given to another, one line says whose it is.
+expect_error 2 "--variant is an option of the dense forward and the dense backward; this run is dynamic-mask attention (--mask M)" \
+  --mask none --bias --variant 'split-q*'
+expect_error 2 "--bias is an option of dynamic-mask attention (--mask M); this run is the dense forward" --bias
+expect_error 2 "--softcap is an option of dynamic-mask attention (--mask M); this run is the dense backward (--bwd)" \
+  --bwd --softcap 30
+expect_error 2 "--mask and --mask-mod select two programs" --mask ones --mask-mod causal
 # The dense backward (--bwd alone): its own option errors, before anything runs.
-expect_error 2 "--sweep does not apply to --bwd" --bwd --sweep
-expect_error 2 "--reference torch does not apply to --bwd" --bwd --reference torch
+expect_error 2 "--sweep is an option of the dense forward; this run is the dense backward (--bwd)" --bwd --sweep
+expect_error 2 "--reference is an option of the dense forward; this run is the dense backward" --bwd --reference torch
 expect_error 2 "no backward variant matches --variant 'no-such-variant*'" --bwd --variant 'no-such-variant*'
 expect_error 2 "--H must be a multiple of --Hkv" --bwd --H 8 --Hkv 3
 expect_error 2 "--dtype must be fp16 or bf16" --bwd --dtype fp32
@@ -76,19 +79,24 @@ expect_error 2 "cannot write --csv /nonexistent/dir/x.csv" --bwd --N 64 --csv /n
 expect_error 2 "no deterministic backward variant matches --variant 'bwd-mma' (see --list --bwd --deterministic)" \
   --deterministic --variant bwd-mma
 # ... while dmattn's backward options still select the dynamic-mask mode, whose rules apply.
-expect_error 2 "--variant does not apply to dynamic-mask runs" --mask none --bwd-chunks 2 --variant 'bwd*'
+expect_error 2 "--variant is an option of the dense forward and the dense backward; this run is dynamic-mask" \
+  --mask none --bwd-chunks 2 --variant 'bwd*'
 expect_error 2 "dynamic-mask attention needs Dv == D" --bwd --mask none --Dv 32
 # Block-sparse attention (--mask-mod): its specs and the flags it does not combine with.
 expect_error 2 "--mask-mod: unknown mask_mod 'foo'" --mask-mod foo
 expect_error 2 "--mask-mod: mask_mod sliding_window takes LEFT,RIGHT, got '1'" --mask-mod sliding_window:1
 expect_error 2 "--mask-mod document:K takes K documents, 1 to the sequence length 10, got '11'" --N 10 --mask-mod document:11
 expect_error 2 "--score-mod: unknown score_mod 'nope'" --mask-mod causal --score-mod nope
-expect_error 2 "--score-mod needs --mask-mod" --score-mod alibi
-expect_error 2 "--block-size needs --mask-mod" --block-size 256
+expect_error 2 "--score-mod is an option of block-sparse attention (--mask-mod M); this run is the dense forward" \
+  --score-mod alibi
+expect_error 2 "--block-size is an option of block-sparse attention (--mask-mod M)" --block-size 256
 expect_error 2 "--block-size takes Q,KV or one size for both" --mask-mod causal --block-size 128,128,128
-expect_error 2 "--causal does not apply to --mask-mod" --mask-mod causal --causal
-expect_error 2 "--mask-mod and --bias belong to two modes" --mask-mod causal --bias
-expect_error 2 "--variant does not apply to --mask-mod" --mask-mod none --variant 'ws*'
+expect_error 2 "this run is block-sparse attention (--mask-mod M); block-sparse attention's causal mask is --mask-mod causal" \
+  --mask-mod causal --causal
+expect_error 2 "--bias is an option of dynamic-mask attention (--mask M); this run is block-sparse attention" \
+  --mask-mod causal --bias
+expect_error 2 "--variant is an option of the dense forward and the dense backward; this run is block-sparse" \
+  --mask-mod none --variant 'ws*'
 # What the kernel's tile makes of --block-size is an option error, found before the GPU is looked for.
 expect_error 2 "--block-size 100,100 is not a multiple of the kernel tile 128 x 128" --mask-mod causal --block-size 100
 expect_error 2 "--block-size 64,128 is not a multiple of the kernel tile" --mask-mod causal --block-size 64,128 --N 256 --D 64
