@@ -202,6 +202,10 @@ size_t dma_forward_workspace_bytes(const DynamicMaskProblem& p, int splits);
 // then that one); null without a mask, for the gather core and for a split
 // in-kernel scan (each block scans part of a row).
 const uint32_t* dma_forward_mask_summary(const DynamicMaskProblem& p, const DmaForwardArgs& a);
+// The core request a dma_forward call with these arguments runs: a.core,
+// except that a short decoding row whose tensors the tile kernels cannot copy
+// goes to the gather core (kGather), which copies K and V rows at any alignment.
+DmaCore dma_forward_core_request(const DynamicMaskProblem& p, const DmaForwardArgs& a);
 
 // "" when the forward kernel runs this problem on the current device, else why not.
 std::string dma_forward_unsupported(const DynamicMaskProblem& p);
