@@ -15,6 +15,8 @@
 #include "dmattn/dmattn_mask_scan.cuh"
 #include "dmattn/dmattn_tiles.cuh"
 #include "dmattn/fwd_config.cuh"
+#include "dmattn/fwd_epilogue.cuh"
+#include "dmattn/fwd_tile_list.cuh"
 
 namespace attnlab {
 namespace {
@@ -68,19 +70,6 @@ __device__ __forceinline__ float2 unpack_pair<half>(uint32_t bits) {
 template <>
 __device__ __forceinline__ float2 unpack_pair<__nv_bfloat16>(uint32_t bits) {
   return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&bits));
-}
-
-// Zeroes `bytes` (a multiple of 4) at `dst` (4-byte aligned), 16 bytes per
-// store where dst is 16-byte aligned.
-template <int kThreads>
-__device__ __forceinline__ void zero_fill(void* dst, size_t bytes) {
-  if ((reinterpret_cast<uintptr_t>(dst) & 15) == 0) {
-    uint4* d = static_cast<uint4*>(dst);
-    for (size_t i = threadIdx.x; i < bytes / 16; i += kThreads) d[i] = make_uint4(0u, 0u, 0u, 0u);
-    for (size_t i = bytes / 16 * 4 + threadIdx.x; i < bytes / 4; i += kThreads) static_cast<uint32_t*>(dst)[i] = 0u;
-  } else {
-    for (size_t i = threadIdx.x; i < bytes / 4; i += kThreads) static_cast<uint32_t*>(dst)[i] = 0u;
-  }
 }
 
 // kMaskBits: the mask is bit-packed (DmaMaskFormat::kBits) — its own
@@ -143,98 +132,18 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
   const int max_tiles = (p.Nk + Bc - 1) / Bc;
   uint32_t* bitmap = reinterpret_cast<uint32_t*>(smem_raw + Cfg::kTileBytes + dma_list_bytes(max_tiles));
   uint32_t* full_bitmap = bitmap + dma_bitmap_words(max_tiles);  // tiles whose mask is all ones
-  __shared__ int n_active_shared;
 
-  // ---- 1. which KV tiles does any row of this block see? ----------------------
-  // The mask pre-pass's bits of this query tile, restricted to [tile_begin, tile_end).
+  // ---- 1. which KV tiles does any row of this block see? (fwd_tile_list.cuh) ----
   int n_active = tile_end - tile_begin;
-  if (p.mask.data != nullptr) {
-    // Bits of [tile_begin, tile_end) only: a word may hold tiles of the split
-    // before or after this one.
-    auto in_range = [&](int w) {
-      const int lo = max(0, tile_begin - 32 * w), hi = min(32, tile_end - 32 * w);
-      return hi <= lo ? 0u : (hi == 32 ? ~0u : (1u << hi) - 1u) & ~((1u << lo) - 1u);
-    };
-    if (scan_in_kernel) {
-      // Read this query tile's rows of the mask here (dmattn_mask_scan.cuh):
-      // warp w takes rows w, w + 4, ...; kScanRowBatch x 4 loads of 16 bytes
-      // per lane in flight. Words are OR-ed / AND-ed across the warps.
-      for (int w = threadIdx.x; w < dma_bitmap_words(tile_end); w += Cfg::kThreads) {
-        bitmap[w] = 0u;
-        full_bitmap[w] = ~0u;
-      }
-      __syncthreads();
-      const mask_scan::TileRows rows = mask_scan::tile_rows(p, p.mask.b == 1 ? 0 : b,
-                                                            p.mask.h == 1 ? 0 : h / p.mask.head_group, m_block);
-      const int key_end = min(rows.key_end, tile_end * Bc);
-      if constexpr (kMaskBits)
-        mask_scan::scan_words_bits<Cfg::kWarps, Cfg::kScanBitRowBatch>(rows.bits(), p.mask.stride_q, rows.rows, p.Nk,
-                                                                       key_end, tile_begin / 32, bitmap, full_bitmap);
-      else
-        mask_scan::scan_words<Cfg::kWarps, Cfg::kScanRowBatch>(rows.row0, p.mask.stride_q, rows.rows, p.Nk, key_end,
-                                                               tile_begin / 32, mask_scan::mask_vector_loads(p),
-                                                               bitmap, full_bitmap);
-      __syncthreads();
-      // The scan's bits are the pre-pass's bits of this summary row (the same
-      // scan_word over the same keys: with one split the block's key_end is
-      // the row's causal end, or Nk), so one block per row stores them for
-      // the backward (dma_forward_mask_summary), which then reads the mask
-      // no second time: the row's first batch and head, and for a
-      // query-broadcast mask the last query tile (it sees every key). Words
-      // past key_end get 0, as from the pre-pass. Each thread stores the
-      // words it then restricts below (same thread, same word: no race).
-      const bool summary_writer =
-          summary_out != nullptr && (p.mask.b != 1 || b == 0) &&
-          (p.mask.h == 1 ? h == 0 : h % p.mask.head_group == 0) &&
-          (p.mask.q != 1 || m_block == (p.Nq + Br - 1) / Br - 1);
-      if (summary_writer) {
-        const int64_t srow = summary.row(p, b, h, m_block);
-        uint32_t* any_out = summary_out + srow;
-        uint32_t* all_out = summary_out + (summary.all - summary.any) + srow;
-        for (int w = threadIdx.x; w < summary.words; w += Cfg::kThreads) {
-          const bool read = w * 32 * Bc < key_end;
-          any_out[w] = read ? bitmap[w] : 0u;
-          all_out[w] = read ? full_bitmap[w] : 0u;
-        }
-      }
-      for (int w = threadIdx.x; w < dma_bitmap_words(tile_end); w += Cfg::kThreads) bitmap[w] &= in_range(w);
-    } else {
-      const int64_t srow = summary.row(p, b, h, m_block);
-      for (int w = threadIdx.x; w < dma_bitmap_words(tile_end); w += Cfg::kThreads) {
-        const uint32_t range = in_range(w);
-        bitmap[w] = range != 0u ? __ldg(summary.any + srow + w) & range : 0u;
-        full_bitmap[w] = range != 0u ? __ldg(summary.all + srow + w) : 0u;
-      }
-    }
-    __syncthreads();
-    if (warp == 0) {  // compaction in tile order: deterministic, ascending
-      int base = 0;
-      for (int w = tile_begin / 32; w < dma_bitmap_words(tile_end); ++w) {
-        const uint32_t bits = bitmap[w];
-        if (bits >> lane & 1u) active[base + __popc(bits & ((1u << lane) - 1u))] = uint16_t(w * 32 + lane);
-        base += __popc(bits);
-      }
-      if (lane == 0) n_active_shared = base;
-    }
-    __syncthreads();
-    n_active = n_active_shared;
-  }
+  if (p.mask.data != nullptr)
+    n_active = dma_fwd_list_active_tiles<Cfg, kMaskBits>(p, summary, b, h, m_block, tile_begin, tile_end,
+                                                         scan_in_kernel, summary_out, active, bitmap, full_bitmap, warp, lane);
   if (counters != nullptr && threadIdx.x == 0) {
     atomicAdd(counters, (unsigned long long)n_active);
     atomicAdd(counters + 1, (unsigned long long)(tile_end - tile_begin));
   }
-  // No active tile: every row of the block is fully masked — O = 0, LSE =
-  // -inf (a split's partial likewise), written straight away with wide
-  // stores; no Q load, no barrier setup, no epilogue. (A top-W mask at
-  // L = 32K leaves ~95 % of the blocks here.)
-  if (n_active == 0) {
-    const int n_rows = min(Br, p.Nq - q_start);
-    const int64_t rows_total = int64_t(p.B) * p.H * p.Nq;
-    const int64_t first = (splits == 1 ? q_head : int64_t(split) * p.B * p.H + q_head) * p.Nq + q_start;
-    if (splits == 1) zero_fill<Cfg::kThreads>(o + first * D, size_t(n_rows) * D * sizeof(T));
-    else zero_fill<Cfg::kThreads>(partials + first * D, size_t(n_rows) * D * sizeof(float));
-    float* row_lse = splits == 1 ? lse + first : partials + int64_t(splits) * rows_total * D + first;
-    for (int r = threadIdx.x; r < n_rows; r += Cfg::kThreads) row_lse[r] = -INFINITY;
+  if (n_active == 0) {  // every row fully masked: O = 0, LSE = -inf, nothing loaded
+    dma_fwd_store_empty<Cfg, T>(o, lse, partials, p, q_head, q_start, split, splits);
     return;
   }
   auto tile_at = [&](int i) { return p.mask.data != nullptr ? int(active[i]) : tile_begin + i; };
@@ -538,27 +447,7 @@ dma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __
     }
   }
 
-  if (splits == 1) {
-    store_output<T>(O, stats, dp, q_head, row0, /*col0=*/0, t, /*write_lse=*/true, o, lse);
-    return;
-  }
-  // Split-KV: this split's normalised O and its LSE, in fp32, for the combine
-  // kernel (partials: [splits][B·H][Nq][D] then [splits][B·H][Nq]). A split
-  // that saw no key writes O = 0, LSE = -inf, and the combine ignores it.
-  const int64_t rows_total = int64_t(p.B) * p.H * p.Nq;
-  float* part_o = partials + (int64_t(split) * p.B * p.H + q_head) * p.Nq * D;
-  float* part_lse = partials + int64_t(splits) * rows_total * D + (int64_t(split) * p.B * p.H + q_head) * p.Nq;
-  float row_lse[2];
-  online_softmax_finalize(O, stats, dp.scale, row_lse);
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = row0 + 8 * r;
-    if (row >= p.Nq) continue;
-#pragma unroll
-    for (int n = 0; n < Cfg::kTilesO; ++n)
-      *reinterpret_cast<float2*>(part_o + int64_t(row) * D + n * 8 + 2 * t) = make_float2(O[n][2 * r], O[n][2 * r + 1]);
-    if (t == 0) part_lse[row] = row_lse[r];
-  }
+  dma_fwd_store<Cfg, T>(O, stats, dp, o, lse, partials, p, q_head, row0, t, split, splits);
 }
 
 }  // namespace
