@@ -17,6 +17,22 @@
 namespace attnlab {
 namespace {
 
+// The block's active tiles as the tile loop walks them: with a mask the
+// list (ascending) and the all-ones bits; without one every tile of
+// [begin, begin + count), all ones. (References to the kernel's values, as
+// fwd_mainloop.cuh's DmaFwdOperands.)
+struct DmaActiveTiles {
+  const DynamicMaskProblem& p;
+  const uint16_t* const& list;
+  const uint32_t* const& all_ones;
+  const int &begin, &count;
+  const bool& listed;  // a mask: list and all_ones apply
+  __device__ __forceinline__ int at(int i) const { return p.mask.data != nullptr ? int(list[i]) : begin + i; }
+  __device__ __forceinline__ bool full(int tile) const {
+    return !listed || (all_ones[tile / 32] >> (tile % 32) & 1u);
+  }
+};
+
 // With a mask: the active tiles of [tile_begin, tile_end) of query tile
 // m_block (batch b, head h) into `active` (ascending), the all-ones bits into
 // `full_bitmap` (`bitmap`: the any bits, scratch); returns how many.
