@@ -208,10 +208,7 @@ __device__ __forceinline__ void dma_fwd_mainloop_wgmma(float (&O)[Cfg::kTilesO][
     float S[Cfg::kTilesS][4];
     const T* sKi = sK + (i % 2) * Bc * kStride;
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)  // k-step kk: 64-column block kk/4, 32 bytes on inside it
-      wgmma_ss<T, Bc>(S, make_sw128_desc(sQ + (kk / 4) * Br * 64 + (kk % 4) * 16, 0, 1024),
-                      make_sw128_desc(sKi + (kk / 4) * Bc * 64 + (kk % 4) * 16, 0, 1024), kk > 0);
+    wgmma_qk_tile<T, D, Br, Bc>(S, sQ, sKi);
     wgmma_commit();
     wgmma_wait<0>();
     fence_accumulators(S);
@@ -233,9 +230,7 @@ __device__ __forceinline__ void dma_fwd_mainloop_wgmma(float (&O)[Cfg::kTilesO][
     pack_p_fragments<T>(P, S);
     const T* sVi = sV + (i % 2) * Bc * kStride;
     wgmma_fence();  // O was just rescaled by the softmax
-#pragma unroll
-    for (int kk = 0; kk < Bc / 16; ++kk)  // 16 rows of V per step; its 64-column blocks Bc·128 bytes apart
-      wgmma_rs_vt<T, D>(O, P[kk], make_sw128_desc(sVi + kk * 16 * 64, Bc * 128, 1024));
+    wgmma_pv_tile<T, D, Bc>(O, P, sVi);
     wgmma_commit();
     wgmma_wait<0>();
     fence_accumulators(O);
