@@ -186,6 +186,40 @@ __device__ __forceinline__ void wgmma_pv_tile(float (&O)[D / 8][4], const uint32
 #pragma unroll
   for (int kk = 0; kk < Bc / 16; ++kk) wgmma_rs_vt<T, D>(O, P[kk], make_sw128_desc(sV + kk * 16 * 64, Bc * 128, 1024));
 }
+// The backward's forms, whose B tile is a slice of a larger one (a part of a
+// query tile's rows) and whose descriptors come from one opaque base each,
+// advanced per k-step (the backward kernels are register-bound).
+// acc (=) A·Bᵀ over kK columns: A the warpgroup's 64 rows of a Sw128Blocks<kARows>
+// tile (64-column blocks kARows·128 bytes apart), B kN rows of a
+// Sw128Blocks<kBRows> tile starting at `b`; both K-major. Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ.
+template <typename T, int kK, int kN, int kARows, int kBRows>
+__device__ __forceinline__ void wgmma_rows_tile(float (&acc)[kN / 8][4], const T* a, const T* b) {
+  const uint64_t da = opaque(make_sw128_desc(a, 0, 1024)), db = opaque(make_sw128_desc(b, 0, 1024));
+#pragma unroll
+  for (int kk = 0; kk < kK / 16; ++kk)  // k-step kk: 64-column block kk/4, 32 bytes on inside it
+    wgmma_ss<T, kN>(acc, advance_desc(da, (kk / 4) * kARows * 128 + (kk % 4) * 32),
+                    advance_desc(db, (kk / 4) * kBRows * 128 + (kk % 4) * 32), kk > 0);
+}
+// acc += A·B over kRows rows: A from registers (16 rows per k-step), B those
+// rows of a Sw128Blocks<kBRows> tile from `b` on, read N-major. dV += Pᵀ·dO, dK += dSᵀ·Q.
+template <typename T, int kN, int kRows, int kBRows>
+__device__ __forceinline__ void wgmma_rows_rs(float (&acc)[kN / 8][4], const uint32_t (&a)[kRows / 16][4],
+                                              const T* b) {
+  const uint64_t db = opaque(make_sw128_desc(b, kBRows * 128, 1024));
+#pragma unroll
+  for (int kk = 0; kk < kRows / 16; ++kk) wgmma_rs_vt<T, kN>(acc, a[kk], advance_desc(db, kk * 16 * 128));
+}
+// acc (=) A·B over kRows rows along K (16 per k-step): A [64 x kRows] read
+// M-major from a [kRows][64] tile at `a` (dSᵀ, read as dS), B kN columns of a
+// Sw128Blocks<kRows> tile from `b` on, read N-major (64-column blocks
+// kRows·128 bytes apart). dQ = dS·K.
+template <typename T, int kN, int kRows>
+__device__ __forceinline__ void wgmma_rows_tt(float (&acc)[kN / 8][4], const T* a, const T* b) {
+  const uint64_t da = opaque(make_sw128_desc(a, kRows * 128, 1024)), db = opaque(make_sw128_desc(b, kRows * 128, 1024));
+#pragma unroll
+  for (int kk = 0; kk < kRows / 16; ++kk)
+    wgmma_ss_tt<T, kN>(acc, advance_desc(da, kk * 16 * 128), advance_desc(db, kk * 16 * 128), kk > 0);
+}
 #endif
 
 }  // namespace attnlab

@@ -14,6 +14,7 @@
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
 #include "dmattn/bwd_config.cuh"
+#include "dmattn/bwd_epilogue.cuh"
 #include "dmattn/bwd_scheduler.cuh"
 #include "dmattn/bwd_scores.cuh"
 #include "dmattn/dmattn.h"
@@ -94,7 +95,7 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
   T* const sQ_slots = sV + Bc * kStride;  // slot s: Q at sQ_slots + s·kQdoSlotElems, dO after it
   T* sdS = sQ_slots + kStages * Cfg::kQdoSlotElems;  // [Bc keys][kDs] dSᵀ
   float* const sLSE_slots = reinterpret_cast<float*>(sdS + Bc * kDs);  // slot s: LSE, then Δ (2·Br floats)
-  // The tiles of the slot being computed (reassigned per tile; scores_to_ds reads sLSE, sDelta).
+  // The tiles of the slot being computed (reassigned per tile; scores reads sLSE, sDelta).
   // kDqTma: the slot then holds the tile's dQ, D/32 boxes of [Br][32] fp32.
   T* sQ = sQ_slots;
   T* sdO = sQ + Br * kStride;
@@ -135,64 +136,8 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
     m = m_first + (mi + m_rot < n_m ? mi + m_rot : mi + m_rot - n_m);
     h = hk * group + (chunks > 1 ? minor : major);
   };
-  // ---- P, dS (in place of Sᵀ, dPᵀ) and dBias, for a slice of Cfg::kHalf queries
-  // from column qh of query tile q0 (head h): the same code for both cores.
-  auto scores_to_ds = [&](float (&St)[Cfg::kTilesS][4], float (&dPt)[Cfg::kTilesS][4], int qh, int q0, int h,
-                          bool mask_full, const float (&key_bias)[2]) {
-    float bias_row_sum[2] = {0.f, 0.f};
-    // The fast path (uniform, as in the forward: no test, load or branch
-    // per score): every score of this half tile is visible — the tile's
-    // mask is all ones, its keys and queries are in range and none is past
-    // the causal diagonal — its bias, if any, is the key's (loaded once
-    // per tile), and there is no softcap. Then P = exp(scale·s + bias −
-    // LSE) and dS = P·(dP − Δ), the same operations score_prob does there.
-    const int q_half0 = q0 + qh;
-    const bool fast = mask_full && kv0 + Bc <= p.Nk && q_half0 + Cfg::kHalf <= p.Nq &&
-                      (!p.causal || kv0 + Bc - 1 <= q_half0 + (p.Nk - p.Nq)) &&
-                      (p.bias.data == nullptr || bias_by_key) && !(p.softcap > 0.f);
-    if (fast) {
-#pragma unroll
-      for (int n = 0; n < Cfg::kTilesS; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int qc = qh + n * 8 + 2 * t + (e & 1);  // query column in the tile
-          const float x = St[n][e] * p.scale + key_bias[e / 2];
-          const float prob = exp2_approx((x - sLSE[qc]) * kLog2e);
-          const float ds = prob * (dPt[n][e] - sDelta[qc]);
-          St[n][e] = prob;
-          dPt[n][e] = ds;
-          bias_row_sum[e / 2] += ds;  // used only with a bias
-        }
-    } else {
-#pragma unroll
-      for (int n = 0; n < Cfg::kTilesS; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = key_row[e / 2];
-          const int qc = qh + n * 8 + 2 * t + (e & 1);  // query column in the tile
-          const int qi = q0 + qc;
-          const ScoreProb sp =
-              score_prob<T, kMaskBits>(p, b, h, qi, key, St[n][e], sLSE[qc], mask_full, bias_by_key, key_bias[e / 2]);
-          const float ds = sp.p * (dPt[n][e] - sDelta[qc]) * sp.dcap;
-          St[n][e] = sp.p;
-          dPt[n][e] = ds;
-          if (p.bias.data != nullptr && sp.visible) {
-            if (p.bias.stride_q == 0) bias_row_sum[e / 2] += ds;
-            else atomicAdd(dbias_accum + p.bias.row_offset(b, h, qi) + key, ds);
-          }
-        }
-    }
-    if (bias_by_key) {  // one add per key per half tile
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float sum = bias_row_sum[r];
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        if (t == 0 && key_row[r] < p.Nk && sum != 0.f)
-          atomicAdd(dbias_accum + p.bias.row_offset(b, h, 0) + key_row[r], sum);
-      }
-    }
-  };
+  // P, dS (in place of Sᵀ, dPᵀ) and dBias of a slice of queries (bwd_scores.cuh).
+  const DmaBwdScores<Cfg, T, kMaskBits> scores{p, b, kv0, t, key_row, dbias_accum, bias_by_key, sLSE, sDelta};
 
   // K_j, V_j are loaded with the first active tile: a chunk without one (most
   // blocks of a sparse mask) reads nothing but its skip bits.
@@ -368,8 +313,6 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
           // ---- the wgmma core, per slice of Cfg::kHalf queries ------------------------
           // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ: m64n(kHalf), A = K or V (keys, K-major), B = Q or
           // dO rows of the slice (K-major) — the forward's S = Q·Kᵀ, roles swapped.
-          // (Descriptors from one opaque base each, advanced per k-step: otherwise
-          // the compiler keeps every step's descriptor in registers, as in rung 08.)
           // Software-pipelined (FA3's intra-warpgroup overlap, Shah et al. 2024,
           // §3.2): slice s + 1's Sᵀ and dPᵀ are issued before slice s's dV and dK,
           // each its own commit group; groups complete in order, so waiting for
@@ -383,24 +326,8 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
           auto issue_s_dp = [&](int sl) {
             const int qh = sl * Cfg::kHalf;
             wgmma_fence();
-            {
-              const uint64_t dk = opaque(make_sw128_desc(sK, 0, 1024));
-              const uint64_t dq = opaque(make_sw128_desc(sQ + qh * 64, 0, 1024));
-#pragma unroll
-              for (int kk = 0; kk < D / 16; ++kk) {  // k-step kk: 64-column block kk/4, 32 bytes on inside it
-                const uint32_t off = (kk / 4) * 64 * 128 + (kk % 4) * 32;
-                wgmma_ss<T, Cfg::kHalf>(St[sl], advance_desc(dk, off), advance_desc(dq, off), kk > 0);
-              }
-            }
-            {
-              const uint64_t dv = opaque(make_sw128_desc(sV, 0, 1024));
-              const uint64_t ddo = opaque(make_sw128_desc(sdO + qh * 64, 0, 1024));
-#pragma unroll
-              for (int kk = 0; kk < D / 16; ++kk) {
-                const uint32_t off = (kk / 4) * 64 * 128 + (kk % 4) * 32;
-                wgmma_ss<T, Cfg::kHalf>(dPt[sl], advance_desc(dv, off), advance_desc(ddo, off), kk > 0);
-              }
-            }
+            wgmma_rows_tile<T, D, Cfg::kHalf, Bc, Br>(St[sl], sK, sQ + qh * 64);
+            wgmma_rows_tile<T, D, Cfg::kHalf, Bc, Br>(dPt[sl], sV, sdO + qh * 64);
             wgmma_commit();
           };
           issue_s_dp(0);
@@ -415,7 +342,7 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
             fence_accumulators(St[sl]);
             fence_accumulators(dPt[sl]);
 
-            scores_to_ds(St[sl], dPt[sl], qh, q0, h, mask_full, key_bias);
+            scores.to_ds(St[sl], dPt[sl], qh, q0, h, mask_full, key_bias);
 
             if (sl > 0) wgmma_wait<0>();  // the previous slice's dV, dK: Pa, dSa are free again
             pack_p_fragments<T>(Pa, St[sl]);
@@ -436,16 +363,8 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
             // dV += Pᵀ·dO and dK += dSᵀ·Q over the slice's queries: A from registers,
             // B = dO or Q rows (along the reduction dim: N-major, as V in P·V).
             wgmma_fence();
-            {
-              const uint64_t ddo = opaque(make_sw128_desc(sdO + qh * 64, Br * 128, 1024));
-#pragma unroll
-              for (int kk = 0; kk < Cfg::kTilesS / 2; ++kk)  // 16 query rows per k-step
-                wgmma_rs_vt<T, D>(dV, Pa[kk], advance_desc(ddo, kk * 16 * 128));
-              const uint64_t dq = opaque(make_sw128_desc(sQ + qh * 64, Br * 128, 1024));
-#pragma unroll
-              for (int kk = 0; kk < Cfg::kTilesS / 2; ++kk)
-                wgmma_rs_vt<T, D>(dK, dSa[kk], advance_desc(dq, kk * 16 * 128));
-            }
+            wgmma_rows_rs<T, D, Cfg::kHalf, Br>(dV, Pa, sdO + qh * 64);
+            wgmma_rows_rs<T, D, Cfg::kHalf, Br>(dK, dSa, sQ + qh * 64);
             wgmma_commit();
           }
           if (dq_here) {
@@ -460,11 +379,7 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
             [[maybe_unused]] float dQ_all[kTogether ? 2 : 1][8][4];
             auto issue_dq = [&](float (&acc)[8][4], int part) {
               wgmma_fence();
-              const uint64_t ds = opaque(make_sw128_desc(sdS, Bc * 128, 1024));
-              const uint64_t dk = opaque(make_sw128_desc(sK + part * Bc * 64, Bc * 128, 1024));
-#pragma unroll
-              for (int kk = 0; kk < Bc / 16; ++kk)  // 16 keys per k-step
-                wgmma_ss_tt<T, 64>(acc, advance_desc(ds, kk * 16 * 128), advance_desc(dk, kk * 16 * 128), kk > 0);
+              wgmma_rows_tt<T, 64, Bc>(acc, sdS, sK + part * Bc * 64);
               wgmma_commit();
             };
             if constexpr (kTogether) {
@@ -557,7 +472,7 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
               qk_slice<T, Cfg::kTilesS, kStride>(dPt, a, sdO + qh * kStride + kk * 16, lane);
             }
 
-            scores_to_ds(St, dPt, qh, q0, h, mask_full, key_bias);
+            scores.to_ds(St, dPt, qh, q0, h, mask_full, key_bias);
 
             // ---- dV += Pᵀ dO ;  dK += dSᵀ Q (scale applied at the end) --------------------
             pv_tile<T, Cfg::kTilesS, Cfg::kTilesO, kStride>(dV, St, sdO + qh * kStride, lane);
@@ -617,34 +532,8 @@ dma_bwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __rest
   if constexpr (Cfg::kDqTma)
     if (dq_accum != nullptr && threadIdx.x == 0) bulk_wait();  // dQ's reductions done (their thread)
 
-  // ---- dK_j, dV_j of this KV head (keys < Nk) -------------------------------------------
-  if (dkv_accum == nullptr || live_chunks == 1) {  // one chunk: this block owns the key tile; scale now
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      if (key_row[r] >= p.Nk) continue;
-      T* dk_row = dk + (kv_head * p.Nk + key_row[r]) * D;
-      T* dv_row = dv + (kv_head * p.Nk + key_row[r]) * D;
-#pragma unroll
-      for (int n = 0; n < Cfg::kTilesO; ++n) {
-        *reinterpret_cast<uint32_t*>(dk_row + n * 8 + 2 * t) =
-            pack2<T>(p.scale * dK[n][2 * r], p.scale * dK[n][2 * r + 1]);
-        *reinterpret_cast<uint32_t*>(dv_row + n * 8 + 2 * t) = pack2<T>(dV[n][2 * r], dV[n][2 * r + 1]);
-      }
-    }
-  } else if (kv_loaded) {  // several chunks: add the partial sums (unscaled; a chunk with no tile adds nothing)
-    const int64_t kv_elems = int64_t(p.B) * p.Hkv * p.Nk * D;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      if (key_row[r] >= p.Nk) continue;
-      float* dk_row = dkv_accum + (kv_head * p.Nk + key_row[r]) * D;
-      float* dv_row = dk_row + kv_elems;
-#pragma unroll
-      for (int n = 0; n < Cfg::kTilesO; ++n) {
-        atomic_add2(dk_row + n * 8 + 2 * t, dK[n][2 * r], dK[n][2 * r + 1]);
-        atomic_add2(dv_row + n * 8 + 2 * t, dV[n][2 * r], dV[n][2 * r + 1]);
-      }
-    }
-  }
+  // ---- dK_j, dV_j of this KV head (bwd_epilogue.cuh) ----------------------------------
+  dma_bwd_store_dkv<Cfg, T>(dK, dV, p, dk, dv, dkv_accum, live_chunks, kv_loaded, kv_head, key_row, t);
 }
 
 }  // namespace

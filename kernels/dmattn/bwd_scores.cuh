@@ -1,6 +1,8 @@
-// attnlab: one score of the dynamic-mask backward, recomputed from Sᵀ — its
-// visibility (bounds, causal rule, mask), its logit (scale, bias, softcap)
-// and P — for the main kernel and the deterministic dQ kernel.
+// attnlab: the dynamic-mask backward's scores, recomputed from Sᵀ — one
+// score's visibility (bounds, causal rule, mask), its logit (scale, bias,
+// softcap) and P, for the main kernel and the deterministic dQ kernel; and
+// the main kernel's P and dS of a slice of queries, with their dBias
+// (DmaBwdScores).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -57,6 +59,81 @@ __device__ __forceinline__ ScoreProb score_prob(const DynamicMaskProblem& p, int
   }
   return {visible ? exp2_approx((x - lse) * kLog2e) : 0.f, dcap, visible};
 }
+
+// P, dS (in place of Sᵀ, dPᵀ) and dBias for a slice of Cfg::kHalf queries of
+// the main kernel's tile, the same code for both cores. The block's values,
+// as references to the kernel's own (the way a lambda of the kernel captures
+// them: with copies, ptxas allocates the register-bound cores differently).
+template <typename Cfg, typename T, bool kMaskBits>
+struct DmaBwdScores {
+  const DynamicMaskProblem& p;
+  const int &b, &kv0, &t;  // batch, the key tile's first key, lane % 4
+  const int (&key_row)[2];  // the lane's keys: c0, c1 / c2, c3 of the Sᵀ fragments
+  float* const& dbias_accum;  // this block's dBias (DbiasTarget::for_block)
+  const bool& bias_by_key;    // a bias broadcast over queries: one element per key
+  float* const& sLSE;    // [Br] the tile's LSE and Δ (its Q/dO slot's)
+  float* const& sDelta;
+
+  // St, dPt: Sᵀ and dPᵀ of the slice from column qh of query tile q0 (head h);
+  // key_bias: the lane's keys' bias elements (bias_by_key).
+  __device__ __forceinline__ void to_ds(float (&St)[Cfg::kTilesS][4], float (&dPt)[Cfg::kTilesS][4], int qh, int q0,
+                                        int h, bool mask_full, const float (&key_bias)[2]) const {
+    constexpr int Bc = Cfg::kBc;
+    float bias_row_sum[2] = {0.f, 0.f};
+    // The fast path (uniform, as in the forward: no test, load or branch
+    // per score): every score of this half tile is visible — the tile's
+    // mask is all ones, its keys and queries are in range and none is past
+    // the causal diagonal — its bias, if any, is the key's (loaded once
+    // per tile), and there is no softcap. Then P = exp(scale·s + bias −
+    // LSE) and dS = P·(dP − Δ), the same operations score_prob does there.
+    const int q_half0 = q0 + qh;
+    const bool fast = mask_full && kv0 + Bc <= p.Nk && q_half0 + Cfg::kHalf <= p.Nq &&
+                      (!p.causal || kv0 + Bc - 1 <= q_half0 + (p.Nk - p.Nq)) &&
+                      (p.bias.data == nullptr || bias_by_key) && !(p.softcap > 0.f);
+    if (fast) {
+#pragma unroll
+      for (int n = 0; n < Cfg::kTilesS; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int qc = qh + n * 8 + 2 * t + (e & 1);  // query column in the tile
+          const float x = St[n][e] * p.scale + key_bias[e / 2];
+          const float prob = exp2_approx((x - sLSE[qc]) * kLog2e);
+          const float ds = prob * (dPt[n][e] - sDelta[qc]);
+          St[n][e] = prob;
+          dPt[n][e] = ds;
+          bias_row_sum[e / 2] += ds;  // used only with a bias
+        }
+    } else {
+#pragma unroll
+      for (int n = 0; n < Cfg::kTilesS; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = key_row[e / 2];
+          const int qc = qh + n * 8 + 2 * t + (e & 1);  // query column in the tile
+          const int qi = q0 + qc;
+          const ScoreProb sp =
+              score_prob<T, kMaskBits>(p, b, h, qi, key, St[n][e], sLSE[qc], mask_full, bias_by_key, key_bias[e / 2]);
+          const float ds = sp.p * (dPt[n][e] - sDelta[qc]) * sp.dcap;
+          St[n][e] = sp.p;
+          dPt[n][e] = ds;
+          if (p.bias.data != nullptr && sp.visible) {
+            if (p.bias.stride_q == 0) bias_row_sum[e / 2] += ds;
+            else atomicAdd(dbias_accum + p.bias.row_offset(b, h, qi) + key, ds);
+          }
+        }
+    }
+    if (bias_by_key) {  // one add per key per half tile
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float sum = bias_row_sum[r];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        if (t == 0 && key_row[r] < p.Nk && sum != 0.f)
+          atomicAdd(dbias_accum + p.bias.row_offset(b, h, 0) + key_row[r], sum);
+      }
+    }
+  }
+};
 
 }  // namespace
 }  // namespace attnlab

@@ -327,30 +327,6 @@ __device__ __forceinline__ void bwd_stage_dq(float* sdQ, const float (&acc)[kTil
           make_float2(scale * acc[n][2 * r], scale * acc[n][2 * r + 1]);
 }
 
-// ---- the compute warpgroups' MMAs ---------------------------------------------------
-// acc (=) A·Bᵀ over kK columns: A the warpgroup's 64 rows of a Sw128Blocks<kARows>
-// tile (64-column blocks kARows·128 bytes apart), B kN rows of a
-// Sw128Blocks<kBRows> tile starting at `b`; both K-major. Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ.
-// (wgmma.cuh's wgmma_qk_tile and wgmma_pv_tile, with the B tile's rows apart
-// from N: a slice of a query tile.)
-template <typename T, int kK, int kN, int kARows, int kBRows>
-__device__ __forceinline__ void wgmma_rows_tile(float (&acc)[kN / 8][4], const T* a, const T* b) {
-  const uint64_t da = opaque(make_sw128_desc(a, 0, 1024)), db = opaque(make_sw128_desc(b, 0, 1024));
-#pragma unroll
-  for (int kk = 0; kk < kK / 16; ++kk)  // k-step kk: 64-column block kk/4, 32 bytes on inside it
-    wgmma_ss<T, kN>(acc, advance_desc(da, (kk / 4) * kARows * 128 + (kk % 4) * 32),
-                    advance_desc(db, (kk / 4) * kBRows * 128 + (kk % 4) * 32), kk > 0);
-}
-// acc += A·B over kRows rows: A from registers (16 rows per k-step), B those
-// rows of a Sw128Blocks<kBRows> tile from `b` on, read N-major. dV += Pᵀ·dO, dK += dSᵀ·Q.
-template <typename T, int kN, int kRows, int kBRows>
-__device__ __forceinline__ void wgmma_rows_rs(float (&acc)[kN / 8][4], const uint32_t (&a)[kRows / 16][4],
-                                              const T* b) {
-  const uint64_t db = opaque(make_sw128_desc(b, kBRows * 128, 1024));
-#pragma unroll
-  for (int kk = 0; kk < kRows / 16; ++kk) wgmma_rs_vt<T, kN>(acc, a[kk], advance_desc(db, kk * 16 * 128));
-}
-
 // ---- the compute warpgroups ---------------------------------------------------------
 // Warpgroup wg owns keys kv0 + 64·wg .. + 63 and their dK, dV (fp32 registers).
 // Per query tile (Br queries of head h), in the transposed form (Sᵀ, with the
