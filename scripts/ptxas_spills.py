@@ -12,7 +12,7 @@ nvcc through this script and ends with one line:
         output when the CSV lists them (all of them go to DIR/<object>.txt);
         prints any other, with what the CSV says
     summary --log-dir DIR --source-dir SRC      (after attnlab_kernels is built)
-        "attnlab: 60 expected ptxas spill warnings (docs/spills.md lists them)"
+        "attnlab: 48 expected ptxas spill warnings (docs/spills.md lists them)"
     record --log-dir DIR --source-dir SRC       writes results/ptxas_spills.csv from a
         default build's logs (after a kernel's spills changed on purpose)
 

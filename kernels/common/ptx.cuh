@@ -159,6 +159,16 @@ __device__ __forceinline__ void atomic_add2(float* a, float x, float y) {
 #endif
 }
 
+// Hides an int from the optimiser at this point (wgmma.cuh's opaque does the
+// same for descriptors). A lane index taken through it inside a loop makes the
+// offsets derived from it be recomputed there, a few integer instructions,
+// instead of hoisted out of the loop into registers of their own for its whole
+// length (which a register-bound loop then spills).
+__device__ __forceinline__ int opaque(int x) {
+  asm volatile("" : "+r"(x));
+  return x;
+}
+
 // 2^x on the special-function unit (exp2(-inf) = 0). The softmax works in the
 // exp2 domain with log2(e) folded into the scale, as FlashAttention does.
 __device__ __forceinline__ float exp2_approx(float x) {

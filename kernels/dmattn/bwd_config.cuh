@@ -1,8 +1,11 @@
 // attnlab: the dynamic-mask backward's tile configuration (DmaBwdConfig),
 // shared by its kernels and its launch (dmattn_bwd.cu, whose header holds the
-// table these constants are checked against). (File-local namespace: each including file gets its own copy, and the
-// kernels' symbols stay those of dmattn_bwd.cu.)
+// table these constants are checked against), and the main kernel's layout of
+// shared memory (DmaBwdSmem). (File-local namespace: each including file gets
+// its own copy, and the kernels' symbols stay those of dmattn_bwd.cu.)
 #pragma once
+
+#include <cstdint>
 
 #include "dmattn/dmattn.h"
 
@@ -13,12 +16,17 @@ template <int kHeadDim_, bool kWgmma_ = false>
 struct DmaBwdConfig {
   static constexpr int kHeadDim = kHeadDim_;
   // The blocks per SM the registers are bounded for (launch bounds): the
-  // wgmma core at D = 64 three (168 registers, 60 bytes spilled; 12 warps per
-  // SM instead of 8: faster on dense and causal masks than two blocks, and
-  // than two 32-query slices without the spill; docs/experiments.md).
+  // wgmma core at D = 64 three (168 registers; 12 warps per SM instead of 8:
+  // faster on dense and causal masks than two blocks, and than two 32-query
+  // slices, measured when it spilled 60 bytes; docs/experiments.md).
   // Elsewhere 1: dK, dV alone take 2·D/2 registers per thread, so D = 128
   // stays at 248, two blocks.
   static constexpr int kMinBlocks = kWgmma_ && kHeadDim_ == 64 ? 3 : 1;
+  // At 168 registers (three blocks) the lane's offsets of the dSᵀ and dQ
+  // stores and of the slow path's mask and bias reads are recomputed per tile
+  // (opaque, common/ptx.cuh) instead of held across the walk, where they
+  // spilled (64 bytes); with one block bound they fit.
+  static constexpr bool kLaneOffsetsPerTile = kMinBlocks > 1;
   // kWgmma: the five products as warpgroup MMAs (sm_90a; see the kernel).
   static constexpr bool kWgmma = kWgmma_;
   static constexpr int kBr = 64, kBc = 64, kWarps = 4, kThreads = 32 * kWarps;
@@ -61,6 +69,31 @@ struct DmaBwdConfig {
   static constexpr bool kDqPartsTogether = kWgmma && kHeadDim == 128;
   static_assert(!kDqPartsTogether || kHeadDim / 64 == 2, "the kernel holds two dQ parts of 64 columns");
   static_assert(kTilesO % (2 * kDqParts) == 0, "dQ parts of whole 16-column steps");
+};
+
+// The main kernel's shared memory, kSmemBytes: K_j, V_j, kQdoStages slots of
+// Q_i, dO_i (and LSE_i, Δ_i), and dSᵀ. The tiles are padded rows (mma.sync) or
+// Sw128Blocks<64> (wgmma), these 1024-byte aligned: the period of the
+// 128-byte swizzle.
+template <typename Cfg, typename T>
+struct DmaBwdSmem {
+  T* sK;              // [Bc][kStride] K_j
+  T* sV;              // [Bc][kStride] V_j
+  T* sQ_slots;        // slot s: Q_i [Br][kStride] at sQ_slots + s·kQdoSlotElems, dO_i after it
+  T* sdS;             // [Bc keys][kDsStride] dSᵀ
+  float* sLSE_slots;  // slot s: LSE_i, then Δ_i (2·Br floats)
+
+  __device__ __forceinline__ explicit DmaBwdSmem(unsigned char* smem_raw) {
+    sK = reinterpret_cast<T*>(smem_raw);
+    if constexpr (Cfg::kWgmma) {
+      const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+      sK = reinterpret_cast<T*>(smem_raw + (((raw + 1023) & ~1023u) - raw));
+    }
+    sV = sK + Cfg::kBc * Cfg::kStride;
+    sQ_slots = sV + Cfg::kBc * Cfg::kStride;
+    sdS = sQ_slots + Cfg::kQdoStages * Cfg::kQdoSlotElems;
+    sLSE_slots = reinterpret_cast<float*>(sdS + Cfg::kBc * Cfg::kDsStride);
+  }
 };
 
 #define DMA_BWD_HEAD_DIMS 32, 64, 96, 128

@@ -1,8 +1,8 @@
 // attnlab: the dynamic-mask backward's scores, recomputed from Sᵀ — one
 // score's visibility (bounds, causal rule, mask), its logit (scale, bias,
-// softcap) and P, for the main kernel and the deterministic dQ kernel; and
-// the main kernel's P and dS of a slice of queries, with their dBias
-// (DmaBwdScores).
+// softcap) and P, for the main kernel and the deterministic dQ kernel; and,
+// for the main kernel's cores, the tile they compute (DmaBwdTile) and the P
+// and dS of a slice of its queries, with their dBias (DmaBwdScores).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -60,10 +60,28 @@ __device__ __forceinline__ ScoreProb score_prob(const DynamicMaskProblem& p, int
   return {visible ? exp2_approx((x - lse) * kLog2e) : 0.f, dcap, visible};
 }
 
+// The (key tile, query tile) pair a core computes, as references to the main
+// loop's values (bwd_mainloop.cuh): the tiles in shared memory (mma.sync: rows
+// padded to kStride; wgmma: Sw128Blocks<64>), the query tile and its head, and
+// the lane's place in the warpgroup.
+template <typename T>
+struct DmaBwdTile {
+  T* const& sK;   // [Bc][kStride] K_j
+  T* const& sV;   // [Bc][kStride] V_j
+  T* const& sQ;   // [Br][kStride] Q_i: the tile's Q/dO slot
+  T* const& sdO;  // [Br][kStride] dO_i, after it
+  T* const& sdS;  // [Bc][kDsStride] dSᵀ, for dQ
+  const int &q0, &h;   // the query tile's first row, its query head
+  const int64_t& q_head;  // b·H + h
+  const bool& mask_full;  // the tile's mask is all ones
+  const float (&key_bias)[2];  // the lane's keys' bias elements (a bias broadcast over queries)
+  const int &warp, &lane, &g, &t;
+};
+
 // P, dS (in place of Sᵀ, dPᵀ) and dBias for a slice of Cfg::kHalf queries of
 // the main kernel's tile, the same code for both cores. The block's values,
-// as references to the kernel's own (the way a lambda of the kernel captures
-// them: with copies, ptxas allocates the register-bound cores differently).
+// as references to the main loop's own: sLSE and sDelta follow the slot of
+// the tile it computes.
 template <typename Cfg, typename T, bool kMaskBits>
 struct DmaBwdScores {
   const DynamicMaskProblem& p;
@@ -104,11 +122,13 @@ struct DmaBwdScores {
           bias_row_sum[e / 2] += ds;  // used only with a bias
         }
     } else {
+      const int keys[2] = {Cfg::kLaneOffsetsPerTile ? opaque(key_row[0]) : key_row[0],
+                           Cfg::kLaneOffsetsPerTile ? opaque(key_row[1]) : key_row[1]};
 #pragma unroll
       for (int n = 0; n < Cfg::kTilesS; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int key = key_row[e / 2];
+          const int key = keys[e / 2];
           const int qc = qh + n * 8 + 2 * t + (e & 1);  // query column in the tile
           const int qi = q0 + qc;
           const ScoreProb sp =
