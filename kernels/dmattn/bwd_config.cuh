@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "dmattn/dmattn.h"
+#include "host/rung_host.cuh"
 
 namespace attnlab {
 namespace {
@@ -96,8 +97,10 @@ struct DmaBwdSmem {
   }
 };
 
-#define DMA_BWD_HEAD_DIMS 32, 64, 96, 128
-#define DMA_BWD_WGMMA_HEAD_DIMS 64, 128  // the wgmma wrappers' N (the head dim of dV, dK, dQ)
+// The head dims of the two cores (D = Dv): wgmma those of the wgmma wrappers'
+// N (the head dim of dV, dK, dQ).
+using DmaBwdHeadDims = EqualHeadDims<32, 64, 96, 128>;
+using DmaBwdWgmmaHeadDims = EqualHeadDims<64, 128>;
 
 }  // namespace
 }  // namespace attnlab

@@ -84,15 +84,15 @@ static_assert(DmaBwdConfig<64, true>::kMinBlocks == 3 && DmaBwdConfig<128, true>
 std::string dma_backward_core_name(const DynamicMaskProblem& p, DmaCore requested) {
   if (requested == DmaCore::kMma) return "mma";
   static const bool hopper = hopper_wgmma_unsupported().empty();
-  const bool wgmma = hopper && dispatch_head_dim<DMA_BWD_WGMMA_HEAD_DIMS>(p.D, [](auto) {});
+  const bool wgmma = hopper && DmaBwdWgmmaHeadDims::dispatch(p.D, p.D, [](auto) {});
   if (requested == DmaCore::kWgmma || requested == DmaCore::kWgmmaCpAsync) return wgmma ? "wgmma" : "";
   return wgmma ? "wgmma" : "mma";
 }
 
 std::string dma_backward_unsupported(const DynamicMaskProblem& p) {
   if (std::string e = dma_forward_unsupported(p); !e.empty() && e.find("head dim") == std::string::npos) return e;
-  if (!dispatch_head_dim<DMA_BWD_HEAD_DIMS>(p.D, [](auto) {}))
-    return "backward: head dim " + std::to_string(p.D) + " not in " + head_dim_list<DMA_BWD_HEAD_DIMS>();
+  if (!DmaBwdHeadDims::dispatch(p.D, p.D, [](auto) {}))
+    return "backward: head dim " + std::to_string(p.D) + " not in " + DmaBwdHeadDims::names();
   if ((p.Nk + 63) / 64 > 2147483647) return "Nk too large";
   return "";
 }
@@ -355,9 +355,9 @@ cudaError_t dma_backward(const DynamicMaskProblem& p, const DmaBackwardArgs& a, 
     });
   };
   if (core == "wgmma")
-    dispatch_head_dim<DMA_BWD_WGMMA_HEAD_DIMS>(p.D, [&](auto d) { run(DmaBwdConfig<decltype(d)::value, true>{}); });
+    DmaBwdWgmmaHeadDims::dispatch(p.D, p.D, [&](auto dims) { run(DmaBwdConfig<decltype(dims)::D, true>{}); });
   else
-    dispatch_head_dim<DMA_BWD_HEAD_DIMS>(p.D, [&](auto d) { run(DmaBwdConfig<decltype(d)::value>{}); });
+    DmaBwdHeadDims::dispatch(p.D, p.D, [&](auto dims) { run(DmaBwdConfig<decltype(dims)::D>{}); });
   return err;
 }
 

@@ -167,8 +167,8 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
   };
   if (core == "gather") {
     const bool kv_vec = dma_aligned(a.k, 16) && dma_aligned(a.v, 16);
-    dispatch_head_dim<DMA_HEAD_DIMS>(p.D, [&](auto d) {
-      constexpr int Dh = decltype(d)::value;
+    DmaHeadDims::dispatch(p.D, p.D, [&](auto dims) {
+      constexpr int Dh = decltype(dims)::D;
       err = dispatch_dtype(p.dtype, [&](auto type) {
         using T = decltype(type);
         cudaError_t e = launch_with_smem_overlapped(
@@ -248,9 +248,9 @@ cudaError_t dma_forward(const DynamicMaskProblem& p, const DmaForwardArgs& a, cu
     });
   };
   if (core != "mma")
-    dispatch_head_dim<DMA_WGMMA_HEAD_DIMS>(p.D, [&](auto d) { run(DmaConfig<decltype(d)::value, true>{}); });
+    DmaWgmmaHeadDims::dispatch(p.D, p.D, [&](auto dims) { run(DmaConfig<decltype(dims)::D, true>{}); });
   else
-    dispatch_head_dim<DMA_HEAD_DIMS>(p.D, [&](auto d) { run(DmaConfig<decltype(d)::value>{}); });
+    DmaHeadDims::dispatch(p.D, p.D, [&](auto dims) { run(DmaConfig<decltype(dims)::D>{}); });
   return err;
 }
 

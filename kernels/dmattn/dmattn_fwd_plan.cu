@@ -67,8 +67,8 @@ std::string dma_forward_unsupported(const DynamicMaskProblem& p) {
   if (std::string e = operand_unsupported("bias", p.bias, p); !e.empty()) return e;
   if (std::string e = dma_mask_bits_unsupported(p); !e.empty()) return e;
   int tile_bytes = 0;
-  if (!dispatch_head_dim<DMA_HEAD_DIMS>(p.D, [&](auto d) { tile_bytes = DmaConfig<decltype(d)::value>::kTileBytes; }))
-    return "head dim " + std::to_string(p.D) + " not in " + head_dim_list<DMA_HEAD_DIMS>();
+  if (!DmaHeadDims::dispatch(p.D, p.D, [&](auto dims) { tile_bytes = DmaConfig<decltype(dims)::D>::kTileBytes; }))
+    return "head dim " + std::to_string(p.D) + " not in " + DmaHeadDims::names();
   return smem_unsupported(dma_smem_bytes(tile_bytes, p.Nk));
 }
 
@@ -110,7 +110,7 @@ std::string dma_forward_core_name(const DynamicMaskProblem& p, DmaCore requested
   if (requested == DmaCore::kGather) return gather_fits ? "gather" : "";
   if (requested == DmaCore::kAuto && gather_fits && p.Nk > kDmaGatherMinKeys) return "gather";
   static const bool hopper = hopper_wgmma_unsupported().empty();
-  const bool wgmma = hopper && dispatch_head_dim<DMA_WGMMA_HEAD_DIMS>(p.D, [](auto) {});
+  const bool wgmma = hopper && DmaWgmmaHeadDims::dispatch(p.D, p.D, [](auto) {});
   if (requested == DmaCore::kWgmma) return wgmma ? "wgmma" : "";
   if (requested == DmaCore::kWgmmaCpAsync) return wgmma ? "wgmma-cp.async" : "";
   return wgmma ? "wgmma" : "mma";

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "dmattn/dmattn.h"
+#include "host/rung_host.cuh"
 
 namespace attnlab {
 namespace {
@@ -73,8 +74,10 @@ inline size_t dma_smem_bytes(int tile_bytes, int Nk) {
   return size_t(tile_bytes) + dma_list_bytes(n_tiles) + 2 * 4 * size_t(dma_bitmap_words(n_tiles));
 }
 
-#define DMA_HEAD_DIMS 32, 64, 96, 128, 192, 256
-#define DMA_WGMMA_HEAD_DIMS 64, 128  // (D = 256: S, P and O of 64 keys exceed 255 registers by a few)
+// The head dims of the two cores (D = Dv): wgmma 64 and 128 only (D = 256: S,
+// P and O of 64 keys exceed 255 registers by a few).
+using DmaHeadDims = EqualHeadDims<32, 64, 96, 128, 192, 256>;
+using DmaWgmmaHeadDims = EqualHeadDims<64, 128>;
 
 }  // namespace
 }  // namespace attnlab

@@ -55,19 +55,6 @@ struct HeadDimList {
 template <int... kHeadDims>
 using EqualHeadDims = HeadDimList<HeadDims<kHeadDims, kHeadDims>...>;
 
-// EqualHeadDims<kHeadDims...>::dispatch(d, d, ...) with the head dim alone:
-// calls f(std::integral_constant<int, D>{}) for the D in kHeadDims equal to
-// `d`; false when there is none. (kernels/dmattn/ picks its configs this way.)
-template <int... kHeadDims, typename F>
-bool dispatch_head_dim(int d, F&& f) {
-  return EqualHeadDims<kHeadDims...>::dispatch(
-      d, d, [&](auto dims) { f(std::integral_constant<int, decltype(dims)::D>{}); });
-}
-template <int... kHeadDims>
-std::string head_dim_list() {
-  return EqualHeadDims<kHeadDims...>::names();
-}
-
 // Calls f(std::integral_constant<int, B>{}) for the smallest bucket B in
 // kBuckets (ascending) with d <= B; false when d exceeds every bucket. Not a
 // head-dim list: a bucket's config runs every D up to it (rungs 05 and 06,
