@@ -23,6 +23,7 @@
 #include <string>
 
 #include "blocksparse/mods_table.h"
+#include "common/softcap.h"
 #include "host/attn_problem.h"
 #include "host/broadcast_operand.h"
 
@@ -189,7 +190,7 @@ struct ScoreMod {
       case ScoreModKind::kNone: return s;
       case ScoreModKind::kRelBias: return s + float(q > k ? q - k : k - q);
       case ScoreModKind::kAlibi: return s - alibi_slope(head) * float(q > k ? q - k : k - q);
-      case ScoreModKind::kSoftcap: return cap * tanhf(s / cap);
+      case ScoreModKind::kSoftcap: return apply_softcap(s, cap);
       case ScoreModKind::kBias: return s + bias_at(batch, head, q, k);
     }
     return s;
@@ -199,16 +200,14 @@ struct ScoreMod {
                 "grad and grad_from_output know softcap's derivative alone: give the new score_mod's here");
   ATTNLAB_HOST_DEVICE float grad(float s) const {
     if (kind != ScoreModKind::kSoftcap) return 1.f;
-    const float th = tanhf(s / cap);
-    return 1.f - th * th;
+    return softcap_grad(s, cap);
   }
   // The same derivative written through the modded score s' = mod(s) (softcap:
   // tanh(s / C) = s' / C), for a backward that holds s' (from P and the LSE)
   // rather than s.
   ATTNLAB_HOST_DEVICE float grad_from_output(float s_mod) const {
     if (kind != ScoreModKind::kSoftcap) return 1.f;
-    const float th = s_mod / cap;
-    return 1.f - th * th;
+    return softcap_grad_from_output(s_mod, cap);
   }
 };
 

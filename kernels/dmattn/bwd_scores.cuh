@@ -10,6 +10,7 @@
 
 #include "common/online_softmax.cuh"
 #include "common/ptx.cuh"
+#include "common/softcap.h"
 #include "dmattn/dmattn.h"
 
 namespace attnlab {
@@ -52,10 +53,10 @@ __device__ __forceinline__ ScoreProb score_prob(const DynamicMaskProblem& p, int
     x += bias_given ? bias_value
                     : as_float(__ldg(static_cast<const T*>(p.bias.data) + p.bias.row_offset(b, h, qi) + key));
   float dcap = 1.f;
-  if (p.softcap > 0.f) {
-    const float th = tanhf(x / p.softcap);
-    x = p.softcap * th;
-    dcap = 1.f - th * th;
+  if (p.softcap > 0.f) {  // (common/softcap.h)
+    const float capped = apply_softcap(x, p.softcap);
+    dcap = softcap_grad(x, p.softcap);
+    x = capped;
   }
   return {visible ? exp2_approx((x - lse) * kLog2e) : 0.f, dcap, visible};
 }

@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 
 #include "common/ptx.cuh"
+#include "common/softcap.h"
 #include "dmattn/dmattn.h"
 #include "dmattn/dmattn_mask_scan.cuh"
 #include "dmattn/dmattn_tiles.cuh"
@@ -207,7 +208,7 @@ dma_decode_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __r
               const int j = 16 * warp + 8 * n + 2 * lane + e;
               if (j < nb) {
                 float s = fmaf(sc[n][e], p.scale, s_bias[slot * kDecodeBatch + j]);
-                if (softcap > 0.f) s = softcap * tanhf(s * inv_softcap);
+                if (softcap > 0.f) s = apply_softcap(s, softcap, inv_softcap);
                 s_score[j] = s;
               }
             }

@@ -14,6 +14,7 @@
 
 #include "common/online_softmax.cuh"
 #include "common/row_fragments.cuh"
+#include "common/softcap.h"
 #include "dmattn/dmattn.h"
 
 namespace attnlab {
@@ -171,7 +172,7 @@ struct DmaFwdScores {
 #pragma unroll
       for (int n = 0; n < Cfg::kTilesS; ++n)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) S[n][e] = softcap * tanhf(S[n][e] * inv_softcap);
+        for (int e = 0; e < 4; ++e) S[n][e] = apply_softcap(S[n][e], softcap, inv_softcap);
     }
     if (!mask_full) {  // -inf where the mask pair is 0 (no mask on all-ones tiles)
       uint32_t mask_bits[2][Cfg::kTilesS];
