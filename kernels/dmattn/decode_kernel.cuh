@@ -47,15 +47,79 @@ static_assert(dma_decode_smem_bytes<32>() == 37696 && dma_decode_smem_bytes<64>(
 static_assert(dma_decode_smem_bytes<96>() == 70464 && dma_decode_smem_bytes<192>() == 119616,
               "header: decode shared memory per head dim");
 
+// Step 1 of a chunk [chunk, chunk_end) of the split's keys: its active keys,
+// as offsets from chunk in key order, into `list`; returns how many. Each
+// thread takes its 64 mask bytes (keys chunk + 64·tid ...): a count, then a
+// block-wide exclusive scan of the counts (s_warp: the warps' sums), then the
+// offsets. tiles_active counts the 64-key tiles with an active key.
+__device__ __forceinline__ int dma_decode_list_keys(const DynamicMaskProblem& p, const uint8_t* mrow,
+                                                    const uint32_t* mrow_bits, bool mask_vec, int chunk,
+                                                    int chunk_end, uint16_t* list, int* s_warp,
+                                                    unsigned long long& tiles_active) {
+  constexpr int kWarps = kDecodeThreads / 32;
+  constexpr int kKeysPerThread = kDecodeChunk / kDecodeThreads;  // mask bytes a thread lists (one tile)
+  static_assert(kKeysPerThread == kDmaBc, "a thread's keys of a chunk are one 64-key tile");
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int k0 = chunk + threadIdx.x * kKeysPerThread;
+  uint64_t nonzero = 0;  // bit i: key k0 + i is active
+  if (p.mask_format == DmaMaskFormat::kBits) {
+    // The tile's 64 bits are one 8-byte load (k0 is a multiple of 64), the
+    // keys at or past chunk_end cut off.
+    if (k0 < chunk_end) {
+      const uint2 x = __ldg(reinterpret_cast<const uint2*>(mrow_bits + k0 / 32));
+      const int left = chunk_end - k0;
+      nonzero = (uint64_t(x.y) << 32 | x.x) & (left >= 64 ? ~0ull : (uint64_t(1) << left) - 1ull);
+    }
+  } else {
+    uint4 bytes[kKeysPerThread / 16];
+#pragma unroll
+    for (int c = 0; c < kKeysPerThread / 16; ++c) {
+      const int kc = k0 + 16 * c;
+      if (mask_vec && kc + 16 <= chunk_end) {
+        bytes[c] = __ldg(reinterpret_cast<const uint4*>(mrow + kc));
+      } else {
+        uint32_t w[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+        for (int i = 0; i < 16; ++i)
+          if (kc + i < chunk_end) w[i / 4] |= uint32_t(mrow[kc + i] != 0) << (8 * (i % 4));
+        bytes[c] = make_uint4(w[0], w[1], w[2], w[3]);
+      }
+    }
+#pragma unroll
+    for (int c = 0; c < kKeysPerThread / 16; ++c) {
+      const uint32_t w[4] = {bytes[c].x, bytes[c].y, bytes[c].z, bytes[c].w};
+#pragma unroll
+      for (int i = 0; i < 16; ++i)
+        if ((w[i / 4] >> (8 * (i % 4))) & 0xffu) nonzero |= uint64_t(1) << (16 * c + i);
+    }
+  }
+  const int count = __popcll(nonzero);
+  int incl = count;  // inclusive scan over the warp, then over the warps
+#pragma unroll
+  for (int off = 1; off < 32; off *= 2) {
+    const int x = __shfl_up_sync(0xffffffffu, incl, off);
+    if (lane >= off) incl += x;
+  }
+  if (lane == 31) s_warp[warp] = incl;
+  tiles_active += __syncthreads_count(count > 0);
+  int base = incl - count, n = 0;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    base += w < warp ? s_warp[w] : 0;
+    n += s_warp[w];
+  }
+  for (uint64_t bits = nonzero; bits != 0; bits &= bits - 1) list[base++] = uint16_t(k0 - chunk + __ffsll(bits) - 1);
+  __syncthreads();  // the list is complete
+  return n;
+}
+
 template <int kHeadDim, typename T>
 __global__ void __launch_bounds__(kDecodeThreads, 2)
 dma_decode_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
                   float* __restrict__ lse, const DynamicMaskProblem p, unsigned long long* counters,
                   float* __restrict__ partials, int splits, bool kv_vec, bool mask_vec) {
-  constexpr int D = kHeadDim, kWarps = kDecodeThreads / 32, kStride = D + 8;
+  constexpr int D = kHeadDim, kStride = D + 8;
   constexpr int kCols = (D + kDecodeThreads - 1) / kDecodeThreads;  // O columns per thread
-  constexpr int kKeysPerThread = kDecodeChunk / kDecodeThreads;      // mask bytes a thread lists (one tile)
-  static_assert(kKeysPerThread == kDmaBc, "a thread's keys of a chunk are one 64-key tile");
   griddep_wait();
   griddep_launch_dependents();
 
@@ -101,58 +165,8 @@ dma_decode_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __r
   unsigned long long tiles_active = 0;
   for (int chunk = key_begin; chunk < key_end; chunk += kDecodeChunk) {
     const int chunk_end = min(key_end, chunk + kDecodeChunk);
-    // 1. This thread's 64 mask bytes (keys chunk + 64·tid ...): count, then
-    // a block-wide exclusive scan of the counts, then the offsets in key order.
-    const int k0 = chunk + threadIdx.x * kKeysPerThread;
-    uint64_t nonzero = 0;  // bit i: key k0 + i is active
-    if (p.mask_format == DmaMaskFormat::kBits) {
-      // The tile's 64 bits are one 8-byte load (k0 is a multiple of 64), the
-      // keys at or past chunk_end cut off.
-      if (k0 < chunk_end) {
-        const uint2 x = __ldg(reinterpret_cast<const uint2*>(mrow_bits + k0 / 32));
-        const int left = chunk_end - k0;
-        nonzero = (uint64_t(x.y) << 32 | x.x) & (left >= 64 ? ~0ull : (uint64_t(1) << left) - 1ull);
-      }
-    } else {
-      uint4 bytes[kKeysPerThread / 16];
-#pragma unroll
-      for (int c = 0; c < kKeysPerThread / 16; ++c) {
-        const int kc = k0 + 16 * c;
-        if (mask_vec && kc + 16 <= chunk_end) {
-          bytes[c] = __ldg(reinterpret_cast<const uint4*>(mrow + kc));
-        } else {
-          uint32_t w[4] = {0u, 0u, 0u, 0u};
-#pragma unroll
-          for (int i = 0; i < 16; ++i)
-            if (kc + i < chunk_end) w[i / 4] |= uint32_t(mrow[kc + i] != 0) << (8 * (i % 4));
-          bytes[c] = make_uint4(w[0], w[1], w[2], w[3]);
-        }
-      }
-#pragma unroll
-      for (int c = 0; c < kKeysPerThread / 16; ++c) {
-        const uint32_t w[4] = {bytes[c].x, bytes[c].y, bytes[c].z, bytes[c].w};
-#pragma unroll
-        for (int i = 0; i < 16; ++i)
-          if ((w[i / 4] >> (8 * (i % 4))) & 0xffu) nonzero |= uint64_t(1) << (16 * c + i);
-      }
-    }
-    const int count = __popcll(nonzero);
-    int incl = count;  // inclusive scan over the warp, then over the warps
-#pragma unroll
-    for (int off = 1; off < 32; off *= 2) {
-      const int x = __shfl_up_sync(0xffffffffu, incl, off);
-      if (lane >= off) incl += x;
-    }
-    if (lane == 31) s_warp[warp] = incl;
-    tiles_active += __syncthreads_count(count > 0);
-    int base = incl - count, n = 0;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      base += w < warp ? s_warp[w] : 0;
-      n += s_warp[w];
-    }
-    for (uint64_t bits = nonzero; bits != 0; bits &= bits - 1) list[base++] = uint16_t(k0 - chunk + __ffsll(bits) - 1);
-    __syncthreads();  // the list is complete
+    // 1. The chunk's active keys into the list.
+    const int n = dma_decode_list_keys(p, mrow, mrow_bits, mask_vec, chunk, chunk_end, list, s_warp, tiles_active);
 
     // 2. Batches of the listed keys: rows of batch j + 1 copied while j is computed.
     auto issue = [&](int slot, int first, int nb) {
