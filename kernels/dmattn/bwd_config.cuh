@@ -13,6 +13,11 @@
 namespace attnlab {
 namespace {
 
+// The head dims of the two cores (D = Dv): wgmma those of the wgmma wrappers'
+// N (the head dim of dV, dK, dQ).
+using DmaBwdHeadDims = EqualHeadDims<32, 64, 96, 128>;
+using DmaBwdWgmmaHeadDims = EqualHeadDims<64, 128>;
+
 template <int kHeadDim_, bool kWgmma_ = false>
 struct DmaBwdConfig {
   static constexpr int kHeadDim = kHeadDim_;
@@ -96,11 +101,6 @@ struct DmaBwdSmem {
     sLSE_slots = reinterpret_cast<float*>(sdS + Cfg::kBc * Cfg::kDsStride);
   }
 };
-
-// The head dims of the two cores (D = Dv): wgmma those of the wgmma wrappers'
-// N (the head dim of dV, dK, dQ).
-using DmaBwdHeadDims = EqualHeadDims<32, 64, 96, 128>;
-using DmaBwdWgmmaHeadDims = EqualHeadDims<64, 128>;
 
 }  // namespace
 }  // namespace attnlab

@@ -26,11 +26,9 @@ template <typename Cfg, typename T>
 __device__ __forceinline__ void dma_bwd_dq_mma(const DmaBwdTile<T>& x, const DynamicMaskProblem& p,
                                                float* __restrict__ const& dq_accum) {
   constexpr int D = Cfg::kHeadDim, Bc = Cfg::kBc, kStride = Cfg::kStride, kDs = Cfg::kDsStride;
-  T* const& sK = x.sK;
-  T* const& sdS = x.sdS;
-  const int& q0 = x.q0;
+  auto &sK = x.sK, &sdS = x.sdS;
+  auto &q0 = x.q0, &warp = x.warp, &lane = x.lane, &g = x.g, &t = x.t;
   const int64_t& q_head = x.q_head;
-  const int &warp = x.warp, &lane = x.lane, &g = x.g, &t = x.t;
 #pragma unroll 1
   for (int part = 0; part < Cfg::kDqParts; ++part) {
     constexpr int kTiles = Cfg::kTilesO / Cfg::kDqParts;
@@ -72,15 +70,8 @@ __device__ __forceinline__ void dma_bwd_tile_mma(float (&dK)[Cfg::kTilesO][4], f
                                                  const DmaBwdTile<T>& x, const DynamicMaskProblem& p,
                                                  const bool& dq_here, float* __restrict__ const& dq_accum) {
   constexpr int D = Cfg::kHeadDim, kStride = Cfg::kStride, kDs = Cfg::kDsStride;
-  T* const& sK = x.sK;
-  T* const& sV = x.sV;
-  T* const& sQ = x.sQ;
-  T* const& sdO = x.sdO;
-  T* const& sdS = x.sdS;
-  const int &q0 = x.q0, &h = x.h;
-  const bool& mask_full = x.mask_full;
-  const float (&key_bias)[2] = x.key_bias;
-  const int &warp = x.warp, &lane = x.lane, &g = x.g, &t = x.t;
+  auto &sK = x.sK, &sV = x.sV, &sQ = x.sQ, &sdO = x.sdO, &sdS = x.sdS;  // the tile's shared memory
+  auto &warp = x.warp, &lane = x.lane, &g = x.g, &t = x.t;
   // The 64 queries in two halves of 32, so that Sᵀ and dPᵀ of a half (16 keys x
   // 32 queries per warp) fit next to dK and dV (D registers per thread).
 #pragma unroll 1
@@ -97,7 +88,7 @@ __device__ __forceinline__ void dma_bwd_tile_mma(float (&dK)[Cfg::kTilesO][4], f
       qk_slice<T, Cfg::kTilesS, kStride>(dPt, a, sdO + qh * kStride + kk * 16, lane);
     }
 
-    scores.to_ds(St, dPt, qh, q0, h, mask_full, key_bias);
+    scores.to_ds(St, dPt, qh, x.q0, x.h, x.mask_full, x.key_bias);
 
     // ---- dV += Pᵀ dO ;  dK += dSᵀ Q (scale applied at the end) --------------------
     pv_tile<T, Cfg::kTilesS, Cfg::kTilesO, kStride>(dV, St, sdO + qh * kStride, lane);

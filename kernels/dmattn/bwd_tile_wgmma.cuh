@@ -32,12 +32,9 @@ __device__ __forceinline__ void dma_bwd_dq_wgmma(const DmaBwdTile<T>& x, const D
                                                  float* __restrict__ const& dq_accum, const CUtensorMap& tma_dq) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int D = Cfg::kHeadDim, Br = Cfg::kBr, Bc = Cfg::kBc;
-  T* const& sK = x.sK;
-  T* const& sQ = x.sQ;
-  T* const& sdS = x.sdS;
-  const int& q0 = x.q0;
+  auto &sK = x.sK, &sQ = x.sQ, &sdS = x.sdS;
+  auto &q0 = x.q0, &warp = x.warp, &t = x.t;
   const int64_t& q_head = x.q_head;
-  const int &warp = x.warp, &t = x.t;
   const int g = Cfg::kLaneOffsetsPerTile ? opaque(x.g) : x.g;  // (the staging offsets)
   fence_proxy_async_shared();  // the st.shared of dSᵀ, before the async proxy reads it
   __syncthreads();  // every warp's dSᵀ rows are in place
@@ -135,15 +132,8 @@ __device__ __forceinline__ void dma_bwd_tile_wgmma(float (&dK)[Cfg::kTilesO][4],
                                                    const CUtensorMap& tma_dq) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int D = Cfg::kHeadDim, Br = Cfg::kBr, Bc = Cfg::kBc;
-  T* const& sK = x.sK;
-  T* const& sV = x.sV;
-  T* const& sQ = x.sQ;
-  T* const& sdO = x.sdO;
-  T* const& sdS = x.sdS;
-  const int &q0 = x.q0, &h = x.h;
-  const bool& mask_full = x.mask_full;
-  const float (&key_bias)[2] = x.key_bias;
-  const int &warp = x.warp, &g = x.g, &t = x.t;
+  auto &sK = x.sK, &sV = x.sV, &sQ = x.sQ, &sdO = x.sdO, &sdS = x.sdS;  // the tile's shared memory
+  auto &q0 = x.q0, &h = x.h, &warp = x.warp, &g = x.g, &t = x.t;
   constexpr int kSlices = Br / Cfg::kHalf;
   float St[kSlices][Cfg::kTilesS][4], dPt[kSlices][Cfg::kTilesS][4];
   auto issue_s_dp = [&](int sl) {
@@ -165,7 +155,7 @@ __device__ __forceinline__ void dma_bwd_tile_wgmma(float (&dK)[Cfg::kTilesO][4],
     fence_accumulators(St[sl]);
     fence_accumulators(dPt[sl]);
 
-    scores.to_ds(St[sl], dPt[sl], qh, q0, h, mask_full, key_bias);
+    scores.to_ds(St[sl], dPt[sl], qh, q0, h, x.mask_full, x.key_bias);
 
     if (sl > 0) wgmma_wait<0>();  // the previous slice's dV, dK: Pa, dSa are free again
     pack_p_fragments<T>(Pa, St[sl]);

@@ -53,11 +53,8 @@ __device__ __forceinline__ void dma_fwd_mainloop_mma(float (&O)[Cfg::kTilesO][4]
                                                      const int& warp_row, const int& lane) {
   constexpr int D = Cfg::kHeadDim, Br = Cfg::kBr, Bc = Cfg::kBc, kStride = Cfg::kRowStride;
   const DynamicMaskProblem& p = x.p;
-  T* const& sQ = x.sQ;
-  T* const& sK = x.sK;
-  T* const& sV = x.sV;
-  const T* const& Kg = x.Kg;
-  const T* const& Vg = x.Vg;
+  auto &sQ = x.sQ, &sK = x.sK, &sV = x.sV;
+  auto &Kg = x.Kg, &Vg = x.Vg;
   const int& n_active = tiles.count;
   auto load_kv = [&](int i, int tile) {
     const int slot = i % 2, rows = p.Nk - tile * Bc;
@@ -144,11 +141,8 @@ __device__ __forceinline__ void dma_fwd_mainloop_wgmma(float (&O)[Cfg::kTilesO][
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int D = Cfg::kHeadDim, Br = Cfg::kBr, Bc = Cfg::kBc, kStride = Cfg::kRowStride;
   const DynamicMaskProblem& p = x.p;
-  T* const& sQ = x.sQ;
-  T* const& sK = x.sK;
-  T* const& sV = x.sV;
-  const T* const& Kg = x.Kg;
-  const T* const& Vg = x.Vg;
+  auto &sQ = x.sQ, &sK = x.sK, &sV = x.sV;
+  auto &Kg = x.Kg, &Vg = x.Vg;
   const int64_t& kv_head = x.kv_head;
   const int& n_active = tiles.count;
   __shared__ alignas(8) uint64_t kv_full[2];  // slot s: phase k completes with its k-th tile
