@@ -37,7 +37,8 @@
 # Switches (environment): CUDA_ARCH=90a, BUILD_DIR=build-gpu, QUICK=1 (check: no
 # sanitizers; bench: no causal, bf16 or large shapes; bwd: the B=1 H=8 shapes
 # only), SANITIZER=0, SANITIZER_STREAMS=6 (runs at once), CHECK_BUDGET=540
-# (check: the seconds after which nothing runs on), BWD_BUDGET=540 (bwd: the
+# (check: the seconds after which nothing runs on), PEER_WHEELS=DIR (bench, bwd,
+# blocksparse, peers: the peers' wheels installed first, scripts/peer_wheels.sh), BWD_BUDGET=540 (bwd: the
 # same; GQA=1: also its two GQA shapes), ONLY='wgmma*' or 'bwd-ws*' (GPU variant tests of the matching variants
 # only: test_gpu_variants and test_gpu_bwd_variants each run when ONLY names
 # one of their variants), DMATTN=0 (no dynamic-mask tests or benchmarks;
@@ -157,6 +158,13 @@ run_peers() {
     *) echo "bench_peers.py: exit $rc" | tee -a "$log"; ok=1 ;;
   esac
 }
+
+# The peers' wheels carried to a machine without the package index (PEER_WHEELS=DIR, as
+# scripts/peer_wheels.sh fetch wrote it): installed first, by any step that runs the peers.
+if [ -n "${PEER_WHEELS:-}" ] && [ "$mode" != check ] && [ "${PEERS:-1}" != 0 ]; then
+  step "the peers' wheels from $PEER_WHEELS (scripts/peer_wheels.sh install)"
+  scripts/peer_wheels.sh install "$PEER_WHEELS" 2>&1 | tail -3
+fi
 
 # FlashAttention-4 alone: no build (bench_peers.py needs torch and flash-attn-4, not this tree's build).
 if [ "$mode" = peers ]; then

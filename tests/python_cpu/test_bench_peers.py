@@ -143,3 +143,11 @@ def test_the_software_line():
     result = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "run_info.py")], capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 0 and result.stdout.startswith("software: torch ") and result.stdout.count("\n") == 1
+
+
+def test_peer_wheels_refuses_a_bad_command_in_one_line():
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                          "scripts", "peer_wheels.sh")
+    for args in ([], ["fetch"], ["unpack", "/tmp/x"]):
+        r = subprocess.run(["bash", script, *args], capture_output=True, text=True)
+        assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "usage:" in r.stderr, (args, r)
