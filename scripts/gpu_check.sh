@@ -6,7 +6,8 @@
 #                                # checks against torch's fp32 SDPA; the Python package
 #                                # installed by pip and tested from outside the tree
 #   scripts/gpu_check.sh bench   # build; the benchmark set (bench.csv, dmattn.csv), the
-#                                # GEMM ceiling, ncu's bank conflicts; in results/<gpu>/
+#                                # GEMM ceiling, ncu's bank conflicts and one profile per
+#                                # main-path step (ncu_steps.csv); in results/<gpu>/
 #                                # also every table and plot regenerated from the CSVs
 #   scripts/gpu_check.sh bwd     # build; the dense backward's benchmark set (bwd.csv),
 #                                # checked, and the GEMM ceiling; no ncu; in results/<gpu>/
@@ -612,6 +613,10 @@ if [ "${NCU:-1}" != 0 ] && command -v ncu >/dev/null; then
   step "ncu: shared-memory bank conflicts, padded vs swizzled (split-q, D=64 and 128)"
   { scripts/ncu_bank_conflicts.sh "$build/flash_attn_mma" 64; scripts/ncu_bank_conflicts.sh "$build/flash_attn_mma" 128; } \
     > "$out/ncu_bank_conflicts.txt" 2>&1
+  step "ncu: one profile per main-path step, D=128 N=8192 (ncu_steps.csv: the ladder table's profile columns)"
+  timeout 300 python3 scripts/ncu_steps.py --bin "$build/flash_attn_mma" --csv "$out/ncu_steps.csv" \
+    > "$logs/ncu_steps.txt" 2>&1 || echo "ncu_steps.py: exit $? (logs/ncu_steps.txt)"
+  cat "$logs/ncu_steps.txt" 2>/dev/null | tail -10
 fi
 
 if [ -n "${SWEEP:-}" ]; then

@@ -17,6 +17,7 @@ load_bwd); "–" with a short reason where a rung has no timed row at that shape
     python3 scripts/ladder.py results/H200 [--bwd]     # prints the table
 """
 import argparse
+import csv
 import os
 import sys
 from collections import namedtuple
@@ -156,7 +157,30 @@ def ratio(a, b):
     return "–" if a is None or b is None else f"{a / b:.2f}"
 
 
-def ladder_block(rows, gpu_folder, docs_dir, pages=(), backward=False, image=None):
+PROFILES_CSV = "ncu_steps.csv"  # scripts/ncu_steps.py: one ncu profile per main-path step
+
+
+def load_profiles(folder):
+    """{(rung number, direction): the row of its profiled variant} from the folder's ncu_steps.csv
+    ({} without one); for a rung with steps, its last row (rung 12's engine)."""
+    path = os.path.join(folder, PROFILES_CSV)
+    if not os.path.isfile(path):
+        return {}
+    with open(path, newline="") as f:
+        return {(r["rung"], r["direction"]): r for r in csv.DictReader(f)}
+
+
+def profile_cells(profile):
+    """The table's two profile cells of one rung: the tensor pipe's active %, the top stall."""
+    if profile is None or not profile.get("tensor_pipe_pct"):
+        return ["–", "–" if profile is None else f"– ({profile.get('note') or 'not measured'})"]
+    stall = profile.get("top_stall") or "–"
+    if profile.get("top_stall_ratio"):
+        stall += f" ({float(profile['top_stall_ratio']):.2f})"
+    return [f"{float(profile['tensor_pipe_pct']):.1f} %", stall]
+
+
+def ladder_block(rows, gpu_folder, docs_dir, pages=(), backward=False, image=None, profiles=None):
     """The markdown between the ladder markers (with backward=True: the backward ladder's).
 
     `rows` are the GPU folder's merged forward rows, or with backward=True its
@@ -165,6 +189,8 @@ def ladder_block(rows, gpu_folder, docs_dir, pages=(), backward=False, image=Non
     relative to the page, with its trailing '/' ('' beside it), and `pages` the
     file names there: a rung whose page exists links to it. `image`, the path
     of the main path's bar chart relative to the page, is shown under the table.
+    `profiles` (load_profiles): where given, two columns more, each main-path
+    rung's tensor pipe and top stall from ncu at the table's shape.
     When the table's numbers come from more than one run (commit, day), a run
     column names each row's and the caption says which is which.
     """
@@ -195,9 +221,16 @@ def ladder_block(rows, gpu_folder, docs_dir, pages=(), backward=False, image=Non
         lines.append(f"Forward, {shape}, on {gpus} ({source}). TFLOPS of each rung's best stage; "
                      "× previous: over the best stage of the rung it grows from (in brackets); × FA2, × cuDNN: over "
                      f"`{fa2_name}` and `{cudnn_name}` at the same shape.")
+    if profiles:
+        lines.append("Tensor pipe, top stall: ncu of the main path's steps at this shape "
+                     f"({PROFILES_CSV}, `scripts/ncu_steps.py`: the tensor pipe's active cycles, % of peak; the "
+                     "stall reason with the most warps per issued instruction, that number in brackets); – off "
+                     "the main path.")
     peer_rows = [r for r in at if r["variant"] in (fa2_name, cudnn_name) and rc.ran(r)]
-    lines += ["", "| rung | idea | TFLOPS | × previous | × FA2 | × cuDNN |" + (" run |" if several else ""),
-              "|---|---|---:|---:|---:|---:|" + (":---:|" if several else "")]
+    lines += ["", "| rung | idea | TFLOPS | × previous | × FA2 | × cuDNN |" + (" tensor pipe | top stall |"
+                                                                              if profiles else "")
+              + (" run |" if several else ""),
+              "|---|---|---:|---:|---:|---:|" + ("---:|---|" if profiles else "") + (":---:|" if several else "")]
     for rung, row, reason in table:
         name = f"{rung.number} `{rung.prefix}`"
         if rung.page in pages:
@@ -215,6 +248,10 @@ def ladder_block(rows, gpu_folder, docs_dir, pages=(), backward=False, image=Non
                 prev = f"{ratio(row['tflops'], parent and parent['tflops'])} ({rung.parent})"
             cells = [f"{row['tflops']:.1f}" + (f" ({stage})" if stage else ""), prev,
                      ratio(row["tflops"], fa2), ratio(row["tflops"], cudnn)]
+        if profiles:
+            direction = "bwd" if backward else "fwd"
+            cells += profile_cells(profiles.get((rung.number, direction))) if (
+                rung.number in MAIN_PATH or backward) else ["–", "–"]
         if several:  # the runs of the row's own number and of the peers it is divided by
             cells.append(rc.runs_label(([row] + peer_rows) if row else [], names))
         lines.append("| " + " | ".join([name, rung.idea] + cells) + " |")
@@ -235,7 +272,7 @@ def main(argv=None):
     except rc.CsvError as e:
         print(f"ladder.py: error: {e}", file=sys.stderr)
         return 2
-    print(ladder_block(rows, args.gpu_folder, "", backward=args.bwd))
+    print(ladder_block(rows, args.gpu_folder, "", backward=args.bwd, profiles=load_profiles(args.gpu_folder)))
     return 0
 
 

@@ -289,7 +289,8 @@ def fill_page(text, page, root, gpu, gpu_rows, files):
                                        ("ladder-bwd", ladder.BWD_BEGIN, ladder.BWD_END, bwd_rows)):
             if has[kind]:
                 block = ladder.ladder_block(rows, posix("results", gpu), docs_dir, pages, backward=kind == "ladder-bwd",
-                                            image=None if kind == "ladder-bwd" else image)
+                                            image=None if kind == "ladder-bwd" else image,
+                                            profiles=ladder.load_profiles(folder))
                 text = generated.replace_block(text, begin, end, block, where)
     if has_numbers:
         text = doc_tables.fill(text, gpu_rows[gpu], bwd_rows)

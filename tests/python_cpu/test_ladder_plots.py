@@ -127,6 +127,26 @@ def test_the_ladder_block_shows_the_bar_chart_and_a_run_column_when_runs_are_mix
     assert "![" not in mixed, "an image without one given"
 
 
+
+def test_the_ladder_block_shows_each_main_path_steps_profile_when_there_are_profiles(tmp_path):
+    plain = ladder.ladder_block(ladder_rows(), "results/X", "")
+    assert "tensor pipe" not in plain, "profile columns without profiles"
+    (tmp_path / ladder.PROFILES_CSV).write_text(
+        "rung,variant,direction,B,H,N,D,dtype,duration_us,tensor_pipe_pct,issue_active_pct,smem_wavefronts,"
+        "top_stall,top_stall_ratio,note\n"
+        "07,wgmma+stage2+overlap,fwd,1,8,8192,128,fp16,600,55.5,30,100,barrier,1.25,\n"
+        "12,ws+tma,fwd,1,8,8192,128,fp16,430,70,30,100,wait,0.5,\n"
+        "12,ws+stage2+pingpong,fwd,1,8,8192,128,fp16,418,75.4,31,100,long_scoreboard,2.5,\n"
+        "02,split-q+stage2,fwd,1,8,8192,128,fp16,,,,,,,no kernel profiled: x\n")
+    profiles = ladder.load_profiles(str(tmp_path))
+    assert profiles[("12", "fwd")]["variant"] == "ws+stage2+pingpong", "a rung's last step is its profile"
+    block = ladder.ladder_block(ladder_rows(), "results/X", "", profiles=profiles)
+    assert "| × cuDNN | tensor pipe | top stall |" in block and "ncu_steps.csv" in block, block
+    rows = {line.split(" | ")[0]: line for line in block.splitlines() if line.startswith("| ")}
+    assert "| 75.4 % | long_scoreboard (2.50) |" in rows["| 12 `ws`"], rows["| 12 `ws`"]
+    assert "| 55.5 % | barrier (1.25) |" in rows["| 07 `wgmma`"], rows["| 07 `wgmma`"]
+
+
 # ---- the heat map -----------------------------------------------------------------------
 
 
