@@ -455,13 +455,8 @@ __device__ __forceinline__ void bwd_compute_walk(const BwdShared<Cfg, T>& sm, co
     float dQa[kColsA / 8][4];
     const int colA = Cfg::dq_part_col(wg, 0), colB = Cfg::dq_part_col(wg, 1);
     wgmma_fence();
-    {
-      const uint64_t ds = opaque(make_sw128_desc(sdS + (Cfg::kDqSplitRows ? wg * Bc * 64 : 0), Bc * 128, 1024));
-      const uint64_t ka = opaque(make_sw128_desc(sm.sK + (colA / 64) * Bc * 64 + colA % 64, Bc * 128, 1024));
-#pragma unroll
-      for (int kk = 0; kk < Bc / 16; ++kk)  // 16 keys per k-step
-        wgmma_ss_tt<T, kColsA>(dQa, advance_desc(ds, kk * 16 * 128), advance_desc(ka, kk * 16 * 128), kk > 0);
-    }
+    wgmma_rows_tt<T, kColsA, Bc>(dQa, sdS + (Cfg::kDqSplitRows ? wg * Bc * 64 : 0),
+                                 sm.sK + (colA / 64) * Bc * 64 + colA % 64);  // 16 keys per k-step
     wgmma_commit();
     if constexpr (kSlices == 1) {
       wgmma_rows_rs<T, D, Cfg::kSliceQ, Br>(dK, dSa, sQ);
@@ -483,12 +478,8 @@ __device__ __forceinline__ void bwd_compute_walk(const BwdShared<Cfg, T>& sm, co
     if constexpr (kColsB > 0) {
       static_assert(kSlices > 1, "dK has landed before the second part (whose wait is the tile's last)");
       float dQb[kColsB / 8][4];
-      const uint64_t ds = opaque(make_sw128_desc(sdS, Bc * 128, 1024));
-      const uint64_t kb = opaque(make_sw128_desc(sm.sK + (colB / 64) * Bc * 64 + colB % 64, Bc * 128, 1024));
       wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < Bc / 16; ++kk)
-        wgmma_ss_tt<T, kColsB>(dQb, advance_desc(ds, kk * 16 * 128), advance_desc(kb, kk * 16 * 128), kk > 0);
+      wgmma_rows_tt<T, kColsB, Bc>(dQb, sdS, sm.sK + (colB / 64) * Bc * 64 + colB % 64);
       wgmma_commit();
       wgmma_wait<0>();
       fence_accumulators(dQb);

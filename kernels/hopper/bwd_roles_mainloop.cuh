@@ -71,12 +71,8 @@ __device__ __forceinline__ void bwd_roles_dq_mma(const BwdShared<Cfg, T>& sm, in
                                                  float (&dQ)[8][4]) {
   constexpr int Bc = Cfg::kBc, kCols = Cfg::kHeadDim / 2;
   static_assert(kCols == 128, "two 64-column halves per warpgroup");
-  const uint64_t ds = opaque(make_sw128_desc(sm.sdS, Bc * 128, 1024));
-  const uint64_t kd = opaque(make_sw128_desc(sm.sK + (wg * 2 + half) * Bc * 64, Bc * 128, 1024));
   wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < Bc / 16; ++kk)
-    wgmma_ss_tt<T, 64>(dQ, advance_desc(ds, kk * 16 * 128), advance_desc(kd, kk * 16 * 128), kk > 0);
+  wgmma_rows_tt<T, 64, Bc>(dQ, sm.sdS, sm.sK + (wg * 2 + half) * Bc * 64);
   wgmma_commit();
 }
 
