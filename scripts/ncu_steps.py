@@ -26,16 +26,18 @@ import shutil
 import subprocess
 import sys
 
-# (rung, variant, ncu's kernel-name filter, backward): the main path in the order a learner climbs it.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ladder  # noqa: E402
+
+# (rung, variant, ncu's kernel-name filter, backward): the main path in the order a learner climbs it,
+# rung 12 as its page's steps (ladder.STEPS) and then the engine.
 STEPS = (
     ("00", "minimal", "minimal_kernel", False),
     ("01", "split-kv+stage2", "split_kv_kernel", False),
     ("02", "split-q+stage2", "split_q_kernel", False),
     ("07", "wgmma+stage2+overlap", "wgmma_overlap_kernel", False),
-    ("12", "ws+tma", "ws_kernel", False),
-    ("12", "ws+tma+pingpong", "ws_kernel", False),
-    ("12", "ws+tma+pingpong+persistent", "ws_kernel", False),
-    ("12", "ws+stage2+pingpong", "ws_kernel", False),
+    *((ladder.ENGINE, step, "ws_kernel", False) for step in ladder.STEPS["ws"]),
+    (ladder.ENGINE, "ws+stage2+pingpong", "ws_kernel", False),
     ("13", "bwd-mma", "bwd_mma_kernel", True),
     ("14", "bwd-ws", "bwd_ws_kernel", True),
 )
