@@ -16,7 +16,7 @@ from the code, so a figure cannot drift from what the kernels do:
   sw128_swizzle.png   the 128-byte swizzle atom: 8 rows x 8 chunks of 16 bytes,
                       placed by evaluating Sw128Blocks::offset of
                       kernels/common/wgmma.cuh
-  kv_ring.png         a K/V ring of kWsStages slots (12_ws_pingpong.cu) over
+  kv_ring.png         a K/V ring of kWsStages slots (hopper/fwd_tile.h) over
                       time: a producer, two consumer warpgroups, each slot's
                       full and empty mbarrier and their phases, with the parity
                       each wait names (the rule of hopper/fwd_mainloop.cuh)
@@ -48,7 +48,7 @@ PTX = ("kernels", "common", "ptx.cuh")
 WGMMA = ("kernels", "common", "wgmma.cuh")
 RUNG01 = ("kernels", "flash_attn", "01_split_kv.cu")
 RUNG02 = ("kernels", "flash_attn", "02_split_q.cu")
-RUNG12 = ("kernels", "flash_attn", "12_ws_pingpong.cu")
+FWD_TILE = ("kernels", "hopper", "fwd_tile.h")
 COLORS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c")
 
 
@@ -59,7 +59,7 @@ def read(root, parts):
 
 def found(root):
     """Whether `root` holds the sources the figures are drawn from."""
-    return all(os.path.isfile(os.path.join(root, *p)) for p in (PTX, WGMMA, RUNG01, RUNG02, RUNG12))
+    return all(os.path.isfile(os.path.join(root, *p)) for p in (PTX, WGMMA, RUNG01, RUNG02, FWD_TILE))
 
 
 def need(pattern, text, where, flags=0):
@@ -231,8 +231,8 @@ def draw_swizzle(offset):
 
 # ---- the K/V ring over time -----------------------------------------------------------------
 
-def ring_stages(rung12_text):
-    return int(need(r"constexpr int kWsStages = (\d+);", rung12_text, RUNG12).group(1))
+def ring_stages(fwd_tile_text):
+    return int(need(r"constexpr int kWsStages = (\d+);", fwd_tile_text, FWD_TILE).group(1))
 
 
 def ring_schedule(stages, tiles=6, load=1.2, compute=(2.6, 3.1), lag=(0.0, 0.6)):
@@ -326,7 +326,7 @@ def render(root):
         FRAGMENTS: draw_fragments(fragment_layout(read(root, PTX))),
         PARTITIONS: draw_partitions(partitions(read(root, RUNG01), read(root, RUNG02))),
         SWIZZLE: draw_swizzle(sw128_offset_function(read(root, WGMMA))),
-        RING: draw_ring(ring_stages(read(root, RUNG12))),
+        RING: draw_ring(ring_stages(read(root, FWD_TILE))),
     }
 
 

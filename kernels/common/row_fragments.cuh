@@ -19,16 +19,8 @@
 
 namespace attnlab {
 
-// How many Bc-wide KV tiles the query tile [q_start, q_start + Br) needs: all of
-// them, or under a causal mask only up to the last key its last row sees.
-__device__ __forceinline__ int kv_tiles_for_query_tile(const AttnProblem& p, int q_start, int Br, int Bc) {
-  int n = (p.Nk + Bc - 1) / Bc;
-  if (p.causal) {
-    const int q_end = min(q_start + Br, p.Nq);
-    n = min(n, max(0, (q_end + (p.Nk - p.Nq) + Bc - 1) / Bc));
-  }
-  return n;
-}
+// How many Bc-wide KV tiles a query tile needs: kv_tiles_for_query_tile
+// (host/attn_problem.h, which the host's tile schedulers call too).
 
 // Sets to -inf the scores of keys past Nk and, if causal, keys after a row's
 // diagonal (query i sees key j iff j <= i + Nk - Nq). Only tiles that are
@@ -143,27 +135,36 @@ __device__ __forceinline__ void pv_tile(float (&O)[kTilesO][4], const float (&P)
                                            reinterpret_cast<const float(&)[1][kTilesS][4]>(P), sV, lane);
 }
 
-// Epilogue: O_i / l_i and LSE_i, written for rows < Nq. `o_row_stride` is the
-// row stride of O in elements (Dv); `col0` the first output column this warp
-// owns (0 unless warps split the head dim); `write_lse` false for all but one
-// of the warps that share rows.
+// Epilogue: O_i / l_i and LSE_i of the rows row0, row0 + 8 of one head, written
+// where a row is below n_rows: O row r at Og + r·o_row_stride (elements), its
+// LSE at lse_head[r] (natural log). `col0` is the first output column this
+// warp owns (0 unless warps split the head dim); `write_lse` false for all but
+// one of the warps that share rows.
+template <typename T, int kTilesO>
+__device__ __forceinline__ void store_output_rows(float (&O)[kTilesO][4], RowStats& stats, float scale, int n_rows,
+                                                  int row0, int col0, int t, bool write_lse, T* Og,
+                                                  int64_t o_row_stride, float* lse_head) {
+  float row_lse[2];
+  online_softmax_finalize(O, stats, scale, row_lse);
+  const int rows[2] = {row0, row0 + 8};
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (rows[r] >= n_rows) continue;
+#pragma unroll
+    for (int n = 0; n < kTilesO; ++n)
+      *reinterpret_cast<uint32_t*>(Og + int64_t(rows[r]) * o_row_stride + col0 + n * 8 + 2 * t) =
+          pack2<T>(O[n][2 * r], O[n][2 * r + 1]);
+    if (write_lse && t == 0) lse_head[rows[r]] = row_lse[r];
+  }
+}
+
+// The same for head `head` of the dense O [B·H, Nq, Dv] and LSE [B·H, Nq].
 template <typename T, int kTilesO>
 __device__ __forceinline__ void store_output(float (&O)[kTilesO][4], RowStats& stats, const AttnProblem& p,
                                              int64_t head, int row0, int col0, int t, bool write_lse, T* o,
                                              float* lse) {
-  float row_lse[2];
-  online_softmax_finalize(O, stats, p.scale, row_lse);
-  T* Og = o + head * p.Nq * p.Dv;
-  const int rows[2] = {row0, row0 + 8};
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (rows[r] >= p.Nq) continue;
-#pragma unroll
-    for (int n = 0; n < kTilesO; ++n)
-      *reinterpret_cast<uint32_t*>(Og + int64_t(rows[r]) * p.Dv + col0 + n * 8 + 2 * t) =
-          pack2<T>(O[n][2 * r], O[n][2 * r + 1]);
-    if (write_lse && t == 0) lse[head * p.Nq + rows[r]] = row_lse[r];
-  }
+  store_output_rows<T>(O, stats, p.scale, p.Nq, row0, col0, t, write_lse, o + head * p.Nq * p.Dv, p.Dv,
+                       lse + head * p.Nq);
 }
 
 // S = the sum of the kWarpsD partial S of a row group (rungs 05, 06: warps that

@@ -22,7 +22,7 @@
 //
 // Per block: Br = 64 x W compute warpgroups + 1 producer; sQ [Br, D] once, sK
 // [kStages][Bc, D], sV [kStages][Bc, Dv] (Sw128Blocks); 6 + 4·kStages mbarriers.
-// Tiles (WsTile below, checked by static_assert): FlashAttention-3's per head
+// Tiles (WsTile, hopper/fwd_tile.h, checked here by static_assert): FlashAttention-3's per head
 // dim (hopper/tile_size.h), 3 warpgroups at D = 64; ping-pong where FA3 uses it
 // and it measures faster (not at D = 256, where MMAs outweigh the softmax):
 //   D / Dv     Br   Bc  warpgroups  stages  ping-pong  smem (+1024 alignment slack)
@@ -52,6 +52,7 @@
 #include "hopper/fwd_kernel.cuh"
 #include "hopper/fwd_mainloop.cuh"
 #include "hopper/fwd_scheduler.h"
+#include "hopper/fwd_tile.h"
 #include "host/attn_problem.h"
 #include "host/device.h"
 #include "host/rung_host.cuh"
@@ -62,25 +63,12 @@ namespace attnlab {
 
 namespace {
 
-// The key tile Bc, the compute warpgroups W and whether they take turns, per
-// (D, Dv). FlashAttention-3's tiles: at D = 64 three warpgroups (FA3's 192 x 192
-// tile passes P through shared memory; with P in registers, 128 keys fit 160
-// registers), 176 keys at D = 128, 80 at D = 256; FA3 takes turns up to D = 128.
-template <int kHeadDim, int kHeadDimV>
-struct WsTile;
-template <> struct WsTile<64, 64>   { static constexpr int kBc = 128, kWarpgroups = 3; static constexpr bool kPingpong = true; };
-template <> struct WsTile<128, 128> { static constexpr int kBc = 176, kWarpgroups = 2; static constexpr bool kPingpong = true; };
-template <> struct WsTile<256, 256> { static constexpr int kBc = 80, kWarpgroups = 2; static constexpr bool kPingpong = false; };
-template <> struct WsTile<192, 128> { static constexpr int kBc = 128, kWarpgroups = 2; static constexpr bool kPingpong = true; };  // DeepSeek V3's prefill
-template <> struct WsTile<128, 64>  { static constexpr int kBc = 128, kWarpgroups = 2; static constexpr bool kPingpong = true; };
-
-// WsWarps and WsConfig (the register split and the tile config the mainloop
-// takes): hopper/fwd_mainloop.cuh, shared with the block-sparse forward.
-
-constexpr int kWsStages = 2;
+// The tile per (D, Dv), WsTile, and the rings' kWsStages: hopper/fwd_tile.h,
+// shared with the variable-length forward. WsWarps and WsConfig (the register
+// split and the tile config the mainloop takes): hopper/fwd_mainloop.cuh.
 static_assert(kWsStages == 2, "header: two slots in each of the K and V rings");
 template <int D, int Dv>
-using Config = WsConfig<D, Dv, WsTile<D, Dv>::kBc, WsTile<D, Dv>::kWarpgroups, kWsStages>;
+using Config = WsEngineConfig<D, Dv>;
 
 // The header's table.
 template <int D, int Dv, int kBr, int kBc, int kThreads, bool kPingpong, int kSmem>

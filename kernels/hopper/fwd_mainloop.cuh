@@ -159,11 +159,13 @@ struct WsRing {
 // The producer thread's copies for one query tile (rows q_start.., query head
 // `head`, KV head `kv_head`) against n key tiles, the i-th being key tile
 // tile_of(i): Q, then K of tile 0, then K of tile i + 1 and V of tile i for
-// each i, the order the compute warps use them in.
+// each i, the order the compute warps use them in. Key tile j starts at row
+// kv_row0 + j·Bc of K and V (a sequence's first row in a packed batch).
 template <typename Cfg, typename T, typename TileOf>
 __device__ __forceinline__ void ws_load_tiles(const WsShared<Cfg, T>& sm, const CUtensorMap* tma_q,
                                               const CUtensorMap* tma_k, const CUtensorMap* tma_v, int head,
-                                              int kv_head, int q_start, int n, TileOf&& tile_of, WsRing& ring) {
+                                              int kv_head, int q_start, int n, TileOf&& tile_of, WsRing& ring,
+                                              int kv_row0 = 0) {
   constexpr int Br = Cfg::kBr, Bc = Cfg::kBc, kStages = Cfg::kStages;
   const int q_count = ring.q_count;
   const int kv0 = ring.kv_count;  // the piece's i-th tile is the ring's tile kv0 + i
@@ -181,7 +183,7 @@ __device__ __forceinline__ void ws_load_tiles(const WsShared<Cfg, T>& sm, const 
     if (g >= kStages) mbarrier_wait(&empty[slot], (g / kStages - 1) & 1);
     mbarrier_arrive_expect_tx(&full[slot], 2 * elems);
     for (int b = 0; b < boxes; ++b)
-      tma_load_3d(slots + slot * elems + b * Bc * 64, map, &full[slot], b * 64, tile * Bc, kv_head);
+      tma_load_3d(slots + slot * elems + b * Bc * 64, map, &full[slot], b * 64, kv_row0 + tile * Bc, kv_head);
   };
   auto load_k = [&](int i, int tile) { load(sm.sK, Cfg::kKElems, Cfg::kBoxesQK, tma_k, sm.k_full, sm.k_empty, i, tile); };
   auto load_v = [&](int i, int tile) { load(sm.sV, Cfg::kVElems, Cfg::kBoxesV, tma_v, sm.v_full, sm.v_empty, i, tile); };

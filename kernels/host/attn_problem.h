@@ -69,6 +69,18 @@ ATTNLAB_HOST_DEVICE inline int64_t visible_keys(int64_t i, const AttnProblem& p)
   return last + 1 < p.Nk ? last + 1 : p.Nk;
 }
 
+// How many Bc-wide KV tiles the query tile [q_start, q_start + Br) needs: all of
+// them, or under a causal mask only up to the last key its last row sees.
+ATTNLAB_HOST_DEVICE inline int kv_tiles_for_query_tile(const AttnProblem& p, int q_start, int Br, int Bc) {
+  int n = (p.Nk + Bc - 1) / Bc;
+  if (p.causal) {
+    const int q_end = q_start + Br < p.Nq ? q_start + Br : p.Nq;
+    const int last = (q_end + (p.Nk - p.Nq) + Bc - 1) / Bc;
+    n = n < last ? n : (last > 0 ? last : 0);
+  }
+  return n;
+}
+
 // Exact number of unmasked (query, key) pairs in one head.
 int64_t unmasked_pairs_per_head(const AttnProblem& p);
 

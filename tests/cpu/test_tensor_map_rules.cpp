@@ -40,3 +40,18 @@ TEST_CASE(tensor_map_rules_name_each_broken_rule) {
   for (const std::string& why : {off, stride, huge, box, rows, cols, empty})
     EXPECT_TRUE(!why.empty() && why.find('\n') == std::string::npos);
 }
+
+TEST_CASE(tensor_map_rules_of_a_packed_variable_length_batch) {
+  // Q packed [total = 1000, H = 8, D = 128] (fp16): row stride H·D, head stride D; boxes of 64 x 128.
+  EXPECT_TRUE(strided_boxes_rule_broken("Q", at(0x7f0000000200), 2, 8, 1000, 128, 8 * 128, 128, 64, 128).empty());
+  // A head stride of 24 elements (48 bytes) keeps the rule, one of 20 (40 bytes) breaks it.
+  EXPECT_TRUE(strided_boxes_rule_broken("K", at(0x7f0000000200), 2, 3, 17, 64, 3 * 64, 24, 64, 64).empty());
+  const std::string head = strided_boxes_rule_broken("K", at(0x7f0000000200), 2, 3, 17, 64, 3 * 64, 20, 64, 64);
+  EXPECT_TRUE(says(head, "K's head stride 40 bytes is not a multiple of 16"));
+  const std::string row = strided_boxes_rule_broken("V", at(0x7f0000000200), 2, 3, 17, 64, 3 * 64 + 4, 64, 64, 64);
+  EXPECT_TRUE(says(row, "V's row stride 392 bytes is not a multiple of 16"));
+  const std::string huge =
+      strided_boxes_rule_broken("Q", at(0x7f0000000200), 2, 8, int64_t(1) << 31, 64, int64_t(1) << 39, 64, 64, 64);
+  EXPECT_TRUE(says(huge, "Q's row stride") && says(huge, "2^40"));
+  for (const std::string& why : {head, row, huge}) EXPECT_TRUE(!why.empty() && why.find('\n') == std::string::npos);
+}

@@ -44,7 +44,7 @@ def test_the_partitions_are_the_rungs_tiles():
 
 
 def test_the_ring_keeps_every_waiter_within_one_phase():
-    stages = figures.ring_stages(source(figures.RUNG12))
+    stages = figures.ring_stages(source(figures.FWD_TILE))
     assert stages == 2
     loads, work, full_done, empty_done = figures.ring_schedule(stages, tiles=12)
     for g, start, _ in loads:
@@ -63,7 +63,7 @@ def test_the_ring_keeps_every_waiter_within_one_phase():
     (figures.PTX, "a2 = A[g][2t+8..2t+9]", "a2 = A[g][2t+4..2t+5]"),
     (figures.WGMMA, "static int offset(int row, int col)", "static int offset_of(int row, int col)"),
     (figures.RUNG02, "struct SplitQTiles<64>", "struct SplitQTiles<80>"),
-    (figures.RUNG12, "constexpr int kWsStages = 2;", "constexpr int kWsStages{2};"),
+    (figures.FWD_TILE, "constexpr int kWsStages = 2;", "constexpr int kWsStages{2};"),
 ])
 def test_a_source_that_changed_shape_is_an_error(parts, old, new):
     text = source(parts)
@@ -71,4 +71,4 @@ def test_a_source_that_changed_shape_is_an_error(parts, old, new):
     with pytest.raises(ValueError):
         {figures.PTX: figures.fragment_layout, figures.WGMMA: figures.sw128_offset_function,
          figures.RUNG02: lambda t: figures.partitions(source(figures.RUNG01), t),
-         figures.RUNG12: figures.ring_stages}[parts](text.replace(old, new))
+         figures.FWD_TILE: figures.ring_stages}[parts](text.replace(old, new))
