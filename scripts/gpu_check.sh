@@ -277,6 +277,10 @@ if [ "$mode" = check ]; then
                     "@test_blocksparse_fwd --only tensor + bias, 17x17"
                     "@test_blocksparse_bwd --only tensor + bias, 333x455"
                     "@test_blocksparse_bwd --only sliding_window:64,32 + bias, 520x130")
+  # The variable-length forward on a packed batch with empty sequences and
+  # keys apart from queries (its prepare kernel included).
+  varlen_cases=("@test_varlen --only lengths 0,5,0,300 H=3"
+                "@test_varlen --only lengths 17/40,300/299,1/0,64/1 H=4")
   dmattn_shapes=("--Nq 1 --Nk 3000 --D 128 --Hkv 1 --mask topk --window 64 --block 0 --bias --splits 4"
                  "--Nq 1 --Nk 20000 --D 256 --mask topk --window 3000 --block 0 --bias --softcap 20 --splits 1"
                  "--Nq 70 --Nk 130 --D 128 --Hkv 1 --causal --mask topk --window 64 --bias --bwd"
@@ -291,7 +295,7 @@ if [ "$mode" = check ]; then
   [ "${DMATTN:-1}" != 0 ] || dmattn_shapes=()
   san_jobs=()  # "TOOL|ARGS", shape by shape
   for shape in "${rung_shapes[@]/%/ --show-all}" "${bwd_shapes[@]/%/ --bwd --show-all}" "${dmattn_shapes[@]}" \
-               "${blocksparse_shapes[@]}" "${blocksparse_shapes[@]/%/ --bwd}" "${tensor_mod_cases[@]}"; do
+               "${blocksparse_shapes[@]}" "${blocksparse_shapes[@]/%/ --bwd}" "${tensor_mod_cases[@]}" "${varlen_cases[@]}"; do
     for tool in memcheck racecheck synccheck; do san_jobs+=("$tool|$shape"); done
   done
   # run_sanitizer_stream K : takes the next job not yet taken (a counter under
@@ -391,6 +395,8 @@ if [ "$mode" = check ]; then
   gpu_tests+=(test_blocksparse_bwd)
   gpu_test test_mods_reference 120 & pids+=($!)  # the mask_mod/score_mod GPU reference (flash_attn_mma --mask-mod's check)
   gpu_tests+=(test_mods_reference)
+  gpu_test test_varlen 180 & pids+=($!)  # the variable-length forward against CPU references per sequence
+  gpu_tests+=(test_varlen)
 
 
   # Checks against torch's fp32 math SDPA (--reference torch), where torch has it.

@@ -35,7 +35,8 @@ FAMILIES = (("kernels/flash_attn/12_", "rung 12 `ws`", "12_ws_pingpong.md"),
             ("kernels/dmattn/dmattn_fwd", "dynamic-mask forward", "dmattn_forward.md"),
             ("kernels/dmattn/dmattn_bwd", "dynamic-mask backward", "dmattn_backward.md"),
             ("kernels/blocksparse/instances/fwd_", "block-sparse forward", "blocksparse.md"),
-            ("kernels/blocksparse/instances/bwd_", "block-sparse backward", "blocksparse.md"))
+            ("kernels/blocksparse/instances/bwd_", "block-sparse backward", "blocksparse.md"),
+            ("kernels/varlen/varlen_fwd", "variable-length forward", "varlen.md"))
 WARNING = re.compile(r"^ptxas warning : (?:Registers are spilled to local memory in function '(?P<spill>[^']+)', "
                      r"(?P<stores>\d+) bytes spill stores, (?P<loads>\d+) bytes spill loads"
                      r"|Local memory used for function '(?P<lmem>[^']+)', size of stack frame: (?P<frame>\d+) bytes)$")
