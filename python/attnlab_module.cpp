@@ -4,7 +4,9 @@
 // backward (kernels/dmattn/dmattn.h) for attnlab.dynamic_mask_attention
 // (python/attnlab/dynamic_mask.py), and block-sparse attention's block mask
 // and forward (kernels/blocksparse/) for attnlab.create_block_mask,
-// attnlab.BlockMask and attnlab.flex_attention (python/attnlab/blocksparse.py).
+// attnlab.BlockMask and attnlab.flex_attention (python/attnlab/blocksparse.py),
+// and the variable-length forward (kernels/varlen/) for
+// attnlab.varlen_attention (python/attnlab/varlen.py).
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/extension.h>
@@ -26,6 +28,7 @@
 #include "host/variant.h"
 #include "reference/mods_reference.h"
 #include "reference/reference.h"
+#include "varlen/varlen.h"
 
 namespace {
 
@@ -890,6 +893,83 @@ int64_t bs_kept_pairs(const std::string& spec, int64_t B, int64_t H, int64_t Nq,
 
 }  // namespace
 
+// ---- the variable-length forward (for attnlab.varlen_attention) ----------------------
+// q [total_q, H, D], k [total_k, Hkv, D], v [total_k, Hkv, Dv] packed, cu_seqlens
+// int32 [B + 1] on q's device; returns (o [total_q, H, Dv], lse [H, total_q]).
+// check_seqlens: the offsets copied to the host and checked (one
+// synchronisation) before the launch; without it, malformed offsets are
+// clamped into the tensors by the kernel, never read or written past them.
+std::tuple<at::Tensor, at::Tensor> varlen_forward(const at::Tensor& q_in, const at::Tensor& k_in,
+                                                  const at::Tensor& v_in, const at::Tensor& cu_q,
+                                                  const at::Tensor& cu_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
+                                                  bool is_causal, std::optional<double> scale, bool check_seqlens) {
+  constexpr const char* where = "attnlab.varlen_attention";
+#define REQUIRE_AT(ok, message) ATTNLAB_RAISE_UNLESS(ok, py::value_error, where, message)
+  for (const auto& [t, name] : {std::pair{&q_in, "q"}, std::pair{&k_in, "k"}, std::pair{&v_in, "v"}}) {
+    ATTNLAB_RAISE_UNLESS(t->is_cuda() && t->device() == q_in.device(), py::value_error, where,
+                         std::string(name) + " must be a CUDA tensor on q's device");
+    ATTNLAB_RAISE_UNLESS(t->scalar_type() == at::kHalf || t->scalar_type() == at::kBFloat16, py::type_error, where,
+                         std::string(name) + " must be float16 or bfloat16, got " + str(t->scalar_type()));
+    ATTNLAB_RAISE_UNLESS(t->scalar_type() == q_in.scalar_type(), py::type_error, where,
+                         "q, k and v must share a dtype");
+    REQUIRE_AT(t->dim() == 3, std::string(name) + " must be 3-D [total, heads, head_dim], got shape " + str(*t));
+    REQUIRE_AT(t->is_contiguous(), std::string(name) + " must be contiguous (call .contiguous()); got strides " +
+                                       str(t->strides()));
+  }
+  for (const auto& [t, name] : {std::pair{&cu_q, "cu_seqlens_q"}, std::pair{&cu_k, "cu_seqlens_k"}}) {
+    ATTNLAB_RAISE_UNLESS(t->scalar_type() == at::kInt, py::type_error, where, std::string(name) + " must be int32");
+    REQUIRE_AT(t->is_cuda() && t->device() == q_in.device() && t->dim() == 1 && t->is_contiguous(),
+               std::string(name) + " must be a contiguous 1-D tensor on q's device");
+  }
+  const int64_t total_q = q_in.size(0), H = q_in.size(1), D = q_in.size(2);
+  const int64_t total_k = k_in.size(0), Hkv = k_in.size(1), Dv = v_in.size(2);
+  const std::string shapes = str(q_in.sizes()) + ", " + str(k_in.sizes()) + ", " + str(v_in.sizes());
+  REQUIRE_AT(v_in.size(0) == total_k && v_in.size(1) == Hkv && k_in.size(2) == D,
+             "k and v must be [total_k, Hkv, D] and [total_k, Hkv, Dv] with q's D; got " + shapes);
+  REQUIRE_AT(Hkv >= 1 && H % Hkv == 0, "q's heads must be a multiple of k's and v's; got " + shapes);
+  REQUIRE_AT(cu_q.numel() >= 2 && cu_q.numel() == cu_k.numel(),
+             "cu_seqlens_q and cu_seqlens_k must both hold B + 1 >= 2 offsets");
+  REQUIRE_AT(total_q < (int64_t(1) << 31) && total_k < (int64_t(1) << 31) && H <= 65535,
+             "shape too large: total rows < 2^31 and H <= 65535");
+  REQUIRE_AT(max_seqlen_q >= 0 && max_seqlen_k >= 0 && max_seqlen_q < (int64_t(1) << 31) &&
+                 max_seqlen_k < (int64_t(1) << 31),
+             "max_seqlen_q and max_seqlen_k must be in [0, 2^31)");
+  REQUIRE_AT(!scale || (std::isfinite(*scale) && *scale > 0), "scale must be positive");
+  attnlab::VarlenProblem vp;
+  vp.shape = make_problem(cu_q.numel() - 1, H, std::max<int64_t>(max_seqlen_q, 1), std::max<int64_t>(max_seqlen_k, 1),
+                          D, Dv, q_in.scalar_type() == at::kBFloat16, is_causal, scale, Hkv);
+  vp.total_q = int(total_q), vp.total_k = int(total_k);
+  const c10::cuda::CUDAGuard guard(q_in.device());
+  if (check_seqlens) {
+    const at::Tensor hq = cu_q.cpu(), hk = cu_k.cpu();
+    const std::vector<int> vq(hq.data_ptr<int>(), hq.data_ptr<int>() + hq.numel());
+    const std::vector<int> vk(hk.data_ptr<int>(), hk.data_ptr<int>() + hk.numel());
+    attnlab::VarlenProblem bounds = vp;  // the lengths are checked against the caller's max_seqlen
+    bounds.shape.Nq = int(max_seqlen_q), bounds.shape.Nk = int(max_seqlen_k);
+    const std::string bad = attnlab::varlen_lengths_invalid(bounds, vq, vk);
+    REQUIRE_AT(bad.empty(), bad);
+  }
+  const std::string why = attnlab::varlen_fwd_unsupported(vp);
+  REQUIRE_AT(why.empty(), "does not support " + vp.shape_string() + ": " + why);
+#undef REQUIRE_AT
+  const at::Tensor q = aligned16(q_in), k = aligned16(k_in), v = aligned16(v_in);
+  at::Tensor o = at::empty({total_q, H, Dv}, q.options());
+  at::Tensor lse = at::empty({H, total_q}, q.options().dtype(at::kFloat));
+  const size_t bytes = attnlab::varlen_fwd_workspace_bytes(vp);
+  const at::Tensor workspace = workspace_tensor(bytes, q);
+  attnlab::VarlenBuffers b;
+  b.q = q.data_ptr(), b.k = k.data_ptr(), b.v = v.data_ptr();
+  b.cu_seqlens_q = cu_q.data_ptr<int>(), b.cu_seqlens_k = cu_k.data_ptr<int>();
+  b.o = o.data_ptr(), b.lse = lse.data_ptr<float>();
+  b.workspace = workspace.data_ptr(), b.workspace_bytes = bytes;
+  attnlab::launch_detail().clear();
+  const cudaError_t err = attnlab::varlen_fwd(vp, b, at::cuda::getCurrentCUDAStream());
+  if (err != cudaSuccess)
+    throw std::runtime_error(std::string(where) + ": forward of " + vp.shape_string() + " failed: " +
+                             failure_text(nullptr, err));
+  return {o, lse};
+}
+
 PYBIND11_MODULE(_C, m) {
   m.doc() = "attnlab: attention kernels, one technique per rung";
   m.def("variants", &variant_names, "Names of every registered variant, in ladder order.");
@@ -967,4 +1047,10 @@ PYBIND11_MODULE(_C, m) {
         pybind11::arg("Q_LEN"), pybind11::arg("KV_LEN"), pybind11::arg("device"),
         pybind11::arg("doc_ids") = pybind11::none(), pybind11::arg("mask_bits") = pybind11::none(),
         "The exact number of (b, h, q, k) pairs a mask_mod spec keeps, counted on the GPU.");
+  m.def("varlen_forward", &varlen_forward, pybind11::arg("q"), pybind11::arg("k"), pybind11::arg("v"),
+        pybind11::arg("cu_seqlens_q"), pybind11::arg("cu_seqlens_k"), pybind11::arg("max_seqlen_q"),
+        pybind11::arg("max_seqlen_k"), pybind11::arg("is_causal") = false, pybind11::arg("scale") = pybind11::none(),
+        pybind11::arg("check_seqlens") = true,
+        "The variable-length forward on packed q, k, v; returns (out [total_q, H, Dv], lse [H, total_q]) "
+        "(use attnlab.varlen_attention).");
 }

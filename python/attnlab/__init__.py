@@ -29,6 +29,11 @@ mask_mods and score_mods of attnlab.mods as spec strings (differentiable):
 
     bm = attnlab.create_block_mask("sliding_window:1024,0", None, None, N, N)
     out = attnlab.flex_attention(q, k, v, block_mask=bm, score_mod="alibi")
+
+A packed batch of sequences of different lengths, as FlashAttention's
+flash_attn_varlen_func (forward only; not yet run on a GPU: ATTNLAB_UNVERIFIED=1):
+
+    out = attnlab.varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, is_causal=True)
 """
 __version__ = "0.1.0"  # the package's version: pyproject.toml reads it from here
 
@@ -40,11 +45,12 @@ from ._variants import default_variant, variants
 from .attention import attention, backward, backward_variant, bwd_variants
 from .blocksparse import BlockMask, create_block_mask, flex_attention, kept_pairs
 from .dynamic_mask import MaskSummary, PackedMask, build_mask_summary, dynamic_mask_attention, pack_mask
+from .varlen import varlen_attention
 
 __all__ = ["__version__", "variants", "forward", "default_variant", "judge", "unsupported_reason", "attention", "backward",
            "backward_variant", "bwd_variants", "bwd_unsupported_reason", "dynamic_mask_attention",
            "build_mask_summary", "MaskSummary", "pack_mask", "PackedMask", "mods", "BlockMask",
-           "create_block_mask", "flex_attention", "kept_pairs", "block_mask_invalid"]
+           "create_block_mask", "flex_attention", "kept_pairs", "block_mask_invalid", "varlen_attention"]
 
 judge = _C.judge
 block_mask_invalid = _C.block_mask_invalid

@@ -1,0 +1,55 @@
+"""attnlab.varlen_attention: attention over a packed batch of sequences of
+different lengths, in FlashAttention's varlen layout and calling convention
+(flash_attn_varlen_func), on attnlab's Hopper engine (kernels/varlen/).
+
+    q  [total_q, H, D]      sequence b: rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1]
+    k  [total_k, Hkv, D]    sequence b: rows cu_seqlens_k[b] .. cu_seqlens_k[b + 1]
+    v  [total_k, Hkv, Dv]
+    out [total_q, H, Dv];  lse [H, total_q] fp32 (natural log)
+
+Each sequence is its own attention problem (causal: bottom-right within it);
+a sequence may be empty; a row that sees no key gets out = 0, lse = -inf.
+
+The kernel has not yet run on a GPU: it runs only with ATTNLAB_UNVERIFIED=1 in
+the environment. The backward is not built yet: call it under torch.no_grad()
+(or on tensors that do not require grad).
+"""
+import os
+
+import torch
+
+from . import _C
+
+__all__ = ["varlen_attention"]
+
+_NAME = "attnlab.varlen_attention"
+
+
+def _require_opt_in():
+    if os.environ.get("ATTNLAB_UNVERIFIED") != "1":
+        raise RuntimeError(f"{_NAME}: the variable-length kernel has not run on a GPU yet; "
+                           "set ATTNLAB_UNVERIFIED=1 to run it anyway")
+
+
+def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, is_causal=False,
+                     scale=None, return_lse=False, check_seqlens=True):
+    """Attention per sequence of a packed batch; returns out (and lse with return_lse=True).
+
+    cu_seqlens_q, cu_seqlens_k: int32 [B + 1] on q's device, from 0, non-decreasing,
+        ending at total_q / total_k. max_seqlen_q, max_seqlen_k: Python ints at least
+        the longest sequence (the host plans with them; nothing reads cu_seqlens on it).
+    scale: the softmax scale, by default 1/sqrt(D).
+    check_seqlens: copy the offsets to the host and check them before the launch
+        (one synchronisation; a malformed offset is then a ValueError). False skips
+        it: the kernel then clamps malformed offsets into the tensors (never reads
+        or writes past them) but computes attention over whatever rows they name.
+    Raises ValueError for shapes, dtypes or offsets no kernel takes (before any
+    launch), NotImplementedError when a gradient is wanted.
+    """
+    _require_opt_in()
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        raise NotImplementedError(f"{_NAME}: the variable-length backward is not built yet; "
+                                  "call it under torch.no_grad() or on detached tensors")
+    out, lse = _C.varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
+                                 bool(is_causal), scale, bool(check_seqlens))
+    return (out, lse) if return_lse else out
