@@ -57,13 +57,15 @@ std::string program_words(Program p) {
   return info.name + (info.selector.empty() ? "" : " (" + info.selector + ")");
 }
 
-// "every program", "dynamic-mask attention (--mask M)", "the dense forward and the dense backward".
+// "every program", "dynamic-mask attention (--mask M)", "the dense forward and the dense backward",
+// "every program but variable-length attention".
 std::string programs_words(Programs programs) {
   if (programs == kEveryProgram) return "every program";
-  std::vector<Program> in;
+  std::vector<Program> in, out;
   for (const ProgramInfo& info : program_table())
-    if (programs & program_bit(info.program)) in.push_back(info.program);
+    (programs & program_bit(info.program) ? in : out).push_back(info.program);
   if (in.size() == 1) return program_words(in[0]);
+  if (out.size() == 1 && in.size() > 2) return "every program but " + program_info(out[0]).name;
   std::string words;
   for (size_t i = 0; i < in.size(); ++i)
     words += (i == 0 ? "" : i + 1 == in.size() ? " and " : ", ") + program_info(in[i]).name;
@@ -71,29 +73,39 @@ std::string programs_words(Programs programs) {
 }
 
 // --mask-mod selects block-sparse attention, --mask dynamic-mask attention,
-// neither the dense forward; --bwd, or a flag that implies it, the selected
-// program's backward (the dense forward's is the dense backward).
+// --varlen variable-length attention, none of them the dense forward; --bwd,
+// or a flag that implies it, the selected program's backward (the dense
+// forward's is the dense backward; variable-length attention refuses it).
 std::string select_program(const std::vector<GivenFlag>& given, Options* o) {
-  bool mask = false, mask_mod = false, bwd = false;
+  struct Selector {
+    const char* flag;
+    Program program;
+  };
+  static const Selector selectors[] = {{"--mask", Program::kDynamicMask},
+                                       {"--mask-mod", Program::kBlocksparse},
+                                       {"--varlen", Program::kVarlen}};
+  std::vector<const Selector*> chosen;
+  bool bwd = false;
   for (const GivenFlag& g : given) {
-    mask = mask || g.flag->name == "--mask";
-    mask_mod = mask_mod || g.flag->name == "--mask-mod";
+    for (const Selector& s : selectors)
+      if (g.flag->name == s.flag) chosen.push_back(&s);
     bwd = bwd || g.flag->name == "--bwd" || g.flag->backward;
   }
-  if (mask && mask_mod)
-    return "--mask and --mask-mod select two programs (dynamic-mask and block-sparse attention): give one";
-  o->program = mask_mod ? Program::kBlocksparse
-               : mask   ? Program::kDynamicMask
-               : bwd    ? Program::kDenseBackward
-                        : Program::kDenseForward;
+  if (chosen.size() > 1)
+    return std::string(chosen[0]->flag) + " and " + chosen[1]->flag + " select two programs (" +
+           program_info(chosen[0]->program).name + " and " + program_info(chosen[1]->program).name + "): give one";
+  o->program = !chosen.empty() ? chosen[0]->program : bwd ? Program::kDenseBackward : Program::kDenseForward;
   o->common.bwd = bwd;
   return "";
 }
 
-// A flag of another program: one line that says whose it is.
+// A flag of another program: one line that says whose it is, and what this
+// program has instead where the table says.
 std::string wrong_program(const Flag& f, Program p) {
-  return f.name + " is an option of " + programs_words(f.programs) + "; this run is " + program_words(p) +
-         (f.elsewhere.empty() ? "" : "; " + f.elsewhere);
+  std::string line = f.name + " is an option of " + programs_words(f.programs) + "; this run is " + program_words(p);
+  for (const Elsewhere& e : f.elsewhere)
+    if (e.program == p) line += "; " + e.text;
+  return line;
 }
 
 // ---- the rules between options ------------------------------------------------------
@@ -176,11 +188,20 @@ std::string check_blocksparse(const CommonOptions& c, BlocksparseOptions& s) {
   return "";
 }
 
+// Variable-length attention's: the key lengths, one per sequence.
+std::string check_varlen(const VarlenOptions& v) {
+  if (v.k.given() && v.k.count() != v.q.count())
+    return "--varlen-k gives " + std::to_string(v.k.count()) + " key length" + (v.k.count() == 1 ? "" : "s") +
+           " for " + std::to_string(v.q.count()) + " sequence" + (v.q.count() == 1 ? "" : "s") +
+           " (--varlen): one per sequence";
+  return "";
+}
+
 // ---- --help ---------------------------------------------------------------------------
 
 // `text` wrapped at 80 columns, every line `indent` deep; the first line
 // starts after `head` (padded to the indent, or on a line of its own when
-// longer).
+// it reaches the indent).
 std::string wrap(const std::string& head, const std::string& text, size_t indent) {
   const size_t width = 80;
   std::string out = head, word;
@@ -192,7 +213,7 @@ std::string wrap(const std::string& head, const std::string& text, size_t indent
       continue;
     }
     if (word.empty()) continue;
-    if (first && column <= indent) {
+    if (first && (column < indent || head.empty())) {
       out += std::string(indent - column, ' '), column = indent;
     } else if (first || column + 1 + word.size() > width) {
       out += "\n" + std::string(indent, ' '), column = indent;
@@ -214,6 +235,7 @@ usage: flash_attn_mma [options]      (--flag V or --flag=V; each option once)
   --bwd [--deterministic]          the backward rungs (the deterministic ones) instead
   --mask topk --window 1024 --bias dynamic-mask attention (flash-dmattn's), below
   --mask-mod sliding_window:512,0  block-sparse attention (FlexAttention's mods), below
+  --varlen 8192,1,517,3000 --unverified  variable-length attention, below
   --list                           every variant and its tiles (no GPU needed)
 exit status: 0 ok, 1 a check or the run failed, 2 bad options, 3 no usable GPU
 
@@ -231,9 +253,10 @@ own words)
 
 std::string usage() {
   std::string out = kSynopsis;
-  out += wrap("", "Four programs, each with its rows and its options: --mask-mod selects block-sparse attention, "
-                  "--mask dynamic-mask attention, neither the dense forward; --bwd (or --deterministic) runs the "
-                  "backward of the one selected. An option of another program is an error.", 0);
+  out += wrap("", "Five programs, each with its rows and its options: --mask-mod selects block-sparse attention, "
+                  "--mask dynamic-mask attention, --varlen variable-length attention, none of them the dense "
+                  "forward; --bwd (or --deterministic) runs the backward of the one selected. An option of another "
+                  "program is an error.", 0);
   for (const ProgramInfo& info : program_table())
     out += "\n" + program_words(info.program) + ":\n" + wrap("", info.about, 2);
   // The flags, grouped by the programs they belong to, in the table's order.
@@ -282,6 +305,7 @@ ParseResult parse_args(const std::vector<std::string>& args) {
     case Program::kDenseBackward: r.error = check_dense(given, o.common, o.dense); break;
     case Program::kDynamicMask: r.error = check_dynamic_mask(given, o.common, o.dynamic_mask); break;
     case Program::kBlocksparse: r.error = check_blocksparse(o.common, o.blocksparse); break;
+    case Program::kVarlen: r.error = check_varlen(o.varlen); break;
   }
   return r;
 }

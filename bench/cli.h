@@ -11,15 +11,17 @@
 
 namespace attnlab {
 
-// flash_attn_mma runs one of four programs, each with its own rows and
+// flash_attn_mma runs one of five programs, each with its own rows and
 // options: --mask-mod selects block-sparse attention, --mask dynamic-mask
-// attention, neither the dense forward; --bwd the backward of the one selected
-// (the dense forward's is a program of its own).
+// attention, --varlen variable-length attention, none of them the dense
+// forward; --bwd the backward of the one selected (the dense forward's is a
+// program of its own; variable-length attention has none yet).
 enum class Program {
   kDenseForward,   // the ladder's rungs and the peers (the default)
   kDenseBackward,  // the backward rungs and torch's backward (--bwd)
   kDynamicMask,    // dmattn, flash-dmattn's semantics (bench/dmattn_mode.h)
   kBlocksparse,    // FlexAttention's model (--mask-mod, bench/blocksparse_mode.h)
+  kVarlen,         // a packed batch of sequences of different lengths (--varlen, bench/varlen_mode.h)
 };
 
 // What every program reads: the shape, the runs, the check, the peers, where
@@ -84,6 +86,26 @@ struct BlocksparseOptions {
   int document_count = 4;     // --mask-mod document:K: K documents of random lengths (from --seed)
 };
 
+// Sequence lengths as --varlen and --varlen-k give them: a list, or
+// random:B,MEAN, B lengths drawn from the run's seed when it starts
+// (varlen_lengths, bench/varlen_mode.h).
+struct VarlenLengths {
+  std::string text;          // as given ("8192,1,517,3000", "random:64,1024"); "" when not given
+  std::vector<int> lengths;  // the list; empty for random:B,MEAN
+  int random_count = 0;      // random:B,MEAN: B (0: a list)
+  int random_mean = 0;       //                MEAN
+  bool given() const { return !text.empty(); }
+  bool random() const { return random_count > 0; }
+  int count() const { return random() ? random_count : int(lengths.size()); }
+};
+
+// Variable-length attention's options (kernels/varlen/).
+struct VarlenOptions {
+  VarlenLengths q;          // --varlen: the query lengths, and the key lengths without --varlen-k
+  VarlenLengths k;          // --varlen-k: the key lengths, one per sequence
+  bool unverified = false;  // --unverified: run a kernel that has not run on a GPU yet
+};
+
 // Every program's options; a program reads `common` and its own part.
 struct Options {
   Program program = Program::kDenseForward;
@@ -91,6 +113,7 @@ struct Options {
   DenseOptions dense;                // the dense forward and backward
   DynamicMaskOptions dynamic_mask;   // dynamic-mask attention
   BlocksparseOptions blocksparse;    // block-sparse attention
+  VarlenOptions varlen;              // variable-length attention
 };
 
 struct ParseResult {

@@ -10,12 +10,22 @@ constexpr long kMaxBatchOrHeads = 65535;  // grid-dimension limits of the kernel
 constexpr long kMaxSeqLen = 1L << 30;
 constexpr long kMaxHeadDim = 1024;
 constexpr double kMaxSoftcap = 1e6;
+constexpr long kMaxSequences = 65535;  // of a packed batch: the check runs each sequence on its own
+
+// The flags of the fixed-shape programs that variable-length attention
+// refuses, and what it has instead.
+constexpr Programs kNotVarlen = kEveryProgram & ~kVarlen;
+const Elsewhere kVarlenShape{Program::kVarlen, "the sequences and their lengths come from --varlen (and --varlen-k)"};
+const Elsewhere kVarlenNoPeers{Program::kVarlen,
+                               "variable-length attention has no peers (its dense padded row is a yardstick)"};
+const Elsewhere kVarlenNoBackward{Program::kVarlen, "the variable-length backward is not built yet"};
 
 // Where a row's option lives: its member of the program's part of Options.
 template <typename T> T* field(Options& o, T CommonOptions::*m) { return &(o.common.*m); }
 template <typename T> T* field(Options& o, T DenseOptions::*m) { return &(o.dense.*m); }
 template <typename T> T* field(Options& o, T DynamicMaskOptions::*m) { return &(o.dynamic_mask.*m); }
 template <typename T> T* field(Options& o, T BlocksparseOptions::*m) { return &(o.blocksparse.*m); }
+template <typename T> T* field(Options& o, T VarlenOptions::*m) { return &(o.varlen.*m); }
 
 // The setters of the common kinds of value.
 template <typename Member>
@@ -72,18 +82,10 @@ SetOption pick_peers(bool CommonOptions::*group) {
 std::vector<Flag> make_flags() {
   return {
       // ---- every program ----------------------------------------------------
-      {"--B", "N", kEveryProgram, "batch size (default 1)", integer(1, kMaxBatchOrHeads, &CommonOptions::B)},
       {"--H", "N", kEveryProgram, "heads (default 8)", integer(1, kMaxBatchOrHeads, &CommonOptions::H)},
       {"--Hkv", "N", kEveryProgram,
        "KV heads, H a multiple of N: GQA (MQA with 1); query head h reads KV head h / (H / N) (default: --H)",
        integer(1, kMaxBatchOrHeads, &CommonOptions::Hkv)},
-      {"--N", "N", kEveryProgram, "sequence length of queries and keys (default 4096)",
-       integer_for_both(1, kMaxSeqLen, &CommonOptions::Nq, &CommonOptions::Nk)},
-      {"--Nq", "N", kEveryProgram, "query length, where it differs from the keys' (overrides --N)",
-       integer(1, kMaxSeqLen, &CommonOptions::Nq)},
-      {"--Nk", "N", kEveryProgram,
-       "key length, where it differs from the queries' (overrides --N; --N with both --Nq and --Nk is an error)",
-       integer(1, kMaxSeqLen, &CommonOptions::Nk)},
       {"--D", "N", kEveryProgram, "head dim of Q and K (default 64)",
        integer_for_both(1, kMaxHeadDim, &CommonOptions::D, &CommonOptions::Dv)},
       {"--Dv", "N", kEveryProgram, "head dim of V and O (default: --D; dynamic-mask attention needs Dv = D)",
@@ -111,27 +113,10 @@ std::vector<Flag> make_flags() {
        }},
       {"--check", "", kEveryProgram, "the check, the default (may still be given; not with --no-check)",
        [](const std::string&, const std::string&, Options&) { return ""; }},
-      {"--sdpa", "", kEveryProgram,
-       "of the peers, torch's SDPA backends (an error in a build without PyTorch; with --torch: both groups)",
-       pick_peers(&CommonOptions::sdpa)},
-      {"--no-peers", "", kEveryProgram,
-       "no peers, ours alone (the dense forward's check still runs `unfused` for its bound); an error with --torch "
-       "or --sdpa",
-       [](const std::string&, const std::string&, Options& o) {
-         o.common.torch = o.common.sdpa = false;
-         return "";
-       }},
       {"--csv", "FILE", kEveryProgram,
        "append every row to FILE (with GPU, driver, CUDA, commit, date); FILE must be writable, checked before "
        "anything runs",
        text("a file name", &CommonOptions::csv)},
-      {"--bwd", "", kEveryProgram, "the program's backward instead of its forward, on the same shape",
-       on(&CommonOptions::bwd)},
-      {"--deterministic", "", kEveryProgram,
-       "the program's deterministic backward (implies --bwd), its gradients repeated and compared bit for bit: "
-       "the dense backward's deterministic rungs alone (named '*+deterministic'; --variant narrows them), "
-       "dmattn's deterministic mode, block-sparse attention's blocksparse-det bwd alone",
-       on(&CommonOptions::deterministic), true},
       {"--list", "", kEveryProgram,
        "list the rows and their tile configurations, no GPU needed (--variant, --torch, --sdpa, --no-peers and "
        "--bwd choose them)",
@@ -139,13 +124,47 @@ std::vector<Flag> make_flags() {
       {"--help", "", kEveryProgram, "this text, whatever else is given (also -h)", on(&CommonOptions::help), false,
        "-h"},
 
+      // ---- every program but variable-length attention -------------------------
+      {"--B", "N", kNotVarlen, "batch size (default 1)", integer(1, kMaxBatchOrHeads, &CommonOptions::B), false, "",
+       {kVarlenShape}},
+      {"--N", "N", kNotVarlen, "sequence length of queries and keys (default 4096)",
+       integer_for_both(1, kMaxSeqLen, &CommonOptions::Nq, &CommonOptions::Nk), false, "", {kVarlenShape}},
+      {"--Nq", "N", kNotVarlen, "query length, where it differs from the keys' (overrides --N)",
+       integer(1, kMaxSeqLen, &CommonOptions::Nq), false, "", {kVarlenShape}},
+      {"--Nk", "N", kNotVarlen,
+       "key length, where it differs from the queries' (overrides --N; --N with both --Nq and --Nk is an error)",
+       integer(1, kMaxSeqLen, &CommonOptions::Nk), false, "", {kVarlenShape}},
+      {"--sdpa", "", kNotVarlen,
+       "of the peers, torch's SDPA backends (an error in a build without PyTorch; with --torch: both groups)",
+       pick_peers(&CommonOptions::sdpa), false, "", {kVarlenNoPeers}},
+      {"--no-peers", "", kNotVarlen,
+       "no peers, ours alone (the dense forward's check still runs `unfused` for its bound); an error with --torch "
+       "or --sdpa",
+       [](const std::string&, const std::string&, Options& o) {
+         o.common.torch = o.common.sdpa = false;
+         return "";
+       },
+       false, "", {kVarlenNoPeers}},
+      {"--bwd", "", kNotVarlen, "the program's backward instead of its forward, on the same shape",
+       on(&CommonOptions::bwd), false, "", {kVarlenNoBackward}},
+      {"--deterministic", "", kNotVarlen,
+       "the program's deterministic backward (implies --bwd), its gradients repeated and compared bit for bit: "
+       "the dense backward's deterministic rungs alone (named '*+deterministic'; --variant narrows them), "
+       "dmattn's deterministic mode, block-sparse attention's blocksparse-det bwd alone",
+       on(&CommonOptions::deterministic), true, "", {kVarlenNoBackward}},
+
       // ---- every program but block-sparse attention ---------------------------
-      {"--causal", "", kDense | kDynamicMask, "causal mask, bottom-right aligned when Nq != Nk",
-       on(&CommonOptions::causal), false, "", "block-sparse attention's causal mask is --mask-mod causal"},
+      {"--causal", "", kDense | kDynamicMask | kVarlen,
+       "causal mask, bottom-right aligned when Nq != Nk (variable-length attention: within each sequence)",
+       on(&CommonOptions::causal), false, "",
+       {{Program::kBlocksparse, "block-sparse attention's causal mask is --mask-mod causal"}}},
+
+      // ---- the dense forward and backward, and dynamic-mask attention -----------
       {"--torch", "", kDense | kDynamicMask,
        "of the peers, the unfused baselines: `unfused` and, in a torch build, `torch(unfused)` (with --sdpa: both "
        "groups)",
-       pick_peers(&CommonOptions::torch), false, "", "block-sparse attention's peers are torch's SDPA (--sdpa)"},
+       pick_peers(&CommonOptions::torch), false, "",
+       {{Program::kBlocksparse, "block-sparse attention's peers are torch's SDPA (--sdpa)"}, kVarlenNoPeers}},
 
       // ---- the dense forward and backward -------------------------------------
       {"--variant", "GLOB", kDense,
@@ -196,7 +215,7 @@ std::vector<Flag> make_flags() {
        [](const std::string& flag, const std::string& v, Options& o) {
          return parse_number(flag, v, 0, kMaxSoftcap, &o.dynamic_mask.softcap);
        },
-       false, "", "block-sparse attention's softcap is --score-mod softcap:C"},
+       false, "", {{Program::kBlocksparse, "block-sparse attention's softcap is --score-mod softcap:C"}}},
       {"--splits", "N", kDynamicMask,
        "split-KV parts per query block, merged by LSE (default 0 = automatic: more than one only when the query "
        "blocks alone would leave SMs idle, e.g. decoding with --Nq 1)",
@@ -262,6 +281,25 @@ std::vector<Flag> make_flags() {
          o.blocksparse.block_kv = sizes.back();
          return std::string();
        }},
+
+      // ---- variable-length attention ------------------------------------------
+      {"--varlen", "LENGTHS", kVarlen,
+       "selects variable-length attention: a packed batch of sequences of these lengths, queries and keys alike: "
+       "comma-separated, each 0 or more (8192,1,517,3000), or random:B,MEAN, B lengths drawn from --seed "
+       "uniformly in [1, 2·MEAN - 1] (mean MEAN); at most 2^31 - 1 rows in all",
+       [](const std::string& flag, const std::string& v, Options& o) {
+         return parse_varlen_lengths(flag, v, kMaxSeqLen, kMaxSequences, &o.varlen.q);
+       }},
+      {"--varlen-k", "LENGTHS", kVarlen,
+       "the key lengths, where they differ from the queries': one per sequence of --varlen, in the same forms "
+       "(random: draws its own lengths from --seed)",
+       [](const std::string& flag, const std::string& v, Options& o) {
+         return parse_varlen_lengths(flag, v, kMaxSeqLen, kMaxSequences, &o.varlen.k);
+       }},
+      {"--unverified", "", kVarlen,
+       "run the variable-length kernel although it has not run on a GPU yet (without this the program stops, "
+       "exit 2); its row is named 'varlen (unverified)'",
+       on(&VarlenOptions::unverified)},
   };
 }
 
@@ -313,6 +351,20 @@ const std::vector<ProgramInfo>& program_table() {
        "deterministic mode \"blocksparse-det bwd\"), from O and LSE of the fp32 mods reference, each of dQ, dK, dV "
        "checked against the fp32 mods reference backward by the dense backward's rule; TFLOPS count "
        "2·(3D+2Dv)·pairs."},
+      {Program::kVarlen, "variable-length attention", "--varlen LENGTHS",
+       "FlashAttention's varlen forward (kernels/varlen/): Q, K, V, O packed [total rows, heads, D], each sequence "
+       "its own problem (causal: bottom-right within it), sequences of length 0 allowed. Its kernel has not run on "
+       "a GPU yet: the program stops (exit 2) unless --unverified is given. Rows: varlen (unverified) (ours: rung "
+       "12's engine over the packed batch, so named until its kernel has run on a GPU) and, as a yardstick, dense "
+       "padded (engine): "
+       "rung 12's ws+stage2+pingpong on the batch padded to B x the longest length, timed only (where every "
+       "sequence has as many keys as queries), its TFLOPS counted on the packed batch's pairs, so that the two "
+       "times say what packing saves. Checked (unless --no-check) sequence by sequence against the fp32 reference "
+       "by the dense rule (the yardstick: the unfused baseline on that sequence), the row's verdict the worst "
+       "sequence's; TFLOPS count 2·(D+Dv)·pairs, pairs = the unmasked pairs of every sequence. --csv rows: the "
+       "columns of bench.csv (B the sequences; Nq, Nk the longest) and lengths, lengths_k, total_q, total_k and "
+       "unverified (1: the kernel had not run on a GPU before) after them (a file of other columns is refused). No "
+       "backward yet."},
   };
   return programs;
 }

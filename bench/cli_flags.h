@@ -18,11 +18,19 @@ constexpr Programs kDenseForward = program_bit(Program::kDenseForward);
 constexpr Programs kDenseBackward = program_bit(Program::kDenseBackward);
 constexpr Programs kDynamicMask = program_bit(Program::kDynamicMask);
 constexpr Programs kBlocksparse = program_bit(Program::kBlocksparse);
+constexpr Programs kVarlen = program_bit(Program::kVarlen);
 constexpr Programs kDense = kDenseForward | kDenseBackward;
-constexpr Programs kEveryProgram = kDense | kDynamicMask | kBlocksparse;
+constexpr Programs kEveryProgram = kDense | kDynamicMask | kBlocksparse | kVarlen;
 
 // Parses `value` (empty for a switch) into the options; "" or the error line.
 using SetOption = std::function<std::string(const std::string& flag, const std::string& value, Options& o)>;
+
+// What program `program` has instead of a flag it refuses, said in its error
+// ("block-sparse attention's causal mask is --mask-mod causal").
+struct Elsewhere {
+  Program program;
+  std::string text;
+};
 
 struct Flag {
   std::string name;    // "--window"
@@ -32,7 +40,7 @@ struct Flag {
   SetOption set;       // the rows are applied in table order: a later row may override an earlier one's default
   bool backward = false;   // implies --bwd
   std::string alias = "";      // another spelling ("--show")
-  std::string elsewhere = "";  // what the other programs have instead, said in the error
+  std::vector<Elsewhere> elsewhere = {};  // what the programs that refuse it have instead
 };
 
 // Every flag, grouped by the programs they belong to; --help lists them in

@@ -1,6 +1,7 @@
 #include "cli_values.h"
 
 #include <cerrno>
+#include <climits>
 #include <cmath>
 #include <cstdlib>
 
@@ -12,6 +13,25 @@ bool all_digits(const std::string& s, size_t from) {
   for (size_t i = from; i < s.size(); ++i)
     if (s[i] < '0' || s[i] > '9') return false;
   return true;
+}
+
+// An optional '-' and decimal digits into *out; false for anything else or
+// past the range of long long.
+bool read_integer(const std::string& text, long long* out) {
+  if (!all_digits(text, !text.empty() && text[0] == '-' ? 1 : 0)) return false;
+  errno = 0;
+  *out = std::strtoll(text.c_str(), nullptr, 10);
+  return errno != ERANGE;
+}
+
+// `text` cut at every comma ("" gives one empty piece).
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> pieces;
+  size_t start = 0;
+  for (size_t comma; (comma = text.find(',', start)) != std::string::npos; start = comma + 1)
+    pieces.push_back(text.substr(start, comma - start));
+  pieces.push_back(text.substr(start));
+  return pieces;
 }
 
 }  // namespace
@@ -40,6 +60,46 @@ std::string parse_int_list(const std::string& flag, const std::string& text, lon
     start = comma + 1;
   }
   *out = values;
+  return "";
+}
+
+std::string parse_varlen_lengths(const std::string& flag, const std::string& text, long max_len, long max_count,
+                                 VarlenLengths* out) {
+  const std::string form =
+      flag + " takes lengths separated by commas (8192,1,517,3000) or random:B,MEAN, got '" + text + "'";
+  const std::string int32_rows =
+      " rows, more than the " + std::to_string(INT_MAX) + " that int32 offsets (cu_seqlens) address";
+  VarlenLengths v;
+  v.text = text;
+  if (text.rfind("random:", 0) == 0) {
+    const std::vector<std::string> args = split_commas(text.substr(7));
+    long long B = 0, mean = 0;
+    if (args.size() != 2 || !read_integer(args[0], &B) || !read_integer(args[1], &mean)) return form;
+    if (B < 1 || B > max_count)
+      return flag + " random:B,MEAN takes B from 1 to " + std::to_string(max_count) + " sequences, got " + args[0];
+    if (mean < 1 || mean > max_len)
+      return flag + " random:B,MEAN takes a mean length MEAN from 1 to " + std::to_string(max_len) + ", got " + args[1];
+    const long long longest = 2 * mean - 1;  // lengths are uniform in [1, 2·MEAN − 1]
+    if (B * longest > INT_MAX)
+      return flag + " " + text + ": " + std::to_string(B) + " lengths of up to " + std::to_string(longest) +
+             " may sum to " + std::to_string(B * longest) + int32_rows;
+    v.random_count = int(B);
+    v.random_mean = int(mean);
+    *out = v;
+    return "";
+  }
+  long long sum = 0;
+  for (const std::string& item : split_commas(text)) {
+    long long len = 0;
+    if (!read_integer(item, &len)) return form;
+    if (len < 0) return flag + ": sequence length " + item + " is negative (a length is 0 or more)";
+    if (len > max_len) return flag + ": sequence length " + item + " is more than " + std::to_string(max_len);
+    if (long(v.lengths.size()) == max_count) return flag + " takes at most " + std::to_string(max_count) + " lengths";
+    v.lengths.push_back(int(len));
+    sum += len;
+  }
+  if (sum > INT_MAX) return flag + ": the lengths sum to " + std::to_string(sum) + int32_rows;
+  *out = v;
   return "";
 }
 

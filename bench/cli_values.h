@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "cli.h"
+
 namespace attnlab {
 
 // An optional '-' and decimal digits, nothing else (no spaces, no '+', no
@@ -22,6 +24,13 @@ std::string parse_seed(const std::string& text, uint64_t* out);
 // A finite decimal number in [lo, hi] ("30", "0.5", "1e3"): no spaces, no
 // sign, no nan/inf, no hex.
 std::string parse_number(const std::string& flag, const std::string& text, double lo, double hi, float* out);
+
+// Sequence lengths for --varlen, --varlen-k: "L0,L1,..." (each in [0, max_len],
+// at most max_count of them) or "random:B,MEAN" (B in [1, max_count], MEAN in
+// [1, max_len]); either way the lengths must sum to at most INT32_MAX rows, the
+// most that int32 offsets (cu_seqlens) address — for random:, every draw must.
+std::string parse_varlen_lengths(const std::string& flag, const std::string& text, long max_len, long max_count,
+                                 VarlenLengths* out);
 
 // One of `allowed`, spelled as given.
 std::string parse_choice(const std::string& flag, const std::string& text, const std::vector<std::string>& allowed,

@@ -19,6 +19,7 @@
 #include "system_info.h"
 #include "table.h"
 #include "torch_peers.h"
+#include "varlen_mode.h"
 
 using namespace attnlab;
 
@@ -171,6 +172,11 @@ int main(int argc, char** argv) {
     print_list(blocksparse_list(opt));
     return kExitOk;
   }
+  // --varlen: the variable-length mode (bench/varlen_mode.cpp), its own rows.
+  if (program == Program::kVarlen && opt.list) {
+    print_list(varlen_list());
+    return kExitOk;
+  }
 
   // --bwd alone: the dense backward (bench/bwd_mode.cpp), its own rows.
   std::vector<const BwdVariant*> bwd_rows;
@@ -216,10 +222,14 @@ int main(int argc, char** argv) {
   if (program == Program::kBlocksparse)
     if (std::string e = blocksparse_options_unsupported(opt, options.blocksparse); !e.empty())
       return fail(e, kExitBadOptions);
-  if (!opt.csv.empty())
-    if (std::string e = results_csv_error(opt.csv, program == Program::kBlocksparse ? kBlocksparseCsvColumns : "");
-        !e.empty())
-      return fail(e, kExitBadOptions);
+  if (program == Program::kVarlen)
+    if (std::string e = varlen_options_unsupported(options.varlen); !e.empty()) return fail(e, kExitBadOptions);
+  if (!opt.csv.empty()) {
+    const char* extra_columns = program == Program::kBlocksparse ? kBlocksparseCsvColumns
+                                : program == Program::kVarlen    ? kVarlenCsvColumns
+                                                                 : "";
+    if (std::string e = results_csv_error(opt.csv, extra_columns); !e.empty()) return fail(e, kExitBadOptions);
+  }
 
   int device_count = 0, driver_version = 0, runtime_version = 0;
   cudaDriverGetVersion(&driver_version);  // 0 without a driver
@@ -236,6 +246,7 @@ int main(int argc, char** argv) {
 
   switch (program) {
     case Program::kBlocksparse: return run_blocksparse_mode(opt, options.blocksparse, sys, seed, stream);
+    case Program::kVarlen: return run_varlen_mode(opt, options.varlen, sys, seed, stream);
     case Program::kDynamicMask: return run_dynamic_mask_mode(opt, options.dynamic_mask, sys, seed, stream);
     case Program::kDenseBackward: return run_dense_backward_mode(opt, dense, bwd_rows, sys, seed, stream);
     case Program::kDenseForward: break;

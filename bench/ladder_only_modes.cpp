@@ -1,16 +1,17 @@
 // attnlab: the masked modes of the ladder-only harness (CMake target `ladder`,
 // build/flash_attn_ladder). That harness is flash_attn_mma linked with the
 // rungs of kernels/flash_attn/ and the references only, without the
-// block-sparse and dynamic-mask kernels: their two modes stop with one line
-// and exit 2, naming the build that has them (--mask-mod before the GPU is
-// looked for, as flash_attn_mma's own option errors are). Every other option
-// runs as in flash_attn_mma.
+// block-sparse, dynamic-mask and variable-length kernels: their three modes
+// stop with one line and exit 2, naming the build that has them (--mask-mod
+// and --varlen before the GPU is looked for, as flash_attn_mma's own option
+// errors are). Every other option runs as in flash_attn_mma.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
 #include "blocksparse_mode.h"
 #include "dmattn_mode.h"
+#include "varlen_mode.h"
 
 namespace attnlab {
 
@@ -41,6 +42,14 @@ int run_blocksparse_mode(const CommonOptions&, const BlocksparseOptions&, const 
 
 int run_dynamic_mask_mode(const CommonOptions&, const DynamicMaskOptions&, const SystemInfo&, uint64_t, cudaStream_t) {
   stop("--mask");
+}
+
+std::string varlen_options_unsupported(const VarlenOptions&) { return not_in_this_build("--varlen"); }
+
+std::vector<ListEntry> varlen_list() { stop("--varlen"); }
+
+int run_varlen_mode(const CommonOptions&, const VarlenOptions&, const SystemInfo&, uint64_t, cudaStream_t) {
+  stop("--varlen");
 }
 
 }  // namespace attnlab

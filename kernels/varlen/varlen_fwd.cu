@@ -96,7 +96,7 @@ __device__ __forceinline__ VarlenWork varlen_work(const AttnProblem& p, const Va
   v.p = varlen_seq_problem(p, v.seq);
   v.w.head = item % p.H;
   v.w.kv_head = int(v.p.kv_head(v.w.head));
-  v.w.q_start = tile.m_block * Cfg::kBr;
+  v.w.q_start = tile.tile * Cfg::kBr;
   v.w.kv_begin = 0;
   v.w.n_tiles = kv_tiles_for_query_tile(v.p, v.w.q_start, Cfg::kBr, Cfg::kBc);
   return v;
@@ -208,9 +208,9 @@ cudaError_t varlen_fwd(const VarlenProblem& vp, const VarlenBuffers& b, cudaStre
                                           "V"))
         return cudaErrorInvalidValue;
       const VarlenWorkspace ws = VarlenWorkspace::at(b.workspace, p.B);
-      if (cudaError_t e = launch_kernel(varlen_prepare<Cfg::kBr, Cfg::kBc>, dim3(1), dim3(kVarlenPrepareThreads),
-                                        size_t(0), stream, p, b.cu_seqlens_q, b.cu_seqlens_k, p.B, vp.total_q,
-                                        vp.total_k, ws);
+      if (cudaError_t e = launch_kernel(varlen_prepare<VarlenTiles::kQuery, Cfg::kBr, Cfg::kBc>, dim3(1),
+                                        dim3(kVarlenPrepareThreads), size_t(0), stream, p, b.cu_seqlens_q,
+                                        b.cu_seqlens_k, p.B, vp.total_q, vp.total_k, p.H, ws);
           e != cudaSuccess)
         return e;
       // A persistent grid: at most one block per SM, none past the most items there can be.

@@ -1,11 +1,12 @@
 // kernels/varlen/: attention over a packed batch of sequences of different lengths on the
 // Hopper engine (kernels/hopper/), in FlashAttention's varlen layout.
-// attnlab: the variable-length forward's prepare kernel: from cu_seqlens, on
+// attnlab: the variable-length kernels' prepare kernel: from cu_seqlens, on
 // the device (the host never reads them, so a launch needs no synchronisation),
-// the work order of varlen_schedule.h written to the workspace, and the item
-// counter of the persistent grid zeroed. FlashAttention-3 prepares its varlen
+// the work order of varlen_schedule.h written to the workspace — the
+// forward's query tiles or the backward's key tiles — and the item counter of
+// the forward's persistent grid zeroed. FlashAttention-3 prepares its varlen
 // scheduler the same way (flash_prepare_scheduler.cu: tile counts per
-// sequence, optionally sorted); here the query tiles themselves are sorted, by
+// sequence, optionally sorted); here the tiles themselves are sorted, by
 // a counting sort over their key-tile counts made stable chunk by chunk with
 // cub's block radix sort, so the device's order is the host's exactly.
 #pragma once
@@ -41,11 +42,13 @@ __device__ __forceinline__ int varlen_tile_seq(const int* tile_start, int B, int
 
 #endif
 
-// One block of kVarlenPrepareThreads. p: heads, dims, mask (its B, Nq, Nk unused).
-template <int Br, int Bc>
+// One block of kVarlenPrepareThreads: the order of kKind's tiles, `heads`
+// items per tile (H query heads, or Hkv KV heads). p: dims, mask (its B, Nq,
+// Nk unused).
+template <VarlenTiles kKind, int Br, int Bc>
 __global__ void __launch_bounds__(kVarlenPrepareThreads, 1)
 varlen_prepare(const AttnProblem p, const int* __restrict__ cu_q, const int* __restrict__ cu_k, int B, int total_q,
-               int total_k, VarlenWorkspace ws) {
+               int total_k, int heads, VarlenWorkspace ws) {
 #if defined(__CUDA_ARCH__)
   constexpr int kThreads = kVarlenPrepareThreads;
   constexpr int kBuckets = kVarlenTopBucket + 1;  // key-tile counts 0 .. kVarlenTopBucket
@@ -62,11 +65,11 @@ varlen_prepare(const AttnProblem p, const int* __restrict__ cu_q, const int* __r
   const int tid = threadIdx.x;
   auto seq = [&](int b) { return varlen_seq(cu_q, cu_k, b, total_q, total_k); };
 
-  // 1. Each sequence's first query tile: an exclusive sum of ceil(len_q / Br), chunk by chunk.
+  // 1. Each sequence's first tile: an exclusive sum of its tile counts, chunk by chunk.
   int n_tiles = 0;
   for (int b0 = 0; b0 <= B; b0 += kThreads) {
     const int b = b0 + tid;
-    const int tiles = b < B ? (seq(b).len_q + Br - 1) / Br : 0;
+    const int tiles = b < B ? varlen_tile_count(kKind, seq(b), Br, Bc) : 0;
     int start = 0, chunk = 0;
     Scan(tmp.scan).ExclusiveSum(tiles, start, chunk);
     if (b <= B) ws.tile_start[b] = n_tiles + start;
@@ -74,13 +77,13 @@ varlen_prepare(const AttnProblem p, const int* __restrict__ cu_q, const int* __r
     __syncthreads();  // tmp is reused
   }
 
-  // 2. How many tiles each key-tile count has.
+  // 2. How many tiles each cost has.
   for (int w = tid; w < kBuckets; w += kThreads) bucket_next[w] = 0;
   __syncthreads();
   auto bucket_of = [&](int t, int& b, int& m) {
     b = varlen_tile_seq(ws.tile_start, B, t);
     m = t - ws.tile_start[b];
-    return varlen_tile_bucket(p, seq(b), m, Br, Bc);
+    return varlen_tile_bucket(kKind, p, seq(b), m, Br, Bc);
   };
   for (int t = tid; t < n_tiles; t += kThreads) {
     int b, m;
@@ -88,7 +91,7 @@ varlen_prepare(const AttnProblem p, const int* __restrict__ cu_q, const int* __r
   }
   __syncthreads();
 
-  // 3. Each bucket's first place: the tiles of every larger count come before it.
+  // 3. Each bucket's first place: the tiles of every larger cost come before it.
   {
     int count[kBucketsPerThread], first[kBucketsPerThread];
     for (int j = 0; j < kBucketsPerThread; ++j) {  // thread tid holds the counts kBuckets - 1 - (tid·k + j)
@@ -105,8 +108,8 @@ varlen_prepare(const AttnProblem p, const int* __restrict__ cu_q, const int* __r
   }
 
   // 4. The tiles placed, kThreads at a time in tile order: a stable sort of the
-  // chunk by count (descending) lines up the chunk's tiles of each count in
-  // tile order; each goes to its count's next place plus its rank in that run.
+  // chunk by cost (descending) lines up the chunk's tiles of each cost in
+  // tile order; each goes to its cost's next place plus its rank in that run.
   for (int t0 = 0; t0 < n_tiles; t0 += kThreads) {
     const int t = t0 + tid;
     int b = 0, m = 0;
@@ -131,7 +134,7 @@ varlen_prepare(const AttnProblem p, const int* __restrict__ cu_q, const int* __r
 
   if (tid == 0) {
     *ws.counter = 0;
-    *ws.n_items = n_tiles * p.H;
+    *ws.n_items = n_tiles * heads;
   }
 #endif
 }

@@ -49,45 +49,71 @@ ATTNLAB_HOST_DEVICE inline AttnProblem varlen_seq_problem(const AttnProblem& p, 
   return q;
 }
 
-// Key-tile counts of kTopBucket and more share the first place of the order.
+// The two orders over a packed batch's tiles: the forward's items are query
+// tiles, each costing the key tiles it visits; the backward's are key tiles
+// (hopper/bwd_scheduler.h's walk), each costing the query tiles that see it.
+enum class VarlenTiles { kQuery, kKey };
+
+// Sequence s's tiles of that kind: query tiles of Br rows, or key tiles of Bc.
+ATTNLAB_HOST_DEVICE inline int varlen_tile_count(VarlenTiles kind, const VarlenSeq& s, int Br, int Bc) {
+  return kind == VarlenTiles::kQuery ? (s.len_q + Br - 1) / Br : (s.len_k + Bc - 1) / Bc;
+}
+
+// Counts of kTopBucket and more share the first place of the order.
 constexpr int kVarlenTopBucket = 2046;
 
-// The sort key of query tile m of sequence s: its key-tile count, capped.
-ATTNLAB_HOST_DEVICE inline int varlen_tile_bucket(const AttnProblem& p, const VarlenSeq& s, int m, int Br, int Bc) {
-  const int work = kv_tiles_for_query_tile(varlen_seq_problem(p, s), m * Br, Br, Bc);
+// The sort key of tile t of sequence s: what it costs, capped. A query tile
+// visits kv_tiles_for_query_tile key tiles; key tile t is seen by the query
+// tiles from the one holding its first visible row (bottom-right causal: key
+// j is seen by queries i >= j − (len_k − len_q)) to the last, as bwd_work
+// counts them.
+ATTNLAB_HOST_DEVICE inline int varlen_tile_bucket(VarlenTiles kind, const AttnProblem& p, const VarlenSeq& s, int t,
+                                                  int Br, int Bc) {
+  const AttnProblem q = varlen_seq_problem(p, s);
+  int work;
+  if (kind == VarlenTiles::kQuery) {
+    work = kv_tiles_for_query_tile(q, t * Br, Br, Bc);
+  } else {
+    const int kv0 = t * Bc, diag = q.Nk - q.Nq;
+    const int first_row = q.causal && kv0 > diag ? kv0 - diag : 0;
+    const int n_m = (q.Nq + Br - 1) / Br - first_row / Br;
+    work = n_m > 0 ? n_m : 0;
+  }
   return work < kVarlenTopBucket ? work : kVarlenTopBucket;
 }
 
-// One query tile of the order: its sequence and its index in the sequence.
+// One tile of an order: its sequence and its index in the sequence.
 struct VarlenTile {
-  int seq, m_block;
+  int seq, tile;
 };
 
-// The order of problem p's query tiles for Br x Bc tiles (p: heads, dims,
-// mask; B sequences given by cu_q, cu_k over total_q, total_k rows), as the
-// device computes it. The host's copy: tests compare the device's with it.
-inline std::vector<VarlenTile> varlen_tile_order(const AttnProblem& p, const int* cu_q, const int* cu_k, int B,
-                                                 int total_q, int total_k, int Br, int Bc) {
+// The order of problem p's tiles of `kind` for Br x Bc tiles (p: heads,
+// dims, mask; B sequences given by cu_q, cu_k over total_q, total_k rows), as
+// the device computes it (varlen_prepare.cuh): by cost, descending, ties in
+// (sequence, tile) order. The host's copy: tests compare the device's with it.
+inline std::vector<VarlenTile> varlen_tile_order(VarlenTiles kind, const AttnProblem& p, const int* cu_q,
+                                                 const int* cu_k, int B, int total_q, int total_k, int Br, int Bc) {
   std::vector<std::vector<VarlenTile>> by_bucket(kVarlenTopBucket + 1);
   for (int b = 0; b < B; ++b) {
     const VarlenSeq s = varlen_seq(cu_q, cu_k, b, total_q, total_k);
-    for (int m = 0; m * Br < s.len_q; ++m) by_bucket[varlen_tile_bucket(p, s, m, Br, Bc)].push_back({b, m});
+    for (int t = 0; t < varlen_tile_count(kind, s, Br, Bc); ++t)
+      by_bucket[varlen_tile_bucket(kind, p, s, t, Br, Bc)].push_back({b, t});
   }
   std::vector<VarlenTile> order;
   for (int w = kVarlenTopBucket; w >= 0; --w) order.insert(order.end(), by_bucket[w].begin(), by_bucket[w].end());
   return order;
 }
 
-// The most query tiles a packed batch of B sequences over total_q rows can
-// have: Σ ceil(len_b / Br) <= total_q / Br + B.
-inline int64_t varlen_max_tiles(int64_t total_q, int B, int Br) { return total_q / Br + B; }
+// The most tiles of `rows` rows a packed batch of B sequences over `total`
+// rows can have: Σ ceil(len_b / rows) <= total / rows + B.
+inline int64_t varlen_max_tiles(int64_t total, int B, int rows) { return total / rows + B; }
 
-// The workspace of a variable-length forward, 256-byte aligned pieces: the
+// The order's workspace (forward or backward), 256-byte aligned pieces: the
 // header (the item counter, the item count), the sequences' first tile
 // [B + 1], the order [max tiles].
 struct VarlenWorkspace {
   int* counter = nullptr;    // items taken after round 0 (hopper/fwd_scheduler.cuh)
-  int* n_items = nullptr;    // query tiles · H
+  int* n_items = nullptr;    // tiles · heads (the forward's H, the backward's Hkv)
   int* tile_start = nullptr; // [B + 1]: sequence b's tiles are [tile_start[b], tile_start[b + 1])
   VarlenTile* tiles = nullptr;  // [max tiles]: the order
 

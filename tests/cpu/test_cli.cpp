@@ -353,7 +353,9 @@ TEST_CASE(cli_usage_documents_exit_codes_and_rules) {
   EXPECT_CONTAINS(u, "options (nothing ran)");
   EXPECT_CONTAINS(u, "3 no usable CUDA GPU");
   EXPECT_CONTAINS(u, "each option once");
-  EXPECT_CONTAINS(u, "--mask-mod selects\nblock-sparse attention, --mask dynamic-mask attention, neither the dense\nforward");
+  EXPECT_CONTAINS(u,
+                  "--mask-mod selects\nblock-sparse attention, --mask dynamic-mask attention, --varlen "
+                  "variable-length\nattention, none of them the dense forward");
   EXPECT_EQ(kExitOk, 0);
   EXPECT_EQ(kExitFailed, 1);
   EXPECT_EQ(kExitBadOptions, 2);
@@ -538,6 +540,7 @@ std::vector<std::string> selecting(Program p) {
     case Program::kDenseBackward: return {"--bwd"};
     case Program::kDynamicMask: return {"--mask", "none"};
     case Program::kBlocksparse: return {"--mask-mod", "causal"};
+    case Program::kVarlen: return {"--varlen", "4"};
   }
   return {};
 }
@@ -555,11 +558,11 @@ TEST_CASE(cli_each_flag_belongs_to_its_programs) {
       args.push_back(f.name);
       if (!f.value.empty()) args.push_back("1");
       const ParseResult r = parse(args);
-      const bool selector = f.name == "--mask" || f.name == "--mask-mod";
+      const bool selector = f.name == "--mask" || f.name == "--mask-mod" || f.name == "--varlen";
       if (f.programs & program_bit(r.options.program)) {  // the flag may select the program itself (--bwd, --mask)
-        EXPECT_TRUE(r.error.find(" is an option of ") == std::string::npos);
+        EXPECT_TRUE(r.error.rfind(f.name + " is an option of ", 0) != 0);
       } else if (selector) {
-        EXPECT_CONTAINS(r.error, "--mask and --mask-mod select two programs");
+        EXPECT_CONTAINS(r.error, " select two programs (");
       } else {
         EXPECT_EQ(r.error.rfind(f.name + " is an option of ", 0), size_t(0));
         EXPECT_CONTAINS(r.error, "; this run is " + program_info(r.options.program).name);
@@ -576,9 +579,13 @@ TEST_CASE(cli_each_flag_belongs_to_its_programs) {
             std::string("--show-all is an option of the dense forward and the dense backward; this run is "
                         "dynamic-mask attention (--mask M)"));
   EXPECT_EQ(parse({"--mask-mod", "causal", "--causal"}).error,
-            std::string("--causal is an option of the dense forward, the dense backward and dynamic-mask attention; "
-                        "this run is block-sparse attention (--mask-mod M); block-sparse attention's causal mask is "
-                        "--mask-mod causal"));
+            std::string("--causal is an option of every program but block-sparse attention; this run is block-sparse "
+                        "attention (--mask-mod M); block-sparse attention's causal mask is --mask-mod causal"));
+  // What a program has instead is said to that program alone.
+  EXPECT_EQ(parse({"--varlen", "4", "--torch"}).error,
+            std::string("--torch is an option of the dense forward, the dense backward and dynamic-mask attention; "
+                        "this run is variable-length attention (--varlen LENGTHS); variable-length attention has no "
+                        "peers (its dense padded row is a yardstick)"));
   EXPECT_EQ(parse({"--score-mod", "alibi"}).error,
             std::string("--score-mod is an option of block-sparse attention (--mask-mod M); this run is the dense "
                         "forward"));
@@ -609,14 +616,19 @@ TEST_CASE(cli_help_is_written_from_the_table) {
     EXPECT_TRUE(f.alias.empty() || options.find("\n  " + f.alias + " ") == std::string::npos);
   }
   // A section per set of programs, and a paragraph per program.
-  for (const char* heading : {"\noptions of every program:\n  --B N", "\noptions of the dense forward:\n  --reference R",
+  for (const char* heading : {"\noptions of every program:\n  --H N",
+                              "\noptions of every program but variable-length attention:\n  --B N",
+                              "\noptions of every program but block-sparse attention:\n  --causal",
+                              "\noptions of the dense forward:\n  --reference R",
                               "\noptions of dynamic-mask attention (--mask M):\n  --mask M",
                               "\noptions of block-sparse attention (--mask-mod M):\n  --mask-mod M",
+                              "\noptions of variable-length attention (--varlen LENGTHS):\n  --varlen LENGTHS",
                               "\nthe dense forward:\n  Rows:", "\nthe dense backward (--bwd):\n",
-                              "\ndynamic-mask attention (--mask M):\n", "\nblock-sparse attention (--mask-mod M):\n"})
+                              "\ndynamic-mask attention (--mask M):\n", "\nblock-sparse attention (--mask-mod M):\n",
+                              "\nvariable-length attention (--varlen LENGTHS):\n"})
     EXPECT_CONTAINS(u, heading);
   // Lines of 80 columns at most, but the synopsis' examples.
-  std::istringstream lines(u.substr(u.find("\nFour programs")));
+  std::istringstream lines(u.substr(u.find("\nFive programs")));
   for (std::string line; std::getline(lines, line);) {
     size_t columns = 0;  // characters, not bytes ('·')
     for (unsigned char ch : line) columns += (ch & 0xC0) != 0x80;
@@ -675,7 +687,8 @@ TEST_CASE(cli_usage_starts_with_a_synopsis) {
   for (int line = 0; line < 12 && at != std::string::npos; ++line) at = u.find('\n', at + 1);
   const std::string head = u.substr(0, at);
   for (const char* s : {"usage: flash_attn_mma", "--B 1 --H 8 --N 8192 --D 128", "--bwd", "--mask topk",
-                        "--mask-mod", "--list", "exit status: 0 ok, 1 a check or the run failed, 2 bad options, 3"})
+                        "--mask-mod", "--varlen", "--list",
+                        "exit status: 0 ok, 1 a check or the run failed, 2 bad options, 3"})
     EXPECT_CONTAINS(head, s);
 }
 

@@ -102,6 +102,30 @@ expect_error 2 "--block-size 100,100 is not a multiple of the kernel tile 128 x 
 expect_error 2 "--block-size 64,128 is not a multiple of the kernel tile" --mask-mod causal --block-size 64,128 --N 256 --D 64
 expect_error 2 "--block-size 64,64 is not a multiple of the kernel tile" --bwd --mask-mod causal --block-size 64
 expect_error 2 "the block-sparse forward: head dims 96 not in" --mask-mod causal --D 96
+# Variable-length attention (--varlen): its lengths, the flags it refuses, and the opt-in its kernel needs,
+# each found before the GPU is looked for.
+expect_error 2 "--varlen takes lengths separated by commas (8192,1,517,3000) or random:B,MEAN, got '8192,,1'" \
+  --varlen 8192,,1
+expect_error 2 "--varlen: sequence length -5 is negative" --varlen 1,-5
+expect_error 2 "--varlen random:B,MEAN takes B from 1 to 65535 sequences, got 0" --varlen random:0,5
+expect_error 2 "--varlen random:B,MEAN takes a mean length MEAN from 1 to" --varlen random:4,0
+expect_error 2 "--varlen takes lengths separated by commas" --varlen random:4
+expect_error 2 "--varlen: the lengths sum to 2147483648 rows, more than the 2147483647" --varlen 1073741824,1073741824
+expect_error 2 "may sum to" --varlen random:65535,40000
+expect_error 2 "--varlen-k gives 1 key length for 2 sequences (--varlen): one per sequence" --varlen 1,2 --varlen-k 3
+for flag in --B --N --Nq --Nk; do
+  expect_error 2 "$flag is an option of every program but variable-length attention; this run is variable-length attention (--varlen LENGTHS); the sequences and their lengths come from --varlen" \
+    --varlen 4,5 "$flag" 4
+done
+expect_error 2 "; the variable-length backward is not built yet" --varlen 4,5 --bwd
+expect_error 2 "; the variable-length backward is not built yet" --varlen 4,5 --deterministic
+expect_error 2 "--varlen and --mask-mod select two programs" --varlen 4 --mask-mod causal
+expect_error 2 "--unverified is an option of variable-length attention (--varlen LENGTHS); this run is the dense forward" \
+  --unverified
+expect_error 2 "the variable-length kernel has not run on a GPU yet; pass --unverified to run it anyway" \
+  --varlen 8192,1,517,3000 --H 8 --D 128
+if [ "$("$bin" --list --varlen 4 | awk -F'  +' '{ print $1 }' | tr '\n' '|')" = "varlen (unverified)|dense padded (engine)|" ]
+then pass; else fail "--list --varlen: varlen (unverified) and dense padded (engine)"; fi
 # The mods that read a caller's tensor: one plain sentence; the lists offer only what the harness runs.
 expect_error 2 "--mask-mod tensor reads a keep tensor, which the harness does not make" --mask-mod tensor
 expect_error 2 "--score-mod bias reads a bias tensor, which the harness does not make" --mask-mod causal --score-mod bias
@@ -119,6 +143,8 @@ if out=$("$bin" --list --deterministic --no-peers) && [ -n "$out" ] && ! printf 
 then pass; else fail "--list --deterministic: the deterministic backward rungs alone: $out"; fi
 printf 'gpu,driver,cuda\n' > "$tmp/other.csv"
 expect_error 2 "cannot write --csv $tmp/other.csv: its columns are not these rows'" --mask-mod causal --csv "$tmp/other.csv"
+expect_error 2 "cannot write --csv $tmp/other.csv: its columns are not these rows'" --varlen 4 --unverified \
+  --csv "$tmp/other.csv"
 # --csv that cannot be written: found before anything runs, nothing written.
 expect_error 2 "cannot write --csv /nonexistent/dir/x.csv: No such file or directory" --csv /nonexistent/dir/x.csv
 expect_error 2 "cannot write --csv $tmp: it is a directory" --csv "$tmp"
@@ -182,6 +208,7 @@ elif [ "$rc" -eq 3 ] && [ "$(printf '%s' "$out" | grep -c '')" -eq 1 ] &&
   expect_error 3 "${out#flash_attn_mma: error: }" --mask none --bias --N 64 --D 64 --H 1 --iters 1 --warmup 0
   expect_error 3 "${out#flash_attn_mma: error: }" --bwd --N 64 --D 64 --H 1 --iters 1 --warmup 0
   expect_error 3 "${out#flash_attn_mma: error: }" --mask-mod causal --N 64 --D 64 --H 1 --iters 1 --warmup 0
+  expect_error 3 "${out#flash_attn_mma: error: }" --varlen 64,17 --D 64 --H 1 --iters 1 --warmup 0 --unverified
 else
   fail "valid shape -> exit $rc: $out"
 fi
@@ -198,6 +225,13 @@ if [ "$rc" -eq 0 ]; then
   if "$bin" --mask-mod sliding_window:64,0 --score-mod alibi --B 1 --H 2 --Nq 300 --Nk 500 --D 64 --iters 1 \
       --warmup 0 --csv "$tmp/bs.csv" >/dev/null 2>&1 && head -1 "$tmp/bs.csv" | grep -q ",note,mask,score$" &&
       grep -q ",sliding_window:64;0,alibi$" "$tmp/bs.csv"; then pass; else fail "--mask-mod on a small shape"; fi
+  # Variable-length attention on a small ragged batch (sequences without queries, without keys): every row
+  # passes (exit 0), its rows with the lengths and the packed row counts.
+  if "$bin" --varlen 300,0,1,129 --varlen-k 500,7,0,129 --causal --H 4 --Hkv 2 --D 64 --iters 1 --warmup 0 \
+      --unverified --csv "$tmp/vl.csv" >/dev/null 2>&1 &&
+      head -1 "$tmp/vl.csv" | grep -q ",note,lengths,lengths_k,total_q,total_k,unverified$" &&
+      grep -q "^[^,]*,[^,]*,[^,]*,[^,]*,[^,]*,varlen (unverified),rung,4,4,300,500,.*,300;0;1;129,500;7;0;129,430,636,1$" \
+        "$tmp/vl.csv"; then pass; else fail "--varlen on a small ragged batch"; fi
   if [ -w /dev/full ]; then
     expect_error 1 "writing --csv /dev/full failed" --B 1 --H 1 --N 64 --D 64 --iters 1 --warmup 0 --variant split-q+stage2 \
       --csv /dev/full

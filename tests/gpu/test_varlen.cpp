@@ -146,11 +146,11 @@ bool run_case(const Case& c, std::mt19937_64& rng) {
     cudaMemcpy(&n_items, w.n_items, sizeof(int), cudaMemcpyDeviceToHost);
     int Br = 0, Bc = 0;
     varlen_fwd_tile(p.D, p.Dv, &Br, &Bc);
-    const std::vector<VarlenTile> want = varlen_tile_order(p, cu_q.data(), cu_k.data(), B, vp.total_q, vp.total_k, Br, Bc);
+    const std::vector<VarlenTile> want = varlen_tile_order(VarlenTiles::kQuery, p, cu_q.data(), cu_k.data(), B, vp.total_q, vp.total_k, Br, Bc);
     std::vector<VarlenTile> got(want.size());
     if (!got.empty()) cudaMemcpy(got.data(), w.tiles, got.size() * sizeof(VarlenTile), cudaMemcpyDeviceToHost);
     bool same = n_items == int(want.size()) * p.H;
-    for (size_t i = 0; same && i < want.size(); ++i) same = got[i].seq == want[i].seq && got[i].m_block == want[i].m_block;
+    for (size_t i = 0; same && i < want.size(); ++i) same = got[i].seq == want[i].seq && got[i].tile == want[i].tile;
     if (!same) {
       ok = false;
       worst = "the prepared order differs from the host's (" + std::to_string(n_items) + " items, want " +
