@@ -158,13 +158,26 @@ __device__ __forceinline__ void store_output_rows(float (&O)[kTilesO][4], RowSta
   }
 }
 
-// The same for head `head` of the dense O [B·H, Nq, Dv] and LSE [B·H, Nq].
+// The same for head `head` of the dense O [B·H, Nq, Dv] and LSE [B·H, Nq]. (Its
+// own body, not a call of store_output_rows: so routed, the block-sparse
+// forward at D = 64 spills 12 bytes, its pointers held across the finalize.)
 template <typename T, int kTilesO>
 __device__ __forceinline__ void store_output(float (&O)[kTilesO][4], RowStats& stats, const AttnProblem& p,
                                              int64_t head, int row0, int col0, int t, bool write_lse, T* o,
                                              float* lse) {
-  store_output_rows<T>(O, stats, p.scale, p.Nq, row0, col0, t, write_lse, o + head * p.Nq * p.Dv, p.Dv,
-                       lse + head * p.Nq);
+  float row_lse[2];
+  online_softmax_finalize(O, stats, p.scale, row_lse);
+  T* Og = o + head * p.Nq * p.Dv;
+  const int rows[2] = {row0, row0 + 8};
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (rows[r] >= p.Nq) continue;
+#pragma unroll
+    for (int n = 0; n < kTilesO; ++n)
+      *reinterpret_cast<uint32_t*>(Og + int64_t(rows[r]) * p.Dv + col0 + n * 8 + 2 * t) =
+          pack2<T>(O[n][2 * r], O[n][2 * r + 1]);
+    if (write_lse && t == 0) lse[head * p.Nq + rows[r]] = row_lse[r];
+  }
 }
 
 // S = the sum of the kWarpsD partial S of a row group (rungs 05, 06: warps that
