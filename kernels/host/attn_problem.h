@@ -69,14 +69,30 @@ ATTNLAB_HOST_DEVICE inline int64_t visible_keys(int64_t i, const AttnProblem& p)
   return last + 1 < p.Nk ? last + 1 : p.Nk;
 }
 
+// min and max of two ints on the host and the device (there CUDA's own, which
+// the kernels below were tuned with: a ternary compiles to other code).
+ATTNLAB_HOST_DEVICE inline int min_int(int a, int b) {
+#if defined(__CUDA_ARCH__)
+  return min(a, b);
+#else
+  return a < b ? a : b;
+#endif
+}
+ATTNLAB_HOST_DEVICE inline int max_int(int a, int b) {
+#if defined(__CUDA_ARCH__)
+  return max(a, b);
+#else
+  return a > b ? a : b;
+#endif
+}
+
 // How many Bc-wide KV tiles the query tile [q_start, q_start + Br) needs: all of
 // them, or under a causal mask only up to the last key its last row sees.
 ATTNLAB_HOST_DEVICE inline int kv_tiles_for_query_tile(const AttnProblem& p, int q_start, int Br, int Bc) {
   int n = (p.Nk + Bc - 1) / Bc;
   if (p.causal) {
-    const int q_end = q_start + Br < p.Nq ? q_start + Br : p.Nq;
-    const int last = (q_end + (p.Nk - p.Nq) + Bc - 1) / Bc;
-    n = n < last ? n : (last > 0 ? last : 0);
+    const int q_end = min_int(q_start + Br, p.Nq);
+    n = min_int(n, max_int(0, (q_end + (p.Nk - p.Nq) + Bc - 1) / Bc));
   }
   return n;
 }
