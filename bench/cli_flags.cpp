@@ -18,7 +18,8 @@ constexpr Programs kNotVarlen = kEveryProgram & ~kVarlen;
 const Elsewhere kVarlenShape{Program::kVarlen, "the sequences and their lengths come from --varlen (and --varlen-k)"};
 const Elsewhere kVarlenNoPeers{Program::kVarlen,
                                "variable-length attention has no peers (its dense padded row is a yardstick)"};
-const Elsewhere kVarlenNoBackward{Program::kVarlen, "the variable-length backward is not built yet"};
+const Elsewhere kVarlenNoBackward{
+    Program::kVarlen, "the harness does not time the variable-length backward yet (build/test_varlen checks it)"};
 
 // Where a row's option lives: its member of the program's part of Options.
 template <typename T> T* field(Options& o, T CommonOptions::*m) { return &(o.common.*m); }

@@ -970,6 +970,61 @@ std::tuple<at::Tensor, at::Tensor> varlen_forward(const at::Tensor& q_in, const 
   return {o, lse};
 }
 
+// attnlab.varlen_attention's backward: (dq, dk, dv) packed like q, k, v, from
+// the forward's out and lse [H, total_q]; the offsets were checked by the forward.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> varlen_backward(
+    const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in, const at::Tensor& o_in,
+    const at::Tensor& lse, const at::Tensor& dout_in, const at::Tensor& cu_q, const at::Tensor& cu_k,
+    int64_t max_seqlen_q, int64_t max_seqlen_k, bool is_causal, std::optional<double> scale) {
+  constexpr const char* where = "attnlab.varlen_attention (backward)";
+#define REQUIRE_AT(ok, message) ATTNLAB_RAISE_UNLESS(ok, py::value_error, where, message)
+  const int64_t total_q = q_in.size(0), H = q_in.size(1), D = q_in.size(2);
+  const int64_t total_k = k_in.size(0), Hkv = k_in.size(1), Dv = v_in.size(2);
+  for (const auto& [t, name] : {std::pair{&o_in, "out"}, std::pair{&dout_in, "the gradient of out"}}) {
+    REQUIRE_AT(t->is_cuda() && t->device() == q_in.device() && t->scalar_type() == q_in.scalar_type(),
+               std::string(name) + " must be on q's device in q's dtype");
+    REQUIRE_AT(t->dim() == 3 && t->size(0) == total_q && t->size(1) == H && t->size(2) == Dv,
+               std::string(name) + " must be [total_q, H, Dv] = " + str(at::IntArrayRef{total_q, H, Dv}) + ", got " +
+                   str(*t));
+  }
+  REQUIRE_AT(lse.is_cuda() && lse.scalar_type() == at::kFloat && lse.dim() == 2 && lse.size(0) == H &&
+                 lse.size(1) == total_q && lse.is_contiguous(),
+             "lse must be the forward's fp32 [H, total_q]");
+  attnlab::VarlenProblem vp;
+  vp.shape = make_problem(cu_q.numel() - 1, H, std::max<int64_t>(max_seqlen_q, 1), std::max<int64_t>(max_seqlen_k, 1),
+                          D, Dv, q_in.scalar_type() == at::kBFloat16, is_causal, scale, Hkv);
+  vp.total_q = int(total_q), vp.total_k = int(total_k);
+  const c10::cuda::CUDAGuard guard(q_in.device());
+  const std::string why = attnlab::varlen_bwd_unsupported(vp);
+  REQUIRE_AT(why.empty(), "does not support " + vp.shape_string() + ": " + why);
+#undef REQUIRE_AT
+  const at::Tensor q = aligned16(q_in.contiguous()), k = aligned16(k_in.contiguous()), v = aligned16(v_in.contiguous());
+  const at::Tensor o = aligned16(o_in.contiguous()), dout = aligned16(dout_in.contiguous());
+  at::Tensor dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v);
+  const size_t bytes = attnlab::varlen_bwd_workspace_bytes(vp);
+  const at::Tensor workspace = workspace_tensor(bytes, q);
+  attnlab::VarlenGradBuffers b;
+  b.q = q.data_ptr(), b.k = k.data_ptr(), b.v = v.data_ptr(), b.o = o.data_ptr(), b.lse = lse.data_ptr<float>();
+  b.dout = dout.data_ptr(), b.cu_seqlens_q = cu_q.data_ptr<int>(), b.cu_seqlens_k = cu_k.data_ptr<int>();
+  b.dq = dq.data_ptr(), b.dk = dk.data_ptr(), b.dv = dv.data_ptr();
+  b.workspace = workspace.data_ptr(), b.workspace_bytes = bytes;
+  attnlab::launch_detail().clear();
+  const cudaError_t err = attnlab::varlen_bwd(vp, b, at::cuda::getCurrentCUDAStream());
+  if (err != cudaSuccess)
+    throw std::runtime_error(std::string(where) + ": backward of " + vp.shape_string() + " failed: " +
+                             failure_text(nullptr, err));
+  return {dq, dk, dv};
+}
+
+// Why the variable-length backward cannot take a batch of this shape ("" when it can).
+std::string varlen_bwd_unsupported_reason(int64_t B, int64_t H, int64_t Hkv, int64_t total_q, int64_t total_k,
+                                          int64_t D, int64_t Dv, bool bf16) {
+  attnlab::VarlenProblem vp;
+  vp.shape = make_problem(B, H, 1, 1, D, Dv, bf16, false, std::nullopt, Hkv);
+  vp.total_q = int(total_q), vp.total_k = int(total_k);
+  return attnlab::varlen_bwd_unsupported(vp);
+}
+
 PYBIND11_MODULE(_C, m) {
   m.doc() = "attnlab: attention kernels, one technique per rung";
   m.def("variants", &variant_names, "Names of every registered variant, in ladder order.");
@@ -1053,4 +1108,13 @@ PYBIND11_MODULE(_C, m) {
         pybind11::arg("check_seqlens") = true,
         "The variable-length forward on packed q, k, v; returns (out [total_q, H, Dv], lse [H, total_q]) "
         "(use attnlab.varlen_attention).");
+  m.def("varlen_backward", &varlen_backward, pybind11::arg("q"), pybind11::arg("k"), pybind11::arg("v"),
+        pybind11::arg("o"), pybind11::arg("lse"), pybind11::arg("dout"), pybind11::arg("cu_seqlens_q"),
+        pybind11::arg("cu_seqlens_k"), pybind11::arg("max_seqlen_q"), pybind11::arg("max_seqlen_k"),
+        pybind11::arg("is_causal") = false, pybind11::arg("scale") = pybind11::none(),
+        "The variable-length backward; returns (dq, dk, dv) (use attnlab.varlen_attention's autograd).");
+  m.def("varlen_bwd_unsupported_reason", &varlen_bwd_unsupported_reason, pybind11::arg("B"), pybind11::arg("H"),
+        pybind11::arg("Hkv"), pybind11::arg("total_q"), pybind11::arg("total_k"), pybind11::arg("D"),
+        pybind11::arg("Dv"), pybind11::arg("bf16"),
+        "Why the variable-length backward cannot take a batch of this shape ('' when it can).");
 }

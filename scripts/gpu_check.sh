@@ -277,10 +277,11 @@ if [ "$mode" = check ]; then
                     "@test_blocksparse_fwd --only tensor + bias, 17x17"
                     "@test_blocksparse_bwd --only tensor + bias, 333x455"
                     "@test_blocksparse_bwd --only sliding_window:64,32 + bias, 520x130")
-  # The variable-length forward on a packed batch with empty sequences and
-  # keys apart from queries (its prepare kernel included).
+  # The variable-length forward and backward on a packed batch with empty
+  # sequences and keys apart from queries (the prepare kernels included).
   varlen_cases=("@test_varlen --only lengths 0,5,0,300 H=3"
-                "@test_varlen --only lengths 17/40,300/299,1/0,64/1 H=4")
+                "@test_varlen --only lengths 17/40,300/299,1/0,64/1 H=4"
+                "@test_varlen --only bwd lengths 17/40")
   dmattn_shapes=("--Nq 1 --Nk 3000 --D 128 --Hkv 1 --mask topk --window 64 --block 0 --bias --splits 4"
                  "--Nq 1 --Nk 20000 --D 256 --mask topk --window 3000 --block 0 --bias --softcap 20 --splits 1"
                  "--Nq 70 --Nk 130 --D 128 --Hkv 1 --causal --mask topk --window 64 --bias --bwd"
@@ -395,7 +396,7 @@ if [ "$mode" = check ]; then
   gpu_tests+=(test_blocksparse_bwd)
   gpu_test test_mods_reference 120 & pids+=($!)  # the mask_mod/score_mod GPU reference (flash_attn_mma --mask-mod's check)
   gpu_tests+=(test_mods_reference)
-  gpu_test test_varlen 180 & pids+=($!)  # the variable-length forward against CPU references per sequence
+  gpu_test test_varlen 240 & pids+=($!)  # the variable-length forward and backward against references per sequence
   gpu_tests+=(test_varlen)
 
 

@@ -23,7 +23,7 @@
 // Per block: Bc = 128 keys + 1 producer warpgroup; sK [Bc, D], sV [Bc, Dv],
 // sQ, sdO [kStages][Br, D | Dv], sdS [bufs][Bc, Br], sdQ [bufs][Br, D] fp32
 // (Sw128Blocks); 1 + 2·kStages mbarriers. dQ's MMA split between the warpgroups
-// by rows (Br = 128) or columns. Tiles (BwdWsTile, checked by static_assert):
+// by rows (Br = 128) or columns. Tiles (BwdWsTile, hopper/bwd_tile.h, checked by static_assert):
 //   D / Dv     Br  slice  Bc  stages  dQ split  dV early  dSᵀ/dQ bufs  smem (+1024)
 //   64        128   128  128   2       rows      no        2 / 1        198696
 //   128        64    64  128   2       columns   yes       2 / 2        230440
@@ -51,28 +51,16 @@
 #include "hopper/bwd_host.cuh"
 #include "hopper/bwd_kernel.cuh"
 #include "hopper/bwd_mainloop.cuh"
+#include "hopper/bwd_tile.h"
 
 namespace attnlab {
 namespace {
 
-// The query tile per (D, Dv): at D = 64 Sᵀ, dPᵀ of 128 queries fit next to
-// dK, dV (64 registers each); at D = 128 dK, dV take 128, so 64 queries.
-template <int kHeadDim, int kHeadDimV>
-struct BwdWsTile;
-// kEarlyDv: dV's MMA issued before dS is computed (registers allow it at D = 128).
-// kDsBuffers, kDqBuffers: dSᵀ and the dQ staging double-buffered where shared
-// memory allows (else a barrier per tile, and a wait for the dQ writer's read);
-// at D = 64 two dSᵀ buffers measure faster than two dQ buffers.
-// kSliceQ: Sᵀ and dPᵀ in slices of this many queries (registers at D = 192).
-template <> struct BwdWsTile<64, 64>   { static constexpr int kBr = 128, kSliceQ = 128, kDsBuffers = 2, kDqBuffers = 1; static constexpr bool kEarlyDv = false; };
-template <> struct BwdWsTile<128, 128> { static constexpr int kBr = 64,  kSliceQ = 64,  kDsBuffers = 2, kDqBuffers = 2; static constexpr bool kEarlyDv = true; };
-template <> struct BwdWsTile<192, 128> { static constexpr int kBr = 64,  kSliceQ = 32,  kDsBuffers = 1, kDqBuffers = 1; static constexpr bool kEarlyDv = false; };
-
-// The block around the tile (its shared memory, barriers, dQ split): BwdWsConfig, hopper/bwd_mainloop.cuh.
-constexpr int kBwdWsStages = 2;
+// The tile per (D, Dv), BwdWsTile, and the ring's kBwdWsStages:
+// hopper/bwd_tile.h, shared with the variable-length backward; the block
+// around it (its shared memory, barriers, dQ split): BwdWsConfig, hopper/bwd_mainloop.cuh.
 template <int D, int Dv>
-using Config = BwdWsConfig<D, Dv, BwdWsTile<D, Dv>::kBr, BwdWsTile<D, Dv>::kSliceQ, BwdWsTile<D, Dv>::kEarlyDv,
-                           BwdWsTile<D, Dv>::kDsBuffers, BwdWsTile<D, Dv>::kDqBuffers, kBwdWsStages>;
+using Config = BwdWsEngineConfig<D, Dv>;
 
 // The header's table.
 static_assert(bwd_ws_table_row<Config<64, 64>>(128, 128, 128, true, false, 2, 1, 198696), "header: D=64");

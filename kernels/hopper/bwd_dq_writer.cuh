@@ -68,7 +68,7 @@ __device__ __forceinline__ void bwd_dq_writer(const AttnProblem& p, Work w, floa
       const int64_t q_head = int64_t(w.b) * p.H + sl.h;
       turn = dq_turns + q_head * (nq_pad / Br) + sl.m;
       if constexpr (kDeterministic) bwd_wait_turn(turn, w.turn(sl));
-      float* tile = dq_accum + (q_head * nq_pad + sl.m * Br) * Cfg::kHeadDim;
+      float* tile = dq_accum + (q_head * nq_pad + bwd_stats_row0(w) + sl.m * Br) * Cfg::kHeadDim;
 #pragma unroll
       for (int part = 0; part < kParts; ++part)
         bulk_reduce_add_f32(tile + part * kPartFloats, part_at(s, part), kPartFloats * 4);

@@ -184,10 +184,10 @@ __device__ __forceinline__ void bwd_load(const BwdShared<Cfg, T>& sm, const Attn
   mbarrier_arrive_expect_tx(sm.kv_full, Cfg::kKVBytes);
 #pragma unroll 1
   for (int c = 0; c < Cfg::kHeadDim / 64; ++c)
-    tma_load_3d(sm.sK + c * Bc * 64, tma_k, sm.kv_full, c * 64, w.kv0, int(w.kv_head));
+    tma_load_3d(sm.sK + c * Bc * 64, tma_k, sm.kv_full, c * 64, bwd_kv_row0(w) + w.kv0, int(w.kv_head));
 #pragma unroll 1
   for (int c = 0; c < Cfg::kHeadDimV / 64; ++c)
-    tma_load_3d(sm.sV + c * Bc * 64, tma_v, sm.kv_full, c * 64, w.kv0, int(w.kv_head));
+    tma_load_3d(sm.sV + c * Bc * 64, tma_v, sm.kv_full, c * 64, bwd_kv_row0(w) + w.kv0, int(w.kv_head));
 #pragma unroll 1
   for (int s = 0; s < w.n_slots; ++s) {
     const int stage = s % Cfg::kStages;
@@ -199,18 +199,20 @@ __device__ __forceinline__ void bwd_load(const BwdShared<Cfg, T>& sm, const Attn
     mbarrier_arrive_expect_tx(bar, Cfg::kQdoBytes);
 #pragma unroll 1
     for (int c = 0; c < Cfg::kHeadDim / 64; ++c)
-      tma_load_3d(sm.sQ + stage * Cfg::kQElems + c * Br * 64, tma_q, bar, c * 64, q0, int(q_head));
+      tma_load_3d(sm.sQ + stage * Cfg::kQElems + c * Br * 64, tma_q, bar, c * 64, bwd_q_row0(w) + q0, int(q_head));
 #pragma unroll 1
     for (int c = 0; c < Cfg::kHeadDimV / 64; ++c)
-      tma_load_3d(sm.sdO + stage * Cfg::kdOElems + c * Br * 64, tma_do, bar, c * 64, q0, int(q_head));
-    bulk_load(sm.sLSE2 + stage * Br, lse2 + q_head * nq_pad + q0, Br * 4, bar);
-    bulk_load(sm.sDelta + stage * Br, delta + q_head * nq_pad + q0, Br * 4, bar);
+      tma_load_3d(sm.sdO + stage * Cfg::kdOElems + c * Br * 64, tma_do, bar, c * 64, bwd_q_row0(w) + q0, int(q_head));
+    const int64_t stats = q_head * nq_pad + bwd_stats_row0(w) + q0;  // the tile's LSE·log2e and Δ
+    bulk_load(sm.sLSE2 + stage * Br, lse2 + stats, Br * 4, bar);
+    bulk_load(sm.sDelta + stage * Br, delta + stats, Br * 4, bar);
   }
 }
 
 // ---- the epilogue: dK_j (scaled), dV_j of this KV head, keys < Nk -----------------
 // A warp holds keys key_row0 (+8) of its 16-key slice, columns 8n + 2t, +1 of
-// an accumulator of N columns; out: dK or dV, [KV heads][Nk][N], times factor.
+// an accumulator of N columns; out: dK or dV, its rows where bwd_dkv_row puts
+// them (hopper/bwd_scheduler.h; dense: [KV heads][Nk][N]), times factor.
 template <typename T, int N, typename Work>
 __device__ __forceinline__ void bwd_store_key_rows(const AttnProblem& p, const Work& w, int key_row0,
                                                    const float (&acc)[N / 8][4], float factor, T* out) {
@@ -219,7 +221,7 @@ __device__ __forceinline__ void bwd_store_key_rows(const AttnProblem& p, const W
   for (int r = 0; r < 2; ++r) {
     const int key = key_row0 + 8 * r;
     if (key >= p.Nk) continue;
-    T* row = out + (w.kv_head * p.Nk + key) * N;
+    T* row = out + bwd_dkv_row(p, w, key) * N;
 #pragma unroll
     for (int n = 0; n < N / 8; ++n)
       *reinterpret_cast<uint32_t*>(row + n * 8 + 2 * t) = pack2<T>(factor * acc[n][2 * r], factor * acc[n][2 * r + 1]);

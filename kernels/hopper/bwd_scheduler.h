@@ -154,6 +154,24 @@ ATTNLAB_HOST_DEVICE inline BwdWork bwd_work(const AttnProblem& p, int j_tile, in
   return w;
 }
 
+// Where a walk's rows sit in the tensors. Dense, these defaults: Q and dO
+// read at (m·Br, b·H + h) of their [B·H, Nq, ·] maps, K and V at (kv0, b·Hkv +
+// hk); LSE·log2e, Δ and dQ's accumulator per query head in nq_pad rows; dK, dV
+// rows of [B·Hkv, Nk, ·]. A walk over a packed batch of sequences
+// (kernels/varlen/) overloads them for its own type: the sequence's first
+// rows in the packed Q, dO and K, V, its first row in the padded statistics,
+// and its dK, dV rows in [total_k, Hkv, ·].
+template <typename Work>
+ATTNLAB_HOST_DEVICE constexpr int bwd_q_row0(const Work&) { return 0; }
+template <typename Work>
+ATTNLAB_HOST_DEVICE constexpr int bwd_kv_row0(const Work&) { return 0; }
+template <typename Work>
+ATTNLAB_HOST_DEVICE constexpr int64_t bwd_stats_row0(const Work&) { return 0; }
+template <typename Work>
+ATTNLAB_HOST_DEVICE inline int64_t bwd_dkv_row(const AttnProblem& p, const Work& w, int key) {
+  return w.kv_head * p.Nk + key;
+}
+
 #if defined(__CUDACC__)
 // The block's item: blockIdx.x in the order's sections, or with one section
 // (bwd_ws_launch's grid is then 2-D) key tile blockIdx.y of KV head

@@ -1,6 +1,6 @@
 // attnlab: attention over a packed batch of sequences of different lengths
 // (FlashAttention's flash_attn_varlen_func) on the Hopper engine — the host API.
-// Kernel and tile table: kernels/varlen/varlen_fwd.cu.
+// Kernels and tile tables: kernels/varlen/varlen_fwd.cu, varlen_bwd.cu.
 //
 //   sequence b: rows [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of Q and O,
 //               rows [cu_seqlens_k[b], cu_seqlens_k[b + 1]) of K and V
@@ -69,6 +69,42 @@ cudaError_t varlen_fwd(const VarlenProblem& vp, const VarlenBuffers& b, cudaStre
 
 // One line per head-dim config: the tile, warps, shared memory, ping-pong.
 std::string varlen_fwd_describe();
+
+// ---- the backward ---------------------------------------------------------------
+// The gradients of L = Σ O ⊙ dO over every sequence: dQ [total_q, H, D], dK
+// [total_k, Hkv, D], dV [total_k, Hkv, Dv] (dK, dV summed over the H / Hkv
+// query heads of a KV head), from the forward's O and LSE. A row that sees no
+// key contributes nothing; keys that no query sees get dK = dV = 0.
+struct VarlenGradBuffers {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  const void* o = nullptr;     // [total_q, H, Dv], the forward's
+  const float* lse = nullptr;  // [H, total_q], the forward's
+  const void* dout = nullptr;  // [total_q, H, Dv]
+  const int* cu_seqlens_q = nullptr;
+  const int* cu_seqlens_k = nullptr;
+  void* dq = nullptr;
+  void* dk = nullptr;
+  void* dv = nullptr;
+  void* workspace = nullptr;  // varlen_bwd_workspace_bytes, 256-byte aligned
+  size_t workspace_bytes = 0;
+};
+
+// Why no backward kernel runs problem vp ("" when one does).
+std::string varlen_bwd_unsupported(const VarlenProblem& vp);
+
+// The workspace varlen_bwd needs: the order, LSE·log2e and Δ per padded row,
+// dQ's fp32 accumulator.
+size_t varlen_bwd_workspace_bytes(const VarlenProblem& vp);
+
+// dQ, dK, dV into b.dq, b.dk, b.dv. Four launches on `stream`: the prepare
+// kernel (the key tiles' order), the pre-pass (Δ, LSE·log2e, the accumulator
+// zeroed), the main kernel, dQ's cast. Asynchronous; cu_seqlens as for varlen_fwd.
+cudaError_t varlen_bwd(const VarlenProblem& vp, const VarlenGradBuffers& b, cudaStream_t stream);
+
+// One line per head-dim config of the backward.
+std::string varlen_bwd_describe();
 
 // The exact count of unmasked (query, key) pairs of one head over the batch,
 // for the FLOP convention (2·H·(D + Dv)·pairs forward).

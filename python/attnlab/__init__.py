@@ -31,7 +31,7 @@ mask_mods and score_mods of attnlab.mods as spec strings (differentiable):
     out = attnlab.flex_attention(q, k, v, block_mask=bm, score_mod="alibi")
 
 A packed batch of sequences of different lengths, as FlashAttention's
-flash_attn_varlen_func (forward only; not yet run on a GPU: ATTNLAB_UNVERIFIED=1):
+flash_attn_varlen_func (differentiable; not yet run on a GPU: ATTNLAB_UNVERIFIED=1):
 
     out = attnlab.varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, is_causal=True)
 """

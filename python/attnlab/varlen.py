@@ -10,13 +10,14 @@ different lengths, in FlashAttention's varlen layout and calling convention
 Each sequence is its own attention problem (causal: bottom-right within it);
 a sequence may be empty; a row that sees no key gets out = 0, lse = -inf.
 
-The kernel has not yet run on a GPU: it runs only with ATTNLAB_UNVERIFIED=1 in
-the environment. The backward is not built yet: call it under torch.no_grad()
-(or on tensors that do not require grad).
+Differentiable (the backward at D = 64, 128 and 192/128: rung 14's tiles).
+The kernels have not yet run on a GPU: they run only with ATTNLAB_UNVERIFIED=1
+in the environment.
 """
 import os
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from . import _C
 
@@ -44,12 +45,41 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
         it: the kernel then clamps malformed offsets into the tensors (never reads
         or writes past them) but computes attention over whatever rows they name.
     Raises ValueError for shapes, dtypes or offsets no kernel takes (before any
-    launch), NotImplementedError when a gradient is wanted.
+    launch), and, when a gradient is wanted, for shapes the backward does not take.
     """
     _require_opt_in()
+    max_seqlen_q, max_seqlen_k, is_causal = int(max_seqlen_q), int(max_seqlen_k), bool(is_causal)
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
-        raise NotImplementedError(f"{_NAME}: the variable-length backward is not built yet; "
-                                  "call it under torch.no_grad() or on detached tensors")
-    out, lse = _C.varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
-                                 bool(is_causal), scale, bool(check_seqlens))
+        if q.dim() == 3 and k.dim() == 3 and v.dim() == 3 and cu_seqlens_q.dim() == 1:
+            why = _C.varlen_bwd_unsupported_reason(cu_seqlens_q.numel() - 1, q.shape[1], k.shape[1], q.shape[0],
+                                                   k.shape[0], q.shape[2], v.shape[2], q.dtype == torch.bfloat16)
+            if why:  # refused before the forward runs, not at .backward()
+                raise ValueError(f"{_NAME}: no backward for these inputs: {why} "
+                                 "(the forward alone runs under torch.no_grad())")
+        out, lse = _VarlenAttention.apply(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, is_causal,
+                                          scale, bool(check_seqlens))
+    else:
+        out, lse = _C.varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, is_causal,
+                                     scale, bool(check_seqlens))
     return (out, lse) if return_lse else out
+
+
+class _VarlenAttention(torch.autograd.Function):
+    """The forward and its backward (kernels/varlen/varlen_bwd.cu) for autograd; lse is not differentiable."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, cu_q, cu_k, max_q, max_k, is_causal, scale, check_seqlens):
+        out, lse = _C.varlen_forward(q, k, v, cu_q, cu_k, max_q, max_k, is_causal, scale, check_seqlens)
+        ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
+        ctx.shape = (max_q, max_k, is_causal, scale)
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dout, _dlse):
+        q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
+        max_q, max_k, is_causal, scale = ctx.shape
+        dq, dk, dv = _C.varlen_backward(q, k, v, out, lse, dout.contiguous(), cu_q, cu_k, max_q, max_k, is_causal,
+                                        scale)
+        return dq, dk, dv, None, None, None, None, None, None, None

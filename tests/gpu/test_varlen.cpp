@@ -15,7 +15,11 @@
 // sequence (causal rows that see no key); one long sequence among short ones;
 // 37 random lengths; every head-dim config, both dtypes, MHA / GQA / MQA,
 // causal and not; a negative control (a sequence's K changed after the run
-// must fail). Options: gpu_testing.h's CaseArgs (-v, --only TEXT).
+// must fail). The backward ("bwd" cases): dQ, dK, dV into poisoned buffers,
+// each gradient of each sequence on its own against the fp32 GPU reference
+// backward of that sequence and its same-precision path; sequences without
+// queries or keys must have zero gradients. Options: gpu_testing.h's CaseArgs
+// (-v, --only TEXT).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -48,8 +52,9 @@ struct Case {
   DType dtype;
   bool causal;
   bool corrupt = false;  // negative control: sequence 0's K changed after the run; must fail
+  bool bwd = false;      // the backward's case: dQ, dK, dV
   std::string name() const {
-    std::string s = "lengths";
+    std::string s = bwd ? "bwd lengths" : "lengths";
     for (size_t b = 0; b < len_q.size() && b < 6; ++b)
       s += (b ? "," : " ") + std::to_string(len_q[b]) + (len_k[b] != len_q[b] ? "/" + std::to_string(len_k[b]) : "");
     if (len_q.size() > 6) s += ",... (" + std::to_string(len_q.size()) + " sequences)";
@@ -75,7 +80,28 @@ std::vector<double> unpack(const std::vector<double>& packed, int heads, int col
   return dense;
 }
 
+// A device copy of `host` owned by `mem` (nullptr when out of memory).
+template <typename T>
+T* upload_to(DeviceBuffers& mem, const std::vector<T>& host) {
+  T* dev = mem.alloc<T>(host.size() * sizeof(T));
+  if (dev != nullptr && !host.empty()) cudaMemcpy(dev, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
+  return dev;
+}
+
+// The same for 16-bit values.
+std::vector<uint16_t> unpack_bits(const std::vector<uint16_t>& packed, int heads, int cols, int r0, int len) {
+  std::vector<uint16_t> dense(size_t(heads) * len * cols);
+  for (int h = 0; h < heads; ++h)
+    for (int i = 0; i < len; ++i)
+      for (int c = 0; c < cols; ++c)
+        dense[(size_t(h) * len + i) * cols + c] = packed[(size_t(r0 + i) * heads + h) * cols + c];
+  return dense;
+}
+
+bool run_backward_case(const Case& c, std::mt19937_64& rng);
+
 bool run_case(const Case& c, std::mt19937_64& rng) {
+  if (c.bwd) return run_backward_case(c, rng);
   const int B = int(c.len_q.size());
   const std::vector<int> cu_q = offsets(c.len_q), cu_k = offsets(c.len_k);
   VarlenProblem vp;
@@ -210,6 +236,123 @@ bool run_case(const Case& c, std::mt19937_64& rng) {
   return true;
 }
 
+// The backward: our forward's O and LSE, a random dO, then dQ, dK, dV into
+// poisoned buffers, each sequence's three gradients held on their own to the
+// rule against the fp32 GPU reference of that sequence alone and its
+// same-precision path (reference.h, reference_attention_backward_fp32).
+bool run_backward_case(const Case& c, std::mt19937_64& rng) {
+  const int B = int(c.len_q.size());
+  const std::vector<int> cu_q = offsets(c.len_q), cu_k = offsets(c.len_k);
+  VarlenProblem vp;
+  AttnProblem& p = vp.shape;
+  p.B = B, p.H = c.H, p.Hkv = c.Hkv, p.D = c.D, p.Dv = c.Dv, p.dtype = c.dtype, p.causal = c.causal;
+  p.scale = default_scale(c.D);
+  p.Nq = std::max(1, *std::max_element(c.len_q.begin(), c.len_q.end()));
+  p.Nk = std::max(1, *std::max_element(c.len_k.begin(), c.len_k.end()));
+  vp.total_q = cu_q.back(), vp.total_k = cu_k.back();
+  if (std::string why = varlen_bwd_unsupported(vp); !why.empty()) {
+    record(false, c.name() + ": refused: " + why);
+    return true;
+  }
+  std::vector<uint16_t> qb, kb, vb, db;
+  std::vector<double> unused;
+  random_tensor(rng, int64_t(vp.total_q) * p.H * p.D, p.dtype, 1.0, qb, unused);
+  random_tensor(rng, int64_t(vp.total_k) * p.Hkv * p.D, p.dtype, 1.0, kb, unused);
+  random_tensor(rng, int64_t(vp.total_k) * p.Hkv * p.Dv, p.dtype, 1.0, vb, unused);
+  random_tensor(rng, int64_t(vp.total_q) * p.H * p.Dv, p.dtype, 1.0, db, unused);
+  DeviceBuffers mem;
+  auto* q = upload_to(mem, qb);
+  auto* k = upload_to(mem, kb);
+  auto* v = upload_to(mem, vb);
+  auto* dout = upload_to(mem, db);
+  auto* dcu_q = upload_to(mem, cu_q);
+  auto* dcu_k = upload_to(mem, cu_k);
+  auto* o = mem.alloc<uint16_t>(db.size() * 2);
+  auto* lse = mem.alloc<float>(size_t(p.H) * vp.total_q * 4);
+  auto* dq = mem.alloc<uint16_t>(qb.size() * 2);
+  auto* dk = mem.alloc<uint16_t>(kb.size() * 2);
+  auto* dv = mem.alloc<uint16_t>(vb.size() * 2);
+  const size_t ws_bytes = std::max(varlen_fwd_workspace_bytes(vp), varlen_bwd_workspace_bytes(vp));
+  void* ws = mem.alloc<char>(ws_bytes);
+  if (!q || !k || !v || !dout || !dcu_q || !dcu_k || !o || !lse || !dq || !dk || !dv || !ws) {
+    record(false, c.name() + ": out of device memory");
+    return true;
+  }
+  VarlenBuffers f;
+  f.q = q, f.k = k, f.v = v, f.cu_seqlens_q = dcu_q, f.cu_seqlens_k = dcu_k, f.o = o, f.lse = lse;
+  f.workspace = ws, f.workspace_bytes = ws_bytes;
+  VarlenGradBuffers g;
+  g.q = q, g.k = k, g.v = v, g.o = o, g.lse = lse, g.dout = dout, g.cu_seqlens_q = dcu_q, g.cu_seqlens_k = dcu_k;
+  g.dq = dq, g.dk = dk, g.dv = dv, g.workspace = ws, g.workspace_bytes = ws_bytes;
+  cudaMemset(dq, 0xFF, qb.size() * 2);  // NaN: a gradient left unwritten fails
+  cudaMemset(dk, 0xFF, kb.size() * 2);
+  cudaMemset(dv, 0xFF, vb.size() * 2);
+  cudaError_t err = varlen_fwd(vp, f, nullptr);
+  if (err == cudaSuccess) err = varlen_bwd(vp, g, nullptr);
+  if (err == cudaSuccess) err = cudaDeviceSynchronize();
+  if (err != cudaSuccess) {
+    const std::string why = launch_detail().empty() ? cudaGetErrorString(err) : launch_detail();
+    record(false, c.name() + ": launch: " + why);
+    return gpu_still_usable(why);
+  }
+  std::vector<uint16_t> dqb(qb.size()), dkb(kb.size()), dvb(vb.size());
+  cudaMemcpy(dqb.data(), dq, dqb.size() * 2, cudaMemcpyDeviceToHost);
+  cudaMemcpy(dkb.data(), dk, dkb.size() * 2, cudaMemcpyDeviceToHost);
+  cudaMemcpy(dvb.data(), dv, dvb.size() * 2, cudaMemcpyDeviceToHost);
+
+  std::string worst;
+  for (int s = 0; s < B && worst.empty(); ++s) {
+    const VarlenSeq seq = varlen_seq(cu_q.data(), cu_k.data(), s, vp.total_q, vp.total_k);
+    const AttnProblem ps = varlen_seq_problem(p, seq);
+    const std::vector<uint16_t> ours[3] = {unpack_bits(dqb, p.H, p.D, seq.q0, seq.len_q),
+                                           unpack_bits(dkb, p.Hkv, p.D, seq.k0, seq.len_k),
+                                           unpack_bits(dvb, p.Hkv, p.Dv, seq.k0, seq.len_k)};
+    const char* names[3] = {"dQ", "dK", "dV"};
+    if (seq.len_q == 0 || seq.len_k == 0) {  // nothing sees anything: every gradient 0
+      for (int i = 0; i < 3 && worst.empty(); ++i)
+        for (uint16_t x : ours[i])
+          if (from_bits(x, p.dtype) != 0.0) {
+            worst = "sequence " + std::to_string(s) + ": " + names[i] + " must be 0";
+            break;
+          }
+      continue;
+    }
+    DeviceBuffers seq_mem;
+    const void* sq = upload_to(seq_mem, unpack_bits(qb, p.H, p.D, seq.q0, seq.len_q));
+    const void* sk = upload_to(seq_mem, unpack_bits(kb, p.Hkv, p.D, seq.k0, seq.len_k));
+    const void* sv = upload_to(seq_mem, unpack_bits(vb, p.Hkv, p.Dv, seq.k0, seq.len_k));
+    const void* sd = upload_to(seq_mem, unpack_bits(db, p.H, p.Dv, seq.q0, seq.len_q));
+    const size_t sizes[3] = {ours[0].size(), ours[1].size(), ours[2].size()};
+    std::vector<float> ref[3], low[3];
+    for (bool low_precision : {false, true}) {
+      float* out[3];
+      for (int i = 0; i < 3; ++i) out[i] = seq_mem.alloc<float>(sizes[i] * 4);
+      if (reference_attention_backward_fp32(ps, sq, sk, sv, sd, out[0], out[1], out[2], low_precision, nullptr, 0,
+                                            nullptr) != cudaSuccess ||
+          cudaDeviceSynchronize() != cudaSuccess) {
+        worst = "the reference backward failed";
+        break;
+      }
+      for (int i = 0; i < 3; ++i) {
+        std::vector<float>& into = low_precision ? low[i] : ref[i];
+        into.resize(sizes[i]);
+        cudaMemcpy(into.data(), out[i], sizes[i] * 4, cudaMemcpyDeviceToHost);
+      }
+    }
+    for (int i = 0; i < 3 && worst.empty(); ++i) {
+      const std::vector<double> r(ref[i].begin(), ref[i].end()), l(low[i].begin(), low[i].end());
+      const OutputComparison oc = compare_output(ours[i], r, l, p.dtype);
+      const CheckResult res = judge(oc.stats, ErrorStats{}, oc.baseline_err, oc.rounding_err);
+      if (!res.pass)
+        worst = "sequence " + std::to_string(s) + " (" + std::to_string(seq.len_q) + " x " +
+                std::to_string(seq.len_k) + ") " + names[i] + ": " + res.summary();
+    }
+  }
+  record(worst.empty(), c.name() + ": " + worst);
+  if (args.verbose && worst.empty()) std::printf("ok   %s\n", c.name().c_str());
+  return true;
+}
+
 std::vector<Case> cases() {
   std::vector<Case> list;
   struct Dims {
@@ -245,6 +388,19 @@ std::vector<Case> cases() {
   for (int i = 0; i < 37; ++i) q[i] = int(g() % 301), k[i] = int(g() % 301);
   list.push_back({q, k, 4, 1, 128, 128, DType::kBFloat16, true});
   list.push_back({q, q, 2, 2, 64, 64, DType::kFloat16, false});
+  // The backward: its three head-dim configs, both dtypes, causal and not, ragged; queries and keys apart.
+  for (int which = 0; which < 6; ++which) {
+    const Dims d = which < 2 ? dims[0] : which < 4 ? dims[1] : dims[3];
+    Case bwd{{1, 17, 0, 300, 129}, {1, 17, 0, 300, 129}, 4, 2, d.D, d.Dv,
+             which % 2 ? DType::kBFloat16 : DType::kFloat16, which % 3 != 0};
+    bwd.bwd = true;
+    list.push_back(bwd);
+  }
+  for (bool causal : {false, true}) {
+    Case apart{{17, 200, 1, 64, 33, 0}, {40, 50, 0, 1, 7, 9}, 3, 1, 128, 128, DType::kBFloat16, causal};
+    apart.bwd = true;
+    list.push_back(apart);
+  }
   Case control{{300, 100}, {300, 100}, 2, 2, 128, 128, DType::kFloat16, false};
   control.corrupt = true;
   list.push_back(control);

@@ -8,7 +8,10 @@ plus twice the reference's rounding, lse within its tolerance, a row that sees
 no key out = 0 and lse = -inf exactly. Sequences of length 0 and 1, queries and
 keys of different lengths, causal (bottom-right per sequence), GQA, both
 dtypes, every head-dim config; the refusals (malformed offsets, shapes) and
-the opt-in. Runs with ATTNLAB_UNVERIFIED=1 set here.
+the opt-in. The gradients the same way: each of dq, dk, dv of every sequence
+against torch's autograd of that sequence alone in fp64 and in the input
+precision (dk, dv summed over a KV head's query heads). Runs with
+ATTNLAB_UNVERIFIED=1 set here.
 """
 import itertools
 
@@ -122,8 +125,9 @@ def test_refusals():
     with pytest.raises(ValueError, match="head dim|D="):
         x = torch.randn(10, 2, 96, device="cuda", dtype=torch.float16)
         attnlab.varlen_attention(x, x, x, good, good, 6, 6)
-    with pytest.raises(NotImplementedError, match="backward"):
-        attnlab.varlen_attention(q.clone().requires_grad_(), q, q, good, good, 6, 6)
+    with pytest.raises(ValueError, match="no backward"):
+        x = torch.randn(10, 2, 256, device="cuda", dtype=torch.float16, requires_grad=True)
+        attnlab.varlen_attention(x, x, x, good, good, 6, 6)
 
 
 def test_opt_in(monkeypatch):
@@ -131,3 +135,69 @@ def test_opt_in(monkeypatch):
     q = torch.randn(10, 2, 64, device="cuda", dtype=torch.float16)
     with pytest.raises(RuntimeError, match="ATTNLAB_UNVERIFIED=1"):
         attnlab.varlen_attention(q, q, q, offsets([4, 6]), offsets([4, 6]), 6, 6)
+
+
+def unfused(q, k, v, causal, scale):
+    """One sequence's attention through torch's autograd in the tensors' precision: q [Nq, H, D], k, v [Nk, Hkv, *]."""
+    nq, nk, group = q.shape[0], k.shape[0], q.shape[1] // k.shape[1]
+    qh, kh, vh = q.transpose(0, 1), k.repeat_interleave(group, 1).transpose(0, 1), v.repeat_interleave(group, 1).transpose(0, 1)
+    s = (qh @ kh.transpose(-2, -1)) * scale
+    if causal:
+        i = torch.arange(nq, device=q.device)[:, None]
+        j = torch.arange(nk, device=q.device)[None, :]
+        keep = j <= i + (nk - nq)
+        s = s.masked_fill(~keep, float("-inf"))
+        empty = ~keep.any(dim=-1, keepdim=True)
+        s = s.masked_fill(empty, 0.0)
+        p = torch.softmax(s, dim=-1).masked_fill(empty, 0.0)
+    else:
+        p = torch.softmax(s, dim=-1)
+    return (p @ vh).transpose(0, 1)
+
+
+def check_gradients(lengths_q, lengths_k, H, Hkv, D, Dv, dtype, causal):
+    torch.manual_seed(next(_seed))
+    tq, tk = sum(lengths_q), sum(lengths_k)
+    q = torch.randn(tq, H, D, device="cuda", dtype=dtype, requires_grad=True)
+    k = torch.randn(tk, Hkv, D, device="cuda", dtype=dtype, requires_grad=True)
+    v = torch.randn(tk, Hkv, Dv, device="cuda", dtype=dtype, requires_grad=True)
+    cu_q, cu_k = offsets(lengths_q), offsets(lengths_k)
+    scale = D ** -0.5
+    out = attnlab.varlen_attention(q, k, v, cu_q, cu_k, max(lengths_q), max(lengths_k), is_causal=causal)
+    dout = torch.randn_like(out)
+    dq, dk, dv = torch.autograd.grad(out, (q, k, v), dout)
+    for b, (nq, nk) in enumerate(zip(lengths_q, lengths_k)):
+        q0, k0 = int(cu_q[b]), int(cu_k[b])
+        got = {"dq": dq[q0:q0 + nq], "dk": dk[k0:k0 + nk], "dv": dv[k0:k0 + nk]}
+        if nq == 0 or nk == 0:  # nothing sees anything: every gradient of the sequence is 0
+            for name, g in got.items():
+                assert torch.equal(g, torch.zeros_like(g)), f"sequence {b}: {name} must be 0"
+            continue
+        ins = [t[r0:r0 + n].detach() for t, r0, n in ((q, q0, nq), (k, k0, nk), (v, k0, nk))]
+        grads = {}
+        for precision in (torch.float64, dtype):
+            leaves = [t.to(precision).requires_grad_() for t in ins]
+            o = unfused(*leaves, causal, scale)
+            grads[precision] = dict(zip(("dq", "dk", "dv"), torch.autograd.grad(o, leaves, dout[q0:q0 + nq].to(precision))))
+        for name, g in got.items():
+            ref, low = grads[torch.float64][name], grads[dtype][name]
+            err = (g.double() - ref).abs().nan_to_num(nan=float("inf")).max().item()
+            base = (low.double() - ref).abs().max().item()
+            rounding = ((ref + 0.3).to(dtype).double() - 0.3 - ref).abs().max().item()
+            ok, tol = attnlab.judge(err, int((~torch.isfinite(g)).sum()), 0.0, 0, base, rounding)
+            assert ok, f"sequence {b} ({nq} x {nk}) {name}: err {err:.3e} > {tol:.3e}"
+
+
+BWD_CONFIGS = [(64, 64), (128, 128), (192, 128)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("D,Dv", BWD_CONFIGS)
+def test_gradients_ragged_batch(D, Dv, causal, dtype):
+    check_gradients([1, 17, 0, 300, 129], [1, 17, 0, 300, 129], 4, 2, D, Dv, dtype, causal)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_gradients_queries_and_keys_apart(causal):
+    check_gradients([17, 200, 1, 64, 33, 0], [40, 50, 0, 1, 7, 9], 3, 1, 128, 128, torch.bfloat16, causal)
