@@ -28,6 +28,7 @@
 #include "host/variant.h"
 #include "reference/mods_reference.h"
 #include "reference/reference.h"
+#include "varlen/paged_decode.h"
 #include "varlen/varlen.h"
 
 namespace {
@@ -1025,6 +1026,71 @@ std::string varlen_bwd_unsupported_reason(int64_t B, int64_t H, int64_t Hkv, int
   return attnlab::varlen_bwd_unsupported(vp);
 }
 
+// ---- paged-KV decoding (for attnlab.paged_decode) ---------------------------------
+// q [B, Nq, H, D], k_cache / v_cache [num_pages, page_size, Hkv, D], block_table
+// [B, max_pages] and cache_seqlens [B] int32 on q's device; returns (o [B, Nq, H,
+// D], lse [B, H, Nq]). check_tables: both copied to the host and checked (one
+// synchronisation) before the launch.
+std::tuple<at::Tensor, at::Tensor> paged_decode_forward(const at::Tensor& q_in, const at::Tensor& k_cache,
+                                                        const at::Tensor& v_cache, const at::Tensor& block_table,
+                                                        const at::Tensor& cache_seqlens, bool is_causal,
+                                                        std::optional<double> scale, bool check_tables) {
+  constexpr const char* where = "attnlab.paged_decode";
+#define REQUIRE_AT(ok, message) ATTNLAB_RAISE_UNLESS(ok, py::value_error, where, message)
+  for (const auto& [t, name] : {std::pair{&q_in, "q"}, std::pair{&k_cache, "k_cache"}, std::pair{&v_cache, "v_cache"}}) {
+    REQUIRE_AT(t->is_cuda() && t->device() == q_in.device(), std::string(name) + " must be a CUDA tensor on q's device");
+    ATTNLAB_RAISE_UNLESS(t->scalar_type() == at::kHalf || t->scalar_type() == at::kBFloat16, py::type_error, where,
+                         std::string(name) + " must be float16 or bfloat16, got " + str(t->scalar_type()));
+    ATTNLAB_RAISE_UNLESS(t->scalar_type() == q_in.scalar_type(), py::type_error, where,
+                         "q and the caches must share a dtype");
+    REQUIRE_AT(t->dim() == 4 && t->is_contiguous(), std::string(name) + " must be a contiguous 4-D tensor, got shape " +
+                                                        str(*t) + " strides " + str(t->strides()));
+  }
+  for (const auto& [t, name] : {std::pair{&block_table, "block_table"}, std::pair{&cache_seqlens, "cache_seqlens"}}) {
+    ATTNLAB_RAISE_UNLESS(t->scalar_type() == at::kInt, py::type_error, where, std::string(name) + " must be int32");
+    REQUIRE_AT(t->is_cuda() && t->device() == q_in.device() && t->is_contiguous(),
+               std::string(name) + " must be a contiguous tensor on q's device");
+  }
+  const int64_t B = q_in.size(0), Nq = q_in.size(1), H = q_in.size(2), D = q_in.size(3);
+  const int64_t pages = k_cache.size(0), page_size = k_cache.size(1), Hkv = k_cache.size(2), Dv = v_cache.size(3);
+  REQUIRE_AT(k_cache.size(3) == D && v_cache.size(0) == pages && v_cache.size(1) == page_size && v_cache.size(2) == Hkv,
+             "k_cache and v_cache must be [num_pages, page_size, Hkv, D] and [.., Dv] with q's D; got " + str(k_cache) +
+                 ", " + str(v_cache));
+  REQUIRE_AT(block_table.dim() == 2 && block_table.size(0) == B, "block_table must be [B, max_pages]; got " + str(block_table));
+  REQUIRE_AT(cache_seqlens.dim() == 1 && cache_seqlens.size(0) == B, "cache_seqlens must be [B]; got " + str(cache_seqlens));
+  REQUIRE_AT(pages < (int64_t(1) << 31) && page_size < (int64_t(1) << 31) && block_table.size(1) < (int64_t(1) << 31),
+             "the cache's dimensions must be below 2^31");
+  REQUIRE_AT(!scale || (std::isfinite(*scale) && *scale > 0), "scale must be positive");
+  attnlab::PagedDecodeProblem dp;
+  dp.shape = make_problem(B, H, Nq, 1, D, Dv, q_in.scalar_type() == at::kBFloat16, is_causal, scale, Hkv);
+  dp.num_pages = int(pages), dp.page_size = int(page_size), dp.max_pages = int(block_table.size(1));
+  const c10::cuda::CUDAGuard guard(q_in.device());
+  const std::string why = attnlab::paged_decode_unsupported(dp);
+  REQUIRE_AT(why.empty(), "does not support " + dp.shape_string() + ": " + why);
+  if (check_tables) {
+    const at::Tensor ht = block_table.cpu(), hs = cache_seqlens.cpu();
+    const std::vector<int> vt(ht.data_ptr<int>(), ht.data_ptr<int>() + ht.numel());
+    const std::vector<int> vs(hs.data_ptr<int>(), hs.data_ptr<int>() + hs.numel());
+    const std::string bad = attnlab::paged_decode_tables_invalid(dp, vt, vs);
+    REQUIRE_AT(bad.empty(), bad);
+  }
+#undef REQUIRE_AT
+  const at::Tensor q = aligned16(q_in), k = aligned16(k_cache), v = aligned16(v_cache);
+  at::Tensor o = at::empty({B, Nq, H, Dv}, q.options());
+  at::Tensor lse = at::empty({B, H, Nq}, q.options().dtype(at::kFloat));
+  const size_t bytes = attnlab::paged_decode_workspace_bytes(dp);
+  const at::Tensor workspace = workspace_tensor(bytes, q);
+  attnlab::PagedDecodeBuffers b;
+  b.q = q.data_ptr(), b.k_cache = k.data_ptr(), b.v_cache = v.data_ptr();
+  b.block_table = block_table.data_ptr<int>(), b.cache_seqlens = cache_seqlens.data_ptr<int>();
+  b.o = o.data_ptr(), b.lse = lse.data_ptr<float>(), b.workspace = workspace.data_ptr(), b.workspace_bytes = bytes;
+  attnlab::launch_detail().clear();
+  const cudaError_t err = attnlab::paged_decode(dp, b, at::cuda::getCurrentCUDAStream());
+  if (err != cudaSuccess)
+    throw std::runtime_error(std::string(where) + ": " + dp.shape_string() + " failed: " + failure_text(nullptr, err));
+  return {o, lse};
+}
+
 PYBIND11_MODULE(_C, m) {
   m.doc() = "attnlab: attention kernels, one technique per rung";
   m.def("variants", &variant_names, "Names of every registered variant, in ladder order.");
@@ -1117,4 +1183,8 @@ PYBIND11_MODULE(_C, m) {
         pybind11::arg("Hkv"), pybind11::arg("total_q"), pybind11::arg("total_k"), pybind11::arg("D"),
         pybind11::arg("Dv"), pybind11::arg("bf16"),
         "Why the variable-length backward cannot take a batch of this shape ('' when it can).");
+  m.def("paged_decode", &paged_decode_forward, pybind11::arg("q"), pybind11::arg("k_cache"), pybind11::arg("v_cache"),
+        pybind11::arg("block_table"), pybind11::arg("cache_seqlens"), pybind11::arg("is_causal") = true,
+        pybind11::arg("scale") = pybind11::none(), pybind11::arg("check_tables") = true,
+        "Decoding against a paged KV cache; returns (o [B, Nq, H, Dv], lse [B, H, Nq]) (use attnlab.paged_decode).");
 }

@@ -278,10 +278,12 @@ if [ "$mode" = check ]; then
                     "@test_blocksparse_bwd --only tensor + bias, 333x455"
                     "@test_blocksparse_bwd --only sliding_window:64,32 + bias, 520x130")
   # The variable-length forward and backward on a packed batch with empty
-  # sequences and keys apart from queries (the prepare kernels included).
+  # sequences and keys apart from queries (the prepare kernels included), and
+  # paged decoding with rows that see no key.
   varlen_cases=("@test_varlen --only lengths 0,5,0,300 H=3"
                 "@test_varlen --only lengths 17/40,300/299,1/0,64/1 H=4"
-                "@test_varlen --only bwd lengths 17/40")
+                "@test_varlen --only bwd lengths 17/40"
+                "@test_paged_decode --only lengths 3,2,0 Nq=8")
   dmattn_shapes=("--Nq 1 --Nk 3000 --D 128 --Hkv 1 --mask topk --window 64 --block 0 --bias --splits 4"
                  "--Nq 1 --Nk 20000 --D 256 --mask topk --window 3000 --block 0 --bias --softcap 20 --splits 1"
                  "--Nq 70 --Nk 130 --D 128 --Hkv 1 --causal --mask topk --window 64 --bias --bwd"
@@ -398,6 +400,8 @@ if [ "$mode" = check ]; then
   gpu_tests+=(test_mods_reference)
   gpu_test test_varlen 240 & pids+=($!)  # the variable-length forward and backward against references per sequence
   gpu_tests+=(test_varlen)
+  gpu_test test_paged_decode 240 & pids+=($!)  # paged-KV decoding against CPU references per sequence
+  gpu_tests+=(test_paged_decode)
 
 
   # Checks against torch's fp32 math SDPA (--reference torch), where torch has it.

@@ -11,6 +11,9 @@ Each sequence is its own attention problem (causal: bottom-right within it);
 a sequence may be empty; a row that sees no key gets out = 0, lse = -inf.
 
 Differentiable (the backward at D = 64, 128 and 192/128: rung 14's tiles).
+
+attnlab.paged_decode: the new tokens of each sequence against its paged KV
+cache (flash_attn_with_kvcache with a block table), kernels/varlen/paged_decode.cu.
 The kernels have not yet run on a GPU: they run only with ATTNLAB_UNVERIFIED=1
 in the environment.
 """
@@ -21,7 +24,7 @@ from torch.autograd.function import once_differentiable
 
 from . import _C
 
-__all__ = ["varlen_attention"]
+__all__ = ["varlen_attention", "paged_decode"]
 
 _NAME = "attnlab.varlen_attention"
 
@@ -83,3 +86,21 @@ class _VarlenAttention(torch.autograd.Function):
         dq, dk, dv = _C.varlen_backward(q, k, v, out, lse, dout.contiguous(), cu_q, cu_k, max_q, max_k, is_causal,
                                         scale)
         return dq, dk, dv, None, None, None, None, None, None, None
+
+
+def paged_decode(q, k_cache, v_cache, block_table, cache_seqlens, is_causal=True, scale=None, return_lse=False,
+                 check_tables=True):
+    """Attention of Nq new tokens per sequence over a paged KV cache; returns out (and lse with return_lse=True).
+
+    q [B, Nq, H, D]; k_cache [num_pages, page_size, Hkv, D], v_cache [.., Dv] (D = Dv = 64, 128 or 256);
+    block_table [B, max_pages] int32: sequence b's key j is row j % page_size of page
+    block_table[b, j // page_size]; cache_seqlens [B] int32: its keys, the new tokens' own included
+    (their K and V already written). Causal: token t sees keys up to cache_seqlens[b] - Nq + t.
+    out [B, Nq, H, Dv]; lse [B, H, Nq] fp32. check_tables: copy the table and the lengths to the
+    host and check them first (one synchronisation); without it, a page index out of range is
+    clamped into the cache. Forward only.
+    """
+    _require_opt_in()
+    out, lse = _C.paged_decode(q, k_cache, v_cache, block_table, cache_seqlens, bool(is_causal), scale,
+                               bool(check_tables))
+    return (out, lse) if return_lse else out

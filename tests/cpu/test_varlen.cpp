@@ -13,6 +13,7 @@
 #include "cli.h"
 #include "testing.h"
 #include "hopper/bwd_scheduler.h"
+#include "varlen/paged_decode.h"
 #include "varlen/varlen.h"
 #include "varlen/varlen_schedule.h"
 #include "varlen_mode.h"
@@ -232,6 +233,42 @@ TEST_CASE(varlen_key_tile_order_costs_each_tile_by_its_backward_walk) {
                         128);
   EXPECT_EQ(order.size(), size_t(4));
   EXPECT_TRUE(order[0].tile == 0 && order[3].tile == 3);
+}
+
+// ---- paged decoding's host side -------------------------------------------------------
+
+namespace {
+PagedDecodeProblem paged(int B, int Nq, int pages, int page_size, int max_pages, bool causal) {
+  PagedDecodeProblem dp;
+  dp.shape.B = B, dp.shape.H = 8, dp.shape.Hkv = 2, dp.shape.Nq = Nq, dp.shape.D = dp.shape.Dv = 128;
+  dp.shape.causal = causal;
+  dp.num_pages = pages, dp.page_size = page_size, dp.max_pages = max_pages;
+  return dp;
+}
+}  // namespace
+
+TEST_CASE(paged_decode_tables_each_broken_rule_is_named) {
+  const PagedDecodeProblem dp = paged(2, 1, 4, 16, 2, true);
+  // Sequence 0: 20 keys on pages 3, 1; sequence 1: 5 keys on page 0 (its second entry unread: -1).
+  EXPECT_EQ(paged_decode_tables_invalid(dp, {3, 1, 0, -1}, {20, 5}), std::string());
+  EXPECT_TRUE(says(paged_decode_tables_invalid(dp, {3, 1, 0}, {20, 5}), "block_table has 3 entries, not B x max_pages = 4"));
+  EXPECT_TRUE(says(paged_decode_tables_invalid(dp, {3, 1, 0, -1}, {20}), "cache_seqlens has 1 entries, not B = 2"));
+  EXPECT_TRUE(says(paged_decode_tables_invalid(dp, {3, 1, 0, -1}, {20, 33}),
+                   "cache_seqlens[1] = 33 is outside [0, max_pages x page_size = 32]"));
+  EXPECT_TRUE(says(paged_decode_tables_invalid(dp, {3, 4, 0, -1}, {20, 5}),
+                   "block_table[0][1] = 4 is not a page of the cache (0 .. 3)"));
+  EXPECT_TRUE(says(paged_decode_tables_invalid(dp, {3, 1, 0, -1}, {20, 17}), "block_table[1][1] = -1"));
+}
+
+TEST_CASE(paged_decode_pairs_and_splits) {
+  // Causal, Nq = 4 new tokens over 10 keys: they see 7, 8, 9, 10 keys; over 2 keys: 0, 0, 1, 2.
+  EXPECT_EQ(paged_decode_pairs_per_head(paged(2, 4, 4, 16, 2, true), {10, 2}), int64_t(7 + 8 + 9 + 10 + 1 + 2));
+  EXPECT_EQ(paged_decode_pairs_per_head(paged(2, 4, 4, 16, 2, false), {10, 2}), int64_t(4 * 12));
+  // Splits: two blocks per SM over B·Hkv row tiles, at least 4 key tiles of 64 each, at most 64.
+  EXPECT_EQ(paged_decode_splits(paged(1, 1, 512, 256, 512, true), 132), 64);    // 1 x 2 blocks, 2048 tiles
+  EXPECT_EQ(paged_decode_splits(paged(64, 1, 512, 256, 512, true), 132), 3);    // 128 blocks: ceil(264 / 128)
+  EXPECT_EQ(paged_decode_splits(paged(1, 1, 4, 16, 16, true), 132), 1);         // 256 keys: 4 tiles
+  EXPECT_EQ(paged_decode_splits(paged(512, 1, 512, 256, 512, true), 132), 1);  // more blocks than SMs
 }
 
 // ---- the harness's options -----------------------------------------------------------

@@ -201,3 +201,68 @@ def test_gradients_ragged_batch(D, Dv, causal, dtype):
 @pytest.mark.parametrize("causal", [False, True])
 def test_gradients_queries_and_keys_apart(causal):
     check_gradients([17, 200, 1, 64, 33, 0], [40, 50, 0, 1, 7, 9], 3, 1, 128, 128, torch.bfloat16, causal)
+
+
+# ---- paged decoding ------------------------------------------------------------------
+
+def paged_case(lengths, Nq, H, Hkv, D, page, dtype, causal):
+    torch.manual_seed(next(_seed))
+    B = len(lengths)
+    used = [(n + page - 1) // page for n in lengths]
+    pages = sum(used) + 2
+    order = torch.randperm(pages).tolist()
+    table = torch.full((B, max(used + [1]) + 1), -1, dtype=torch.int32)
+    at = 0
+    for b, n in enumerate(used):
+        table[b, :n] = torch.tensor(order[at:at + n], dtype=torch.int32)
+        at += n
+    q = torch.randn(B, Nq, H, D, device="cuda", dtype=dtype)
+    kc = torch.randn(pages, page, Hkv, D, device="cuda", dtype=dtype)
+    vc = torch.randn(pages, page, Hkv, D, device="cuda", dtype=dtype)
+    seqlens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
+    out, lse = attnlab.paged_decode(q, kc, vc, table.cuda(), seqlens, is_causal=causal, return_lse=True)
+    assert out.shape == (B, Nq, H, D) and lse.shape == (B, H, Nq)
+    for b, n in enumerate(lengths):
+        if n == 0:
+            assert torch.equal(out[b].float(), torch.zeros_like(out[b].float()))
+            assert torch.all(torch.isneginf(lse[b]))
+            continue
+        rows = torch.arange(n)
+        idx = table[b, rows // page].long() * page + rows % page
+        k = kc.reshape(-1, Hkv, D)[idx.cuda()]
+        v = vc.reshape(-1, Hkv, D)[idx.cuda()]
+        ref, ref_lse = reference(q[b], k, v, causal, D ** -0.5, torch.float64)
+        low, _ = reference(q[b], k, v, causal, D ** -0.5, dtype)
+        got = out[b].float()
+        err = (got.double() - ref).abs().nan_to_num(nan=float("inf")).max().item()
+        base = (low.double() - ref).abs().max().item()
+        rounding = ((ref + 0.3).to(dtype).double() - 0.3 - ref).abs().max().item()
+        finite = torch.isfinite(ref_lse)
+        assert torch.equal(torch.isneginf(lse[b]), ~finite)
+        lse_err = (lse[b][finite].double() - ref_lse[finite]).abs().max().item() if finite.any() else 0.0
+        ok, tol = attnlab.judge(err, int((~torch.isfinite(got)).sum()), lse_err, 0, base, rounding)
+        assert ok, f"sequence {b} ({n} keys): err {err:.3e} > {tol:.3e} (lse {lse_err:.2e})"
+
+
+@pytest.mark.parametrize("D", [64, 128, 256])
+@pytest.mark.parametrize("Nq", [1, 4, 16])
+@pytest.mark.parametrize("page", [16, 256])
+def test_paged_decode(D, Nq, page):
+    paged_case([1000, 0, 1, 17, 300], Nq, 16, 4, D, page, torch.bfloat16, True)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_paged_decode_odd_pages_and_mqa(causal):
+    paged_case([3, 2, 0, 700], 8, 6, 1, 128, 7, torch.float16, causal)
+
+
+def test_paged_decode_refusals():
+    q = torch.randn(2, 1, 8, 128, device="cuda", dtype=torch.float16)
+    kc = torch.randn(4, 16, 2, 128, device="cuda", dtype=torch.float16)
+    table = torch.tensor([[0, 1], [2, -1]], dtype=torch.int32, device="cuda")
+    with pytest.raises(ValueError, match="is not a page of the cache"):
+        attnlab.paged_decode(q, kc, kc, table, torch.tensor([20, 17], dtype=torch.int32, device="cuda"))
+    with pytest.raises(ValueError, match="outside"):
+        attnlab.paged_decode(q, kc, kc, table, torch.tensor([40, 1], dtype=torch.int32, device="cuda"))
+    with pytest.raises(TypeError, match="int32"):
+        attnlab.paged_decode(q, kc, kc, table.long(), torch.tensor([20, 1], dtype=torch.int32, device="cuda"))
