@@ -1026,7 +1026,7 @@ std::string varlen_bwd_unsupported_reason(int64_t B, int64_t H, int64_t Hkv, int
   return attnlab::varlen_bwd_unsupported(vp);
 }
 
-// ---- paged-KV decoding (for attnlab.paged_decode) ---------------------------------
+// ---- paged-KV decoding (for attnlab.decode) ----------------------------------------
 // q [B, Nq, H, D], k_cache / v_cache [num_pages, page_size, Hkv, D], block_table
 // [B, max_pages] and cache_seqlens [B] int32 on q's device; returns (o [B, Nq, H,
 // D], lse [B, H, Nq]). check_tables: both copied to the host and checked (one
@@ -1035,7 +1035,7 @@ std::tuple<at::Tensor, at::Tensor> paged_decode_forward(const at::Tensor& q_in, 
                                                         const at::Tensor& v_cache, const at::Tensor& block_table,
                                                         const at::Tensor& cache_seqlens, bool is_causal,
                                                         std::optional<double> scale, bool check_tables) {
-  constexpr const char* where = "attnlab.paged_decode";
+  constexpr const char* where = "attnlab.decode";
 #define REQUIRE_AT(ok, message) ATTNLAB_RAISE_UNLESS(ok, py::value_error, where, message)
   for (const auto& [t, name] : {std::pair{&q_in, "q"}, std::pair{&k_cache, "k_cache"}, std::pair{&v_cache, "v_cache"}}) {
     REQUIRE_AT(t->is_cuda() && t->device() == q_in.device(), std::string(name) + " must be a CUDA tensor on q's device");
@@ -1186,5 +1186,5 @@ PYBIND11_MODULE(_C, m) {
   m.def("paged_decode", &paged_decode_forward, pybind11::arg("q"), pybind11::arg("k_cache"), pybind11::arg("v_cache"),
         pybind11::arg("block_table"), pybind11::arg("cache_seqlens"), pybind11::arg("is_causal") = true,
         pybind11::arg("scale") = pybind11::none(), pybind11::arg("check_tables") = true,
-        "Decoding against a paged KV cache; returns (o [B, Nq, H, Dv], lse [B, H, Nq]) (use attnlab.paged_decode).");
+        "Decoding against a paged KV cache; returns (o [B, Nq, H, Dv], lse [B, H, Nq]) (use attnlab.decode).");
 }

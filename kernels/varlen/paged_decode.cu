@@ -25,7 +25,7 @@
 //   256         64   64    4    168960
 // Supports: fp16, bf16; the D above; GQA/MQA; any Nq >= 1 (speculative
 // decoding: 1–16), page size and lengths; causal (bottom-right) or not.
-// Run: build/test_paged_decode; python: attnlab.paged_decode
+// Run: build/test_paged_decode; python: attnlab.decode
 // ============================================================================
 
 #include "varlen/paged_decode.h"

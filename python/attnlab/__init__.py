@@ -37,7 +37,7 @@ flash_attn_varlen_func (differentiable; not yet run on a GPU: ATTNLAB_UNVERIFIED
 
 Decoding against a paged KV cache, as flash_attn_with_kvcache with a block table (likewise):
 
-    out = attnlab.paged_decode(q, k_cache, v_cache, block_table, cache_seqlens)
+    out = attnlab.decode(q, k_cache, v_cache, block_table, cache_seqlens)
 """
 __version__ = "0.1.0"  # the package's version: pyproject.toml reads it from here
 
@@ -49,12 +49,12 @@ from ._variants import default_variant, variants
 from .attention import attention, backward, backward_variant, bwd_variants
 from .blocksparse import BlockMask, create_block_mask, flex_attention, kept_pairs
 from .dynamic_mask import MaskSummary, PackedMask, build_mask_summary, dynamic_mask_attention, pack_mask
-from .varlen import paged_decode, varlen_attention
+from .varlen import decode, varlen_attention
 
 __all__ = ["__version__", "variants", "forward", "default_variant", "judge", "unsupported_reason", "attention", "backward",
            "backward_variant", "bwd_variants", "bwd_unsupported_reason", "dynamic_mask_attention",
            "build_mask_summary", "MaskSummary", "pack_mask", "PackedMask", "mods", "BlockMask",
-           "create_block_mask", "flex_attention", "kept_pairs", "block_mask_invalid", "varlen_attention", "paged_decode"]
+           "create_block_mask", "flex_attention", "kept_pairs", "block_mask_invalid", "varlen_attention", "decode"]
 
 judge = _C.judge
 block_mask_invalid = _C.block_mask_invalid

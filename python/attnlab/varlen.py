@@ -12,7 +12,7 @@ a sequence may be empty; a row that sees no key gets out = 0, lse = -inf.
 
 Differentiable (the backward at D = 64, 128 and 192/128: rung 14's tiles).
 
-attnlab.paged_decode: the new tokens of each sequence against its paged KV
+attnlab.decode: the new tokens of each sequence against its paged KV
 cache (flash_attn_with_kvcache with a block table), kernels/varlen/paged_decode.cu.
 The kernels have not yet run on a GPU: they run only with ATTNLAB_UNVERIFIED=1
 in the environment.
@@ -24,7 +24,7 @@ from torch.autograd.function import once_differentiable
 
 from . import _C
 
-__all__ = ["varlen_attention", "paged_decode"]
+__all__ = ["varlen_attention", "decode"]
 
 _NAME = "attnlab.varlen_attention"
 
@@ -88,7 +88,7 @@ class _VarlenAttention(torch.autograd.Function):
         return dq, dk, dv, None, None, None, None, None, None, None
 
 
-def paged_decode(q, k_cache, v_cache, block_table, cache_seqlens, is_causal=True, scale=None, return_lse=False,
+def decode(q, k_cache, v_cache, block_table, cache_seqlens, is_causal=True, scale=None, return_lse=False,
                  check_tables=True):
     """Attention of Nq new tokens per sequence over a paged KV cache; returns out (and lse with return_lse=True).
 

@@ -220,7 +220,7 @@ def paged_case(lengths, Nq, H, Hkv, D, page, dtype, causal):
     kc = torch.randn(pages, page, Hkv, D, device="cuda", dtype=dtype)
     vc = torch.randn(pages, page, Hkv, D, device="cuda", dtype=dtype)
     seqlens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
-    out, lse = attnlab.paged_decode(q, kc, vc, table.cuda(), seqlens, is_causal=causal, return_lse=True)
+    out, lse = attnlab.decode(q, kc, vc, table.cuda(), seqlens, is_causal=causal, return_lse=True)
     assert out.shape == (B, Nq, H, D) and lse.shape == (B, H, Nq)
     for b, n in enumerate(lengths):
         if n == 0:
@@ -261,8 +261,8 @@ def test_paged_decode_refusals():
     kc = torch.randn(4, 16, 2, 128, device="cuda", dtype=torch.float16)
     table = torch.tensor([[0, 1], [2, -1]], dtype=torch.int32, device="cuda")
     with pytest.raises(ValueError, match="is not a page of the cache"):
-        attnlab.paged_decode(q, kc, kc, table, torch.tensor([20, 17], dtype=torch.int32, device="cuda"))
+        attnlab.decode(q, kc, kc, table, torch.tensor([20, 17], dtype=torch.int32, device="cuda"))
     with pytest.raises(ValueError, match="outside"):
-        attnlab.paged_decode(q, kc, kc, table, torch.tensor([40, 1], dtype=torch.int32, device="cuda"))
+        attnlab.decode(q, kc, kc, table, torch.tensor([40, 1], dtype=torch.int32, device="cuda"))
     with pytest.raises(TypeError, match="int32"):
-        attnlab.paged_decode(q, kc, kc, table.long(), torch.tensor([20, 1], dtype=torch.int32, device="cuda"))
+        attnlab.decode(q, kc, kc, table.long(), torch.tensor([20, 1], dtype=torch.int32, device="cuda"))
