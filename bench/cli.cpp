@@ -57,25 +57,33 @@ std::string program_words(Program p) {
   return info.name + (info.selector.empty() ? "" : " (" + info.selector + ")");
 }
 
+// The names of `programs` joined: "a", "a and b", "a, b and c".
+std::string names_words(const std::vector<Program>& programs) {
+  std::string words;
+  for (size_t i = 0; i < programs.size(); ++i)
+    words += (i == 0 ? "" : i + 1 == programs.size() ? " and " : ", ") + program_info(programs[i]).name;
+  return words;
+}
+
 // "every program", "dynamic-mask attention (--mask M)", "the dense forward and the dense backward",
-// "every program but variable-length attention".
+// "every program but block-sparse attention", "every program but variable-length attention and paged
+// decoding": a flag of most programs is named by the one or two it is not an option of.
 std::string programs_words(Programs programs) {
   if (programs == kEveryProgram) return "every program";
   std::vector<Program> in, out;
   for (const ProgramInfo& info : program_table())
     (programs & program_bit(info.program) ? in : out).push_back(info.program);
   if (in.size() == 1) return program_words(in[0]);
-  if (out.size() == 1 && in.size() > 2) return "every program but " + program_info(out[0]).name;
-  std::string words;
-  for (size_t i = 0; i < in.size(); ++i)
-    words += (i == 0 ? "" : i + 1 == in.size() ? " and " : ", ") + program_info(in[i]).name;
-  return words;
+  if (out.size() <= 2 && in.size() > out.size() && in.size() > 2) return "every program but " + names_words(out);
+  return names_words(in);
 }
 
 // --mask-mod selects block-sparse attention, --mask dynamic-mask attention,
-// --varlen variable-length attention, none of them the dense forward; --bwd,
-// or a flag that implies it, the selected program's backward (the dense
-// forward's is the dense backward; variable-length attention refuses it).
+// --varlen variable-length attention, --decode paged decoding, none of them
+// the dense forward; --bwd, or a flag that implies it, the selected program's
+// backward (the dense forward's is the dense backward; variable-length
+// attention and paged decoding refuse it). Then the program's own defaults,
+// which its flags may override: paged decoding's one new token, causal.
 std::string select_program(const std::vector<GivenFlag>& given, Options* o) {
   struct Selector {
     const char* flag;
@@ -83,7 +91,8 @@ std::string select_program(const std::vector<GivenFlag>& given, Options* o) {
   };
   static const Selector selectors[] = {{"--mask", Program::kDynamicMask},
                                        {"--mask-mod", Program::kBlocksparse},
-                                       {"--varlen", Program::kVarlen}};
+                                       {"--varlen", Program::kVarlen},
+                                       {"--decode", Program::kDecode}};
   std::vector<const Selector*> chosen;
   bool bwd = false;
   for (const GivenFlag& g : given) {
@@ -96,6 +105,10 @@ std::string select_program(const std::vector<GivenFlag>& given, Options* o) {
            program_info(chosen[0]->program).name + " and " + program_info(chosen[1]->program).name + "): give one";
   o->program = !chosen.empty() ? chosen[0]->program : bwd ? Program::kDenseBackward : Program::kDenseForward;
   o->common.bwd = bwd;
+  if (o->program == Program::kDecode) {
+    o->common.Nq = 1;
+    o->common.causal = true;
+  }
   return "";
 }
 
@@ -197,6 +210,14 @@ std::string check_varlen(const VarlenOptions& v) {
   return "";
 }
 
+// Paged decoding's: the mask said once, V's head dim that of K.
+std::string check_decode(const Given& g, const CommonOptions& c) {
+  if (g.has("--causal") && g.has("--no-causal")) return "--causal and --no-causal contradict each other";
+  if (c.Dv != c.D)
+    return "paged decoding needs Dv == D, got --D " + std::to_string(c.D) + " and --Dv " + std::to_string(c.Dv);
+  return "";
+}
+
 // ---- --help ---------------------------------------------------------------------------
 
 // `text` wrapped at 80 columns, every line `indent` deep; the first line
@@ -236,6 +257,7 @@ usage: flash_attn_mma [options]      (--flag V or --flag=V; each option once)
   --mask topk --window 1024 --bias dynamic-mask attention (flash-dmattn's), below
   --mask-mod sliding_window:512,0  block-sparse attention (FlexAttention's mods), below
   --varlen 8192,1,517,3000 --unverified  variable-length attention, below
+  --decode 4096,517 --Nq 1 --unverified  paged decoding (a KV cache in pages), below
   --list                           every variant and its tiles (no GPU needed)
 exit status: 0 ok, 1 a check or the run failed, 2 bad options, 3 no usable GPU
 
@@ -253,10 +275,10 @@ own words)
 
 std::string usage() {
   std::string out = kSynopsis;
-  out += wrap("", "Five programs, each with its rows and its options: --mask-mod selects block-sparse attention, "
-                  "--mask dynamic-mask attention, --varlen variable-length attention, none of them the dense "
-                  "forward; --bwd (or --deterministic) runs the backward of the one selected. An option of another "
-                  "program is an error.", 0);
+  out += wrap("", "Six programs, each with its rows and its options: --mask-mod selects block-sparse attention, "
+                  "--mask dynamic-mask attention, --varlen variable-length attention, --decode paged decoding, none "
+                  "of them the dense forward; --bwd (or --deterministic) runs the backward of the one selected. An "
+                  "option of another program is an error.", 0);
   for (const ProgramInfo& info : program_table())
     out += "\n" + program_words(info.program) + ":\n" + wrap("", info.about, 2);
   // The flags, grouped by the programs they belong to, in the table's order.
@@ -306,6 +328,7 @@ ParseResult parse_args(const std::vector<std::string>& args) {
     case Program::kDynamicMask: r.error = check_dynamic_mask(given, o.common, o.dynamic_mask); break;
     case Program::kBlocksparse: r.error = check_blocksparse(o.common, o.blocksparse); break;
     case Program::kVarlen: r.error = check_varlen(o.varlen); break;
+    case Program::kDecode: r.error = check_decode(given, o.common); break;
   }
   return r;
 }

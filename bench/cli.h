@@ -11,17 +11,19 @@
 
 namespace attnlab {
 
-// flash_attn_mma runs one of five programs, each with its own rows and
+// flash_attn_mma runs one of six programs, each with its own rows and
 // options: --mask-mod selects block-sparse attention, --mask dynamic-mask
-// attention, --varlen variable-length attention, none of them the dense
-// forward; --bwd the backward of the one selected (the dense forward's is a
-// program of its own; variable-length attention has none yet).
+// attention, --varlen variable-length attention, --decode paged decoding,
+// none of them the dense forward; --bwd the backward of the one selected (the
+// dense forward's is a program of its own; variable-length attention has none
+// yet, paged decoding none at all).
 enum class Program {
   kDenseForward,   // the ladder's rungs and the peers (the default)
   kDenseBackward,  // the backward rungs and torch's backward (--bwd)
   kDynamicMask,    // dmattn, flash-dmattn's semantics (bench/dmattn_mode.h)
   kBlocksparse,    // FlexAttention's model (--mask-mod, bench/blocksparse_mode.h)
   kVarlen,         // a packed batch of sequences of different lengths (--varlen, bench/varlen_mode.h)
+  kDecode,         // new tokens against a paged KV cache (--decode, bench/decode_mode.h)
 };
 
 // What every program reads: the shape, the runs, the check, the peers, where
@@ -86,9 +88,9 @@ struct BlocksparseOptions {
   int document_count = 4;     // --mask-mod document:K: K documents of random lengths (from --seed)
 };
 
-// Sequence lengths as --varlen and --varlen-k give them: a list, or
-// random:B,MEAN, B lengths drawn from the run's seed when it starts
-// (varlen_lengths, bench/varlen_mode.h).
+// Sequence lengths as --varlen, --varlen-k and --decode give them: a list,
+// or random:B,MEAN, B lengths drawn from the run's seed when it starts
+// (varlen_lengths, bench/varlen_mode.h; decode_lengths, bench/decode_mode.h).
 struct VarlenLengths {
   std::string text;          // as given ("8192,1,517,3000", "random:64,1024"); "" when not given
   std::vector<int> lengths;  // the list; empty for random:B,MEAN
@@ -106,6 +108,15 @@ struct VarlenOptions {
   bool unverified = false;  // --unverified: run a kernel that has not run on a GPU yet
 };
 
+// Paged decoding's options (kernels/varlen/paged_decode.h). Its new tokens
+// per sequence are CommonOptions::Nq (--Nq, default 1 here) and its mask
+// CommonOptions::causal (default on here: decoding is causal; --no-causal).
+struct DecodeOptions {
+  VarlenLengths lengths;    // --decode: the cache length of each sequence, as --varlen's lengths
+  int page_size = 64;       // --page-size: rows of the cache per page
+  bool unverified = false;  // --unverified: run a kernel that has not run on a GPU yet
+};
+
 // Every program's options; a program reads `common` and its own part.
 struct Options {
   Program program = Program::kDenseForward;
@@ -114,6 +125,7 @@ struct Options {
   DynamicMaskOptions dynamic_mask;   // dynamic-mask attention
   BlocksparseOptions blocksparse;    // block-sparse attention
   VarlenOptions varlen;              // variable-length attention
+  DecodeOptions decode;              // paged decoding
 };
 
 struct ParseResult {

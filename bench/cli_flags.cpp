@@ -10,16 +10,23 @@ constexpr long kMaxBatchOrHeads = 65535;  // grid-dimension limits of the kernel
 constexpr long kMaxSeqLen = 1L << 30;
 constexpr long kMaxHeadDim = 1024;
 constexpr double kMaxSoftcap = 1e6;
-constexpr long kMaxSequences = 65535;  // of a packed batch: the check runs each sequence on its own
+constexpr long kMaxSequences = 65535;  // of a packed batch or a decoding batch: the check runs each on its own
+constexpr long kMaxNewTokens = 1024;   // paged decoding's new tokens per sequence (--Nq)
 
-// The flags of the fixed-shape programs that variable-length attention
-// refuses, and what it has instead.
+// The flags of the fixed-shape programs that variable-length attention and
+// paged decoding refuse, and what each has instead. Paged decoding keeps --Nq:
+// its new tokens per sequence.
 constexpr Programs kNotVarlen = kEveryProgram & ~kVarlen;
+constexpr Programs kFixedShape = kNotVarlen & ~kDecode;
 const Elsewhere kVarlenShape{Program::kVarlen, "the sequences and their lengths come from --varlen (and --varlen-k)"};
 const Elsewhere kVarlenNoPeers{Program::kVarlen,
                                "variable-length attention has no peers (its dense padded row is a yardstick)"};
 const Elsewhere kVarlenNoBackward{
     Program::kVarlen, "the harness does not time the variable-length backward yet (build/test_varlen checks it)"};
+const Elsewhere kDecodeShape{Program::kDecode,
+                             "the sequences and their cache lengths come from --decode (--Nq: the new tokens of each)"};
+const Elsewhere kDecodeNoPeers{Program::kDecode, "paged decoding has no peers (its copy row is a bandwidth yardstick)"};
+const Elsewhere kDecodeNoBackward{Program::kDecode, "paged decoding has a forward only (decoding is inference)"};
 
 // Where a row's option lives: its member of the program's part of Options.
 template <typename T> T* field(Options& o, T CommonOptions::*m) { return &(o.common.*m); }
@@ -27,6 +34,7 @@ template <typename T> T* field(Options& o, T DenseOptions::*m) { return &(o.dens
 template <typename T> T* field(Options& o, T DynamicMaskOptions::*m) { return &(o.dynamic_mask.*m); }
 template <typename T> T* field(Options& o, T BlocksparseOptions::*m) { return &(o.blocksparse.*m); }
 template <typename T> T* field(Options& o, T VarlenOptions::*m) { return &(o.varlen.*m); }
+template <typename T> T* field(Options& o, T DecodeOptions::*m) { return &(o.decode.*m); }
 
 // The setters of the common kinds of value.
 template <typename Member>
@@ -89,7 +97,8 @@ std::vector<Flag> make_flags() {
        integer(1, kMaxBatchOrHeads, &CommonOptions::Hkv)},
       {"--D", "N", kEveryProgram, "head dim of Q and K (default 64)",
        integer_for_both(1, kMaxHeadDim, &CommonOptions::D, &CommonOptions::Dv)},
-      {"--Dv", "N", kEveryProgram, "head dim of V and O (default: --D; dynamic-mask attention needs Dv = D)",
+      {"--Dv", "N", kEveryProgram,
+       "head dim of V and O (default: --D; dynamic-mask attention and paged decoding need Dv = D)",
        integer(1, kMaxHeadDim, &CommonOptions::Dv)},
       {"--dtype", "T", kEveryProgram, "fp16 | bf16 (default fp16)",
        [](const std::string&, const std::string& v, Options& o) {
@@ -125,38 +134,47 @@ std::vector<Flag> make_flags() {
       {"--help", "", kEveryProgram, "this text, whatever else is given (also -h)", on(&CommonOptions::help), false,
        "-h"},
 
-      // ---- every program but variable-length attention -------------------------
-      {"--B", "N", kNotVarlen, "batch size (default 1)", integer(1, kMaxBatchOrHeads, &CommonOptions::B), false, "",
-       {kVarlenShape}},
-      {"--N", "N", kNotVarlen, "sequence length of queries and keys (default 4096)",
-       integer_for_both(1, kMaxSeqLen, &CommonOptions::Nq, &CommonOptions::Nk), false, "", {kVarlenShape}},
-      {"--Nq", "N", kNotVarlen, "query length, where it differs from the keys' (overrides --N)",
-       integer(1, kMaxSeqLen, &CommonOptions::Nq), false, "", {kVarlenShape}},
-      {"--Nk", "N", kNotVarlen,
+      // ---- every program but variable-length attention and paged decoding -------
+      {"--B", "N", kFixedShape, "batch size (default 1)", integer(1, kMaxBatchOrHeads, &CommonOptions::B), false, "",
+       {kVarlenShape, kDecodeShape}},
+      {"--N", "N", kFixedShape, "sequence length of queries and keys (default 4096)",
+       integer_for_both(1, kMaxSeqLen, &CommonOptions::Nq, &CommonOptions::Nk), false, "",
+       {kVarlenShape, kDecodeShape}},
+      {"--Nk", "N", kFixedShape,
        "key length, where it differs from the queries' (overrides --N; --N with both --Nq and --Nk is an error)",
-       integer(1, kMaxSeqLen, &CommonOptions::Nk), false, "", {kVarlenShape}},
-      {"--sdpa", "", kNotVarlen,
+       integer(1, kMaxSeqLen, &CommonOptions::Nk), false, "", {kVarlenShape, kDecodeShape}},
+      {"--sdpa", "", kFixedShape,
        "of the peers, torch's SDPA backends (an error in a build without PyTorch; with --torch: both groups)",
-       pick_peers(&CommonOptions::sdpa), false, "", {kVarlenNoPeers}},
-      {"--no-peers", "", kNotVarlen,
+       pick_peers(&CommonOptions::sdpa), false, "", {kVarlenNoPeers, kDecodeNoPeers}},
+      {"--no-peers", "", kFixedShape,
        "no peers, ours alone (the dense forward's check still runs `unfused` for its bound); an error with --torch "
        "or --sdpa",
        [](const std::string&, const std::string&, Options& o) {
          o.common.torch = o.common.sdpa = false;
          return "";
        },
-       false, "", {kVarlenNoPeers}},
-      {"--bwd", "", kNotVarlen, "the program's backward instead of its forward, on the same shape",
-       on(&CommonOptions::bwd), false, "", {kVarlenNoBackward}},
-      {"--deterministic", "", kNotVarlen,
+       false, "", {kVarlenNoPeers, kDecodeNoPeers}},
+      {"--bwd", "", kFixedShape, "the program's backward instead of its forward, on the same shape",
+       on(&CommonOptions::bwd), false, "", {kVarlenNoBackward, kDecodeNoBackward}},
+      {"--deterministic", "", kFixedShape,
        "the program's deterministic backward (implies --bwd), its gradients repeated and compared bit for bit: "
        "the dense backward's deterministic rungs alone (named '*+deterministic'; --variant narrows them), "
        "dmattn's deterministic mode, block-sparse attention's blocksparse-det bwd alone",
-       on(&CommonOptions::deterministic), true, "", {kVarlenNoBackward}},
+       on(&CommonOptions::deterministic), true, "", {kVarlenNoBackward, kDecodeNoBackward}},
+
+      // ---- every program but variable-length attention ------------------------
+      {"--Nq", "N", kNotVarlen,
+       "query length, where it differs from the keys' (overrides --N); paged decoding: the new tokens of each "
+       "sequence, 1 to 1024 (default 1)",
+       [](const std::string& flag, const std::string& v, Options& o) {
+         return parse_int(flag, v, 1, o.program == Program::kDecode ? kMaxNewTokens : kMaxSeqLen, &o.common.Nq);
+       },
+       false, "", {kVarlenShape}},
 
       // ---- every program but block-sparse attention ---------------------------
-      {"--causal", "", kDense | kDynamicMask | kVarlen,
-       "causal mask, bottom-right aligned when Nq != Nk (variable-length attention: within each sequence)",
+      {"--causal", "", kDense | kDynamicMask | kVarlen | kDecode,
+       "causal mask, bottom-right aligned when Nq != Nk (variable-length attention: within each sequence; paged "
+       "decoding: the default, each new token sees the cache up to its own row)",
        on(&CommonOptions::causal), false, "",
        {{Program::kBlocksparse, "block-sparse attention's causal mask is --mask-mod causal"}}},
 
@@ -165,7 +183,8 @@ std::vector<Flag> make_flags() {
        "of the peers, the unfused baselines: `unfused` and, in a torch build, `torch(unfused)` (with --sdpa: both "
        "groups)",
        pick_peers(&CommonOptions::torch), false, "",
-       {{Program::kBlocksparse, "block-sparse attention's peers are torch's SDPA (--sdpa)"}, kVarlenNoPeers}},
+       {{Program::kBlocksparse, "block-sparse attention's peers are torch's SDPA (--sdpa)"}, kVarlenNoPeers,
+        kDecodeNoPeers}},
 
       // ---- the dense forward and backward -------------------------------------
       {"--variant", "GLOB", kDense,
@@ -297,10 +316,32 @@ std::vector<Flag> make_flags() {
        [](const std::string& flag, const std::string& v, Options& o) {
          return parse_varlen_lengths(flag, v, kMaxSeqLen, kMaxSequences, &o.varlen.k);
        }},
-      {"--unverified", "", kVarlen,
-       "run the variable-length kernel although it has not run on a GPU yet (without this the program stops, "
-       "exit 2); its row is named 'varlen (unverified)'",
-       on(&VarlenOptions::unverified)},
+
+      // ---- variable-length attention and paged decoding -------------------------
+      {"--unverified", "", kVarlen | kDecode,
+       "run the program's kernel although it has not run on a GPU yet (without this the program stops, exit 2); "
+       "its row is named 'varlen (unverified)' or 'decode (unverified)'",
+       [](const std::string&, const std::string&, Options& o) {
+         (o.program == Program::kDecode ? o.decode.unverified : o.varlen.unverified) = true;
+         return "";
+       }},
+
+      // ---- paged decoding -------------------------------------------------------
+      {"--decode", "LENGTHS", kDecode,
+       "selects paged decoding: one sequence per length, the keys its KV cache holds (the new tokens' among "
+       "them): comma-separated, each 0 or more (4096,1,0,517), or random:B,MEAN, B lengths drawn from --seed "
+       "uniformly in [1, 2·MEAN - 1]; at most 65535 sequences",
+       [](const std::string& flag, const std::string& v, Options& o) {
+         return parse_cache_lengths(flag, v, kMaxSeqLen, kMaxSequences, &o.decode.lengths);
+       }},
+      {"--page-size", "P", kDecode, "rows of the cache per page, 1 or more (default 64)",
+       integer(1, kMaxSeqLen, &DecodeOptions::page_size)},
+      {"--no-causal", "", kDecode,
+       "every new token sees its whole cache (default: causal, as decoding is); an error with --causal",
+       [](const std::string&, const std::string&, Options& o) {
+         o.common.causal = false;
+         return "";
+       }},
   };
 }
 
@@ -366,6 +407,22 @@ const std::vector<ProgramInfo>& program_table() {
        "columns of bench.csv (B the sequences; Nq, Nk the longest) and lengths, lengths_k, total_q, total_k and "
        "unverified (1: the kernel had not run on a GPU before) after them (a file of other columns is refused). No "
        "backward yet."},
+      {Program::kDecode, "paged decoding", "--decode LENGTHS",
+       "Decoding against a paged KV cache, as FlashAttention's flash_attn_with_kvcache with a block table "
+       "(kernels/varlen/paged_decode.h): --Nq new tokens per sequence (default 1), the last --Nq keys of its cache; "
+       "causal by default (bottom-right: each token sees the cache up to its own row; --no-causal: all of it); "
+       "caches of 0 keys or more, in pages of --page-size rows, placed in a random order (from --seed) in one cache "
+       "with a few pages no sequence reads. Its kernel has not run on a GPU yet: the program stops (exit 2) unless "
+       "--unverified is given. Rows: decode (unverified) (ours: flash-decoding through the block table, so named "
+       "until its kernel has run on a GPU) and, as a yardstick, copy (bandwidth): a device-to-device cudaMemcpy of "
+       "1 GiB, timed in the same rounds. Checked (unless --no-check) sequence by sequence against the fp32 reference "
+       "on its K and V gathered through the table, by the dense rule (the yardstick: the unfused baseline on that "
+       "sequence), the row's verdict the worst sequence's; a sequence without keys must give O = 0 and LSE = -inf. "
+       "TFLOPS count 2·(D+Dv)·pairs, pairs = the unmasked pairs of every sequence; GB/s count the bytes of K and V "
+       "of every cache (L·Hkv·(D+Dv)·2) and of Q and O (the copy: its bytes read and written), each row's also as a "
+       "fraction of the copy's. --csv rows: the columns of bench.csv (B the sequences, Nq the new tokens, Nk the "
+       "longest cache) and lengths, page_size, bytes, gbps, copy_fraction and unverified after them (a file of "
+       "other columns is refused). No backward."},
   };
   return programs;
 }

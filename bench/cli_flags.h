@@ -19,8 +19,9 @@ constexpr Programs kDenseBackward = program_bit(Program::kDenseBackward);
 constexpr Programs kDynamicMask = program_bit(Program::kDynamicMask);
 constexpr Programs kBlocksparse = program_bit(Program::kBlocksparse);
 constexpr Programs kVarlen = program_bit(Program::kVarlen);
+constexpr Programs kDecode = program_bit(Program::kDecode);
 constexpr Programs kDense = kDenseForward | kDenseBackward;
-constexpr Programs kEveryProgram = kDense | kDynamicMask | kBlocksparse | kVarlen;
+constexpr Programs kEveryProgram = kDense | kDynamicMask | kBlocksparse | kVarlen | kDecode;
 
 // Parses `value` (empty for a switch) into the options; "" or the error line.
 using SetOption = std::function<std::string(const std::string& flag, const std::string& value, Options& o)>;

@@ -34,6 +34,48 @@ std::vector<std::string> split_commas(const std::string& text) {
   return pieces;
 }
 
+// Lengths as a list or random:B,MEAN (parse_varlen_lengths); `int32_sum`:
+// they must sum to at most INT32_MAX rows (every draw of random:, too).
+std::string parse_lengths(const std::string& flag, const std::string& text, long max_len, long max_count,
+                          bool int32_sum, VarlenLengths* out) {
+  const std::string form =
+      flag + " takes lengths separated by commas (8192,1,517,3000) or random:B,MEAN, got '" + text + "'";
+  const std::string int32_rows =
+      " rows, more than the " + std::to_string(INT_MAX) + " that int32 offsets (cu_seqlens) address";
+  VarlenLengths v;
+  v.text = text;
+  if (text.rfind("random:", 0) == 0) {
+    const std::vector<std::string> args = split_commas(text.substr(7));
+    long long B = 0, mean = 0;
+    if (args.size() != 2 || !read_integer(args[0], &B) || !read_integer(args[1], &mean)) return form;
+    if (B < 1 || B > max_count)
+      return flag + " random:B,MEAN takes B from 1 to " + std::to_string(max_count) + " sequences, got " + args[0];
+    if (mean < 1 || mean > max_len)
+      return flag + " random:B,MEAN takes a mean length MEAN from 1 to " + std::to_string(max_len) + ", got " + args[1];
+    const long long longest = 2 * mean - 1;  // lengths are uniform in [1, 2·MEAN − 1]
+    if (int32_sum && B * longest > INT_MAX)
+      return flag + " " + text + ": " + std::to_string(B) + " lengths of up to " + std::to_string(longest) +
+             " may sum to " + std::to_string(B * longest) + int32_rows;
+    v.random_count = int(B);
+    v.random_mean = int(mean);
+    *out = v;
+    return "";
+  }
+  long long sum = 0;
+  for (const std::string& item : split_commas(text)) {
+    long long len = 0;
+    if (!read_integer(item, &len)) return form;
+    if (len < 0) return flag + ": sequence length " + item + " is negative (a length is 0 or more)";
+    if (len > max_len) return flag + ": sequence length " + item + " is more than " + std::to_string(max_len);
+    if (long(v.lengths.size()) == max_count) return flag + " takes at most " + std::to_string(max_count) + " lengths";
+    v.lengths.push_back(int(len));
+    sum += len;
+  }
+  if (int32_sum && sum > INT_MAX) return flag + ": the lengths sum to " + std::to_string(sum) + int32_rows;
+  *out = v;
+  return "";
+}
+
 }  // namespace
 
 std::string parse_int(const std::string& flag, const std::string& text, long lo, long hi, int* out) {
@@ -65,42 +107,12 @@ std::string parse_int_list(const std::string& flag, const std::string& text, lon
 
 std::string parse_varlen_lengths(const std::string& flag, const std::string& text, long max_len, long max_count,
                                  VarlenLengths* out) {
-  const std::string form =
-      flag + " takes lengths separated by commas (8192,1,517,3000) or random:B,MEAN, got '" + text + "'";
-  const std::string int32_rows =
-      " rows, more than the " + std::to_string(INT_MAX) + " that int32 offsets (cu_seqlens) address";
-  VarlenLengths v;
-  v.text = text;
-  if (text.rfind("random:", 0) == 0) {
-    const std::vector<std::string> args = split_commas(text.substr(7));
-    long long B = 0, mean = 0;
-    if (args.size() != 2 || !read_integer(args[0], &B) || !read_integer(args[1], &mean)) return form;
-    if (B < 1 || B > max_count)
-      return flag + " random:B,MEAN takes B from 1 to " + std::to_string(max_count) + " sequences, got " + args[0];
-    if (mean < 1 || mean > max_len)
-      return flag + " random:B,MEAN takes a mean length MEAN from 1 to " + std::to_string(max_len) + ", got " + args[1];
-    const long long longest = 2 * mean - 1;  // lengths are uniform in [1, 2·MEAN − 1]
-    if (B * longest > INT_MAX)
-      return flag + " " + text + ": " + std::to_string(B) + " lengths of up to " + std::to_string(longest) +
-             " may sum to " + std::to_string(B * longest) + int32_rows;
-    v.random_count = int(B);
-    v.random_mean = int(mean);
-    *out = v;
-    return "";
-  }
-  long long sum = 0;
-  for (const std::string& item : split_commas(text)) {
-    long long len = 0;
-    if (!read_integer(item, &len)) return form;
-    if (len < 0) return flag + ": sequence length " + item + " is negative (a length is 0 or more)";
-    if (len > max_len) return flag + ": sequence length " + item + " is more than " + std::to_string(max_len);
-    if (long(v.lengths.size()) == max_count) return flag + " takes at most " + std::to_string(max_count) + " lengths";
-    v.lengths.push_back(int(len));
-    sum += len;
-  }
-  if (sum > INT_MAX) return flag + ": the lengths sum to " + std::to_string(sum) + int32_rows;
-  *out = v;
-  return "";
+  return parse_lengths(flag, text, max_len, max_count, true, out);
+}
+
+std::string parse_cache_lengths(const std::string& flag, const std::string& text, long max_len, long max_count,
+                                VarlenLengths* out) {
+  return parse_lengths(flag, text, max_len, max_count, false, out);
 }
 
 std::string parse_seed(const std::string& text, uint64_t* out) {

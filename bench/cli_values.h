@@ -32,6 +32,12 @@ std::string parse_number(const std::string& flag, const std::string& text, doubl
 std::string parse_varlen_lengths(const std::string& flag, const std::string& text, long max_len, long max_count,
                                  VarlenLengths* out);
 
+// The cache lengths of --decode, in the same forms and bounds, but for the
+// sum: a paged cache has no offsets, and paged decoding counts its pages
+// itself when it starts (bench/decode_mode.cpp).
+std::string parse_cache_lengths(const std::string& flag, const std::string& text, long max_len, long max_count,
+                                VarlenLengths* out);
+
 // One of `allowed`, spelled as given.
 std::string parse_choice(const std::string& flag, const std::string& text, const std::vector<std::string>& allowed,
                          std::string* out);

@@ -14,6 +14,7 @@
 #include "blocksparse_mode.h"
 #include "bwd_mode.h"
 #include "cli.h"
+#include "decode_mode.h"
 #include "dmattn_mode.h"
 #include "runner.h"
 #include "system_info.h"
@@ -177,6 +178,11 @@ int main(int argc, char** argv) {
     print_list(varlen_list());
     return kExitOk;
   }
+  // --decode: the paged-decoding mode (bench/decode_mode.cpp), its own rows.
+  if (program == Program::kDecode && opt.list) {
+    print_list(decode_list());
+    return kExitOk;
+  }
 
   // --bwd alone: the dense backward (bench/bwd_mode.cpp), its own rows.
   std::vector<const BwdVariant*> bwd_rows;
@@ -224,9 +230,12 @@ int main(int argc, char** argv) {
       return fail(e, kExitBadOptions);
   if (program == Program::kVarlen)
     if (std::string e = varlen_options_unsupported(options.varlen); !e.empty()) return fail(e, kExitBadOptions);
+  if (program == Program::kDecode)
+    if (std::string e = decode_options_unsupported(options.decode); !e.empty()) return fail(e, kExitBadOptions);
   if (!opt.csv.empty()) {
     const char* extra_columns = program == Program::kBlocksparse ? kBlocksparseCsvColumns
                                 : program == Program::kVarlen    ? kVarlenCsvColumns
+                                : program == Program::kDecode    ? kDecodeCsvColumns
                                                                  : "";
     if (std::string e = results_csv_error(opt.csv, extra_columns); !e.empty()) return fail(e, kExitBadOptions);
   }
@@ -247,6 +256,7 @@ int main(int argc, char** argv) {
   switch (program) {
     case Program::kBlocksparse: return run_blocksparse_mode(opt, options.blocksparse, sys, seed, stream);
     case Program::kVarlen: return run_varlen_mode(opt, options.varlen, sys, seed, stream);
+    case Program::kDecode: return run_decode_mode(opt, options.decode, sys, seed, stream);
     case Program::kDynamicMask: return run_dynamic_mask_mode(opt, options.dynamic_mask, sys, seed, stream);
     case Program::kDenseBackward: return run_dense_backward_mode(opt, dense, bwd_rows, sys, seed, stream);
     case Program::kDenseForward: break;

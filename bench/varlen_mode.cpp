@@ -26,13 +26,9 @@
 // offsets, the kernel's refusals, buffers, inputs), the rows, the report.
 #include "varlen_mode.h"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <functional>
-#include <limits>
 #include <random>
 #include <utility>
 
@@ -40,6 +36,7 @@
 #include "host/variant.h"
 #include "reference/reference.h"
 #include "runner.h"
+#include "sequence_check.h"
 #include "torch_peers.h"
 #include "varlen/varlen.h"
 #include "varlen/varlen_schedule.h"
@@ -85,17 +82,6 @@ std::vector<int> offsets(const std::vector<int>& lengths) {
   return cu;
 }
 
-// Lengths drawn for random:B,MEAN, uniform in [1, 2·MEAN − 1] (mean MEAN),
-// from `seed` and a stream of its own (`salt`: the queries' or the keys').
-std::vector<int> draw_lengths(const VarlenLengths& l, uint64_t seed, uint64_t salt) {
-  if (!l.random()) return l.lengths;
-  std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + salt);
-  const uint64_t span = 2 * uint64_t(l.random_mean) - 1;
-  std::vector<int> lengths(size_t(l.random_count));
-  for (int& len : lengths) len = 1 + int(rng() % span);
-  return lengths;
-}
-
 // varlen_fwd_describe's line for the problem's head dims, else all of them in one line.
 std::string describe_line(int D, int Dv) {
   const std::string all = varlen_fwd_describe();
@@ -111,17 +97,6 @@ std::string describe_line(int D, int Dv) {
     start = end + 1;
   }
   return joined;
-}
-
-// x[0], x[1] and x[n - 1] of a 16-bit tensor, as the table shows them.
-void read_first_values(const void* x, int64_t n, DType dtype, float out[3]) {
-  if (n <= 0) return;
-  uint16_t raw[3] = {0, 0, 0};
-  cudaMemcpy(&raw[0], x, sizeof(uint16_t) * (n >= 2 ? 2 : 1), cudaMemcpyDeviceToHost);
-  cudaMemcpy(&raw[2], static_cast<const uint16_t*>(x) + (n - 1), sizeof(uint16_t), cudaMemcpyDeviceToHost);
-  for (int i = 0; i < 3; ++i)
-    out[i] = dtype == DType::kBFloat16 ? __bfloat162float(__nv_bfloat16(__nv_bfloat16_raw{raw[i]}))
-                                       : __half2float(__half(__half_raw{raw[i]}));
 }
 
 // ==== set-up ==========================================================================
@@ -198,47 +173,9 @@ std::string launch_ours(const VarlenRun& run) {
   return launch_detail().empty() ? std::string(cudaGetErrorString(e)) : launch_detail();
 }
 
-// The worse of two sequences' verdicts: a failure before a pass, then the
-// larger share of its bound (O or LSE, whichever is nearer).
-double share_of_bound(const CheckResult& c) {
-  const double inf = std::numeric_limits<double>::infinity();
-  if (c.nonfinite != 0) return inf;
-  const double o = c.tol > 0 ? c.err / c.tol : (c.err > 0 ? inf : 0.0);
-  const double lse = c.lse_tol > 0 ? c.lse_err / c.lse_tol : (c.lse_err > 0 ? inf : 0.0);
-  return std::max(o, lse);
-}
-bool worse(const CheckResult& a, const CheckResult& b) {
-  if (a.pass != b.pass) return !a.pass;
-  return share_of_bound(a) > share_of_bound(b);
-}
-
-// Scratch for one sequence at a time, sized for the longest: Q, K, V and our
-// O, LSE unpacked dense ([1, heads, len, D]), the reference's O and LSE, and
-// the unfused baseline's workspace (nullptr when it did not fit: no baseline).
-struct SequenceScratch {
-  uint16_t *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr;
-  float *lse = nullptr, *o_ref = nullptr, *lse_ref = nullptr;
-  void* unfused_workspace = nullptr;
-  size_t unfused_workspace_bytes = 0;
-};
-
-// Rows [row0, row0 + rows) of `heads` heads of a packed [total, heads, width]
-// 16-bit tensor into dense [heads, rows, width].
-cudaError_t unpack_rows(void* dense, const void* packed, int row0, int rows, int heads, int width, cudaStream_t s) {
-  const size_t e = kInputElementBytes, row_bytes = size_t(width) * e;
-  for (int h = 0; h < heads; ++h) {
-    const char* src = static_cast<const char*>(packed) + (size_t(row0) * heads + h) * row_bytes;
-    char* dst = static_cast<char*>(dense) + size_t(h) * rows * row_bytes;
-    if (cudaError_t err = cudaMemcpy2DAsync(dst, row_bytes, src, size_t(heads) * row_bytes, row_bytes, size_t(rows),
-                                            cudaMemcpyDeviceToDevice, s);
-        err != cudaSuccess)
-      return err;
-  }
-  return cudaSuccess;
-}
-
-// Sequence b's reference (O_ref, LSE_ref), the unfused baseline's error on it
-// and our O and LSE, unpacked into `sc`; then the rule's verdict.
+// Sequence b's Q, K, V unpacked into `sc`, its reference and the unfused
+// baseline's error on it (sequence_reference), our O and LSE unpacked beside
+// them; then the rule's verdict.
 RunError check_sequence(const VarlenRun& run, const SequenceScratch& sc, int b, CheckResult* verdict) {
   const VarlenProblem& vp = run.vp;
   const AttnProblem& p = vp.shape;
@@ -250,39 +187,10 @@ RunError check_sequence(const VarlenRun& run, const SequenceScratch& sc, int b, 
   if (seq.len_k > 0) {
     if (e == cudaSuccess) e = unpack_rows(sc.k, run.bufs.k, seq.k0, seq.len_k, kv_heads, p.D, s);
     if (e == cudaSuccess) e = unpack_rows(sc.v, run.bufs.v, seq.k0, seq.len_k, kv_heads, p.Dv, s);
-    if (e == cudaSuccess) e = reference_attention_fp32(sp, sc.q, sc.k, sc.v, sc.o_ref, sc.lse_ref, s);
-  } else {  // no key: every row's O is 0 and its LSE -inf
-    const std::vector<float> no_key(size_t(sp.lse_elems()), -std::numeric_limits<float>::infinity());
-    if (e == cudaSuccess) e = cudaMemsetAsync(sc.o_ref, 0, size_t(sp.o_elems()) * sizeof(float), s);
-    if (e == cudaSuccess)
-      e = cudaMemcpyAsync(sc.lse_ref, no_key.data(), no_key.size() * sizeof(float), cudaMemcpyHostToDevice, s);
   }
-  if (e == cudaSuccess) e = cudaStreamSynchronize(s);
-  if (e != cudaSuccess) return cuda_error_text("the reference of one sequence", e);
+  if (e != cudaSuccess) return cuda_error_text("unpacking Q, K and V", e);
   ReferenceData ref;
-  ref.o_ref = sc.o_ref;
-  ref.lse_ref = sc.lse_ref;
-  ref.rounding_err = output_rounding_error(sc.o_ref, sp.o_elems(), p.dtype, s);
-
-  // The yardstick: the unfused baseline on this sequence, into the O scratch.
-  static const Variant unfused = make_unfused_baseline();
-  if (seq.len_k > 0 && sc.unfused_workspace && sc.unfused_workspace_bytes >= unfused_workspace_granule(sp) &&
-      unfused.unsupported_reason(sp).empty()) {
-    AttnBuffers ub;
-    ub.q = sc.q;
-    ub.k = sc.k;
-    ub.v = sc.v;
-    ub.o = sc.o;
-    ub.lse = sc.lse;
-    ub.workspace = sc.unfused_workspace;
-    ub.workspace_bytes = sc.unfused_workspace_bytes;
-    e = poison_outputs(sp, ub, s);
-    if (e == cudaSuccess) e = unfused.launch(sp, ub, s);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(s);
-    if (e != cudaSuccess) return cuda_error_text("the unfused baseline on one sequence", e);
-    const ErrorStats base = compare_output(sc.o, p.dtype, sc.o_ref, sp.o_elems(), s);
-    if (base.nonfinite == 0) ref.baseline_err = base.max_abs_err;
-  }
+  if (RunError err = sequence_reference(sp, sc, s, &ref); err.failed()) return err;
 
   // Ours: O rows as Q's; LSE [H, total_q], entries q0.. of every head.
   e = unpack_rows(sc.o, run.bufs.o, seq.q0, seq.len_q, p.H, p.Dv, s);
@@ -306,21 +214,8 @@ RunError check_ours(VarlenRun& run, TableRow& row) {
       sp.B = 1, sp.Nq = run.len_q[size_t(b)], sp.Nk = run.len_k[size_t(b)];
       unfused_bytes = std::max(unfused_bytes, unfused_workspace_granule(sp));
     }
-  const size_t q_rows = size_t(p.H) * p.Nq, kv_rows = size_t(p.kv_heads()) * p.Nk;
   DeviceArena scratch;
-  for (std::string e : {scratch.alloc(q_rows * p.D, &sc.q, "the unpacked Q"),
-                        scratch.alloc(kv_rows * p.D, &sc.k, "the unpacked K"),
-                        scratch.alloc(kv_rows * p.Dv, &sc.v, "the unpacked V"),
-                        scratch.alloc(q_rows * p.Dv, &sc.o, "the unpacked O"),
-                        scratch.alloc(q_rows, &sc.lse, "the unpacked LSE"),
-                        scratch.alloc(q_rows * p.Dv, &sc.o_ref, "the reference O"),
-                        scratch.alloc(q_rows, &sc.lse_ref, "the reference LSE")})
-    if (!e.empty()) return e;
-  uint8_t* unfused_ws = nullptr;
-  if (unfused_bytes > 0 && scratch.alloc(unfused_bytes, &unfused_ws, "the unfused baseline's S").empty()) {
-    sc.unfused_workspace = unfused_ws;
-    sc.unfused_workspace_bytes = unfused_bytes;
-  }
+  if (std::string e = allocate_sequence_scratch(scratch, p, unfused_bytes, &sc); !e.empty()) return e;
 
   int checked = 0, worst = -1;
   CheckResult worst_verdict;
@@ -331,7 +226,7 @@ RunError check_ours(VarlenRun& run, TableRow& row) {
     if (RunError e = check_sequence(run, sc, b, &verdict); e.failed()) return e;
     ++checked;
     pass = pass && verdict.pass;
-    if (worst < 0 || worse(verdict, worst_verdict)) worst = b, worst_verdict = verdict;
+    if (worst < 0 || worse_verdict(verdict, worst_verdict)) worst = b, worst_verdict = verdict;
   }
   row.checked = true;
   row.pass = pass;
@@ -475,6 +370,15 @@ int fail(const RunError& e) {
 }
 
 }  // namespace
+
+std::vector<int> draw_lengths(const VarlenLengths& l, uint64_t seed, uint64_t salt) {
+  if (!l.random()) return l.lengths;
+  std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + salt);
+  const uint64_t span = 2 * uint64_t(l.random_mean) - 1;
+  std::vector<int> lengths(size_t(l.random_count));
+  for (int& len : lengths) len = 1 + int(rng() % span);
+  return lengths;
+}
 
 void varlen_lengths(const VarlenOptions& v, uint64_t seed, std::vector<int>* q, std::vector<int>* k) {
   *q = draw_lengths(v.q, seed, 11);

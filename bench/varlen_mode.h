@@ -21,6 +21,11 @@ namespace attnlab {
 // queries'), the packed row counts, and 1 for a run of the unverified kernel.
 constexpr const char* kVarlenCsvColumns = ",lengths,lengths_k,total_q,total_k,unverified";
 
+// The lengths `l` gives: its list, or for random:B,MEAN B lengths uniform in
+// [1, 2·MEAN − 1] (mean MEAN), drawn from `seed` and a stream of their own
+// (`salt`: the queries', the keys' or the caches').
+std::vector<int> draw_lengths(const VarlenLengths& l, uint64_t seed, uint64_t salt);
+
 // The query and key lengths of one run: --varlen's list, or the B lengths
 // random:B,MEAN draws from `seed` (uniform in [1, 2·MEAN - 1]); the key
 // lengths are --varlen-k's, drawn apart from the queries' (random:), or else

@@ -355,7 +355,7 @@ TEST_CASE(cli_usage_documents_exit_codes_and_rules) {
   EXPECT_CONTAINS(u, "each option once");
   EXPECT_CONTAINS(u,
                   "--mask-mod selects\nblock-sparse attention, --mask dynamic-mask attention, --varlen "
-                  "variable-length\nattention, none of them the dense forward");
+                  "variable-length\nattention, --decode paged decoding, none of them the dense forward");
   EXPECT_EQ(kExitOk, 0);
   EXPECT_EQ(kExitFailed, 1);
   EXPECT_EQ(kExitBadOptions, 2);
@@ -541,6 +541,7 @@ std::vector<std::string> selecting(Program p) {
     case Program::kDynamicMask: return {"--mask", "none"};
     case Program::kBlocksparse: return {"--mask-mod", "causal"};
     case Program::kVarlen: return {"--varlen", "4"};
+    case Program::kDecode: return {"--decode", "4"};
   }
   return {};
 }
@@ -558,7 +559,8 @@ TEST_CASE(cli_each_flag_belongs_to_its_programs) {
       args.push_back(f.name);
       if (!f.value.empty()) args.push_back("1");
       const ParseResult r = parse(args);
-      const bool selector = f.name == "--mask" || f.name == "--mask-mod" || f.name == "--varlen";
+      const bool selector = f.name == "--mask" || f.name == "--mask-mod" || f.name == "--varlen" ||
+                            f.name == "--decode";
       if (f.programs & program_bit(r.options.program)) {  // the flag may select the program itself (--bwd, --mask)
         EXPECT_TRUE(r.error.rfind(f.name + " is an option of ", 0) != 0);
       } else if (selector) {
@@ -617,18 +619,21 @@ TEST_CASE(cli_help_is_written_from_the_table) {
   }
   // A section per set of programs, and a paragraph per program.
   for (const char* heading : {"\noptions of every program:\n  --H N",
-                              "\noptions of every program but variable-length attention:\n  --B N",
+                              "\noptions of every program but variable-length attention and paged decoding:\n  --B N",
+                              "\noptions of every program but variable-length attention:\n  --Nq N",
                               "\noptions of every program but block-sparse attention:\n  --causal",
                               "\noptions of the dense forward:\n  --reference R",
                               "\noptions of dynamic-mask attention (--mask M):\n  --mask M",
                               "\noptions of block-sparse attention (--mask-mod M):\n  --mask-mod M",
                               "\noptions of variable-length attention (--varlen LENGTHS):\n  --varlen LENGTHS",
+                              "\noptions of paged decoding (--decode LENGTHS):\n  --decode LENGTHS",
                               "\nthe dense forward:\n  Rows:", "\nthe dense backward (--bwd):\n",
                               "\ndynamic-mask attention (--mask M):\n", "\nblock-sparse attention (--mask-mod M):\n",
-                              "\nvariable-length attention (--varlen LENGTHS):\n"})
+                              "\nvariable-length attention (--varlen LENGTHS):\n",
+                              "\npaged decoding (--decode LENGTHS):\n"})
     EXPECT_CONTAINS(u, heading);
   // Lines of 80 columns at most, but the synopsis' examples.
-  std::istringstream lines(u.substr(u.find("\nFive programs")));
+  std::istringstream lines(u.substr(u.find("\nSix programs")));
   for (std::string line; std::getline(lines, line);) {
     size_t columns = 0;  // characters, not bytes ('·')
     for (unsigned char ch : line) columns += (ch & 0xC0) != 0x80;
@@ -681,13 +686,13 @@ TEST_CASE(cli_help_wins_over_every_other_option) {
 }
 
 TEST_CASE(cli_usage_starts_with_a_synopsis) {
-  // The first twelve lines: how to call it, one line per family, the exit codes.
+  // The first thirteen lines: how to call it, one line per family, the exit codes.
   const std::string u = usage();
   size_t at = 0;
-  for (int line = 0; line < 12 && at != std::string::npos; ++line) at = u.find('\n', at + 1);
+  for (int line = 0; line < 13 && at != std::string::npos; ++line) at = u.find('\n', at + 1);
   const std::string head = u.substr(0, at);
   for (const char* s : {"usage: flash_attn_mma", "--B 1 --H 8 --N 8192 --D 128", "--bwd", "--mask topk",
-                        "--mask-mod", "--varlen", "--list",
+                        "--mask-mod", "--varlen", "--decode", "--list",
                         "exit status: 0 ok, 1 a check or the run failed, 2 bad options, 3"})
     EXPECT_CONTAINS(head, s);
 }

@@ -113,19 +113,56 @@ expect_error 2 "--varlen takes lengths separated by commas" --varlen random:4
 expect_error 2 "--varlen: the lengths sum to 2147483648 rows, more than the 2147483647" --varlen 1073741824,1073741824
 expect_error 2 "may sum to" --varlen random:65535,40000
 expect_error 2 "--varlen-k gives 1 key length for 2 sequences (--varlen): one per sequence" --varlen 1,2 --varlen-k 3
-for flag in --B --N --Nq --Nk; do
-  expect_error 2 "$flag is an option of every program but variable-length attention; this run is variable-length attention (--varlen LENGTHS); the sequences and their lengths come from --varlen" \
+for flag in --B --N --Nk; do
+  expect_error 2 "$flag is an option of every program but variable-length attention and paged decoding; this run is variable-length attention (--varlen LENGTHS); the sequences and their lengths come from --varlen" \
     --varlen 4,5 "$flag" 4
 done
+expect_error 2 "--Nq is an option of every program but variable-length attention; this run is variable-length attention (--varlen LENGTHS); the sequences and their lengths come from --varlen" \
+  --varlen 4,5 --Nq 4
 expect_error 2 "; the harness does not time the variable-length backward yet (build/test_varlen checks it)" --varlen 4,5 --bwd
 expect_error 2 "; the harness does not time the variable-length backward yet (build/test_varlen checks it)" --varlen 4,5 --deterministic
 expect_error 2 "--varlen and --mask-mod select two programs" --varlen 4 --mask-mod causal
-expect_error 2 "--unverified is an option of variable-length attention (--varlen LENGTHS); this run is the dense forward" \
+expect_error 2 "--unverified is an option of variable-length attention and paged decoding; this run is the dense forward" \
   --unverified
 expect_error 2 "the variable-length kernel has not run on a GPU yet; pass --unverified to run it anyway" \
   --varlen 8192,1,517,3000 --H 8 --D 128
 if [ "$("$bin" --list --varlen 4 | awk -F'  +' '{ print $1 }' | tr '\n' '|')" = "varlen (unverified)|dense padded (engine)|" ]
 then pass; else fail "--list --varlen: varlen (unverified) and dense padded (engine)"; fi
+# Paged decoding (--decode): its cache lengths, its new tokens and pages, the flags it refuses, and the
+# opt-in its kernel needs, each found before the GPU is looked for.
+expect_error 2 "--decode takes lengths separated by commas (8192,1,517,3000) or random:B,MEAN, got '4096,,1'" \
+  --decode 4096,,1
+expect_error 2 "--decode: sequence length -5 is negative" --decode 1,-5
+expect_error 2 "--decode random:B,MEAN takes B from 1 to 65535 sequences, got 0" --decode random:0,5
+expect_error 2 "--decode takes lengths separated by commas" --decode random:4
+expect_error 2 "--Nq must be between 1 and 1024, got 1025" --decode 4096 --Nq 1025
+expect_error 2 "--Nq must be between 1 and 1024, got 0" --decode 4096 --Nq 0
+expect_error 2 "--page-size must be between 1 and 1073741824, got 0" --decode 4096 --page-size 0
+expect_error 2 "--page-size expects an integer, got '16k'" --decode 4096 --page-size 16k
+expect_error 2 "--causal and --no-causal contradict each other" --decode 4096 --causal --no-causal
+expect_error 2 "paged decoding needs Dv == D, got --D 128 and --Dv 64" --decode 4096 --D 128 --Dv 64
+for flag in --B --N --Nk; do
+  expect_error 2 "$flag is an option of every program but variable-length attention and paged decoding; this run is paged decoding (--decode LENGTHS); the sequences and their cache lengths come from --decode (--Nq: the new tokens of each)" \
+    --decode 4,5 "$flag" 4
+done
+expect_error 2 "; this run is paged decoding (--decode LENGTHS); paged decoding has a forward only (decoding is inference)" \
+  --decode 4,5 --bwd
+expect_error 2 "; this run is paged decoding (--decode LENGTHS); paged decoding has a forward only (decoding is inference)" \
+  --decode 4,5 --deterministic
+for flag in --torch --sdpa --no-peers; do
+  expect_error 2 "$flag is an option of" --decode 4 "$flag"
+  expect_error 2 "; paged decoding has no peers (its copy row is a bandwidth yardstick)" --decode 4 "$flag"
+done
+expect_error 2 "--varlen-k is an option of variable-length attention (--varlen LENGTHS); this run is paged decoding" \
+  --decode 4 --varlen-k 4
+expect_error 2 "--page-size is an option of paged decoding (--decode LENGTHS); this run is the dense forward" --page-size 16
+expect_error 2 "--no-causal is an option of paged decoding (--decode LENGTHS); this run is the dense forward" --no-causal
+expect_error 2 "--varlen and --decode select two programs (variable-length attention and paged decoding): give one" \
+  --varlen 4 --decode 4
+expect_error 2 "the paged-decoding kernel has not run on a GPU yet; pass --unverified to run it anyway" \
+  --decode 4096,1,0,517 --H 32 --Hkv 8 --D 128
+if [ "$("$bin" --list --decode 4 | awk -F'  +' '{ print $1 }' | tr '\n' '|')" = "decode (unverified)|copy (bandwidth)|" ]
+then pass; else fail "--list --decode: decode (unverified) and copy (bandwidth)"; fi
 # The mods that read a caller's tensor: one plain sentence; the lists offer only what the harness runs.
 expect_error 2 "--mask-mod tensor reads a keep tensor, which the harness does not make" --mask-mod tensor
 expect_error 2 "--score-mod bias reads a bias tensor, which the harness does not make" --mask-mod causal --score-mod bias
@@ -144,6 +181,8 @@ then pass; else fail "--list --deterministic: the deterministic backward rungs a
 printf 'gpu,driver,cuda\n' > "$tmp/other.csv"
 expect_error 2 "cannot write --csv $tmp/other.csv: its columns are not these rows'" --mask-mod causal --csv "$tmp/other.csv"
 expect_error 2 "cannot write --csv $tmp/other.csv: its columns are not these rows'" --varlen 4 --unverified \
+  --csv "$tmp/other.csv"
+expect_error 2 "cannot write --csv $tmp/other.csv: its columns are not these rows'" --decode 4 --unverified \
   --csv "$tmp/other.csv"
 # --csv that cannot be written: found before anything runs, nothing written.
 expect_error 2 "cannot write --csv /nonexistent/dir/x.csv: No such file or directory" --csv /nonexistent/dir/x.csv
@@ -174,11 +213,11 @@ fi
 if "$bin" --list --bwd --no-peers | grep -q "^sdpa"; then fail "--list --bwd --no-peers shows a peer"; else pass; fi
 
 # --help and --list need no GPU. --help documents the exit codes, in its
-# synopsis (the first twelve lines) too, and wins over any other option.
+# synopsis (the first thirteen lines) too, and wins over any other option.
 if "$bin" --help | grep -q -- "--causal"; then pass; else fail "--help"; fi
 if "$bin" --help | grep -q "exit status: 0"; then pass; else fail "--help documents the exit codes"; fi
-if "$bin" --help | head -12 | grep -q "^exit status: 0 ok, 1 a check or the run failed, 2 bad options, 3"; then pass
-else fail "--help: no synopsis with the exit codes in its first twelve lines"; fi
+if "$bin" --help | head -13 | grep -q "^exit status: 0 ok, 1 a check or the run failed, 2 bad options, 3"; then pass
+else fail "--help: no synopsis with the exit codes in its first thirteen lines"; fi
 for args in "--help --D 0" "--D 0 --help" "--bogus -h"; do
   # shellcheck disable=SC2086
   if out=$("$bin" $args 2>&1) && [[ "$out" == "flash_attn_mma — time and check"* ]]; then pass
@@ -209,6 +248,7 @@ elif [ "$rc" -eq 3 ] && [ "$(printf '%s' "$out" | grep -c '')" -eq 1 ] &&
   expect_error 3 "${out#flash_attn_mma: error: }" --bwd --N 64 --D 64 --H 1 --iters 1 --warmup 0
   expect_error 3 "${out#flash_attn_mma: error: }" --mask-mod causal --N 64 --D 64 --H 1 --iters 1 --warmup 0
   expect_error 3 "${out#flash_attn_mma: error: }" --varlen 64,17 --D 64 --H 1 --iters 1 --warmup 0 --unverified
+  expect_error 3 "${out#flash_attn_mma: error: }" --decode 64,17 --D 64 --H 1 --iters 1 --warmup 0 --unverified
 else
   fail "valid shape -> exit $rc: $out"
 fi
@@ -232,6 +272,15 @@ if [ "$rc" -eq 0 ]; then
       head -1 "$tmp/vl.csv" | grep -q ",note,lengths,lengths_k,total_q,total_k,unverified$" &&
       grep -q "^[^,]*,[^,]*,[^,]*,[^,]*,[^,]*,varlen (unverified),rung,4,4,300,500,.*,300;0;1;129,500;7;0;129,430,636,1$" \
         "$tmp/vl.csv"; then pass; else fail "--varlen on a small ragged batch"; fi
+  # Paged decoding on a small ragged batch (an empty cache, one shorter than the new tokens, odd pages, GQA):
+  # our row passes (exit 0); its rows with the lengths, the page size and the copy's share.
+  if "$bin" --decode 300,0,3,129 --Nq 4 --page-size 7 --H 4 --Hkv 2 --D 64 --iters 1 --warmup 0 --unverified \
+      --csv "$tmp/dec.csv" >/dev/null 2>&1 &&
+      head -1 "$tmp/dec.csv" | grep -q ",note,lengths,page_size,bytes,gbps,copy_fraction,unverified$" &&
+      grep -q "^[^,]*,[^,]*,[^,]*,[^,]*,[^,]*,decode (unverified),rung,4,4,4,300,64,64,.*,PASS,.*,300;0;3;129,7,[0-9]*,[0-9.]*,[0-9.]*,1$" \
+        "$tmp/dec.csv" &&
+      grep -q "^[^,]*,[^,]*,[^,]*,[^,]*,[^,]*,copy (bandwidth),rung,.*,1.000,1$" "$tmp/dec.csv"; then pass
+  else fail "--decode on a small ragged batch"; fi
   if [ -w /dev/full ]; then
     expect_error 1 "writing --csv /dev/full failed" --B 1 --H 1 --N 64 --D 64 --iters 1 --warmup 0 --variant split-q+stage2 \
       --csv /dev/full

@@ -350,10 +350,14 @@ TEST_CASE(cli_varlen_malformed_lengths_are_one_line) {
 }
 
 TEST_CASE(cli_varlen_refuses_the_fixed_shape_and_the_backward) {
+  // --Nq is paged decoding's too (its new tokens); the others variable-length attention and it both refuse.
   for (const char* flag : {"--B", "--N", "--Nq", "--Nk"}) {
     const std::string e = parse({"--varlen", "4,5", flag, "4"}).error;
-    EXPECT_EQ(e.rfind(std::string(flag) + " is an option of every program but variable-length attention; this run is "
-                                          "variable-length attention (--varlen LENGTHS)",
+    const std::string programs = std::string(flag) == "--Nq" ? "every program but variable-length attention"
+                                                             : "every program but variable-length attention and "
+                                                               "paged decoding";
+    EXPECT_EQ(e.rfind(std::string(flag) + " is an option of " + programs +
+                          "; this run is variable-length attention (--varlen LENGTHS)",
                       0),
               size_t(0));
     EXPECT_CONTAINS(e, "the sequences and their lengths come from --varlen");
