@@ -6,9 +6,11 @@
 #                                # checks against torch's fp32 SDPA; the Python package
 #                                # installed by pip and tested from outside the tree
 #   scripts/gpu_check.sh bench   # build; the benchmark set (bench.csv, dmattn.csv), the
-#                                # GEMM ceiling, ncu's bank conflicts and one profile per
-#                                # main-path step (ncu_steps.csv); in results/<gpu>/
-#                                # also every table and plot regenerated from the CSVs
+#                                # GEMM ceiling, variable-length and paged-decode rows
+#                                # beside their peers (varlen.csv, scripts/bench_varlen.py),
+#                                # ncu's bank conflicts and one profile per main-path step
+#                                # (ncu_steps.csv); in results/<gpu>/ also every table and
+#                                # plot regenerated from the CSVs
 #   scripts/gpu_check.sh bwd     # build; the dense backward's benchmark set (bwd.csv),
 #                                # checked, and the GEMM ceiling; no ncu; in results/<gpu>/
 #                                # also every table regenerated
@@ -22,8 +24,8 @@
 # Output: $OUT when set (the device tool's folder, which returns at most eight
 # files), else results/<gpu>/: check writes tests.txt, sanitizer_summary.txt,
 # reference_torch.txt, sass_mma.txt; bench writes mission.txt (the harness
-# at B=1 H=8 N=8192 D=512), bench.csv, bench.txt, dmattn.csv, gemm_ceiling.txt,
-# ncu_bank_conflicts.txt (and fwd.csv with SWEEP=1); bwd writes bwd.csv,
+# at B=1 H=8 N=8192 D=512), bench.csv, bench.txt, dmattn.csv, varlen.csv,
+# gemm_ceiling.txt, ncu_bank_conflicts.txt (and fwd.csv with SWEEP=1); bwd writes bwd.csv,
 # bwd.txt, gemm_ceiling_bwd.txt; blocksparse writes blocksparse_fuzz.txt,
 # blocksparse.csv, blocksparse.txt. Each writes summary.md (scripts/gpu_summary.sh),
 # printed last, and logs.tar.gz with every other log, and exits 0 only when
@@ -33,11 +35,15 @@
 # and bwd then run FlashAttention-4 on their set (scripts/bench_peers.py:
 # rows fa4 and fa4 bwd, appended to bench.csv and bwd.csv, its output to
 # bench.txt and bwd.txt); without flash-attn-4 installed that is one line
-# saying so. summary.md names the software (scripts/run_info.py: torch,
+# saying so. bench then runs scripts/bench_varlen.py (attnlab's varlen forward and
+# backward and its paged decode, not yet run on a GPU: --unverified, the rows
+# marked; beside FlashAttention-4, SDPA on nested tensors, compiled flex_attention,
+# FlashInfer and a copy's bandwidth), its rows to varlen.csv, its output to
+# logs/varlen.txt. summary.md names the software (scripts/run_info.py: torch,
 # cuDNN, CUDA, driver, flash-attn-4, CUTLASS DSL).
 # Switches (environment): CUDA_ARCH=90a, BUILD_DIR=build-gpu, QUICK=1 (check: no
-# sanitizers; bench: no causal, bf16 or large shapes; bwd: the B=1 H=8 shapes
-# only), SANITIZER=0, SANITIZER_STREAMS=6 (runs at once), CHECK_BUDGET=540
+# sanitizers; bench: no causal, bf16 or large shapes, bench_varlen.py --quick; bwd:
+# the B=1 H=8 shapes only), SANITIZER=0, SANITIZER_STREAMS=6 (runs at once), CHECK_BUDGET=540
 # (check: the seconds after which nothing runs on), PEER_WHEELS=DIR (bench, bwd,
 # blocksparse, peers: the peers' wheels installed first, scripts/peer_wheels.sh), BWD_BUDGET=540 (bwd: the
 # same; GQA=1: also its two GQA shapes), ONLY='wgmma*' or 'bwd-ws*' (GPU variant tests of the matching variants
@@ -48,8 +54,10 @@
 # SWEEP_ARGS="--iters 5", SWEEP_TIMEOUT=400 seconds), BLOCKSPARSE_PART=fuzz or
 # bench (blocksparse: that step alone; with a cold build both take about 10
 # minutes), BLOCKSPARSE_BUDGET=540, PEERS=0 (bench, bwd: no FlashAttention-4
-# rows), PEERS_BUDGET=240 (bench, bwd, peers: its seconds per set; shapes
-# left at the end are listed as not run).
+# rows; bench: no peer rows in varlen.csv), PEERS_BUDGET=240 (bench, bwd, peers:
+# its seconds per set; shapes left at the end are listed as not run),
+# VARLEN_BUDGET=200 (bench: bench_varlen.py's seconds; the cases it had no time
+# for are listed as not run).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -619,6 +627,29 @@ if [ "${DMATTN:-1}" != 0 ]; then
   dbench --B 1 --H 8 --N 8192 --D 64 --mask ones --bias --dma-mask-scan pipelined
   echo
 fi
+
+# Variable-length attention and paged decoding beside their peers, in one process
+# (scripts/bench_varlen.py, on this build's module): attnlab's kernels have not run
+# on a GPU yet, so --unverified (the rows are marked); PEERS=0: ours and the
+# yardsticks alone; QUICK=1: --quick. Within VARLEN_BUDGET seconds (no case starts
+# in the last 90 of them); the rows of the cases it ran stay in varlen.csv, its
+# output in logs/varlen.txt. A row that FAILED, or one of ours that raised, fails the step.
+varlen_budget=${VARLEN_BUDGET:-200}
+step "variable length and paged decoding against their peers (scripts/bench_varlen.py) into varlen.csv"
+rm -f "$out/varlen.csv"
+varlen_args=(--unverified --csv "$out/varlen.csv" --budget $((varlen_budget > 150 ? varlen_budget - 90 : 60)))
+[ "${PEERS:-1}" != 0 ] || varlen_args+=(--no-peers)
+[ -z "${QUICK:-}" ] || varlen_args+=(--quick)
+PYTHONPATH="$build_abs/python${PYTHONPATH:+:$PYTHONPATH}" timeout "$varlen_budget" \
+  python3 scripts/bench_varlen.py "${varlen_args[@]}" 2>&1 | tee "$logs/varlen.txt" |
+  grep -E '^(----|not run|[0-9]+ rows|bench_varlen|peers:|fa4:|flashinfer:|flex_attention:|sdpa nested:)|^  attnlab|FAIL'
+varlen_rc=${PIPESTATUS[0]}
+case $varlen_rc in
+  0) ;;
+  124) echo "bench_varlen.py: cut at $varlen_budget s (VARLEN_BUDGET; logs/varlen.txt)" ;;
+  3) echo "bench_varlen.py: not run (no torch, GPU or attnlab module: logs/varlen.txt)" ;;
+  *) echo "bench_varlen.py: exit $varlen_rc (logs/varlen.txt)"; ok=1 ;;
+esac
 
 if [ "${NCU:-1}" != 0 ] && command -v ncu >/dev/null; then
   step "ncu: shared-memory bank conflicts, padded vs swizzled (split-q, D=64 and 128)"
